@@ -1,0 +1,324 @@
+//! The device handle and device buffers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+
+use crate::error::{Error, Result};
+
+/// The compute capability stepgraph's kernels are built for (sm_90).
+pub const REQUIRED_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
+
+/// A CUDA device with its primary context.
+///
+/// Creating one checks that the driver and cuBLASLt libraries can be loaded (cudarc
+/// panics on a missing library; this turns that into [`Error::LibraryMissing`]) and that
+/// the GPU is at least compute capability 9.0, the target of the embedded cubins.
+///
+/// It also turns off cudarc's automatic event tracking for the context. That tracking
+/// makes a stream wait on events recorded by earlier, uncaptured work whenever a buffer is
+/// used; inside a stream capture such a wait refers to work outside the graph and breaks
+/// the capture. stepgraph orders all work itself, by the plan.
+///
+/// ```no_run
+/// let device = stepgraph::Device::new(0)?;
+/// println!("{}", device.name());
+/// # Ok::<(), stepgraph::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    ctx: Arc<CudaContext>,
+    /// A stream for host transfers and setup work outside any capture.
+    host_stream: Arc<CudaStream>,
+    name: Arc<str>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("ordinal", &self.ctx.ordinal())
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Checks that a compute capability can run sm_90 code.
+pub fn check_compute_capability(
+    ordinal: usize,
+    name: &str,
+    (major, minor): (i32, i32),
+) -> Result<()> {
+    if (major, minor) < REQUIRED_COMPUTE_CAPABILITY {
+        return Err(Error::UnsupportedDevice {
+            ordinal,
+            name: name.to_string(),
+            major,
+            minor,
+        });
+    }
+    Ok(())
+}
+
+fn library_candidates(lib: &str) -> String {
+    cudarc::get_lib_name_candidates(lib).join(", ")
+}
+
+/// Fails with [`Error::LibraryMissing`] unless the CUDA driver and cuBLASLt libraries
+/// can be loaded.
+pub fn check_libraries() -> Result<()> {
+    // SAFETY: `is_culib_present` only tries to dlopen the candidate names and drops the
+    // handle; it runs no code of the library beyond its initialisers.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(Error::LibraryMissing {
+            library: "cuda",
+            candidates: library_candidates("cuda"),
+        });
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+        return Err(Error::LibraryMissing {
+            library: "cublasLt",
+            candidates: library_candidates("cublasLt"),
+        });
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Opens GPU `ordinal` after checking the libraries and the compute capability.
+    pub fn new(ordinal: usize) -> Result<Device> {
+        check_libraries()?;
+        let count = CudaContext::device_count().map_err(Error::driver("cuDeviceGetCount"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(Error::driver("cuDevicePrimaryCtxRetain"))?;
+        // SAFETY: called before this crate allocates anything in the context; stepgraph
+        // orders every use of its buffers through the plan's events and synchronises the
+        // host stream around transfers, which is what the untracked mode requires.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(Error::driver("cuDeviceGetName"))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(Error::driver("cuDeviceGetAttribute"))?;
+        check_compute_capability(ordinal, &name, cc)?;
+        let host_stream = ctx.new_stream().map_err(Error::driver("cuStreamCreate"))?;
+        Ok(Device {
+            ctx,
+            host_stream,
+            name: name.into(),
+        })
+    }
+
+    /// The device's name as the driver reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.ctx
+            .mem_get_info()
+            .map_err(Error::driver("cuMemGetInfo"))
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> Result<i32> {
+        self.ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(Error::driver("cuDeviceGetAttribute"))
+    }
+
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub(crate) fn host_stream(&self) -> &Arc<CudaStream> {
+        &self.host_stream
+    }
+
+    /// Turns an allocation failure into [`Error::OutOfMemory`] naming what was allocated.
+    pub(crate) fn alloc_error(&self, what: &str, bytes: usize) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '_ {
+        let what = what.to_string();
+        move |e| {
+            if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
+                Error::OutOfMemory {
+                    what,
+                    bytes,
+                    free,
+                    total,
+                }
+            } else {
+                Error::Driver {
+                    call: "cuMemAlloc",
+                    source: e,
+                }
+            }
+        }
+    }
+
+    /// Allocates `len` zeroed elements. `what` names the buffer in an out-of-memory error.
+    pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        what: &str,
+        len: usize,
+    ) -> Result<DeviceBuffer<T>> {
+        let bytes = len * std::mem::size_of::<T>();
+        let slice = self
+            .host_stream
+            .alloc_zeros::<T>(len)
+            .map_err(self.alloc_error(what, bytes))?;
+        self.host_stream
+            .synchronize()
+            .map_err(Error::driver("cuStreamSynchronize"))?;
+        Ok(DeviceBuffer { slice })
+    }
+
+    /// Allocates a buffer holding a copy of `data`.
+    pub fn upload_new<T: DeviceRepr>(&self, what: &str, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let bytes = std::mem::size_of_val(data);
+        let slice = self
+            .host_stream
+            .clone_htod(data)
+            .map_err(self.alloc_error(what, bytes))?;
+        self.host_stream
+            .synchronize()
+            .map_err(Error::driver("cuStreamSynchronize"))?;
+        Ok(DeviceBuffer { slice })
+    }
+
+    /// Copies `data` into `buf`, which must have the same length. Blocks until done.
+    pub fn upload<T: DeviceRepr>(&self, buf: &mut DeviceBuffer<T>, data: &[T]) -> Result<()> {
+        if buf.len() != data.len() {
+            return Err(Error::LengthMismatch {
+                what: "upload into a device buffer".into(),
+                expected: buf.len(),
+                found: data.len(),
+            });
+        }
+        self.host_stream
+            .memcpy_htod(data, &mut buf.slice)
+            .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
+        self.host_stream
+            .synchronize()
+            .map_err(Error::driver("cuStreamSynchronize"))
+    }
+
+    /// Copies `buf` to the host. Blocks until done (and so until earlier work on the
+    /// device that the caller has synchronised with has finished).
+    pub fn download<T: DeviceRepr + Clone + Default>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        let out = self
+            .host_stream
+            .clone_dtoh(&buf.slice)
+            .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
+        self.host_stream
+            .synchronize()
+            .map_err(Error::driver("cuStreamSynchronize"))?;
+        Ok(out)
+    }
+
+    /// Waits for all work on the device.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx
+            .synchronize()
+            .map_err(Error::driver("cuCtxSynchronize"))
+    }
+}
+
+/// A typed allocation in device memory.
+///
+/// It has no method that touches the host: copies to and from the host go through
+/// [`Device::upload`] and [`Device::download`], which an op never receives. An op gets
+/// `&DeviceBuffer` (read) or `&mut DeviceBuffer` (write) and hands it to a kernel launch,
+/// a matmul, a copy or a memset on its [`CaptureStream`](crate::CaptureStream).
+pub struct DeviceBuffer<T> {
+    pub(crate) slice: CudaSlice<T>,
+}
+
+impl<T> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("len", &self.slice.len())
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T> DeviceBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
+    }
+
+    /// The raw device address, for kernels that take pointers packed in structs and for
+    /// identity checks in tests. Using it does not borrow the buffer: the caller keeps the
+    /// buffer alive and ordered.
+    pub fn device_address(&self) -> u64 {
+        use cudarc::driver::DevicePtr;
+        let (ptr, _sync) = self.slice.device_ptr(self.slice.stream());
+        ptr
+    }
+}
+
+/// Allocation of a fresh copy with the same shape, used for per-stream and per-branch
+/// scratch: the user supplies one copy, stepgraph allocates the others when the step is
+/// built. Implement it for a component (a struct of buffers) to use it as scratch.
+pub trait AllocLike: Sized {
+    /// A new, uninitialised-in-meaning (zeroed) value shaped like `self`.
+    fn alloc_like(&self, device: &Device, what: &str) -> Result<Self>;
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> AllocLike for DeviceBuffer<T> {
+    fn alloc_like(&self, device: &Device, what: &str) -> Result<Self> {
+        device.alloc_zeros(what, self.len())
+    }
+}
+
+impl<T: AllocLike, const N: usize> AllocLike for [T; N] {
+    fn alloc_like(&self, device: &Device, what: &str) -> Result<Self> {
+        let v: Vec<T> = self
+            .iter()
+            .map(|x| x.alloc_like(device, what))
+            .collect::<Result<_>>()?;
+        match v.try_into() {
+            Ok(a) => Ok(a),
+            Err(_) => Err(Error::Invalid(format!("{what}: array length changed"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_capability_below_sm90_is_refused_with_the_found_version() {
+        let err = check_compute_capability(0, "Tesla V100", (7, 0)).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("7.0"), "{msg}");
+        assert!(msg.contains("Tesla V100"), "{msg}");
+        assert!(msg.contains("9.0"), "{msg}");
+        assert!(check_compute_capability(0, "A100", (8, 9)).is_err());
+    }
+
+    #[test]
+    fn compute_capability_sm90_and_newer_is_accepted() {
+        assert!(check_compute_capability(0, "H100", (9, 0)).is_ok());
+        assert!(check_compute_capability(0, "B200", (10, 0)).is_ok());
+    }
+}

@@ -1,0 +1,151 @@
+//! The crate's one error type.
+
+use cudarc::cublaslt::result::CublasError;
+use cudarc::driver::DriverError;
+
+/// Result alias used throughout stepgraph and by the ops users write.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong building, capturing or replaying a step.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A CUDA driver call failed; the message is the driver's own.
+    #[error("CUDA driver call `{call}` failed: {source}")]
+    Driver {
+        /// The driver entry point or stepgraph operation that failed.
+        call: &'static str,
+        /// The driver's status.
+        #[source]
+        source: DriverError,
+    },
+    /// A cuBLASLt call failed.
+    #[error("cuBLASLt call `{call}` failed: {source}")]
+    Blas {
+        /// The cuBLASLt entry point that failed.
+        call: &'static str,
+        /// The library's status.
+        #[source]
+        source: CublasError,
+    },
+    /// A shared library stepgraph loads at run time is not on the loader's path.
+    #[error(
+        "the CUDA library `{library}` was not found (looked for {candidates}); install the CUDA 13 \
+         driver/toolkit or add its lib folder to LD_LIBRARY_PATH"
+    )]
+    LibraryMissing {
+        /// The library's short name (`cuda`, `cublasLt`).
+        library: &'static str,
+        /// The file names that were tried.
+        candidates: String,
+    },
+    /// The driver sees no GPU with this ordinal.
+    #[error("no CUDA device with ordinal {ordinal}: the driver sees {count} device(s)")]
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices the driver reports.
+        count: i32,
+    },
+    /// The GPU is older than the kernels' target.
+    #[error(
+        "GPU {ordinal} ({name}) has compute capability {major}.{minor}; stepgraph's kernels are \
+         built for sm_90 and need compute capability 9.0 or newer"
+    )]
+    UnsupportedDevice {
+        /// The ordinal.
+        ordinal: usize,
+        /// The device's name.
+        name: String,
+        /// Compute capability found.
+        major: i32,
+        /// Compute capability found.
+        minor: i32,
+    },
+    /// An allocation failed for want of device memory.
+    #[error(
+        "out of device memory allocating {what} ({bytes} bytes requested, {free} of {total} bytes free)"
+    )]
+    OutOfMemory {
+        /// What was being allocated (a buffer, a workspace, a scratch copy).
+        what: String,
+        /// The size asked for.
+        bytes: usize,
+        /// Free device memory at the time.
+        free: usize,
+        /// Total device memory.
+        total: usize,
+    },
+    /// Two buffers that an operation pairs have different lengths.
+    #[error("{what}: expected {expected} elements, found {found}")]
+    LengthMismatch {
+        /// The operation and operand.
+        what: String,
+        /// The length required.
+        expected: usize,
+        /// The length given.
+        found: usize,
+    },
+    /// An op of a step returned an error.
+    #[error("op `{op}` on stream `{stream}` failed: {source}")]
+    Op {
+        /// The op's name (`branch_fwd[2]`).
+        op: &'static str,
+        /// The stream it was issued on.
+        stream: &'static str,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Capturing a step failed; the partial capture was discarded and the step keeps the
+    /// graph it had before, if any.
+    #[error("capturing step `{step}` failed: {source}")]
+    Capture {
+        /// The step.
+        step: &'static str,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A matmul ran inside capture with a shape that was not planned before capture.
+    #[error(
+        "matmul {shape} was not planned before capture: plans are built and warmed in the dry \
+         pass that precedes capture, so an op must issue the same matmuls on every pass"
+    )]
+    MatmulNotPlanned {
+        /// The matmul's shape and types.
+        shape: String,
+    },
+    /// cuBLASLt's heuristic offered no algorithm for a matmul.
+    #[error("cuBLASLt has no algorithm for matmul {shape}")]
+    NoMatmulAlgorithm {
+        /// The matmul's shape and types.
+        shape: String,
+    },
+    /// A kernel named by the registry is missing from its module.
+    #[error("kernel `{kernel}` not found in module `{module}`: {source}")]
+    KernelMissing {
+        /// The module.
+        module: &'static str,
+        /// The kernel.
+        kernel: &'static str,
+        /// The driver's status.
+        #[source]
+        source: DriverError,
+    },
+    /// An argument is outside what the call accepts.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// Wraps a driver error with the call that produced it.
+    pub fn driver(call: &'static str) -> impl FnOnce(DriverError) -> Error {
+        move |source| Error::Driver { call, source }
+    }
+
+    /// Wraps a cuBLASLt error with the call that produced it.
+    pub fn blas(call: &'static str) -> impl FnOnce(CublasError) -> Error {
+        move |source| Error::Blas { call, source }
+    }
+}

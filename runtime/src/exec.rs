@@ -1,0 +1,427 @@
+//! The executor behind every generated step: the streams, events and cuBLASLt handles a
+//! plan needs, created once; the dry pass, the capture, the replay.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUevent_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaStream, result};
+
+use crate::blas::BlasHandle;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
+use crate::plan::{OpId, PlanDesc, StreamId};
+use crate::scalars::HostAccess;
+use crate::stream::{CaptureStream, Mode};
+
+/// Which streams a step's ops are issued on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// The plan: each op on its stream, with the planned events.
+    Planned,
+    /// Every op on the origin stream in program order: the baseline every comparison needs.
+    OneStream,
+}
+
+/// Streams, events and per-stream cuBLASLt handles of one step, and its graph.
+///
+/// Generated `Step` types own one, declared before their buffers so that it is dropped
+/// first: dropping it waits for a replay in flight and destroys the graph before any
+/// buffer the graph refers to is freed.
+pub struct Executor {
+    graph: Option<Graph>,
+    /// A rebind changed buffers since the last capture: capture again before replaying.
+    stale: bool,
+    plan: &'static PlanDesc,
+    schedule: Schedule,
+    device: Device,
+    /// One per plan stream (one in all for [`Schedule::OneStream`]); index 0 is the origin.
+    streams: Vec<Arc<CudaStream>>,
+    blas: Vec<BlasHandle>,
+    /// One per plan event, timing disabled.
+    events: Vec<CudaEvent>,
+    /// One per stream: joins a side stream back if an op fails mid-capture, so the
+    /// capture can be ended and discarded cleanly.
+    abort_joins: Vec<CudaEvent>,
+    replay_done: CudaEvent,
+    last_refresh: Option<Refresh>,
+}
+
+impl fmt::Debug for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("step", &self.plan.step)
+            .field("schedule", &self.schedule)
+            .field("streams", &self.streams.len())
+            .field("events", &self.events.len())
+            .field("captured", &self.graph.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        // A replay may still read the buffers dropped right after this value.
+        if let Some(origin) = self.streams.first() {
+            self.device.context().record_err(origin.synchronize());
+        }
+    }
+}
+
+fn new_event(device: &Device) -> Result<CudaEvent> {
+    device
+        .context()
+        .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        .map_err(Error::driver("cuEventCreate"))
+}
+
+impl Executor {
+    /// Creates every stream, event and cuBLASLt handle (with its workspace) the plan
+    /// needs under `schedule`. Nothing is created later, in particular not during capture.
+    pub fn new(device: &Device, plan: &'static PlanDesc, schedule: Schedule) -> Result<Executor> {
+        let n_streams = match schedule {
+            Schedule::Planned => plan.streams.len().max(1),
+            Schedule::OneStream => 1,
+        };
+        let mut streams = Vec::with_capacity(n_streams);
+        let mut blas = Vec::with_capacity(n_streams);
+        for i in 0..n_streams {
+            let stream = device
+                .context()
+                .new_stream()
+                .map_err(Error::driver("cuStreamCreate"))?;
+            let name = plan.streams.get(i).map_or("origin", |s| s.name);
+            blas.push(BlasHandle::new(device, &stream, &format!("cuBLASLt workspace of stream `{name}`"))?);
+            streams.push(stream);
+        }
+        let events = match schedule {
+            Schedule::Planned => (0..plan.events.len())
+                .map(|_| new_event(device))
+                .collect::<Result<_>>()?,
+            Schedule::OneStream => Vec::new(),
+        };
+        let abort_joins = (0..n_streams).map(|_| new_event(device)).collect::<Result<_>>()?;
+        Ok(Executor {
+            graph: None,
+            stale: false,
+            plan,
+            schedule,
+            device: device.clone(),
+            streams,
+            blas,
+            events,
+            abort_joins,
+            replay_done: new_event(device)?,
+            last_refresh: None,
+        })
+    }
+
+    /// The plan this executor follows.
+    pub fn plan(&self) -> &'static PlanDesc {
+        self.plan
+    }
+
+    /// The schedule it was built for.
+    pub fn schedule(&self) -> Schedule {
+        self.schedule
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The captured graph, once captured.
+    pub fn graph(&self) -> Option<&Graph> {
+        self.graph.as_ref()
+    }
+
+    /// What the last capture did to an existing graph (`None` after the first).
+    pub fn last_refresh(&self) -> Option<Refresh> {
+        self.last_refresh
+    }
+
+    /// Node counts of the captured graph.
+    pub fn node_counts(&self) -> Result<NodeCounts> {
+        match &self.graph {
+            Some(g) => g.node_counts(),
+            None => Err(Error::Invalid(format!(
+                "step `{}` has not been captured yet",
+                self.plan.step
+            ))),
+        }
+    }
+
+    fn physical(&self, stream: StreamId) -> usize {
+        match self.schedule {
+            Schedule::Planned => stream.index(),
+            Schedule::OneStream => 0,
+        }
+    }
+
+    fn origin(&self) -> &Arc<CudaStream> {
+        &self.streams[0]
+    }
+
+    fn parallel(&self) -> bool {
+        self.schedule == Schedule::Planned
+    }
+
+    /// Records the capture-begin fork events on the origin stream.
+    fn record_fork_events(&self) -> Result<()> {
+        if !self.parallel() {
+            return Ok(());
+        }
+        for (i, ev) in self.plan.events.iter().enumerate() {
+            if ev.after.is_none() {
+                self.events[i]
+                    .record(self.origin())
+                    .map_err(Error::driver("cuEventRecord"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the origin stream wait for the final joins of the plan.
+    fn final_joins(&self) -> Result<()> {
+        if !self.parallel() {
+            return Ok(());
+        }
+        for ev in self.plan.final_waits {
+            self.origin()
+                .wait(&self.events[ev.index()])
+                .map_err(Error::driver("cuStreamWaitEvent"))?;
+        }
+        Ok(())
+    }
+
+    /// Runs the ops once, in `mode`, through `issue` (generated code).
+    fn pass(&self, mode: Mode, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
+        issue(&Issue { exec: self, mode })
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        for s in &self.streams {
+            s.synchronize().map_err(Error::driver("cuStreamSynchronize"))?;
+        }
+        Ok(())
+    }
+
+    /// The dry pass, then a RELAXED-mode capture of the ops on the origin stream, then
+    /// instantiate (or update in place) and upload. On any failure the capture is ended
+    /// and discarded and the previous graph, if any, is kept.
+    pub fn capture(&mut self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
+        let step = self.plan.step;
+        let wrap = |e: Error| Error::Capture {
+            step,
+            source: Box::new(e),
+        };
+        // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
+        // is created inside the capture.
+        self.pass(Mode::Dry, issue).map_err(wrap)?;
+        self.sync_all().map_err(wrap)?;
+
+        let origin = self.origin().clone();
+        origin
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(|e| wrap(Error::driver("cuStreamBeginCapture")(e)))?;
+        let issued = self
+            .record_fork_events()
+            .and_then(|()| self.pass(Mode::Capture, issue))
+            .and_then(|()| self.final_joins());
+        if issued.is_err() {
+            self.abort_join();
+        }
+        // SAFETY: the origin stream is capturing (begun above); ending it returns the
+        // graph, which CapturedGraph owns from here on.
+        let ended = unsafe { result::stream::end_capture(origin.cu_stream()) };
+        let captured = match ended {
+            Ok(g) if !g.is_null() => {
+                // SAFETY: fresh graph from a successful end of capture, owned by nobody else.
+                Some(unsafe { CapturedGraph::new(g, self.device.context().clone()) })
+            }
+            Ok(_) => None,
+            Err(e) => {
+                issued.map_err(wrap)?;
+                return Err(wrap(Error::driver("cuStreamEndCapture")(e)));
+            }
+        };
+        issued.map_err(wrap)?;
+        let captured = captured.ok_or_else(|| {
+            wrap(Error::Invalid("the driver returned no graph for the capture".into()))
+        })?;
+        match &mut self.graph {
+            Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
+            None => self.graph = Some(Graph::instantiate(captured).map_err(wrap)?),
+        }
+        self.stale = false;
+        if let Some(graph) = &self.graph {
+            graph.upload(&origin).map_err(wrap)?;
+        }
+        origin
+            .synchronize()
+            .map_err(|e| wrap(Error::driver("cuStreamSynchronize")(e)))
+    }
+
+    /// After a failed op mid-capture: joins every side stream back into the origin, so
+    /// that ending the capture does not fail with unjoined work and leave streams in
+    /// capture mode. Errors here are recorded, the op's error is the one reported.
+    fn abort_join(&self) {
+        let origin = self.origin();
+        for (i, s) in self.streams.iter().enumerate().skip(1) {
+            // Only streams that joined the capture can be joined back.
+            if matches!(
+                s.capture_status(),
+                Ok(cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+            ) {
+                let ev = &self.abort_joins[i];
+                self.device.context().record_err(ev.record(s));
+                self.device.context().record_err(origin.wait(ev));
+            }
+        }
+    }
+
+    /// Runs the ops once without capture, as they are issued: the eager baseline. Uses
+    /// the same streams and events as the capture.
+    pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
+        self.record_fork_events()?;
+        self.pass(Mode::Eager, issue)?;
+        self.final_joins()?;
+        self.replay_done
+            .record(self.origin())
+            .map_err(Error::driver("cuEventRecord"))
+    }
+
+    /// Whether a rebind has invalidated the graph.
+    pub fn is_stale(&self) -> bool {
+        self.stale || self.graph.is_none()
+    }
+
+    /// Marks the graph stale after buffers were rebound; the next replay captures again.
+    pub fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// Launches one replay of the graph on the origin stream.
+    pub fn replay(&self) -> Result<()> {
+        let Some(graph) = self.graph.as_ref().filter(|_| !self.stale) else {
+            return Err(Error::Invalid(format!(
+                "step `{}` must be captured (again) before it is replayed",
+                self.plan.step
+            )));
+        };
+        graph.launch(self.origin())?;
+        self.replay_done
+            .record(self.origin())
+            .map_err(Error::driver("cuEventRecord"))
+    }
+
+    /// Waits until the last replay (or eager run) has finished.
+    pub fn wait(&self) -> Result<()> {
+        self.replay_done
+            .synchronize()
+            .map_err(Error::driver("cuEventSynchronize"))
+    }
+
+    /// Waits for the last replay and returns the proof host-side values may be written.
+    pub fn host_access(&self) -> Result<HostAccess<'_>> {
+        self.wait()?;
+        Ok(HostAccess {
+            _step: std::marker::PhantomData,
+        })
+    }
+
+    /// Device time of `iters` replays after `warmup` unmeasured ones, in milliseconds
+    /// each, from timing events recorded around each replay on the origin stream.
+    pub fn time_replays(&self, warmup: usize, iters: usize) -> Result<Vec<f64>> {
+        for _ in 0..warmup {
+            self.replay()?;
+        }
+        self.wait()?;
+        let ctx = self.device.context();
+        let timing = |_| {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(Error::driver("cuEventCreate"))
+        };
+        let starts: Vec<CudaEvent> = (0..iters).map(timing).collect::<Result<_>>()?;
+        let ends: Vec<CudaEvent> = (0..iters).map(timing).collect::<Result<_>>()?;
+        for i in 0..iters {
+            starts[i]
+                .record(self.origin())
+                .map_err(Error::driver("cuEventRecord"))?;
+            self.replay()?;
+            ends[i]
+                .record(self.origin())
+                .map_err(Error::driver("cuEventRecord"))?;
+        }
+        self.wait()?;
+        starts
+            .iter()
+            .zip(&ends)
+            .map(|(s, e)| {
+                s.elapsed_ms(e)
+                    .map(f64::from)
+                    .map_err(Error::driver("cuEventElapsedTime"))
+            })
+            .collect()
+    }
+}
+
+/// One pass over a step's ops; generated code calls [`Issue::op`] for each op in program
+/// order.
+pub struct Issue<'a> {
+    exec: &'a Executor,
+    mode: Mode,
+}
+
+impl fmt::Debug for Issue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Issue").field("mode", &self.mode).finish()
+    }
+}
+
+impl Issue<'_> {
+    /// The mode of this pass.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Issues op `id`: its stream waits on the planned events, the op body runs with its
+    /// capture stream, and the planned event is recorded after it. Errors name the op.
+    pub fn op(&self, id: OpId, body: impl FnOnce(&CaptureStream<'_>) -> Result<()>) -> Result<()> {
+        let exec = self.exec;
+        let op = &exec.plan.ops[id.index()];
+        let phys = exec.physical(op.stream);
+        let stream = &exec.streams[phys];
+        let stream_name = exec.plan.streams[op.stream.index()].name;
+        let named = |e: Error| Error::Op {
+            op: op.name,
+            stream: stream_name,
+            source: Box::new(e),
+        };
+        let ordered = self.mode.enqueues() && exec.parallel();
+        if ordered {
+            for ev in op.waits {
+                stream
+                    .wait(&exec.events[ev.index()])
+                    .map_err(|e| named(Error::driver("cuStreamWaitEvent")(e)))?;
+            }
+        }
+        let cs = CaptureStream {
+            stream,
+            mode: self.mode,
+            name: stream_name,
+            blas: &exec.blas[phys],
+        };
+        body(&cs).map_err(named)?;
+        if ordered {
+            if let Some(ev) = op.record {
+                exec.events[ev.index()]
+                    .record(stream)
+                    .map_err(|e| named(Error::driver("cuEventRecord")(e)))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,186 @@
+//! Captured CUDA graphs: instantiate, upload, launch, update in place.
+
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUgraphExecUpdateResult};
+use cudarc::driver::{CudaContext, CudaStream, result};
+
+use crate::error::{Error, Result};
+
+/// What [`Graph::update`] did with a newly captured graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refresh {
+    /// `cuGraphExecUpdate` patched the executable graph in place.
+    Updated,
+    /// The driver refused the update (the topology changed, say); the graph was
+    /// instantiated anew.
+    Reinstantiated,
+}
+
+/// A captured graph and its executable instance.
+///
+/// Owned by a step next to the buffers it captured, and dropped before them (see the
+/// generated `Step`), so the addresses baked into its nodes never dangle.
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    ctx: Arc<CudaContext>,
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: both handles were created by this value and are destroyed once; Drop
+        // records a failure on the context instead of panicking.
+        unsafe {
+            if !self.exec.is_null() {
+                self.ctx.record_err(result::graph::exec_destroy(self.exec));
+            }
+            if !self.graph.is_null() {
+                self.ctx.record_err(result::graph::destroy(self.graph));
+            }
+        }
+    }
+}
+
+/// Owns a `CUgraph` fresh from `cuStreamEndCapture` until it is handed to a [`Graph`].
+pub(crate) struct CapturedGraph {
+    graph: sys::CUgraph,
+    ctx: Arc<CudaContext>,
+}
+
+impl CapturedGraph {
+    /// # Safety
+    /// `graph` must be a valid graph that nothing else owns.
+    pub(crate) unsafe fn new(graph: sys::CUgraph, ctx: Arc<CudaContext>) -> Self {
+        CapturedGraph { graph, ctx }
+    }
+
+    fn into_raw(self) -> sys::CUgraph {
+        let g = self.graph;
+        std::mem::forget(self);
+        g
+    }
+}
+
+impl Drop for CapturedGraph {
+    fn drop(&mut self) {
+        // SAFETY: this value owns the graph and nothing else destroys it.
+        self.ctx
+            .record_err(unsafe { result::graph::destroy(self.graph) });
+    }
+}
+
+impl Graph {
+    /// Instantiates a captured graph.
+    pub(crate) fn instantiate(captured: CapturedGraph) -> Result<Graph> {
+        // SAFETY: `captured` holds a valid graph (from a successful end of capture).
+        let exec = unsafe {
+            result::graph::instantiate(captured.graph, sys::CUgraphInstantiate_flags(0))
+        }
+        .map_err(Error::driver("cuGraphInstantiateWithFlags"))?;
+        let ctx = captured.ctx.clone();
+        Ok(Graph {
+            graph: captured.into_raw(),
+            exec,
+            ctx,
+        })
+    }
+
+    /// Replaces this graph by a newly captured one of the same step: patches the
+    /// executable instance with `cuGraphExecUpdate` when the driver accepts it (same
+    /// topology, new buffer addresses or parameters), else instantiates anew.
+    pub(crate) fn update(&mut self, captured: CapturedGraph) -> Result<Refresh> {
+        let mut info = MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
+        // SAFETY: both handles are valid; `info` is a valid out-pointer.
+        let status =
+            unsafe { sys::cuGraphExecUpdate_v2(self.exec, captured.graph, info.as_mut_ptr()) };
+        // SAFETY: zero-initialised and possibly written by the driver; all-zero is a
+        // valid value of the struct.
+        let info = unsafe { info.assume_init() };
+        if status == sys::CUresult::CUDA_SUCCESS
+            && info.result == CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS
+        {
+            let old = std::mem::replace(&mut self.graph, captured.into_raw());
+            // SAFETY: `old` was owned by self and is replaced; the exec does not refer to it.
+            self.ctx.record_err(unsafe { result::graph::destroy(old) });
+            return Ok(Refresh::Updated);
+        }
+        let fresh = Graph::instantiate(captured)?;
+        *self = fresh;
+        Ok(Refresh::Reinstantiated)
+    }
+
+    /// Uploads the executable graph so that the first launch pays no setup.
+    pub(crate) fn upload(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: exec and stream are valid handles of one context.
+        unsafe { result::graph::upload(self.exec, stream.cu_stream()) }
+            .map_err(Error::driver("cuGraphUpload"))
+    }
+
+    /// Launches one replay on `stream`.
+    pub(crate) fn launch(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: exec and stream are valid handles of one context; the buffers the graph
+        // refers to outlive it (see the type's docs).
+        unsafe { result::graph::launch(self.exec, stream.cu_stream()) }
+            .map_err(Error::driver("cuGraphLaunch"))
+    }
+
+    /// The captured graph, for reading its nodes and edges back.
+    pub fn raw(&self) -> sys::CUgraph {
+        self.graph
+    }
+
+    /// Counts the graph's nodes by type: (kernel, memcpy, memset, other).
+    pub fn node_counts(&self) -> Result<NodeCounts> {
+        let mut n = 0usize;
+        // SAFETY: a null array with a count pointer asks for the count only.
+        unsafe { sys::cuGraphGetNodes(self.graph, std::ptr::null_mut(), &mut n) }
+            .result()
+            .map_err(Error::driver("cuGraphGetNodes"))?;
+        let mut nodes = vec![std::ptr::null_mut(); n];
+        // SAFETY: `nodes` has room for `n` handles.
+        unsafe { sys::cuGraphGetNodes(self.graph, nodes.as_mut_ptr(), &mut n) }
+            .result()
+            .map_err(Error::driver("cuGraphGetNodes"))?;
+        let mut counts = NodeCounts::default();
+        for node in nodes.into_iter().take(n) {
+            let mut ty = MaybeUninit::uninit();
+            // SAFETY: `node` belongs to this graph; `ty` is a valid out-pointer.
+            unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }
+                .result()
+                .map_err(Error::driver("cuGraphNodeGetType"))?;
+            // SAFETY: written by the successful call above.
+            match unsafe { ty.assume_init() } {
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => counts.kernels += 1,
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => counts.memcpys += 1,
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => counts.memsets += 1,
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY => counts.empty += 1,
+                _ => counts.other += 1,
+            }
+        }
+        Ok(counts)
+    }
+}
+
+/// Node counts of a captured graph by type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// Kernel launches (cuBLASLt matmuls included).
+    pub kernels: usize,
+    /// Copies.
+    pub memcpys: usize,
+    /// Memsets.
+    pub memsets: usize,
+    /// Empty nodes (joins the driver inserted).
+    pub empty: usize,
+    /// Anything else (event nodes, child graphs).
+    pub other: usize,
+}

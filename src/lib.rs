@@ -1,0 +1,1 @@
+//! Examples and cross-crate tests of stepgraph.
