@@ -1,3 +1,52 @@
-use proc_macro::TokenStream;
+//! The `#[step]` attribute of stepgraph. Use it through the `stepgraph` crate, which
+//! re-exports it and documents it; this crate's modules are the stages of the macro:
+//! [`parse`] (syntax into typed settings), [`model`] (the definition, every node with its
+//! span), [`validate`] (names and schedule rules, lowered to the planner's input),
+//! [`schedule`] (the planner, plain Rust) and [`codegen`] (the only stage that quotes).
+
+mod codegen;
+mod errors;
+mod model;
+mod parse;
+mod schedule;
+#[cfg(test)]
+mod schedule_props;
+#[cfg(test)]
+mod snapshots;
+mod validate;
+
+use proc_macro2::TokenStream;
+
+/// Plans a step's multi-stream capture at compile time. See the `stepgraph` crate.
 #[proc_macro_attribute]
-pub fn step(_attr: TokenStream, item: TokenStream) -> TokenStream { item }
+pub fn step(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    expand(attr.into(), item.into()).into()
+}
+
+/// The whole macro: every error of the definition as a `compile_error!`, next to a
+/// stand-in with the same signatures; or the planned expansion.
+fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let errors = errors::Errors::new();
+    let module = match syn::parse2::<syn::ItemMod>(item.clone()) {
+        Ok(m) => m,
+        Err(e) => {
+            errors.push(syn::Error::new(
+                e.span(),
+                "#[step] goes on an inline module: `mod name { .. }` holding the buffers, config and ops",
+            ));
+            return errors.finish().into_iter().chain([item]).collect();
+        }
+    };
+    let args = parse::parse_args(attr, &errors);
+    let Some(step) = parse::parse(args, module, &errors) else {
+        return errors.finish().into_iter().chain([item]).collect();
+    };
+    let resolved = validate::validate(&step, &errors);
+    match (errors.finish(), resolved) {
+        (None, Some(resolved)) => {
+            let plan = schedule::plan(&resolved.problem);
+            codegen::expand(&step, &resolved, &plan)
+        }
+        (errs, _) => errs.into_iter().chain([codegen::stand_in(&step)]).collect(),
+    }
+}

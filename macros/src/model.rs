@@ -1,0 +1,117 @@
+//! The internal model of a step definition. Every node keeps the syntax it came from, so
+//! any error can point at the exact token.
+
+use proc_macro2::Span;
+use syn::{Ident, Item, ItemFn, ItemStruct, Path, Type, Visibility};
+
+pub struct Step {
+    pub vis: Visibility,
+    pub name: Ident,
+    pub attrs: Vec<syn::Attribute>,
+    /// Declared streams, origin first.
+    pub streams: Vec<StreamDecl>,
+    pub kernels: Option<Path>,
+    pub buffers: Option<Struct<Buffer>>,
+    pub config: Option<Struct<ConfigField>>,
+    pub ops: Vec<Op>,
+    /// Items of the module that are none of the above (uses, helper types, consts).
+    pub other: Vec<Item>,
+}
+
+/// `main` or `branch[4]` in `streams(..)`.
+pub struct StreamDecl {
+    pub name: Ident,
+    /// The group width for `name[N]`: one stream per index.
+    pub width: Option<u32>,
+}
+
+pub struct Struct<F> {
+    /// The struct with stepgraph's attributes removed.
+    pub item: ItemStruct,
+    pub fields: Vec<F>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufKind {
+    Shared,
+    PerBranch,
+    ScratchPerStream,
+    ScratchPerBranch,
+}
+
+pub struct Buffer {
+    pub name: Ident,
+    pub ty: Type,
+    pub kind: BufKind,
+    /// The attribute that set the kind, or the field name for shared buffers.
+    pub kind_span: Span,
+}
+
+impl Buffer {
+    pub fn is_scratch(&self) -> bool {
+        matches!(self.kind, BufKind::ScratchPerStream | BufKind::ScratchPerBranch)
+    }
+}
+
+pub struct ConfigField {
+    pub name: Ident,
+}
+
+/// Where an op runs: `#[stream(name)]`, `#[stream(group[d])]` or `#[stream(group[2])]`.
+pub struct Placement {
+    pub stream: Ident,
+    pub index: Option<IndexSpec>,
+}
+
+pub enum IndexSpec {
+    /// Replicated over every index of the group; the ident names the index parameter.
+    Each(Ident),
+    /// One fixed member of the group.
+    Fixed(u32, Span),
+}
+
+/// A stream named in `#[join(..)]`: a stream, a whole group, or one member.
+pub struct StreamRef {
+    pub name: Ident,
+    pub index: Option<(u32, Span)>,
+}
+
+pub struct Op {
+    pub name: Ident,
+    /// `None`: the origin stream.
+    pub placement: Option<Placement>,
+    pub joins: Vec<StreamRef>,
+    pub after: Vec<Ident>,
+    pub cost: Option<f64>,
+    pub params: Vec<Param>,
+    /// The function with stepgraph's attributes removed.
+    pub item: ItemFn,
+}
+
+pub struct Param {
+    /// The parameter's name.
+    pub name: Ident,
+    /// What it binds: a buffer or config field name (the parameter's name, or the one
+    /// given by `#[buf(..)]`).
+    pub binding: Ident,
+    pub kind: ParamKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// `&T`: reads the buffer.
+    Read,
+    /// `&mut T`: writes the buffer.
+    Write,
+    /// A plain value: a config field.
+    Value,
+    /// The replication index of an op on `group[d]` (the parameter named `d`).
+    Index,
+    /// `&CaptureStream`: the op's capture stream.
+    Stream,
+    /// `&Blas`: the stream's cuBLASLt handle and workspace.
+    Blas,
+    /// `&Kernels` (the type named by `kernels = ..`): the loaded kernels.
+    Kernels,
+}

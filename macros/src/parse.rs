@@ -1,0 +1,432 @@
+//! Syntax to model: the `#[step(..)]` arguments and the attributes inside the module,
+//! parsed into typed settings. Problems are reported to the collector and parsing goes
+//! on, so that one build shows every mistake.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{
+    Attribute, FnArg, Ident, Item, ItemFn, ItemMod, ItemStruct, LitFloat, LitInt, Pat, Path,
+    Token, Type, bracketed, parenthesized,
+};
+
+use crate::errors::Errors;
+use crate::model::{
+    BufKind, Buffer, ConfigField, IndexSpec, Op, Param, ParamKind, Placement, Step, StreamDecl,
+    StreamRef, Struct,
+};
+
+/// `#[step(streams(main, aux, branch[4]), kernels = path::Kernels)]`
+pub struct StepArgs {
+    pub streams: Vec<StreamDecl>,
+    pub streams_span: Option<Span>,
+    pub kernels: Option<Path>,
+}
+
+impl Parse for StepArgs {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut args = StepArgs {
+            streams: Vec::new(),
+            streams_span: None,
+            kernels: None,
+        };
+        while !input.is_empty() {
+            let key: Ident = input.parse()?;
+            match key.to_string().as_str() {
+                "streams" => {
+                    let content;
+                    parenthesized!(content in input);
+                    args.streams_span = Some(key.span());
+                    while !content.is_empty() {
+                        let name: Ident = content.parse()?;
+                        let width = if content.peek(syn::token::Bracket) {
+                            let inner;
+                            bracketed!(inner in content);
+                            let lit: LitInt = inner.parse()?;
+                            let n: u32 = lit.base10_parse()?;
+                            if n == 0 {
+                                return Err(syn::Error::new(
+                                    lit.span(),
+                                    "a stream group needs at least one stream: write `name[N]` with N >= 1",
+                                ));
+                            }
+                            Some(n)
+                        } else {
+                            None
+                        };
+                        args.streams.push(StreamDecl { name, width });
+                        if content.is_empty() {
+                            break;
+                        }
+                        content.parse::<Token![,]>()?;
+                    }
+                }
+                "kernels" => {
+                    input.parse::<Token![=]>()?;
+                    args.kernels = Some(input.parse()?);
+                }
+                other => {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!(
+                            "unknown step argument `{other}`: expected `streams(..)` or `kernels = Type`"
+                        ),
+                    ));
+                }
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+/// `name`, `name[d]` or `name[2]` inside `#[stream(..)]` / `#[join(..)]`.
+struct StreamSyntax {
+    name: Ident,
+    index: Option<IndexSyntax>,
+}
+
+enum IndexSyntax {
+    Var(Ident),
+    Lit(u32, Span),
+}
+
+impl Parse for StreamSyntax {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        let index = if input.peek(syn::token::Bracket) {
+            let inner;
+            bracketed!(inner in input);
+            if inner.peek(LitInt) {
+                let lit: LitInt = inner.parse()?;
+                Some(IndexSyntax::Lit(lit.base10_parse()?, lit.span()))
+            } else {
+                Some(IndexSyntax::Var(inner.parse()?))
+            }
+        } else {
+            None
+        };
+        Ok(StreamSyntax { name, index })
+    }
+}
+
+fn is(attr: &Attribute, name: &str) -> bool {
+    attr.path().is_ident(name)
+}
+
+/// Parses the module into the model. `None` only when the item is not an inline module.
+pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
+    let Some((_, items)) = module.content else {
+        errors.spanned(
+            &module.ident,
+            "#[step] needs the step written inline: `mod name { .. }`",
+        );
+        return None;
+    };
+    if args.streams.is_empty() {
+        errors.at(
+            args.streams_span.unwrap_or_else(|| module.ident.span()),
+            "declare the step's streams, origin first: #[step(streams(main, ..))]",
+        );
+    }
+    let mut step = Step {
+        vis: module.vis,
+        name: module.ident,
+        attrs: module.attrs,
+        streams: args.streams,
+        kernels: args.kernels,
+        buffers: None,
+        config: None,
+        ops: Vec::new(),
+        other: Vec::new(),
+    };
+    for item in items {
+        match item {
+            Item::Struct(s) if s.attrs.iter().any(|a| is(a, "buffers")) => {
+                if step.buffers.is_some() {
+                    errors.spanned(&s.ident, "a step has one #[buffers] struct; this is a second");
+                    continue;
+                }
+                step.buffers = Some(parse_buffers(s, errors));
+            }
+            Item::Struct(s) if s.attrs.iter().any(|a| is(a, "config")) => {
+                if step.config.is_some() {
+                    errors.spanned(&s.ident, "a step has one #[config] struct; this is a second");
+                    continue;
+                }
+                step.config = Some(parse_config(s, errors));
+            }
+            Item::Fn(f) => {
+                if let Some(op) = parse_op(f, &step, errors) {
+                    step.ops.push(op);
+                }
+            }
+            other => step.other.push(other),
+        }
+    }
+    Some(step)
+}
+
+fn named_fields<'a>(s: &'a ItemStruct, what: &str, errors: &Errors) -> Vec<&'a syn::Field> {
+    match &s.fields {
+        syn::Fields::Named(f) => f.named.iter().collect(),
+        _ => {
+            errors.spanned(&s.ident, format!("the {what} struct needs named fields"));
+            Vec::new()
+        }
+    }
+}
+
+fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
+    s.attrs.retain(|a| !is(a, "buffers"));
+    let mut fields = Vec::new();
+    for field in named_fields(&s, "#[buffers]", errors) {
+        let Some(name) = field.ident.clone() else { continue };
+        let mut kind = BufKind::Shared;
+        let mut kind_span = name.span();
+        for attr in &field.attrs {
+            let new_kind = if is(attr, "per_branch") {
+                Some(BufKind::PerBranch)
+            } else if is(attr, "scratch") {
+                match attr.parse_args::<Ident>() {
+                    Ok(k) if k == "per_stream" => Some(BufKind::ScratchPerStream),
+                    Ok(k) if k == "per_branch" => Some(BufKind::ScratchPerBranch),
+                    Ok(k) => {
+                        errors.spanned(
+                            &k,
+                            format!("unknown scratch kind `{k}`: expected `per_stream` or `per_branch`"),
+                        );
+                        None
+                    }
+                    Err(_) => {
+                        errors.spanned(
+                            attr,
+                            "write #[scratch(per_stream)] or #[scratch(per_branch)]",
+                        );
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(k) = new_kind {
+                if kind != BufKind::Shared {
+                    errors.spanned(attr, format!("buffer `{name}` already has a sharing attribute"));
+                }
+                kind = k;
+                kind_span = attr.span();
+            }
+        }
+        fields.push(Buffer {
+            name,
+            ty: field.ty.clone(),
+            kind,
+            kind_span,
+        });
+    }
+    if let syn::Fields::Named(f) = &mut s.fields {
+        for field in f.named.iter_mut() {
+            field
+                .attrs
+                .retain(|a| !is(a, "per_branch") && !is(a, "scratch"));
+        }
+    }
+    Struct { item: s, fields }
+}
+
+fn parse_config(mut s: ItemStruct, errors: &Errors) -> Struct<ConfigField> {
+    s.attrs.retain(|a| !is(a, "config"));
+    let fields = named_fields(&s, "#[config]", errors)
+        .into_iter()
+        .filter_map(|f| f.ident.clone())
+        .map(|name| ConfigField { name })
+        .collect();
+    Struct { item: s, fields }
+}
+
+/// The last path segment of `T` in `&T`, `&T<'_>` and `&path::T`.
+fn last_segment(ty: &Type) -> Option<&Ident> {
+    match ty {
+        Type::Path(p) => p.path.segments.last().map(|s| &s.ident),
+        Type::Group(g) => last_segment(&g.elem),
+        Type::Paren(p) => last_segment(&p.elem),
+        _ => None,
+    }
+}
+
+fn parse_op(mut f: ItemFn, step: &Step, errors: &Errors) -> Option<Op> {
+    let mut placement = None;
+    let mut joins = Vec::new();
+    let mut after = Vec::new();
+    let mut cost = None;
+    for attr in &f.attrs {
+        if is(attr, "stream") {
+            match attr.parse_args::<StreamSyntax>() {
+                Ok(s) => {
+                    if placement.is_some() {
+                        errors.spanned(attr, "an op runs on one stream: remove the second #[stream]");
+                    }
+                    placement = Some(Placement {
+                        stream: s.name,
+                        index: s.index.map(|i| match i {
+                            IndexSyntax::Var(v) => IndexSpec::Each(v),
+                            IndexSyntax::Lit(n, sp) => IndexSpec::Fixed(n, sp),
+                        }),
+                    });
+                }
+                Err(e) => errors.push(syn::Error::new(
+                    e.span(),
+                    "expected #[stream(name)], #[stream(group[d])] or #[stream(group[2])]",
+                )),
+            }
+        } else if is(attr, "join") {
+            match attr.parse_args_with(Punctuated::<StreamSyntax, Token![,]>::parse_terminated) {
+                Ok(list) if list.is_empty() => {
+                    errors.spanned(attr, "name the streams to join: #[join(a, b)]")
+                }
+                Ok(list) => {
+                    for s in list {
+                        let index = match s.index {
+                            None => None,
+                            Some(IndexSyntax::Lit(n, sp)) => Some((n, sp)),
+                            Some(IndexSyntax::Var(v)) => {
+                                errors.spanned(
+                                    &v,
+                                    "a join names a whole group (`branch`) or one member (`branch[2]`)",
+                                );
+                                continue;
+                            }
+                        };
+                        joins.push(StreamRef {
+                            name: s.name,
+                            index,
+                        });
+                    }
+                }
+                Err(e) => errors.push(syn::Error::new(e.span(), "expected #[join(stream, ..)]")),
+            }
+        } else if is(attr, "after") {
+            match attr.parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated) {
+                Ok(list) => after.extend(list),
+                Err(e) => errors.push(syn::Error::new(e.span(), "expected #[after(op, ..)]")),
+            }
+        } else if is(attr, "cost") {
+            let parsed = attr
+                .parse_args::<LitFloat>()
+                .and_then(|l| l.base10_parse::<f64>())
+                .or_else(|_| attr.parse_args::<LitInt>().and_then(|l| l.base10_parse::<f64>()));
+            match parsed {
+                Ok(c) if c.is_finite() && c >= 0.0 => cost = Some(c),
+                _ => errors.spanned(attr, "expected #[cost(N)] with N a non-negative number"),
+            }
+        }
+    }
+    f.attrs
+        .retain(|a| !["stream", "join", "after", "cost"].iter().any(|n| is(a, n)));
+
+    let index_var = match &placement {
+        Some(Placement {
+            index: Some(IndexSpec::Each(v)),
+            ..
+        }) => Some(v.clone()),
+        _ => None,
+    };
+    let kernels_name = step
+        .kernels
+        .as_ref()
+        .and_then(|p| p.segments.last())
+        .map(|s| s.ident.to_string());
+    let mut params = Vec::new();
+    for input in f.sig.inputs.iter_mut() {
+        let FnArg::Typed(pt) = input else {
+            errors.spanned(&*input, "an op is a free function: it takes no `self`");
+            continue;
+        };
+        let mut binding = None;
+        for attr in &pt.attrs {
+            if is(attr, "buf") {
+                match attr.parse_args::<Ident>() {
+                    Ok(b) => binding = Some(b),
+                    Err(_) => errors.spanned(attr, "expected #[buf(buffer_name)]"),
+                }
+            }
+        }
+        pt.attrs.retain(|a| !is(a, "buf"));
+        let Pat::Ident(pat) = &*pt.pat else {
+            errors.spanned(&pt.pat, "an op parameter is a plain name that binds a buffer or a config field");
+            continue;
+        };
+        let name = pat.ident.clone();
+        let kind = match &*pt.ty {
+            Type::Reference(r) => {
+                let seg = last_segment(&r.elem).map(Ident::to_string);
+                let special = match seg.as_deref() {
+                    Some("CaptureStream") => Some(ParamKind::Stream),
+                    Some("Blas") => Some(ParamKind::Blas),
+                    Some(s) if kernels_name.as_deref() == Some(s) => Some(ParamKind::Kernels),
+                    _ => None,
+                };
+                match special {
+                    Some(k) if r.mutability.is_some() => {
+                        errors.spanned(
+                            &pt.ty,
+                            "the stream, cuBLASLt handle and kernels are shared: take them by `&`, not `&mut`",
+                        );
+                        k
+                    }
+                    Some(k) => k,
+                    None if r.mutability.is_some() => ParamKind::Write,
+                    None => ParamKind::Read,
+                }
+            }
+            _ => ParamKind::Value,
+        };
+        let is_index = kind == ParamKind::Value && index_var.as_ref() == Some(&name);
+        let binding = binding.unwrap_or_else(|| name.clone());
+        let span = pt.span();
+        if is_index {
+            // The replication index: bound by the expansion, not by a field.
+            params.push(Param {
+                name,
+                binding,
+                kind: ParamKind::Index,
+                span,
+            });
+            continue;
+        }
+        params.push(Param {
+            name,
+            binding,
+            kind,
+            span,
+        });
+    }
+    Some(Op {
+        name: f.sig.ident.clone(),
+        placement,
+        joins,
+        after,
+        cost,
+        params,
+        item: f,
+    })
+}
+
+/// Parses the attribute arguments, reporting a syntax error to the collector.
+pub fn parse_args(tokens: TokenStream, errors: &Errors) -> StepArgs {
+    match syn::parse2::<StepArgs>(tokens) {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            StepArgs {
+                streams: Vec::new(),
+                streams_span: None,
+                kernels: None,
+            }
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! Validation: names resolved against the declarations, schedule rules checked, and the
+//! step lowered to the planner's [`Problem`]. Every rule reports to the collector and
+//! checking goes on, so one build lists every mistake.
+
+use std::collections::HashMap;
+
+use proc_macro2::Span;
+use syn::Ident;
+
+use crate::errors::{Errors, suggestion};
+use crate::model::{BufKind, IndexSpec, Op, ParamKind, Step};
+use crate::schedule::{self, Access, OpNode, Problem, Resource};
+
+/// A concrete stream: a declared single stream or one member of a group.
+pub struct PhysStream {
+    /// `main`, `branch[2]`.
+    pub name: String,
+    pub decl: usize,
+}
+
+/// Which copy of a buffer an argument passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// The field itself (a shared buffer, or a whole per-branch array).
+    Field,
+    /// Element `i` of a per-branch array.
+    Element(u32),
+    /// Scratch copy `k`: 0 is the field itself, `k > 0` the (k-1)th extra copy.
+    Copy(usize),
+}
+
+pub enum Arg {
+    Stream,
+    Blas,
+    Kernels,
+    Index(u32),
+    Config(Ident),
+    Buffer { field: Ident, write: bool, slot: Slot },
+}
+
+/// One op instance: a replicated op yields one per index.
+pub struct Instance {
+    pub op: usize,
+    pub name: String,
+    pub stream: usize,
+    pub args: Vec<Arg>,
+}
+
+pub struct Resolved {
+    pub streams: Vec<PhysStream>,
+    pub instances: Vec<Instance>,
+    pub problem: Problem,
+    /// Extra scratch copies to allocate, per buffer index.
+    pub extra_copies: Vec<usize>,
+    /// Group width a per-branch array must have, per buffer index.
+    pub branch_widths: Vec<Option<u32>>,
+}
+
+/// What each rule protects against is said where it is checked.
+pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
+    // --- streams -------------------------------------------------------------------
+    let mut decl_of: HashMap<String, usize> = HashMap::new();
+    let mut streams: Vec<PhysStream> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (d, decl) in step.streams.iter().enumerate() {
+        let name = decl.name.to_string();
+        if decl_of.insert(name.clone(), d).is_some() {
+            errors.spanned(&decl.name, format!("stream `{name}` is declared twice"));
+        }
+        if d == 0 && decl.width.is_some() {
+            // Capture begins and ends on one stream; a group has no single one.
+            errors.spanned(
+                &decl.name,
+                "the first stream is the origin, where capture begins and ends: make it a single stream, not a group",
+            );
+        }
+        let mut ids = Vec::new();
+        match decl.width {
+            None => {
+                ids.push(streams.len());
+                streams.push(PhysStream { name, decl: d });
+            }
+            Some(w) => {
+                for i in 0..w {
+                    ids.push(streams.len());
+                    streams.push(PhysStream {
+                        name: format!("{name}[{i}]"),
+                        decl: d,
+                    });
+                }
+            }
+        }
+        members.push(ids);
+    }
+    let stream_names: Vec<String> = step.streams.iter().map(|s| s.name.to_string()).collect();
+    let unknown_stream = |name: &Ident, what: &str| {
+        let n = name.to_string();
+        errors.spanned(
+            name,
+            format!(
+                "{what} `{n}` is not a stream of this step (declared: {}){}",
+                stream_names.join(", "),
+                suggestion(&n, stream_names.iter().map(String::as_str))
+            ),
+        );
+    };
+
+    // --- buffers and config --------------------------------------------------------
+    let buffers: Vec<&crate::model::Buffer> = step.buffers.iter().flat_map(|b| &b.fields).collect();
+    let buf_ix: HashMap<String, usize> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.name.to_string(), i))
+        .collect();
+    for b in &buffers {
+        if b.kind == BufKind::PerBranch && !matches!(b.ty, syn::Type::Array(_)) {
+            // The expansion indexes it by branch.
+            errors.at(
+                b.kind_span,
+                format!("#[per_branch] buffer `{}` holds one element per branch: give it an array type `[T; N]`", b.name),
+            );
+        }
+    }
+    let config: Vec<String> = step
+        .config
+        .iter()
+        .flat_map(|c| &c.fields)
+        .map(|f| f.name.to_string())
+        .collect();
+
+    // --- op names ------------------------------------------------------------------
+    if step.ops.is_empty() {
+        // A graph with no nodes captures nothing and cannot be instantiated usefully.
+        errors.spanned(
+            &step.name,
+            "this step has no ops: add at least one `fn` to the module",
+        );
+        return None;
+    }
+    let mut op_ix: HashMap<String, usize> = HashMap::new();
+    let mut ops: Vec<&Op> = Vec::new();
+    for op in &step.ops {
+        let name = op.name.to_string();
+        if let Some(&first) = op_ix.get(&name) {
+            errors.spanned(
+                &op.name,
+                format!(
+                    "two ops are named `{name}`; ops are named by their function, rename one (the first is op #{first})"
+                ),
+            );
+            continue;
+        }
+        op_ix.insert(name, ops.len());
+        ops.push(op);
+    }
+    let op_names: Vec<String> = ops.iter().map(|o| o.name.to_string()).collect();
+
+    // --- per op: placement, parameters, joins, orderings ---------------------------
+    struct OpInfo {
+        /// Physical streams, one per instance, with the instance's index.
+        instances: Vec<(usize, Option<u32>)>,
+        group_width: Option<u32>,
+        /// (stream, which `#[join]` entry, its span)
+        joins: Vec<(usize, usize, Span)>,
+        after: Vec<usize>,
+    }
+    let mut infos: Vec<OpInfo> = Vec::new();
+    let mut branch_widths: Vec<Option<u32>> = vec![None; buffers.len()];
+    for (i, op) in ops.iter().enumerate() {
+        let mut info = OpInfo {
+            instances: vec![(0, None)],
+            group_width: None,
+            joins: Vec::new(),
+            after: Vec::new(),
+        };
+        if let Some(pl) = &op.placement {
+            match decl_of.get(&pl.stream.to_string()) {
+                None => unknown_stream(&pl.stream, "op placed on"),
+                Some(&d) => {
+                    let decl = &step.streams[d];
+                    match (decl.width, &pl.index) {
+                        (None, None) => info.instances = vec![(members[d][0], None)],
+                        (None, Some(_)) => errors.spanned(
+                            &pl.stream,
+                            format!("stream `{}` is a single stream, not a group: write #[stream({})]", decl.name, decl.name),
+                        ),
+                        (Some(w), None) => errors.spanned(
+                            &pl.stream,
+                            format!(
+                                "`{n}` is a group of {w} streams: write #[stream({n}[d])] to replicate the op over d in 0..{w}, or #[stream({n}[0])] for one member",
+                                n = decl.name
+                            ),
+                        ),
+                        (Some(w), Some(IndexSpec::Each(_))) => {
+                            info.group_width = Some(w);
+                            info.instances = (0..w).map(|k| (members[d][k as usize], Some(k))).collect();
+                        }
+                        (Some(w), Some(IndexSpec::Fixed(k, sp))) => {
+                            if *k >= w {
+                                errors.at(*sp, format!("`{}` has {w} streams: index {k} is out of range 0..{w}", decl.name));
+                            } else {
+                                info.group_width = Some(w);
+                                info.instances = vec![(members[d][*k as usize], Some(*k))];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let own_decl = info.instances.first().map(|&(s, _)| streams[s].decl);
+
+        // Parameters.
+        let mut bound: HashMap<String, &Ident> = HashMap::new();
+        for p in &op.params {
+            match p.kind {
+                ParamKind::Read | ParamKind::Write => {
+                    let b = p.binding.to_string();
+                    let Some(&bi) = buf_ix.get(&b) else {
+                        if config.contains(&b) {
+                            errors.at(p.span, format!("`{b}` is a config value: take it by value (`{b}: T`), not by reference"));
+                        } else if step.kernels.is_none() && b.contains("kernel") {
+                            errors.at(p.span, format!("parameter `{b}` names no buffer; to pass the loaded kernels, declare their type: #[step(streams(..), kernels = path::Kernels)]"));
+                        } else {
+                            let names: Vec<String> = buffers.iter().map(|x| x.name.to_string()).collect();
+                            let sugg = suggestion(&b, names.iter().map(String::as_str));
+                            errors.spanned(&p.binding, format!("parameter `{b}` names no buffer of this step{sugg}"));
+                        }
+                        continue;
+                    };
+                    if let Some(first) = bound.insert(b.clone(), &p.name) {
+                        // `&` and `&mut` to one buffer in one call alias; two `&` say nothing new.
+                        errors.spanned(
+                            &p.binding,
+                            format!("buffer `{b}` is bound twice in op `{}` (also by parameter `{first}`): bind each buffer once", op.name),
+                        );
+                        continue;
+                    }
+                    let buf = buffers[bi];
+                    let write = p.kind == ParamKind::Write;
+                    match (buf.kind, info.group_width) {
+                        (BufKind::Shared, Some(_)) if write && matches!(op.placement.as_ref().and_then(|p| p.index.as_ref()), Some(IndexSpec::Each(_))) => {
+                            // Every replica would write the one copy at the same time.
+                            errors.at(
+                                p.span,
+                                format!(
+                                    "op `{}` is replicated over a stream group but writes `{b}`, which has one copy: mark it #[per_branch] (an array, one element per branch) or #[scratch(per_branch)], or read it with `&`",
+                                    op.name
+                                ),
+                            );
+                        }
+                        (BufKind::ScratchPerBranch, None) => errors.at(
+                            p.span,
+                            format!("`{b}` is #[scratch(per_branch)]: only an op on a stream group (#[stream(group[d])]) has a branch index to pick its copy"),
+                        ),
+                        (BufKind::PerBranch, Some(w)) => match branch_widths[bi] {
+                            Some(prev) if prev != w => errors.at(
+                                p.span,
+                                format!("`{b}` is used by groups of {prev} and {w} streams: a #[per_branch] array has one width"),
+                            ),
+                            _ => branch_widths[bi] = Some(w),
+                        },
+                        _ => {}
+                    }
+                }
+                ParamKind::Value => {
+                    let b = p.binding.to_string();
+                    if !config.contains(&b) {
+                        if buf_ix.contains_key(&b) {
+                            errors.at(p.span, format!("`{b}` is a buffer: take it as `&T` (read) or `&mut T` (write)"));
+                        } else {
+                            let sugg = suggestion(&b, config.iter().map(String::as_str));
+                            errors.spanned(
+                                &p.binding,
+                                format!("parameter `{b}` names no config field of this step{sugg}"),
+                            );
+                        }
+                    }
+                }
+                ParamKind::Kernels if step.kernels.is_none() => errors.at(
+                    p.span,
+                    "declare the kernels' type to pass them: #[step(streams(..), kernels = path::Kernels)]",
+                ),
+                _ => {}
+            }
+        }
+
+        // Joins.
+        for (ji, j) in op.joins.iter().enumerate() {
+            let Some(&d) = decl_of.get(&j.name.to_string()) else {
+                unknown_stream(&j.name, "#[join] of");
+                continue;
+            };
+            let targets: Vec<usize> = match (step.streams[d].width, j.index) {
+                (_, None) => members[d].clone(),
+                (Some(w), Some((k, sp))) => {
+                    if k >= w {
+                        errors.at(sp, format!("`{}` has {w} streams: index {k} is out of range 0..{w}", j.name));
+                        continue;
+                    }
+                    vec![members[d][k as usize]]
+                }
+                (None, Some((_, sp))) => {
+                    errors.at(sp, format!("stream `{}` is a single stream, not a group", j.name));
+                    continue;
+                }
+            };
+            if Some(d) == own_decl && step.streams[d].width.is_none() {
+                errors.spanned(&j.name, format!("op `{}` runs on `{}` already: a stream cannot join itself", op.name, j.name));
+                continue;
+            }
+            for t in targets {
+                info.joins.push((t, ji, j.name.span()));
+            }
+        }
+
+        // Explicit orderings: program order is the only order, so `after` looks back.
+        for a in &op.after {
+            let n = a.to_string();
+            match op_ix.get(&n) {
+                None => errors.spanned(a, format!("#[after] names no op of this step: `{n}`{}", suggestion(&n, op_names.iter().map(String::as_str)))),
+                Some(&j) if j == i => errors.spanned(a, format!("op `{n}` cannot run after itself")),
+                Some(&j) if j > i => errors.spanned(
+                    a,
+                    format!("#[after({n})] refers to a later op: ops run in program order, so move `{}` below `{n}` or drop the ordering", op.name),
+                ),
+                Some(&j) => info.after.push(j),
+            }
+        }
+        infos.push(info);
+    }
+
+    // A per-branch array bound whole by ops off any group takes the width of the one
+    // group, when there is one.
+    let groups: Vec<u32> = step.streams.iter().filter_map(|s| s.width).collect();
+    let single_group_width = if groups.len() == 1 { Some(groups[0]) } else { None };
+    for (bi, buf) in buffers.iter().enumerate() {
+        if buf.kind == BufKind::PerBranch && branch_widths[bi].is_none() {
+            branch_widths[bi] = single_group_width;
+        }
+    }
+
+    // --- instances in program order -------------------------------------------------
+    let mut first_instance = vec![0usize; ops.len()];
+    let mut instances: Vec<Instance> = Vec::new();
+    let mut nodes: Vec<OpNode> = Vec::new();
+    // Per-stream scratch: copy slot of each (buffer, stream), in order of first use.
+    let mut stream_slots: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut extra_copies = vec![0usize; buffers.len()];
+    let mut used = vec![false; streams.len()];
+    used[0] = true;
+    for (i, op) in ops.iter().enumerate() {
+        first_instance[i] = instances.len();
+        let info = &infos[i];
+        for &(stream, index) in &info.instances {
+            used[stream] = true;
+            let mut args = Vec::new();
+            let mut accesses = Vec::new();
+            for p in &op.params {
+                let arg = match p.kind {
+                    ParamKind::Stream => Arg::Stream,
+                    ParamKind::Blas => Arg::Blas,
+                    ParamKind::Kernels => Arg::Kernels,
+                    ParamKind::Index => Arg::Index(index.unwrap_or(0)),
+                    ParamKind::Value => Arg::Config(p.binding.clone()),
+                    ParamKind::Read | ParamKind::Write => {
+                        let Some(&bi) = buf_ix.get(&p.binding.to_string()) else { continue };
+                        let write = p.kind == ParamKind::Write;
+                        let access = if write { Access::Write } else { Access::Read };
+                        let slot = match buffers[bi].kind {
+                            BufKind::Shared => Slot::Field,
+                            BufKind::PerBranch => match index {
+                                Some(k) => Slot::Element(k),
+                                None => Slot::Field,
+                            },
+                            BufKind::ScratchPerBranch => Slot::Copy(index.unwrap_or(0) as usize),
+                            BufKind::ScratchPerStream => {
+                                let next = stream_slots.iter().filter(|((b, _), _)| *b == bi).count();
+                                Slot::Copy(*stream_slots.entry((bi, stream)).or_insert(next))
+                            }
+                        };
+                        match slot {
+                            Slot::Field if buffers[bi].kind == BufKind::PerBranch => {
+                                // The whole array: every element.
+                                let w = branch_widths[bi].or(single_group_width).unwrap_or(1) as usize;
+                                for copy in 0..w {
+                                    accesses.push((Resource { buf: bi, copy }, access));
+                                }
+                            }
+                            Slot::Field => accesses.push((Resource { buf: bi, copy: 0 }, access)),
+                            Slot::Element(k) => accesses.push((Resource { buf: bi, copy: k as usize }, access)),
+                            Slot::Copy(k) => {
+                                extra_copies[bi] = extra_copies[bi].max(k);
+                                accesses.push((Resource { buf: bi, copy: k }, access));
+                            }
+                        }
+                        Arg::Buffer { field: p.binding.clone(), write, slot }
+                    }
+                };
+                args.push(arg);
+            }
+            let name = match index {
+                Some(k) if info.instances.len() > 1 || info.group_width.is_some() => format!("{}[{k}]", op.name),
+                _ => op.name.to_string(),
+            };
+            let after = info
+                .after
+                .iter()
+                .flat_map(|&j| first_instance[j]..first_instance[j] + infos[j].instances.len())
+                .collect();
+            nodes.push(OpNode {
+                stream,
+                accesses,
+                joins: info.joins.iter().map(|&(s, _, _)| s).filter(|&s| s != stream).collect(),
+                after,
+                cost: op.cost.unwrap_or(1.0),
+            });
+            instances.push(Instance { op: i, name, stream, args });
+        }
+    }
+    let problem = Problem {
+        n_streams: streams.len(),
+        ops: nodes,
+    };
+
+    // --- joins with nothing pending ------------------------------------------------
+    // A join of a stream that has done nothing since it was last joined waits for nothing:
+    // it is dead code at best and a misplaced join at worst.
+    {
+        let mut last_op: Vec<Option<usize>> = vec![None; streams.len()];
+        let mut joined_upto: Vec<Option<usize>> = vec![None; streams.len()];
+        for (k, inst) in instances.iter().enumerate() {
+            let op = ops[inst.op];
+            let joins = &infos[inst.op].joins;
+            // Group joins are checked as a whole: pending if any member is.
+            let mut by_entry: Vec<(usize, Span, bool)> = Vec::new();
+            for &(s, entry, span) in joins {
+                if s == inst.stream {
+                    continue;
+                }
+                let pending = match (last_op[s], joined_upto[s]) {
+                    (None, _) => false,
+                    (Some(l), Some(j)) => l > j,
+                    (Some(_), None) => true,
+                };
+                match by_entry.iter_mut().find(|(e, _, _)| *e == entry) {
+                    Some(e) => e.2 |= pending,
+                    None => by_entry.push((entry, span, pending)),
+                }
+            }
+            // Report once per op, on its first instance.
+            if k == first_instance[inst.op] {
+                for (_, span, pending) in &by_entry {
+                    if !pending {
+                        errors.at(
+                            *span,
+                            format!(
+                                "#[join] on op `{}`: this stream has no op pending since it was last joined, so the join waits for nothing; remove it or move it below the op it should wait for",
+                                op.name
+                            ),
+                        );
+                    }
+                }
+            }
+            for &(s, _, _) in joins {
+                joined_upto[s] = last_op[s];
+            }
+            last_op[inst.stream] = Some(k);
+        }
+    }
+
+    // --- scratch read before written -----------------------------------------------
+    // Scratch holds nothing between steps; reading it first reads last step's garbage.
+    {
+        let mut written: HashMap<Resource, bool> = HashMap::new();
+        let mut reported: Vec<(usize, String)> = Vec::new();
+        for (k, node) in problem.ops.iter().enumerate() {
+            for &(res, acc) in &node.accesses {
+                let buf = buffers[res.buf];
+                let seen = written.entry(res).or_insert(false);
+                if buf.is_scratch() && acc == Access::Read && !*seen {
+                    let op = ops[instances[k].op];
+                    let key = (instances[k].op, buf.name.to_string());
+                    if !reported.contains(&key) {
+                        let span = op.params.iter().find(|p| p.binding == buf.name).map_or(op.name.span(), |p| p.span);
+                        errors.at(
+                            span,
+                            format!(
+                                "scratch buffer `{}` is read by op `{}` before any op of the step wrote it: scratch holds nothing between steps; write it first or drop #[scratch]",
+                                buf.name, instances[k].name
+                            ),
+                        );
+                        reported.push(key);
+                    }
+                }
+                if acc == Access::Write {
+                    *seen = true;
+                }
+            }
+        }
+    }
+
+    // --- streams never used --------------------------------------------------------
+    for (d, decl) in step.streams.iter().enumerate().skip(1) {
+        let unused: Vec<&str> = members[d].iter().filter(|&&s| !used[s]).map(|&s| streams[s].name.as_str()).collect();
+        if !unused.is_empty() {
+            // An unused stream is created, joined and paid for at every capture.
+            errors.spanned(
+                &decl.name,
+                format!(
+                    "stream {} is declared but no op runs on it: remove it from streams(..) or place an op with #[stream({})]",
+                    unused.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "),
+                    decl.name
+                ),
+            );
+        }
+    }
+
+    // --- one buffer written by two streams with nothing else ordering them -----------
+    if errors.is_empty() {
+        let mut reported: Vec<(usize, usize)> = Vec::new();
+        for d in schedule::unordered_cross_stream_writes(&problem) {
+            let (a, b) = (&instances[d.from], &instances[d.to]);
+            let Some(res) = d.resource else { continue };
+            if reported.contains(&(b.op, res.buf)) {
+                continue;
+            }
+            reported.push((b.op, res.buf));
+            let buf = buffers[res.buf];
+            let op = ops[b.op];
+            let span = op.params.iter().find(|p| p.binding == buf.name).map_or(op.name.span(), |p| p.span);
+            errors.at(
+                span,
+                format!(
+                    "ops `{}` (stream `{}`) and `{}` (stream `{}`) both write the shared buffer `{}` and nothing else orders them; the plan would serialise the two streams through it. Give each stream its own copy with #[scratch(per_stream)], run both ops on one stream, or order them explicitly with #[join({})]",
+                    a.name, streams[a.stream].name, b.name, streams[b.stream].name, buf.name,
+                    step.streams[streams[a.stream].decl].name
+                ),
+            );
+        }
+    }
+
+    Some(Resolved {
+        streams,
+        instances,
+        problem,
+        extra_copies,
+        branch_widths,
+    })
+}

@@ -1,0 +1,23 @@
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+        pub y: DeviceBuffer<f32>,
+    }
+
+    #[after(b)]
+    fn a(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(x)
+    }
+
+    fn b(s: &CaptureStream<'_>, y: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(y)
+    }
+}
+
+fn main() {}
