@@ -33,6 +33,10 @@ impl Errors {
         }
     }
 
+    pub fn len(&self) -> usize {
+        self.errors.borrow().as_ref().map_or(0, Vec::len)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.errors.borrow().as_ref().is_none_or(Vec::is_empty)
     }

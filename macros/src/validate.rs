@@ -166,6 +166,9 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     }
     let mut infos: Vec<OpInfo> = Vec::new();
     let mut branch_widths: Vec<Option<u32>> = vec![None; buffers.len()];
+    // An op whose stream did not resolve would also make the stream it meant look
+    // unused; that second error would only repeat the first.
+    let mut excused: Vec<usize> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let mut info = OpInfo {
             instances: vec![(0, None)],
@@ -174,6 +177,9 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             after: Vec::new(),
         };
         if let Some(pl) = &op.placement {
+            let meant = crate::errors::did_you_mean(&pl.stream.to_string(), stream_names.iter().map(String::as_str))
+                .and_then(|n| decl_of.get(n).copied());
+            excused.extend(meant.or_else(|| decl_of.get(&pl.stream.to_string()).copied()));
             match decl_of.get(&pl.stream.to_string()) {
                 None => unknown_stream(&pl.stream, "op placed on"),
                 Some(&d) => {
@@ -231,7 +237,10 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                         // `&` and `&mut` to one buffer in one call alias; two `&` say nothing new.
                         errors.spanned(
                             &p.binding,
-                            format!("buffer `{b}` is bound twice in op `{}` (also by parameter `{first}`): bind each buffer once", op.name),
+                            format!(
+                                "buffer `{b}` is bound twice in op `{}`, by parameters `{first}` and `{}`: bind each buffer once",
+                                op.name, p.name
+                            ),
                         );
                         continue;
                     }
@@ -501,16 +510,25 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
 
     // --- streams never used --------------------------------------------------------
     for (d, decl) in step.streams.iter().enumerate().skip(1) {
+        if excused.contains(&d) && !members[d].iter().any(|&m| used[m]) {
+            continue;
+        }
         let unused: Vec<&str> = members[d].iter().filter(|&&s| !used[s]).map(|&s| streams[s].name.as_str()).collect();
         if !unused.is_empty() {
             // An unused stream is created, joined and paid for at every capture.
             errors.spanned(
                 &decl.name,
-                format!(
-                    "stream {} is declared but no op runs on it: remove it from streams(..) or place an op with #[stream({})]",
-                    unused.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "),
-                    decl.name
-                ),
+                if unused.len() == 1 {
+                    format!(
+                        "stream `{}` is declared but no op runs on it: remove it from streams(..) or place an op with #[stream({})]",
+                        unused[0], unused[0]
+                    )
+                } else {
+                    format!(
+                        "streams {} are declared but no op runs on them: shrink the group or place ops on them",
+                        unused.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                    )
+                },
             );
         }
     }
@@ -547,3 +565,4 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         branch_widths,
     })
 }
+
