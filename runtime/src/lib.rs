@@ -23,7 +23,9 @@ pub mod plan;
 mod scalars;
 mod stream;
 
-pub use blas::{BlasHandle, WORKSPACE_BYTES};
+pub use blas::{
+    BlasElem, BlasHandle, BlasSession, Epilogue, Matmul, MatmulArgs, Precision, WORKSPACE_BYTES,
+};
 pub use cudarc::driver::LaunchConfig;
 pub use device::{
     AllocLike, Device, DeviceBuffer, REQUIRED_COMPUTE_CAPABILITY, check_compute_capability,

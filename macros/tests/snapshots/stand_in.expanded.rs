@@ -4,9 +4,6 @@
 ::core::compile_error! {
     "op placed on `auxx` is not a stream of this step (declared: main, aux); did you mean `aux`?"
 }
-::core::compile_error! {
-    "stream `aux` is declared but no op runs on it: remove it from streams(..) or place an op with #[stream(aux)]"
-}
 #[allow(dead_code, unused)]
 mod broken {
     use super::*;
