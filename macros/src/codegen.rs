@@ -225,7 +225,9 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             "#[per_branch] buffer `{}` must have one element per branch of its stream group ({w})",
             b.name
         );
-        Some(quote!(const _: () = ::core::assert!((#len) == #w, #msg);))
+        Some(quote!(
+            const _: () = ::core::assert!((#len) == #w, #msg);
+        ))
     });
 
     // Scratch copies beyond the one the user supplies in the buffers struct.
@@ -235,7 +237,9 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         .filter(|(i, _)| resolved.extra_copies[*i] > 0)
         .map(|(i, b)| (&b.name, &b.ty, resolved.extra_copies[i]))
         .collect();
-    let scratch_fields = scratch.iter().map(|(n, t, _)| quote!(#n: ::std::vec::Vec<#t>,));
+    let scratch_fields = scratch
+        .iter()
+        .map(|(n, t, _)| quote!(#n: ::std::vec::Vec<#t>,));
     let scratch_init = scratch.iter().map(|(n, _, count)| {
         let s = n.to_string();
         quote!(#n: #rt::scratch_copies(&buffers.#n, device, #s, #count)?,)
@@ -386,6 +390,17 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
                     &self.config
                 }
 
+                /// Waits for the last replay and copies `data` into the buffer `select`
+                /// picks, in place: its address does not change, so the graph stays valid.
+                pub fn upload<T: #rt::DeviceRepr>(&mut self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>, data: &[T]) -> #rt::Result<()> {
+                    self.exec.upload(select(&self.buffers), data)
+                }
+
+                /// Waits for the last replay and copies the buffer `select` picks to the host.
+                pub fn download<T: #rt::DeviceRepr + ::core::clone::Clone + ::core::default::Default>(&self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>) -> #rt::Result<::std::vec::Vec<T>> {
+                    self.exec.download(select(&self.buffers))
+                }
+
                 /// The executor: streams, events, the graph.
                 pub fn executor(&self) -> &#rt::Executor {
                     &self.exec
@@ -486,6 +501,8 @@ pub fn stand_in(step: &Step) -> TokenStream {
                 pub fn host_access(&self) -> #rt::Result<#rt::HostAccess<'_>> { ::core::panic!(#msg) }
                 pub fn buffers(&self) -> &#buffers_ty { ::core::panic!(#msg) }
                 pub fn config(&self) -> &#config_ty { ::core::panic!(#msg) }
+                pub fn upload<T: #rt::DeviceRepr>(&mut self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>, data: &[T]) -> #rt::Result<()> { ::core::panic!(#msg) }
+                pub fn download<T: #rt::DeviceRepr + ::core::clone::Clone + ::core::default::Default>(&self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>) -> #rt::Result<::std::vec::Vec<T>> { ::core::panic!(#msg) }
                 pub fn executor(&self) -> &#rt::Executor { ::core::panic!(#msg) }
                 pub fn rebind<R>(&mut self, f: impl ::core::ops::FnOnce(&mut #buffers_ty) -> R) -> #rt::Result<R> { ::core::panic!(#msg) }
                 pub fn into_parts(self) -> #rt::Result<(#buffers_ty, #config_ty)> { ::core::panic!(#msg) }

@@ -33,10 +33,6 @@ impl Errors {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.errors.borrow().as_ref().map_or(0, Vec::len)
-    }
-
     pub fn is_empty(&self) -> bool {
         self.errors.borrow().as_ref().is_none_or(Vec::is_empty)
     }
@@ -60,7 +56,10 @@ impl Drop for Errors {
 }
 
 /// The closest candidate within a small edit distance, for "did you mean".
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (strsim::damerau_levenshtein(name, c), c))

@@ -19,7 +19,10 @@ use proc_macro2::TokenStream;
 
 /// Plans a step's multi-stream capture at compile time. See the `stepgraph` crate.
 #[proc_macro_attribute]
-pub fn step(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
+pub fn step(
+    attr: proc_macro::TokenStream,
+    item: proc_macro::TokenStream,
+) -> proc_macro::TokenStream {
     expand(attr.into(), item.into()).into()
 }
 

@@ -49,7 +49,10 @@ pub struct Buffer {
 
 impl Buffer {
     pub fn is_scratch(&self) -> bool {
-        matches!(self.kind, BufKind::ScratchPerStream | BufKind::ScratchPerBranch)
+        matches!(
+            self.kind,
+            BufKind::ScratchPerStream | BufKind::ScratchPerBranch
+        )
     }
 }
 

@@ -7,8 +7,8 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, FnArg, Ident, Item, ItemFn, ItemMod, ItemStruct, LitFloat, LitInt, Pat, Path,
-    Token, Type, bracketed, parenthesized,
+    Attribute, FnArg, Ident, Item, ItemFn, ItemMod, ItemStruct, LitFloat, LitInt, Pat, Path, Token,
+    Type, bracketed, parenthesized,
 };
 
 use crate::errors::Errors;
@@ -148,14 +148,20 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
         match item {
             Item::Struct(s) if s.attrs.iter().any(|a| is(a, "buffers")) => {
                 if step.buffers.is_some() {
-                    errors.spanned(&s.ident, "a step has one #[buffers] struct; this is a second");
+                    errors.spanned(
+                        &s.ident,
+                        "a step has one #[buffers] struct; this is a second",
+                    );
                     continue;
                 }
                 step.buffers = Some(parse_buffers(s, errors));
             }
             Item::Struct(s) if s.attrs.iter().any(|a| is(a, "config")) => {
                 if step.config.is_some() {
-                    errors.spanned(&s.ident, "a step has one #[config] struct; this is a second");
+                    errors.spanned(
+                        &s.ident,
+                        "a step has one #[config] struct; this is a second",
+                    );
                     continue;
                 }
                 step.config = Some(parse_config(s, errors));
@@ -185,7 +191,9 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
     s.attrs.retain(|a| !is(a, "buffers"));
     let mut fields = Vec::new();
     for field in named_fields(&s, "#[buffers]", errors) {
-        let Some(name) = field.ident.clone() else { continue };
+        let Some(name) = field.ident.clone() else {
+            continue;
+        };
         let mut kind = BufKind::Shared;
         let mut kind_span = name.span();
         for attr in &field.attrs {
@@ -198,7 +206,9 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
                     Ok(k) => {
                         errors.spanned(
                             &k,
-                            format!("unknown scratch kind `{k}`: expected `per_stream` or `per_branch`"),
+                            format!(
+                                "unknown scratch kind `{k}`: expected `per_stream` or `per_branch`"
+                            ),
                         );
                         None
                     }
@@ -215,7 +225,10 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
             };
             if let Some(k) = new_kind {
                 if kind != BufKind::Shared {
-                    errors.spanned(attr, format!("buffer `{name}` already has a sharing attribute"));
+                    errors.spanned(
+                        attr,
+                        format!("buffer `{name}` already has a sharing attribute"),
+                    );
                 }
                 kind = k;
                 kind_span = attr.span();
@@ -268,7 +281,10 @@ fn parse_op(mut f: ItemFn, step: &Step, errors: &Errors) -> Option<Op> {
             match attr.parse_args::<StreamSyntax>() {
                 Ok(s) => {
                     if placement.is_some() {
-                        errors.spanned(attr, "an op runs on one stream: remove the second #[stream]");
+                        errors.spanned(
+                            attr,
+                            "an op runs on one stream: remove the second #[stream]",
+                        );
                     }
                     placement = Some(Placement {
                         stream: s.name,
@@ -318,7 +334,10 @@ fn parse_op(mut f: ItemFn, step: &Step, errors: &Errors) -> Option<Op> {
             let parsed = attr
                 .parse_args::<LitFloat>()
                 .and_then(|l| l.base10_parse::<f64>())
-                .or_else(|_| attr.parse_args::<LitInt>().and_then(|l| l.base10_parse::<f64>()));
+                .or_else(|_| {
+                    attr.parse_args::<LitInt>()
+                        .and_then(|l| l.base10_parse::<f64>())
+                });
             match parsed {
                 Ok(c) if c.is_finite() && c >= 0.0 => cost = Some(c),
                 _ => errors.spanned(attr, "expected #[cost(N)] with N a non-negative number"),
@@ -357,7 +376,10 @@ fn parse_op(mut f: ItemFn, step: &Step, errors: &Errors) -> Option<Op> {
         }
         pt.attrs.retain(|a| !is(a, "buf"));
         let Pat::Ident(pat) = &*pt.pat else {
-            errors.spanned(&pt.pat, "an op parameter is a plain name that binds a buffer or a config field");
+            errors.spanned(
+                &pt.pat,
+                "an op parameter is a plain name that binds a buffer or a config field",
+            );
             continue;
         };
         let name = pat.ident.clone();

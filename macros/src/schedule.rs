@@ -213,7 +213,11 @@ pub fn plan(p: &Problem) -> Plan {
 
     for b in 0..n {
         let t = stream(b);
-        let mut cands: Vec<OpIx> = preds[b].iter().copied().filter(|&a| stream(a) != t).collect();
+        let mut cands: Vec<OpIx> = preds[b]
+            .iter()
+            .copied()
+            .filter(|&a| stream(a) != t)
+            .collect();
         for a in needed_waits(&clock[t], &mut cands, &clock_after) {
             let ev = *records[a].get_or_insert_with(|| {
                 events.push(Event {
@@ -471,7 +475,11 @@ mod tests {
         // implies a, so c waits once.
         let p = Problem {
             n_streams: 3,
-            ops: vec![op(1, &[(0, W)]), op(2, &[(0, R), (1, W)]), op(0, &[(0, R), (1, R)])],
+            ops: vec![
+                op(1, &[(0, W)]),
+                op(2, &[(0, R), (1, W)]),
+                op(0, &[(0, R), (1, R)]),
+            ],
         };
         let plan = plan(&p);
         check_sound(&p, &plan);
@@ -495,7 +503,12 @@ mod tests {
     fn write_after_read_orders_a_later_writer_after_readers_on_other_streams() {
         let p = Problem {
             n_streams: 3,
-            ops: vec![op(0, &[(0, W)]), op(1, &[(0, R)]), op(2, &[(0, R)]), op(0, &[(0, W)])],
+            ops: vec![
+                op(0, &[(0, W)]),
+                op(1, &[(0, R)]),
+                op(2, &[(0, R)]),
+                op(0, &[(0, W)]),
+            ],
         };
         let plan = plan(&p);
         check_sound(&p, &plan);
@@ -533,7 +546,11 @@ mod tests {
 
     #[test]
     fn critical_path_by_cost_follows_the_expensive_branch() {
-        let mut ops = vec![op(0, &[(0, W)]), op(1, &[(0, R), (1, W)]), op(2, &[(0, R), (2, W)])];
+        let mut ops = vec![
+            op(0, &[(0, W)]),
+            op(1, &[(0, R), (1, W)]),
+            op(2, &[(0, R), (2, W)]),
+        ];
         ops[2].cost = 10.0;
         ops.push(op(0, &[(1, R), (2, R)]));
         let p = Problem { n_streams: 3, ops };

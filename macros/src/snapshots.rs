@@ -19,7 +19,10 @@ fn check(name: &str, attr: proc_macro2::TokenStream, item: proc_macro2::TokenStr
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!("no snapshot at {}: run with STEPGRAPH_BLESS=1 and review it", path.display())
+        panic!(
+            "no snapshot at {}: run with STEPGRAPH_BLESS=1 and review it",
+            path.display()
+        )
     });
     if expected != pretty {
         let first = expected

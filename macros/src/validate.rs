@@ -35,7 +35,11 @@ pub enum Arg {
     Kernels,
     Index(u32),
     Config(Ident),
-    Buffer { field: Ident, write: bool, slot: Slot },
+    Buffer {
+        field: Ident,
+        write: bool,
+        slot: Slot,
+    },
 }
 
 /// One op instance: a replicated op yields one per index.
@@ -177,8 +181,11 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             after: Vec::new(),
         };
         if let Some(pl) = &op.placement {
-            let meant = crate::errors::did_you_mean(&pl.stream.to_string(), stream_names.iter().map(String::as_str))
-                .and_then(|n| decl_of.get(n).copied());
+            let meant = crate::errors::did_you_mean(
+                &pl.stream.to_string(),
+                stream_names.iter().map(String::as_str),
+            )
+            .and_then(|n| decl_of.get(n).copied());
             excused.extend(meant.or_else(|| decl_of.get(&pl.stream.to_string()).copied()));
             match decl_of.get(&pl.stream.to_string()) {
                 None => unknown_stream(&pl.stream, "op placed on"),
@@ -303,18 +310,33 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                 (_, None) => members[d].clone(),
                 (Some(w), Some((k, sp))) => {
                     if k >= w {
-                        errors.at(sp, format!("`{}` has {w} streams: index {k} is out of range 0..{w}", j.name));
+                        errors.at(
+                            sp,
+                            format!(
+                                "`{}` has {w} streams: index {k} is out of range 0..{w}",
+                                j.name
+                            ),
+                        );
                         continue;
                     }
                     vec![members[d][k as usize]]
                 }
                 (None, Some((_, sp))) => {
-                    errors.at(sp, format!("stream `{}` is a single stream, not a group", j.name));
+                    errors.at(
+                        sp,
+                        format!("stream `{}` is a single stream, not a group", j.name),
+                    );
                     continue;
                 }
             };
             if Some(d) == own_decl && step.streams[d].width.is_none() {
-                errors.spanned(&j.name, format!("op `{}` runs on `{}` already: a stream cannot join itself", op.name, j.name));
+                errors.spanned(
+                    &j.name,
+                    format!(
+                        "op `{}` runs on `{}` already: a stream cannot join itself",
+                        op.name, j.name
+                    ),
+                );
                 continue;
             }
             for t in targets {
@@ -341,7 +363,11 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     // A per-branch array bound whole by ops off any group takes the width of the one
     // group, when there is one.
     let groups: Vec<u32> = step.streams.iter().filter_map(|s| s.width).collect();
-    let single_group_width = if groups.len() == 1 { Some(groups[0]) } else { None };
+    let single_group_width = if groups.len() == 1 {
+        Some(groups[0])
+    } else {
+        None
+    };
     for (bi, buf) in buffers.iter().enumerate() {
         if buf.kind == BufKind::PerBranch && branch_widths[bi].is_none() {
             branch_widths[bi] = single_group_width;
@@ -372,7 +398,9 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                     ParamKind::Index => Arg::Index(index.unwrap_or(0)),
                     ParamKind::Value => Arg::Config(p.binding.clone()),
                     ParamKind::Read | ParamKind::Write => {
-                        let Some(&bi) = buf_ix.get(&p.binding.to_string()) else { continue };
+                        let Some(&bi) = buf_ix.get(&p.binding.to_string()) else {
+                            continue;
+                        };
                         let write = p.kind == ParamKind::Write;
                         let access = if write { Access::Write } else { Access::Read };
                         let slot = match buffers[bi].kind {
@@ -383,32 +411,46 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                             },
                             BufKind::ScratchPerBranch => Slot::Copy(index.unwrap_or(0) as usize),
                             BufKind::ScratchPerStream => {
-                                let next = stream_slots.iter().filter(|((b, _), _)| *b == bi).count();
+                                let next =
+                                    stream_slots.iter().filter(|((b, _), _)| *b == bi).count();
                                 Slot::Copy(*stream_slots.entry((bi, stream)).or_insert(next))
                             }
                         };
                         match slot {
                             Slot::Field if buffers[bi].kind == BufKind::PerBranch => {
                                 // The whole array: every element.
-                                let w = branch_widths[bi].or(single_group_width).unwrap_or(1) as usize;
+                                let w =
+                                    branch_widths[bi].or(single_group_width).unwrap_or(1) as usize;
                                 for copy in 0..w {
                                     accesses.push((Resource { buf: bi, copy }, access));
                                 }
                             }
                             Slot::Field => accesses.push((Resource { buf: bi, copy: 0 }, access)),
-                            Slot::Element(k) => accesses.push((Resource { buf: bi, copy: k as usize }, access)),
+                            Slot::Element(k) => accesses.push((
+                                Resource {
+                                    buf: bi,
+                                    copy: k as usize,
+                                },
+                                access,
+                            )),
                             Slot::Copy(k) => {
                                 extra_copies[bi] = extra_copies[bi].max(k);
                                 accesses.push((Resource { buf: bi, copy: k }, access));
                             }
                         }
-                        Arg::Buffer { field: p.binding.clone(), write, slot }
+                        Arg::Buffer {
+                            field: p.binding.clone(),
+                            write,
+                            slot,
+                        }
                     }
                 };
                 args.push(arg);
             }
             let name = match index {
-                Some(k) if info.instances.len() > 1 || info.group_width.is_some() => format!("{}[{k}]", op.name),
+                Some(k) if info.instances.len() > 1 || info.group_width.is_some() => {
+                    format!("{}[{k}]", op.name)
+                }
                 _ => op.name.to_string(),
             };
             let after = info
@@ -419,11 +461,21 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             nodes.push(OpNode {
                 stream,
                 accesses,
-                joins: info.joins.iter().map(|&(s, _, _)| s).filter(|&s| s != stream).collect(),
+                joins: info
+                    .joins
+                    .iter()
+                    .map(|&(s, _, _)| s)
+                    .filter(|&s| s != stream)
+                    .collect(),
                 after,
                 cost: op.cost.unwrap_or(1.0),
             });
-            instances.push(Instance { op: i, name, stream, args });
+            instances.push(Instance {
+                op: i,
+                name,
+                stream,
+                args,
+            });
         }
     }
     let problem = Problem {
@@ -490,7 +542,11 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                     let op = ops[instances[k].op];
                     let key = (instances[k].op, buf.name.to_string());
                     if !reported.contains(&key) {
-                        let span = op.params.iter().find(|p| p.binding == buf.name).map_or(op.name.span(), |p| p.span);
+                        let span = op
+                            .params
+                            .iter()
+                            .find(|p| p.binding == buf.name)
+                            .map_or(op.name.span(), |p| p.span);
                         errors.at(
                             span,
                             format!(
@@ -513,7 +569,11 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         if excused.contains(&d) && !members[d].iter().any(|&m| used[m]) {
             continue;
         }
-        let unused: Vec<&str> = members[d].iter().filter(|&&s| !used[s]).map(|&s| streams[s].name.as_str()).collect();
+        let unused: Vec<&str> = members[d]
+            .iter()
+            .filter(|&&s| !used[s])
+            .map(|&s| streams[s].name.as_str())
+            .collect();
         if !unused.is_empty() {
             // An unused stream is created, joined and paid for at every capture.
             errors.spanned(
@@ -545,7 +605,11 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             reported.push((b.op, res.buf));
             let buf = buffers[res.buf];
             let op = ops[b.op];
-            let span = op.params.iter().find(|p| p.binding == buf.name).map_or(op.name.span(), |p| p.span);
+            let span = op
+                .params
+                .iter()
+                .find(|p| p.binding == buf.name)
+                .map_or(op.name.span(), |p| p.span);
             errors.at(
                 span,
                 format!(
@@ -565,4 +629,3 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         branch_widths,
     })
 }
-

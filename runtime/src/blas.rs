@@ -119,8 +119,9 @@ impl Precision {
 /// `i·aux_ld/8`, bit `j % 8` of byte `j / 8` set where `D[i, j] > 0`), for GELU the GELU
 /// input `x` in the element type. [`Matmul::aux_len`] says how long the buffer must be.
 ///
-/// `BgradA` is cuBLASLt's `BGRADB` and `BgradB` its `BGRADA`, because the row-major
-/// product swaps A and B (see the module docs): the names here follow the user's A and B.
+/// `BgradA` is cuBLASLt's `BGRADB` and `BgradB` its `BGRADA`: cuBLASLt is column-major,
+/// so the row-major `D = op(A)·op(B)` runs as `Dᵀ = op(B)ᵀ·op(A)ᵀ`, with cuBLASLt's A
+/// being the user's B. The names here follow the user's A and B.
 /// The usual use of `BgradA` is the weight gradient of a linear layer,
 /// `dW[out, in] = dYᵀ·X` with `A = dY` stored `[batch, out]` (`trans_a`), whose bias
 /// gradient `Σ_batch dY` comes out of the same matmul.

@@ -61,29 +61,30 @@ pub fn check_compute_capability(
     Ok(())
 }
 
-fn library_candidates(lib: &str) -> String {
-    cudarc::get_lib_name_candidates(lib).join(", ")
+/// Fails with [`Error::LibraryMissing`] unless a shared library named `library` (short
+/// name, as cudarc looks it up: `cuda`, `cublasLt`) can be loaded under one of the file
+/// names cudarc would try. cudarc panics when it cannot load a library; checking first
+/// turns that into an error naming what was looked for.
+pub fn require_library(library: &'static str) -> Result<()> {
+    let candidates = cudarc::get_lib_name_candidates(library);
+    for name in &candidates {
+        // SAFETY: loading a CUDA library runs only its initialisers, which have no
+        // preconditions; the handle is dropped (the library stays loaded for cudarc).
+        if unsafe { libloading::Library::new(name) }.is_ok() {
+            return Ok(());
+        }
+    }
+    Err(Error::LibraryMissing {
+        library,
+        candidates: candidates.join(", "),
+    })
 }
 
 /// Fails with [`Error::LibraryMissing`] unless the CUDA driver and cuBLASLt libraries
 /// can be loaded.
 pub fn check_libraries() -> Result<()> {
-    // SAFETY: `is_culib_present` only tries to dlopen the candidate names and drops the
-    // handle; it runs no code of the library beyond its initialisers.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(Error::LibraryMissing {
-            library: "cuda",
-            candidates: library_candidates("cuda"),
-        });
-    }
-    // SAFETY: as above.
-    if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
-        return Err(Error::LibraryMissing {
-            library: "cublasLt",
-            candidates: library_candidates("cublasLt"),
-        });
-    }
-    Ok(())
+    require_library("cuda")?;
+    require_library("cublasLt")
 }
 
 impl Device {
@@ -142,12 +143,12 @@ impl Device {
         &self.ctx
     }
 
-    pub(crate) fn host_stream(&self) -> &Arc<CudaStream> {
-        &self.host_stream
-    }
-
     /// Turns an allocation failure into [`Error::OutOfMemory`] naming what was allocated.
-    pub(crate) fn alloc_error(&self, what: &str, bytes: usize) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '_ {
+    pub(crate) fn alloc_error(
+        &self,
+        what: &str,
+        bytes: usize,
+    ) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '_ {
         let what = what.to_string();
         move |e| {
             if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
@@ -214,9 +215,45 @@ impl Device {
             .map_err(Error::driver("cuStreamSynchronize"))
     }
 
+    /// Copies `data` into `buf` in place (its address is unchanged, so a graph that
+    /// captured it stays valid). Takes `&DeviceBuffer`: device memory is not Rust memory,
+    /// and the caller (a step's `upload`) has made sure no replay is using it.
+    pub(crate) fn write_in_place<T: DeviceRepr>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        data: &[T],
+    ) -> Result<()> {
+        if buf.len() != data.len() {
+            return Err(Error::LengthMismatch {
+                what: "upload into a device buffer".into(),
+                expected: buf.len(),
+                found: data.len(),
+            });
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(Error::driver("cuCtxSetCurrent"))?;
+        // SAFETY: `buf` holds `data.len()` elements (checked); the copy is synchronised
+        // before `data` is released.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                buf.device_address(),
+                data,
+                self.host_stream.cu_stream(),
+            )
+        }
+        .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
+        self.host_stream
+            .synchronize()
+            .map_err(Error::driver("cuStreamSynchronize"))
+    }
+
     /// Copies `buf` to the host. Blocks until done (and so until earlier work on the
     /// device that the caller has synchronised with has finished).
-    pub fn download<T: DeviceRepr + Clone + Default>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
+    pub fn download<T: DeviceRepr + Clone + Default>(
+        &self,
+        buf: &DeviceBuffer<T>,
+    ) -> Result<Vec<T>> {
         let out = self
             .host_stream
             .clone_dtoh(&buf.slice)
@@ -314,6 +351,21 @@ mod tests {
         assert!(msg.contains("Tesla V100"), "{msg}");
         assert!(msg.contains("9.0"), "{msg}");
         assert!(check_compute_capability(0, "A100", (8, 9)).is_err());
+    }
+
+    #[test]
+    fn a_missing_library_is_an_error_naming_the_files_tried() {
+        let err = require_library("stepgraph_no_such_library").unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(
+            err,
+            Error::LibraryMissing {
+                library: "stepgraph_no_such_library",
+                ..
+            }
+        ));
+        assert!(msg.contains("libstepgraph_no_such_library.so"), "{msg}");
+        assert!(msg.contains("LD_LIBRARY_PATH"), "{msg}");
     }
 
     #[test]

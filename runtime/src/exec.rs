@@ -92,7 +92,11 @@ impl Executor {
                 .new_stream()
                 .map_err(Error::driver("cuStreamCreate"))?;
             let name = plan.streams.get(i).map_or("origin", |s| s.name);
-            blas.push(BlasHandle::new(device, &stream, &format!("cuBLASLt workspace of stream `{name}`"))?);
+            blas.push(BlasHandle::new(
+                device,
+                &stream,
+                &format!("cuBLASLt workspace of stream `{name}`"),
+            )?);
             streams.push(stream);
         }
         let events = match schedule {
@@ -101,7 +105,9 @@ impl Executor {
                 .collect::<Result<_>>()?,
             Schedule::OneStream => Vec::new(),
         };
-        let abort_joins = (0..n_streams).map(|_| new_event(device)).collect::<Result<_>>()?;
+        let abort_joins = (0..n_streams)
+            .map(|_| new_event(device))
+            .collect::<Result<_>>()?;
         Ok(Executor {
             graph: None,
             stale: false,
@@ -203,7 +209,8 @@ impl Executor {
 
     fn sync_all(&self) -> Result<()> {
         for s in &self.streams {
-            s.synchronize().map_err(Error::driver("cuStreamSynchronize"))?;
+            s.synchronize()
+                .map_err(Error::driver("cuStreamSynchronize"))?;
         }
         Ok(())
     }
@@ -249,7 +256,9 @@ impl Executor {
         };
         issued.map_err(wrap)?;
         let captured = captured.ok_or_else(|| {
-            wrap(Error::Invalid("the driver returned no graph for the capture".into()))
+            wrap(Error::Invalid(
+                "the driver returned no graph for the capture".into(),
+            ))
         })?;
         match &mut self.graph {
             Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
@@ -330,6 +339,25 @@ impl Executor {
         Ok(HostAccess {
             _step: std::marker::PhantomData,
         })
+    }
+
+    /// Waits for the last replay, then copies `data` into `buf` in place.
+    pub fn upload<T: cudarc::driver::DeviceRepr>(
+        &self,
+        buf: &crate::DeviceBuffer<T>,
+        data: &[T],
+    ) -> Result<()> {
+        self.wait()?;
+        self.device.write_in_place(buf, data)
+    }
+
+    /// Waits for the last replay, then copies `buf` to the host.
+    pub fn download<T: cudarc::driver::DeviceRepr + Clone + Default>(
+        &self,
+        buf: &crate::DeviceBuffer<T>,
+    ) -> Result<Vec<T>> {
+        self.wait()?;
+        self.device.download(buf)
     }
 
     /// Device time of `iters` replays after `warmup` unmeasured ones, in milliseconds

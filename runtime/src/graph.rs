@@ -82,10 +82,9 @@ impl Graph {
     /// Instantiates a captured graph.
     pub(crate) fn instantiate(captured: CapturedGraph) -> Result<Graph> {
         // SAFETY: `captured` holds a valid graph (from a successful end of capture).
-        let exec = unsafe {
-            result::graph::instantiate(captured.graph, sys::CUgraphInstantiate_flags(0))
-        }
-        .map_err(Error::driver("cuGraphInstantiateWithFlags"))?;
+        let exec =
+            unsafe { result::graph::instantiate(captured.graph, sys::CUgraphInstantiate_flags(0)) }
+                .map_err(Error::driver("cuGraphInstantiateWithFlags"))?;
         let ctx = captured.ctx.clone();
         Ok(Graph {
             graph: captured.into_raw(),

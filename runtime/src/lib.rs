@@ -29,7 +29,7 @@ pub use blas::{
 pub use cudarc::driver::LaunchConfig;
 pub use device::{
     AllocLike, Device, DeviceBuffer, REQUIRED_COMPUTE_CAPABILITY, check_compute_capability,
-    check_libraries,
+    check_libraries, require_library,
 };
 pub use error::{Error, Result};
 pub use exec::{Executor, Issue, Schedule};
@@ -43,12 +43,13 @@ pub use stream::{Blas, CaptureStream, Kernel, Launch, Mode, Module};
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
 #[doc(hidden)]
 pub mod __rt_v1 {
-    pub use crate::device::{AllocLike, Device};
+    pub use crate::device::{AllocLike, Device, DeviceBuffer};
     pub use crate::error::{Error, Result};
     pub use crate::exec::{Executor, Issue, Schedule};
     pub use crate::plan::*;
     pub use crate::scalars::HostAccess;
     pub use crate::stream::{Blas, CaptureStream};
+    pub use cudarc::driver::DeviceRepr;
 
     /// Allocates `count` more copies shaped like `first` (per-stream or per-branch
     /// scratch), naming each in an out-of-memory error.

@@ -43,7 +43,9 @@ unsafe impl<T: Send> Send for DeviceScalars<T> {}
 
 impl<T> fmt::Debug for DeviceScalars<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceScalars").field("len", &self.len).finish()
+        f.debug_struct("DeviceScalars")
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -60,7 +62,8 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     pub fn new(device: &Device, what: &str, init: &[T]) -> Result<Self> {
         let bytes = std::mem::size_of_val(init);
         let ctx = device.context().clone();
-        ctx.bind_to_thread().map_err(Error::driver("cuCtxSetCurrent"))?;
+        ctx.bind_to_thread()
+            .map_err(Error::driver("cuCtxSetCurrent"))?;
         // SAFETY: plain page-locked allocation of `bytes` bytes (at least one, so the
         // pointer is never dangling); initialised right below before any read.
         let host = unsafe { result::malloc_host(bytes.max(1), 0) }

@@ -105,7 +105,11 @@ impl<'a> CaptureStream<'a> {
     }
 
     /// Copies `src` into `dst`; both must have the same length.
-    pub fn copy<T: DeviceRepr>(&self, src: &DeviceBuffer<T>, dst: &mut DeviceBuffer<T>) -> Result<()> {
+    pub fn copy<T: DeviceRepr>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
         if src.len() != dst.len() {
             return Err(Error::LengthMismatch {
                 what: "device-to-device copy destination".into(),
@@ -124,7 +128,10 @@ impl<'a> CaptureStream<'a> {
     /// Copies the scalars' pinned host values to their device copy. Captured, this is a
     /// memcpy node that reads the host values at every replay, so kernels that read the
     /// device copy see the values set before that replay without a re-capture.
-    pub fn refresh<T: DeviceRepr + ValidAsZeroBits + Copy>(&self, scalars: &mut DeviceScalars<T>) -> Result<()> {
+    pub fn refresh<T: DeviceRepr + ValidAsZeroBits + Copy>(
+        &self,
+        scalars: &mut DeviceScalars<T>,
+    ) -> Result<()> {
         if self.mode.enqueues() {
             scalars.enqueue_refresh(self.stream)?;
         }
@@ -141,7 +148,9 @@ pub struct Launch<'b> {
 
 impl fmt::Debug for Launch<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Launch").field("kernel", &self.kernel).finish()
+        f.debug_struct("Launch")
+            .field("kernel", &self.kernel)
+            .finish()
     }
 }
 

@@ -17,7 +17,7 @@ use crate::cmd::Workspace;
 
 /// Chores of the stepgraph workspace.
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", version, about)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -506,6 +506,29 @@ mod fork_join {
         pub fn config(&self) -> &Config {
             &self.config
         }
+        /// Waits for the last replay and copies `data` into the buffer `select`
+        /// picks, in place: its address does not change, so the graph stays valid.
+        pub fn upload<T: ::stepgraph::__rt_v1::DeviceRepr>(
+            &mut self,
+            select: impl ::core::ops::FnOnce(
+                &Buffers,
+            ) -> &::stepgraph::__rt_v1::DeviceBuffer<T>,
+            data: &[T],
+        ) -> ::stepgraph::__rt_v1::Result<()> {
+            self.exec.upload(select(&self.buffers), data)
+        }
+        /// Waits for the last replay and copies the buffer `select` picks to the host.
+        pub fn download<
+            T: ::stepgraph::__rt_v1::DeviceRepr + ::core::clone::Clone
+                + ::core::default::Default,
+        >(
+            &self,
+            select: impl ::core::ops::FnOnce(
+                &Buffers,
+            ) -> &::stepgraph::__rt_v1::DeviceBuffer<T>,
+        ) -> ::stepgraph::__rt_v1::Result<::std::vec::Vec<T>> {
+            self.exec.download(select(&self.buffers))
+        }
         /// The executor: streams, events, the graph.
         pub fn executor(&self) -> &::stepgraph::__rt_v1::Executor {
             &self.exec

@@ -72,6 +72,26 @@ mod broken {
         pub fn config(&self) -> &Config {
             ::core::panic!("stepgraph: step `broken` did not compile")
         }
+        pub fn upload<T: ::stepgraph::__rt_v1::DeviceRepr>(
+            &mut self,
+            select: impl ::core::ops::FnOnce(
+                &Buffers,
+            ) -> &::stepgraph::__rt_v1::DeviceBuffer<T>,
+            data: &[T],
+        ) -> ::stepgraph::__rt_v1::Result<()> {
+            ::core::panic!("stepgraph: step `broken` did not compile")
+        }
+        pub fn download<
+            T: ::stepgraph::__rt_v1::DeviceRepr + ::core::clone::Clone
+                + ::core::default::Default,
+        >(
+            &self,
+            select: impl ::core::ops::FnOnce(
+                &Buffers,
+            ) -> &::stepgraph::__rt_v1::DeviceBuffer<T>,
+        ) -> ::stepgraph::__rt_v1::Result<::std::vec::Vec<T>> {
+            ::core::panic!("stepgraph: step `broken` did not compile")
+        }
         pub fn executor(&self) -> &::stepgraph::__rt_v1::Executor {
             ::core::panic!("stepgraph: step `broken` did not compile")
         }

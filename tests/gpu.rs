@@ -1,0 +1,467 @@
+//! GPU tests: they need a CUDA GPU of compute capability 9.0 and run only with the
+//! `gpu-tests` feature (`cargo xtask bundle --gpu-tests` builds them for the H100 host).
+//! Every test uses random data and compares against a reference computed another way.
+#![cfg(feature = "gpu-tests")]
+
+#[path = "gpu/blas.rs"]
+mod blas;
+
+use std::sync::Arc;
+
+use stepgraph::{
+    CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Mode, Refresh, Result, Schedule,
+};
+use stepgraph_kernels::Kernels;
+
+/// xorshift64*: small, seedable, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next_f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (x >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Uniform in [lo, hi).
+    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| lo + (hi - lo) * self.next_f32()).collect()
+    }
+}
+
+fn device() -> Device {
+    Device::new(0).expect("these tests need a CUDA GPU of compute capability 9.0")
+}
+
+fn kernels(device: &Device) -> Arc<Kernels> {
+    Arc::new(Kernels::load(device).expect("kernels load"))
+}
+
+const N: usize = 4096;
+const ITERS: u32 = 96;
+
+/// Four chains from a random seed, joined by a sum: the fork-join shape.
+#[stepgraph::step(streams(main, chain[4]), kernels = Kernels)]
+mod fork_join {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub seed: DeviceBuffer<f32>,
+        #[per_branch]
+        pub lanes: [DeviceBuffer<f32>; 4],
+        pub total: DeviceBuffer<f32>,
+    }
+
+    #[config]
+    #[derive(Clone, Copy)]
+    pub struct Config {
+        pub iters: u32,
+    }
+
+    #[stream(chain[d])]
+    fn chain(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        d: usize,
+        seed: &DeviceBuffer<f32>,
+        lanes: &mut DeviceBuffer<f32>,
+        iters: u32,
+    ) -> Result<()> {
+        stream.copy(seed, lanes)?;
+        k.axpby(stream, seed, lanes, 0.5 + d as f32, 0.25)?;
+        for _ in 0..4 {
+            k.chain_step(stream, lanes, iters, 0.999, 0.001)?;
+        }
+        Ok(())
+    }
+
+    #[join(chain)]
+    fn total(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        lanes: &[DeviceBuffer<f32>; 4],
+        total: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        stream.copy(&lanes[0], total)?;
+        for lane in &lanes[1..] {
+            k.axpby(stream, lane, total, 1.0, 1.0)?;
+        }
+        Ok(())
+    }
+}
+
+fn fork_join_reference(seed: &[f32], iters: u32) -> Vec<f32> {
+    let mut total = vec![0.0f32; seed.len()];
+    for d in 0..4 {
+        let mut lane: Vec<f32> = seed.to_vec();
+        stepgraph_kernels::axpby_reference(seed, &mut lane, 0.5 + d as f32, 0.25);
+        for _ in 0..4 {
+            stepgraph_kernels::chain_step_reference(&mut lane, iters, 0.999, 0.001);
+        }
+        if d == 0 {
+            total.copy_from_slice(&lane);
+        } else {
+            stepgraph_kernels::axpby_reference(&lane, &mut total, 1.0, 1.0);
+        }
+    }
+    total
+}
+
+fn fork_join_buffers(device: &Device, seed: &[f32]) -> fork_join::Buffers {
+    let nan = vec![f32::NAN; seed.len()];
+    let up = |what, data: &[f32]| device.upload_new(what, data).unwrap();
+    fork_join::Buffers {
+        seed: up("seed", seed),
+        lanes: [
+            up("l0", &nan),
+            up("l1", &nan),
+            up("l2", &nan),
+            up("l3", &nan),
+        ],
+        total: up("total", &nan),
+    }
+}
+
+fn max_rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_finite() {
+                (g - w).abs() / w.abs().max(1e-3)
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn gpu_fork_join_replay_equals_sequential_execution() {
+    let device = device();
+    let k = kernels(&device);
+    let mut rng = Rng::new(1);
+    let config = fork_join::Config { iters: ITERS };
+    let seed = rng.vec(N, -1.0, 1.0);
+    let mut parallel = fork_join::Step::new(
+        &device,
+        k.clone(),
+        fork_join_buffers(&device, &seed),
+        config,
+    )
+    .unwrap();
+    let mut serial = fork_join::Step::with_schedule(
+        &device,
+        k,
+        fork_join_buffers(&device, &seed),
+        config,
+        Schedule::OneStream,
+    )
+    .unwrap();
+    // Three rounds, fresh random seeds uploaded in place between replays.
+    for round in 0..3 {
+        let seed = rng.vec(N, -1.0, 1.0);
+        parallel.upload(|b| &b.seed, &seed).unwrap();
+        serial.upload(|b| &b.seed, &seed).unwrap();
+        parallel.replay().unwrap();
+        serial.replay().unwrap();
+        let p = parallel.download(|b| &b.total).unwrap();
+        let s = serial.download(|b| &b.total).unwrap();
+        // Same kernels in the same per-element order: bit for bit.
+        assert_eq!(
+            p, s,
+            "round {round}: multi-stream result differs from one-stream"
+        );
+        let err = max_rel_err(&p, &fork_join_reference(&seed, ITERS));
+        assert!(
+            err < 1e-5,
+            "round {round}: relative error {err} against the CPU"
+        );
+    }
+    // The plan: each chain forks from capture begin, the join waits once per chain.
+    assert_eq!(fork_join::PLAN.wait_count(), 8);
+    let counts = parallel.executor().node_counts().unwrap();
+    assert_eq!(counts.kernels, 4 * 5 + 3, "{counts:?}");
+    assert_eq!(counts.memcpys, 4 + 1, "{counts:?}");
+}
+
+#[test]
+fn gpu_eager_run_matches_graph_replay() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(2).vec(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: ITERS };
+    let mut step =
+        fork_join::Step::new(&device, k, fork_join_buffers(&device, &seed), config).unwrap();
+    step.run_eager().unwrap();
+    let eager = step.download(|b| &b.total).unwrap();
+    step.upload(|b| &b.total, &vec![f32::NAN; N]).unwrap();
+    step.replay().unwrap();
+    let replay = step.download(|b| &b.total).unwrap();
+    assert_eq!(eager, replay);
+}
+
+/// A device scalar read by a kernel: refreshed from pinned host memory at every replay.
+#[stepgraph::step(streams(main, side), kernels = Kernels)]
+mod scalars {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub scale: DeviceScalars<f32>,
+        pub x: DeviceBuffer<f32>,
+        pub y: DeviceBuffer<f32>,
+        pub z: DeviceBuffer<f32>,
+    }
+
+    fn refresh(stream: &CaptureStream<'_>, scale: &mut DeviceScalars<f32>) -> Result<()> {
+        stream.refresh(scale)
+    }
+
+    #[stream(side)]
+    fn scaled(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        scale: &DeviceScalars<f32>,
+        x: &DeviceBuffer<f32>,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        stream.copy(x, y)?;
+        k.scale_by_scalar(stream, scale, 1, y)
+    }
+
+    fn also_scaled(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        scale: &DeviceScalars<f32>,
+        x: &DeviceBuffer<f32>,
+        z: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        stream.copy(x, z)?;
+        k.scale_by_scalar(stream, scale, 0, z)
+    }
+}
+
+#[test]
+fn gpu_device_scalars_take_new_values_between_replays() {
+    let device = device();
+    let k = kernels(&device);
+    let mut rng = Rng::new(3);
+    let x = rng.vec(N, -2.0, 2.0);
+    let buffers = scalars::Buffers {
+        scale: DeviceScalars::new(&device, "scale", &[1.0, 1.0]).unwrap(),
+        x: device.upload_new("x", &x).unwrap(),
+        y: device.upload_new("y", &vec![f32::NAN; N]).unwrap(),
+        z: device.upload_new("z", &vec![f32::NAN; N]).unwrap(),
+    };
+    let mut step = scalars::Step::new(&device, k, buffers, scalars::Config {}).unwrap();
+    for _ in 0..5 {
+        let (s0, s1) = (rng.next_f32() * 4.0 - 2.0, rng.next_f32() * 4.0 - 2.0);
+        {
+            let access = step.host_access().unwrap();
+            step.buffers().scale.set(&access, 0, s0).unwrap();
+            step.buffers().scale.set(&access, 1, s1).unwrap();
+        }
+        step.replay().unwrap();
+        let y = step.download(|b| &b.y).unwrap();
+        let z = step.download(|b| &b.z).unwrap();
+        for i in 0..N {
+            assert_eq!(y[i], x[i] * s1, "y[{i}] with scale {s1}");
+            assert_eq!(z[i], x[i] * s0, "z[{i}] with scale {s0}");
+        }
+    }
+    // Out of range is an error, not a panic.
+    let access = step.host_access().unwrap();
+    assert!(step.buffers().scale.set(&access, 2, 1.0).is_err());
+}
+
+#[test]
+fn gpu_rebinding_a_buffer_updates_the_graph_in_place() {
+    let device = device();
+    let k = kernels(&device);
+    let mut rng = Rng::new(4);
+    let seed_a = rng.vec(N, -1.0, 1.0);
+    let seed_b = rng.vec(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: ITERS };
+    let mut step =
+        fork_join::Step::new(&device, k, fork_join_buffers(&device, &seed_a), config).unwrap();
+    step.replay().unwrap();
+    let a = step.download(|b| &b.total).unwrap();
+    assert!(max_rel_err(&a, &fork_join_reference(&seed_a, ITERS)) < 1e-5);
+
+    // A new seed buffer (a new address) and a new total buffer.
+    let new_seed = device.upload_new("seed b", &seed_b).unwrap();
+    let new_total = device.upload_new("total b", &vec![f32::NAN; N]).unwrap();
+    let old_addr = step.buffers().seed.device_address();
+    let (old_seed, old_total) = step
+        .rebind(|b| {
+            (
+                std::mem::replace(&mut b.seed, new_seed),
+                std::mem::replace(&mut b.total, new_total),
+            )
+        })
+        .unwrap();
+    assert_ne!(old_addr, step.buffers().seed.device_address());
+    assert_eq!(step.executor().last_refresh(), Some(Refresh::Updated));
+    drop((old_seed, old_total));
+    step.replay().unwrap();
+    let b = step.download(|b| &b.total).unwrap();
+    let err = max_rel_err(&b, &fork_join_reference(&seed_b, ITERS));
+    assert!(err < 1e-5, "after rebind: relative error {err}");
+}
+
+#[test]
+fn gpu_ten_thousand_replays_without_error_or_memory_growth() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(5).vec(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: 8 };
+    let mut step =
+        fork_join::Step::new(&device, k, fork_join_buffers(&device, &seed), config).unwrap();
+    for _ in 0..100 {
+        step.replay().unwrap();
+    }
+    step.wait().unwrap();
+    device.synchronize().unwrap();
+    let (free_before, _) = device.memory().unwrap();
+    for i in 0..10_000 {
+        step.replay().unwrap();
+        if i % 1000 == 999 {
+            step.wait().unwrap();
+        }
+    }
+    step.wait().unwrap();
+    device.synchronize().unwrap();
+    let (free_after, _) = device.memory().unwrap();
+    assert_eq!(
+        free_before, free_after,
+        "device memory changed over 10,000 replays"
+    );
+    let total = step.download(|b| &b.total).unwrap();
+    assert!(max_rel_err(&total, &fork_join_reference(&seed, 8)) < 1e-5);
+}
+
+/// Two side streams with per-stream scratch: building allocates one copy per extra stream.
+#[stepgraph::step(streams(main, a, b))]
+mod big_scratch {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        #[scratch(per_stream)]
+        pub tmp: DeviceBuffer<u8>,
+    }
+
+    fn zero_main(stream: &CaptureStream<'_>, tmp: &mut DeviceBuffer<u8>) -> Result<()> {
+        stream.memset_zeros(tmp)
+    }
+    #[stream(a)]
+    fn zero_a(stream: &CaptureStream<'_>, tmp: &mut DeviceBuffer<u8>) -> Result<()> {
+        stream.memset_zeros(tmp)
+    }
+    #[stream(b)]
+    fn zero_b(stream: &CaptureStream<'_>, tmp: &mut DeviceBuffer<u8>) -> Result<()> {
+        stream.memset_zeros(tmp)
+    }
+}
+
+#[test]
+fn gpu_out_of_memory_when_building_a_step_names_the_allocation() {
+    let device = device();
+    let (free, _) = device.memory().unwrap();
+    // The user's copy takes 40% of free memory; two more copies cannot fit.
+    let first = device.alloc_zeros::<u8>("tmp", free / 10 * 4).unwrap();
+    let err = big_scratch::Step::new(
+        &device,
+        big_scratch::Buffers { tmp: first },
+        big_scratch::Config {},
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{msg}");
+    assert!(msg.contains("scratch copy 2 of `tmp`"), "{msg}");
+    // Nothing leaked: the failed build freed what it had allocated. Freed memory goes back
+    // to the stream-ordered allocator's pool and to the device at the next synchronise.
+    device.synchronize().unwrap();
+    let (free_after, _) = device.memory().unwrap();
+    assert!(
+        free_after + (1 << 24) >= free,
+        "free {free} before, {free_after} after"
+    );
+    // And an absurd request is a clear error too.
+    let err = device.alloc_zeros::<f32>("huge", 1 << 40).unwrap_err();
+    assert!(err.to_string().contains("huge"), "{err}");
+}
+
+#[test]
+fn gpu_missing_library_is_a_clear_error_and_present_ones_pass() {
+    stepgraph::check_libraries().expect("the CUDA driver and cuBLASLt are installed here");
+    let err = stepgraph::require_library("cublasLt_stepgraph_absent").unwrap_err();
+    assert!(matches!(err, Error::LibraryMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("libcublasLt_stepgraph_absent.so"),
+        "{err}"
+    );
+}
+
+/// An op that fails only during capture, after another stream has forked.
+#[stepgraph::step(streams(main, side))]
+mod fails_in_capture {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+        pub y: DeviceBuffer<f32>,
+    }
+
+    #[stream(side)]
+    fn side_work(stream: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        stream.memset_zeros(x)
+    }
+
+    fn main_work(stream: &CaptureStream<'_>, y: &mut DeviceBuffer<f32>) -> Result<()> {
+        if stream.mode() == Mode::Capture {
+            return Err(Error::Invalid("planted failure".into()));
+        }
+        stream.memset_zeros(y)
+    }
+}
+
+#[test]
+fn gpu_a_failing_op_aborts_the_capture_cleanly() {
+    let device = device();
+    let bufs = || fails_in_capture::Buffers {
+        x: device.upload_new("x", &[1.0f32; 64]).unwrap(),
+        y: device.upload_new("y", &[1.0f32; 64]).unwrap(),
+    };
+    let err =
+        fails_in_capture::Step::new(&device, bufs(), fails_in_capture::Config {}).unwrap_err();
+    let msg = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(msg.contains("main_work"), "{msg}");
+    assert!(
+        msg.contains("planted failure") || format!("{err:?}").contains("planted failure"),
+        "{err:?}"
+    );
+    // The device is still usable: no stream was left capturing.
+    let k = kernels(&device);
+    let seed = Rng::new(6).vec(N, -1.0, 1.0);
+    let mut step = fork_join::Step::new(
+        &device,
+        k,
+        fork_join_buffers(&device, &seed),
+        fork_join::Config { iters: 4 },
+    )
+    .unwrap();
+    step.replay().unwrap();
+    step.wait().unwrap();
+}

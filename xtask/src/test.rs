@@ -1,0 +1,45 @@
+//! `cargo xtask test`: the whole test suite, with nvcc 13.0 so the kernels build.
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::cmd::{self, Workspace};
+use crate::install_nvcc::InstallNvcc;
+
+/// Installs nvcc if needed, runs `cargo test --workspace`, then compiles (does not run)
+/// the GPU tests.
+#[derive(Debug, Args)]
+pub struct Test {
+    /// Print the commands without running them.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Passed to `cargo test --workspace` after its own arguments
+    /// (`cargo xtask test -- -p stepgraph -- --nocapture`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+impl Test {
+    pub fn run(self, ws: &Workspace) -> Result<()> {
+        let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
+
+        let mut all = ws.cargo();
+        all.args(["test", "--workspace"])
+            .args(&self.args)
+            .env("NVCC", &nvcc.path);
+        cmd::run(&mut all, self.dry_run)?;
+
+        // GPU tests cannot run without a GPU; this proves they compile.
+        let mut gpu = ws.cargo();
+        gpu.args([
+            "test",
+            "-p",
+            "stepgraph-suite",
+            "--features",
+            "gpu-tests",
+            "--no-run",
+        ])
+        .env("NVCC", &nvcc.path);
+        cmd::run(&mut gpu, self.dry_run)
+    }
+}
