@@ -542,11 +542,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                     let op = ops[instances[k].op];
                     let key = (instances[k].op, buf.name.to_string());
                     if !reported.contains(&key) {
-                        let span = op
-                            .params
-                            .iter()
-                            .find(|p| p.binding == buf.name)
-                            .map_or(op.name.span(), |p| p.span);
+                        let span = param_span(op, &buf.name);
                         errors.at(
                             span,
                             format!(
@@ -605,11 +601,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             reported.push((b.op, res.buf));
             let buf = buffers[res.buf];
             let op = ops[b.op];
-            let span = op
-                .params
-                .iter()
-                .find(|p| p.binding == buf.name)
-                .map_or(op.name.span(), |p| p.span);
+            let span = param_span(op, &buf.name);
             errors.at(
                 span,
                 format!(
@@ -628,4 +620,12 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         extra_copies,
         branch_widths,
     })
+}
+
+/// Where an error about an op's use of `buffer` points: the parameter that binds it.
+fn param_span(op: &Op, buffer: &Ident) -> Span {
+    op.params
+        .iter()
+        .find(|p| p.binding == *buffer)
+        .map_or(op.name.span(), |p| p.span)
 }
