@@ -20,6 +20,7 @@ mod error;
 mod exec;
 mod graph;
 pub mod plan;
+mod profile;
 mod scalars;
 mod stream;
 
@@ -35,6 +36,7 @@ pub use error::{Error, Result};
 pub use exec::{Executor, Issue, Schedule};
 pub use graph::{Graph, NodeCounts, Refresh};
 pub use plan::PlanDesc;
+pub use profile::{OpTiming, Profile, WaitEdge};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use stepgraph_macros::step;
 pub use stream::{Blas, CaptureStream, Kernel, Launch, Mode, Module};
