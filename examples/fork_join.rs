@@ -185,6 +185,10 @@ fn run(device: &Device, quick: bool) -> Result<()> {
         println!("{name:>10} graph matches the CPU reference (worst relative error {worst:.1e})");
     }
 
+    // Read both graphs back from the driver and check them against the plan.
+    println!("stepgraph graph: {}", parallel.verify()?);
+    println!("one-stream graph: {}", serial.verify()?);
+
     let one = median(serial.executor().time_replays(warmup, reps)?);
     let many = median(parallel.executor().time_replays(warmup, reps)?);
 
@@ -214,5 +218,14 @@ fn run(device: &Device, quick: bool) -> Result<()> {
     println!("  stepgraph graph  : {many:.3} ms (median of {reps})");
     println!("  speedup          : {:.2}x", one / many);
     println!("  host cost of one replay: {host_us:.2} us (median of {launches} launches)");
+
+    // Where the time went: a second graph with timing events around every op.
+    let profile = parallel.profile(if quick { 3 } else { 100 })?;
+    println!("{profile}");
+    println!(
+        "  critical path {:.3} ms vs measured step {many:.3} ms: {:.1}%",
+        profile.critical_path_ms(),
+        100.0 * profile.critical_path_ms() / many
+    );
     Ok(())
 }

@@ -465,3 +465,236 @@ fn gpu_a_failing_op_aborts_the_capture_cleanly() {
     step.replay().unwrap();
     step.wait().unwrap();
 }
+
+#[test]
+fn gpu_verifier_passes_on_a_planned_step_and_on_its_one_stream_baseline() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(7).vec(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: 8 };
+    let mut step = fork_join::Step::new(
+        &device,
+        k.clone(),
+        fork_join_buffers(&device, &seed),
+        config,
+    )
+    .unwrap();
+    let report = step.verify().unwrap();
+    // 4 chains reading the seed (no dependency on each other), joined by `total`.
+    assert_eq!(report.ops, 5, "{report}");
+    assert_eq!(report.independent_pairs, 6, "{report}");
+    assert_eq!(
+        report.ordered_dependencies,
+        fork_join::PLAN.edges.len(),
+        "{report}"
+    );
+    // The baseline orders everything, as a one-stream capture must.
+    let mut serial = fork_join::Step::with_schedule(
+        &device,
+        k,
+        fork_join_buffers(&device, &seed),
+        config,
+        Schedule::OneStream,
+    )
+    .unwrap();
+    let report = serial.verify().unwrap();
+    assert_eq!(report.independent_pairs, 0, "{report}");
+    // The graph still replays correctly after the verifying capture.
+    step.replay().unwrap();
+    let total = step.download(|b| &b.total).unwrap();
+    assert!(max_rel_err(&total, &fork_join_reference(&seed, 8)) < 1e-5);
+}
+
+/// Hand-built plans through the runtime's low-level API: ops `write` (main) and `read`
+/// (side) on buffer `x`, with `read` depending on `write` (read after write).
+mod broken {
+    use stepgraph::plan::*;
+
+    const STREAMS: &[StreamDesc] = &[StreamDesc { name: "main" }, StreamDesc { name: "side" }];
+    const BUFS: &[BufferDesc] = &[BufferDesc {
+        name: "x",
+        kind: BufKind::Shared,
+    }];
+    const ACC_W: &[AccessDesc] = &[AccessDesc {
+        buf: BufId(0),
+        copy: 0,
+        access: Access::Write,
+    }];
+    const ACC_R: &[AccessDesc] = &[AccessDesc {
+        buf: BufId(0),
+        copy: 0,
+        access: Access::Read,
+    }];
+    const fn op(
+        name: &'static str,
+        stream: u16,
+        accesses: &'static [AccessDesc],
+        waits: &'static [EventId],
+        record: Option<EventId>,
+    ) -> OpDesc {
+        OpDesc {
+            name,
+            func: name,
+            stream: StreamId(stream),
+            accesses,
+            waits,
+            record,
+            cost: 1.0,
+        }
+    }
+
+    /// `read` forks from capture begin instead of waiting for `write`: a race.
+    pub const RACY: PlanDesc = PlanDesc {
+        step: "racy",
+        streams: STREAMS,
+        buffers: BUFS,
+        ops: &[
+            op("write", 0, ACC_W, &[], None),
+            op("read", 1, ACC_R, &[EventId(0)], Some(EventId(1))),
+        ],
+        edges: &[EdgeDesc {
+            from: OpId(0),
+            to: OpId(1),
+            kind: EdgeKind::ReadAfterWrite,
+            buf: Some(BufId(0)),
+        }],
+        events: &[
+            EventDesc {
+                stream: StreamId(0),
+                after: None,
+            },
+            EventDesc {
+                stream: StreamId(1),
+                after: Some(OpId(1)),
+            },
+        ],
+        final_waits: &[EventId(1)],
+        critical_path: &[],
+        critical_path_by_cost: &[],
+    };
+
+    /// Two independent writers of two buffers, but `second` waits for `first`.
+    const BUFS2: &[BufferDesc] = &[
+        BufferDesc {
+            name: "x",
+            kind: BufKind::Shared,
+        },
+        BufferDesc {
+            name: "y",
+            kind: BufKind::Shared,
+        },
+    ];
+    const ACC_Y: &[AccessDesc] = &[AccessDesc {
+        buf: BufId(1),
+        copy: 0,
+        access: Access::Write,
+    }];
+    pub const SERIALISED: PlanDesc = PlanDesc {
+        step: "serialised",
+        streams: STREAMS,
+        buffers: BUFS2,
+        ops: &[
+            op("first", 0, ACC_W, &[], Some(EventId(0))),
+            op("second", 1, ACC_Y, &[EventId(0)], Some(EventId(1))),
+        ],
+        edges: &[],
+        events: &[
+            EventDesc {
+                stream: StreamId(0),
+                after: Some(OpId(0)),
+            },
+            EventDesc {
+                stream: StreamId(1),
+                after: Some(OpId(1)),
+            },
+        ],
+        final_waits: &[EventId(1)],
+        critical_path: &[],
+        critical_path_by_cost: &[],
+    };
+}
+
+fn capture_two_op_plan(
+    device: &Device,
+    plan: &'static stepgraph::PlanDesc,
+) -> Result<stepgraph::VerifyReport> {
+    use stepgraph::plan::OpId;
+    let k = kernels(device);
+    let mut x = device.upload_new("x", &Rng::new(8).vec(N, -1.0, 1.0))?;
+    let mut y = device.upload_new("y", &Rng::new(9).vec(N, -1.0, 1.0))?;
+    let mut exec = stepgraph::Executor::new(device, plan, Schedule::Planned)?;
+    exec.verify(&mut |issue| {
+        issue.op(OpId(0), |s| k.chain_step(s, &mut x, 4, 0.999, 0.001))?;
+        issue.op(OpId(1), |s| {
+            // Reads x (racy plan) or writes y (serialised plan).
+            if plan.buffers.len() == 1 {
+                k.axpby(s, &x, &mut y, 1.0, 0.0)
+            } else {
+                k.chain_step(s, &mut y, 4, 0.999, 0.001)
+            }
+        })
+    })
+}
+
+#[test]
+fn gpu_verifier_catches_a_racy_schedule_naming_the_ops() {
+    let device = device();
+    let err = capture_two_op_plan(&device, &broken::RACY).unwrap_err();
+    let msg = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    );
+    assert!(msg.contains("race"), "{msg}");
+    assert!(
+        msg.contains("`write` (stream `main`)") && msg.contains("`read` (stream `side`)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn gpu_verifier_catches_a_falsely_serialised_schedule_naming_the_ops() {
+    let device = device();
+    let err = capture_two_op_plan(&device, &broken::SERIALISED).unwrap_err();
+    let msg = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    );
+    assert!(msg.contains("false serialisation"), "{msg}");
+    assert!(
+        msg.contains("`first` (stream `main`)") && msg.contains("`second` (stream `side`)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn gpu_profile_shows_the_chains_overlapping() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(10).vec(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: 4096 };
+    let mut step =
+        fork_join::Step::new(&device, k, fork_join_buffers(&device, &seed), config).unwrap();
+    let profile = step.profile(20).unwrap();
+    println!("{profile}");
+    assert_eq!(profile.ops.len(), 5);
+    // Four chains side by side: streams busy about four times the wall time over the chains.
+    assert!(profile.overlap() > 2.5, "overlap {:.2}", profile.overlap());
+    // The critical path is one chain plus the join: within 10% of the profiled step.
+    let ratio = profile.critical_path_ms() / profile.total_ms;
+    assert!(
+        (0.9..=1.0 + 1e-9).contains(&ratio),
+        "critical path {:.4} of {:.4} ms",
+        profile.critical_path_ms(),
+        profile.total_ms
+    );
+    // The normal graph carries no timing events: profiling left it as it was.
+    let counts = step.executor().node_counts().unwrap();
+    assert_eq!(counts.other, 0, "{counts:?}");
+    step.replay().unwrap();
+    let total = step.download(|b| &b.total).unwrap();
+    assert!(max_rel_err(&total, &fork_join_reference(&seed, 4096)) < 1e-5);
+}

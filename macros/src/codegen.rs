@@ -426,6 +426,24 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
                     ::core::result::Result::Ok((buffers, config))
                 }
 
+                /// Captures a second graph of the step with timing events around every op,
+                /// replays it `replays` times and returns the median timeline: per-op
+                /// durations, per-stream busy time, the measured critical path, the overlap.
+                /// The normal graph is untouched.
+                pub fn profile(&mut self, replays: usize) -> #rt::Result<#rt::Profile> {
+                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
+                    exec.profile(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass), replays)
+                }
+
+                /// Captures the step again, reads the graph back from the driver and checks
+                /// it against the plan: every dependency ordered, nothing independent
+                /// ordered, each op's nodes what it issued. Debug builds do this at every
+                /// capture.
+                pub fn verify(&mut self) -> #rt::Result<#rt::VerifyReport> {
+                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
+                    exec.verify(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
+                }
+
                 fn capture(&mut self) -> #rt::Result<()> {
                     let Step { exec, buffers, scratch, config, #kernels_bind } = self;
                     exec.capture(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
@@ -506,6 +524,8 @@ pub fn stand_in(step: &Step) -> TokenStream {
                 pub fn executor(&self) -> &#rt::Executor { ::core::panic!(#msg) }
                 pub fn rebind<R>(&mut self, f: impl ::core::ops::FnOnce(&mut #buffers_ty) -> R) -> #rt::Result<R> { ::core::panic!(#msg) }
                 pub fn into_parts(self) -> #rt::Result<(#buffers_ty, #config_ty)> { ::core::panic!(#msg) }
+                pub fn profile(&mut self, replays: usize) -> #rt::Result<#rt::Profile> { ::core::panic!(#msg) }
+                pub fn verify(&mut self) -> #rt::Result<#rt::VerifyReport> { ::core::panic!(#msg) }
             }
         }
     }

@@ -1377,7 +1377,9 @@ impl Blas<'_> {
                     c: c_ptr,
                     d: d_ptr,
                 };
-                self.enqueue(plan, matrices, ptrs, args.alpha, args.beta)
+                self.enqueue(plan, matrices, ptrs, args.alpha, args.beta)?;
+                self.count(|c| c.matmuls += 1);
+                Ok(())
             }
         }
     }
@@ -1563,6 +1565,7 @@ impl BlasSession {
             handle: &self.handle,
             stream: &self.stream,
             mode,
+            counts: None,
         }
     }
 

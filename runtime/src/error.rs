@@ -133,6 +133,13 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+    /// The captured graph does not match the plan (a race, a false serialisation, or an
+    /// op whose nodes differ from what it issued); the message names the ops.
+    #[error("the captured graph does not match the plan: {what}")]
+    Verify {
+        /// What differs, naming the ops and their streams.
+        what: String,
+    },
     /// An argument is outside what the call accepts.
     #[error("{0}")]
     Invalid(String),

@@ -1,6 +1,7 @@
 //! The executor behind every generated step: the streams, events and cuBLASLt handles a
 //! plan needs, created once; the dry pass, the capture, the replay.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -12,8 +13,10 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
 use crate::plan::{OpId, PlanDesc, StreamId};
+use crate::profile::{OpTiming, Profile, WaitEdge};
 use crate::scalars::HostAccess;
 use crate::stream::{CaptureStream, Mode};
+use crate::verify::{OpNodes, VerifyReport};
 
 /// Which streams a step's ops are issued on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +48,9 @@ pub struct Executor {
     /// capture can be ended and discarded cleanly.
     abort_joins: Vec<CudaEvent>,
     last_refresh: Option<Refresh>,
+    /// Whether captures are read back and checked against the plan.
+    verify: bool,
+    last_verify: Option<VerifyReport>,
 }
 
 impl fmt::Debug for Executor {
@@ -118,6 +124,8 @@ impl Executor {
             events,
             abort_joins,
             last_refresh: None,
+            verify: cfg!(debug_assertions),
+            last_verify: None,
         })
     }
 
@@ -201,8 +209,17 @@ impl Executor {
     }
 
     /// Runs the ops once, in `mode`, through `issue` (generated code).
-    fn pass(&self, mode: Mode, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
-        issue(&Issue { exec: self, mode })
+    fn pass(
+        &self,
+        mode: Mode,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+        extras: &Extras,
+    ) -> Result<()> {
+        issue(&Issue {
+            exec: self,
+            mode,
+            extras,
+        })
     }
 
     fn sync_all(&self) -> Result<()> {
@@ -216,24 +233,94 @@ impl Executor {
     /// The dry pass, then a RELAXED-mode capture of the ops on the origin stream, then
     /// instantiate (or update in place) and upload. On any failure the capture is ended
     /// and discarded and the previous graph, if any, is kept.
+    ///
+    /// With verification on (the default in debug builds, see [`Executor::set_verify`])
+    /// the captured graph is read back and checked against the plan before it is
+    /// instantiated.
     pub fn capture(&mut self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
         let step = self.plan.step;
         let wrap = |e: Error| Error::Capture {
             step,
             source: Box::new(e),
         };
+        let extras = Extras {
+            tracker: self
+                .verify
+                .then(|| RefCell::new(vec![OpNodes::default(); self.plan.ops.len()])),
+            timers: None,
+        };
+        let captured = self.capture_graph(issue, &extras).map_err(wrap)?;
+        if let Some(tracker) = &extras.tracker {
+            let report = crate::verify::verify_graph(
+                self.plan,
+                self.schedule == Schedule::OneStream,
+                captured.raw(),
+                &tracker.borrow(),
+            )
+            .map_err(wrap)?;
+            self.last_verify = Some(report);
+        }
+        match &mut self.graph {
+            Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
+            None => self.graph = Some(Graph::instantiate(captured).map_err(wrap)?),
+        }
+        self.stale = false;
+        let origin = self.origin().clone();
+        if let Some(graph) = &self.graph {
+            graph.upload(&origin).map_err(wrap)?;
+        }
+        origin
+            .synchronize()
+            .map_err(|e| wrap(Error::driver("cuStreamSynchronize")(e)))
+    }
+
+    /// Turns verification of every capture on or off (on by default in debug builds).
+    pub fn set_verify(&mut self, on: bool) {
+        self.verify = on;
+    }
+
+    /// The report of the last verified capture.
+    pub fn last_verify(&self) -> Option<VerifyReport> {
+        self.last_verify
+    }
+
+    /// Captures the step again with verification on, whatever the build, and returns
+    /// what was checked. The graph is updated in place with the new capture.
+    pub fn verify(
+        &mut self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+    ) -> Result<VerifyReport> {
+        let was = self.verify;
+        self.verify = true;
+        let result = self.capture(issue);
+        self.verify = was;
+        result?;
+        self.last_verify
+            .ok_or_else(|| Error::Invalid("verification produced no report".into()))
+    }
+
+    /// The dry pass and a capture, with the extras (node tracking, timing events), ending
+    /// with the captured graph. The capture is always ended, also when an op fails.
+    fn capture_graph(
+        &self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+        extras: &Extras,
+    ) -> Result<CapturedGraph> {
         // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
         // is created inside the capture.
-        self.pass(Mode::Dry, issue).map_err(wrap)?;
-        self.sync_all().map_err(wrap)?;
+        self.pass(Mode::Dry, issue, &Extras::default())?;
+        self.sync_all()?;
 
         let origin = self.origin().clone();
         origin
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-            .map_err(|e| wrap(Error::driver("cuStreamBeginCapture")(e)))?;
-        let issued = self
-            .record_fork_events()
-            .and_then(|()| self.pass(Mode::Capture, issue))
+            .map_err(Error::driver("cuStreamBeginCapture"))?;
+        let issued = extras
+            .timers
+            .as_ref()
+            .map_or(Ok(()), |t| record_external(&t.begin, &origin))
+            .and_then(|()| self.record_fork_events())
+            .and_then(|()| self.pass(Mode::Capture, issue, extras))
             .and_then(|()| self.final_joins());
         if issued.is_err() {
             self.abort_join();
@@ -248,27 +335,134 @@ impl Executor {
             }
             Ok(_) => None,
             Err(e) => {
-                issued.map_err(wrap)?;
-                return Err(wrap(Error::driver("cuStreamEndCapture")(e)));
+                issued?;
+                return Err(Error::driver("cuStreamEndCapture")(e));
             }
         };
-        issued.map_err(wrap)?;
-        let captured = captured.ok_or_else(|| {
-            wrap(Error::Invalid(
-                "the driver returned no graph for the capture".into(),
-            ))
-        })?;
-        match &mut self.graph {
-            Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
-            None => self.graph = Some(Graph::instantiate(captured).map_err(wrap)?),
+        issued?;
+        captured
+            .ok_or_else(|| Error::Invalid("the driver returned no graph for the capture".into()))
+    }
+
+    /// Captures a second graph of the step with timing events around every op, replays
+    /// it `replays` times (after two warm-up replays) and returns the median of each
+    /// op's start and end. The normal graph is untouched and carries no timing events.
+    pub fn profile(
+        &self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+        replays: usize,
+    ) -> Result<Profile> {
+        let ctx = self.device.context();
+        let timing = || {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(Error::driver("cuEventCreate"))
+        };
+        let n = self.plan.ops.len();
+        let timers = Timers {
+            begin: timing()?,
+            start: (0..n).map(|_| timing()).collect::<Result<_>>()?,
+            end: (0..n).map(|_| timing()).collect::<Result<_>>()?,
+        };
+        let extras = Extras {
+            tracker: None,
+            timers: Some(timers),
+        };
+        let captured = self.capture_graph(issue, &extras)?;
+        let graph = Graph::instantiate(captured)?;
+        let origin = self.origin();
+        graph.upload(origin)?;
+        let Some(timers) = &extras.timers else {
+            return Err(Error::Invalid("profile capture lost its timers".into()));
+        };
+        let replays = replays.max(1);
+        let mut starts = vec![Vec::with_capacity(replays); n];
+        let mut ends = vec![Vec::with_capacity(replays); n];
+        let mut totals = Vec::with_capacity(replays);
+        for r in 0..replays + 2 {
+            graph.launch(origin)?;
+            origin
+                .synchronize()
+                .map_err(Error::driver("cuStreamSynchronize"))?;
+            if r < 2 {
+                continue;
+            }
+            let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+            for i in 0..n {
+                let since = |e: &CudaEvent| {
+                    timers
+                        .begin
+                        .elapsed_ms(e)
+                        .map(f64::from)
+                        .map_err(Error::driver("cuEventElapsedTime"))
+                };
+                let (s, e) = (since(&timers.start[i])?, since(&timers.end[i])?);
+                first = first.min(s);
+                last = last.max(e);
+                starts[i].push(s);
+                ends[i].push(e);
+            }
+            totals.push(last - first);
         }
-        self.stale = false;
-        if let Some(graph) = &self.graph {
-            graph.upload(&origin).map_err(wrap)?;
-        }
-        origin
-            .synchronize()
-            .map_err(|e| wrap(Error::driver("cuStreamSynchronize")(e)))
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let ops: Vec<OpTiming> = self
+            .plan
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| {
+                let start_ms = median(&mut starts[i]);
+                OpTiming {
+                    name: op.name.to_string(),
+                    func: op.func.to_string(),
+                    stream: op.stream.index(),
+                    start_ms,
+                    end_ms: median(&mut ends[i]).max(start_ms),
+                }
+            })
+            .collect();
+        let durations: Vec<f64> = ops.iter().map(OpTiming::duration_ms).collect();
+        let (path, _) = self.plan.longest_path(&durations);
+        let waits = self
+            .plan
+            .ops
+            .iter()
+            .enumerate()
+            .flat_map(|(to, op)| {
+                op.waits.iter().filter_map(move |ev| {
+                    self.plan.events[ev.index()].after.map(|a| WaitEdge {
+                        from: a.index(),
+                        to,
+                    })
+                })
+            })
+            .collect();
+        // Shift so the profile starts at zero.
+        let t0 = ops.iter().map(|o| o.start_ms).fold(f64::INFINITY, f64::min);
+        let t0 = if t0.is_finite() { t0 } else { 0.0 };
+        Ok(Profile {
+            step: self.plan.step.to_string(),
+            device: self.device.name().to_string(),
+            streams: self
+                .plan
+                .streams
+                .iter()
+                .map(|s| s.name.to_string())
+                .collect(),
+            ops: ops
+                .into_iter()
+                .map(|o| OpTiming {
+                    start_ms: o.start_ms - t0,
+                    end_ms: o.end_ms - t0,
+                    ..o
+                })
+                .collect(),
+            waits,
+            critical_path: path.iter().map(|o| o.index()).collect(),
+            total_ms: median(&mut totals),
+        })
     }
 
     /// After a failed op mid-capture: joins every side stream back into the origin, so
@@ -293,7 +487,7 @@ impl Executor {
     /// the same streams and events as the capture.
     pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
         self.record_fork_events()?;
-        self.pass(Mode::Eager, issue)?;
+        self.pass(Mode::Eager, issue, &Extras::default())?;
         self.final_joins()
     }
 
@@ -397,6 +591,39 @@ impl Executor {
 pub struct Issue<'a> {
     exec: &'a Executor,
     mode: Mode,
+    extras: &'a Extras,
+}
+
+/// What a capture records besides the ops.
+#[derive(Default)]
+struct Extras {
+    /// Each op's nodes and counts, for verification.
+    tracker: Option<RefCell<Vec<OpNodes>>>,
+    /// Timing events around each op, for a profile.
+    timers: Option<Timers>,
+}
+
+struct Timers {
+    begin: CudaEvent,
+    start: Vec<CudaEvent>,
+    end: Vec<CudaEvent>,
+}
+
+/// Records a timing event as an event-record node of the graph being captured (an
+/// "external" record), so that its time can be read after each replay. A plain record
+/// during capture only orders streams and leaves no node.
+fn record_external(event: &CudaEvent, stream: &CudaStream) -> Result<()> {
+    // SAFETY: both handles are valid and of one context; the event outlives the graph's
+    // replays (the profile keeps it until it has read the times).
+    unsafe {
+        cudarc::driver::sys::cuEventRecordWithFlags(
+            event.cu_event(),
+            stream.cu_stream(),
+            cudarc::driver::sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32,
+        )
+    }
+    .result()
+    .map_err(Error::driver("cuEventRecordWithFlags"))
 }
 
 impl fmt::Debug for Issue<'_> {
@@ -432,13 +659,38 @@ impl Issue<'_> {
                     .map_err(|e| named(Error::driver("cuStreamWaitEvent")(e)))?;
             }
         }
+        let capturing = self.mode == Mode::Capture;
+        if let (true, Some(t)) = (capturing, &self.extras.timers) {
+            record_external(&t.start[id.index()], stream).map_err(named)?;
+        }
         let cs = CaptureStream {
             stream,
             mode: self.mode,
             name: stream_name,
             blas: &exec.blas[phys],
+            counts: Default::default(),
         };
         body(&cs).map_err(named)?;
+        if capturing {
+            if let Some(t) = &self.extras.timers {
+                record_external(&t.end[id.index()], stream).map_err(named)?;
+            }
+            if let Some(tracker) = &self.extras.tracker {
+                // The op's nodes: those that appeared in the capture graph while it was issued.
+                let graph = crate::verify::capturing_graph(stream.cu_stream()).map_err(named)?;
+                let nodes = crate::verify::graph_nodes(graph).map_err(named)?;
+                let mut t = tracker.borrow_mut();
+                let seen: std::collections::HashSet<usize> = t
+                    .iter()
+                    .flat_map(|o| o.nodes.iter().map(|&n| n as usize))
+                    .collect();
+                let entry = &mut t[id.index()];
+                entry
+                    .nodes
+                    .extend(nodes.into_iter().filter(|&n| !seen.contains(&(n as usize))));
+                entry.counts = cs.counts.get();
+            }
+        }
         if ordered {
             if let Some(ev) = op.record {
                 exec.events[ev.index()]

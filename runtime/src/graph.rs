@@ -63,6 +63,10 @@ impl CapturedGraph {
         CapturedGraph { graph, ctx }
     }
 
+    pub(crate) fn raw(&self) -> sys::CUgraph {
+        self.graph
+    }
+
     fn into_raw(self) -> sys::CUgraph {
         let g = self.graph;
         std::mem::forget(self);

@@ -23,6 +23,7 @@ pub mod plan;
 mod profile;
 mod scalars;
 mod stream;
+mod verify;
 
 pub use blas::{
     BlasElem, BlasHandle, BlasSession, Epilogue, Matmul, MatmulArgs, Precision, WORKSPACE_BYTES,
@@ -40,6 +41,7 @@ pub use profile::{OpTiming, Profile, WaitEdge};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use stepgraph_macros::step;
 pub use stream::{Blas, CaptureStream, Kernel, Launch, Mode, Module};
+pub use verify::{OpCounts, VerifyReport};
 
 /// What generated code calls. Hidden and versioned: a macro expansion from another
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
@@ -49,7 +51,9 @@ pub mod __rt_v1 {
     pub use crate::error::{Error, Result};
     pub use crate::exec::{Executor, Issue, Schedule};
     pub use crate::plan::*;
+    pub use crate::profile::Profile;
     pub use crate::scalars::HostAccess;
+    pub use crate::verify::VerifyReport;
     pub use crate::stream::{Blas, CaptureStream};
     pub use cudarc::driver::DeviceRepr;
 

@@ -1,5 +1,6 @@
 //! The capture stream an op receives, kernels and modules.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use crate::blas::BlasHandle;
 use crate::device::{Device, DeviceBuffer};
 use crate::error::{Error, Result};
 use crate::scalars::DeviceScalars;
+use crate::verify::OpCounts;
 
 /// How a pass over the step's ops treats the work they issue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +51,8 @@ pub struct CaptureStream<'a> {
     pub(crate) mode: Mode,
     pub(crate) name: &'static str,
     pub(crate) blas: &'a BlasHandle,
+    /// What the op issued on this stream, for the verifier.
+    pub(crate) counts: Cell<OpCounts>,
 }
 
 impl fmt::Debug for CaptureStream<'_> {
@@ -73,11 +77,12 @@ impl<'a> CaptureStream<'a> {
     }
 
     /// This stream's cuBLASLt handle and workspace.
-    pub fn blas(&self) -> Blas<'a> {
+    pub fn blas(&self) -> Blas<'_> {
         Blas {
             handle: self.blas,
             stream: self.stream,
             mode: self.mode,
+            counts: Some(&self.counts),
         }
     }
 
@@ -88,7 +93,14 @@ impl<'a> CaptureStream<'a> {
             args: self.stream.launch_builder(&kernel.func),
             mode: self.mode,
             kernel: kernel.name,
+            counts: &self.counts,
         }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut OpCounts)) {
+        let mut c = self.counts.get();
+        f(&mut c);
+        self.counts.set(c);
     }
 
     /// Sets every element of `buf` to zero bits.
@@ -101,6 +113,7 @@ impl<'a> CaptureStream<'a> {
                 .memset_zeros(&mut buf.slice)
                 .map_err(Error::driver("cuMemsetD8Async"))?;
         }
+        self.count(|c| c.memsets += 1);
         Ok(())
     }
 
@@ -122,6 +135,7 @@ impl<'a> CaptureStream<'a> {
                 .memcpy_dtod(&src.slice, &mut dst.slice)
                 .map_err(Error::driver("cuMemcpyDtoDAsync"))?;
         }
+        self.count(|c| c.copies += 1);
         Ok(())
     }
 
@@ -135,6 +149,7 @@ impl<'a> CaptureStream<'a> {
         if self.mode.enqueues() {
             scalars.enqueue_refresh(self.stream)?;
         }
+        self.count(|c| c.copies += 1);
         Ok(())
     }
 }
@@ -144,6 +159,7 @@ pub struct Launch<'b> {
     args: LaunchArgs<'b>,
     mode: Mode,
     kernel: &'static str,
+    counts: &'b Cell<OpCounts>,
 }
 
 impl fmt::Debug for Launch<'_> {
@@ -180,6 +196,9 @@ impl<'b> Launch<'b> {
     /// type, and the grid must only index inside the buffers passed. Typed wrappers in a
     /// kernel registry discharge this once per kernel.
     pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<()> {
+        let mut c = self.counts.get();
+        c.launches += 1;
+        self.counts.set(c);
         if !self.mode.enqueues() {
             return Ok(());
         }
@@ -254,6 +273,18 @@ pub struct Blas<'a> {
     pub(crate) handle: &'a BlasHandle,
     pub(crate) stream: &'a Arc<CudaStream>,
     pub(crate) mode: Mode,
+    /// The op's counters, when the view comes from a capture stream.
+    pub(crate) counts: Option<&'a Cell<OpCounts>>,
+}
+
+impl Blas<'_> {
+    pub(crate) fn count(&self, f: impl FnOnce(&mut OpCounts)) {
+        if let Some(cell) = self.counts {
+            let mut c = cell.get();
+            f(&mut c);
+            cell.set(c);
+        }
+    }
 }
 
 impl fmt::Debug for Blas<'_> {

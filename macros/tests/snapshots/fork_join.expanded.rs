@@ -554,6 +554,32 @@ mod fork_join {
             ::core::mem::drop(exec);
             ::core::result::Result::Ok((buffers, config))
         }
+        /// Captures a second graph of the step with timing events around every op,
+        /// replays it `replays` times and returns the median timeline: per-op
+        /// durations, per-stream busy time, the measured critical path, the overlap.
+        /// The normal graph is untouched.
+        pub fn profile(
+            &mut self,
+            replays: usize,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::Profile> {
+            let Step { exec, buffers, scratch, config, kernels } = self;
+            exec.profile(
+                &mut |__issue| Self::issue(__issue, buffers, scratch, config, kernels),
+                replays,
+            )
+        }
+        /// Captures the step again, reads the graph back from the driver and checks
+        /// it against the plan: every dependency ordered, nothing independent
+        /// ordered, each op's nodes what it issued. Debug builds do this at every
+        /// capture.
+        pub fn verify(
+            &mut self,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::VerifyReport> {
+            let Step { exec, buffers, scratch, config, kernels } = self;
+            exec.verify(
+                &mut |__issue| Self::issue(__issue, buffers, scratch, config, kernels),
+            )
+        }
         fn capture(&mut self) -> ::stepgraph::__rt_v1::Result<()> {
             let Step { exec, buffers, scratch, config, kernels } = self;
             exec.capture(

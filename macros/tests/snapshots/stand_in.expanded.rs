@@ -104,5 +104,16 @@ mod broken {
         pub fn into_parts(self) -> ::stepgraph::__rt_v1::Result<(Buffers, Config)> {
             ::core::panic!("stepgraph: step `broken` did not compile")
         }
+        pub fn profile(
+            &mut self,
+            replays: usize,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::Profile> {
+            ::core::panic!("stepgraph: step `broken` did not compile")
+        }
+        pub fn verify(
+            &mut self,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::VerifyReport> {
+            ::core::panic!("stepgraph: step `broken` did not compile")
+        }
     }
 }

@@ -1,0 +1,541 @@
+//! Verification: the graph the driver captured, read back node by node and edge by edge,
+//! checked against the plan that was checked at compile time.
+//!
+//! During a tracked capture every op's nodes are recorded (the nodes that appear in the
+//! capture graph while the op is issued), with what the op asked for (launches, copies,
+//! memsets, matmuls). After capture:
+//! - every dependency of the plan (data edges, joins, `#[after]`s) must be a path from
+//!   every node of the earlier op to every node of the later one, else the two race;
+//! - no path may join two ops that neither the dependencies nor stream order order, else
+//!   the schedule serialises what the plan proved independent;
+//! - each op's kernel, memcpy and memset nodes must match what it issued.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::mem::MaybeUninit;
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+use crate::plan::{OpId, PlanDesc};
+
+/// What one op issued during a pass, counted by its capture stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// Kernel launches.
+    pub launches: usize,
+    /// cuBLASLt matmuls (one or more kernel nodes each).
+    pub matmuls: usize,
+    /// Device-to-device and host-to-device copies.
+    pub copies: usize,
+    /// Memsets.
+    pub memsets: usize,
+}
+
+/// An op's nodes in the captured graph and what it issued.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct OpNodes {
+    pub nodes: Vec<sys::CUgraphNode>,
+    pub counts: OpCounts,
+}
+
+/// What a successful verification covered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Ops checked.
+    pub ops: usize,
+    /// Nodes of the captured graph.
+    pub nodes: usize,
+    /// Edges of the captured graph.
+    pub edges: usize,
+    /// Dependencies of the plan found ordered in the graph.
+    pub ordered_dependencies: usize,
+    /// Pairs of independent ops found unordered in the graph.
+    pub independent_pairs: usize,
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "graph verified against the plan: {} ops, {} nodes, {} edges; {} dependencies ordered, {} independent pairs unordered",
+            self.ops, self.nodes, self.edges, self.ordered_dependencies, self.independent_pairs
+        )
+    }
+}
+
+/// The graph being captured on `stream`.
+pub(crate) fn capturing_graph(stream: sys::CUstream) -> Result<sys::CUgraph> {
+    let mut status = MaybeUninit::uninit();
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: valid stream; optional out-pointers are null; the graph handle returned is
+    // only queried, never modified, while the capture is in progress.
+    unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            status.as_mut_ptr(),
+            std::ptr::null_mut(),
+            &mut graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(Error::driver("cuStreamGetCaptureInfo"))?;
+    Ok(graph)
+}
+
+/// Every node of `graph`.
+pub(crate) fn graph_nodes(graph: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>> {
+    let mut n = 0usize;
+    // SAFETY: a null array asks for the count only.
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
+        .result()
+        .map_err(Error::driver("cuGraphGetNodes"))?;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    // SAFETY: `nodes` has room for `n` handles.
+    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
+        .result()
+        .map_err(Error::driver("cuGraphGetNodes"))?;
+    nodes.truncate(n);
+    Ok(nodes)
+}
+
+fn graph_edges(graph: sys::CUgraph) -> Result<Vec<(sys::CUgraphNode, sys::CUgraphNode)>> {
+    let mut n = 0usize;
+    // SAFETY: null arrays ask for the count only.
+    unsafe {
+        sys::cuGraphGetEdges_v2(
+            graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut n,
+        )
+    }
+    .result()
+    .map_err(Error::driver("cuGraphGetEdges"))?;
+    let mut from = vec![std::ptr::null_mut(); n];
+    let mut to = vec![std::ptr::null_mut(); n];
+    // SAFETY: both arrays have room for `n` handles; captured edges carry default edge
+    // data, so no edge-data array is needed.
+    unsafe {
+        sys::cuGraphGetEdges_v2(
+            graph,
+            from.as_mut_ptr(),
+            to.as_mut_ptr(),
+            std::ptr::null_mut(),
+            &mut n,
+        )
+    }
+    .result()
+    .map_err(Error::driver("cuGraphGetEdges"))?;
+    Ok(from.into_iter().zip(to).take(n).collect())
+}
+
+fn node_type(node: sys::CUgraphNode) -> Result<sys::CUgraphNodeType> {
+    let mut ty = MaybeUninit::uninit();
+    // SAFETY: `node` is a node of a live graph; `ty` is a valid out-pointer.
+    unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }
+        .result()
+        .map_err(Error::driver("cuGraphNodeGetType"))?;
+    // SAFETY: written by the successful call.
+    Ok(unsafe { ty.assume_init() })
+}
+
+/// Checks a captured graph against `plan`, given each op's nodes. The shape of the
+/// graph is abstracted to what the checks need, so they are tested without a GPU.
+pub(crate) fn verify_graph(
+    plan: &PlanDesc,
+    one_stream: bool,
+    graph: sys::CUgraph,
+    per_op: &[OpNodes],
+) -> Result<VerifyReport> {
+    let nodes = graph_nodes(graph)?;
+    let index: HashMap<usize, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n as usize, i))
+        .collect();
+    let edges: Vec<(usize, usize)> = graph_edges(graph)?
+        .into_iter()
+        .filter_map(|(a, b)| Some((*index.get(&(a as usize))?, *index.get(&(b as usize))?)))
+        .collect();
+    let mut ops = Vec::with_capacity(per_op.len());
+    for (i, op) in per_op.iter().enumerate() {
+        let mut shape = OpShape {
+            nodes: Vec::new(),
+            kernels: 0,
+            memcpys: 0,
+            memsets: 0,
+            counts: op.counts,
+        };
+        for &n in &op.nodes {
+            let Some(&ix) = index.get(&(n as usize)) else {
+                return Err(Error::Invalid(format!(
+                    "op `{}` recorded a node that is not in the captured graph",
+                    plan.ops[i].name
+                )));
+            };
+            shape.nodes.push(ix);
+            match node_type(n)? {
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
+                _ => {}
+            }
+        }
+        ops.push(shape);
+    }
+    check(plan, one_stream, nodes.len(), &edges, &ops)
+}
+
+/// One op as the checks see it: its node indices, node counts by type, and what it
+/// issued.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OpShape {
+    pub nodes: Vec<usize>,
+    pub kernels: usize,
+    pub memcpys: usize,
+    pub memsets: usize,
+    pub counts: OpCounts,
+}
+
+/// A dense bit set.
+#[derive(Clone)]
+struct Bits(Vec<u64>);
+impl Bits {
+    fn new(n: usize) -> Self {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn get(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn or(&mut self, o: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&o.0) {
+            *a |= b;
+        }
+    }
+}
+
+/// `reach[a]`: every node reachable from `a` by one or more edges.
+fn reachability(n: usize, edges: &[(usize, usize)]) -> Result<Vec<Bits>> {
+    let mut succ = vec![Vec::new(); n];
+    let mut indeg = vec![0usize; n];
+    for &(a, b) in edges {
+        succ[a].push(b);
+        indeg[b] += 1;
+    }
+    let mut order = Vec::with_capacity(n);
+    let mut ready: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    while let Some(a) = ready.pop() {
+        order.push(a);
+        for &b in &succ[a] {
+            indeg[b] -= 1;
+            if indeg[b] == 0 {
+                ready.push(b);
+            }
+        }
+    }
+    if order.len() != n {
+        return Err(Error::Invalid("the captured graph has a cycle".into()));
+    }
+    let mut reach = vec![Bits::new(n); n];
+    for &a in order.iter().rev() {
+        let mut r = Bits::new(n);
+        for &b in &succ[a] {
+            r.set(b);
+            r.or(&reach[b]);
+        }
+        reach[a] = r;
+    }
+    Ok(reach)
+}
+
+fn name_pair(plan: &PlanDesc, a: usize, b: usize) -> (String, String) {
+    let op = |i: usize| {
+        let o = &plan.ops[i];
+        format!(
+            "`{}` (stream `{}`)",
+            o.name,
+            plan.streams[o.stream.index()].name
+        )
+    };
+    (op(a), op(b))
+}
+
+/// The checks, over an abstract graph: `n_nodes` nodes, `edges`, and each op's shape.
+/// `one_stream`: the graph was captured with every op on the origin stream (the
+/// baseline), which orders every op after the one before it.
+pub(crate) fn check(
+    plan: &PlanDesc,
+    one_stream: bool,
+    n_nodes: usize,
+    edges: &[(usize, usize)],
+    ops: &[OpShape],
+) -> Result<VerifyReport> {
+    let n_ops = plan.ops.len();
+    if ops.len() != n_ops {
+        return Err(Error::Invalid(format!(
+            "verification needs the nodes of every op: the plan has {n_ops} ops, the capture recorded {}",
+            ops.len()
+        )));
+    }
+    // Node counts: what each op issued must be what the graph holds for it.
+    for (i, op) in ops.iter().enumerate() {
+        let c = op.counts;
+        let kernels_ok = if c.matmuls == 0 {
+            op.kernels == c.launches
+        } else {
+            // A cuBLASLt matmul is one kernel or more (split-K adds a reduction).
+            op.kernels >= c.launches + c.matmuls
+        };
+        if !kernels_ok || op.memcpys != c.copies || op.memsets != c.memsets {
+            return Err(Error::Verify {
+                what: format!(
+                    "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it",
+                    plan.ops[i].name,
+                    c.launches,
+                    c.matmuls,
+                    c.copies,
+                    c.memsets,
+                    op.kernels,
+                    op.memcpys,
+                    op.memsets
+                ),
+            });
+        }
+    }
+
+    let reach = reachability(n_nodes, edges)?;
+    // What the union of an op's nodes reaches.
+    let reach_of: Vec<Bits> = ops
+        .iter()
+        .map(|op| {
+            let mut r = Bits::new(n_nodes);
+            for &n in &op.nodes {
+                r.or(&reach[n]);
+            }
+            r
+        })
+        .collect();
+    let all_before = |a: usize, b: usize| {
+        ops[a]
+            .nodes
+            .iter()
+            .all(|&x| ops[b].nodes.iter().all(|&y| reach[x].get(y)))
+    };
+    let any_path = |a: usize, b: usize| ops[b].nodes.iter().any(|&y| reach_of[a].get(y));
+
+    // 1. Every dependency is a path in the graph.
+    let mut ordered = 0;
+    for e in plan.edges {
+        let (a, b) = (e.from.index(), e.to.index());
+        if ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+            continue;
+        }
+        if !all_before(a, b) {
+            let (na, nb) = name_pair(plan, a, b);
+            let buf = e
+                .buf
+                .map(|x| format!(" on buffer `{}`", plan.buffers[x.index()].name))
+                .unwrap_or_default();
+            return Err(Error::Verify {
+                what: format!(
+                    "race: op {nb} depends on op {na} ({:?}{buf}), but the captured graph does not order them",
+                    e.kind
+                ),
+            });
+        }
+        ordered += 1;
+    }
+
+    // 2. Nothing orders two ops that neither a dependency nor stream order orders.
+    let mut must: Vec<Bits> = vec![Bits::new(n_ops); n_ops];
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n_ops];
+    for e in plan.edges {
+        preds[e.to.index()].push(e.from.index());
+    }
+    let mut last_on: HashMap<usize, usize> = HashMap::new();
+    for (b, op) in plan.ops.iter().enumerate() {
+        let stream = if one_stream { 0 } else { op.stream.index() };
+        if let Some(a) = last_on.insert(stream, b) {
+            preds[b].push(a);
+            if one_stream
+                && !ops[a].nodes.is_empty()
+                && !ops[b].nodes.is_empty()
+                && !all_before(a, b)
+            {
+                let (na, nb) = name_pair(plan, a, b);
+                return Err(Error::Verify {
+                    what: format!("one-stream capture: op {nb} is not ordered after op {na}"),
+                });
+            }
+        }
+    }
+    for b in 0..n_ops {
+        let mut m = Bits::new(n_ops);
+        for &a in &preds[b] {
+            m.set(a);
+            let prev = must[a].clone();
+            m.or(&prev);
+        }
+        must[b] = m;
+    }
+    let mut independent = 0;
+    for b in 0..n_ops {
+        for a in 0..b {
+            if must[b].get(a) || ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+                continue;
+            }
+            if any_path(a, b) || any_path(b, a) {
+                let (na, nb) = name_pair(plan, a, b);
+                return Err(Error::Verify {
+                    what: format!(
+                        "false serialisation: ops {na} and {nb} are independent in the plan, but the captured graph orders them"
+                    ),
+                });
+            }
+            independent += 1;
+        }
+    }
+    Ok(VerifyReport {
+        ops: n_ops,
+        nodes: n_nodes,
+        edges: edges.len(),
+        ordered_dependencies: ordered,
+        independent_pairs: independent,
+    })
+}
+
+impl PlanDesc {
+    /// The op with this id, for messages.
+    pub fn op_name(&self, id: OpId) -> &'static str {
+        self.ops.get(id.index()).map_or("?", |o| o.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::*;
+
+    const fn op(
+        name: &'static str,
+        stream: u16,
+        waits: &'static [EventId],
+        record: Option<EventId>,
+    ) -> OpDesc {
+        OpDesc {
+            name,
+            func: name,
+            stream: StreamId(stream),
+            accesses: &[],
+            waits,
+            record,
+            cost: 1.0,
+        }
+    }
+    const STREAMS: &[StreamDesc] = &[StreamDesc { name: "main" }, StreamDesc { name: "side" }];
+    const BUFS: &[BufferDesc] = &[BufferDesc {
+        name: "x",
+        kind: BufKind::Shared,
+    }];
+    // a (main) writes x; b (side) reads x; c (side) independent of a.
+    const PLAN: PlanDesc = PlanDesc {
+        step: "t",
+        streams: STREAMS,
+        buffers: BUFS,
+        ops: &[
+            op("a", 0, &[], Some(EventId(0))),
+            op("b", 1, &[EventId(0)], None),
+            op("c", 0, &[], None),
+        ],
+        edges: &[EdgeDesc {
+            from: OpId(0),
+            to: OpId(1),
+            kind: EdgeKind::ReadAfterWrite,
+            buf: Some(BufId(0)),
+        }],
+        events: &[EventDesc {
+            stream: StreamId(0),
+            after: Some(OpId(0)),
+        }],
+        final_waits: &[],
+        critical_path: &[],
+        critical_path_by_cost: &[],
+    };
+
+    fn shapes() -> Vec<OpShape> {
+        (0..3)
+            .map(|i| OpShape {
+                nodes: vec![i],
+                kernels: 1,
+                counts: OpCounts {
+                    launches: 1,
+                    ..OpCounts::default()
+                },
+                ..OpShape::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_graph_that_matches_the_plan_passes() {
+        // a -> b (the wait), a -> c (stream order on main).
+        let r = check(&PLAN, false, 3, &[(0, 1), (0, 2)], &shapes()).unwrap();
+        assert_eq!(r.ordered_dependencies, 1);
+        assert_eq!(r.independent_pairs, 1); // b and c
+    }
+
+    #[test]
+    fn a_missing_path_is_a_race_naming_both_ops() {
+        let err = check(&PLAN, false, 3, &[(0, 2)], &shapes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("race"), "{err}");
+        assert!(
+            err.contains("`a` (stream `main`)") && err.contains("`b` (stream `side`)"),
+            "{err}"
+        );
+        assert!(err.contains("buffer `x`"), "{err}");
+    }
+
+    #[test]
+    fn an_extra_path_is_false_serialisation_naming_both_ops() {
+        let err = check(&PLAN, false, 3, &[(0, 1), (0, 2), (1, 2)], &shapes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("false serialisation"), "{err}");
+        assert!(
+            err.contains("`b` (stream `side`)") && err.contains("`c` (stream `main`)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_one_stream_capture_is_judged_by_program_order() {
+        // Everything in a chain: right for the baseline, false serialisation for the plan.
+        let chain = [(0, 1), (1, 2)];
+        assert!(check(&PLAN, true, 3, &chain, &shapes()).is_ok());
+        assert!(check(&PLAN, false, 3, &chain, &shapes()).is_err());
+        let err = check(&PLAN, true, 3, &[(0, 1)], &shapes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not ordered after op `b`"), "{err}");
+    }
+
+    #[test]
+    fn node_counts_must_match_what_the_op_issued() {
+        let mut s = shapes();
+        s[1].kernels = 2;
+        let err = check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("op `b` issued 1 launches"), "{err}");
+    }
+}
