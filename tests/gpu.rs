@@ -675,26 +675,30 @@ fn gpu_profile_shows_the_chains_overlapping() {
     let device = device();
     let k = kernels(&device);
     let seed = Rng::new(10).vec(N, -1.0, 1.0);
-    let config = fork_join::Config { iters: 4096 };
+    // Chains of about 0.25 ms, so launch gaps of a few microseconds are small beside them.
+    let config = fork_join::Config { iters: 16384 };
     let mut step =
         fork_join::Step::new(&device, k, fork_join_buffers(&device, &seed), config).unwrap();
     let profile = step.profile(20).unwrap();
     println!("{profile}");
     assert_eq!(profile.ops.len(), 5);
-    // Four chains side by side: streams busy about four times the wall time over the chains.
-    assert!(profile.overlap() > 2.5, "overlap {:.2}", profile.overlap());
-    // The critical path is one chain plus the join: within 10% of the profiled step.
-    let ratio = profile.critical_path_ms() / profile.total_ms;
+    // Four chains side by side: the streams are busy about four times the wall time.
+    assert!(profile.overlap() > 3.0, "overlap {:.2}", profile.overlap());
+    // The critical path (one chain, then the join) accounts for the measured step time of
+    // the normal graph, within 10%.
+    let mut times = step.executor().time_replays(5, 50).unwrap();
+    times.sort_by(f64::total_cmp);
+    let step_ms = times[times.len() / 2];
+    let ratio = profile.critical_path_ms() / step_ms;
     assert!(
-        (0.9..=1.0 + 1e-9).contains(&ratio),
-        "critical path {:.4} of {:.4} ms",
-        profile.critical_path_ms(),
-        profile.total_ms
+        (0.9..=1.1).contains(&ratio),
+        "critical path {:.4} ms, step {step_ms:.4} ms",
+        profile.critical_path_ms()
     );
     // The normal graph carries no timing events: profiling left it as it was.
     let counts = step.executor().node_counts().unwrap();
     assert_eq!(counts.other, 0, "{counts:?}");
     step.replay().unwrap();
     let total = step.download(|b| &b.total).unwrap();
-    assert!(max_rel_err(&total, &fork_join_reference(&seed, 4096)) < 1e-5);
+    assert!(max_rel_err(&total, &fork_join_reference(&seed, 16384)) < 1e-5);
 }

@@ -148,6 +148,9 @@ impl Graph {
         unsafe { sys::cuGraphGetNodes(self.graph, std::ptr::null_mut(), &mut n) }
             .result()
             .map_err(Error::driver("cuGraphGetNodes"))?;
+        if n == 0 {
+            return Ok(NodeCounts::default());
+        }
         let mut nodes = vec![std::ptr::null_mut(); n];
         // SAFETY: `nodes` has room for `n` handles.
         unsafe { sys::cuGraphGetNodes(self.graph, nodes.as_mut_ptr(), &mut n) }

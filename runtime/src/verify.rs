@@ -93,6 +93,9 @@ pub(crate) fn graph_nodes(graph: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>> 
     unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
         .result()
         .map_err(Error::driver("cuGraphGetNodes"))?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let mut nodes = vec![std::ptr::null_mut(); n];
     // SAFETY: `nodes` has room for `n` handles.
     unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
@@ -116,6 +119,10 @@ fn graph_edges(graph: sys::CUgraph) -> Result<Vec<(sys::CUgraphNode, sys::CUgrap
     }
     .result()
     .map_err(Error::driver("cuGraphGetEdges"))?;
+    if n == 0 {
+        // The driver refuses arrays with a count of zero.
+        return Ok(Vec::new());
+    }
     let mut from = vec![std::ptr::null_mut(); n];
     let mut to = vec![std::ptr::null_mut(); n];
     // SAFETY: both arrays have room for `n` handles; captured edges carry default edge
