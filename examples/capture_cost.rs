@@ -92,6 +92,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> std::process::ExitCode {
+    // `--print-plan dot|svg`: how `cargo xtask plan capture_cost` draws the plan.
+    if let Some(code) = plan().print_if_asked() {
+        return code;
+    }
     let device = match Device::new(0) {
         Ok(d) => d,
         Err(e) => {

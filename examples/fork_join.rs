@@ -7,7 +7,8 @@
 //! reference computed with the same f32 operations.
 //!
 //! `cargo run --release --example fork_join [-- --quick]`; with no GPU it prints the
-//! plan and says what it would need.
+//! plan and says what it would need. `-- --print-plan dot|svg` prints the plan as a
+//! picture and exits (`cargo xtask plan fork_join`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -118,6 +119,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> std::process::ExitCode {
+    // `--print-plan dot|svg`: how `cargo xtask plan fork_join` draws the plan, no GPU used.
+    if let Some(code) = fork_join::PLAN.print_if_asked() {
+        return code;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     println!("{}", fork_join::PLAN);
     let device = match Device::new(0) {
@@ -227,5 +232,20 @@ fn run(device: &Device, quick: bool) -> Result<()> {
         profile.critical_path_ms(),
         100.0 * profile.critical_path_ms() / many
     );
+    // The profile as a record (re-renderable without a GPU), a timeline and a trace, into
+    // $OUT when set (the device runner), else the current folder.
+    if !quick {
+        let dir = std::path::PathBuf::from(std::env::var_os("OUT").unwrap_or_else(|| ".".into()));
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            match std::fs::write(&path, text) {
+                Ok(()) => println!("  wrote {}", path.display()),
+                Err(e) => eprintln!("  could not write {}: {e}", path.display()),
+            }
+        };
+        write("fork_join.profile", profile.to_record());
+        write("fork_join.timeline.svg", profile.to_svg());
+        write("fork_join.trace.json", profile.to_trace_json());
+    }
     Ok(())
 }

@@ -19,6 +19,7 @@ mod device;
 mod error;
 mod exec;
 mod graph;
+mod picture;
 pub mod plan;
 mod profile;
 mod scalars;
@@ -36,6 +37,7 @@ pub use device::{
 pub use error::{Error, Result};
 pub use exec::{Executor, Issue, Schedule};
 pub use graph::{Graph, NodeCounts, Refresh};
+pub use picture::PlanFormat;
 pub use plan::PlanDesc;
 pub use profile::{OpTiming, Profile, WaitEdge};
 pub use scalars::{DeviceScalars, HostAccess};
@@ -53,8 +55,8 @@ pub mod __rt_v1 {
     pub use crate::plan::*;
     pub use crate::profile::Profile;
     pub use crate::scalars::HostAccess;
-    pub use crate::verify::VerifyReport;
     pub use crate::stream::{Blas, CaptureStream};
+    pub use crate::verify::VerifyReport;
     pub use cudarc::driver::DeviceRepr;
 
     /// Allocates `count` more copies shaped like `first` (per-stream or per-branch

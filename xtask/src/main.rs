@@ -1,19 +1,10 @@
-//! `cargo xtask`: the project's chores, written in Rust so that they run wherever cargo
-//! does (the alias lives in `.cargo/config.toml`).
-//!
-//! One module per command, a struct per command with `fn run(self, ws)`. Commands are
-//! built as argument lists with [`std::process::Command`], never through a shell string,
-//! and every command that writes outside cargo's own folders takes `--dry-run`.
-
-mod bundle;
-mod cmd;
-mod demo;
-mod install_nvcc;
-mod test;
+//! The `cargo xtask` binary: parses the command line and runs the command (the commands
+//! live in the library, one module each).
 
 use clap::{Parser, Subcommand};
 
-use crate::cmd::Workspace;
+use xtask::cmd::Workspace;
+use xtask::{bundle, demo, deploy, install_nvcc, plan, test};
 
 /// Chores of the stepgraph workspace.
 #[derive(Debug, Parser)]
@@ -29,6 +20,10 @@ enum Command {
     Test(test::Test),
     Demo(demo::Demo),
     Bundle(bundle::Bundle),
+    // Boxed: its many options would make every variant as large.
+    Deploy(Box<deploy::Deploy>),
+    Plan(plan::Plan),
+    RenderProfile(plan::RenderProfile),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +34,9 @@ fn main() -> anyhow::Result<()> {
         Command::Test(c) => c.run(&ws),
         Command::Demo(c) => c.run(&ws),
         Command::Bundle(c) => c.run(&ws),
+        Command::Deploy(c) => (*c).run(&ws),
+        Command::Plan(c) => c.run(&ws),
+        Command::RenderProfile(c) => c.run(&ws),
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use super::preflight_sh::{MIN_COMPUTE_CAPABILITY, MIN_DRIVER};
 use crate::install_nvcc::Nvcc;
 
 /// The GPU architecture the kernels are compiled for (`kernels/build.rs`).
@@ -19,13 +20,15 @@ pub struct BundledFile {
     pub bytes: u64,
 }
 
-pub fn render(root: &Path, nvcc: &Nvcc, files: &[BundledFile]) -> Value {
+/// The bundle's `build-info.json`. `libraries` are what `preflight.sh` requires.
+pub fn render(root: &Path, nvcc: &Nvcc, files: &[BundledFile], libraries: &[String]) -> Value {
     let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap_or_default();
     let built_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     json!({
+        "release": release_name(root),
         "git_revision": git(root, &["rev-parse", "HEAD"]),
         // Bundles are often built from an uncommitted tree; say so.
         "git_dirty": git(root, &["status", "--porcelain", "--untracked-files=no"])
@@ -35,11 +38,29 @@ pub fn render(root: &Path, nvcc: &Nvcc, files: &[BundledFile]) -> Value {
         "cudarc": locked_version(&lock, "cudarc"),
         "rustc": command_line(Command::new("rustc").arg("--version")),
         "built_at_unix_s": built_at,
+        "needs": {
+            "compute_capability": MIN_COMPUTE_CAPABILITY,
+            "driver": MIN_DRIVER,
+            "libraries": libraries,
+        },
         "files": files
             .iter()
             .map(|f| json!({ "name": f.name, "kind": f.kind, "bytes": f.bytes }))
             .collect::<Vec<_>>(),
     })
+}
+
+/// The name a deploy gives the bundle's release folder on the host: git's short hash,
+/// with `-dirty` when tracked files have uncommitted changes (`nogit` outside a
+/// repository).
+pub fn release_name(root: &Path) -> String {
+    let Some(hash) = git(root, &["rev-parse", "--short", "HEAD"]) else {
+        return "nogit".to_string();
+    };
+    match git(root, &["status", "--porcelain", "--untracked-files=no"]) {
+        Some(changes) if changes.is_empty() => hash,
+        _ => format!("{hash}-dirty"),
+    }
 }
 
 fn git(root: &Path, args: &[&str]) -> Option<String> {

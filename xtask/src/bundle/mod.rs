@@ -1,26 +1,34 @@
-//! `cargo xtask bundle`: release binaries, a `run.sh` and a `build-info.json` in one
-//! small folder that is copied to the GPU host and run there unchanged.
+//! `cargo xtask bundle`: release binaries, a `run.sh`, a `preflight.sh`, a
+//! `build-info.json` and a `SHA256SUMS` manifest in one small folder that is copied to the
+//! GPU host and run there unchanged.
+//!
+//! Two kinds of bundle: a job (`cargo xtask bundle fork_join`: one example, which `run.sh`
+//! runs in a fresh results folder; what `cargo xtask deploy` ships) and the GPU tests
+//! (`--gpu-tests`: every GPU test binary and example, run one after the other).
 //!
 //! [`Plan`] is the reusable part: which cargo builds to run, which of their executables
-//! to keep, what `run.sh sanitize` runs, and where the bundle goes. The command only
-//! chooses a plan.
+//! to keep, what `run.sh` runs, and where the bundle goes. The command only chooses a
+//! plan; [`Contents`] writes the folder.
 
 mod artifacts;
-mod build_info;
+pub mod build_info;
+pub mod contents;
+pub mod job_sh;
+pub mod manifest;
+pub mod preflight_sh;
 mod run_sh;
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
 pub use self::artifacts::{Artifact, Kind};
-use self::build_info::BundledFile;
-use self::run_sh::RunScript;
+pub use self::contents::Contents;
+use self::preflight_sh::CUDA_LIBRARIES;
 use crate::cmd::{self, Workspace};
 use crate::demo::DEMO_EXAMPLE;
 use crate::install_nvcc::{InstallNvcc, Nvcc};
@@ -33,31 +41,28 @@ pub const SUITE: &str = "stepgraph-suite";
 /// which needs the Rust toolchain the GPU host lacks.
 pub const GPU_TESTS: &str = "gpu*";
 
-/// Where bundles go by default, relative to the workspace root (git-ignored).
+/// Where the GPU-test bundle goes by default, relative to the workspace root
+/// (git-ignored); a job bundle goes to `.device/bundle-<example>`.
 pub const DEFAULT_OUT: &str = ".device/bundle";
 
-/// Marks a folder as written by this command, so a rebuild may clear it.
-const MARKER: &str = ".stepgraph-bundle";
-
-/// Above this, the bundle is too big to ship comfortably to the GPU host.
-const SIZE_WARNING_BYTES: u64 = 40 << 20;
-
-/// `strip` flags: drop debug info but keep the symbol table, so a panic's backtrace on
-/// the host still names functions.
-const STRIP_ARGS: &[&str] = &["--strip-debug"];
-
-/// Builds the GPU tests and the examples in release mode and writes them, with `run.sh`
-/// and `build-info.json`, to a bundle folder for the GPU host.
+/// Builds an example (the job) or the GPU tests and the examples in release mode and
+/// writes them, with `run.sh`, `preflight.sh`, `build-info.json` and `SHA256SUMS`, to a
+/// bundle folder for the GPU host.
 #[derive(Debug, Args)]
 pub struct Bundle {
+    /// The example to bundle as the job (`fork_join`): `run.sh ARGS` runs it in a fresh
+    /// results folder.
+    #[arg(required_unless_present = "gpu_tests", conflicts_with = "gpu_tests")]
+    pub example: Option<String>,
     /// Bundle the GPU test binaries (`tests/gpu*.rs`) and every example, built with
-    /// `--features gpu-tests`.
+    /// `--features gpu-tests`, instead of one job.
     #[arg(long)]
     pub gpu_tests: bool,
-    /// The bundle folder (relative paths are taken from the workspace root). Cleared of a
+    /// The bundle folder (relative paths are taken from the workspace root) [default:
+    /// .device/bundle-<EXAMPLE>, or .device/bundle with --gpu-tests]. Cleared of a
     /// previous bundle first; a folder that is not a bundle is refused.
-    #[arg(long, default_value = DEFAULT_OUT)]
-    pub out: PathBuf,
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Print the commands and files without building or writing anything.
     #[arg(long)]
     pub dry_run: bool,
@@ -65,22 +70,55 @@ pub struct Bundle {
 
 impl Bundle {
     pub fn run(self, ws: &Workspace) -> Result<()> {
-        if !self.gpu_tests {
-            bail!("say what to bundle: `cargo xtask bundle --gpu-tests` (tests and examples)");
-        }
-        let plan = Plan {
-            out: ws.root.join(&self.out),
-            builds: vec![
-                CargoBuild::gpu_tests(),
-                CargoBuild::examples(&["gpu-tests"]),
-            ],
-            sanitize: Some(SanitizeTarget {
-                example: DEMO_EXAMPLE.to_string(),
-                args: vec!["--quick".to_string()],
-            }),
-        };
+        self.build(ws).map(drop)
+    }
+
+    /// Builds the bundle and returns its folder.
+    pub fn build(&self, ws: &Workspace) -> Result<PathBuf> {
+        let plan = self.plan(ws)?;
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
-        plan.execute(ws, &nvcc, self.dry_run)
+        plan.execute(ws, &nvcc, self.dry_run)?;
+        Ok(plan.out)
+    }
+
+    /// Where the bundle goes, without building it.
+    pub fn out(&self, ws: &Workspace) -> PathBuf {
+        let default = match &self.example {
+            Some(example) if !self.gpu_tests => format!("{DEFAULT_OUT}-{example}"),
+            _ => DEFAULT_OUT.to_string(),
+        };
+        ws.root
+            .join(self.out.clone().unwrap_or_else(|| default.into()))
+    }
+
+    fn plan(&self, ws: &Workspace) -> Result<Plan> {
+        let out = self.out(ws);
+        if self.gpu_tests {
+            return Ok(Plan {
+                out,
+                builds: vec![
+                    CargoBuild::gpu_tests(),
+                    CargoBuild::examples(&["gpu-tests"]),
+                ],
+                runner: Runner::Suite {
+                    sanitize: Some(SanitizeTarget {
+                        example: DEMO_EXAMPLE.to_string(),
+                        args: vec!["--quick".to_string()],
+                    }),
+                },
+            });
+        }
+        let example = self.example.as_deref().unwrap_or(DEMO_EXAMPLE);
+        if !is_plain_name(example) {
+            bail!("`{example}` is not an example name: expected letters, digits, `_` and `-`");
+        }
+        Ok(Plan {
+            out,
+            builds: vec![CargoBuild::example(example)],
+            runner: Runner::Job {
+                job: example.to_string(),
+            },
+        })
     }
 }
 
@@ -109,6 +147,14 @@ impl CargoBuild {
                 GPU_TESTS,
             ]),
             keep: Kind::Test,
+        }
+    }
+
+    /// One example of the suite, the job of a job bundle.
+    pub fn example(name: &str) -> CargoBuild {
+        CargoBuild {
+            args: strings(&["build", "--release", "-p", SUITE, "--example", name]),
+            keep: Kind::Example,
         }
     }
 
@@ -167,12 +213,22 @@ pub struct SanitizeTarget {
     pub args: Vec<String>,
 }
 
+/// What a bundle's `run.sh` runs.
+#[derive(Debug, Clone)]
+pub enum Runner {
+    /// Every test binary, then every example; `run.sh sanitize` runs `sanitize` under
+    /// compute-sanitizer.
+    Suite { sanitize: Option<SanitizeTarget> },
+    /// The one executable `job`, with `run.sh`'s arguments, in a fresh results folder.
+    Job { job: String },
+}
+
 /// What goes into a bundle and where.
 #[derive(Debug)]
 pub struct Plan {
     pub out: PathBuf,
     pub builds: Vec<CargoBuild>,
-    pub sanitize: Option<SanitizeTarget>,
+    pub runner: Runner,
 }
 
 impl Plan {
@@ -186,84 +242,14 @@ impl Plan {
             bail!("the builds named no executables to bundle");
         }
 
-        prepare_out(&self.out, dry_run)?;
-        let bin_dir = self.out.join("bin");
-        let mut files = Vec::new();
-        for (name, artifact) in &bins {
-            let dest = bin_dir.join(name);
-            let mut strip = Command::new("strip");
-            strip
-                .args(STRIP_ARGS)
-                .arg("-o")
-                .arg(&dest)
-                .arg(&artifact.path);
-            cmd::run(&mut strip, dry_run)?;
-            let bytes = if dry_run {
-                0
-            } else {
-                fs::metadata(&dest)?.len()
-            };
-            files.push(BundledFile {
-                name: name.clone(),
-                kind: match artifact.kind {
-                    Kind::Test => "test",
-                    Kind::Example => "example",
-                },
-                bytes,
-            });
+        let libraries: Vec<String> = CUDA_LIBRARIES.iter().map(|l| l.to_string()).collect();
+        Contents {
+            out: &self.out,
+            bins: &bins,
+            runner: &self.runner,
+            libraries: &libraries,
         }
-
-        let names = |kind| -> Vec<String> {
-            bins.iter()
-                .filter(|(_, a)| a.kind == kind)
-                .map(|(n, _)| n.clone())
-                .collect()
-        };
-        let (tests, examples) = (names(Kind::Test), names(Kind::Example));
-        if let Some(s) = &self.sanitize
-            && !dry_run
-            && !examples.contains(&s.example)
-        {
-            eprintln!(
-                "warning: the sanitize example `{}` is not in the bundle; `run.sh sanitize` will say so",
-                s.example
-            );
-        }
-        let script = RunScript {
-            tests: &tests,
-            examples: &examples,
-            sanitize: self
-                .sanitize
-                .as_ref()
-                .map(|s| (s.example.as_str(), s.args.as_slice())),
-        }
-        .render();
-        write(&self.out.join("run.sh"), &script, 0o755, dry_run)?;
-
-        let info = build_info::render(&ws.root, nvcc, &files);
-        write(
-            &self.out.join("build-info.json"),
-            &format!("{}\n", serde_json::to_string_pretty(&info)?),
-            0o644,
-            dry_run,
-        )?;
-
-        let total: u64 = files.iter().map(|f| f.bytes).sum();
-        for f in &files {
-            eprintln!("  bin/{:<28} {:>6} KiB  {}", f.name, f.bytes >> 10, f.kind);
-        }
-        eprintln!(
-            "bundle: {} ({} KiB in bin/)",
-            self.out.display(),
-            total >> 10
-        );
-        if total > SIZE_WARNING_BYTES {
-            eprintln!(
-                "warning: the bundle's binaries take {} MiB; it must stay well under 50 MiB",
-                total >> 20
-            );
-        }
-        Ok(())
+        .write(&ws.root, nvcc, dry_run)
     }
 }
 
@@ -299,42 +285,6 @@ fn is_plain_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
-/// Makes `out/bin` empty, refusing to touch a folder this command did not write.
-fn prepare_out(out: &Path, dry_run: bool) -> Result<()> {
-    let non_empty = fs::read_dir(out)
-        .map(|mut entries| entries.next().is_some())
-        .unwrap_or(false);
-    if non_empty && !out.join(MARKER).exists() {
-        bail!(
-            "{} is not empty and was not written by `cargo xtask bundle` (no {MARKER}); \
-             refusing to clear it: pick another --out",
-            out.display()
-        );
-    }
-    let bin = out.join("bin");
-    eprintln!("$ rm -rf {0} && mkdir -p {0}", bin.display());
-    if dry_run {
-        return Ok(());
-    }
-    if bin.exists() {
-        fs::remove_dir_all(&bin).with_context(|| format!("could not clear {}", bin.display()))?;
-    }
-    fs::create_dir_all(&bin).with_context(|| format!("could not create {}", bin.display()))?;
-    fs::write(out.join(MARKER), "written by `cargo xtask bundle`\n")?;
-    Ok(())
-}
-
-fn write(path: &Path, text: &str, mode: u32, dry_run: bool) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    eprintln!("write {}", path.display());
-    if dry_run {
-        return Ok(());
-    }
-    fs::write(path, text).with_context(|| format!("could not write {}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
-    Ok(())
 }
 
 fn strings(words: &[&str]) -> Vec<String> {
@@ -386,5 +336,41 @@ mod tests {
             CargoBuild::examples(&["gpu-tests"]).args.join(" "),
             "build --release -p stepgraph-suite --examples --features gpu-tests"
         );
+    }
+
+    #[test]
+    fn a_job_bundle_builds_its_one_example_into_its_own_folder() {
+        let ws = Workspace {
+            root: PathBuf::from("/ws"),
+            cargo: "cargo".into(),
+        };
+        let bundle = Bundle {
+            example: Some("fork_join".into()),
+            gpu_tests: false,
+            out: None,
+            dry_run: true,
+        };
+        let plan = bundle.plan(&ws).unwrap();
+        assert_eq!(plan.out, PathBuf::from("/ws/.device/bundle-fork_join"));
+        assert_eq!(plan.builds.len(), 1);
+        assert_eq!(
+            plan.builds[0].args.join(" "),
+            "build --release -p stepgraph-suite --example fork_join"
+        );
+        assert!(matches!(&plan.runner, Runner::Job { job } if job == "fork_join"));
+
+        let gpu = Bundle {
+            example: None,
+            gpu_tests: true,
+            out: None,
+            dry_run: true,
+        };
+        assert_eq!(gpu.out(&ws), PathBuf::from("/ws/.device/bundle"));
+        let odd = Bundle {
+            example: Some("a b".into()),
+            gpu_tests: false,
+            ..gpu
+        };
+        assert!(odd.plan(&ws).is_err());
     }
 }

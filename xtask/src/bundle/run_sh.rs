@@ -38,17 +38,55 @@ impl RunScript<'_> {
             .replace("@SANITIZE_EXAMPLE@", &sanitize_example)
             .replace("@SANITIZE_ARGS@", &sanitize_args)
             .replace("@SANITIZER_TOOLS@", &SANITIZER_TOOLS.join(" "))
-            .replace("@CUDA_LIB_DIRS@", &CUDA_LIB_DIRS.join(" "))
-            .replace(
-                "@PYTHON_NVIDIA_LIB_DIRS@",
-                &PYTHON_NVIDIA_LIB_DIRS
-                    .iter()
-                    .map(|d| format!("{d:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )
+            .replace("@LIB_PATH@", &lib_path_block())
     }
 }
+
+/// The shell code that puts the CUDA library folders found on this host on
+/// `LD_LIBRARY_PATH` (and exports it): shared by `run.sh` and `preflight.sh`, so the
+/// preflight finds the libraries exactly where the job will.
+pub fn lib_path_block() -> String {
+    LIB_PATH_BLOCK
+        .replace("@CUDA_LIB_DIRS@", &CUDA_LIB_DIRS.join(" "))
+        .replace(
+            "@PYTHON_NVIDIA_LIB_DIRS@",
+            &PYTHON_NVIDIA_LIB_DIRS
+                .iter()
+                .map(|d| format!("{d:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+}
+
+const LIB_PATH_BLOCK: &str = r#"# libcuda is on the loader cache; cuBLASLt and NVRTC may be only in a toolkit folder or
+# in a Python environment's NVIDIA wheels. Folders that do not exist are skipped.
+add_lib_dir() {
+    [ -d "$1" ] || return 0
+    case ":${LD_LIBRARY_PATH:-}:" in
+        *":$1:"*) ;;
+        *) LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$1" ;;
+    esac
+}
+for dir in @CUDA_LIB_DIRS@; do
+    add_lib_dir "$dir"
+done
+if command -v python3 >/dev/null 2>&1; then
+    while IFS= read -r dir; do
+        add_lib_dir "$dir"
+    done < <(python3 -c '
+import os
+try:
+    import nvidia
+except Exception:
+    raise SystemExit(0)
+for base in list(getattr(nvidia, "__path__", None) or []):
+    for sub in (@PYTHON_NVIDIA_LIB_DIRS@,):
+        path = os.path.join(base, sub)
+        if os.path.isdir(path):
+            print(path)
+' 2>/dev/null || true)
+fi
+export LD_LIBRARY_PATH"#;
 
 const TEMPLATE: &str = r#"#!/usr/bin/env bash
 # Written by `cargo xtask bundle`: rebuild the bundle rather than edit this file.
@@ -78,35 +116,7 @@ examples=(@EXAMPLES@)
 sanitize_example=@SANITIZE_EXAMPLE@
 sanitize_args=(@SANITIZE_ARGS@)
 
-# libcuda is on the loader cache; cuBLASLt and NVRTC may be only in a toolkit folder or
-# in a Python environment's NVIDIA wheels. Folders that do not exist are skipped.
-add_lib_dir() {
-    [ -d "$1" ] || return 0
-    case ":${LD_LIBRARY_PATH:-}:" in
-        *":$1:"*) ;;
-        *) LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$1" ;;
-    esac
-}
-for dir in @CUDA_LIB_DIRS@; do
-    add_lib_dir "$dir"
-done
-if command -v python3 >/dev/null 2>&1; then
-    while IFS= read -r dir; do
-        add_lib_dir "$dir"
-    done < <(python3 -c '
-import os
-try:
-    import nvidia
-except Exception:
-    raise SystemExit(0)
-for base in list(getattr(nvidia, "__path__", None) or []):
-    for sub in (@PYTHON_NVIDIA_LIB_DIRS@,):
-        path = os.path.join(base, sub)
-        if os.path.isdir(path):
-            print(path)
-' 2>/dev/null || true)
-fi
-export LD_LIBRARY_PATH
+@LIB_PATH@
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 if [ -f "$here/build-info.json" ]; then
     cat "$here/build-info.json"

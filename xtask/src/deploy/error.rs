@@ -1,0 +1,111 @@
+//! The ways a deploy fails, each naming what was expected and what was found.
+
+use std::path::PathBuf;
+
+use crate::bundle::manifest::Mismatch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error(
+        "`{tool}` is not installed here: expected it on PATH to {why} (Debian: apt-get install {package})"
+    )]
+    ToolMissing {
+        tool: &'static str,
+        package: &'static str,
+        why: &'static str,
+    },
+
+    #[error("no ssh key at {}: expected a private key file there (--key), found {found}", path.display())]
+    MissingKey { path: PathBuf, found: String },
+
+    #[error("cannot reach {host}: expected an ssh server on port {port}, found {found}")]
+    Unreachable {
+        host: String,
+        port: u16,
+        found: String,
+    },
+
+    #[error("{login} refused the login: expected it to accept {key}, found `{found}`")]
+    AuthRefused {
+        login: String,
+        key: String,
+        found: String,
+    },
+
+    #[error(
+        "the host key of {host} is not the one known: expected the key recorded in {known_hosts}, found `{found}`"
+    )]
+    HostKeyChanged {
+        host: String,
+        known_hosts: String,
+        found: String,
+    },
+
+    #[error(
+        "`rsync` is not installed on {host}: expected it on the remote PATH to copy the bundle, found `{found}`"
+    )]
+    RsyncMissingOnHost { host: String, found: String },
+
+    #[error("the disk of {host} is full: expected room for {what} in {place}, found `{found}`")]
+    DiskFull {
+        host: String,
+        what: &'static str,
+        place: String,
+        found: String,
+    },
+
+    #[error(
+        "checksum mismatch on {host} in {place} after the copy; `current` was not switched:{}\n\
+         (`sha256sum -c SHA256SUMS` in the bundle here says whether it changed since it was built)",
+        list(mismatches)
+    )]
+    ChecksumMismatch {
+        host: String,
+        place: String,
+        mismatches: Vec<Mismatch>,
+    },
+
+    #[error(
+        "preflight failed on {host} ({} of its checks); `current` was not switched:{}",
+        failures.len(),
+        list(failures)
+    )]
+    PreflightFailed { host: String, failures: Vec<String> },
+
+    #[error(
+        "the job failed on {host}: expected `{command}` to exit with status 0, found {status}; its last lines:\n{}\n(results fetched into {})",
+        tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n"),
+        results.display()
+    )]
+    JobFailed {
+        host: String,
+        command: String,
+        status: String,
+        tail: Vec<String>,
+        results: PathBuf,
+    },
+
+    #[error(
+        "{step} failed on {host}: expected exit status 0, found {status}{}",
+        detail(stderr)
+    )]
+    Step {
+        step: &'static str,
+        host: String,
+        status: String,
+        stderr: String,
+    },
+}
+
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| format!("\n  - {i}")).collect()
+}
+
+fn detail(stderr: &str) -> String {
+    let text = stderr.trim();
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(":\n{text}")
+    }
+}

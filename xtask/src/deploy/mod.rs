@@ -1,0 +1,611 @@
+//! `cargo xtask deploy`: ships a bundle to a GPU host over ssh, checks it there, runs it
+//! and brings the results back.
+//!
+//! The steps, each a command echoed before it runs (and only echoed with `--dry-run`):
+//!
+//! 1. bundle the job (`cargo xtask bundle <example>`), or take `--bundle DIR` as it is;
+//! 2. prepare the deploy folder on the host (see [`remote`] for its layout);
+//! 3. rsync the bundle into `releases/<release>.incoming/` (a redeploy sends only what
+//!    changed);
+//! 4. hash every file there and compare with the bundle's `SHA256SUMS`;
+//! 5. run the bundle's `preflight.sh` there (GPU, compute capability, driver, libraries,
+//!    free disk);
+//! 6. only then make the upload `releases/<release>` and switch `current` to it;
+//! 7. run `run.sh ARGS` with its output streamed, in a fresh `runs/<release>/<run>/`;
+//! 8. rsync that folder back into `target/deploy/<host>/<release>/<run>/`.
+//!
+//! Each failure is a [`DeployError`] that names what was expected and what was found.
+//!
+//! `--remote-path-prefix` is a test hook: it puts a folder first on the remote PATH for
+//! the preflight and the job, which is how the tests (`tests/deploy.rs`) put their
+//! stand-in `nvidia-smi` in front of the host's (which on the test machine is none).
+
+mod error;
+pub mod remote;
+mod ssh;
+mod target;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+pub use self::error::DeployError;
+use self::remote::{ACTIVATE, HASHES, Layout, PREPARE, WITH_PATH_PREFIX};
+use self::ssh::{Disk, Outcome, Show, Ssh};
+pub use self::target::Target;
+use crate::bundle::contents::{BUILD_INFO, PREFLIGHT_SH, RUN_SH};
+use crate::bundle::manifest::{self, Manifest};
+use crate::bundle::preflight_sh::{DEFAULT_MIN_FREE_MIB, FAIL_PREFIX};
+use crate::bundle::{Bundle, build_info};
+use crate::cmd::{self, Workspace};
+use crate::demo::DEMO_EXAMPLE;
+
+/// How many of the job's last lines a failure shows.
+const TAIL_LINES: usize = 15;
+
+/// Bundles the job, copies it to the host over ssh, verifies its checksums there, runs
+/// the preflight, switches `current` to it, runs it and fetches its results.
+#[derive(Debug, Args)]
+pub struct Deploy {
+    /// The GPU host: user@host, user@host:port, or user@[ipv6]:port.
+    #[arg(long, value_name = "USER@HOST[:PORT]")]
+    pub host: Target,
+    /// The example to bundle and run.
+    #[arg(long, default_value = DEMO_EXAMPLE, conflicts_with_all = ["bundle", "gpu_tests"])]
+    pub example: String,
+    /// Bundle and run the GPU tests (`cargo xtask bundle --gpu-tests`) instead.
+    #[arg(long, conflicts_with = "bundle")]
+    pub gpu_tests: bool,
+    /// Deploy this bundle folder as it is, without building.
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// The deploy folder on the host; a relative path is taken from the remote home.
+    #[arg(long, value_name = "PATH", default_value = "stepgraph")]
+    pub dir: String,
+    /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
+    #[arg(long, value_name = "PATH")]
+    pub key: Option<PathBuf>,
+    /// The known-hosts file to record and check the host's key in (default: ssh's).
+    #[arg(long, value_name = "PATH")]
+    pub known_hosts: Option<PathBuf>,
+    /// Seconds to wait for the host to answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub connect_timeout: u32,
+    /// Free space the preflight requires in the deploy folder, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MIN_FREE_MIB)]
+    pub min_free_mib: u64,
+    /// Where results are fetched to, as <DIR>/<host>/<release>/<run>/ (relative paths are
+    /// taken from the workspace root).
+    #[arg(long, value_name = "DIR", default_value = "target/deploy")]
+    pub fetch_to: PathBuf,
+    /// Test hook: a folder on the host put first on PATH for the preflight and the job
+    /// (the tests put a stand-in nvidia-smi there).
+    #[arg(long, value_name = "DIR")]
+    pub remote_path_prefix: Option<String>,
+    /// Print every command without running any, changing nothing here or there.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Passed to the job (`cargo xtask deploy --host h100 -- --quick`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+impl Deploy {
+    pub fn run(self, ws: &Workspace) -> Result<()> {
+        let dry_run = self.dry_run;
+        self.check_inputs()?;
+        let bundle = self.bundle_dir(ws)?;
+        let release = release_of(&bundle, ws, dry_run)?;
+        let expected = expected_hashes(&bundle, dry_run)?;
+        let run = run_id(SystemTime::now());
+        let session = Session {
+            ssh: Ssh {
+                target: self.host.clone(),
+                key: self.key.clone(),
+                known_hosts: self.known_hosts.clone(),
+                connect_timeout_s: self.connect_timeout,
+                control: Some(control_dir().join("ssh")),
+            },
+            host: self.host.to_string(),
+            layout: Layout::new(&self.dir, &release),
+            results: ws
+                .root
+                .join(&self.fetch_to)
+                .join(self.host.label())
+                .join(&release)
+                .join(&run),
+            run,
+            path_prefix: self.path_prefix(),
+            dry_run,
+        };
+        eprintln!(
+            "deploy: {} (release {release}) to {}, folder {}",
+            bundle.display(),
+            session.host,
+            session.layout.dir
+        );
+
+        step("connect");
+        let _connection = Connection::open(&session.ssh, dry_run)?;
+        session.prepare()?;
+        session.copy(&bundle)?;
+        session.verify(expected.as_ref())?;
+        session.preflight(self.min_free_mib)?;
+        session.activate()?;
+        let job_failed = session.run_job(&self.args)?;
+        let fetched = session.fetch();
+        if let Some(job_failed) = job_failed {
+            // The job's failure is the news; a failed fetch only adds to it.
+            if let Err(e) = fetched {
+                eprintln!("warning: {e:#}");
+            }
+            return Err(job_failed.into());
+        }
+        fetched?;
+
+        if dry_run {
+            eprintln!("\ndry run: nothing was run, here or on {}", session.host);
+        } else {
+            eprintln!(
+                "\ndeployed {release} to {} ({} -> releases/{release}); results in {}",
+                session.host,
+                session.layout.current(),
+                session.results.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// What can be checked before building or connecting: the folder name, the key, the
+    /// tools.
+    fn check_inputs(&self) -> Result<()> {
+        if self.dir.is_empty() || self.dir.contains(['\n', '\0']) {
+            bail!("--dir: expected a path on the host, found {:?}", self.dir);
+        }
+        if let Some(key) = &self.key
+            && !key.is_file()
+        {
+            let found = match fs::metadata(key) {
+                Ok(_) => "something that is not a file".to_string(),
+                Err(e) => e.to_string().to_lowercase(),
+            };
+            return Err(DeployError::MissingKey {
+                path: key.clone(),
+                found,
+            }
+            .into());
+        }
+        if !self.dry_run {
+            require_tool("ssh", "openssh-client", "reach the host")?;
+            require_tool("rsync", "rsync", "copy the bundle and the results")?;
+        }
+        Ok(())
+    }
+
+    /// The bundle folder: `--bundle` as given, or the example's (or the GPU tests')
+    /// bundle, built now.
+    fn bundle_dir(&self, ws: &Workspace) -> Result<PathBuf> {
+        if let Some(dir) = &self.bundle {
+            for file in [RUN_SH, PREFLIGHT_SH, BUILD_INFO, manifest::FILE] {
+                if !dir.join(file).is_file() {
+                    bail!(
+                        "--bundle {}: expected a bundle folder holding {file}, found none there \
+                         (bundles from before `cargo xtask deploy` lack it: rebuild with \
+                         `cargo xtask bundle`)",
+                        dir.display()
+                    );
+                }
+            }
+            return Ok(dir.clone());
+        }
+        let bundle = Bundle {
+            example: (!self.gpu_tests).then(|| self.example.clone()),
+            gpu_tests: self.gpu_tests,
+            out: None,
+            dry_run: self.dry_run,
+        };
+        eprintln!("== bundle");
+        bundle.build(ws)
+    }
+
+    /// The words that put `--remote-path-prefix` first on the remote PATH.
+    fn path_prefix(&self) -> Vec<String> {
+        match &self.remote_path_prefix {
+            Some(dir) => vec![
+                "bash".into(),
+                "-c".into(),
+                WITH_PATH_PREFIX.into(),
+                dir.clone(),
+            ],
+            None => Vec::new(),
+        }
+    }
+}
+
+/// One deploy's steps on the host, in the order [`Deploy::run`] takes them.
+#[derive(Debug)]
+struct Session {
+    ssh: Ssh,
+    /// The target as written, for messages.
+    host: String,
+    layout: Layout,
+    /// The run's folder name, on the host and here.
+    run: String,
+    /// Where this run's results are fetched to.
+    results: PathBuf,
+    /// Words put before the preflight and the job (the test hook).
+    path_prefix: Vec<String>,
+    dry_run: bool,
+}
+
+impl Session {
+    fn disk<'a>(&'a self, what: &'static str, place: &'a str) -> Option<Disk<'a>> {
+        Some(Disk {
+            host: &self.host,
+            what,
+            place,
+        })
+    }
+
+    fn prepare(&self) -> Result<()> {
+        step("prepare the deploy folder");
+        let args = [self.layout.dir.clone(), self.layout.release.clone()];
+        let outcome = ssh::run(
+            &mut self.ssh.script(&args),
+            Some(&PREPARE),
+            Show::Quiet,
+            self.dry_run,
+        )?;
+        let disk = self.disk("the release", &self.layout.dir);
+        expect_success(&self.ssh, outcome, "preparing the deploy folder", disk).map(drop)
+    }
+
+    /// rsync into the upload folder, which holds hard links to the release of the same
+    /// name if there is one: `--checksum` then sends only files whose content differs.
+    fn copy(&self, bundle: &Path) -> Result<()> {
+        step("copy the bundle");
+        let incoming = self.layout.incoming();
+        let mut copy = self.ssh.rsync(
+            &["--checksum", "--delete", "--itemize-changes"],
+            &format!("{}/", bundle.display()),
+            &self.ssh.remote(&format!("{incoming}/")),
+        );
+        let outcome = ssh::run(&mut copy, None, Show::Stream, self.dry_run)?;
+        let disk = self.disk("the bundle", &incoming);
+        expect_success(&self.ssh, outcome, "copying the bundle", disk).map(drop)
+    }
+
+    /// Hashes every file of the upload on the host and compares with `expected`.
+    fn verify(&self, expected: Option<&Manifest>) -> Result<()> {
+        step("verify the checksums on the host");
+        let incoming = self.layout.incoming();
+        let mut hashes = self.ssh.script(std::slice::from_ref(&incoming));
+        let outcome = ssh::run(&mut hashes, Some(&HASHES), Show::Quiet, self.dry_run)?;
+        let Some(outcome) = expect_success(&self.ssh, outcome, "hashing the upload", None)? else {
+            return Ok(());
+        };
+        let expected = expected.context("the bundle's manifest was not read")?;
+        let found = Manifest::parse(&outcome.stdout).context("reading the host's sha256sum")?;
+        let mismatches = expected.compare(&found);
+        if !mismatches.is_empty() {
+            return Err(DeployError::ChecksumMismatch {
+                host: self.host.clone(),
+                place: incoming,
+                mismatches,
+            }
+            .into());
+        }
+        eprintln!("all {} files match {}", found.entries.len(), manifest::FILE);
+        Ok(())
+    }
+
+    /// The bundle's `preflight.sh`, run from the upload folder; its `FAIL` lines become
+    /// the error.
+    fn preflight(&self, min_free_mib: u64) -> Result<()> {
+        step("preflight on the host");
+        let mut words = self.path_prefix.clone();
+        words.extend([
+            "bash".to_string(),
+            format!("{}/{PREFLIGHT_SH}", self.layout.incoming()),
+            self.layout.dir.clone(),
+            min_free_mib.to_string(),
+        ]);
+        let outcome = ssh::run(&mut self.ssh.exec(&words), None, Show::Stream, self.dry_run)?;
+        let Some(outcome) = outcome.filter(|o| !o.status.success()) else {
+            return Ok(());
+        };
+        let failures: Vec<String> = outcome
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(FAIL_PREFIX))
+            .map(|l| l.trim().to_string())
+            .collect();
+        Err(match self.ssh.classify(&outcome.stderr, None) {
+            None if !failures.is_empty() => DeployError::PreflightFailed {
+                host: self.host.clone(),
+                failures,
+            },
+            _ => failure(&self.ssh, outcome, "the preflight", None),
+        }
+        .into())
+    }
+
+    fn activate(&self) -> Result<()> {
+        step("switch `current`");
+        let args = [self.layout.dir.clone(), self.layout.release.clone()];
+        let outcome = ssh::run(
+            &mut self.ssh.script(&args),
+            Some(&ACTIVATE),
+            Show::Quiet,
+            self.dry_run,
+        )?;
+        let disk = self.disk("the release", &self.layout.dir);
+        if let Some(outcome) = expect_success(&self.ssh, outcome, "switching `current`", disk)? {
+            eprint!("{}", outcome.stdout);
+        }
+        Ok(())
+    }
+
+    /// Runs `run.sh ARGS` with its output streamed. A failing job is returned, not
+    /// raised, so that its results are still fetched; a lost connection is raised.
+    fn run_job(&self, args: &[String]) -> Result<Option<DeployError>> {
+        step("run the job");
+        let run_dir = self.layout.run_dir(&self.run);
+        let mut job = vec![format!("{}/{RUN_SH}", self.layout.release_dir())];
+        job.extend(args.iter().cloned());
+        let mut words = self.path_prefix.clone();
+        words.extend([
+            "env".to_string(),
+            format!("OUT={run_dir}"),
+            "bash".to_string(),
+        ]);
+        words.extend(job.iter().cloned());
+        let outcome = ssh::run(&mut self.ssh.exec(&words), None, Show::Stream, self.dry_run)?;
+        let Some(o) = outcome.filter(|o| !o.status.success()) else {
+            return Ok(None);
+        };
+        // 255 is ssh's own failure (or a job that exits 255: then stderr names no cause).
+        if o.status.code() == Some(255)
+            && let Some(e) = self
+                .ssh
+                .classify(&o.stderr, self.disk("the results", &run_dir))
+        {
+            return Err(e.into());
+        }
+        Ok(Some(DeployError::JobFailed {
+            host: self.host.clone(),
+            command: format!("bash {}", ssh::remote_line(&job)),
+            status: ssh::describe(o.status),
+            tail: o.tail(TAIL_LINES),
+            results: self.results.clone(),
+        }))
+    }
+
+    fn fetch(&self) -> Result<()> {
+        step("fetch the results");
+        eprintln!("$ mkdir -p {}", self.results.display());
+        if !self.dry_run {
+            fs::create_dir_all(&self.results)
+                .with_context(|| format!("could not create {}", self.results.display()))?;
+        }
+        let mut fetch = self.ssh.rsync(
+            &["--itemize-changes"],
+            &self
+                .ssh
+                .remote(&format!("{}/", self.layout.run_dir(&self.run))),
+            &format!("{}/", self.results.display()),
+        );
+        let outcome = ssh::run(&mut fetch, None, Show::Stream, self.dry_run)?;
+        let here = self.results.display().to_string();
+        let disk = Some(Disk {
+            host: "this machine",
+            what: "the results",
+            place: &here,
+        });
+        expect_success(&self.ssh, outcome, "fetching the results", disk).map(drop)
+    }
+}
+
+/// The shared ssh connection: opened once, closed (and its socket's folder removed) when
+/// dropped, whichever way the deploy ends.
+struct Connection<'a> {
+    ssh: &'a Ssh,
+    dry_run: bool,
+}
+
+impl<'a> Connection<'a> {
+    fn open(ssh: &'a Ssh, dry_run: bool) -> Result<Connection<'a>> {
+        let socket = ssh
+            .control
+            .as_ref()
+            .expect("a deploy shares one connection");
+        let folder = socket
+            .parent()
+            .expect("the socket is in a folder of its own");
+        eprintln!("$ mkdir -m 700 {}", folder.display());
+        if !dry_run {
+            use std::os::unix::fs::DirBuilderExt;
+            // A folder left by a killed deploy of the same process id.
+            let _ = fs::remove_dir_all(folder);
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(folder)
+                .with_context(|| format!("could not create {}", folder.display()))?;
+        }
+        // From here on the folder is removed on the way out, whatever happens.
+        let connection = Connection { ssh, dry_run };
+        let outcome = ssh::run(&mut ssh.connect(), None, Show::Quiet, dry_run)?;
+        expect_success(ssh, outcome, "connecting", None)?;
+        Ok(connection)
+    }
+}
+
+impl Drop for Connection<'_> {
+    fn drop(&mut self) {
+        let mut close = self.ssh.disconnect();
+        eprintln!("$ {}", cmd::display(&close));
+        if self.dry_run {
+            return;
+        }
+        // Nothing to close when the connection never opened; either way it is gone.
+        let _ = close
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        if let Some(folder) = self.ssh.control.as_ref().and_then(|s| s.parent()) {
+            let _ = fs::remove_dir_all(folder);
+        }
+    }
+}
+
+/// A folder for the control socket, private to this process. Under the system's
+/// temporary folder unless that path is long: a Unix socket's path must stay under 108
+/// bytes.
+fn control_dir() -> PathBuf {
+    let name = format!("stepgraph-ssh-{}", std::process::id());
+    let tmp = std::env::temp_dir();
+    if tmp.as_os_str().len() + name.len() < 80 {
+        tmp.join(name)
+    } else {
+        Path::new("/tmp").join(name)
+    }
+}
+
+fn step(what: &str) {
+    eprintln!("\n== {what}");
+}
+
+/// `Ok(outcome)` when the run succeeded (or was not run: a dry run), else the
+/// [`failure`].
+fn expect_success(
+    ssh: &Ssh,
+    outcome: Option<Outcome>,
+    step: &'static str,
+    disk: Option<Disk<'_>>,
+) -> Result<Option<Outcome>> {
+    match outcome {
+        Some(o) if !o.status.success() => Err(failure(ssh, o, step, disk).into()),
+        other => Ok(other),
+    }
+}
+
+/// Why a step failed: ssh's own reasons (or a full disk) when its stderr gives them,
+/// else the step with its status and stderr.
+fn failure(ssh: &Ssh, o: Outcome, step: &'static str, disk: Option<Disk<'_>>) -> DeployError {
+    ssh.classify(&o.stderr, disk)
+        .unwrap_or_else(|| DeployError::Step {
+            step,
+            host: ssh.target.to_string(),
+            status: ssh::describe(o.status),
+            stderr: o.stderr,
+        })
+}
+
+/// Fails with [`DeployError::ToolMissing`] unless `tool` runs here.
+fn require_tool(tool: &'static str, package: &'static str, why: &'static str) -> Result<()> {
+    let probe = std::process::Command::new(tool)
+        .arg("-V")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match probe {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(DeployError::ToolMissing { tool, package, why }.into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The release name recorded in the bundle's `build-info.json`; in a dry run whose bundle
+/// was not built, the one it would get.
+fn release_of(bundle: &Path, ws: &Workspace, dry_run: bool) -> Result<String> {
+    let path = bundle.join(BUILD_INFO);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(_) if dry_run => return Ok(build_info::release_name(&ws.root)),
+        Err(e) => return Err(e).with_context(|| format!("could not read {}", path.display())),
+    };
+    let info: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let release = info["release"].as_str().unwrap_or_default();
+    let plain = !release.is_empty()
+        && release
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && !release.starts_with('.');
+    if !plain {
+        bail!(
+            "{}: expected a `release` name (letters, digits, `-`, `_`, `.`), found {:?}; \
+             rebuild the bundle with `cargo xtask bundle`",
+            path.display(),
+            info["release"]
+        );
+    }
+    Ok(release.to_string())
+}
+
+/// The hashes the host must report for the upload: the manifest's, and the manifest's
+/// own (so a manifest damaged on the way is caught too). `None` in a dry run whose bundle
+/// was not built.
+fn expected_hashes(bundle: &Path, dry_run: bool) -> Result<Option<Manifest>> {
+    if dry_run && !bundle.join(manifest::FILE).is_file() {
+        return Ok(None);
+    }
+    let mut expected = Manifest::read(bundle)?;
+    let own = manifest::hash_files(bundle, &[manifest::FILE.to_string()])?;
+    expected.entries.extend(own.entries);
+    Ok(Some(expected))
+}
+
+/// A run's folder name: the UTC time and this process's id, so two deploys in the same
+/// second do not share a results folder (`20261129T170512Z-4242`).
+fn run_id(now: SystemTime) -> String {
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    format!("{}-{}", utc_stamp(secs), std::process::id())
+}
+
+/// `YYYYMMDDTHHMMSSZ` for a Unix time. Written out rather than taken from a date crate:
+/// it is the one date this crate formats, and the conversion is ten lines (Howard
+/// Hinnant's `civil_from_days`).
+fn utc_stamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = unix_secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_are_calendar_dates() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(1_700_000_000), "20231114T221320Z");
+        assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
+        assert_eq!(utc_stamp(4_102_444_799), "20991231T235959Z");
+        assert_eq!(utc_stamp(4_107_542_399), "21000228T235959Z");
+    }
+
+    #[test]
+    fn run_ids_carry_the_process_id() {
+        let id = run_id(UNIX_EPOCH);
+        assert_eq!(id, format!("19700101T000000Z-{}", std::process::id()));
+    }
+}

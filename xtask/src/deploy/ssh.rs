@@ -1,0 +1,496 @@
+//! ssh and rsync to one host: their argument lists, running them with their output shown
+//! and kept, and turning their failures into [`DeployError`]s.
+//!
+//! The one place a shell string is unavoidable is the command ssh hands to the remote
+//! shell: it is built from words, each quoted with [`cmd::quote`], and the logic that
+//! needs more than a word list runs as a fixed script fed to `bash -s` with its values
+//! passed as quoted arguments, never pasted into the script.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread;
+
+use anyhow::{Context, Result};
+
+use super::error::DeployError;
+use super::remote::Script;
+use super::target::Target;
+use crate::cmd;
+
+/// How much of each output stream a run keeps (the end of it).
+const KEPT_BYTES: usize = 1 << 20;
+
+/// How to reach the host.
+#[derive(Debug, Clone)]
+pub struct Ssh {
+    pub target: Target,
+    /// `-i`: the private key (only that key is offered). `None`: ssh's defaults.
+    pub key: Option<PathBuf>,
+    /// `UserKnownHostsFile`: where host keys are recorded. `None`: ssh's default.
+    pub known_hosts: Option<PathBuf>,
+    pub connect_timeout_s: u32,
+    /// `ControlPath`: the socket of the one connection every command shares (see
+    /// [`Ssh::connect`]). `None`: each command connects on its own.
+    pub control: Option<PathBuf>,
+}
+
+/// How long a shared connection outlives its last use if `ssh -O exit` never comes
+/// (the deploy was killed).
+const CONTROL_PERSIST_S: u32 = 120;
+
+/// Where a full disk would be, for [`DeployError::DiskFull`]: on which machine, what
+/// needed the room and in which folder.
+#[derive(Debug, Clone, Copy)]
+pub struct Disk<'a> {
+    pub host: &'a str,
+    pub what: &'static str,
+    pub place: &'a str,
+}
+
+/// Whether a run's output is shown as it comes or only kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    Quiet,
+    Stream,
+}
+
+/// What a finished run left: its status and the end of each output stream.
+#[derive(Debug)]
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// The last `n` non-empty lines of stdout.
+    pub fn tail(&self, n: usize) -> Vec<String> {
+        let lines: Vec<&str> = self
+            .stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        lines[lines.len().saturating_sub(n)..]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
+    }
+}
+
+impl Ssh {
+    /// The options every ssh connection takes: no prompts (a refused key is an error,
+    /// not a password question), new host keys accepted and recorded, changed ones
+    /// refused, a bounded wait for the connection, and only errors from ssh itself.
+    ///
+    /// With a control socket, `master` says whether this command opens the shared
+    /// connection or uses it (ssh keeps the first value given for an option, so the two
+    /// cannot be appended to one another).
+    fn options(&self, master: bool) -> Vec<String> {
+        let mut opts: Vec<String> = [
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
+            "-o",
+            "LogLevel=ERROR",
+        ]
+        .map(String::from)
+        .to_vec();
+        opts.extend([
+            "-o".into(),
+            format!("ConnectTimeout={}", self.connect_timeout_s),
+        ]);
+        if let Some(port) = self.target.port {
+            opts.extend(["-p".into(), port.to_string()]);
+        }
+        if let Some(key) = &self.key {
+            opts.extend([
+                "-i".into(),
+                key.display().to_string(),
+                "-o".into(),
+                "IdentitiesOnly=yes".into(),
+            ]);
+        }
+        if let Some(file) = &self.known_hosts {
+            opts.extend([
+                "-o".into(),
+                format!("UserKnownHostsFile={}", file.display()),
+            ]);
+        }
+        if let Some(socket) = &self.control {
+            let mode = if master { "yes" } else { "no" };
+            opts.extend([
+                "-o".into(),
+                format!("ControlPath={}", socket.display()),
+                "-o".into(),
+                format!("ControlMaster={mode}"),
+            ]);
+        }
+        opts
+    }
+
+    /// `ssh … -o ControlMaster=yes -f -N -- user@host`: logs in once (where a refused
+    /// connection or login shows first) and leaves the connection in the background for
+    /// the other commands, which then skip the handshake. If it goes away they connect
+    /// on their own.
+    pub fn connect(&self) -> Command {
+        let mut ssh = Command::new("ssh");
+        ssh.args(self.options(true))
+            .args([
+                "-o",
+                &format!("ControlPersist={CONTROL_PERSIST_S}"),
+                "-f",
+                "-N",
+            ])
+            .arg("--")
+            .arg(self.target.login())
+            .stdin(Stdio::null());
+        ssh
+    }
+
+    /// `ssh -O exit`: closes the shared connection.
+    pub fn disconnect(&self) -> Command {
+        let mut ssh = Command::new("ssh");
+        ssh.args(self.options(false))
+            .args(["-O", "exit", "--"])
+            .arg(self.target.login())
+            .stdin(Stdio::null());
+        ssh
+    }
+
+    /// `ssh … -- user@host '<words, quoted>'`: the remote shell runs `words` as one
+    /// command. stdin is closed: nothing remote reads the terminal.
+    pub fn exec(&self, words: &[String]) -> Command {
+        let mut ssh = Command::new("ssh");
+        ssh.args(self.options(false))
+            .arg("--")
+            .arg(self.target.login())
+            .arg(remote_line(words))
+            .stdin(Stdio::null());
+        ssh
+    }
+
+    /// `ssh … -- user@host 'bash -s -- <args>'`, to be fed `script` on stdin.
+    pub fn script(&self, args: &[String]) -> Command {
+        let mut words = vec!["bash".to_string(), "-s".into(), "--".into()];
+        words.extend(args.iter().cloned());
+        let mut ssh = self.exec(&words);
+        ssh.stdin(Stdio::piped());
+        ssh
+    }
+
+    /// `rsync -a -e '<ssh …>' <extra> <from> <to>`; one of `from` and `to` is
+    /// [`Ssh::remote`].
+    pub fn rsync(&self, extra: &[&str], from: &str, to: &str) -> Command {
+        let mut shell = vec!["ssh".to_string()];
+        shell.extend(self.options(false));
+        let mut rsync = Command::new("rsync");
+        rsync
+            .arg("-a")
+            .args(extra)
+            .arg("-e")
+            // rsync splits this itself, honouring the same quotes.
+            .arg(remote_line(&shell))
+            .arg(from)
+            .arg(to)
+            .stdin(Stdio::null());
+        rsync
+    }
+
+    /// `user@host:path` for rsync.
+    pub fn remote(&self, path: &str) -> String {
+        format!("{}:{path}", self.target.rsync_login())
+    }
+
+    /// What the login was expected to accept, for [`DeployError::AuthRefused`].
+    fn key_description(&self) -> String {
+        match &self.key {
+            Some(key) => format!("the key {}", key.display()),
+            None => "one of ssh's default keys (~/.ssh/id_*, the agent; or pass --key)".into(),
+        }
+    }
+
+    /// The error for a failed ssh or rsync run when its stderr says why: the connection
+    /// or the login (ssh's own messages), a full `disk` (when the step names one), rsync
+    /// missing on the host. `None` when it is none of those; the caller then names the
+    /// step.
+    pub fn classify(&self, stderr: &str, disk: Option<Disk<'_>>) -> Option<DeployError> {
+        let line_with = |needles: &[&str]| {
+            stderr
+                .lines()
+                .find(|l| needles.iter().any(|n| l.contains(n)))
+                .map(|l| l.trim().to_string())
+        };
+        let host = self.target.host.clone();
+        let port = self.target.port_or_default();
+        let unreachable = |found: String| DeployError::Unreachable {
+            host: host.clone(),
+            port,
+            found,
+        };
+        if line_with(&["Connection refused"]).is_some() {
+            return Some(unreachable(
+                "the connection refused (nothing listens there)".into(),
+            ));
+        }
+        if let Some(l) = line_with(&["timed out"]) {
+            return Some(unreachable(format!(
+                "no answer within {}s (`{l}`)",
+                self.connect_timeout_s
+            )));
+        }
+        if let Some(l) = line_with(&["No route to host", "Network is unreachable"]) {
+            return Some(unreachable(format!("no route to it (`{l}`)")));
+        }
+        if let Some(l) = line_with(&[
+            "Could not resolve hostname",
+            "Name or service not known",
+            "Temporary failure in name resolution",
+        ]) {
+            return Some(unreachable(format!("a name that does not resolve (`{l}`)")));
+        }
+        if let Some(l) = line_with(&["kex_exchange_identification", "Connection closed by"]) {
+            return Some(unreachable(format!(
+                "something that closed the connection before ssh could log in (`{l}`)"
+            )));
+        }
+        if let Some(l) = line_with(&["Permission denied ("]) {
+            return Some(DeployError::AuthRefused {
+                login: self.target.login(),
+                key: self.key_description(),
+                found: l,
+            });
+        }
+        if let Some(l) = line_with(&["Host key verification failed", "IDENTIFICATION HAS CHANGED"])
+        {
+            return Some(DeployError::HostKeyChanged {
+                host,
+                known_hosts: self
+                    .known_hosts
+                    .as_ref()
+                    .map_or("~/.ssh/known_hosts".into(), |p| p.display().to_string()),
+                found: l,
+            });
+        }
+        if let Some(disk) = disk
+            && let Some(l) = line_with(&["No space left on device"])
+        {
+            return Some(DeployError::DiskFull {
+                host: disk.host.to_string(),
+                what: disk.what,
+                place: disk.place.to_string(),
+                found: l,
+            });
+        }
+        if let Some(l) = line_with(&["rsync: command not found", "rsync: not found"]) {
+            return Some(DeployError::RsyncMissingOnHost { host, found: l });
+        }
+        None
+    }
+}
+
+/// Words joined into one line for a shell, each quoted when it needs it.
+pub fn remote_line(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| cmd::quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Echoes `cmd` (with `script` as a here-document in a dry run, or named otherwise) and,
+/// unless it is a dry run, runs it: `script` on its stdin, its output shown as it comes
+/// (`Show::Stream`) or only kept. `None` in a dry run.
+pub fn run(
+    cmd: &mut Command,
+    script: Option<&Script>,
+    show: Show,
+    dry_run: bool,
+) -> Result<Option<Outcome>> {
+    match script {
+        Some(s) if dry_run => eprintln!("$ {} <<'EOF'\n{}EOF", cmd::display(cmd), s.text),
+        Some(s) => eprintln!("$ {} <<'EOF' (the {} script)", cmd::display(cmd), s.name),
+        None => eprintln!("$ {}", cmd::display(cmd)),
+    }
+    if dry_run {
+        return Ok(None);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", cmd::display(cmd)))?;
+    let stream = show == Show::Stream;
+    let out = child.stdout.take().expect("stdout is piped");
+    let err = child.stderr.take().expect("stderr is piped");
+    let out = thread::spawn(move || keep(out, stream.then(std::io::stdout)));
+    let err = thread::spawn(move || keep(err, stream.then(std::io::stderr)));
+    // Written once the readers run, so a chatty command cannot block us both.
+    if let Some(s) = script {
+        let mut stdin = child.stdin.take().expect("stdin is piped for a script");
+        // A broken pipe means ssh ended early (it could not connect); its stderr says why.
+        let _ = stdin.write_all(s.text.as_bytes());
+    }
+    let stdout = out.join().expect("the stdout reader does not panic")?;
+    let stderr = err.join().expect("the stderr reader does not panic")?;
+    let status = child.wait()?;
+    Ok(Some(Outcome {
+        status,
+        stdout,
+        stderr,
+    }))
+}
+
+/// Reads `from` to its end, passing each chunk on to `to` at once (no waiting for a
+/// line: progress output shows as it comes) and keeping the last [`KEPT_BYTES`].
+fn keep(mut from: impl Read, mut to: Option<impl Write>) -> std::io::Result<String> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if let Some(to) = &mut to {
+            // The terminal going away must not stop the run; the output is kept anyway.
+            let _ = to.write_all(&buf[..n]).and_then(|()| to.flush());
+        }
+        kept.extend_from_slice(&buf[..n]);
+        if kept.len() > 2 * KEPT_BYTES {
+            kept.drain(..kept.len() - KEPT_BYTES);
+        }
+    }
+    Ok(String::from_utf8_lossy(&kept).into_owned())
+}
+
+/// An exit status as words: `exit status 3`, `signal 9`.
+pub fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => status.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ssh(key: Option<&str>) -> Ssh {
+        Ssh {
+            target: "root@127.0.0.1:2222".parse().unwrap(),
+            key: key.map(PathBuf::from),
+            known_hosts: Some("/tmp/kh".into()),
+            connect_timeout_s: 5,
+            control: None,
+        }
+    }
+
+    #[test]
+    fn ssh_takes_options_then_the_login_then_one_quoted_line() {
+        let cmd = ssh(Some("/k/id")).exec(&["ls".into(), "/a b".into()]);
+        assert_eq!(
+            cmd::display(&cmd),
+            "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR \
+             -o ConnectTimeout=5 -p 2222 -i /k/id -o IdentitiesOnly=yes \
+             -o UserKnownHostsFile=/tmp/kh -- root@127.0.0.1 'ls '\\''/a b'\\'''"
+        );
+    }
+
+    #[test]
+    fn one_command_opens_the_shared_connection_and_the_others_use_it() {
+        let s = Ssh {
+            control: Some("/tmp/c/cm".into()),
+            ..ssh(None)
+        };
+        let open = cmd::display(&s.connect());
+        assert!(
+            open.ends_with(
+                "-o ControlPath=/tmp/c/cm -o ControlMaster=yes -o ControlPersist=120 -f -N \
+                 -- root@127.0.0.1"
+            ),
+            "{open}"
+        );
+        let used = cmd::display(&s.exec(&["true".into()]));
+        assert!(
+            used.contains("-o ControlPath=/tmp/c/cm -o ControlMaster=no --"),
+            "{used}"
+        );
+        assert!(!used.contains("ControlMaster=yes"), "{used}");
+        let close = cmd::display(&s.disconnect());
+        assert!(
+            close.ends_with("ControlMaster=no -O exit -- root@127.0.0.1"),
+            "{close}"
+        );
+    }
+
+    #[test]
+    fn rsync_gets_the_same_ssh_as_its_shell() {
+        let s = ssh(None);
+        let cmd = s.rsync(&["--delete"], "b/", &s.remote("d/releases/r/"));
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args[..3], ["-a", "--delete", "-e"]);
+        assert!(args[3].starts_with("ssh -o BatchMode=yes"), "{}", args[3]);
+        assert!(args[3].contains("-p 2222"), "{}", args[3]);
+        assert_eq!(args[4..], ["b/", "root@127.0.0.1:d/releases/r/"]);
+    }
+
+    #[test]
+    fn ssh_failures_are_named() {
+        let s = ssh(Some("/k/id"));
+        let disk = Disk {
+            host: "127.0.0.1",
+            what: "the bundle",
+            place: "/d",
+        };
+        let msg = |stderr: &str| s.classify(stderr, Some(disk)).map(|e| e.to_string());
+        assert_eq!(
+            msg("ssh: connect to host 127.0.0.1 port 2222: Connection refused\r\n").unwrap(),
+            "cannot reach 127.0.0.1: expected an ssh server on port 2222, found the connection \
+             refused (nothing listens there)"
+        );
+        assert_eq!(
+            msg("root@127.0.0.1: Permission denied (publickey).\n").unwrap(),
+            "root@127.0.0.1 refused the login: expected it to accept the key /k/id, found \
+             `root@127.0.0.1: Permission denied (publickey).`"
+        );
+        assert!(
+            msg("ssh: Could not resolve hostname nohost: Name or service not known")
+                .unwrap()
+                .contains("a name that does not resolve")
+        );
+        assert!(
+            msg("rsync: write failed on \"/d/x\": No space left on device (28)")
+                .unwrap()
+                .starts_with("the disk of 127.0.0.1 is full: expected room for the bundle in /d")
+        );
+        assert!(
+            msg("bash: line 1: rsync: command not found")
+                .unwrap()
+                .contains("not installed")
+        );
+        // A remote command's own "Permission denied" is not a refused login.
+        assert_eq!(
+            msg("mkdir: cannot create directory '/x': Permission denied"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_tail_skips_blank_lines() {
+        let outcome = Outcome {
+            status: std::process::ExitStatus::default(),
+            stdout: "a\nb\n\nc\n".into(),
+            stderr: String::new(),
+        };
+        assert_eq!(outcome.tail(2), ["b", "c"]);
+        assert_eq!(outcome.tail(9), ["a", "b", "c"]);
+    }
+}

@@ -1,0 +1,622 @@
+//! `cargo xtask deploy` against a host on this machine: an sshd of the test's own on
+//! 127.0.0.1 with throwaway keys, a bundle whose job needs no GPU, and one stand-in, an
+//! `nvidia-smi` script put first on the remote PATH, that answers the preflight's query
+//! with whatever GPU a test writes for it.
+//!
+//! Needs sshd, ssh, ssh-keygen and rsync. When they are missing and the tests run as root
+//! (as in CI), the setup installs them with apt-get; otherwise it fails saying what to
+//! install. Nothing is skipped.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use xtask::bundle::preflight_sh::GPU_QUERY;
+use xtask::bundle::{Artifact, Contents, Kind, Runner, build_info};
+use xtask::install_nvcc::Nvcc;
+
+const SSHD: &str = "/usr/sbin/sshd";
+
+/// A GPU the preflight accepts, and one it refuses on every count.
+const GOOD_GPU: &str = "0, Stand-in H100 80GB HBM3, 9.0, 580.159.04";
+const OLD_GPU: &str = "0, Stand-in A100-SXM4-80GB, 8.0, 570.86.15";
+
+/// The job of the test bundle: writes a table and a JSON file into its working folder
+/// (the run's results folder), prints a few lines, and fails on request.
+const JOB: &str = r#"#!/usr/bin/env bash
+echo "job: started with: $*"
+printf 'op,ms\nseed,0.010\nchain,0.250\n' > table.csv
+printf '{"ok": true}\n' > result.json
+for arg in "$@"; do
+    case "$arg" in
+        --exit=*)
+            echo "job: failing on purpose" >&2
+            exit "${arg#--exit=}"
+            ;;
+    esac
+done
+echo "job: done"
+"#;
+
+/// The stand-in: answers the preflight's one query (anything else is an error, so a
+/// change of query shows here) with the line in the file `gpus` beside it.
+fn stand_in_nvidia_smi() -> String {
+    format!(
+        r#"#!/usr/bin/env bash
+# STAND-IN for nvidia-smi, written by xtask/tests/deploy.rs: there is no GPU here.
+if [ "$*" != {query:?} ]; then
+    echo "stand-in nvidia-smi: unexpected arguments: $*" >&2
+    exit 2
+fi
+cat "$(dirname "$0")/gpus"
+"#,
+        query = GPU_QUERY.join(" ")
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Setup: the tools, an sshd, a host folder, a bundle.
+
+fn missing_tools() -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    if !Path::new(SSHD).exists() {
+        missing.push(SSHD);
+    }
+    for tool in ["ssh", "ssh-keygen", "rsync"] {
+        let found = Command::new("sh")
+            .args(["-c", "command -v \"$1\"", "sh", tool])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            missing.push(tool);
+        }
+    }
+    missing
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Installs openssh-server, openssh-client and rsync when they are missing and we are
+/// root; fails naming what is missing otherwise. Runs once per test binary.
+fn ensure_tools() {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = DONE.get_or_init(|| {
+        let missing = missing_tools();
+        if !missing.is_empty() {
+            if !is_root() {
+                return Err(format!(
+                    "the deploy tests need {missing:?}: install openssh-server, openssh-client \
+                     and rsync (apt-get install openssh-server rsync), or run the tests as root \
+                     and they install them"
+                ));
+            }
+            eprintln!("deploy tests: {missing:?} missing; installing with apt-get");
+            let install = || {
+                Command::new("apt-get")
+                    .args(["install", "-y", "--no-install-recommends"])
+                    .args(["openssh-server", "openssh-client", "rsync"])
+                    .env("DEBIAN_FRONTEND", "noninteractive")
+                    .output()
+            };
+            let mut out = install().map_err(|e| format!("could not run apt-get: {e}"))?;
+            if !out.status.success() {
+                // A fresh machine has no package lists yet.
+                let _ = Command::new("apt-get").arg("update").output();
+                out = install().map_err(|e| format!("could not run apt-get: {e}"))?;
+            }
+            let still = missing_tools();
+            if !out.status.success() || !still.is_empty() {
+                return Err(format!(
+                    "apt-get install openssh-server openssh-client rsync failed ({}), {still:?} \
+                     still missing:\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        // sshd started by root wants its privilege separation folder, which the service
+        // scripts (not run here) would make.
+        if is_root() {
+            fs::create_dir_all("/run/sshd").map_err(|e| format!("mkdir /run/sshd: {e}"))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn keygen(path: &Path) {
+    let status = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "stepgraph-deploy-test",
+            "-f",
+        ])
+        .arg(path)
+        .stdin(Stdio::null())
+        .status()
+        .expect("ssh-keygen runs");
+    assert!(status.success(), "ssh-keygen failed for {}", path.display());
+}
+
+/// A port nothing listens on (for the moment).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port on 127.0.0.1")
+        .port()
+}
+
+fn user() -> String {
+    let out = Command::new("id").arg("-un").output().expect("id runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// An sshd on 127.0.0.1 that accepts one throwaway key; stopped when dropped.
+struct Sshd {
+    child: Child,
+    port: u16,
+    key: PathBuf,
+    log: PathBuf,
+}
+
+impl Sshd {
+    fn start(dir: &Path) -> Sshd {
+        let host_key = dir.join("host_key");
+        let key = dir.join("id_ed25519");
+        keygen(&host_key);
+        keygen(&key);
+        let authorized = dir.join("authorized_keys");
+        fs::copy(key.with_extension("pub"), &authorized).unwrap();
+        let port = free_port();
+        let config = dir.join("sshd_config");
+        fs::write(
+            &config,
+            format!(
+                "ListenAddress 127.0.0.1:{port}\n\
+                 HostKey {host_key}\n\
+                 PidFile {pid}\n\
+                 AuthorizedKeysFile {authorized}\n\
+                 StrictModes no\n\
+                 UsePAM no\n\
+                 PermitRootLogin yes\n\
+                 PubkeyAuthentication yes\n\
+                 PasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\n",
+                host_key = host_key.display(),
+                pid = dir.join("sshd.pid").display(),
+                authorized = authorized.display(),
+            ),
+        )
+        .unwrap();
+        let log = dir.join("sshd.log");
+        let mut child = Command::new(SSHD)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("sshd starts");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "sshd exited ({status}) before listening:\n{}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sshd did not listen on {port} within 10s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Sshd {
+            child,
+            port,
+            key,
+            log,
+        }
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One test's host: its sshd, the deploy folder, the stand-in folder, and where results
+/// are fetched to, all in one temporary folder.
+struct Host {
+    sshd: Sshd,
+    tmp: TempDir,
+}
+
+/// What a deploy printed and how it ended.
+struct Deployed {
+    ok: bool,
+    text: String,
+}
+
+impl Deployed {
+    fn expect_ok(&self) -> &Self {
+        assert!(self.ok, "the deploy failed:\n{}", self.text);
+        self
+    }
+
+    fn expect_failure(&self, needles: &[&str]) -> &Self {
+        assert!(
+            !self.ok,
+            "the deploy succeeded, expected it to fail:\n{}",
+            self.text
+        );
+        self.expect_output(needles)
+    }
+
+    fn expect_output(&self, needles: &[&str]) -> &Self {
+        for needle in needles {
+            assert!(
+                self.text.contains(needle),
+                "expected `{needle}` in the output:\n{}",
+                self.text
+            );
+        }
+        self
+    }
+}
+
+impl Host {
+    fn start() -> Host {
+        ensure_tools();
+        let tmp = tempfile::tempdir().unwrap();
+        let sshd = Sshd::start(tmp.path());
+        let host = Host { sshd, tmp };
+        fs::create_dir_all(host.stand_in()).unwrap();
+        write_executable(&host.stand_in().join("nvidia-smi"), &stand_in_nvidia_smi());
+        host.gpu(GOOD_GPU);
+        host
+    }
+
+    fn stand_in(&self) -> PathBuf {
+        self.tmp.path().join("stand-in")
+    }
+
+    /// The deploy folder on the "host" (this machine).
+    fn remote(&self) -> PathBuf {
+        self.tmp.path().join("remote")
+    }
+
+    fn fetched(&self) -> PathBuf {
+        self.tmp.path().join("fetched")
+    }
+
+    fn target(&self) -> String {
+        format!("{}@127.0.0.1:{}", user(), self.sshd.port)
+    }
+
+    /// What the stand-in nvidia-smi reports.
+    fn gpu(&self, line: &str) {
+        fs::write(self.stand_in().join("gpus"), format!("{line}\n")).unwrap();
+    }
+
+    /// A bundle of the test job written by the bundle code itself; its preflight requires
+    /// `libraries`.
+    fn bundle(&self, libraries: &[&str]) -> PathBuf {
+        let job = self.tmp.path().join("job.sh");
+        write_executable(&job, JOB);
+        let out = self.tmp.path().join("bundle");
+        let bins = BTreeMap::from([(
+            "job".to_string(),
+            Artifact {
+                kind: Kind::Example,
+                target: "job".into(),
+                path: job,
+            },
+        )]);
+        let libraries: Vec<String> = libraries.iter().map(|l| l.to_string()).collect();
+        let nvcc = Nvcc {
+            path: "nvcc".into(),
+            version: "none: the test job has no kernels".into(),
+        };
+        Contents {
+            out: &out,
+            bins: &bins,
+            runner: &Runner::Job { job: "job".into() },
+            libraries: &libraries,
+        }
+        .write(workspace_root(), &nvcc, false)
+        .unwrap();
+        out
+    }
+
+    /// `cargo xtask deploy --bundle <bundle>` to this host. `extra` holds options, which
+    /// replace the defaults of the same name (`--key`, `--host`), then possibly `--` and
+    /// the job's arguments.
+    fn deploy(&self, bundle: &Path, extra: &[&str]) -> Deployed {
+        let split = extra.iter().position(|a| *a == "--").unwrap_or(extra.len());
+        let (options, job_args) = extra.split_at(split);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        cmd.arg("deploy").args(options);
+        let given = |flag: &str| options.contains(&flag);
+        if !given("--host") {
+            cmd.args(["--host", &self.target()]);
+        }
+        if !given("--key") {
+            cmd.arg("--key").arg(&self.sshd.key);
+        }
+        cmd.arg("--bundle")
+            .arg(bundle)
+            .arg("--known-hosts")
+            .arg(self.tmp.path().join("known_hosts"))
+            .arg("--dir")
+            .arg(self.remote())
+            .arg("--fetch-to")
+            .arg(self.fetched())
+            .arg("--remote-path-prefix")
+            .arg(self.stand_in())
+            .args(["--connect-timeout", "5"])
+            .args(job_args);
+        let out = cmd.stdin(Stdio::null()).output().expect("xtask runs");
+        Deployed {
+            ok: out.status.success(),
+            text: format!(
+                "{}{}\n(sshd log: {})",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.sshd.log.display()
+            ),
+        }
+    }
+
+    fn current(&self) -> Option<PathBuf> {
+        fs::read_link(self.remote().join("current")).ok()
+    }
+
+    /// The fetched results folders of `release`, oldest first.
+    fn runs(&self, release: &str) -> Vec<PathBuf> {
+        let dir = self
+            .fetched()
+            .join(format!("127.0.0.1-{}", self.sshd.port))
+            .join(release);
+        let mut runs: Vec<PathBuf> = fs::read_dir(dir)
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        runs.sort();
+        runs
+    }
+}
+
+fn write_executable(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+fn release() -> String {
+    build_info::release_name(workspace_root())
+}
+
+// ---------------------------------------------------------------------------------------
+// The cases.
+
+#[test]
+fn first_deploy_checks_switches_runs_and_fetches() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let release = release();
+    host.deploy(&bundle, &["--", "--steps", "3"])
+        .expect_ok()
+        .expect_output(&[
+            "<f+++++++++ bin/job",
+            "all 6 files match SHA256SUMS",
+            "ok    gpu: 0: Stand-in H100 80GB HBM3 (compute capability 9.0)",
+            "ok    driver: 580.159.04 (at least 580.65.06)",
+            "ok    library libc.so.6: /",
+            "preflight: ok",
+            "job: started with: --steps 3",
+            "job: done",
+            &format!("deployed {release} to"),
+        ]);
+
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{release}")))
+    );
+    let live = host.remote().join("current");
+    assert!(live.join("bin/job").is_file());
+    assert!(
+        !host
+            .remote()
+            .join(format!("releases/{release}.incoming"))
+            .exists()
+    );
+    let runs = host.runs(&release);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    for file in ["table.csv", "result.json", "output.log", "build-info.json"] {
+        assert!(runs[0].join(file).is_file(), "{file} was not fetched");
+    }
+    let log = fs::read_to_string(runs[0].join("output.log")).unwrap();
+    assert!(log.contains("job: done"), "{log}");
+}
+
+#[test]
+fn redeploy_of_the_same_release_sends_nothing_and_checks_again() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let release = release();
+    host.deploy(&bundle, &[]).expect_ok();
+    let again = host.deploy(&bundle, &[]);
+    again.expect_ok().expect_output(&[
+        "all 6 files match SHA256SUMS",
+        "preflight: ok",
+        "job: done",
+    ]);
+    assert!(
+        !again.text.contains("<f"),
+        "the redeploy sent files:\n{}",
+        again.text
+    );
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{release}")))
+    );
+    assert_eq!(host.runs(&release).len(), 2);
+}
+
+#[test]
+fn corrupted_file_is_caught_by_the_checksums() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let mut job = fs::read_to_string(bundle.join("bin/job")).unwrap();
+    job.push_str("# changed after the manifest was written\n");
+    fs::write(bundle.join("bin/job"), job).unwrap();
+    host.deploy(&bundle, &[]).expect_failure(&[
+        "checksum mismatch on ",
+        "after the copy; `current` was not switched:",
+        "`current` was not switched",
+        "bin/job: expected sha256 ",
+        ", found ",
+    ]);
+    assert_eq!(host.current(), None);
+    assert!(host.runs(&release()).is_empty());
+}
+
+#[test]
+fn wrong_port_is_reported_as_unreachable() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let port = free_port();
+    let target = format!("{}@127.0.0.1:{port}", user());
+    host.deploy(&bundle, &["--host", &target])
+        .expect_failure(&[&format!(
+            "cannot reach 127.0.0.1: expected an ssh server on port {port}, found the connection \
+         refused (nothing listens there)"
+        )]);
+    assert!(!host.remote().exists());
+}
+
+#[test]
+fn missing_key_is_reported_before_connecting() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let key = host.tmp.path().join("no-such-key");
+    host.deploy(&bundle, &["--key", key.to_str().unwrap()])
+        .expect_failure(&[&format!(
+            "no ssh key at {}: expected a private key file there (--key), found no such file",
+            key.display()
+        )]);
+    assert!(!host.remote().exists());
+}
+
+#[test]
+fn key_the_host_does_not_accept_is_refused() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let stranger = host.tmp.path().join("stranger");
+    keygen(&stranger);
+    host.deploy(&bundle, &["--key", stranger.to_str().unwrap()])
+        .expect_failure(&[
+            &format!(
+                "{}@127.0.0.1 refused the login: expected it to accept the key {}, found `",
+                user(),
+                stranger.display()
+            ),
+            "Permission denied (publickey",
+        ]);
+    assert!(!host.remote().exists());
+}
+
+#[test]
+fn failing_preflight_leaves_current_untouched() {
+    let host = Host::start();
+    // A release already live, made by hand.
+    fs::create_dir_all(host.remote().join("releases/previous")).unwrap();
+    std::os::unix::fs::symlink("releases/previous", host.remote().join("current")).unwrap();
+    host.gpu(OLD_GPU);
+    let bundle = host.bundle(&["libc.so.6", "libstepgraph_missing.so.1"]);
+    host.deploy(&bundle, &["--min-free-mib", "999999999"])
+        .expect_failure(&[
+            "preflight failed on ",
+            "(4 of its checks); `current` was not switched:",
+            "- compute capability: expected at least 9.0 on one GPU, found 8.0 on GPU 0 \
+             (Stand-in A100-SXM4-80GB)",
+            "- driver: expected at least 580.65.06 (CUDA 13.0), found 570.86.15",
+            "- library libstepgraph_missing.so.1: expected it in LD_LIBRARY_PATH",
+            "or on the loader cache (ldconfig -p), found it in neither",
+            "- free disk: expected at least 999999999 MiB free in ",
+        ])
+        .expect_output(&["ok    library libc.so.6"]);
+    assert_eq!(host.current(), Some(PathBuf::from("releases/previous")));
+    assert!(
+        !host
+            .remote()
+            .join(format!("releases/{}", release()))
+            .exists()
+    );
+    assert!(host.runs(&release()).is_empty());
+}
+
+#[test]
+fn failing_job_shows_its_last_lines_and_its_results_come_back() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    host.deploy(&bundle, &["--", "--exit=3"]).expect_failure(&[
+        "the job failed on ",
+        "found exit status 3; its last lines:",
+        "  | job: started with: --exit=3",
+        "  | job: failing on purpose",
+        "(results fetched into ",
+    ]);
+    let runs = host.runs(&release());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let log = fs::read_to_string(runs[0].join("output.log")).unwrap();
+    assert!(log.contains("job: failing on purpose"), "{log}");
+    assert!(runs[0].join("table.csv").is_file());
+}
+
+#[test]
+fn dry_run_prints_every_command_and_changes_nothing() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    host.deploy(&bundle, &["--dry-run", "--", "--quick"])
+        .expect_ok()
+        .expect_output(&[
+            "$ ssh -o BatchMode=yes",
+            "'bash -s -- ",
+            "<<'EOF'\nset -eu\n",
+            "cp -al -- ",
+            "$ rsync -a --checksum --delete --itemize-changes -e ",
+            "sha256sum --",
+            "preflight.sh",
+            "mv -T -- current.new current",
+            "run.sh --quick",
+            "dry run: nothing was run",
+        ]);
+    assert!(!host.remote().exists());
+    assert!(!host.fetched().exists());
+}
