@@ -1,1 +1,3 @@
-//! Examples and cross-crate tests of stepgraph.
+//! Examples and cross-crate tests of stepgraph, and the small pieces the examples share.
+
+pub mod npy;
