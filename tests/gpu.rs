@@ -441,12 +441,7 @@ fn gpu_a_failing_op_aborts_the_capture_cleanly() {
     };
     let err =
         fails_in_capture::Step::new(&device, bufs(), fails_in_capture::Config {}).unwrap_err();
-    let msg = format!(
-        "{err}: {}",
-        std::error::Error::source(&err)
-            .map(|s| s.to_string())
-            .unwrap_or_default()
-    );
+    let msg = chain_of(&err);
     assert!(msg.contains("main_work"), "{msg}");
     assert!(
         msg.contains("planted failure") || format!("{err:?}").contains("planted failure"),
@@ -636,16 +631,23 @@ fn capture_two_op_plan(
     })
 }
 
+/// An error and every error under it, as one line.
+fn chain_of(err: &dyn std::error::Error) -> String {
+    let mut msg = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
+}
+
 #[test]
 fn gpu_verifier_catches_a_racy_schedule_naming_the_ops() {
     let device = device();
     let err = capture_two_op_plan(&device, &broken::RACY).unwrap_err();
-    let msg = format!(
-        "{err}: {}",
-        std::error::Error::source(&err)
-            .map(ToString::to_string)
-            .unwrap_or_default()
-    );
+    let msg = chain_of(&err);
     assert!(msg.contains("race"), "{msg}");
     assert!(
         msg.contains("`write` (stream `main`)") && msg.contains("`read` (stream `side`)"),
@@ -657,12 +659,7 @@ fn gpu_verifier_catches_a_racy_schedule_naming_the_ops() {
 fn gpu_verifier_catches_a_falsely_serialised_schedule_naming_the_ops() {
     let device = device();
     let err = capture_two_op_plan(&device, &broken::SERIALISED).unwrap_err();
-    let msg = format!(
-        "{err}: {}",
-        std::error::Error::source(&err)
-            .map(ToString::to_string)
-            .unwrap_or_default()
-    );
+    let msg = chain_of(&err);
     assert!(msg.contains("false serialisation"), "{msg}");
     assert!(
         msg.contains("`first` (stream `main`)") && msg.contains("`second` (stream `side`)"),
