@@ -29,6 +29,15 @@
 //! launch wrapper per kernel. Each wrapper checks sizes before launching and states, in
 //! its `SAFETY` comment, why its arguments match the kernel's signature.
 //!
+//! The DQN example's step (`examples/dqn/MODEL.md`) has its own kernels, one section per
+//! file: the heads (`cuda/dqn_heads.cu`: GLU, double-DQN target, dueling losses,
+//! expectile, the trunk's gradient join), IQN (`cuda/dqn_iqn.cu`), attention
+//! (`cuda/dqn_attention.cu`) and the update (`cuda/dqn_optim.cu`: gradient norm, clipped
+//! Adam over a [`ParamTable`], column sums). Each has a CPU reference
+//! (`<kernel>_reference`, f64 loops) whose gradients are checked against finite
+//! differences by this crate's unit tests. The loss kernels add into a buffer of
+//! [`LOSS_SLOTS`] floats at the slots of [`LossSlot`].
+//!
 //! ```no_run
 //! use stepgraph_kernels::Kernels;
 //!
@@ -47,6 +56,9 @@ mod registry {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 pub use registry::*;
+
+mod dqn_reference;
+pub use dqn_reference::*;
 
 /// Threads per block of the elementwise kernels.
 pub const BLOCK_THREADS: u32 = 256;
@@ -69,15 +81,75 @@ pub enum KernelId {
     ScaleByScalar,
     /// `fill_affine` in `cuda/elementwise.cu`.
     FillAffine,
+    /// `glu_forward` in `cuda/dqn_heads.cu`.
+    GluForward,
+    /// `glu_backward` in `cuda/dqn_heads.cu`.
+    GluBackward,
+    /// `ddqn_target` in `cuda/dqn_heads.cu`.
+    DdqnTarget,
+    /// `dueling_losses` in `cuda/dqn_heads.cu`.
+    DuelingLosses,
+    /// `expectile_loss` in `cuda/dqn_heads.cu`.
+    ExpectileLoss,
+    /// `grad_sum_relu_mask` in `cuda/dqn_heads.cu`.
+    GradSumReluMask,
+    /// `iqn_cos_features` in `cuda/dqn_iqn.cu`.
+    IqnCosFeatures,
+    /// `iqn_forward_backward_v2` in `cuda/dqn_iqn.cu` (`H % 4 == 0`, `H <= 256`).
+    IqnForwardBackwardV2,
+    /// `iqn_forward_backward_v4` in `cuda/dqn_iqn.cu` (`H % 4 == 0`, `256 < H <= 512`).
+    IqnForwardBackwardV4,
+    /// `iqn_forward_backward_generic` in `cuda/dqn_iqn.cu` (any other `H`).
+    IqnForwardBackwardGeneric,
+    /// `iqn_finish` in `cuda/dqn_iqn.cu`.
+    IqnFinish,
+    /// `attention_forward` in `cuda/dqn_attention.cu`.
+    AttentionForward,
+    /// `attention_backward` in `cuda/dqn_attention.cu`.
+    AttentionBackward,
+    /// `attn_pool_loss` in `cuda/dqn_attention.cu`.
+    AttnPoolLoss,
+    /// `attn_pool_finish` in `cuda/dqn_attention.cu`.
+    AttnPoolFinish,
+    /// `grad_sq_norm_partial` in `cuda/dqn_optim.cu`.
+    GradSqNormPartial,
+    /// `grad_sq_norm_finish` in `cuda/dqn_optim.cu`.
+    GradSqNormFinish,
+    /// `adam_clip_update` in `cuda/dqn_optim.cu`.
+    AdamClipUpdate,
+    /// `column_sums_partial` in `cuda/dqn_optim.cu`.
+    ColumnSumsPartial,
+    /// `column_sums_finish` in `cuda/dqn_optim.cu`.
+    ColumnSumsFinish,
 }
 
 impl KernelId {
     /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 4] = [
+    pub const ALL: [KernelId; 24] = [
         KernelId::ChainStep,
         KernelId::Axpby,
         KernelId::ScaleByScalar,
         KernelId::FillAffine,
+        KernelId::GluForward,
+        KernelId::GluBackward,
+        KernelId::DdqnTarget,
+        KernelId::DuelingLosses,
+        KernelId::ExpectileLoss,
+        KernelId::GradSumReluMask,
+        KernelId::IqnCosFeatures,
+        KernelId::IqnForwardBackwardV2,
+        KernelId::IqnForwardBackwardV4,
+        KernelId::IqnForwardBackwardGeneric,
+        KernelId::IqnFinish,
+        KernelId::AttentionForward,
+        KernelId::AttentionBackward,
+        KernelId::AttnPoolLoss,
+        KernelId::AttnPoolFinish,
+        KernelId::GradSqNormPartial,
+        KernelId::GradSqNormFinish,
+        KernelId::AdamClipUpdate,
+        KernelId::ColumnSumsPartial,
+        KernelId::ColumnSumsFinish,
     ];
 
     /// How many kernels there are.
@@ -95,6 +167,26 @@ impl KernelId {
             KernelId::Axpby | KernelId::ScaleByScalar | KernelId::FillAffine => {
                 ModuleId::Elementwise
             }
+            KernelId::GluForward
+            | KernelId::GluBackward
+            | KernelId::DdqnTarget
+            | KernelId::DuelingLosses
+            | KernelId::ExpectileLoss
+            | KernelId::GradSumReluMask => ModuleId::DqnHeads,
+            KernelId::IqnCosFeatures
+            | KernelId::IqnForwardBackwardV2
+            | KernelId::IqnForwardBackwardV4
+            | KernelId::IqnForwardBackwardGeneric
+            | KernelId::IqnFinish => ModuleId::DqnIqn,
+            KernelId::AttentionForward
+            | KernelId::AttentionBackward
+            | KernelId::AttnPoolLoss
+            | KernelId::AttnPoolFinish => ModuleId::DqnAttention,
+            KernelId::GradSqNormPartial
+            | KernelId::GradSqNormFinish
+            | KernelId::AdamClipUpdate
+            | KernelId::ColumnSumsPartial
+            | KernelId::ColumnSumsFinish => ModuleId::DqnOptim,
         }
     }
 
@@ -105,6 +197,26 @@ impl KernelId {
             KernelId::Axpby => "axpby",
             KernelId::ScaleByScalar => "scale_by_scalar",
             KernelId::FillAffine => "fill_affine",
+            KernelId::GluForward => "glu_forward",
+            KernelId::GluBackward => "glu_backward",
+            KernelId::DdqnTarget => "ddqn_target",
+            KernelId::DuelingLosses => "dueling_losses",
+            KernelId::ExpectileLoss => "expectile_loss",
+            KernelId::GradSumReluMask => "grad_sum_relu_mask",
+            KernelId::IqnCosFeatures => "iqn_cos_features",
+            KernelId::IqnForwardBackwardV2 => "iqn_forward_backward_v2",
+            KernelId::IqnForwardBackwardV4 => "iqn_forward_backward_v4",
+            KernelId::IqnForwardBackwardGeneric => "iqn_forward_backward_generic",
+            KernelId::IqnFinish => "iqn_finish",
+            KernelId::AttentionForward => "attention_forward",
+            KernelId::AttentionBackward => "attention_backward",
+            KernelId::AttnPoolLoss => "attn_pool_loss",
+            KernelId::AttnPoolFinish => "attn_pool_finish",
+            KernelId::GradSqNormPartial => "grad_sq_norm_partial",
+            KernelId::GradSqNormFinish => "grad_sq_norm_finish",
+            KernelId::AdamClipUpdate => "adam_clip_update",
+            KernelId::ColumnSumsPartial => "column_sums_partial",
+            KernelId::ColumnSumsFinish => "column_sums_finish",
         }
     }
 }
@@ -249,6 +361,1617 @@ impl Kernels {
         // SAFETY: the arguments match `fill_affine(float* y, unsigned n, float start, float
         // step)` in cuda/elementwise.cu; threads with i >= n = y.len() return.
         unsafe { launch.launch(elementwise_config(n)) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The DQN step's kernels (examples/dqn/MODEL.md), one section per `cuda/dqn_*.cu` file.
+// Shapes are row-major (`[B, X]` puts row b at offset b X); the branches' tensors are packed
+// as `[D, B, X]`. Every wrapper checks each buffer's length against the sizes it is given
+// and fails with [`Error::LengthMismatch`] (or [`Error::Invalid`] for a size the kernel
+// cannot take) before anything is launched. Buffers must be whole allocations, as every
+// `DeviceBuffer` is: the kernels' 16-byte accesses rely on their alignment.
+// ---------------------------------------------------------------------------------------
+
+/// A slot of the DQN step's loss buffer: [`LOSS_SLOTS`] floats, zeroed by a memset op at
+/// the start of the step. Each loss kernel adds its term's value into the term's slot and
+/// coefficient × value into [`LossSlot::Total`].
+///
+/// The same numbers are `#define`d in `cuda/dqn_common.cuh`; a unit test checks that the
+/// two agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LossSlot {
+    /// `L`, the weighted total of the terms.
+    Total = 0,
+    /// `L_td` ([`Kernels::dueling_losses`]).
+    Td = 1,
+    /// `L_iql`, high and low heads together ([`Kernels::expectile_loss`], called twice).
+    Iql = 2,
+    /// `L_iqn` ([`Kernels::iqn_forward_backward`]).
+    Iqn = 3,
+    /// `L_attn` ([`Kernels::attn_pool_loss`]).
+    Attn = 4,
+    /// `L_cql` ([`Kernels::dueling_losses`]).
+    Cql = 5,
+    /// `L_conf` ([`Kernels::dueling_losses`]).
+    Conf = 6,
+}
+
+impl LossSlot {
+    /// Every slot that a kernel writes (slot 7 is spare).
+    pub const ALL: [LossSlot; 7] = [
+        LossSlot::Total,
+        LossSlot::Td,
+        LossSlot::Iql,
+        LossSlot::Iqn,
+        LossSlot::Attn,
+        LossSlot::Cql,
+        LossSlot::Conf,
+    ];
+
+    /// Its index in the loss buffer.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its `#define` in `cuda/dqn_common.cuh`.
+    pub const fn macro_name(self) -> &'static str {
+        match self {
+            LossSlot::Total => "LOSS_TOTAL",
+            LossSlot::Td => "LOSS_TD",
+            LossSlot::Iql => "LOSS_IQL",
+            LossSlot::Iqn => "LOSS_IQN",
+            LossSlot::Attn => "LOSS_ATTN",
+            LossSlot::Cql => "LOSS_CQL",
+            LossSlot::Conf => "LOSS_CONF",
+        }
+    }
+}
+
+/// Length of the loss buffer that the loss kernels add into (see [`LossSlot`]).
+pub const LOSS_SLOTS: usize = 8;
+
+/// `factors` multiplied, or [`Error::Invalid`] naming `what` if that overflows.
+fn product(what: &str, factors: &[usize]) -> Result<usize> {
+    factors
+        .iter()
+        .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+        .ok_or_else(|| Error::Invalid(format!("{what}: the size {factors:?} overflows")))
+}
+
+/// A size that the kernels divide by or loop over: at least 1, and a 32-bit unsigned.
+fn positive(what: &str, value: usize) -> Result<u32> {
+    if value == 0 {
+        return Err(Error::Invalid(format!("{what} must be at least 1")));
+    }
+    len_u32(what, value)
+}
+
+/// A buffer's length must be what the sizes say, and fit the kernels' 32-bit indices.
+fn check_len(what: &str, found: usize, expected: usize) -> Result<()> {
+    same_len(what, expected, found)?;
+    len_u32(what, found).map(|_| ())
+}
+
+fn check_losses(what: &str, losses: &DeviceBuffer<f32>) -> Result<()> {
+    same_len(what, LOSS_SLOTS, losses.len())
+}
+
+/// One thread per 4 consecutive elements, blocks of [`BLOCK_THREADS`]; at least one block.
+fn quad_config(n: usize) -> LaunchConfig {
+    let threads = n.div_ceil(4);
+    let blocks = threads.div_ceil(BLOCK_THREADS as usize).max(1);
+    LaunchConfig {
+        grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Blocks of (32, 32) threads, for the column reductions.
+fn tile_config(grid_x: u32, grid_y: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid_x.max(1), grid_y.max(1), 1),
+        block_dim: (32, 32, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Dynamic shared memory a block may use without opting in to more.
+const MAX_DYNAMIC_SMEM: usize = 48 * 1024;
+
+// ---- cuda/dqn_heads.cu: GLU, double-DQN target, dueling losses, expectile, trunk join ----
+
+/// Sizes of the dueling heads: `B` samples, `D` branches, `A` actions per branch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DuelingDims {
+    /// `B`.
+    pub batch: usize,
+    /// `D`.
+    pub branches: usize,
+    /// `A`.
+    pub actions: usize,
+}
+
+impl DuelingDims {
+    /// `(B, D, A)` as the kernels take them, after checking that each is at least 1 and
+    /// that `D B A` fits.
+    fn checked(self, what: &str) -> Result<(u32, u32, u32)> {
+        let b = positive(&format!("{what}: batch"), self.batch)?;
+        let d = positive(&format!("{what}: branches"), self.branches)?;
+        let a = positive(&format!("{what}: actions"), self.actions)?;
+        len_u32(
+            what,
+            product(what, &[self.branches, self.batch, self.actions])?,
+        )?;
+        Ok((b, d, a))
+    }
+}
+
+/// Inputs of [`Kernels::ddqn_target`]: the online net's value and advantages on `s2`, the
+/// target net's, the reward and the done flag.
+#[derive(Clone, Copy, Debug)]
+pub struct DdqnTargetInputs<'a> {
+    /// `v2[B]`: online value on `s2`.
+    pub v2: &'a DeviceBuffer<f32>,
+    /// `adv2[D, B, A]`: online advantages on `s2`, the branches packed.
+    pub adv2: &'a DeviceBuffer<f32>,
+    /// `vt[B]`: target value on `s2`.
+    pub vt: &'a DeviceBuffer<f32>,
+    /// `advt[D, B, A]`: target advantages on `s2`.
+    pub advt: &'a DeviceBuffer<f32>,
+    /// `r[B]`.
+    pub r: &'a DeviceBuffer<f32>,
+    /// `done[B]`, 0 or 1.
+    pub done: &'a DeviceBuffer<f32>,
+}
+
+/// Inputs of [`Kernels::dueling_losses`].
+#[derive(Clone, Copy, Debug)]
+pub struct DuelingInputs<'a> {
+    /// `v[B]`: the value head on `s`.
+    pub v: &'a DeviceBuffer<f32>,
+    /// `adv[D, B, A]`: the branches' advantages on `s`, packed.
+    pub adv: &'a DeviceBuffer<f32>,
+    /// `act[B, D]`: the actions taken, in `0..A`.
+    pub act: &'a DeviceBuffer<i32>,
+    /// `y[B, D]`: the targets ([`Kernels::ddqn_target`]).
+    pub y: &'a DeviceBuffer<f32>,
+}
+
+/// The weights of the dueling losses in the total loss.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DuelingCoefficients {
+    /// Weight of `L_td`.
+    pub td: f32,
+    /// Weight of `L_cql`.
+    pub cql: f32,
+    /// Weight of `L_conf`.
+    pub conf: f32,
+}
+
+impl Default for DuelingCoefficients {
+    /// MODEL.md's: 1, 0.1, 0.05.
+    fn default() -> Self {
+        DuelingCoefficients {
+            td: 1.0,
+            cql: 0.1,
+            conf: 0.05,
+        }
+    }
+}
+
+/// Outputs of [`Kernels::dueling_losses`].
+#[derive(Debug)]
+pub struct DuelingOutputs<'a> {
+    /// `dv[B]`: dL/dv (written).
+    pub dv: &'a mut DeviceBuffer<f32>,
+    /// `dadv[D, B, A]`: dL/dadv (written).
+    pub dadv: &'a mut DeviceBuffer<f32>,
+    /// `qbar[B]`: `mean_d qa[d]`, the IQL heads' target (written).
+    pub qbar: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer ([`LossSlot`]): `Td`, `Cql`, `Conf` and `Total` are added to.
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+/// One expectile head of IQL: its expectile and its weight in the total loss.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Expectile {
+    /// `τ`.
+    pub tau: f32,
+    /// The loss's weight (MODEL.md: 0.5).
+    pub coef: f32,
+}
+
+impl Expectile {
+    /// The high head: `τ = 0.7`, weight 0.5.
+    pub const HIGH: Expectile = Expectile {
+        tau: 0.7,
+        coef: 0.5,
+    };
+    /// The low head: `τ = 0.3`, weight 0.5.
+    pub const LOW: Expectile = Expectile {
+        tau: 0.3,
+        coef: 0.5,
+    };
+}
+
+/// Sizes of the trunk's gradient join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrunkDims {
+    /// `B`.
+    pub batch: usize,
+    /// `H`.
+    pub hidden: usize,
+    /// `D`.
+    pub branches: usize,
+}
+
+/// What flows back into the trunk's output `h` ([`Kernels::grad_sum_relu_mask`]). The value
+/// and expectile heads are rank one, so they come as their factors.
+#[derive(Clone, Copy, Debug)]
+pub struct TrunkGrads<'a> {
+    /// `h[B, H]`: the trunk's output (after its ReLU), for the mask.
+    pub h_out: &'a DeviceBuffer<f32>,
+    /// `dv[B]`, times `wv[H]`: the value head's part.
+    pub dv: &'a DeviceBuffer<f32>,
+    /// `wv[H]`.
+    pub wv: &'a DeviceBuffer<f32>,
+    /// `dh_branch[D, B, H]`: the branches' parts, packed.
+    pub dh_branch: &'a DeviceBuffer<f32>,
+    /// `de_hi[B]`, times `we_hi[H]`.
+    pub de_hi: &'a DeviceBuffer<f32>,
+    /// `we_hi[H]`.
+    pub we_hi: &'a DeviceBuffer<f32>,
+    /// `de_lo[B]`, times `we_lo[H]`.
+    pub de_lo: &'a DeviceBuffer<f32>,
+    /// `we_lo[H]`.
+    pub we_lo: &'a DeviceBuffer<f32>,
+    /// `dh_iqn[B, H]` ([`Kernels::iqn_forward_backward`]).
+    pub dh_iqn: &'a DeviceBuffer<f32>,
+}
+
+impl Kernels {
+    /// GLU, forward: `g[r, k] = u[r, k] σ(u[r, G + k])` for `u[rows, 2G]`, `g[rows, G]`,
+    /// `G = width`. Pass the `D` branches packed as `[D, B, 2G]` with `rows = D B`.
+    ///
+    /// One thread per element of `g`, blocks of [`BLOCK_THREADS`].
+    /// [`glu_forward_reference`] computes the same on the CPU.
+    pub fn glu_forward(
+        &self,
+        stream: &CaptureStream<'_>,
+        u: &DeviceBuffer<f32>,
+        g: &mut DeviceBuffer<f32>,
+        rows: usize,
+        width: usize,
+    ) -> Result<()> {
+        let width32 = positive("glu_forward: width", width)?;
+        let n = product("glu_forward: g", &[rows, width])?;
+        check_len(
+            "glu_forward: u ([rows, 2 width])",
+            u.len(),
+            product("glu_forward: u", &[n, 2])?,
+        )?;
+        check_len("glu_forward: g ([rows, width])", g.len(), n)?;
+        let n32 = len_u32("glu_forward: g", n)?;
+        let mut launch = stream.launch(self.kernel(KernelId::GluForward));
+        launch.buf(u).buf_mut(g).arg(&n32).arg(&width32);
+        // SAFETY: the arguments match `glu_forward(const float* u, float* g, unsigned n,
+        // unsigned G)` in cuda/dqn_heads.cu; threads with i >= n return, and u holds 2n,
+        // g n elements (checked above).
+        unsafe { launch.launch(elementwise_config(n32)) }
+    }
+
+    /// GLU, backward: `du[rows, 2G]` from `u[rows, 2G]` and `dg[rows, G]` (see
+    /// `cuda/dqn_heads.cu` for the formula). Same grid as [`Kernels::glu_forward`];
+    /// [`glu_backward_reference`] is the CPU version.
+    pub fn glu_backward(
+        &self,
+        stream: &CaptureStream<'_>,
+        u: &DeviceBuffer<f32>,
+        dg: &DeviceBuffer<f32>,
+        du: &mut DeviceBuffer<f32>,
+        rows: usize,
+        width: usize,
+    ) -> Result<()> {
+        let width32 = positive("glu_backward: width", width)?;
+        let n = product("glu_backward: dg", &[rows, width])?;
+        let n2 = product("glu_backward: u", &[n, 2])?;
+        check_len("glu_backward: u ([rows, 2 width])", u.len(), n2)?;
+        check_len("glu_backward: dg ([rows, width])", dg.len(), n)?;
+        check_len("glu_backward: du ([rows, 2 width])", du.len(), n2)?;
+        let n32 = len_u32("glu_backward: dg", n)?;
+        let mut launch = stream.launch(self.kernel(KernelId::GluBackward));
+        launch.buf(u).buf(dg).buf_mut(du).arg(&n32).arg(&width32);
+        // SAFETY: the arguments match `glu_backward(const float* u, const float* dg, float*
+        // du, unsigned n, unsigned G)`; threads with i >= n return; u and du hold 2n, dg n
+        // elements (checked above).
+        unsafe { launch.launch(elementwise_config(n32)) }
+    }
+
+    /// The double-DQN target: `y[B, D]` and `ybar[B] = mean_d y` (formula in
+    /// `cuda/dqn_heads.cu` and MODEL.md; the first maximum wins ties).
+    ///
+    /// One thread per sample, blocks of [`BLOCK_THREADS`]. [`ddqn_target_reference`] is the
+    /// CPU version.
+    pub fn ddqn_target(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: DuelingDims,
+        inputs: &DdqnTargetInputs<'_>,
+        gamma: f32,
+        y: &mut DeviceBuffer<f32>,
+        ybar: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let (b, d, a) = dims.checked("ddqn_target")?;
+        let adv = product("ddqn_target", &[dims.branches, dims.batch, dims.actions])?;
+        let by = product("ddqn_target", &[dims.batch, dims.branches])?;
+        check_len("ddqn_target: v2 ([B])", inputs.v2.len(), dims.batch)?;
+        check_len("ddqn_target: adv2 ([D, B, A])", inputs.adv2.len(), adv)?;
+        check_len("ddqn_target: vt ([B])", inputs.vt.len(), dims.batch)?;
+        check_len("ddqn_target: advt ([D, B, A])", inputs.advt.len(), adv)?;
+        check_len("ddqn_target: r ([B])", inputs.r.len(), dims.batch)?;
+        check_len("ddqn_target: done ([B])", inputs.done.len(), dims.batch)?;
+        check_len("ddqn_target: y ([B, D])", y.len(), by)?;
+        check_len("ddqn_target: ybar ([B])", ybar.len(), dims.batch)?;
+        let mut launch = stream.launch(self.kernel(KernelId::DdqnTarget));
+        launch
+            .buf(inputs.v2)
+            .buf(inputs.adv2)
+            .buf(inputs.vt)
+            .buf(inputs.advt)
+            .buf(inputs.r)
+            .buf(inputs.done)
+            .buf_mut(y)
+            .buf_mut(ybar)
+            .arg(&b)
+            .arg(&d)
+            .arg(&a)
+            .arg(&gamma);
+        // SAFETY: the arguments match `ddqn_target(const float* v2, const float* adv2, const
+        // float* vt, const float* advt, const float* r, const float* done, float* y, float*
+        // ybar, unsigned B, unsigned D, unsigned A, float gamma)`; threads with b >= B
+        // return, and every buffer holds what its shape in B, D, A says (checked above).
+        unsafe { launch.launch(elementwise_config(b)) }
+    }
+
+    /// The dueling losses `L_td`, `L_cql`, `L_conf`, forward and backward in one pass:
+    /// writes `dv`, `dadv` (the gradients of `td L_td + cql L_cql + conf L_conf`, means'
+    /// factors included) and `qbar`, and adds the three terms and their weighted sum into
+    /// the loss buffer. Formulas and the hand derivation are in `cuda/dqn_heads.cu`. An
+    /// action outside `0..A` makes its sample's outputs NaN.
+    ///
+    /// One thread per sample, blocks of [`BLOCK_THREADS`]. The gradients are deterministic;
+    /// the loss slots get one `atomicAdd` per block, so their last bits can vary between
+    /// runs. [`dueling_losses_reference`] is the CPU version.
+    pub fn dueling_losses(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: DuelingDims,
+        inputs: &DuelingInputs<'_>,
+        coef: DuelingCoefficients,
+        out: DuelingOutputs<'_>,
+    ) -> Result<()> {
+        let (b, d, a) = dims.checked("dueling_losses")?;
+        let adv = product("dueling_losses", &[dims.branches, dims.batch, dims.actions])?;
+        let by = product("dueling_losses", &[dims.batch, dims.branches])?;
+        check_len("dueling_losses: v ([B])", inputs.v.len(), dims.batch)?;
+        check_len("dueling_losses: adv ([D, B, A])", inputs.adv.len(), adv)?;
+        check_len("dueling_losses: act ([B, D])", inputs.act.len(), by)?;
+        check_len("dueling_losses: y ([B, D])", inputs.y.len(), by)?;
+        check_len("dueling_losses: dv ([B])", out.dv.len(), dims.batch)?;
+        check_len("dueling_losses: dadv ([D, B, A])", out.dadv.len(), adv)?;
+        check_len("dueling_losses: qbar ([B])", out.qbar.len(), dims.batch)?;
+        check_losses("dueling_losses: losses", out.losses)?;
+        let mut launch = stream.launch(self.kernel(KernelId::DuelingLosses));
+        launch
+            .buf(inputs.v)
+            .buf(inputs.adv)
+            .buf(inputs.act)
+            .buf(inputs.y)
+            .buf_mut(out.dv)
+            .buf_mut(out.dadv)
+            .buf_mut(out.qbar)
+            .buf_mut(out.losses)
+            .arg(&b)
+            .arg(&d)
+            .arg(&a)
+            .arg(&coef.td)
+            .arg(&coef.cql)
+            .arg(&coef.conf);
+        // SAFETY: the arguments match `dueling_losses(const float* v, const float* adv, const
+        // int* act, const float* y, float* dv, float* dadv, float* qbar, float* losses,
+        // unsigned B, unsigned D, unsigned A, float c_td, float c_cql, float c_conf)`; only
+        // threads with b < B touch the per-sample buffers (sized by B, D, A, checked above),
+        // an action outside 0..A is never used as an index, and thread 0 of each block adds
+        // into slots below LOSS_SLOTS = losses.len().
+        unsafe { launch.launch(elementwise_config(b)) }
+    }
+
+    /// One IQL expectile head: `de[B]`, the gradient of `coef · mean_b |τ − 1(u < 0)| u²`
+    /// with `u = qbar − e`, and the loss added into [`LossSlot::Iql`] (and `coef ·` it into
+    /// [`LossSlot::Total`]). Call it for [`Expectile::HIGH`] and [`Expectile::LOW`].
+    ///
+    /// One thread per sample, blocks of [`BLOCK_THREADS`]; one `atomicAdd` per block and
+    /// slot. [`expectile_loss_reference`] is the CPU version.
+    pub fn expectile_loss(
+        &self,
+        stream: &CaptureStream<'_>,
+        e: &DeviceBuffer<f32>,
+        qbar: &DeviceBuffer<f32>,
+        expectile: Expectile,
+        de: &mut DeviceBuffer<f32>,
+        losses: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let b = positive("expectile_loss: batch (e's length)", e.len())?;
+        check_len("expectile_loss: qbar ([B])", qbar.len(), e.len())?;
+        check_len("expectile_loss: de ([B])", de.len(), e.len())?;
+        check_losses("expectile_loss: losses", losses)?;
+        let mut launch = stream.launch(self.kernel(KernelId::ExpectileLoss));
+        launch
+            .buf(e)
+            .buf(qbar)
+            .buf_mut(de)
+            .buf_mut(losses)
+            .arg(&b)
+            .arg(&expectile.tau)
+            .arg(&expectile.coef);
+        // SAFETY: the arguments match `expectile_loss(const float* e, const float* qbar,
+        // float* de, float* losses, unsigned B, float tau, float coef)`; threads with b >= B
+        // skip the per-sample buffers (all B long, checked above) and thread 0 adds into
+        // slots below losses.len().
+        unsafe { launch.launch(elementwise_config(b)) }
+    }
+
+    /// The trunk's gradient join: `dz2[B, H]`, the sum of everything that flows into the
+    /// trunk's output `h`, masked by `h > 0` (see [`TrunkGrads`] and `cuda/dqn_heads.cu`).
+    ///
+    /// One thread per 4 elements (16-byte accesses when `H % 4 == 0`), blocks of
+    /// [`BLOCK_THREADS`]. [`grad_sum_relu_mask_reference`] is the CPU version.
+    pub fn grad_sum_relu_mask(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: TrunkDims,
+        inputs: &TrunkGrads<'_>,
+        dz2: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let b = positive("grad_sum_relu_mask: batch", dims.batch)?;
+        let h = positive("grad_sum_relu_mask: hidden", dims.hidden)?;
+        let d = len_u32("grad_sum_relu_mask: branches", dims.branches)?;
+        let bh = product("grad_sum_relu_mask", &[dims.batch, dims.hidden])?;
+        let dbh = product("grad_sum_relu_mask", &[dims.branches, bh])?;
+        check_len("grad_sum_relu_mask: h_out ([B, H])", inputs.h_out.len(), bh)?;
+        check_len("grad_sum_relu_mask: dv ([B])", inputs.dv.len(), dims.batch)?;
+        check_len("grad_sum_relu_mask: wv ([H])", inputs.wv.len(), dims.hidden)?;
+        check_len(
+            "grad_sum_relu_mask: dh_branch ([D, B, H])",
+            inputs.dh_branch.len(),
+            dbh,
+        )?;
+        check_len(
+            "grad_sum_relu_mask: de_hi ([B])",
+            inputs.de_hi.len(),
+            dims.batch,
+        )?;
+        check_len(
+            "grad_sum_relu_mask: we_hi ([H])",
+            inputs.we_hi.len(),
+            dims.hidden,
+        )?;
+        check_len(
+            "grad_sum_relu_mask: de_lo ([B])",
+            inputs.de_lo.len(),
+            dims.batch,
+        )?;
+        check_len(
+            "grad_sum_relu_mask: we_lo ([H])",
+            inputs.we_lo.len(),
+            dims.hidden,
+        )?;
+        check_len(
+            "grad_sum_relu_mask: dh_iqn ([B, H])",
+            inputs.dh_iqn.len(),
+            bh,
+        )?;
+        check_len("grad_sum_relu_mask: dz2 ([B, H])", dz2.len(), bh)?;
+        let mut launch = stream.launch(self.kernel(KernelId::GradSumReluMask));
+        launch
+            .buf(inputs.h_out)
+            .buf(inputs.dv)
+            .buf(inputs.wv)
+            .buf(inputs.dh_branch)
+            .buf(inputs.de_hi)
+            .buf(inputs.we_hi)
+            .buf(inputs.de_lo)
+            .buf(inputs.we_lo)
+            .buf(inputs.dh_iqn)
+            .buf_mut(dz2)
+            .arg(&b)
+            .arg(&h)
+            .arg(&d);
+        // SAFETY: the arguments match `grad_sum_relu_mask(const float* h_out, const float*
+        // dv, const float* wv, const float* dh_branch, const float* de_hi, const float*
+        // we_hi, const float* de_lo, const float* we_lo, const float* dh_iqn, float* dz2,
+        // unsigned B, unsigned H, unsigned D)`; threads start at 4i < B H and stop at B H,
+        // and each buffer holds what its shape says (checked above).
+        unsafe { launch.launch(quad_config(bh)) }
+    }
+}
+
+// ---- cuda/dqn_iqn.cu: cosine features, the fused quantile Huber head ----
+
+/// Most blocks of an [`Kernels::iqn_forward_backward`] launch; each writes one partial row
+/// of the scratch buffer, so the grid (and the result's bits) depend on the sizes only.
+pub const IQN_BLOCKS: u32 = 1024;
+
+/// Warps per block of the vector IQN kernels (`IQN_WARPS` in `cuda/dqn_iqn.cu`).
+const IQN_WARPS: u32 = 8;
+
+/// Sizes of the IQN head: `B` samples, `N` quantiles, `H` hidden units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IqnDims {
+    /// `B`.
+    pub batch: usize,
+    /// `N`.
+    pub quantiles: usize,
+    /// `H`.
+    pub hidden: usize,
+}
+
+impl IqnDims {
+    /// Length of the scratch buffer that [`Kernels::iqn_forward_backward`] needs (its
+    /// per-block partial sums), or 0 if the sizes are invalid.
+    pub fn scratch_len(self) -> usize {
+        iqn_plan(self).map_or(0, |plan| plan.scratch_len)
+    }
+}
+
+/// Which IQN kernel runs, and how.
+#[derive(Clone, Copy, Debug)]
+struct IqnPlan {
+    kernel: KernelId,
+    config: LaunchConfig,
+    /// Partial rows written (one per block).
+    rows: u32,
+    scratch_len: usize,
+}
+
+fn iqn_plan(dims: IqnDims) -> Result<IqnPlan> {
+    let b = positive("iqn_forward_backward: batch", dims.batch)?;
+    positive("iqn_forward_backward: quantiles", dims.quantiles)?;
+    let h = positive("iqn_forward_backward: hidden", dims.hidden)?;
+    len_u32(
+        "iqn_forward_backward: phi",
+        product(
+            "iqn_forward_backward",
+            &[dims.batch, dims.quantiles, dims.hidden],
+        )?,
+    )?;
+    let (kernel, blocks, threads, smem) = if h % 4 == 0 && h <= 512 {
+        let kernel = if h <= 256 {
+            KernelId::IqnForwardBackwardV2
+        } else {
+            KernelId::IqnForwardBackwardV4
+        };
+        (
+            kernel,
+            b.div_ceil(IQN_WARPS).min(IQN_BLOCKS),
+            32 * IQN_WARPS,
+            0,
+        )
+    } else {
+        let smem = dims.quantiles * 4;
+        if smem > MAX_DYNAMIC_SMEM {
+            return Err(Error::Invalid(format!(
+                "iqn_forward_backward: {} quantiles do not fit the generic kernel's shared \
+                 memory (at most {} with H = {h}, which is not a multiple of 4 up to 512)",
+                dims.quantiles,
+                MAX_DYNAMIC_SMEM / 4
+            )));
+        }
+        (
+            KernelId::IqnForwardBackwardGeneric,
+            b.min(IQN_BLOCKS),
+            32,
+            smem as u32,
+        )
+    };
+    let scratch_len = product(
+        "iqn_forward_backward: scratch",
+        &[blocks as usize, 2 * dims.hidden + 2],
+    )?;
+    Ok(IqnPlan {
+        kernel,
+        config: LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: smem,
+        },
+        rows: blocks,
+        scratch_len,
+    })
+}
+
+/// Inputs of [`Kernels::iqn_forward_backward`].
+#[derive(Clone, Copy, Debug)]
+pub struct IqnInputs<'a> {
+    /// `h[B, H]`: the trunk's output.
+    pub h: &'a DeviceBuffer<f32>,
+    /// `phi[B N, H]`: `relu(cosf wphiᵀ + bphi)`, from a GEMM.
+    pub phi: &'a DeviceBuffer<f32>,
+    /// `wq[H]`.
+    pub wq: &'a DeviceBuffer<f32>,
+    /// `bq[1]`.
+    pub bq: &'a DeviceBuffer<f32>,
+    /// `ybar[B]`: the mean target ([`Kernels::ddqn_target`]).
+    pub ybar: &'a DeviceBuffer<f32>,
+    /// `tau[B, N]`: the quantile fractions.
+    pub tau: &'a DeviceBuffer<f32>,
+}
+
+/// Outputs of [`Kernels::iqn_forward_backward`]; every gradient is of `coef · L_iqn`.
+#[derive(Debug)]
+pub struct IqnOutputs<'a> {
+    /// `dphi_pre[B N, H]`: the gradient of phi's pre-activation (ReLU folded in), for the
+    /// GEMM `dwphi = dphi_preᵀ cosf` (written).
+    pub dphi_pre: &'a mut DeviceBuffer<f32>,
+    /// `dh[B, H]`: the IQN head's part of the trunk's gradient (written, not added).
+    pub dh: &'a mut DeviceBuffer<f32>,
+    /// `dwq[H]` (written).
+    pub dwq: &'a mut DeviceBuffer<f32>,
+    /// `dbphi[H]`: column sums of `dphi_pre`, so no bias-gradient pass is needed (written).
+    pub dbphi: &'a mut DeviceBuffer<f32>,
+    /// `dbq[1]` (written).
+    pub dbq: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer: [`LossSlot::Iqn`] and [`LossSlot::Total`] are added to.
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+impl Kernels {
+    /// IQN cosine features: `cosf[r, i] = cos(π (i + 1) tau[r])` for the `rows = B N`
+    /// entries of `tau` and `i < C = features`; `cosf` is `[B N, C]`.
+    ///
+    /// One thread per 4 elements (one 16-byte store when `C % 4 == 0`), blocks of
+    /// [`BLOCK_THREADS`]. [`iqn_cos_features_reference`] is the CPU version.
+    pub fn iqn_cos_features(
+        &self,
+        stream: &CaptureStream<'_>,
+        tau: &DeviceBuffer<f32>,
+        cosf: &mut DeviceBuffer<f32>,
+        features: usize,
+    ) -> Result<()> {
+        let c = positive("iqn_cos_features: features", features)?;
+        let rows = len_u32("iqn_cos_features: tau", tau.len())?;
+        let n = product("iqn_cos_features: cosf", &[tau.len(), features])?;
+        check_len("iqn_cos_features: cosf ([B N, C])", cosf.len(), n)?;
+        let mut launch = stream.launch(self.kernel(KernelId::IqnCosFeatures));
+        launch.buf(tau).buf_mut(cosf).arg(&rows).arg(&c);
+        // SAFETY: the arguments match `iqn_cos_features(const float* tau, float* cosf,
+        // unsigned rows, unsigned C)`; threads start at 4i < rows C = cosf.len() and stop
+        // there, and read tau below rows = tau.len().
+        unsafe { launch.launch(quad_config(n)) }
+    }
+
+    /// The IQN head, forward and backward, fused: the quantile Huber loss against `ybar`
+    /// and every non-GEMM gradient of `coef · L_iqn` ([`IqnOutputs`]; formulas in
+    /// `cuda/dqn_iqn.cu`). `phi` is read once and `dphi_pre` written once, with 16-byte
+    /// accesses when `H % 4 == 0`.
+    ///
+    /// Two launches: the fused kernel (`H % 4 == 0` and `H <= 512`: `min(ceil(B / 8),
+    /// IQN_BLOCKS)` blocks of 256, a warp per sample; otherwise a slower generic kernel,
+    /// `min(B, IQN_BLOCKS)` blocks of 32), which writes one partial row per block into
+    /// `scratch` (at least [`IqnDims::scratch_len`] floats, not shared with an op that may
+    /// run at the same time); then `iqn_finish`, `ceil((2H + 2) / 32)` blocks of 32 × 32,
+    /// which adds the rows in order. Deterministic, the loss slot included (one add).
+    /// [`iqn_forward_backward_reference`] is the CPU version.
+    pub fn iqn_forward_backward(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: IqnDims,
+        inputs: &IqnInputs<'_>,
+        coef: f32,
+        out: IqnOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let plan = iqn_plan(dims)?;
+        let (b, n, h) = (dims.batch as u32, dims.quantiles as u32, dims.hidden as u32);
+        let bh = product("iqn_forward_backward", &[dims.batch, dims.hidden])?;
+        let bn = product("iqn_forward_backward", &[dims.batch, dims.quantiles])?;
+        let bnh = product("iqn_forward_backward", &[bn, dims.hidden])?;
+        check_len("iqn_forward_backward: h ([B, H])", inputs.h.len(), bh)?;
+        check_len(
+            "iqn_forward_backward: phi ([B N, H])",
+            inputs.phi.len(),
+            bnh,
+        )?;
+        check_len(
+            "iqn_forward_backward: wq ([H])",
+            inputs.wq.len(),
+            dims.hidden,
+        )?;
+        check_len("iqn_forward_backward: bq ([1])", inputs.bq.len(), 1)?;
+        check_len(
+            "iqn_forward_backward: ybar ([B])",
+            inputs.ybar.len(),
+            dims.batch,
+        )?;
+        check_len("iqn_forward_backward: tau ([B, N])", inputs.tau.len(), bn)?;
+        check_len(
+            "iqn_forward_backward: dphi_pre ([B N, H])",
+            out.dphi_pre.len(),
+            bnh,
+        )?;
+        check_len("iqn_forward_backward: dh ([B, H])", out.dh.len(), bh)?;
+        check_len(
+            "iqn_forward_backward: dwq ([H])",
+            out.dwq.len(),
+            dims.hidden,
+        )?;
+        check_len(
+            "iqn_forward_backward: dbphi ([H])",
+            out.dbphi.len(),
+            dims.hidden,
+        )?;
+        check_len("iqn_forward_backward: dbq ([1])", out.dbq.len(), 1)?;
+        check_losses("iqn_forward_backward: losses", out.losses)?;
+        if scratch.len() < plan.scratch_len {
+            return Err(Error::LengthMismatch {
+                what: "iqn_forward_backward: scratch (at least IqnDims::scratch_len)".into(),
+                expected: plan.scratch_len,
+                found: scratch.len(),
+            });
+        }
+        {
+            let mut launch = stream.launch(self.kernel(plan.kernel));
+            launch
+                .buf(inputs.h)
+                .buf(inputs.phi)
+                .buf(inputs.wq)
+                .buf(inputs.bq)
+                .buf(inputs.ybar)
+                .buf(inputs.tau)
+                .buf_mut(&mut *out.dphi_pre)
+                .buf_mut(&mut *out.dh)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&n)
+                .arg(&h)
+                .arg(&coef);
+            // SAFETY: the arguments match `iqn_forward_backward_{v2,v4,generic}(const float*
+            // h, const float* phi, const float* wq, const float* bq, const float* ybar, const
+            // float* tau, float* dphi_pre, float* dh, float* partials, unsigned B, unsigned
+            // N, unsigned H, float coef)`; the plan picks v2/v4 only for H % 4 == 0 and H <=
+            // 128 VPL (the columns the lanes own), warps stop at b >= B, every buffer holds
+            // what its shape says, scratch holds gridDim.x rows of 2H + 2 (checked above),
+            // and the generic kernel gets N floats of dynamic shared memory.
+            unsafe { launch.launch(plan.config)? };
+        }
+        let cols = 2 * h + 2;
+        let mut launch = stream.launch(self.kernel(KernelId::IqnFinish));
+        launch
+            .buf(&*scratch)
+            .arg(&plan.rows)
+            .arg(&h)
+            .buf_mut(out.dwq)
+            .buf_mut(out.dbphi)
+            .buf_mut(out.dbq)
+            .buf_mut(out.losses)
+            .arg(&b)
+            .arg(&n)
+            .arg(&coef);
+        // SAFETY: the arguments match `iqn_finish(const float* partials, unsigned rows,
+        // unsigned H, float* dwq, float* dbphi, float* dbq, float* losses, unsigned B,
+        // unsigned N, float coef)`; it reads rows (2H + 2) floats of scratch (checked above)
+        // and writes only columns c < 2H + 2: dwq[c < H], dbphi[c - H < H], dbq[0], and
+        // losses slots below LOSS_SLOTS.
+        unsafe { launch.launch(tile_config(cols.div_ceil(32), 1)) }
+    }
+}
+
+// ---- cuda/dqn_attention.cu: window self-attention and the pooled reward head ----
+
+/// Most samples a block of the attention kernels stages in shared memory.
+const ATTENTION_MAX_SAMPLES_PER_BLOCK: usize = 4;
+
+/// Sizes of the window attention: `B` samples, `W` window rows, width `E`, `heads` heads
+/// of `E / heads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionDims {
+    /// `B`.
+    pub batch: usize,
+    /// `W`.
+    pub window: usize,
+    /// `E`.
+    pub width: usize,
+    /// `Hh`.
+    pub heads: usize,
+}
+
+impl AttentionDims {
+    /// `E / Hh`, each head's width.
+    pub fn head_width(self) -> usize {
+        self.width / self.heads.max(1)
+    }
+
+    /// The scores' scale, `1 / sqrt(E / Hh)`.
+    pub fn scale(self) -> f32 {
+        (1.0 / (self.head_width() as f64).sqrt()) as f32
+    }
+}
+
+/// How the attention kernels lay out shared memory and their grid.
+#[derive(Clone, Copy, Debug)]
+struct AttentionPlan {
+    /// Samples per block.
+    spb: u32,
+    /// Shared-memory row strides of qkv and datt rows.
+    ld: u32,
+    lda: u32,
+    config: LaunchConfig,
+}
+
+/// A shared-memory row stride for rows of `cols` floats: 16-byte aligned and 4 banks apart
+/// when `cols % 4 == 0` (see `cuda/dqn_attention.cu`), else one bank apart.
+fn padded_stride(cols: usize) -> usize {
+    if cols % 4 == 0 { cols + 4 } else { cols + 1 }
+}
+
+fn attention_plan(dims: AttentionDims, backward: bool) -> Result<AttentionPlan> {
+    let what = if backward {
+        "attention_backward"
+    } else {
+        "attention_forward"
+    };
+    positive(&format!("{what}: batch"), dims.batch)?;
+    positive(&format!("{what}: window"), dims.window)?;
+    positive(&format!("{what}: width"), dims.width)?;
+    positive(&format!("{what}: heads"), dims.heads)?;
+    if dims.width % dims.heads != 0 {
+        return Err(Error::Invalid(format!(
+            "{what}: width {} is not a multiple of heads {}",
+            dims.width, dims.heads
+        )));
+    }
+    len_u32(
+        what,
+        product(what, &[dims.batch, dims.window, 3 * dims.width])?,
+    )?;
+    let ld = padded_stride(3 * dims.width);
+    let lda = padded_stride(dims.width);
+    let scores = product(what, &[dims.heads, dims.window, dims.window])?;
+    let per_sample = if backward {
+        dims.window * (ld + lda) + 2 * scores
+    } else {
+        dims.window * ld + scores
+    } * 4;
+    let spb = (MAX_DYNAMIC_SMEM / per_sample).min(ATTENTION_MAX_SAMPLES_PER_BLOCK);
+    if spb == 0 {
+        return Err(Error::Invalid(format!(
+            "{what}: one sample needs {per_sample} bytes of shared memory (W = {}, E = {}, \
+             heads = {}); at most {MAX_DYNAMIC_SMEM} fit",
+            dims.window, dims.width, dims.heads
+        )));
+    }
+    let blocks = dims.batch.div_ceil(spb);
+    Ok(AttentionPlan {
+        spb: spb as u32,
+        ld: ld as u32,
+        lda: lda as u32,
+        config: LaunchConfig {
+            grid_dim: (len_u32(what, blocks)?, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: (spb * per_sample) as u32,
+        },
+    })
+}
+
+/// Most blocks (one warp each) of an [`Kernels::attn_pool_loss`] launch; each writes one
+/// partial row of the scratch buffer.
+pub const ATTN_POOL_BLOCKS: u32 = 2048;
+
+/// Sizes of the pooled reward head: `B` samples, `W` window rows, width `E`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnPoolDims {
+    /// `B`.
+    pub batch: usize,
+    /// `W`.
+    pub window: usize,
+    /// `E`.
+    pub width: usize,
+}
+
+impl AttnPoolDims {
+    /// Length of the scratch buffer that [`Kernels::attn_pool_loss`] needs.
+    pub fn scratch_len(self) -> usize {
+        self.blocks() as usize * (self.width + 2)
+    }
+
+    fn blocks(self) -> u32 {
+        u32::try_from(self.batch)
+            .unwrap_or(u32::MAX)
+            .clamp(1, ATTN_POOL_BLOCKS)
+    }
+}
+
+/// Inputs of [`Kernels::attn_pool_loss`].
+#[derive(Clone, Copy, Debug)]
+pub struct AttnPoolInputs<'a> {
+    /// `o[B W, E]`: the attention block's output.
+    pub o: &'a DeviceBuffer<f32>,
+    /// `wp[E]`.
+    pub wp: &'a DeviceBuffer<f32>,
+    /// `bp[1]`.
+    pub bp: &'a DeviceBuffer<f32>,
+    /// `r[B]`: the reward to predict.
+    pub r: &'a DeviceBuffer<f32>,
+}
+
+/// Outputs of [`Kernels::attn_pool_loss`]; every gradient is of `coef · L_attn`.
+#[derive(Debug)]
+pub struct AttnPoolOutputs<'a> {
+    /// `pred[B]` (written).
+    pub pred: &'a mut DeviceBuffer<f32>,
+    /// `d_o[B W, E]` (written).
+    pub d_o: &'a mut DeviceBuffer<f32>,
+    /// `dwp[E]` (written).
+    pub dwp: &'a mut DeviceBuffer<f32>,
+    /// `dbp[1]` (written).
+    pub dbp: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer: [`LossSlot::Attn`] and [`LossSlot::Total`] are added to.
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+impl Kernels {
+    /// Window self-attention, forward: `att[B W, E]` and the softmax weights
+    /// `probs[B, Hh, W, W]` (saved for the backward) from `qkv[B W, 3E]` (formulas in
+    /// `cuda/dqn_attention.cu`).
+    ///
+    /// A block of 256 threads takes up to 4 whole samples (as many as fit 48 KB of shared
+    /// memory); `ceil(B / samples per block)` blocks. [`attention_forward_reference`] is
+    /// the CPU version.
+    pub fn attention_forward(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: AttentionDims,
+        qkv: &DeviceBuffer<f32>,
+        att: &mut DeviceBuffer<f32>,
+        probs: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let plan = attention_plan(dims, false)?;
+        let rows = product("attention_forward", &[dims.batch, dims.window])?;
+        check_len(
+            "attention_forward: qkv ([B W, 3E])",
+            qkv.len(),
+            product("attention_forward", &[rows, 3 * dims.width])?,
+        )?;
+        check_len(
+            "attention_forward: att ([B W, E])",
+            att.len(),
+            product("attention_forward", &[rows, dims.width])?,
+        )?;
+        check_len(
+            "attention_forward: probs ([B, Hh, W, W])",
+            probs.len(),
+            product(
+                "attention_forward",
+                &[dims.batch, dims.heads, dims.window, dims.window],
+            )?,
+        )?;
+        let (b, w, e, hh) = (
+            dims.batch as u32,
+            dims.window as u32,
+            dims.width as u32,
+            dims.heads as u32,
+        );
+        let scale = dims.scale();
+        let mut launch = stream.launch(self.kernel(KernelId::AttentionForward));
+        launch
+            .buf(qkv)
+            .buf_mut(att)
+            .buf_mut(probs)
+            .arg(&b)
+            .arg(&w)
+            .arg(&e)
+            .arg(&hh)
+            .arg(&plan.spb)
+            .arg(&plan.ld)
+            .arg(&scale);
+        // SAFETY: the arguments match `attention_forward(const float* qkv, float* att, float*
+        // probs, unsigned B, unsigned W, unsigned E, unsigned heads, unsigned spb, unsigned
+        // ld, float scale)`; block x touches samples [x spb, min(B, x spb + spb)) of buffers
+        // sized by B, W, E, heads (checked above), and its dynamic shared memory is the
+        // (spb W ld + spb heads W W) floats the kernel lays out.
+        unsafe { launch.launch(plan.config) }
+    }
+
+    /// Window self-attention, backward: `dqkv[B W, 3E]` from `qkv`, the saved `probs` and
+    /// `datt[B W, E]`. Same grid as [`Kernels::attention_forward`] (up to 4 samples a block,
+    /// as shared memory allows). [`attention_backward_reference`] is the CPU version.
+    pub fn attention_backward(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: AttentionDims,
+        qkv: &DeviceBuffer<f32>,
+        probs: &DeviceBuffer<f32>,
+        datt: &DeviceBuffer<f32>,
+        dqkv: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let plan = attention_plan(dims, true)?;
+        let rows = product("attention_backward", &[dims.batch, dims.window])?;
+        let qkv_len = product("attention_backward", &[rows, 3 * dims.width])?;
+        check_len("attention_backward: qkv ([B W, 3E])", qkv.len(), qkv_len)?;
+        check_len(
+            "attention_backward: probs ([B, Hh, W, W])",
+            probs.len(),
+            product(
+                "attention_backward",
+                &[dims.batch, dims.heads, dims.window, dims.window],
+            )?,
+        )?;
+        check_len(
+            "attention_backward: datt ([B W, E])",
+            datt.len(),
+            product("attention_backward", &[rows, dims.width])?,
+        )?;
+        check_len("attention_backward: dqkv ([B W, 3E])", dqkv.len(), qkv_len)?;
+        let (b, w, e, hh) = (
+            dims.batch as u32,
+            dims.window as u32,
+            dims.width as u32,
+            dims.heads as u32,
+        );
+        let scale = dims.scale();
+        let mut launch = stream.launch(self.kernel(KernelId::AttentionBackward));
+        launch
+            .buf(qkv)
+            .buf(probs)
+            .buf(datt)
+            .buf_mut(dqkv)
+            .arg(&b)
+            .arg(&w)
+            .arg(&e)
+            .arg(&hh)
+            .arg(&plan.spb)
+            .arg(&plan.ld)
+            .arg(&plan.lda)
+            .arg(&scale);
+        // SAFETY: the arguments match `attention_backward(const float* qkv, const float*
+        // probs, const float* datt, float* dqkv, unsigned B, unsigned W, unsigned E, unsigned
+        // heads, unsigned spb, unsigned ld, unsigned lda, float scale)`; block x touches
+        // samples [x spb, min(B, x spb + spb)) of buffers sized by B, W, E, heads (checked
+        // above), and its dynamic shared memory is the (spb W (ld + lda) + 2 spb heads W W)
+        // floats the kernel lays out.
+        unsafe { launch.launch(plan.config) }
+    }
+
+    /// The pooled reward prediction and its loss: `pred[B]`, `L_attn = mean_b (pred −
+    /// r)²` added into [`LossSlot::Attn`] (`coef ·` it into [`LossSlot::Total`]), and the
+    /// gradients of `coef · L_attn`: `d_o`, `dwp`, `dbp` (formulas in
+    /// `cuda/dqn_attention.cu`).
+    ///
+    /// Two launches: `attn_pool_loss`, `min(B, ATTN_POOL_BLOCKS)` blocks of one warp, a
+    /// warp per sample, one partial row per block into `scratch` (at least
+    /// [`AttnPoolDims::scratch_len`] floats, not shared with an op that may run at the same
+    /// time); then `attn_pool_finish`, `ceil((E + 2) / 32)` blocks of 32 × 32, which adds
+    /// the rows in order. Deterministic. [`attn_pool_loss_reference`] is the CPU version.
+    pub fn attn_pool_loss(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: AttnPoolDims,
+        inputs: &AttnPoolInputs<'_>,
+        coef: f32,
+        out: AttnPoolOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let b = positive("attn_pool_loss: batch", dims.batch)?;
+        let w = positive("attn_pool_loss: window", dims.window)?;
+        let e = positive("attn_pool_loss: width", dims.width)?;
+        let o_len = product("attn_pool_loss", &[dims.batch, dims.window, dims.width])?;
+        check_len("attn_pool_loss: o ([B W, E])", inputs.o.len(), o_len)?;
+        check_len("attn_pool_loss: wp ([E])", inputs.wp.len(), dims.width)?;
+        check_len("attn_pool_loss: bp ([1])", inputs.bp.len(), 1)?;
+        check_len("attn_pool_loss: r ([B])", inputs.r.len(), dims.batch)?;
+        check_len("attn_pool_loss: pred ([B])", out.pred.len(), dims.batch)?;
+        check_len("attn_pool_loss: d_o ([B W, E])", out.d_o.len(), o_len)?;
+        check_len("attn_pool_loss: dwp ([E])", out.dwp.len(), dims.width)?;
+        check_len("attn_pool_loss: dbp ([1])", out.dbp.len(), 1)?;
+        check_losses("attn_pool_loss: losses", out.losses)?;
+        let rows = dims.blocks();
+        let needed = product("attn_pool_loss: scratch", &[rows as usize, dims.width + 2])?;
+        if scratch.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "attn_pool_loss: scratch (at least AttnPoolDims::scratch_len)".into(),
+                expected: needed,
+                found: scratch.len(),
+            });
+        }
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::AttnPoolLoss));
+            launch
+                .buf(inputs.o)
+                .buf(inputs.wp)
+                .buf(inputs.bp)
+                .buf(inputs.r)
+                .buf_mut(&mut *out.pred)
+                .buf_mut(&mut *out.d_o)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&w)
+                .arg(&e)
+                .arg(&coef);
+            let config = LaunchConfig {
+                grid_dim: (rows, 1, 1),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match `attn_pool_loss(const float* o, const float* wp,
+            // const float* bp, const float* r, float* pred, float* d_o, float* partials,
+            // unsigned B, unsigned W, unsigned E, float coef)`; block x takes samples b < B
+            // only, every buffer holds what its shape says, and scratch holds gridDim.x rows
+            // of E + 2 floats (checked above).
+            unsafe { launch.launch(config)? };
+        }
+        let cols = e + 2;
+        let mut launch = stream.launch(self.kernel(KernelId::AttnPoolFinish));
+        launch
+            .buf(&*scratch)
+            .arg(&rows)
+            .arg(&e)
+            .buf_mut(out.dwp)
+            .buf_mut(out.dbp)
+            .buf_mut(out.losses)
+            .arg(&b)
+            .arg(&coef);
+        // SAFETY: the arguments match `attn_pool_finish(const float* partials, unsigned rows,
+        // unsigned E, float* dwp, float* dbp, float* losses, unsigned B, float coef)`; it
+        // reads rows (E + 2) floats of scratch and writes dwp[c < E], dbp[0] and loss slots
+        // below LOSS_SLOTS (all checked above).
+        unsafe { launch.launch(tile_config(cols.div_ceil(32), 1)) }
+    }
+}
+
+// ---- cuda/dqn_optim.cu: gradient norm, clipped Adam, column sums ----
+
+/// Elements of the concatenated parameters that one block of the optimizer kernels takes
+/// (`OPTIM_CHUNK` in `cuda/dqn_optim.cu`).
+pub const OPTIM_CHUNK: usize = 2048;
+
+/// Words (`u64`) per entry of the device parameter table (`PARAM_TABLE_WORDS`).
+pub const PARAM_TABLE_WORDS: usize = 6;
+
+/// Index of the learning rate in the device scalars [`Kernels::adam_clip_update`] reads.
+pub const ADAM_LR: usize = 0;
+/// Index of `1 − β1ᵗ` in those scalars.
+pub const ADAM_BIAS1: usize = 1;
+/// Index of `1 − β2ᵗ` in those scalars.
+pub const ADAM_BIAS2: usize = 2;
+/// Device scalars [`Kernels::adam_clip_update`] reads (indices `0..ADAM_SCALARS`).
+pub const ADAM_SCALARS: usize = 3;
+
+/// One parameter tensor of the optimizer's table: the device addresses of the parameter,
+/// its gradient and its two Adam moments, all `len` floats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamEntry {
+    /// Address of the parameter (`float*`).
+    pub param: u64,
+    /// Address of its gradient (`const float*`).
+    pub grad: u64,
+    /// Address of Adam's first moment (`float*`).
+    pub m: u64,
+    /// Address of Adam's second moment (`float*`).
+    pub v: u64,
+    /// Elements of each.
+    pub len: usize,
+}
+
+impl ParamEntry {
+    /// The entry for four buffers of the same length.
+    pub fn of(
+        param: &DeviceBuffer<f32>,
+        grad: &DeviceBuffer<f32>,
+        m: &DeviceBuffer<f32>,
+        v: &DeviceBuffer<f32>,
+    ) -> Result<ParamEntry> {
+        same_len(
+            "ParamEntry: grad (the length of param)",
+            param.len(),
+            grad.len(),
+        )?;
+        same_len("ParamEntry: m (the length of param)", param.len(), m.len())?;
+        same_len("ParamEntry: v (the length of param)", param.len(), v.len())?;
+        Ok(ParamEntry {
+            param: param.device_address(),
+            grad: grad.device_address(),
+            m: m.device_address(),
+            v: v.device_address(),
+            len: param.len(),
+        })
+    }
+}
+
+/// The optimizer's parameter table: built once on the host, uploaded once, read by
+/// [`Kernels::grad_sq_norm`] and [`Kernels::adam_clip_update`], which then cover every
+/// parameter in one launch each.
+///
+/// Device layout ([`ParamTable::words`]): `T` entries of [`PARAM_TABLE_WORDS`] `u64`s,
+/// entry `k` at words `6k .. 6k + 6`: `[param, grad, m, v, len, start]`, the four
+/// addresses of [`ParamEntry`], its length, and `start`, the sum of the lengths of entries
+/// `0..k` (the entry's offset in the concatenation of all parameters).
+///
+/// The kernels reach the buffers through these addresses, so the wrappers take the
+/// buffers themselves too and check, entry by entry, that they are the table's: a launch
+/// only touches buffers that its caller holds borrows of.
+#[derive(Debug)]
+pub struct ParamTable {
+    table: DeviceBuffer<u64>,
+    entries: Vec<ParamEntry>,
+    total: usize,
+}
+
+impl ParamTable {
+    /// The table's words, as uploaded (see the layout above).
+    pub fn words(entries: &[ParamEntry]) -> Vec<u64> {
+        let mut start = 0u64;
+        let mut words = Vec::with_capacity(entries.len() * PARAM_TABLE_WORDS);
+        for e in entries {
+            words.extend_from_slice(&[e.param, e.grad, e.m, e.v, e.len as u64, start]);
+            start += e.len as u64;
+        }
+        words
+    }
+
+    /// Builds and uploads the table (blocking: call it when building the step, not in an
+    /// op). Fails if there are no elements at all.
+    pub fn new(device: &Device, entries: Vec<ParamEntry>) -> Result<ParamTable> {
+        let total = entries
+            .iter()
+            .try_fold(0usize, |acc, e| acc.checked_add(e.len))
+            .ok_or_else(|| Error::Invalid("ParamTable: the total length overflows".into()))?;
+        if total == 0 {
+            return Err(Error::Invalid("ParamTable: there are no parameters".into()));
+        }
+        len_u32("ParamTable: entries", entries.len())?;
+        len_u32("ParamTable: blocks", total.div_ceil(OPTIM_CHUNK))?;
+        let table = device.upload_new("parameter table", &ParamTable::words(&entries))?;
+        Ok(ParamTable {
+            table,
+            entries,
+            total,
+        })
+    }
+
+    /// The entries, in table order.
+    pub fn entries(&self) -> &[ParamEntry] {
+        &self.entries
+    }
+
+    /// Elements of all parameters together.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Blocks of the optimizer kernels, and the length of [`Kernels::grad_sq_norm`]'s
+    /// scratch buffer: one partial sum per block.
+    pub fn blocks(&self) -> usize {
+        self.total.div_ceil(OPTIM_CHUNK)
+    }
+
+    fn config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (self.blocks() as u32, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    fn check_count(&self, what: &str, found: usize) -> Result<()> {
+        same_len(what, self.entries.len(), found)
+    }
+
+    fn check(
+        &self,
+        what: &str,
+        k: usize,
+        field: &str,
+        expected: u64,
+        buf: &DeviceBuffer<f32>,
+    ) -> Result<()> {
+        if buf.device_address() != expected || buf.len() != self.entries[k].len {
+            return Err(Error::Invalid(format!(
+                "{what}: the {field} buffer given for table entry {k} is not the one in the \
+                 table (address or length differs)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The buffers of one table entry, borrowed for [`Kernels::adam_clip_update`].
+#[derive(Debug)]
+pub struct AdamSlot<'a> {
+    /// The parameter, updated in place.
+    pub param: &'a mut DeviceBuffer<f32>,
+    /// Its gradient.
+    pub grad: &'a DeviceBuffer<f32>,
+    /// Adam's first moment, updated in place.
+    pub m: &'a mut DeviceBuffer<f32>,
+    /// Adam's second moment, updated in place.
+    pub v: &'a mut DeviceBuffer<f32>,
+}
+
+/// Adam's and the clipping's constants (the step-dependent ones are device scalars).
+///
+/// Held in f64 and rounded to f32 at launch; `1 − β1` and `1 − β2` are computed in f64
+/// first (in f32, `1 − 0.999` is 1.3e-5 off 0.001), as PyTorch does with its Python floats.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamHyper {
+    /// Global-norm clipping threshold.
+    pub max_norm: f64,
+    /// `β1`.
+    pub beta1: f64,
+    /// `β2`.
+    pub beta2: f64,
+    /// `ε`.
+    pub eps: f64,
+}
+
+impl AdamHyper {
+    /// `[max_norm, β1, β2, 1 − β1, 1 − β2, ε]` as the kernel takes them.
+    pub fn kernel_args(&self) -> [f32; 6] {
+        [
+            self.max_norm as f32,
+            self.beta1 as f32,
+            self.beta2 as f32,
+            (1.0 - self.beta1) as f32,
+            (1.0 - self.beta2) as f32,
+            self.eps as f32,
+        ]
+    }
+}
+
+impl Default for AdamHyper {
+    /// MODEL.md's: max_norm 10, β1 0.9, β2 0.999, ε 1e-8.
+    fn default() -> Self {
+        AdamHyper {
+            max_norm: 10.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// The step-dependent values [`Kernels::adam_clip_update`] reads from device scalars,
+/// in index order ([`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`]).
+///
+/// ```
+/// use stepgraph_kernels::{AdamHyper, AdamScalars};
+///
+/// let s = AdamScalars::at_step(3e-4, &AdamHyper::default(), 1);
+/// assert_eq!((s.bias1, s.bias2), (0.1, 0.001));
+/// assert_eq!(s.values(), [s.lr, s.bias1, s.bias2]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamScalars {
+    /// The learning rate.
+    pub lr: f32,
+    /// `1 − β1ᵗ`.
+    pub bias1: f32,
+    /// `1 − β2ᵗ`.
+    pub bias2: f32,
+}
+
+impl AdamScalars {
+    /// The values for step `t` (counting from 1), the bias corrections computed in f64.
+    pub fn at_step(lr: f32, hyper: &AdamHyper, t: u32) -> AdamScalars {
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        AdamScalars {
+            lr,
+            bias1: (1.0 - hyper.beta1.powi(t)) as f32,
+            bias2: (1.0 - hyper.beta2.powi(t)) as f32,
+        }
+    }
+
+    /// The values at their device-scalar indices, for `DeviceScalars::new` or `set`.
+    pub fn values(self) -> [f32; ADAM_SCALARS] {
+        let mut v = [0.0; ADAM_SCALARS];
+        v[ADAM_LR] = self.lr;
+        v[ADAM_BIAS1] = self.bias1;
+        v[ADAM_BIAS2] = self.bias2;
+        v
+    }
+}
+
+/// How [`Kernels::column_sums`] splits the rows: `(column blocks, row chunks, rows per
+/// chunk)`. Depends on the sizes only, so the sums' bits do too.
+fn column_sums_plan(rows: usize, cols: usize) -> (usize, usize, usize) {
+    let col_blocks = cols.div_ceil(32).max(1);
+    let max_chunks = (1024 / col_blocks).max(1);
+    let chunks = rows.div_ceil(256).clamp(1, max_chunks);
+    let rows_per_chunk = rows.div_ceil(chunks).max(1);
+    (
+        col_blocks,
+        rows.div_ceil(rows_per_chunk).max(1),
+        rows_per_chunk,
+    )
+}
+
+/// Length of the scratch buffer [`Kernels::column_sums`] needs for an `[rows, cols]` input.
+pub fn column_sums_scratch_len(rows: usize, cols: usize) -> usize {
+    let (_, chunks, _) = column_sums_plan(rows, cols);
+    chunks.saturating_mul(cols)
+}
+
+impl Kernels {
+    /// `sq_norm[0] = ‖g‖²` over every gradient of `table`, two-pass and deterministic:
+    /// `grad_sq_norm_partial` (one block of 256 per [`OPTIM_CHUNK`] elements) writes one
+    /// partial sum per block into `scratch` (at least [`ParamTable::blocks`] floats), then
+    /// `grad_sq_norm_finish` (one block of 1024) adds them in order.
+    ///
+    /// `grads` must be the table's gradient buffers, in table order (checked by address
+    /// and length). [`grad_sq_norm_reference`] is the CPU version.
+    pub fn grad_sq_norm(
+        &self,
+        stream: &CaptureStream<'_>,
+        table: &ParamTable,
+        grads: &[&DeviceBuffer<f32>],
+        scratch: &mut DeviceBuffer<f32>,
+        sq_norm: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        table.check_count("grad_sq_norm: gradients (one per table entry)", grads.len())?;
+        for (k, (g, e)) in grads.iter().zip(&table.entries).enumerate() {
+            table.check("grad_sq_norm", k, "grad", e.grad, g)?;
+        }
+        let blocks = len_u32("grad_sq_norm: blocks", table.blocks())?;
+        if scratch.len() < table.blocks() {
+            return Err(Error::LengthMismatch {
+                what: "grad_sq_norm: scratch (at least ParamTable::blocks)".into(),
+                expected: table.blocks(),
+                found: scratch.len(),
+            });
+        }
+        check_len("grad_sq_norm: sq_norm ([1])", sq_norm.len(), 1)?;
+        let count = table.entries.len() as u32;
+        let total = table.total as u64;
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::GradSqNormPartial));
+            launch
+                .buf(&table.table)
+                .arg(&count)
+                .arg(&total)
+                .buf_mut(&mut *scratch);
+            // SAFETY: the arguments match `grad_sq_norm_partial(const u64* table, unsigned T,
+            // u64 total, float* partials)`; the table's T entries are the gradients passed
+            // in (same addresses and lengths, checked above, so alive and borrowed for this
+            // call), block x reads elements [x OPTIM_CHUNK, ..) < total of them and writes
+            // partials[x] with x < blocks <= scratch.len().
+            unsafe { launch.launch(table.config())? };
+        }
+        let mut launch = stream.launch(self.kernel(KernelId::GradSqNormFinish));
+        launch.buf(&*scratch).arg(&blocks).buf_mut(sq_norm);
+        let config = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match `grad_sq_norm_finish(const float* partials, unsigned
+        // n, float* out)`; it reads partials[0..blocks) (scratch holds at least that many)
+        // and writes out[0] (sq_norm holds 1, checked above).
+        unsafe { launch.launch(config) }
+    }
+
+    /// Adam with global-norm clipping, in place, over every tensor of `table` in one
+    /// launch (formulas in `cuda/dqn_optim.cu` and MODEL.md). Reads `sq_norm[0]`
+    /// ([`Kernels::grad_sq_norm`]) and, from device memory at run time, the learning rate
+    /// and the bias corrections at [`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`] of
+    /// `scalars`.
+    ///
+    /// `slots` must be the table's buffers, in table order (checked by address and
+    /// length). One block of 256 per [`OPTIM_CHUNK`] elements.
+    /// [`adam_clip_update_reference`] is the CPU version.
+    pub fn adam_clip_update(
+        &self,
+        stream: &CaptureStream<'_>,
+        table: &ParamTable,
+        slots: &mut [AdamSlot<'_>],
+        sq_norm: &DeviceBuffer<f32>,
+        scalars: &DeviceScalars<f32>,
+        hyper: AdamHyper,
+    ) -> Result<()> {
+        table.check_count("adam_clip_update: slots (one per table entry)", slots.len())?;
+        for (k, (s, e)) in slots.iter().zip(&table.entries).enumerate() {
+            table.check("adam_clip_update", k, "param", e.param, s.param)?;
+            table.check("adam_clip_update", k, "grad", e.grad, s.grad)?;
+            table.check("adam_clip_update", k, "m", e.m, s.m)?;
+            table.check("adam_clip_update", k, "v", e.v, s.v)?;
+        }
+        check_len("adam_clip_update: sq_norm ([1])", sq_norm.len(), 1)?;
+        if scalars.len() < ADAM_SCALARS {
+            return Err(Error::Invalid(format!(
+                "adam_clip_update: the device scalars hold {} values; the kernel reads indices \
+                 {ADAM_LR} (lr), {ADAM_BIAS1} (1 - beta1^t) and {ADAM_BIAS2} (1 - beta2^t)",
+                scalars.len()
+            )));
+        }
+        let count = table.entries.len() as u32;
+        let total = table.total as u64;
+        let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
+        let mut launch = stream.launch(self.kernel(KernelId::AdamClipUpdate));
+        launch
+            .buf(&table.table)
+            .arg(&count)
+            .arg(&total)
+            .buf(sq_norm)
+            .buf(scalars.on_device())
+            .arg(&max_norm)
+            .arg(&beta1)
+            .arg(&beta2)
+            .arg(&omb1)
+            .arg(&omb2)
+            .arg(&eps);
+        // SAFETY: the arguments match `adam_clip_update(const u64* table, unsigned T, u64
+        // total, const float* sq_norm, const float* scalars, float max_norm, float beta1,
+        // float beta2, float one_minus_beta1, float one_minus_beta2, float eps)`; every address in the table is one of the buffers in
+        // `slots` (checked above, with its length), which this call borrows (the params and
+        // moments mutably), block x touches elements [x OPTIM_CHUNK, ..) < total only, and
+        // scalars holds indices 0..=2 (checked above).
+        unsafe { launch.launch(table.config()) }
+    }
+
+    /// `out[c] = Σ_r x[r, c]` for `x[rows, cols]`, two-pass and deterministic:
+    /// `column_sums_partial` (`(ceil(cols / 32), chunks)` blocks of 32 × 32, each summing
+    /// a chunk of rows) writes `[chunks, cols]` partial sums into `scratch` (at least
+    /// [`column_sums_scratch_len`] floats), then `column_sums_finish` (`ceil(cols / 32)`
+    /// blocks of 32 × 32) adds them in order. For bias gradients that a cuBLASLt epilogue
+    /// does not give. [`column_sums_reference`] is the CPU version.
+    pub fn column_sums(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &DeviceBuffer<f32>,
+        rows: usize,
+        cols: usize,
+        scratch: &mut DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let r = positive("column_sums: rows", rows)?;
+        let c = positive("column_sums: cols", cols)?;
+        check_len(
+            "column_sums: x ([rows, cols])",
+            x.len(),
+            product("column_sums", &[rows, cols])?,
+        )?;
+        check_len("column_sums: out ([cols])", out.len(), cols)?;
+        let (col_blocks, chunks, rows_per_chunk) = column_sums_plan(rows, cols);
+        let needed = chunks * cols;
+        if scratch.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "column_sums: scratch (at least column_sums_scratch_len)".into(),
+                expected: needed,
+                found: scratch.len(),
+            });
+        }
+        let (col_blocks, chunks32, per_chunk) =
+            (col_blocks as u32, chunks as u32, rows_per_chunk as u32);
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::ColumnSumsPartial));
+            launch
+                .buf(x)
+                .arg(&r)
+                .arg(&c)
+                .arg(&per_chunk)
+                .buf_mut(&mut *scratch);
+            // SAFETY: the arguments match `column_sums_partial(const float* x, unsigned rows,
+            // unsigned cols, unsigned rows_per_chunk, float* partials)`; block (i, y) reads
+            // columns < cols of rows [y rows_per_chunk, rows) of x (rows cols floats, checked)
+            // and writes partials[y cols + c] with y < chunks, c < cols: inside scratch.
+            unsafe { launch.launch(tile_config(col_blocks, chunks32))? };
+        }
+        let mut launch = stream.launch(self.kernel(KernelId::ColumnSumsFinish));
+        launch.buf(&*scratch).arg(&chunks32).arg(&c).buf_mut(out);
+        // SAFETY: the arguments match `column_sums_finish(const float* partials, unsigned
+        // chunks, unsigned cols, float* out)`; it reads chunks cols floats of scratch and
+        // writes out[c] for c < cols = out.len() (checked above).
+        unsafe { launch.launch(tile_config(col_blocks, 1)) }
     }
 }
 
@@ -490,5 +2213,238 @@ mod tests {
         assert!(len_u32("x", u32::MAX as usize).is_ok());
         let err = len_u32("chain_step: x", u32::MAX as usize + 1).unwrap_err();
         assert!(err.to_string().contains("chain_step: x"), "{err}");
+    }
+
+    /// `#define NAME value` lines of a file in `cuda/`.
+    fn cuda_defines(file: &str) -> std::collections::HashMap<String, String> {
+        let path = format!("{}/cuda/{file}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.trim().strip_prefix("#define ")?.split_whitespace();
+                Some((words.next()?.to_string(), words.next()?.to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn loss_slots_match_the_cuda_header() {
+        let defines = cuda_defines("dqn_common.cuh");
+        for slot in LossSlot::ALL {
+            assert_eq!(
+                defines.get(slot.macro_name()).map(String::as_str),
+                Some(slot.index().to_string().as_str()),
+                "{slot:?}"
+            );
+        }
+        assert_eq!(defines["LOSS_SLOT_COUNT"], LOSS_SLOTS.to_string());
+        let mut indices: Vec<usize> = LossSlot::ALL.iter().map(|s| s.index()).collect();
+        indices.dedup();
+        assert_eq!(indices.len(), LossSlot::ALL.len());
+        assert!(indices.iter().all(|&i| i < LOSS_SLOTS));
+    }
+
+    #[test]
+    fn optimizer_and_iqn_constants_match_the_cuda_sources() {
+        let optim = cuda_defines("dqn_optim.cu");
+        assert_eq!(optim["PARAM_TABLE_WORDS"], PARAM_TABLE_WORDS.to_string());
+        assert_eq!(optim["OPTIM_CHUNK"], OPTIM_CHUNK.to_string());
+        assert_eq!(optim["ADAM_LR"], ADAM_LR.to_string());
+        assert_eq!(optim["ADAM_BIAS1"], ADAM_BIAS1.to_string());
+        assert_eq!(optim["ADAM_BIAS2"], ADAM_BIAS2.to_string());
+        assert_eq!(
+            cuda_defines("dqn_iqn.cu")["IQN_WARPS"],
+            IQN_WARPS.to_string()
+        );
+    }
+
+    #[test]
+    fn param_table_words_follow_the_documented_layout() {
+        let entry = |base: u64, len: usize| ParamEntry {
+            param: base,
+            grad: base + 1,
+            m: base + 2,
+            v: base + 3,
+            len,
+        };
+        let words = ParamTable::words(&[entry(100, 5), entry(200, 0), entry(300, 7)]);
+        assert_eq!(
+            words,
+            vec![
+                100, 101, 102, 103, 5, 0, //
+                200, 201, 202, 203, 0, 5, //
+                300, 301, 302, 303, 7, 5,
+            ]
+        );
+        assert_eq!(words.len(), 3 * PARAM_TABLE_WORDS);
+    }
+
+    #[test]
+    fn adam_host_values_are_exact_in_f64_before_rounding() {
+        let hyper = AdamHyper::default();
+        let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
+        assert_eq!((max_norm, beta1, beta2, eps), (10.0, 0.9, 0.999, 1e-8));
+        // 1 - beta in f64, then rounded: not 1 - 0.999f32 = 0.00099998713.
+        assert_eq!((omb1, omb2), (0.1, 0.001));
+        let s = AdamScalars::at_step(3e-4, &hyper, 2);
+        assert_eq!(s.values(), [3e-4, 0.19, (1.0 - 0.999f64 * 0.999) as f32]);
+        assert_eq!(ADAM_SCALARS, 3);
+    }
+
+    #[test]
+    fn iqn_plan_picks_the_kernel_by_hidden_width() {
+        let dims = |batch, quantiles, hidden| IqnDims {
+            batch,
+            quantiles,
+            hidden,
+        };
+        // The step's sizes: the 2-vector kernel, 8 samples per block up to IQN_BLOCKS.
+        let plan = iqn_plan(dims(16384, 32, 256)).unwrap();
+        assert_eq!(plan.kernel, KernelId::IqnForwardBackwardV2);
+        assert_eq!(plan.config.grid_dim, (IQN_BLOCKS, 1, 1));
+        assert_eq!(plan.config.block_dim, (256, 1, 1));
+        assert_eq!(plan.config.shared_mem_bytes, 0);
+        assert_eq!(plan.rows, IQN_BLOCKS);
+        assert_eq!(dims(16384, 32, 256).scratch_len(), 1024 * 514);
+
+        let plan = iqn_plan(dims(20, 5, 200)).unwrap();
+        assert_eq!(plan.kernel, KernelId::IqnForwardBackwardV2);
+        assert_eq!(plan.config.grid_dim, (3, 1, 1));
+        assert_eq!(
+            iqn_plan(dims(20, 5, 260)).unwrap().kernel,
+            KernelId::IqnForwardBackwardV4
+        );
+        assert_eq!(
+            iqn_plan(dims(20, 5, 512)).unwrap().kernel,
+            KernelId::IqnForwardBackwardV4
+        );
+        for hidden in [37, 258, 516, 1024] {
+            let plan = iqn_plan(dims(3000, 7, hidden)).unwrap();
+            assert_eq!(
+                plan.kernel,
+                KernelId::IqnForwardBackwardGeneric,
+                "H = {hidden}"
+            );
+            assert_eq!(plan.config.grid_dim, (1024, 1, 1));
+            assert_eq!(plan.config.block_dim, (32, 1, 1));
+            assert_eq!(plan.config.shared_mem_bytes, 7 * 4);
+            assert_eq!(plan.scratch_len, 1024 * (2 * hidden + 2));
+        }
+        assert!(
+            iqn_plan(dims(4, 20_000, 37)).is_err(),
+            "dzq does not fit shared memory"
+        );
+        assert!(iqn_plan(dims(0, 32, 256)).is_err());
+        assert_eq!(dims(4, 0, 256).scratch_len(), 0);
+    }
+
+    #[test]
+    fn attention_plan_fits_shared_memory() {
+        let dims = AttentionDims {
+            batch: 16384,
+            window: 8,
+            width: 64,
+            heads: 4,
+        };
+        assert_eq!(dims.head_width(), 16);
+        assert_eq!(dims.scale(), 0.25);
+        let fwd = attention_plan(dims, false).unwrap();
+        assert_eq!((fwd.spb, fwd.ld, fwd.lda), (4, 196, 68));
+        assert_eq!(fwd.config.grid_dim, (4096, 1, 1));
+        assert_eq!(fwd.config.shared_mem_bytes, 4 * (8 * 196 + 4 * 64) * 4);
+        let bwd = attention_plan(dims, true).unwrap();
+        assert_eq!(bwd.spb, 4);
+        assert_eq!(
+            bwd.config.shared_mem_bytes,
+            4 * (8 * (196 + 68) + 2 * 4 * 64) * 4
+        );
+        for plan in [fwd, bwd] {
+            assert!(plan.config.shared_mem_bytes as usize <= MAX_DYNAMIC_SMEM);
+        }
+        // Widths that are not multiples of 4 get one-float padding.
+        let odd = AttentionDims {
+            batch: 5,
+            window: 3,
+            width: 6,
+            heads: 2,
+        };
+        let plan = attention_plan(odd, true).unwrap();
+        assert_eq!((plan.ld, plan.lda, plan.spb), (19, 7, 4));
+        assert_eq!(plan.config.grid_dim, (2, 1, 1));
+        // A window too large for one sample per block, and heads that do not divide E.
+        assert!(attention_plan(AttentionDims { window: 64, ..dims }, true).is_err());
+        assert!(attention_plan(AttentionDims { heads: 3, ..dims }, false).is_err());
+    }
+
+    #[test]
+    fn column_sums_plan_covers_every_row_once() {
+        for (rows, cols) in [
+            (1, 1),
+            (33, 1),
+            (1000, 70),
+            (16384, 256),
+            (524_288, 256),
+            (524_288, 64),
+            (7, 5000),
+        ] {
+            let (col_blocks, chunks, per) = column_sums_plan(rows, cols);
+            assert_eq!(col_blocks, cols.div_ceil(32));
+            assert!(
+                chunks * per >= rows && (chunks - 1) * per < rows,
+                "{rows} x {cols}"
+            );
+            assert!(
+                col_blocks * chunks <= 1024.max(col_blocks),
+                "{rows} x {cols}"
+            );
+            assert_eq!(column_sums_scratch_len(rows, cols), chunks * cols);
+        }
+    }
+
+    #[test]
+    fn quad_grids_cover_every_element() {
+        for n in [0usize, 1, 4, 1024, 1025, 16384 * 256] {
+            let cfg = quad_config(n);
+            let threads = cfg.grid_dim.0 as usize * BLOCK_THREADS as usize;
+            assert!(threads * 4 >= n && cfg.grid_dim.0 >= 1, "n = {n}");
+            assert!((cfg.grid_dim.0 as usize - 1) * BLOCK_THREADS as usize * 4 < n.max(1));
+        }
+        assert_eq!(tile_config(0, 3).grid_dim, (1, 3, 1));
+        assert_eq!(tile_config(2, 1).block_dim, (32, 32, 1));
+    }
+
+    #[test]
+    fn attn_pool_scratch_is_one_row_per_block() {
+        let dims = AttnPoolDims {
+            batch: 16384,
+            window: 8,
+            width: 64,
+        };
+        assert_eq!(dims.scratch_len(), ATTN_POOL_BLOCKS as usize * 66);
+        assert_eq!(AttnPoolDims { batch: 3, ..dims }.scratch_len(), 3 * 66);
+    }
+
+    #[test]
+    fn dqn_size_checks_name_the_operand() {
+        let err = product("iqn: phi", &[usize::MAX, 2]).unwrap_err();
+        assert!(err.to_string().contains("iqn: phi"), "{err}");
+        assert!(positive("glu_forward: width", 0).is_err());
+        assert_eq!(positive("w", 7).unwrap(), 7);
+        let err = check_len("ddqn_target: y ([B, D])", 3, 4).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::LengthMismatch {
+                expected: 4,
+                found: 3,
+                ..
+            }
+        ));
+        let dims = DuelingDims {
+            batch: 4,
+            branches: 0,
+            actions: 5,
+        };
+        assert!(dims.checked("dueling_losses").is_err());
     }
 }

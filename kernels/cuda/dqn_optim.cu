@@ -1,0 +1,150 @@
+// The DQN step's update and its reductions (examples/dqn/MODEL.md, "Update"): the global
+// gradient norm, Adam with global-norm clipping over every parameter in one launch, and
+// deterministic column sums.
+//
+// Every reduction here is two-pass: a first kernel writes one partial per block, each a
+// fixed-order sum; a finishing kernel adds the partials in order. The grid depends only on
+// the sizes, so the same inputs give the same bits on every run and every GPU.
+
+#include "dqn_common.cuh"
+
+// The parameter table (built once on the host by `stepgraph_kernels::ParamTable`): T
+// entries of PARAM_TABLE_WORDS u64 each, entry k at words [6k, 6k + 6):
+//   0: param (float*), 1: grad (const float*), 2: Adam m (float*), 3: Adam v (float*),
+//   4: len (elements of each of the four), 5: start (sum of len over entries 0..k).
+// The entries are concatenated into one index space [0, total); block x takes elements
+// [x OPTIM_CHUNK, (x + 1) OPTIM_CHUNK) of it, whichever tensors they fall in.
+#define PARAM_TABLE_WORDS 6
+#define OPTIM_CHUNK 2048
+
+// Indices into the device scalars (a DeviceScalars<f32>) that adam_clip_update reads.
+#define ADAM_LR 0
+#define ADAM_BIAS1 1  // 1 - beta1^t
+#define ADAM_BIAS2 2  // 1 - beta2^t
+
+typedef unsigned long long u64;
+
+// The last entry whose start is <= i (the entry that holds element i, or a zero-length
+// entry just before it, which the caller's loop skips). Entries are sorted by start and
+// start_0 = 0.
+__device__ __forceinline__ unsigned entry_at(const u64* __restrict__ table, unsigned T, u64 i) {
+    unsigned lo = 0, hi = T;
+    while (hi - lo > 1) {
+        const unsigned mid = lo + (hi - lo) / 2;
+        if (table[(size_t)mid * PARAM_TABLE_WORDS + 5] <= i) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// Per-block sums of g^2 over the table's gradients: partials[x] = sum of g^2 over block x's
+// chunk. Grid: ceil(total / OPTIM_CHUNK) blocks of 256.
+extern "C" __global__ void __launch_bounds__(256)
+    grad_sq_norm_partial(const u64* __restrict__ table, unsigned T, u64 total,
+                         float* __restrict__ partials) {
+    const u64 c0 = (u64)blockIdx.x * OPTIM_CHUNK;
+    const u64 c1 = min(c0 + OPTIM_CHUNK, total);
+    float s = 0.0f;
+    for (unsigned k = entry_at(table, T, c0); k < T; ++k) {
+        const u64* ent = table + (size_t)k * PARAM_TABLE_WORDS;
+        const u64 start = ent[5];
+        if (start >= c1) {
+            break;
+        }
+        const float* g = reinterpret_cast<const float*>(ent[1]);
+        const u64 lo = max(c0, start), hi = min(c1, start + ent[4]);
+        for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            const float x = g[i - start];
+            s = fmaf(x, x, s);
+        }
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = s;
+    }
+}
+
+// out[0] = sum of partials[0..n), in a fixed order. Grid: 1 block of 1024.
+extern "C" __global__ void __launch_bounds__(1024)
+    grad_sq_norm_finish(const float* __restrict__ partials, unsigned n, float* __restrict__ out) {
+    float s = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+        s += partials[i];
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+        out[0] = s;
+    }
+}
+
+// Adam with global-norm clipping, in place, over every tensor of the table:
+//   clip = min(1, max_norm / (sqrt(sq_norm[0]) + 1e-6)),  g = clip * grad
+//   m <- beta1 m + (1 - beta1) g,  v <- beta2 v + (1 - beta2) g^2
+// (1 - beta1 and 1 - beta2 come as arguments, computed on the host in double: 1 - 0.999f
+// in float is 1.3e-5 off 0.001)
+//   param <- param - lr (m / bias1) / (sqrt(v / bias2) + eps)
+// with lr = scalars[ADAM_LR], bias1 = scalars[ADAM_BIAS1] (1 - beta1^t), bias2 =
+// scalars[ADAM_BIAS2] (1 - beta2^t), read from device memory at run time so that a replay
+// sees the values refreshed before it. sq_norm[0] is grad_sq_norm's output.
+// Grid: ceil(total / OPTIM_CHUNK) blocks of 256.
+extern "C" __global__ void __launch_bounds__(256)
+    adam_clip_update(const u64* __restrict__ table, unsigned T, u64 total,
+                     const float* __restrict__ sq_norm, const float* __restrict__ scalars,
+                     float max_norm, float beta1, float beta2, float one_minus_beta1,
+                     float one_minus_beta2, float eps) {
+    const float clip = fminf(1.0f, max_norm / (sqrtf(sq_norm[0]) + 1e-6f));
+    const float lr = scalars[ADAM_LR], bias1 = scalars[ADAM_BIAS1], bias2 = scalars[ADAM_BIAS2];
+    const u64 c0 = (u64)blockIdx.x * OPTIM_CHUNK;
+    const u64 c1 = min(c0 + OPTIM_CHUNK, total);
+    for (unsigned k = entry_at(table, T, c0); k < T; ++k) {
+        const u64* ent = table + (size_t)k * PARAM_TABLE_WORDS;
+        const u64 start = ent[5];
+        if (start >= c1) {
+            break;
+        }
+        float* param = reinterpret_cast<float*>(ent[0]);
+        const float* grad = reinterpret_cast<const float*>(ent[1]);
+        float* m = reinterpret_cast<float*>(ent[2]);
+        float* v = reinterpret_cast<float*>(ent[3]);
+        const u64 lo = max(c0, start), hi = min(c1, start + ent[4]);
+        for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            const u64 j = i - start;
+            const float g = clip * grad[j];
+            const float mj = beta1 * m[j] + one_minus_beta1 * g;
+            const float vj = beta2 * v[j] + one_minus_beta2 * g * g;
+            m[j] = mj;
+            v[j] = vj;
+            param[j] -= lr * (mj / bias1) / (sqrtf(vj / bias2) + eps);
+        }
+    }
+}
+
+// Column sums, first pass: partials[y, c] = sum of x[r, c] over rows r of chunk y,
+// [y rows_per_chunk, min(rows, (y + 1) rows_per_chunk)). x is [rows, cols].
+// Grid: (ceil(cols / 32), ceil(rows / rows_per_chunk)) blocks of (32, 32) threads.
+extern "C" __global__ void __launch_bounds__(1024)
+    column_sums_partial(const float* __restrict__ x, unsigned rows, unsigned cols,
+                        unsigned rows_per_chunk, float* __restrict__ partials) {
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const unsigned r0 = blockIdx.y * rows_per_chunk;
+    const unsigned r1 = rows - r0 <= rows_per_chunk ? rows : r0 + rows_per_chunk;
+    const float s = column_block_sum(x, r0, r1, cols, c);
+    if (threadIdx.y == 0 && c < cols) {
+        partials[(size_t)blockIdx.y * cols + c] = s;
+    }
+}
+
+// Column sums, second pass: out[c] = sum over the chunks of partials[., c], in order.
+// Grid: ceil(cols / 32) blocks of (32, 32) threads.
+extern "C" __global__ void __launch_bounds__(1024)
+    column_sums_finish(const float* __restrict__ partials, unsigned chunks, unsigned cols,
+                       float* __restrict__ out) {
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const float s = column_block_sum(partials, 0, chunks, cols, c);
+    if (threadIdx.y == 0 && c < cols) {
+        out[c] = s;
+    }
+}

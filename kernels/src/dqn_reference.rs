@@ -1,0 +1,1291 @@
+//! CPU references of the DQN step's kernels (`cuda/dqn_*.cu`): straightforward loops in f64
+//! over f32 inputs, returning f32 (the optimizer's, which mirror the kernel's f32 formula,
+//! excepted). The GPU tests and the example compare the kernels with these; the unit tests
+//! below check every hand-derived gradient against central finite differences of the
+//! forward computation in f64.
+//!
+//! The gradients here are computed the long way (the full chain rule, with no algebraic
+//! shortcut), so that a kernel that uses a shortcut is checked against an independent
+//! derivation.
+
+use crate::{
+    ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars, AttentionDims, AttnPoolDims,
+    DuelingCoefficients, DuelingDims, Expectile, IqnDims, LOSS_SLOTS, LossSlot, TrunkDims,
+};
+
+/// What a loss kernel adds into each slot of the loss buffer (see [`LossSlot`]), in f64.
+pub type LossContributions = [f64; LOSS_SLOTS];
+
+fn widen(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| f64::from(v)).collect()
+}
+
+fn narrow(x: &[f64]) -> Vec<f32> {
+    x.iter().map(|&v| v as f32).collect()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn huber(x: f64) -> f64 {
+    if x.abs() <= 1.0 {
+        0.5 * x * x
+    } else {
+        x.abs() - 0.5
+    }
+}
+
+fn huber_grad(x: f64) -> f64 {
+    x.clamp(-1.0, 1.0)
+}
+
+/// `|τ − 1(u < 0)|`, the quantile and expectile weight.
+fn asymmetric_weight(tau: f64, u: f64) -> f64 {
+    (tau - if u < 0.0 { 1.0 } else { 0.0 }).abs()
+}
+
+fn check(what: &str, found: usize, expected: usize) {
+    assert_eq!(found, expected, "{what}: wrong length");
+}
+
+// ---- heads ----
+
+/// What [`Kernels::glu_forward`](crate::Kernels::glu_forward) computes: `g[rows, width]`
+/// from `u[rows, 2 width]`.
+pub fn glu_forward_reference(u: &[f32], rows: usize, width: usize) -> Vec<f32> {
+    narrow(&glu_forward64(&widen(u), rows, width))
+}
+
+fn glu_forward64(u: &[f64], rows: usize, g: usize) -> Vec<f64> {
+    check("glu_forward_reference: u", u.len(), rows * 2 * g);
+    let mut out = vec![0.0; rows * g];
+    for r in 0..rows {
+        for k in 0..g {
+            out[r * g + k] = u[r * 2 * g + k] * sigmoid(u[r * 2 * g + g + k]);
+        }
+    }
+    out
+}
+
+/// What [`Kernels::glu_backward`](crate::Kernels::glu_backward) computes: `du[rows, 2
+/// width]`.
+pub fn glu_backward_reference(u: &[f32], dg: &[f32], rows: usize, width: usize) -> Vec<f32> {
+    narrow(&glu_backward64(&widen(u), &widen(dg), rows, width))
+}
+
+fn glu_backward64(u: &[f64], dg: &[f64], rows: usize, g: usize) -> Vec<f64> {
+    check("glu_backward_reference: u", u.len(), rows * 2 * g);
+    check("glu_backward_reference: dg", dg.len(), rows * g);
+    let mut du = vec![0.0; rows * 2 * g];
+    for r in 0..rows {
+        for k in 0..g {
+            let a = u[r * 2 * g + k];
+            let s = sigmoid(u[r * 2 * g + g + k]);
+            let d = dg[r * g + k];
+            du[r * 2 * g + k] = d * s;
+            du[r * 2 * g + g + k] = d * a * s * (1.0 - s);
+        }
+    }
+    du
+}
+
+/// `q[a] = v + adv[a] − mean(adv)` for one sample and branch.
+fn dueling_q(v: f64, adv: &[f64]) -> Vec<f64> {
+    let mean = adv.iter().sum::<f64>() / adv.len() as f64;
+    adv.iter().map(|&x| v + x - mean).collect()
+}
+
+/// The branch `d`, sample `b` row of a packed `[D, B, A]` tensor.
+fn branch_row(x: &[f64], dims: DuelingDims, d: usize, b: usize) -> &[f64] {
+    let start = (d * dims.batch + b) * dims.actions;
+    &x[start..start + dims.actions]
+}
+
+/// What [`Kernels::ddqn_target`](crate::Kernels::ddqn_target) computes: `(y[B, D],
+/// ybar[B])`. The first maximum wins ties.
+#[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
+pub fn ddqn_target_reference(
+    dims: DuelingDims,
+    v2: &[f32],
+    adv2: &[f32],
+    vt: &[f32],
+    advt: &[f32],
+    r: &[f32],
+    done: &[f32],
+    gamma: f32,
+) -> (Vec<f32>, Vec<f32>) {
+    let DuelingDims {
+        batch: bn,
+        branches: dn,
+        actions: an,
+    } = dims;
+    check("ddqn_target_reference: v2", v2.len(), bn);
+    check("ddqn_target_reference: adv2", adv2.len(), dn * bn * an);
+    check("ddqn_target_reference: vt", vt.len(), bn);
+    check("ddqn_target_reference: advt", advt.len(), dn * bn * an);
+    check("ddqn_target_reference: r", r.len(), bn);
+    check("ddqn_target_reference: done", done.len(), bn);
+    let (adv2, advt) = (widen(adv2), widen(advt));
+    let mut y = vec![0.0; bn * dn];
+    let mut ybar = vec![0.0; bn];
+    for b in 0..bn {
+        for d in 0..dn {
+            let q_online = dueling_q(f64::from(v2[b]), branch_row(&adv2, dims, d, b));
+            let q_target = dueling_q(f64::from(vt[b]), branch_row(&advt, dims, d, b));
+            let mut best = 0;
+            for a in 1..an {
+                if q_online[a] > q_online[best] {
+                    best = a;
+                }
+            }
+            let yd =
+                f64::from(r[b]) + f64::from(gamma) * (1.0 - f64::from(done[b])) * q_target[best];
+            y[b * dn + d] = yd;
+            ybar[b] += yd / dn as f64;
+        }
+    }
+    (narrow(&y), narrow(&ybar))
+}
+
+/// What [`Kernels::dueling_losses`](crate::Kernels::dueling_losses) computes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DuelingLossesReference {
+    /// `dv[B]`.
+    pub dv: Vec<f32>,
+    /// `dadv[D, B, A]`.
+    pub dadv: Vec<f32>,
+    /// `qbar[B]`.
+    pub qbar: Vec<f32>,
+    /// What the kernel adds into the loss buffer (`Td`, `Cql`, `Conf`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// What [`Kernels::dueling_losses`](crate::Kernels::dueling_losses) computes, the
+/// gradients by the full chain rule.
+///
+/// # Panics
+/// If a length is wrong or an action is outside `0..A`.
+pub fn dueling_losses_reference(
+    dims: DuelingDims,
+    v: &[f32],
+    adv: &[f32],
+    act: &[i32],
+    y: &[f32],
+    coef: DuelingCoefficients,
+) -> DuelingLossesReference {
+    let out = dueling64(dims, &widen(v), &widen(adv), act, &widen(y), coef);
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Td.index()] = out.l_td;
+    losses[LossSlot::Cql.index()] = out.l_cql;
+    losses[LossSlot::Conf.index()] = out.l_conf;
+    losses[LossSlot::Total.index()] = out.total(coef);
+    DuelingLossesReference {
+        dv: narrow(&out.dv),
+        dadv: narrow(&out.dadv),
+        qbar: narrow(&out.qbar),
+        losses,
+    }
+}
+
+struct Dueling64 {
+    dv: Vec<f64>,
+    dadv: Vec<f64>,
+    qbar: Vec<f64>,
+    l_td: f64,
+    l_cql: f64,
+    l_conf: f64,
+}
+
+impl Dueling64 {
+    fn total(&self, coef: DuelingCoefficients) -> f64 {
+        f64::from(coef.td) * self.l_td
+            + f64::from(coef.cql) * self.l_cql
+            + f64::from(coef.conf) * self.l_conf
+    }
+}
+
+fn dueling64(
+    dims: DuelingDims,
+    v: &[f64],
+    adv: &[f64],
+    act: &[i32],
+    y: &[f64],
+    coef: DuelingCoefficients,
+) -> Dueling64 {
+    let DuelingDims {
+        batch: bn,
+        branches: dn,
+        actions: an,
+    } = dims;
+    check("dueling_losses_reference: v", v.len(), bn);
+    check("dueling_losses_reference: adv", adv.len(), dn * bn * an);
+    check("dueling_losses_reference: act", act.len(), bn * dn);
+    check("dueling_losses_reference: y", y.len(), bn * dn);
+    let (c_td, c_cql, c_conf) = (
+        f64::from(coef.td),
+        f64::from(coef.cql),
+        f64::from(coef.conf),
+    );
+    let (fb, fd, fa) = (bn as f64, dn as f64, an as f64);
+    let mut out = Dueling64 {
+        dv: vec![0.0; bn],
+        dadv: vec![0.0; dn * bn * an],
+        qbar: vec![0.0; bn],
+        l_td: 0.0,
+        l_cql: 0.0,
+        l_conf: 0.0,
+    };
+    for b in 0..bn {
+        let q: Vec<Vec<f64>> = (0..dn)
+            .map(|d| dueling_q(v[b], branch_row(adv, dims, d, b)))
+            .collect();
+        let taken: Vec<usize> = (0..dn)
+            .map(|d| {
+                let a = act[b * dn + d];
+                assert!(
+                    (0..an as i32).contains(&a),
+                    "dueling_losses_reference: action {a} is outside 0..{an}"
+                );
+                a as usize
+            })
+            .collect();
+        let qa: Vec<f64> = (0..dn).map(|d| q[d][taken[d]]).collect();
+        let qm = qa.iter().sum::<f64>() / fd;
+        out.qbar[b] = qm;
+        out.l_conf += qa.iter().map(|x| (x - qm) * (x - qm)).sum::<f64>() / fd / fb;
+        // d var / d qa[k] = (2/D)(qa[k] - qm) - (2/D^2) sum_d (qa[d] - qm): the second term
+        // is zero, but it is kept to follow qm's dependence on every qa.
+        let centred_sum: f64 = qa.iter().map(|x| x - qm).sum();
+        for d in 0..dn {
+            let delta = qa[d] - y[b * dn + d];
+            out.l_td += huber(delta) / (fb * fd);
+            let mx = q[d].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let se: f64 = q[d].iter().map(|x| (x - mx).exp()).sum();
+            out.l_cql += (mx + se.ln() - qa[d]) / (fb * fd);
+
+            let dqa = c_td * huber_grad(delta) / (fb * fd)
+                + c_conf * ((2.0 / fd) * (qa[d] - qm) - 2.0 / (fd * fd) * centred_sum) / fb
+                - c_cql / (fb * fd);
+            let dq: Vec<f64> = (0..an)
+                .map(|a| {
+                    let softmax = (q[d][a] - mx).exp() / se;
+                    c_cql * softmax / (fb * fd) + if a == taken[d] { dqa } else { 0.0 }
+                })
+                .collect();
+            // q[a] = v + adv[a] - mean(adv): dv = sum_a dq, dadv[a] = dq[a] - mean(dq).
+            let dq_mean = dq.iter().sum::<f64>() / fa;
+            for (a, g) in dq.iter().enumerate() {
+                out.dadv[(d * bn + b) * an + a] = g - dq_mean;
+                out.dv[b] += g;
+            }
+        }
+    }
+    out
+}
+
+/// What [`Kernels::expectile_loss`](crate::Kernels::expectile_loss) computes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpectileReference {
+    /// `de[B]`, the gradient of `coef · L`.
+    pub de: Vec<f32>,
+    /// What the kernel adds into the loss buffer (`Iql`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// What [`Kernels::expectile_loss`](crate::Kernels::expectile_loss) computes for one head.
+pub fn expectile_loss_reference(
+    e: &[f32],
+    qbar: &[f32],
+    expectile: Expectile,
+) -> ExpectileReference {
+    check("expectile_loss_reference: qbar", qbar.len(), e.len());
+    let (loss, de) = expectile64(&widen(e), &widen(qbar), expectile);
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Iql.index()] = loss;
+    losses[LossSlot::Total.index()] = f64::from(expectile.coef) * loss;
+    ExpectileReference {
+        de: narrow(&de),
+        losses,
+    }
+}
+
+/// `(L, d(coef L)/de)`.
+fn expectile64(e: &[f64], qbar: &[f64], expectile: Expectile) -> (f64, Vec<f64>) {
+    let (tau, coef) = (f64::from(expectile.tau), f64::from(expectile.coef));
+    let fb = e.len() as f64;
+    let mut loss = 0.0;
+    let mut de = vec![0.0; e.len()];
+    for b in 0..e.len() {
+        let u = qbar[b] - e[b];
+        let w = asymmetric_weight(tau, u);
+        loss += w * u * u / fb;
+        // d/de of w u^2 with u = qbar - e: -2 w u; w is piecewise constant.
+        de[b] = -(coef * w * 2.0 * u) / fb;
+    }
+    (loss, de)
+}
+
+/// What [`Kernels::grad_sum_relu_mask`](crate::Kernels::grad_sum_relu_mask) computes:
+/// `dz2[B, H]`.
+#[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
+pub fn grad_sum_relu_mask_reference(
+    dims: TrunkDims,
+    h_out: &[f32],
+    dv: &[f32],
+    wv: &[f32],
+    dh_branch: &[f32],
+    de_hi: &[f32],
+    we_hi: &[f32],
+    de_lo: &[f32],
+    we_lo: &[f32],
+    dh_iqn: &[f32],
+) -> Vec<f32> {
+    let TrunkDims {
+        batch: bn,
+        hidden: hn,
+        branches: dn,
+    } = dims;
+    check("grad_sum_relu_mask_reference: h_out", h_out.len(), bn * hn);
+    check(
+        "grad_sum_relu_mask_reference: dh_branch",
+        dh_branch.len(),
+        dn * bn * hn,
+    );
+    check(
+        "grad_sum_relu_mask_reference: dh_iqn",
+        dh_iqn.len(),
+        bn * hn,
+    );
+    let mut dz2 = vec![0.0f32; bn * hn];
+    for b in 0..bn {
+        for h in 0..hn {
+            let i = b * hn + h;
+            if h_out[i] <= 0.0 {
+                continue;
+            }
+            let mut g = f64::from(dv[b]) * f64::from(wv[h])
+                + f64::from(de_hi[b]) * f64::from(we_hi[h])
+                + f64::from(de_lo[b]) * f64::from(we_lo[h])
+                + f64::from(dh_iqn[i]);
+            for d in 0..dn {
+                g += f64::from(dh_branch[d * bn * hn + i]);
+            }
+            dz2[i] = g as f32;
+        }
+    }
+    dz2
+}
+
+// ---- IQN ----
+
+/// What [`Kernels::iqn_cos_features`](crate::Kernels::iqn_cos_features) computes:
+/// `cosf[r, i] = cos(π (i + 1) tau[r])`, `[tau.len(), features]`.
+pub fn iqn_cos_features_reference(tau: &[f32], features: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(tau.len() * features);
+    for &t in tau {
+        for i in 0..features {
+            out.push((std::f64::consts::PI * (i + 1) as f64 * f64::from(t)).cos() as f32);
+        }
+    }
+    out
+}
+
+/// What [`Kernels::iqn_forward_backward`](crate::Kernels::iqn_forward_backward) computes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IqnReference {
+    /// `zq[B, N]`, the quantile values (not an output of the kernel; for diagnosis).
+    pub zq: Vec<f32>,
+    /// `dphi_pre[B N, H]`.
+    pub dphi_pre: Vec<f32>,
+    /// `dh[B, H]`.
+    pub dh: Vec<f32>,
+    /// `dwq[H]`.
+    pub dwq: Vec<f32>,
+    /// `dbphi[H]`.
+    pub dbphi: Vec<f32>,
+    /// `dbq`.
+    pub dbq: f32,
+    /// What the kernels add into the loss buffer (`Iqn`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// What [`Kernels::iqn_forward_backward`](crate::Kernels::iqn_forward_backward) computes
+/// (every gradient of `coef · L_iqn`; `phi` is after its ReLU, as the kernel takes it).
+#[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
+pub fn iqn_forward_backward_reference(
+    dims: IqnDims,
+    h: &[f32],
+    phi: &[f32],
+    wq: &[f32],
+    bq: f32,
+    ybar: &[f32],
+    tau: &[f32],
+    coef: f32,
+) -> IqnReference {
+    let out = iqn64(
+        dims,
+        &widen(h),
+        &widen(phi),
+        &widen(wq),
+        f64::from(bq),
+        &widen(ybar),
+        &widen(tau),
+        f64::from(coef),
+    );
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Iqn.index()] = out.loss;
+    losses[LossSlot::Total.index()] = f64::from(coef) * out.loss;
+    IqnReference {
+        zq: narrow(&out.zq),
+        dphi_pre: narrow(&out.dphi_pre),
+        dh: narrow(&out.dh),
+        dwq: narrow(&out.dwq),
+        dbphi: narrow(&out.dbphi),
+        dbq: out.dbq as f32,
+        losses,
+    }
+}
+
+struct Iqn64 {
+    zq: Vec<f64>,
+    dphi_pre: Vec<f64>,
+    dh: Vec<f64>,
+    dwq: Vec<f64>,
+    dbphi: Vec<f64>,
+    dbq: f64,
+    loss: f64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn iqn64(
+    dims: IqnDims,
+    h: &[f64],
+    phi: &[f64],
+    wq: &[f64],
+    bq: f64,
+    ybar: &[f64],
+    tau: &[f64],
+    coef: f64,
+) -> Iqn64 {
+    let IqnDims {
+        batch: bn,
+        quantiles: nn,
+        hidden: hn,
+    } = dims;
+    check("iqn_forward_backward_reference: h", h.len(), bn * hn);
+    check(
+        "iqn_forward_backward_reference: phi",
+        phi.len(),
+        bn * nn * hn,
+    );
+    check("iqn_forward_backward_reference: wq", wq.len(), hn);
+    check("iqn_forward_backward_reference: ybar", ybar.len(), bn);
+    check("iqn_forward_backward_reference: tau", tau.len(), bn * nn);
+    let scale = (bn * nn) as f64;
+    let mut out = Iqn64 {
+        zq: vec![0.0; bn * nn],
+        dphi_pre: vec![0.0; bn * nn * hn],
+        dh: vec![0.0; bn * hn],
+        dwq: vec![0.0; hn],
+        dbphi: vec![0.0; hn],
+        dbq: 0.0,
+        loss: 0.0,
+    };
+    for b in 0..bn {
+        for j in 0..nn {
+            let row = (b * nn + j) * hn;
+            let zq = (0..hn)
+                .map(|k| h[b * hn + k] * phi[row + k] * wq[k])
+                .sum::<f64>()
+                + bq;
+            out.zq[b * nn + j] = zq;
+            let u = ybar[b] - zq;
+            let w = asymmetric_weight(tau[b * nn + j], u);
+            out.loss += w * huber(u) / scale;
+            // d(coef L)/dzq: u = ybar - zq, so the sign flips.
+            let dz = -(coef * w * huber_grad(u)) / scale;
+            out.dbq += dz;
+            for k in 0..hn {
+                // zq = sum_k h phi wq + bq, phi = relu(phi_pre).
+                let dphi = dz * h[b * hn + k] * wq[k];
+                let dpre = if phi[row + k] > 0.0 { dphi } else { 0.0 };
+                out.dphi_pre[row + k] = dpre;
+                out.dbphi[k] += dpre;
+                out.dh[b * hn + k] += dz * phi[row + k] * wq[k];
+                out.dwq[k] += dz * h[b * hn + k] * phi[row + k];
+            }
+        }
+    }
+    out
+}
+
+// ---- attention ----
+
+/// What [`Kernels::attention_forward`](crate::Kernels::attention_forward) computes:
+/// `(att[B W, E], probs[B, Hh, W, W])`.
+pub fn attention_forward_reference(dims: AttentionDims, qkv: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let (att, probs) = attention_forward64(dims, &widen(qkv));
+    (narrow(&att), narrow(&probs))
+}
+
+fn attention_forward64(dims: AttentionDims, qkv: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let AttentionDims {
+        batch: bn,
+        window: wn,
+        width: e,
+        heads: hn,
+    } = dims;
+    check(
+        "attention_forward_reference: qkv",
+        qkv.len(),
+        bn * wn * 3 * e,
+    );
+    let dh = dims.head_width();
+    let scale = 1.0 / (dh as f64).sqrt();
+    let at = |b: usize, w: usize, c: usize| qkv[(b * wn + w) * 3 * e + c];
+    let mut att = vec![0.0; bn * wn * e];
+    let mut probs = vec![0.0; bn * hn * wn * wn];
+    for b in 0..bn {
+        for hd in 0..hn {
+            for i in 0..wn {
+                let s: Vec<f64> = (0..wn)
+                    .map(|k| {
+                        (0..dh)
+                            .map(|c| at(b, i, hd * dh + c) * at(b, k, e + hd * dh + c))
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let se: f64 = s.iter().map(|x| (x - mx).exp()).sum();
+                for k in 0..wn {
+                    let p = (s[k] - mx).exp() / se;
+                    probs[((b * hn + hd) * wn + i) * wn + k] = p;
+                    for c in 0..dh {
+                        att[(b * wn + i) * e + hd * dh + c] += p * at(b, k, 2 * e + hd * dh + c);
+                    }
+                }
+            }
+        }
+    }
+    (att, probs)
+}
+
+/// What [`Kernels::attention_backward`](crate::Kernels::attention_backward) computes:
+/// `dqkv[B W, 3E]` from `qkv`, the forward's `probs` and `datt[B W, E]`.
+pub fn attention_backward_reference(
+    dims: AttentionDims,
+    qkv: &[f32],
+    probs: &[f32],
+    datt: &[f32],
+) -> Vec<f32> {
+    narrow(&attention_backward64(
+        dims,
+        &widen(qkv),
+        &widen(probs),
+        &widen(datt),
+    ))
+}
+
+fn attention_backward64(dims: AttentionDims, qkv: &[f64], probs: &[f64], datt: &[f64]) -> Vec<f64> {
+    let AttentionDims {
+        batch: bn,
+        window: wn,
+        width: e,
+        heads: hn,
+    } = dims;
+    check(
+        "attention_backward_reference: qkv",
+        qkv.len(),
+        bn * wn * 3 * e,
+    );
+    check(
+        "attention_backward_reference: probs",
+        probs.len(),
+        bn * hn * wn * wn,
+    );
+    check(
+        "attention_backward_reference: datt",
+        datt.len(),
+        bn * wn * e,
+    );
+    let dh = dims.head_width();
+    let scale = 1.0 / (dh as f64).sqrt();
+    let at = |b: usize, w: usize, c: usize| qkv[(b * wn + w) * 3 * e + c];
+    let mut dqkv = vec![0.0; bn * wn * 3 * e];
+    for b in 0..bn {
+        for hd in 0..hn {
+            let p = |i: usize, k: usize| probs[((b * hn + hd) * wn + i) * wn + k];
+            let da = |i: usize, c: usize| datt[(b * wn + i) * e + hd * dh + c];
+            for i in 0..wn {
+                // att[i, c] = sum_k p[i, k] V[k, c]
+                let dp: Vec<f64> = (0..wn)
+                    .map(|k| {
+                        (0..dh)
+                            .map(|c| da(i, c) * at(b, k, 2 * e + hd * dh + c))
+                            .sum()
+                    })
+                    .collect();
+                for k in 0..wn {
+                    for c in 0..dh {
+                        dqkv[(b * wn + k) * 3 * e + 2 * e + hd * dh + c] += p(i, k) * da(i, c);
+                    }
+                }
+                // p[i, .] = softmax(s[i, .]): ds[k] = sum_k' dp[k'] p[k'] (delta(k, k') - p[k])
+                for k in 0..wn {
+                    let ds: f64 = (0..wn)
+                        .map(|kk| dp[kk] * p(i, kk) * (if kk == k { 1.0 } else { 0.0 } - p(i, k)))
+                        .sum();
+                    // s[i, k] = scale sum_c Q[i, c] K[k, c]
+                    for c in 0..dh {
+                        dqkv[(b * wn + i) * 3 * e + hd * dh + c] +=
+                            ds * scale * at(b, k, e + hd * dh + c);
+                        dqkv[(b * wn + k) * 3 * e + e + hd * dh + c] +=
+                            ds * scale * at(b, i, hd * dh + c);
+                    }
+                }
+            }
+        }
+    }
+    dqkv
+}
+
+/// What [`Kernels::attn_pool_loss`](crate::Kernels::attn_pool_loss) computes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnPoolReference {
+    /// `pred[B]`.
+    pub pred: Vec<f32>,
+    /// `d_o[B W, E]`, the gradient of `coef · L_attn`.
+    pub d_o: Vec<f32>,
+    /// `dwp[E]`.
+    pub dwp: Vec<f32>,
+    /// `dbp`.
+    pub dbp: f32,
+    /// What the kernels add into the loss buffer (`Attn`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// What [`Kernels::attn_pool_loss`](crate::Kernels::attn_pool_loss) computes.
+pub fn attn_pool_loss_reference(
+    dims: AttnPoolDims,
+    o: &[f32],
+    wp: &[f32],
+    bp: f32,
+    r: &[f32],
+    coef: f32,
+) -> AttnPoolReference {
+    let out = attn_pool64(
+        dims,
+        &widen(o),
+        &widen(wp),
+        f64::from(bp),
+        &widen(r),
+        f64::from(coef),
+    );
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Attn.index()] = out.loss;
+    losses[LossSlot::Total.index()] = f64::from(coef) * out.loss;
+    AttnPoolReference {
+        pred: narrow(&out.pred),
+        d_o: narrow(&out.d_o),
+        dwp: narrow(&out.dwp),
+        dbp: out.dbp as f32,
+        losses,
+    }
+}
+
+struct AttnPool64 {
+    pred: Vec<f64>,
+    d_o: Vec<f64>,
+    dwp: Vec<f64>,
+    dbp: f64,
+    loss: f64,
+}
+
+fn attn_pool64(
+    dims: AttnPoolDims,
+    o: &[f64],
+    wp: &[f64],
+    bp: f64,
+    r: &[f64],
+    coef: f64,
+) -> AttnPool64 {
+    let AttnPoolDims {
+        batch: bn,
+        window: wn,
+        width: e,
+    } = dims;
+    check("attn_pool_loss_reference: o", o.len(), bn * wn * e);
+    check("attn_pool_loss_reference: wp", wp.len(), e);
+    check("attn_pool_loss_reference: r", r.len(), bn);
+    let fb = bn as f64;
+    let mut out = AttnPool64 {
+        pred: vec![0.0; bn],
+        d_o: vec![0.0; bn * wn * e],
+        dwp: vec![0.0; e],
+        dbp: 0.0,
+        loss: 0.0,
+    };
+    for b in 0..bn {
+        let m: Vec<f64> = (0..e)
+            .map(|c| (0..wn).map(|w| o[(b * wn + w) * e + c]).sum::<f64>() / wn as f64)
+            .collect();
+        let pred = (0..e).map(|c| m[c] * wp[c]).sum::<f64>() + bp;
+        out.pred[b] = pred;
+        out.loss += (pred - r[b]) * (pred - r[b]) / fb;
+        let dpred = coef * 2.0 * (pred - r[b]) / fb;
+        out.dbp += dpred;
+        for c in 0..e {
+            out.dwp[c] += dpred * m[c];
+            for w in 0..wn {
+                out.d_o[(b * wn + w) * e + c] = dpred * wp[c] / wn as f64;
+            }
+        }
+    }
+    out
+}
+
+// ---- optimizer and reductions ----
+
+/// What [`Kernels::grad_sq_norm`](crate::Kernels::grad_sq_norm) computes: `‖g‖²` over
+/// every gradient (summed in f64).
+pub fn grad_sq_norm_reference(grads: &[&[f32]]) -> f32 {
+    grads
+        .iter()
+        .flat_map(|g| g.iter())
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>() as f32
+}
+
+/// What [`Kernels::adam_clip_update`](crate::Kernels::adam_clip_update) does to one
+/// tensor, in f32 with the kernel's operations in the kernel's order (the kernel may fuse
+/// a multiply and an add where this rounds twice: compare with a tolerance of a few ulps).
+pub fn adam_clip_update_reference(
+    param: &mut [f32],
+    grad: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    sq_norm: f32,
+    scalars: AdamScalars,
+    hyper: AdamHyper,
+) {
+    check("adam_clip_update_reference: grad", grad.len(), param.len());
+    check("adam_clip_update_reference: m", m.len(), param.len());
+    check("adam_clip_update_reference: v", v.len(), param.len());
+    let values = scalars.values();
+    let (lr, bias1, bias2) = (values[ADAM_LR], values[ADAM_BIAS1], values[ADAM_BIAS2]);
+    let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
+    let clip = (max_norm / (sq_norm.sqrt() + 1e-6)).min(1.0);
+    for j in 0..param.len() {
+        let g = clip * grad[j];
+        m[j] = beta1 * m[j] + omb1 * g;
+        v[j] = beta2 * v[j] + omb2 * g * g;
+        param[j] -= lr * (m[j] / bias1) / ((v[j] / bias2).sqrt() + eps);
+    }
+}
+
+/// What [`Kernels::column_sums`](crate::Kernels::column_sums) computes: `out[c] = Σ_r x[r,
+/// c]` (summed in f64).
+pub fn column_sums_reference(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    check("column_sums_reference: x", x.len(), rows * cols);
+    let mut out = vec![0.0f64; cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c] += f64::from(x[r * cols + c]);
+        }
+    }
+    narrow(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// splitmix64: small, seeded, good enough for test data.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in [lo, hi).
+        fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+            lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        }
+
+        fn vec(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+            (0..n).map(|_| self.uniform(lo, hi)).collect()
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+
+    /// Central differences of `f` at `x`, one coordinate at a time.
+    fn numeric_grad(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+        let h = 1e-6;
+        let mut x = x.to_vec();
+        (0..x.len())
+            .map(|i| {
+                let x0 = x[i];
+                x[i] = x0 + h;
+                let up = f(&x);
+                x[i] = x0 - h;
+                let down = f(&x);
+                x[i] = x0;
+                (up - down) / (2.0 * h)
+            })
+            .collect()
+    }
+
+    fn assert_close(what: &str, analytic: &[f64], numeric: &[f64]) {
+        assert_eq!(analytic.len(), numeric.len(), "{what}: lengths");
+        let scale = numeric.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-3);
+        for (i, (a, n)) in analytic.iter().zip(numeric).enumerate() {
+            assert!(
+                (a - n).abs() <= 1e-6 * scale + 1e-9,
+                "{what}[{i}]: analytic {a:e} vs finite differences {n:e}"
+            );
+        }
+        assert!(
+            numeric.iter().any(|x| x.abs() > 1e-6 * scale),
+            "{what}: every derivative is zero, the check proves nothing"
+        );
+    }
+
+    #[test]
+    fn glu_backward_matches_finite_differences() {
+        let mut rng = Rng(1);
+        let (rows, g) = (3, 4);
+        let u = rng.vec(rows * 2 * g, -3.0, 3.0);
+        let dg = rng.vec(rows * g, -1.0, 1.0);
+        let loss = |u: &[f64]| -> f64 {
+            glu_forward64(u, rows, g)
+                .iter()
+                .zip(&dg)
+                .map(|(a, b)| a * b)
+                .sum()
+        };
+        assert_close(
+            "glu du",
+            &glu_backward64(&u, &dg, rows, g),
+            &numeric_grad(&u, loss),
+        );
+    }
+
+    #[test]
+    fn glu_forward_gates_with_the_second_half() {
+        // u = [a0, a1 | b0, b1]: g = a * sigmoid(b); sigmoid(0) = 1/2.
+        let g = glu_forward_reference(&[2.0, -4.0, 0.0, 0.0], 1, 2);
+        assert_eq!(g, vec![1.0, -2.0]);
+    }
+
+    #[test]
+    fn ddqn_target_takes_the_first_online_maximum_and_the_target_value_there() {
+        let dims = DuelingDims {
+            batch: 2,
+            branches: 2,
+            actions: 3,
+        };
+        // [D, B, A]: branch 0 then branch 1, each sample 0 then 1.
+        let adv2 = [
+            1.0, 3.0, 3.0, /* d0 b0: tie between 1 and 2 -> 1 */
+            0.0, 0.0, 5.0, /* d0 b1 -> 2 */
+            9.0, 0.0, 0.0, /* d1 b0 -> 0 */
+            0.0, 2.0, 1.0, /* d1 b1 -> 1 */
+        ];
+        let advt = [
+            0.0, 6.0, 0.0, /* mean 2 */
+            3.0, 3.0, 3.0, /* mean 3 */
+            1.0, 2.0, 3.0, /* mean 2 */
+            4.0, 1.0, 1.0, /* mean 2 */
+        ];
+        let (y, ybar) = ddqn_target_reference(
+            dims,
+            &[10.0, -10.0],
+            &adv2,
+            &[1.0, 2.0],
+            &advt,
+            &[0.5, 1.0],
+            &[0.0, 1.0],
+            0.5,
+        );
+        // b0 (not done): q- = vt + advt[a*] - mean.  d0: 1 + 6 - 2 = 5; d1: 1 + 1 - 2 = 0.
+        // b1 (done): y = r.
+        assert_eq!(y, vec![0.5 + 0.5 * 5.0, 0.5, 1.0, 1.0]);
+        assert_eq!(ybar, vec![(3.0 + 0.5) / 2.0, 1.0]);
+    }
+
+    fn dueling_case(rng: &mut Rng) -> (DuelingDims, Vec<f64>, Vec<f64>, Vec<i32>, Vec<f64>) {
+        let dims = DuelingDims {
+            batch: 3,
+            branches: 4,
+            actions: 5,
+        };
+        let v = rng.vec(dims.batch, -1.0, 1.0);
+        let adv = rng.vec(dims.branches * dims.batch * dims.actions, -2.0, 2.0);
+        let act = (0..dims.batch * dims.branches)
+            .map(|_| rng.below(dims.actions) as i32)
+            .collect();
+        // Targets within 1 of some Q values and far from others: both Huber regimes.
+        let y = rng.vec(dims.batch * dims.branches, -3.0, 3.0);
+        (dims, v, adv, act, y)
+    }
+
+    #[test]
+    fn dueling_losses_gradients_match_finite_differences() {
+        let mut rng = Rng(2);
+        let coef = DuelingCoefficients::default();
+        for _ in 0..4 {
+            let (dims, v, adv, act, y) = dueling_case(&mut rng);
+            let out = dueling64(dims, &v, &adv, &act, &y, coef);
+            let dv = numeric_grad(&v, |v| dueling64(dims, v, &adv, &act, &y, coef).total(coef));
+            let dadv = numeric_grad(&adv, |a| dueling64(dims, &v, a, &act, &y, coef).total(coef));
+            assert_close("dueling dv", &out.dv, &dv);
+            assert_close("dueling dadv", &out.dadv, &dadv);
+        }
+    }
+
+    #[test]
+    fn dueling_losses_gradient_of_each_term_matches_finite_differences() {
+        // One coefficient at a time, so a wrong term cannot hide behind the others.
+        let mut rng = Rng(3);
+        let (dims, v, adv, act, y) = dueling_case(&mut rng);
+        for coef in [
+            DuelingCoefficients {
+                td: 1.0,
+                cql: 0.0,
+                conf: 0.0,
+            },
+            DuelingCoefficients {
+                td: 0.0,
+                cql: 1.0,
+                conf: 0.0,
+            },
+            DuelingCoefficients {
+                td: 0.0,
+                cql: 0.0,
+                conf: 1.0,
+            },
+        ] {
+            let out = dueling64(dims, &v, &adv, &act, &y, coef);
+            let dadv = numeric_grad(&adv, |a| dueling64(dims, &v, a, &act, &y, coef).total(coef));
+            let dv = numeric_grad(&v, |v| dueling64(dims, v, &adv, &act, &y, coef).total(coef));
+            assert_close(&format!("dadv, {coef:?}"), &out.dadv, &dadv);
+            if coef.td != 0.0 {
+                assert_close(&format!("dv, {coef:?}"), &out.dv, &dv);
+            } else {
+                // L_cql and L_conf do not depend on v: it shifts every q of a sample alike,
+                // which logsumexp - qa and the variance over branches both cancel.
+                assert!(dv.iter().chain(&out.dv).all(|x| x.abs() < 1e-8), "{dv:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn dueling_losses_values_by_hand() {
+        // B = 1, D = 2, A = 2, v = 0. Branch 0: adv = [1, -1] -> q = [1, -1], action 0,
+        // qa = 1. Branch 1: adv = [0, 0] -> q = [0, 0], action 1, qa = 0.
+        let dims = DuelingDims {
+            batch: 1,
+            branches: 2,
+            actions: 2,
+        };
+        let coef = DuelingCoefficients::default();
+        let out = dueling_losses_reference(
+            dims,
+            &[0.0],
+            &[1.0, -1.0, 0.0, 0.0],
+            &[0, 1],
+            &[3.0, 0.5],
+            coef,
+        );
+        // delta = [-2, -0.5]: huber = [1.5, 0.125].
+        let td = (1.5 + 0.125) / 2.0;
+        // logsumexp: ln(e + e^-1) - 1 and ln 2 - 0.
+        let cql = ((1f64.exp() + (-1f64).exp()).ln() - 1.0 + 2f64.ln()) / 2.0;
+        // qa = [1, 0], mean 0.5, population variance 0.25.
+        let conf = 0.25;
+        let l = out.losses;
+        assert!((l[LossSlot::Td.index()] - td).abs() < 1e-12);
+        assert!((l[LossSlot::Cql.index()] - cql).abs() < 1e-12);
+        assert!((l[LossSlot::Conf.index()] - conf).abs() < 1e-12);
+        let total =
+            f64::from(coef.td) * td + f64::from(coef.cql) * cql + f64::from(coef.conf) * conf;
+        assert!((l[LossSlot::Total.index()] - total).abs() < 1e-12);
+        assert_eq!(out.qbar, vec![0.5]);
+    }
+
+    #[test]
+    fn expectile_gradient_matches_finite_differences() {
+        let mut rng = Rng(4);
+        let e = rng.vec(7, -1.0, 1.0);
+        let qbar = rng.vec(7, -1.0, 1.0);
+        for head in [Expectile::HIGH, Expectile::LOW] {
+            let (_, de) = expectile64(&e, &qbar, head);
+            let num = numeric_grad(&e, |e| f64::from(head.coef) * expectile64(e, &qbar, head).0);
+            assert_close("expectile de", &de, &num);
+        }
+    }
+
+    #[test]
+    fn expectile_weights_the_two_sides() {
+        // u = qbar - e = 1 (weight tau) and -1 (weight 1 - tau).
+        let r = expectile_loss_reference(&[0.0, 2.0], &[1.0, 1.0], Expectile::HIGH);
+        let loss = (0.7 + 0.3) / 2.0;
+        assert!((r.losses[LossSlot::Iql.index()] - loss).abs() < 1e-7);
+        assert!((r.losses[LossSlot::Total.index()] - 0.5 * loss).abs() < 1e-7);
+        assert!(
+            (r.de[0] + 0.35).abs() < 1e-7 && (r.de[1] - 0.15).abs() < 1e-7,
+            "{:?}",
+            r.de
+        );
+    }
+
+    #[test]
+    fn trunk_join_sums_every_part_under_the_mask() {
+        let dims = TrunkDims {
+            batch: 2,
+            hidden: 2,
+            branches: 2,
+        };
+        let dz2 = grad_sum_relu_mask_reference(
+            dims,
+            &[1.0, 0.0, 2.0, -1.0],
+            &[1.0, 2.0],
+            &[10.0, 20.0],
+            &[1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0],
+            &[0.5, 0.0],
+            &[2.0, 2.0],
+            &[0.0, 1.0],
+            &[4.0, 4.0],
+            &[100.0, 100.0, 100.0, 100.0],
+        );
+        // [b0, h0]: 10 + 3 + 1 + 0 + 100; [b1, h0]: 20 + 3 + 0 + 4 + 100; masked elsewhere.
+        assert_eq!(dz2, vec![114.0, 0.0, 127.0, 0.0]);
+    }
+
+    #[test]
+    fn cos_features_follow_the_quantile() {
+        let c = iqn_cos_features_reference(&[0.5, 0.25], 3);
+        let want = [0.0, -1.0, 0.0, 0.5f64.sqrt(), 0.0, -(0.5f64.sqrt())];
+        for (a, b) in c.iter().zip(want) {
+            assert!((f64::from(*a) - b).abs() < 1e-7, "{c:?}");
+        }
+    }
+
+    struct IqnCase {
+        dims: IqnDims,
+        h: Vec<f64>,
+        phi_pre: Vec<f64>,
+        wq: Vec<f64>,
+        bq: f64,
+        ybar: Vec<f64>,
+        tau: Vec<f64>,
+    }
+
+    impl IqnCase {
+        fn new(rng: &mut Rng) -> IqnCase {
+            let dims = IqnDims {
+                batch: 2,
+                quantiles: 3,
+                hidden: 5,
+            };
+            IqnCase {
+                dims,
+                h: rng.vec(dims.batch * dims.hidden, 0.0, 1.5),
+                phi_pre: rng.vec(dims.batch * dims.quantiles * dims.hidden, -1.0, 1.0),
+                wq: rng.vec(dims.hidden, -1.5, 1.5),
+                bq: 0.1,
+                // Wide enough that some |u| > 1 and u takes both signs.
+                ybar: rng.vec(dims.batch, -2.0, 2.0),
+                tau: rng.vec(dims.batch * dims.quantiles, 0.0, 1.0),
+            }
+        }
+
+        fn run(&self, h: &[f64], phi_pre: &[f64], wq: &[f64], bq: f64, bphi: &[f64]) -> Iqn64 {
+            let hn = self.dims.hidden;
+            let phi: Vec<f64> = phi_pre
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (x + bphi[i % hn]).max(0.0))
+                .collect();
+            iqn64(self.dims, h, &phi, wq, bq, &self.ybar, &self.tau, 0.5)
+        }
+
+        fn loss(&self, h: &[f64], phi_pre: &[f64], wq: &[f64], bq: f64, bphi: &[f64]) -> f64 {
+            0.5 * self.run(h, phi_pre, wq, bq, bphi).loss
+        }
+    }
+
+    #[test]
+    fn iqn_gradients_match_finite_differences() {
+        let mut rng = Rng(5);
+        for _ in 0..3 {
+            let c = IqnCase::new(&mut rng);
+            let zero = vec![0.0; c.dims.hidden];
+            let out = c.run(&c.h, &c.phi_pre, &c.wq, c.bq, &zero);
+            assert_close(
+                "iqn dphi_pre",
+                &out.dphi_pre,
+                &numeric_grad(&c.phi_pre, |p| c.loss(&c.h, p, &c.wq, c.bq, &zero)),
+            );
+            assert_close(
+                "iqn dh",
+                &out.dh,
+                &numeric_grad(&c.h, |h| c.loss(h, &c.phi_pre, &c.wq, c.bq, &zero)),
+            );
+            assert_close(
+                "iqn dwq",
+                &out.dwq,
+                &numeric_grad(&c.wq, |w| c.loss(&c.h, &c.phi_pre, w, c.bq, &zero)),
+            );
+            assert_close(
+                "iqn dbphi",
+                &out.dbphi,
+                &numeric_grad(&zero, |b| c.loss(&c.h, &c.phi_pre, &c.wq, c.bq, b)),
+            );
+            assert_close(
+                "iqn dbq",
+                &[out.dbq],
+                &numeric_grad(&[c.bq], |b| c.loss(&c.h, &c.phi_pre, &c.wq, b[0], &zero)),
+            );
+        }
+    }
+
+    fn attention_dims() -> AttentionDims {
+        AttentionDims {
+            batch: 2,
+            window: 3,
+            width: 8,
+            heads: 2,
+        }
+    }
+
+    #[test]
+    fn attention_probs_are_softmax_rows() {
+        let dims = attention_dims();
+        let mut rng = Rng(6);
+        let qkv = rng.vec(dims.batch * dims.window * 3 * dims.width, -2.0, 2.0);
+        let (_, probs) = attention_forward64(dims, &qkv);
+        for row in probs.chunks(dims.window) {
+            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+            assert!(row.iter().all(|&p| p > 0.0));
+        }
+    }
+
+    #[test]
+    fn attention_with_zero_queries_averages_the_values() {
+        let dims = AttentionDims {
+            batch: 1,
+            window: 2,
+            width: 4,
+            heads: 2,
+        };
+        // Rows [Q | K | V]: Q = 0, so every weight is 1/2 whatever K is.
+        let qkv = [
+            0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0, //
+            0.0, 0.0, 0.0, 0.0, 5.0, 6.0, 7.0, 8.0, 3.0, 6.0, 9.0, 12.0,
+        ];
+        let (att, probs) = attention_forward_reference(dims, &qkv);
+        assert!(probs.iter().all(|&p| p == 0.5));
+        assert_eq!(att, vec![2.0, 4.0, 6.0, 8.0, 2.0, 4.0, 6.0, 8.0]);
+    }
+
+    #[test]
+    fn attention_backward_matches_finite_differences() {
+        let dims = attention_dims();
+        let mut rng = Rng(7);
+        let qkv = rng.vec(dims.batch * dims.window * 3 * dims.width, -1.5, 1.5);
+        let datt = rng.vec(dims.batch * dims.window * dims.width, -1.0, 1.0);
+        let (_, probs) = attention_forward64(dims, &qkv);
+        let loss = |x: &[f64]| -> f64 {
+            attention_forward64(dims, x)
+                .0
+                .iter()
+                .zip(&datt)
+                .map(|(a, b)| a * b)
+                .sum()
+        };
+        assert_close(
+            "attention dqkv",
+            &attention_backward64(dims, &qkv, &probs, &datt),
+            &numeric_grad(&qkv, loss),
+        );
+    }
+
+    #[test]
+    fn attn_pool_gradients_match_finite_differences() {
+        let dims = AttnPoolDims {
+            batch: 3,
+            window: 4,
+            width: 5,
+        };
+        let mut rng = Rng(8);
+        let o = rng.vec(dims.batch * dims.window * dims.width, -1.0, 1.0);
+        let wp = rng.vec(dims.width, -1.0, 1.0);
+        let r = rng.vec(dims.batch, -1.0, 1.0);
+        let (bp, coef) = (0.2, 0.1);
+        let out = attn_pool64(dims, &o, &wp, bp, &r, coef);
+        let loss =
+            |o: &[f64], wp: &[f64], bp: f64| coef * attn_pool64(dims, o, wp, bp, &r, coef).loss;
+        assert_close(
+            "attn_pool d_o",
+            &out.d_o,
+            &numeric_grad(&o, |x| loss(x, &wp, bp)),
+        );
+        assert_close(
+            "attn_pool dwp",
+            &out.dwp,
+            &numeric_grad(&wp, |x| loss(&o, x, bp)),
+        );
+        assert_close(
+            "attn_pool dbp",
+            &[out.dbp],
+            &numeric_grad(&[bp], |x| loss(&o, &wp, x[0])),
+        );
+    }
+
+    #[test]
+    fn adam_first_step_moves_each_parameter_by_about_lr() {
+        // At t = 1 with zero moments, m / (1 - b1) = g and v / (1 - b2) = g^2, so the step
+        // is lr g / (|g| + eps).
+        let hyper = AdamHyper::default();
+        let scalars = AdamScalars::at_step(0.01, &hyper, 1);
+        let grad = [0.5f32, -2.0, 0.0];
+        let mut param = [1.0f32, 1.0, 1.0];
+        let (mut m, mut v) = ([0.0f32; 3], [0.0f32; 3]);
+        adam_clip_update_reference(&mut param, &grad, &mut m, &mut v, 4.25, scalars, hyper);
+        assert!((param[0] - 0.99).abs() < 1e-5, "{param:?}");
+        assert!((param[1] - 1.01).abs() < 1e-5, "{param:?}");
+        assert_eq!(param[2], 1.0);
+    }
+
+    #[test]
+    fn adam_clips_by_the_global_norm() {
+        // ‖g‖ = 100 > max_norm = 10: g is scaled by 1/10 before the moments see it.
+        let hyper = AdamHyper::default();
+        let scalars = AdamScalars::at_step(0.01, &hyper, 1);
+        let grad = [100.0f32];
+        let (mut param, mut m, mut v) = ([0.0f32], [0.0f32], [0.0f32]);
+        adam_clip_update_reference(&mut param, &grad, &mut m, &mut v, 1e4, scalars, hyper);
+        let g = 100.0 * (10.0 / (100.0 + 1e-6));
+        assert!((m[0] - 0.1 * g as f32).abs() < 1e-4, "{m:?}");
+        assert!((v[0] - 0.001 * (g * g) as f32).abs() < 1e-3, "{v:?}");
+    }
+
+    #[test]
+    fn sums() {
+        let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(column_sums_reference(&x, 2, 3), vec![5.0, 7.0, 9.0]);
+        assert_eq!(column_sums_reference(&x, 3, 2), vec![9.0, 12.0]);
+        assert_eq!(grad_sq_norm_reference(&[&x[..2], &x[2..3]]), 14.0);
+    }
+}
