@@ -17,6 +17,17 @@
 #define LOSS_CONF 6
 #define LOSS_SLOT_COUNT 8
 
+// Per-branch arrays arrive as one pointer per branch, passed by value: each branch's
+// array is its own allocation, written by that branch's op on that branch's stream, so
+// the schedule can tell the branches' buffers apart. MAX_BRANCHES matches the Rust side.
+#define MAX_BRANCHES 8
+struct BranchIn {
+    const float* p[MAX_BRANCHES];
+};
+struct BranchOut {
+    float* p[MAX_BRANCHES];
+};
+
 #define FULL_MASK 0xffffffffu
 
 // Sum over the 32 lanes of a warp; every lane must call it. The xor butterfly adds the

@@ -50,10 +50,11 @@ extern "C" __global__ void glu_backward(const float* __restrict__ u, const float
 //   q-[a] = (vt[b] + advt[d, b, a]) - mean_a advt[d, b, .]     (target net on s2)
 //   a*    = the first a with the largest q'[a]
 //   y[b, d] = r[b] + gamma * (1 - done[b]) * q-[a*],    ybar[b] = mean_d y[b, d].
-// v2, vt, r, done, ybar: [B]; adv2, advt: [D, B, A]; y: [B, D]. No gradient flows here.
+// v2, vt, r, done, ybar: [B]; adv2, advt: D arrays [B, A], one per branch; y: [B, D].
+// No gradient flows here.
 // Grid: one thread per sample, ceil(B / 256) blocks of 256.
-extern "C" __global__ void ddqn_target(const float* __restrict__ v2, const float* __restrict__ adv2,
-                                       const float* __restrict__ vt, const float* __restrict__ advt,
+extern "C" __global__ void ddqn_target(const float* __restrict__ v2, const BranchIn adv2,
+                                       const float* __restrict__ vt, const BranchIn advt,
                                        const float* __restrict__ r, const float* __restrict__ done,
                                        float* __restrict__ y, float* __restrict__ ybar, unsigned B,
                                        unsigned D, unsigned A, float gamma) {
@@ -66,8 +67,8 @@ extern "C" __global__ void ddqn_target(const float* __restrict__ v2, const float
     const float boot = gamma * (1.0f - done[b]);
     float ysum = 0.0f;
     for (unsigned d = 0; d < D; ++d) {
-        const float* a2 = adv2 + ((size_t)d * B + b) * A;
-        const float* at = advt + ((size_t)d * B + b) * A;
+        const float* a2 = adv2.p[d] + (size_t)b * A;
+        const float* at = advt.p[d] + (size_t)b * A;
         float s2 = 0.0f, st = 0.0f;
         for (unsigned a = 0; a < A; ++a) {
             s2 += a2[a];
@@ -109,15 +110,16 @@ extern "C" __global__ void ddqn_target(const float* __restrict__ v2, const float
 //   dv[b] = sum_d K[d].
 // An action outside 0..A makes that sample's outputs NaN instead of reading out of bounds.
 //
-// v, dv, qbar: [B]; adv, dadv: [D, B, A]; act, y: [B, D]; losses: LOSS_SLOT_COUNT floats.
+// v, dv, qbar: [B]; adv, dadv: D arrays [B, A], one per branch; act, y: [B, D]; losses:
+// LOSS_SLOT_COUNT floats.
 // Grid: one thread per sample, ceil(B / 256) blocks of 256. The loss terms are summed per
 // block in a fixed order, then added with one atomicAdd per block and slot: the sum over
 // blocks is in no fixed order, so the loss values (not the gradients) can differ in the
 // last bits between runs.
 extern "C" __global__ void __launch_bounds__(256)
-    dueling_losses(const float* __restrict__ v, const float* __restrict__ adv,
+    dueling_losses(const float* __restrict__ v, const BranchIn adv,
                    const int* __restrict__ act, const float* __restrict__ y, float* __restrict__ dv,
-                   float* __restrict__ dadv, float* __restrict__ qbar, float* __restrict__ losses,
+                   const BranchOut dadv, float* __restrict__ qbar, float* __restrict__ losses,
                    unsigned B, unsigned D, unsigned A, float c_td, float c_cql, float c_conf) {
     const unsigned b = global_index();
     const float fd = (float)D;
@@ -129,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(256)
         // Pass 1: the taken Q values and their mean over branches.
         float qsum = 0.0f;
         for (unsigned d = 0; d < D; ++d) {
-            const float* row = adv + ((size_t)d * B + b) * A;
+            const float* row = adv.p[d] + (size_t)b * A;
             float s = 0.0f;
             for (unsigned a = 0; a < A; ++a) {
                 s += row[a];
@@ -142,8 +144,8 @@ extern "C" __global__ void __launch_bounds__(256)
         // Pass 2: losses and gradients (the rows are in L1 from pass 1).
         float dvb = 0.0f;
         for (unsigned d = 0; d < D; ++d) {
-            const float* row = adv + ((size_t)d * B + b) * A;
-            float* drow = dadv + ((size_t)d * B + b) * A;
+            const float* row = adv.p[d] + (size_t)b * A;
+            float* drow = dadv.p[d] + (size_t)b * A;
             float s = 0.0f;
             for (unsigned a = 0; a < A; ++a) {
                 s += row[a];
@@ -221,13 +223,14 @@ extern "C" __global__ void __launch_bounds__(256)
 //   dz2[b, h] = (dv[b] wv[h] + sum_d dh_branch[d, b, h] + de_hi[b] we_hi[h]
 //                + de_lo[b] we_lo[h] + dh_iqn[b, h])  if h_out[b, h] > 0, else 0.
 // The value and expectile heads' contributions are rank-one, so they come in as their
-// factors instead of [B, H] buffers. h_out, dh_iqn, dz2: [B, H]; dh_branch: [D, B, H];
+// factors instead of [B, H] buffers. h_out, dh_iqn, dz2: [B, H]; dh_branch: D arrays
+// [B, H], one per branch;
 // dv, de_hi, de_lo: [B]; wv, we_hi, we_lo: [H].
 // Grid: one thread per 4 consecutive elements of dz2, ceil(B H / 1024) blocks of 256; with
 // H % 4 == 0 the 4 share a row and move as 16-byte accesses.
 extern "C" __global__ void __launch_bounds__(256)
     grad_sum_relu_mask(const float* __restrict__ h_out, const float* __restrict__ dv,
-                       const float* __restrict__ wv, const float* __restrict__ dh_branch,
+                       const float* __restrict__ wv, const BranchIn dh_branch,
                        const float* __restrict__ de_hi, const float* __restrict__ we_hi,
                        const float* __restrict__ de_lo, const float* __restrict__ we_lo,
                        const float* __restrict__ dh_iqn, float* __restrict__ dz2, unsigned B,
@@ -244,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(256)
         const float4 w = ld4(wv + c), wh = ld4(we_hi + c), wl = ld4(we_lo + c);
         float4 acc = ld4(dh_iqn + i0);
         for (unsigned d = 0; d < D; ++d) {
-            const float4 g = ld4(dh_branch + (size_t)d * n + i0);
+            const float4 g = ld4(dh_branch.p[d] + i0);
             acc.x += g.x;
             acc.y += g.y;
             acc.z += g.z;
@@ -265,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(256)
             const unsigned b = (unsigned)(i / H), c = (unsigned)(i - (size_t)b * H);
             float acc = dh_iqn[i];
             for (unsigned d = 0; d < D; ++d) {
-                acc += dh_branch[(size_t)d * n + i];
+                acc += dh_branch.p[d][i];
             }
             dz2[i] = h_out[i] > 0.0f ? acc + dv[b] * wv[c] + de_hi[b] * we_hi[c] + de_lo[b] * we_lo[c]
                                      : 0.0f;

@@ -480,6 +480,41 @@ fn tile_config(grid_x: u32, grid_y: u32) -> LaunchConfig {
 /// Dynamic shared memory a block may use without opting in to more.
 const MAX_DYNAMIC_SMEM: usize = 48 * 1024;
 
+/// The most branches the per-branch kernels take (`MAX_BRANCHES` in dqn_common.cuh).
+pub const MAX_BRANCHES: usize = 8;
+
+/// One device address per branch, passed to a kernel by value (`BranchIn` / `BranchOut`
+/// in dqn_common.cuh). Per-branch arrays stay separate allocations, each written by its
+/// branch's op on its branch's stream, which is what lets the schedule tell them apart.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct BranchPtrs {
+    p: [u64; MAX_BRANCHES],
+}
+
+// SAFETY: a plain array of device addresses, laid out as the CUDA struct of pointers
+// (8-byte pointers on x86-64 and on the device).
+unsafe impl stepgraph::DeviceRepr for BranchPtrs {}
+
+impl BranchPtrs {
+    /// The addresses of `bufs`, after checking there is one per branch and each holds
+    /// `len` elements.
+    fn of(what: &str, bufs: &[DeviceBuffer<f32>], branches: usize, len: usize) -> Result<Self> {
+        if bufs.len() != branches || branches > MAX_BRANCHES {
+            return Err(Error::Invalid(format!(
+                "{what}: expected one buffer per branch ({branches}, at most {MAX_BRANCHES}), found {}",
+                bufs.len()
+            )));
+        }
+        let mut p = [0u64; MAX_BRANCHES];
+        for (d, buf) in bufs.iter().enumerate() {
+            check_len(&format!("{what}[{d}]"), buf.len(), len)?;
+            p[d] = buf.device_address();
+        }
+        Ok(BranchPtrs { p })
+    }
+}
+
 // ---- cuda/dqn_heads.cu: GLU, double-DQN target, dueling losses, expectile, trunk join ----
 
 /// Sizes of the dueling heads: `B` samples, `D` branches, `A` actions per branch.
@@ -514,12 +549,12 @@ impl DuelingDims {
 pub struct DdqnTargetInputs<'a> {
     /// `v2[B]`: online value on `s2`.
     pub v2: &'a DeviceBuffer<f32>,
-    /// `adv2[D, B, A]`: online advantages on `s2`, the branches packed.
-    pub adv2: &'a DeviceBuffer<f32>,
+    /// Online advantages on `s2`: one `[B, A]` buffer per branch.
+    pub adv2: &'a [DeviceBuffer<f32>],
     /// `vt[B]`: target value on `s2`.
     pub vt: &'a DeviceBuffer<f32>,
-    /// `advt[D, B, A]`: target advantages on `s2`.
-    pub advt: &'a DeviceBuffer<f32>,
+    /// Target advantages on `s2`: one `[B, A]` buffer per branch.
+    pub advt: &'a [DeviceBuffer<f32>],
     /// `r[B]`.
     pub r: &'a DeviceBuffer<f32>,
     /// `done[B]`, 0 or 1.
@@ -531,8 +566,8 @@ pub struct DdqnTargetInputs<'a> {
 pub struct DuelingInputs<'a> {
     /// `v[B]`: the value head on `s`.
     pub v: &'a DeviceBuffer<f32>,
-    /// `adv[D, B, A]`: the branches' advantages on `s`, packed.
-    pub adv: &'a DeviceBuffer<f32>,
+    /// The branches' advantages on `s`: one `[B, A]` buffer per branch.
+    pub adv: &'a [DeviceBuffer<f32>],
     /// `act[B, D]`: the actions taken, in `0..A`.
     pub act: &'a DeviceBuffer<i32>,
     /// `y[B, D]`: the targets ([`Kernels::ddqn_target`]).
@@ -566,8 +601,8 @@ impl Default for DuelingCoefficients {
 pub struct DuelingOutputs<'a> {
     /// `dv[B]`: dL/dv (written).
     pub dv: &'a mut DeviceBuffer<f32>,
-    /// `dadv[D, B, A]`: dL/dadv (written).
-    pub dadv: &'a mut DeviceBuffer<f32>,
+    /// dL/dadv (written): one `[B, A]` buffer per branch.
+    pub dadv: &'a mut [DeviceBuffer<f32>],
     /// `qbar[B]`: `mean_d qa[d]`, the IQL heads' target (written).
     pub qbar: &'a mut DeviceBuffer<f32>,
     /// The loss buffer ([`LossSlot`]): `Td`, `Cql`, `Conf` and `Total` are added to.
@@ -617,8 +652,8 @@ pub struct TrunkGrads<'a> {
     pub dv: &'a DeviceBuffer<f32>,
     /// `wv[H]`.
     pub wv: &'a DeviceBuffer<f32>,
-    /// `dh_branch[D, B, H]`: the branches' parts, packed.
-    pub dh_branch: &'a DeviceBuffer<f32>,
+    /// The branches' parts: one `[B, H]` buffer per branch.
+    pub dh_branch: &'a [DeviceBuffer<f32>],
     /// `de_hi[B]`, times `we_hi[H]`.
     pub de_hi: &'a DeviceBuffer<f32>,
     /// `we_hi[H]`.
@@ -704,12 +739,22 @@ impl Kernels {
         ybar: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
         let (b, d, a) = dims.checked("ddqn_target")?;
-        let adv = product("ddqn_target", &[dims.branches, dims.batch, dims.actions])?;
         let by = product("ddqn_target", &[dims.batch, dims.branches])?;
         check_len("ddqn_target: v2 ([B])", inputs.v2.len(), dims.batch)?;
-        check_len("ddqn_target: adv2 ([D, B, A])", inputs.adv2.len(), adv)?;
+        let ba = product("ddqn_target", &[dims.batch, dims.actions])?;
+        let adv2 = BranchPtrs::of(
+            "ddqn_target: adv2 ([B, A] per branch)",
+            inputs.adv2,
+            dims.branches,
+            ba,
+        )?;
         check_len("ddqn_target: vt ([B])", inputs.vt.len(), dims.batch)?;
-        check_len("ddqn_target: advt ([D, B, A])", inputs.advt.len(), adv)?;
+        let advt = BranchPtrs::of(
+            "ddqn_target: advt ([B, A] per branch)",
+            inputs.advt,
+            dims.branches,
+            ba,
+        )?;
         check_len("ddqn_target: r ([B])", inputs.r.len(), dims.batch)?;
         check_len("ddqn_target: done ([B])", inputs.done.len(), dims.batch)?;
         check_len("ddqn_target: y ([B, D])", y.len(), by)?;
@@ -717,9 +762,9 @@ impl Kernels {
         let mut launch = stream.launch(self.kernel(KernelId::DdqnTarget));
         launch
             .buf(inputs.v2)
-            .buf(inputs.adv2)
+            .arg(&adv2)
             .buf(inputs.vt)
-            .buf(inputs.advt)
+            .arg(&advt)
             .buf(inputs.r)
             .buf(inputs.done)
             .buf_mut(y)
@@ -728,8 +773,8 @@ impl Kernels {
             .arg(&d)
             .arg(&a)
             .arg(&gamma);
-        // SAFETY: the arguments match `ddqn_target(const float* v2, const float* adv2, const
-        // float* vt, const float* advt, const float* r, const float* done, float* y, float*
+        // SAFETY: the arguments match `ddqn_target(const float* v2, BranchIn adv2, const
+        // float* vt, BranchIn advt, const float* r, const float* done, float* y, float*
         // ybar, unsigned B, unsigned D, unsigned A, float gamma)`; threads with b >= B
         // return, and every buffer holds what its shape in B, D, A says (checked above).
         unsafe { launch.launch(elementwise_config(b)) }
@@ -753,24 +798,34 @@ impl Kernels {
         out: DuelingOutputs<'_>,
     ) -> Result<()> {
         let (b, d, a) = dims.checked("dueling_losses")?;
-        let adv = product("dueling_losses", &[dims.branches, dims.batch, dims.actions])?;
         let by = product("dueling_losses", &[dims.batch, dims.branches])?;
         check_len("dueling_losses: v ([B])", inputs.v.len(), dims.batch)?;
-        check_len("dueling_losses: adv ([D, B, A])", inputs.adv.len(), adv)?;
+        let ba = product("dueling_losses", &[dims.batch, dims.actions])?;
+        let adv_ptrs = BranchPtrs::of(
+            "dueling_losses: adv ([B, A] per branch)",
+            inputs.adv,
+            dims.branches,
+            ba,
+        )?;
         check_len("dueling_losses: act ([B, D])", inputs.act.len(), by)?;
         check_len("dueling_losses: y ([B, D])", inputs.y.len(), by)?;
         check_len("dueling_losses: dv ([B])", out.dv.len(), dims.batch)?;
-        check_len("dueling_losses: dadv ([D, B, A])", out.dadv.len(), adv)?;
+        let dadv_ptrs = BranchPtrs::of(
+            "dueling_losses: dadv ([B, A] per branch)",
+            out.dadv,
+            dims.branches,
+            ba,
+        )?;
         check_len("dueling_losses: qbar ([B])", out.qbar.len(), dims.batch)?;
         check_losses("dueling_losses: losses", out.losses)?;
         let mut launch = stream.launch(self.kernel(KernelId::DuelingLosses));
         launch
             .buf(inputs.v)
-            .buf(inputs.adv)
+            .arg(&adv_ptrs)
             .buf(inputs.act)
             .buf(inputs.y)
             .buf_mut(out.dv)
-            .buf_mut(out.dadv)
+            .arg(&dadv_ptrs)
             .buf_mut(out.qbar)
             .buf_mut(out.losses)
             .arg(&b)
@@ -779,8 +834,8 @@ impl Kernels {
             .arg(&coef.td)
             .arg(&coef.cql)
             .arg(&coef.conf);
-        // SAFETY: the arguments match `dueling_losses(const float* v, const float* adv, const
-        // int* act, const float* y, float* dv, float* dadv, float* qbar, float* losses,
+        // SAFETY: the arguments match `dueling_losses(const float* v, BranchIn adv, const
+        // int* act, const float* y, float* dv, BranchOut dadv, float* qbar, float* losses,
         // unsigned B, unsigned D, unsigned A, float c_td, float c_cql, float c_conf)`; only
         // threads with b < B touch the per-sample buffers (sized by B, D, A, checked above),
         // an action outside 0..A is never used as an index, and thread 0 of each block adds
@@ -839,14 +894,14 @@ impl Kernels {
         let h = positive("grad_sum_relu_mask: hidden", dims.hidden)?;
         let d = len_u32("grad_sum_relu_mask: branches", dims.branches)?;
         let bh = product("grad_sum_relu_mask", &[dims.batch, dims.hidden])?;
-        let dbh = product("grad_sum_relu_mask", &[dims.branches, bh])?;
         check_len("grad_sum_relu_mask: h_out ([B, H])", inputs.h_out.len(), bh)?;
         check_len("grad_sum_relu_mask: dv ([B])", inputs.dv.len(), dims.batch)?;
         check_len("grad_sum_relu_mask: wv ([H])", inputs.wv.len(), dims.hidden)?;
-        check_len(
-            "grad_sum_relu_mask: dh_branch ([D, B, H])",
-            inputs.dh_branch.len(),
-            dbh,
+        let dh_branch = BranchPtrs::of(
+            "grad_sum_relu_mask: dh_branch ([B, H] per branch)",
+            inputs.dh_branch,
+            dims.branches,
+            bh,
         )?;
         check_len(
             "grad_sum_relu_mask: de_hi ([B])",
@@ -879,7 +934,7 @@ impl Kernels {
             .buf(inputs.h_out)
             .buf(inputs.dv)
             .buf(inputs.wv)
-            .buf(inputs.dh_branch)
+            .arg(&dh_branch)
             .buf(inputs.de_hi)
             .buf(inputs.we_hi)
             .buf(inputs.de_lo)
@@ -890,7 +945,7 @@ impl Kernels {
             .arg(&h)
             .arg(&d);
         // SAFETY: the arguments match `grad_sum_relu_mask(const float* h_out, const float*
-        // dv, const float* wv, const float* dh_branch, const float* de_hi, const float*
+        // dv, const float* wv, BranchIn dh_branch, const float* de_hi, const float*
         // we_hi, const float* de_lo, const float* we_lo, const float* dh_iqn, float* dz2,
         // unsigned B, unsigned H, unsigned D)`; threads start at 4i < B H and stop at B H,
         // and each buffer holds what its shape says (checked above).

@@ -29,7 +29,7 @@ mod verify;
 pub use blas::{
     BlasElem, BlasHandle, BlasSession, Epilogue, Matmul, MatmulArgs, Precision, WORKSPACE_BYTES,
 };
-pub use cudarc::driver::LaunchConfig;
+pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{
     AllocLike, Device, DeviceBuffer, REQUIRED_COMPUTE_CAPABILITY, check_compute_capability,
     check_libraries, require_library,
