@@ -499,7 +499,12 @@ unsafe impl stepgraph::DeviceRepr for BranchPtrs {}
 impl BranchPtrs {
     /// The addresses of `bufs`, after checking there is one per branch and each holds
     /// `len` elements.
-    fn of(what: &str, bufs: &[DeviceBuffer<f32>], branches: usize, len: usize) -> Result<Self> {
+    fn of<'b>(
+        what: &str,
+        bufs: impl ExactSizeIterator<Item = &'b DeviceBuffer<f32>>,
+        branches: usize,
+        len: usize,
+    ) -> Result<Self> {
         if bufs.len() != branches || branches > MAX_BRANCHES {
             return Err(Error::Invalid(format!(
                 "{what}: expected one buffer per branch ({branches}, at most {MAX_BRANCHES}), found {}",
@@ -507,7 +512,7 @@ impl BranchPtrs {
             )));
         }
         let mut p = [0u64; MAX_BRANCHES];
-        for (d, buf) in bufs.iter().enumerate() {
+        for (d, buf) in bufs.enumerate() {
             check_len(&format!("{what}[{d}]"), buf.len(), len)?;
             p[d] = buf.device_address();
         }
@@ -567,7 +572,7 @@ pub struct DuelingInputs<'a> {
     /// `v[B]`: the value head on `s`.
     pub v: &'a DeviceBuffer<f32>,
     /// The branches' advantages on `s`: one `[B, A]` buffer per branch.
-    pub adv: &'a [DeviceBuffer<f32>],
+    pub adv: &'a [&'a DeviceBuffer<f32>],
     /// `act[B, D]`: the actions taken, in `0..A`.
     pub act: &'a DeviceBuffer<i32>,
     /// `y[B, D]`: the targets ([`Kernels::ddqn_target`]).
@@ -744,14 +749,14 @@ impl Kernels {
         let ba = product("ddqn_target", &[dims.batch, dims.actions])?;
         let adv2 = BranchPtrs::of(
             "ddqn_target: adv2 ([B, A] per branch)",
-            inputs.adv2,
+            inputs.adv2.iter(),
             dims.branches,
             ba,
         )?;
         check_len("ddqn_target: vt ([B])", inputs.vt.len(), dims.batch)?;
         let advt = BranchPtrs::of(
             "ddqn_target: advt ([B, A] per branch)",
-            inputs.advt,
+            inputs.advt.iter(),
             dims.branches,
             ba,
         )?;
@@ -803,7 +808,7 @@ impl Kernels {
         let ba = product("dueling_losses", &[dims.batch, dims.actions])?;
         let adv_ptrs = BranchPtrs::of(
             "dueling_losses: adv ([B, A] per branch)",
-            inputs.adv,
+            inputs.adv.iter().copied(),
             dims.branches,
             ba,
         )?;
@@ -812,7 +817,7 @@ impl Kernels {
         check_len("dueling_losses: dv ([B])", out.dv.len(), dims.batch)?;
         let dadv_ptrs = BranchPtrs::of(
             "dueling_losses: dadv ([B, A] per branch)",
-            out.dadv,
+            out.dadv.iter(),
             dims.branches,
             ba,
         )?;
@@ -899,7 +904,7 @@ impl Kernels {
         check_len("grad_sum_relu_mask: wv ([H])", inputs.wv.len(), dims.hidden)?;
         let dh_branch = BranchPtrs::of(
             "grad_sum_relu_mask: dh_branch ([B, H] per branch)",
-            inputs.dh_branch,
+            inputs.dh_branch.iter(),
             dims.branches,
             bh,
         )?;

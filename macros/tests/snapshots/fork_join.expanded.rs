@@ -8,6 +8,7 @@ mod fork_join {
     pub struct Config {
         pub iters: u32,
     }
+    #[allow(clippy::too_many_arguments)]
     fn seed(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -15,6 +16,7 @@ mod fork_join {
     ) -> Result<()> {
         k.fill(stream, seed)
     }
+    #[allow(clippy::too_many_arguments)]
     fn start(
         stream: &CaptureStream<'_>,
         d: usize,
@@ -23,6 +25,7 @@ mod fork_join {
     ) -> Result<()> {
         stream.copy(seed, lanes)
     }
+    #[allow(clippy::too_many_arguments)]
     fn work(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -31,6 +34,7 @@ mod fork_join {
     ) -> Result<()> {
         k.chain_step(stream, lanes, iters)
     }
+    #[allow(clippy::too_many_arguments)]
     fn sum(
         stream: &CaptureStream<'_>,
         k: &Kernels,

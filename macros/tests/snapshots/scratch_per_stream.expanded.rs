@@ -9,12 +9,14 @@ pub mod heads {
     pub struct Config {
         pub spec: Matmul,
     }
+    #[allow(clippy::too_many_arguments)]
     fn trunk(
         stream: &CaptureStream<'_>,
         features: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
         stream.memset_zeros(features)
     }
+    #[allow(clippy::too_many_arguments)]
     fn iqn(
         blas: &Blas<'_>,
         features: &DeviceBuffer<f32>,
@@ -24,6 +26,7 @@ pub mod heads {
     ) -> Result<()> {
         blas.run(&spec, features, tmp, iqn_out)
     }
+    #[allow(clippy::too_many_arguments)]
     fn attn(
         stream: &CaptureStream<'_>,
         features: &DeviceBuffer<f32>,

@@ -1,0 +1,533 @@
+//! The DQN trainer of the mission, written with stepgraph: a trunk, four dueling GLU
+//! branches on four streams, the double-DQN target, IQL, IQN and Attention heads, CQL and
+//! an agreement term, global-norm clipping and Adam (MODEL.md has the exact math).
+//!
+//! ```text
+//! cargo run --release --example dqn -- [--steps N] [--batch B] [--hidden H] ...
+//! cargo run --release --example dqn -- --check DIR [--steps 3]   # for reference.py check DIR
+//! cargo run --release --example dqn -- --print-plan dot|svg
+//! ```
+//! With no GPU it prints the plan and says what the timed run needs.
+
+mod layers;
+mod model;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use stepgraph::{Device, Result, Schedule};
+use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels};
+use stepgraph_suite::npy;
+
+use layers::{D, Sizes};
+use model::dqn;
+
+const LR: f32 = 3e-4;
+const GAMMA: f32 = 0.99;
+const HYPER: AdamHyper = AdamHyper {
+    max_norm: 10.0,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-8,
+};
+
+/// Command-line options.
+#[derive(Debug)]
+struct Options {
+    sizes: Sizes,
+    steps: usize,
+    check: Option<PathBuf>,
+    seed: u64,
+}
+
+fn parse_options() -> std::result::Result<Options, String> {
+    let mut o = Options {
+        sizes: Sizes::default(),
+        steps: 200,
+        check: None,
+        seed: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .ok_or_else(|| format!("{flag} expects a value, found the end of the arguments"))
+        };
+        let mut number = || -> std::result::Result<usize, String> {
+            let v = value()?;
+            v.parse()
+                .map_err(|_| format!("{flag} expects a whole number, found {v:?}"))
+        };
+        let s = &mut o.sizes;
+        match flag.as_str() {
+            "--batch" => s.batch = number()?,
+            "--state" => s.state = number()?,
+            "--hidden" => s.hidden = number()?,
+            "--glu" => s.glu = number()?,
+            "--actions" => s.actions = number()?,
+            "--quantiles" => s.quantiles = number()?,
+            "--cosines" => s.cosines = number()?,
+            "--window" => s.window = number()?,
+            "--width" => s.width = number()?,
+            "--heads" => s.heads = number()?,
+            "--steps" => o.steps = number()?,
+            "--seed" => o.seed = number()? as u64,
+            "--check" => o.check = Some(PathBuf::from(value()?)),
+            other => {
+                return Err(format!(
+                    "unknown option {other:?}: expected --steps, --check DIR, --seed, or a size \
+                     (--batch --state --hidden --glu --actions --quantiles --cosines --window --width --heads)"
+                ));
+            }
+        }
+    }
+    if o.sizes.width % o.sizes.heads != 0 {
+        return Err(format!(
+            "--width {} must be a multiple of --heads {}",
+            o.sizes.width, o.sizes.heads
+        ));
+    }
+    Ok(o)
+}
+
+fn main() -> std::process::ExitCode {
+    if let Some(code) = dqn::PLAN.print_if_asked() {
+        return code;
+    }
+    let options = match parse_options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("dqn: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    println!("{}", dqn::PLAN);
+    let device = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!(
+                "the training run needs a CUDA GPU with compute capability 9.0 and the CUDA 13 \
+                 libraries: {e}"
+            );
+            return std::process::ExitCode::SUCCESS;
+        }
+    };
+    let run = match &options.check {
+        Some(dir) => write_check(&device, &options, dir),
+        None => train(&device, &options),
+    };
+    match run {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dqn failed: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                eprintln!("  caused by: {s}");
+                source = s.source();
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// xorshift64* with Box-Muller normals: enough for generated transitions.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [0, 1).
+    fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn normal(&mut self) -> f32 {
+        let u1 = self.uniform().max(1e-7);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+    }
+}
+
+/// The shape of a parameter, by its MODEL.md name.
+fn shape(name: &str, s: &Sizes) -> Vec<usize> {
+    let base = name.split('.').next().unwrap_or(name);
+    match base {
+        "w1" => vec![s.hidden, s.state],
+        "w2" => vec![s.hidden, s.hidden],
+        "wv" | "we_hi" | "we_lo" | "wq" => vec![1, s.hidden],
+        "wg" => vec![2 * s.glu, s.hidden],
+        "bg" => vec![2 * s.glu],
+        "wa" => vec![s.actions, s.glu],
+        "ba" => vec![s.actions],
+        "wphi" => vec![s.hidden, s.cosines],
+        "wemb" => vec![s.width, s.state],
+        "wqkv" => vec![3 * s.width, s.width],
+        "wo" => vec![s.width, s.width],
+        "wp" => vec![1, s.width],
+        "b1" | "b2" | "bphi" => vec![s.hidden],
+        "bemb" => vec![s.width],
+        _ => vec![1], // bv, be_hi, be_lo, bq, bp
+    }
+}
+
+/// The fan-in of the layer a parameter belongs to (PyTorch's Linear initialisation).
+fn fan_in(name: &str, s: &Sizes) -> usize {
+    let base = name.split('.').next().unwrap_or(name);
+    match base {
+        "w1" | "b1" | "wemb" | "bemb" => s.state,
+        "wa" | "ba" => s.glu,
+        "wphi" | "bphi" => s.cosines,
+        "wqkv" | "wo" | "wp" | "bp" => s.width,
+        _ => s.hidden,
+    }
+}
+
+/// Uniform ±1/sqrt(fan_in) parameters; the target network is a perturbed copy.
+fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(String, Vec<f32>)>> {
+    let mut init = Vec::new();
+    for (name, buf) in step.buffers().params.named() {
+        let bound = 1.0 / (fan_in(&name, s) as f32).sqrt();
+        let v: Vec<f32> = (0..buf.len())
+            .map(|_| (rng.uniform() * 2.0 - 1.0) * bound)
+            .collect();
+        init.push((name, v));
+    }
+    for (name, v) in &init {
+        step.upload(|b| named_buf(&b.params, name), v)?;
+        let bound = 0.1 / (fan_in(name, s) as f32).sqrt();
+        let t: Vec<f32> = v
+            .iter()
+            .map(|x| x + (rng.uniform() * 2.0 - 1.0) * bound)
+            .collect();
+        step.upload(|b| named_buf(&b.target, name), &t)?;
+    }
+    Ok(init)
+}
+
+fn named_buf<'a>(model: &'a model::Model, name: &str) -> &'a layers::Buf {
+    model
+        .named()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, b)| b)
+        .unwrap_or(&model.trunk.l1.w)
+}
+
+/// One batch of generated transitions (MODEL.md's inputs), uploaded into the step.
+struct Transitions {
+    s: Vec<f32>,
+    s2: Vec<f32>,
+    act: Vec<i32>,
+    r: Vec<f32>,
+    done: Vec<f32>,
+    win: Vec<f32>,
+    tau: Vec<f32>,
+}
+
+impl Transitions {
+    fn generate(rng: &mut Rng, s: &Sizes) -> Transitions {
+        let b = s.batch;
+        let mut normals = |n: usize| (0..n).map(|_| rng.normal()).collect::<Vec<f32>>();
+        let st = normals(b * s.state);
+        let s2 = normals(b * s.state);
+        let win = normals(b * s.window * s.state);
+        let r = normals(b);
+        let act = (0..b * D)
+            .map(|_| (rng.next_u64() % s.actions as u64) as i32)
+            .collect();
+        let done = (0..b)
+            .map(|_| if rng.uniform() < 0.1 { 1.0 } else { 0.0 })
+            .collect();
+        let tau = (0..b * s.quantiles)
+            .map(|_| 0.02 + 0.96 * rng.uniform())
+            .collect();
+        Transitions {
+            s: st,
+            s2,
+            act,
+            r,
+            done,
+            win,
+            tau,
+        }
+    }
+
+    fn upload(&self, step: &mut dqn::Step) -> Result<()> {
+        step.upload(|b| &b.batch.s, &self.s)?;
+        step.upload(|b| &b.batch.s2, &self.s2)?;
+        step.upload(|b| &b.batch.act, &self.act)?;
+        step.upload(|b| &b.batch.r, &self.r)?;
+        step.upload(|b| &b.batch.done, &self.done)?;
+        step.upload(|b| &b.batch.win, &self.win)?;
+        step.upload(|b| &b.batch.tau, &self.tau)
+    }
+
+    fn write(&self, dir: &Path, s: &Sizes) -> std::result::Result<(), npy::NpyError> {
+        let b = s.batch;
+        npy::write(&dir.join("s.npy"), &[b, s.state], &self.s)?;
+        npy::write(&dir.join("s2.npy"), &[b, s.state], &self.s2)?;
+        npy::write(&dir.join("act.npy"), &[b, D], &self.act)?;
+        npy::write(&dir.join("r.npy"), &[b], &self.r)?;
+        npy::write(&dir.join("done.npy"), &[b], &self.done)?;
+        npy::write(&dir.join("win.npy"), &[b, s.window, s.state], &self.win)?;
+        npy::write(&dir.join("tau.npy"), &[b, s.quantiles], &self.tau)
+    }
+}
+
+fn build(device: &Device, s: &Sizes, schedule: Schedule) -> Result<dqn::Step> {
+    let kernels = std::sync::Arc::new(Kernels::load(device)?);
+    let buffers = model::allocate(device, s)?;
+    let config = dqn::Config {
+        sizes: *s,
+        gamma: GAMMA,
+        hyper: HYPER,
+    };
+    dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
+}
+
+/// Sets Adam's step count `t` (lr and the bias corrections) for the next replay.
+fn set_step_count(step: &dqn::Step, t: u32) -> Result<()> {
+    let values = AdamScalars::at_step(LR, &HYPER, t).values();
+    let access = step.host_access()?;
+    for (i, v) in values.into_iter().enumerate() {
+        step.buffers().optim.scalars.set(&access, i, v)?;
+    }
+    Ok(())
+}
+
+/// The seven loss values of the last replay: L, L_td, L_iql, L_iqn, L_attn, L_cql, L_conf.
+fn losses(step: &dqn::Step) -> Result<[f32; 7]> {
+    let main = step.download(|b| &b.losses)?;
+    let iqn = step.download(|b| &b.iqn_losses)?;
+    let attn = step.download(|b| &b.attn_losses)?;
+    Ok([
+        main[0] + iqn[0] + attn[0],
+        main[1],
+        main[2],
+        iqn[3],
+        attn[4],
+        main[5],
+        main[6],
+    ])
+}
+
+fn io_error(e: impl std::fmt::Display) -> stepgraph::Error {
+    stepgraph::Error::Invalid(e.to_string())
+}
+
+/// Runs `steps` steps from a generated initialisation and writes everything reference.py
+/// needs to check them (its layout is described at the top of reference.py).
+fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
+    let s = &o.sizes;
+    let steps = if o.steps == 200 { 3 } else { o.steps };
+    let mut rng = Rng::new(o.seed);
+    let mut step = build(device, s, Schedule::Planned)?;
+    let init = initialise(&mut rng, s, &mut step)?;
+    for (name, v) in &init {
+        npy::write(
+            &dir.join("init").join(format!("{name}.npy")),
+            &shape(name, s),
+            v,
+        )
+        .map_err(io_error)?;
+    }
+    for (name, buf) in step.buffers().target.named() {
+        let trainable_only = [
+            "we_", "be_", "wphi", "bphi", "wq", "bq", "wemb", "bemb", "wqkv", "wo", "wp", "bp",
+        ];
+        if trainable_only.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let v = step.executor().download(buf)?;
+        npy::write(
+            &dir.join("target").join(format!("{name}.npy")),
+            &shape(&name, s),
+            &v,
+        )
+        .map_err(io_error)?;
+    }
+    let sizes_json = format!(
+        "{{\"B\": {}, \"S\": {}, \"H\": {}, \"D\": {D}, \"G\": {}, \"A\": {}, \"N\": {}, \"C\": {}, \"W\": {}, \"E\": {}, \"Hh\": {}, \
+         \"gamma\": {GAMMA}, \"lr\": {LR}, \"beta1\": {}, \"beta2\": {}, \"eps\": {}, \"max_norm\": {}, \
+         \"c_iql\": 0.5, \"c_iqn\": 0.5, \"c_attn\": 0.1, \"c_cql\": 0.1, \"c_conf\": 0.05, \"steps\": {steps}, \"seed\": {}}}\n",
+        s.batch,
+        s.state,
+        s.hidden,
+        s.glu,
+        s.actions,
+        s.quantiles,
+        s.cosines,
+        s.window,
+        s.width,
+        s.heads,
+        HYPER.beta1,
+        HYPER.beta2,
+        HYPER.eps,
+        HYPER.max_norm,
+        o.seed
+    );
+    std::fs::write(dir.join("sizes.json"), sizes_json).map_err(io_error)?;
+    for k in 1..=steps {
+        let batch = Transitions::generate(&mut rng, s);
+        batch
+            .write(&dir.join(format!("step{k}/in")), s)
+            .map_err(io_error)?;
+        batch.upload(&mut step)?;
+        set_step_count(&step, k as u32)?;
+        step.replay()?;
+        let out = dir.join(format!("step{k}/out"));
+        let l = losses(&step)?;
+        npy::write(&out.join("loss.npy"), &[7], &l).map_err(io_error)?;
+        let b = step.buffers();
+        let grads = model::named(
+            &b.trunk_grad,
+            &b.branch_grad,
+            &b.iql_grad,
+            &b.iqn_grad,
+            &b.attn_grad,
+        );
+        for (name, buf) in grads {
+            let v = step.executor().download(buf)?;
+            npy::write(
+                &out.join("grad").join(format!("{name}.npy")),
+                &shape(&name, s),
+                &v,
+            )
+            .map_err(io_error)?;
+        }
+        for (name, buf) in b.params.named() {
+            let v = step.executor().download(buf)?;
+            npy::write(
+                &out.join("param").join(format!("{name}.npy")),
+                &shape(&name, s),
+                &v,
+            )
+            .map_err(io_error)?;
+        }
+        println!(
+            "check step {k}: loss {:.6} (td {:.5} iql {:.5} iqn {:.5} attn {:.5} cql {:.5} conf {:.5})",
+            l[0], l[1], l[2], l[3], l[4], l[5], l[6]
+        );
+    }
+    println!(
+        "wrote {}; check it with: python3 examples/dqn/reference.py check {}",
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The main job: trains on generated transitions, then compares the schedules.
+fn train(device: &Device, o: &Options) -> Result<()> {
+    let s = &o.sizes;
+    println!("device: {}; sizes {s:?}", device.name());
+    let mut rng = Rng::new(o.seed);
+    let t0 = Instant::now();
+    let mut step = build(device, s, Schedule::Planned)?;
+    println!(
+        "built and captured the step in {:.1} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    println!("{}", step.verify()?);
+    initialise(&mut rng, s, &mut step)?;
+    let pool: Vec<Transitions> = (0..4).map(|_| Transitions::generate(&mut rng, s)).collect();
+    let mut times = Vec::new();
+    for t in 1..=o.steps {
+        pool[t % pool.len()].upload(&mut step)?;
+        set_step_count(&step, t as u32)?;
+        let start = Instant::now();
+        step.replay()?;
+        step.wait()?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        if t % 20 == 0 || t == 1 || t == o.steps {
+            let l = losses(&step)?;
+            if !l.iter().all(|x| x.is_finite()) {
+                return Err(stepgraph::Error::Invalid(format!(
+                    "non-finite loss at step {t}: {l:?}"
+                )));
+            }
+            let done = t * 40 / o.steps;
+            println!(
+                "[{}{}] step {t:>5}/{}  loss {:.5}  step {:.3} ms",
+                "#".repeat(done),
+                ".".repeat(40 - done),
+                o.steps,
+                l[0],
+                median(times.clone())
+            );
+        }
+    }
+    compare(device, s, &mut step)
+}
+
+/// (a) eager, (b) one-stream graph, (c) stepgraph graph, (d) the critical-path bound.
+fn compare(device: &Device, s: &Sizes, planned: &mut dqn::Step) -> Result<()> {
+    let reps = 200;
+    let c = median(planned.executor().time_replays(30, reps)?);
+    let mut serial = build(device, s, Schedule::OneStream)?;
+    serial.rebind(|b| std::mem::swap(&mut b.params, &mut b.target))?;
+    set_step_count(&serial, 1)?;
+    let b = median(serial.executor().time_replays(30, reps)?);
+    let mut eager = Vec::new();
+    for _ in 0..30 {
+        serial.run_eager()?;
+    }
+    serial.wait()?;
+    for _ in 0..reps {
+        let t = Instant::now();
+        serial.run_eager()?;
+        serial.wait()?;
+        eager.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let a = median(eager);
+    // Each op's time alone: the one-stream profile runs one op at a time.
+    let alone = serial.profile(50)?;
+    let costs: Vec<f64> = alone.ops.iter().map(|op| op.duration_ms()).collect();
+    let (path, d) = dqn::PLAN.longest_path(&costs);
+    let profile = planned.profile(50)?;
+    println!("{profile}");
+    println!(
+        "critical path (ops alone): {}",
+        path.iter()
+            .map(|o| dqn::PLAN.ops[o.index()].name)
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    );
+    println!("| variant | median ms | ratio |");
+    println!("| --- | --- | --- |");
+    println!("| (a) eager, one stream | {a:.3} | |");
+    println!("| (b) one-stream graph | {b:.3} | |");
+    println!("| (c) stepgraph graph | {c:.3} | (c)/(b) = {:.3} |", c / b);
+    println!(
+        "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
+        c / d
+    );
+    let parts: Vec<String> = profile
+        .by_part()
+        .iter()
+        .map(|(p, t)| format!("{p}={t:.3}"))
+        .collect();
+    println!("step breakdown (ms): {}", parts.join(" "));
+    let dir = PathBuf::from(std::env::var_os("OUT").unwrap_or_else(|| ".".into()));
+    let json = format!(
+        "{{\"device\": \"{}\", \"batch\": {}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"critical_path_bound_ms\": {d}}}\n",
+        device.name(),
+        s.batch
+    );
+    let _ = std::fs::write(dir.join("dqn_bench.json"), json);
+    let _ = std::fs::write(dir.join("dqn.profile"), profile.to_record());
+    let _ = std::fs::write(dir.join("dqn.timeline.svg"), profile.to_svg());
+    let _ = std::fs::write(dir.join("dqn.trace.json"), profile.to_trace_json());
+    Ok(())
+}

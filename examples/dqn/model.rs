@@ -1,0 +1,1116 @@
+//! The DQN step of MODEL.md as a stepgraph step: its buffers and its ops in program
+//! order. The trunk and the losses run on `main`; the four branches on `branch[d]`; the
+//! next-state forward passes on `ddqn`; IQN and Attention each on their own stream.
+
+use stepgraph::{
+    CaptureStream, Device, DeviceBuffer, DeviceScalars, Epilogue, Matmul, MatmulArgs, Result,
+};
+use stepgraph_kernels::{
+    AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
+    DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
+    IqnDims, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, ParamEntry, ParamTable, TrunkDims,
+    TrunkGrads,
+};
+
+use crate::layers::{
+    Branch, BranchAct, BranchBack, Buf, D, Linear, PRECISION, Sizes, Trunk, TrunkAct, forward,
+    input_grad_spec, linear_spec, mask1_len, param_grads, trunk_forward,
+};
+
+/// The expectile (IQL) value heads, high then low: `we[1, H]`.
+#[derive(Debug)]
+pub struct Iql {
+    pub hi: Linear,
+    pub lo: Linear,
+}
+
+/// The IQN head: the cosine embedding `wphi[H, C]` and the quantile output `wq[1, H]`.
+#[derive(Debug)]
+pub struct Iqn {
+    pub phi: Linear,
+    pub q: Linear,
+}
+
+/// The attention head: embedding `wemb[E, S]`, fused `wqkv[3E, E]`, output `wo[E, E]`,
+/// prediction `wp[1, E]`.
+#[derive(Debug)]
+pub struct Attn {
+    pub emb: Linear,
+    pub qkv: Buf,
+    pub o: Buf,
+    pub p: Linear,
+}
+
+/// Every online parameter; also the shape of the gradients and of Adam's moments.
+#[derive(Debug)]
+pub struct Model {
+    pub trunk: Trunk,
+    pub branch: [Branch; D],
+    pub iql: Iql,
+    pub iqn: Iqn,
+    pub attn: Attn,
+}
+
+impl Model {
+    pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Model> {
+        let lin = |n: &str, out, inp| Linear::zeros(device, &format!("{name}.{n}"), out, inp);
+        Ok(Model {
+            trunk: Trunk::zeros(device, s, &format!("{name}.trunk"))?,
+            branch: [
+                Branch::zeros(device, s, &format!("{name}.branch0"))?,
+                Branch::zeros(device, s, &format!("{name}.branch1"))?,
+                Branch::zeros(device, s, &format!("{name}.branch2"))?,
+                Branch::zeros(device, s, &format!("{name}.branch3"))?,
+            ],
+            iql: Iql {
+                hi: lin("e_hi", 1, s.hidden)?,
+                lo: lin("e_lo", 1, s.hidden)?,
+            },
+            iqn: Iqn {
+                phi: lin("phi", s.hidden, s.cosines)?,
+                q: lin("q", 1, s.hidden)?,
+            },
+            attn: Attn {
+                emb: lin("emb", s.width, s.state)?,
+                qkv: device.alloc_zeros(&format!("{name}.wqkv"), 3 * s.width * s.width)?,
+                o: device.alloc_zeros(&format!("{name}.wo"), s.width * s.width)?,
+                p: lin("p", 1, s.width)?,
+            },
+        })
+    }
+
+    /// Every tensor with its name in MODEL.md (and in reference.py's files), in one
+    /// fixed order.
+    pub fn named(&self) -> Vec<(String, &Buf)> {
+        named(&self.trunk, &self.branch, &self.iql, &self.iqn, &self.attn)
+    }
+
+    /// The same, writable.
+    pub fn named_mut(&mut self) -> Vec<(String, &mut Buf)> {
+        let Model {
+            trunk,
+            branch,
+            iql,
+            iqn,
+            attn,
+        } = self;
+        let mut out: Vec<(String, &mut Buf)> = vec![
+            ("w1".into(), &mut trunk.l1.w),
+            ("b1".into(), &mut trunk.l1.b),
+            ("w2".into(), &mut trunk.l2.w),
+            ("b2".into(), &mut trunk.l2.b),
+            ("wv".into(), &mut trunk.v.w),
+            ("bv".into(), &mut trunk.v.b),
+        ];
+        for (d, br) in branch.iter_mut().enumerate() {
+            out.push((format!("wg.{d}"), &mut br.gate.w));
+            out.push((format!("bg.{d}"), &mut br.gate.b));
+            out.push((format!("wa.{d}"), &mut br.adv.w));
+            out.push((format!("ba.{d}"), &mut br.adv.b));
+        }
+        out.extend([
+            ("we_hi".into(), &mut iql.hi.w),
+            ("be_hi".into(), &mut iql.hi.b),
+            ("we_lo".into(), &mut iql.lo.w),
+            ("be_lo".into(), &mut iql.lo.b),
+            ("wphi".into(), &mut iqn.phi.w),
+            ("bphi".into(), &mut iqn.phi.b),
+            ("wq".into(), &mut iqn.q.w),
+            ("bq".into(), &mut iqn.q.b),
+            ("wemb".into(), &mut attn.emb.w),
+            ("bemb".into(), &mut attn.emb.b),
+            ("wqkv".into(), &mut attn.qkv),
+            ("wo".into(), &mut attn.o),
+            ("wp".into(), &mut attn.p.w),
+            ("bp".into(), &mut attn.p.b),
+        ]);
+        out
+    }
+}
+
+/// The named tensors of a model held in parts (the gradients are split by the stream
+/// that writes them).
+pub fn named<'a>(
+    trunk: &'a Trunk,
+    branch: &'a [Branch; D],
+    iql: &'a Iql,
+    iqn: &'a Iqn,
+    attn: &'a Attn,
+) -> Vec<(String, &'a Buf)> {
+    let mut out: Vec<(String, &Buf)> = vec![
+        ("w1".into(), &trunk.l1.w),
+        ("b1".into(), &trunk.l1.b),
+        ("w2".into(), &trunk.l2.w),
+        ("b2".into(), &trunk.l2.b),
+        ("wv".into(), &trunk.v.w),
+        ("bv".into(), &trunk.v.b),
+    ];
+    for (d, br) in branch.iter().enumerate() {
+        out.push((format!("wg.{d}"), &br.gate.w));
+        out.push((format!("bg.{d}"), &br.gate.b));
+        out.push((format!("wa.{d}"), &br.adv.w));
+        out.push((format!("ba.{d}"), &br.adv.b));
+    }
+    out.extend([
+        ("we_hi".into(), &iql.hi.w),
+        ("be_hi".into(), &iql.hi.b),
+        ("we_lo".into(), &iql.lo.w),
+        ("be_lo".into(), &iql.lo.b),
+        ("wphi".into(), &iqn.phi.w),
+        ("bphi".into(), &iqn.phi.b),
+        ("wq".into(), &iqn.q.w),
+        ("bq".into(), &iqn.q.b),
+        ("wemb".into(), &attn.emb.w),
+        ("bemb".into(), &attn.emb.b),
+        ("wqkv".into(), &attn.qkv),
+        ("wo".into(), &attn.o),
+        ("wp".into(), &attn.p.w),
+        ("bp".into(), &attn.p.b),
+    ]);
+    out
+}
+
+/// One batch of transitions (MODEL.md's inputs).
+#[derive(Debug)]
+pub struct Batch {
+    pub s: Buf,
+    pub s2: Buf,
+    pub act: DeviceBuffer<i32>,
+    pub r: Buf,
+    pub done: Buf,
+    pub win: Buf,
+    pub tau: Buf,
+}
+
+/// Scratch of a branch's next-state forward passes (online, then target).
+#[derive(Debug)]
+pub struct GluTmp {
+    pub u: Buf,
+    pub g: Buf,
+}
+
+impl stepgraph::AllocLike for GluTmp {
+    fn alloc_like(&self, device: &Device, what: &str) -> Result<Self> {
+        Ok(GluTmp {
+            u: self.u.alloc_like(device, what)?,
+            g: self.g.alloc_like(device, what)?,
+        })
+    }
+}
+
+/// The double-DQN targets `[B, D]` and their mean `[B]` (IQN's target).
+#[derive(Debug)]
+pub struct Targets {
+    pub y: Buf,
+    pub ybar: Buf,
+}
+
+/// From the dueling losses: dL/dv `[B]` and the mean taken Q `[B]` (IQL's target).
+#[derive(Debug)]
+pub struct Dueling {
+    pub dv: Buf,
+    pub qbar: Buf,
+}
+
+/// The IQL heads' outputs and their gradients, `[B]` each.
+#[derive(Debug)]
+pub struct IqlAct {
+    pub e_hi: Buf,
+    pub e_lo: Buf,
+    pub de_hi: Buf,
+    pub de_lo: Buf,
+}
+
+/// The IQN head's activations.
+#[derive(Debug)]
+pub struct IqnAct {
+    pub cosf: Buf,
+    pub phi: Buf,
+    pub dphi_pre: Buf,
+    pub dh: Buf,
+    pub scratch: Buf,
+}
+
+/// The attention head's activations.
+#[derive(Debug)]
+pub struct AttnAct {
+    pub emb: Buf,
+    pub qkv: Buf,
+    pub probs: Buf,
+    pub att: Buf,
+    pub o: Buf,
+    pub pred: Buf,
+    pub d_o: Buf,
+    pub datt: Buf,
+    pub dqkv: Buf,
+    pub demb: Buf,
+    pub scratch: Buf,
+}
+
+/// The optimizer's state: Adam's moments, the pointer table, the norm, the device
+/// scalars (lr and the bias corrections, refreshed every step).
+#[derive(Debug)]
+pub struct Optim {
+    pub m: Model,
+    pub v: Model,
+    pub table: ParamTable,
+    pub sq_norm: Buf,
+    pub scratch: Buf,
+    pub scalars: DeviceScalars<f32>,
+}
+
+#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn), kernels = Kernels)]
+pub mod dqn {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub batch: Batch,
+        pub params: Model,
+        pub target: Model,
+        pub act: TrunkAct,
+        pub mask1: DeviceBuffer<u8>,
+        pub next: TrunkAct,
+        pub target_next: TrunkAct,
+        #[per_branch]
+        pub branch_act: [BranchAct; 4],
+        #[per_branch]
+        pub next_adv: [Buf; 4],
+        #[per_branch]
+        pub target_adv: [Buf; 4],
+        #[scratch(per_branch)]
+        pub glu_tmp: GluTmp,
+        // Separate components, so that IQN waits only for the targets it reads.
+        pub targets: Targets,
+        pub dueling: Dueling,
+        pub iql_act: IqlAct,
+        #[per_branch]
+        pub dadv: [Buf; 4],
+        #[scratch(per_branch)]
+        pub branch_back: BranchBack,
+        #[per_branch]
+        pub dh_branch: [Buf; 4],
+        pub iqn_act: IqnAct,
+        pub attn_act: AttnAct,
+        pub dz2: Buf,
+        pub dz1: Buf,
+        pub trunk_grad: Trunk,
+        #[per_branch]
+        pub branch_grad: [Branch; 4],
+        pub iql_grad: Iql,
+        pub iqn_grad: Iqn,
+        pub attn_grad: Attn,
+        /// Loss slots (`LossSlot` in the kernels), one buffer per stream that adds into
+        /// them: a buffer written from two streams would order them.
+        pub losses: Buf,
+        pub iqn_losses: Buf,
+        pub attn_losses: Buf,
+        pub optim: Optim,
+    }
+
+    #[config]
+    #[derive(Clone, Copy, Debug)]
+    pub struct Config {
+        pub sizes: Sizes,
+        pub gamma: f32,
+        pub hyper: AdamHyper,
+    }
+
+    /// Zero the main losses and refresh lr and the bias corrections from the host.
+    fn begin(stream: &CaptureStream<'_>, losses: &mut Buf, optim: &mut Optim) -> Result<()> {
+        stream.memset_zeros(losses)?;
+        stream.refresh(&mut optim.scalars)
+    }
+
+    #[cost(3.0)]
+    fn trunk_forward_s(
+        stream: &CaptureStream<'_>,
+        sizes: Sizes,
+        batch: &Batch,
+        params: &Model,
+        act: &mut TrunkAct,
+        mask1: &mut DeviceBuffer<u8>,
+    ) -> Result<()> {
+        trunk_forward(
+            &stream.blas(),
+            &sizes,
+            &batch.s,
+            &params.trunk,
+            act,
+            Some(mask1),
+        )
+    }
+
+    /// The next state through the online and the target trunk, for the double-DQN target.
+    #[stream(ddqn)]
+    #[cost(6.0)]
+    fn trunk_forward_next(
+        stream: &CaptureStream<'_>,
+        sizes: Sizes,
+        batch: &Batch,
+        params: &Model,
+        target: &Model,
+        next: &mut TrunkAct,
+        target_next: &mut TrunkAct,
+    ) -> Result<()> {
+        let blas = stream.blas();
+        trunk_forward(&blas, &sizes, &batch.s2, &params.trunk, next, None)?;
+        trunk_forward(&blas, &sizes, &batch.s2, &target.trunk, target_next, None)
+    }
+
+    #[stream(branch[d])]
+    #[cost(2.0)]
+    fn branch_forward(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        d: usize,
+        sizes: Sizes,
+        params: &Model,
+        act: &TrunkAct,
+        branch_act: &mut BranchAct,
+    ) -> Result<()> {
+        branch_pass(
+            stream,
+            k,
+            &sizes,
+            &params.branch[d],
+            &act.h,
+            &mut branch_act.u,
+            &mut branch_act.g,
+            &mut branch_act.adv,
+        )
+    }
+
+    #[stream(branch[d])]
+    #[cost(2.0)]
+    fn branch_forward_next(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        d: usize,
+        sizes: Sizes,
+        params: &Model,
+        target: &Model,
+        next: &TrunkAct,
+        target_next: &TrunkAct,
+        glu_tmp: &mut GluTmp,
+        next_adv: &mut Buf,
+        target_adv: &mut Buf,
+    ) -> Result<()> {
+        branch_pass(
+            stream,
+            k,
+            &sizes,
+            &params.branch[d],
+            &next.h,
+            &mut glu_tmp.u,
+            &mut glu_tmp.g,
+            next_adv,
+        )?;
+        branch_pass(
+            stream,
+            k,
+            &sizes,
+            &target.branch[d],
+            &target_next.h,
+            &mut glu_tmp.u,
+            &mut glu_tmp.g,
+            target_adv,
+        )
+    }
+
+    fn double_dqn_target(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        gamma: f32,
+        batch: &Batch,
+        next: &TrunkAct,
+        target_next: &TrunkAct,
+        next_adv: &[Buf; 4],
+        target_adv: &[Buf; 4],
+        targets: &mut Targets,
+    ) -> Result<()> {
+        let inputs = DdqnTargetInputs {
+            v2: &next.v,
+            adv2: next_adv,
+            vt: &target_next.v,
+            advt: target_adv,
+            r: &batch.r,
+            done: &batch.done,
+        };
+        k.ddqn_target(
+            stream,
+            dueling_dims(&sizes),
+            &inputs,
+            gamma,
+            &mut targets.y,
+            &mut targets.ybar,
+        )
+    }
+
+    /// TD, CQL and agreement losses with their gradients in one kernel. CQL and the
+    /// agreement term are functions of q like TD, so they are fused here: the branches'
+    /// backward then starts without waiting for the auxiliary heads.
+    fn dueling_losses(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        batch: &Batch,
+        act: &TrunkAct,
+        branch_act: &[BranchAct; 4],
+        targets: &Targets,
+        dueling: &mut Dueling,
+        dadv: &mut [Buf; 4],
+        losses: &mut Buf,
+    ) -> Result<()> {
+        let adv = advantages(branch_act);
+        let inputs = DuelingInputs {
+            v: &act.v,
+            adv: &adv,
+            act: &batch.act,
+            y: &targets.y,
+        };
+        let out = DuelingOutputs {
+            dv: &mut dueling.dv,
+            dadv,
+            qbar: &mut dueling.qbar,
+            losses,
+        };
+        k.dueling_losses(
+            stream,
+            dueling_dims(&sizes),
+            &inputs,
+            DuelingCoefficients::default(),
+            out,
+        )
+    }
+
+    #[stream(branch[d])]
+    #[cost(3.0)]
+    fn branch_backward(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        d: usize,
+        sizes: Sizes,
+        params: &Model,
+        act: &TrunkAct,
+        branch_act: &BranchAct,
+        dadv: &Buf,
+        branch_back: &mut BranchBack,
+        branch_grad: &mut Branch,
+        dh_branch: &mut Buf,
+    ) -> Result<()> {
+        let s = sizes;
+        let blas = stream.blas();
+        let p = &params.branch[d];
+        // Advantage head: dwa, dba, then dg = dadv wa.
+        param_grads(
+            &blas,
+            dadv,
+            &branch_act.g,
+            &mut branch_grad.adv,
+            s.batch,
+            s.glu,
+            s.actions,
+        )?;
+        let spec = input_grad_spec(s.batch, s.glu, s.actions, Epilogue::Default);
+        blas.matmul(
+            &spec,
+            dadv,
+            &p.adv.w,
+            &mut branch_back.dg,
+            MatmulArgs::new(),
+        )?;
+        // GLU, then the gate layer: dwg, dbg and the branch's part of dh.
+        k.glu_backward(
+            stream,
+            &branch_act.u,
+            &branch_back.dg,
+            &mut branch_back.du,
+            s.batch,
+            s.glu,
+        )?;
+        param_grads(
+            &blas,
+            &branch_back.du,
+            &act.h,
+            &mut branch_grad.gate,
+            s.batch,
+            s.hidden,
+            2 * s.glu,
+        )?;
+        let spec = input_grad_spec(s.batch, s.hidden, 2 * s.glu, Epilogue::Default);
+        blas.matmul(
+            &spec,
+            &branch_back.du,
+            &p.gate.w,
+            dh_branch,
+            MatmulArgs::new(),
+        )
+    }
+
+    fn iql_high(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        params: &Model,
+        act: &TrunkAct,
+        dueling: &Dueling,
+        iql_act: &mut IqlAct,
+        iql_grad: &mut Iql,
+        losses: &mut Buf,
+    ) -> Result<()> {
+        let blas = stream.blas();
+        let s = sizes;
+        forward(
+            &blas,
+            &act.h,
+            &params.iql.hi,
+            &mut iql_act.e_hi,
+            s.batch,
+            s.hidden,
+            1,
+            Epilogue::Bias,
+        )?;
+        k.expectile_loss(
+            stream,
+            &iql_act.e_hi,
+            &dueling.qbar,
+            Expectile::HIGH,
+            &mut iql_act.de_hi,
+            losses,
+        )?;
+        param_grads(
+            &blas,
+            &iql_act.de_hi,
+            &act.h,
+            &mut iql_grad.hi,
+            s.batch,
+            s.hidden,
+            1,
+        )
+    }
+
+    fn iql_low(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        params: &Model,
+        act: &TrunkAct,
+        dueling: &Dueling,
+        iql_act: &mut IqlAct,
+        iql_grad: &mut Iql,
+        losses: &mut Buf,
+    ) -> Result<()> {
+        let blas = stream.blas();
+        let s = sizes;
+        forward(
+            &blas,
+            &act.h,
+            &params.iql.lo,
+            &mut iql_act.e_lo,
+            s.batch,
+            s.hidden,
+            1,
+            Epilogue::Bias,
+        )?;
+        k.expectile_loss(
+            stream,
+            &iql_act.e_lo,
+            &dueling.qbar,
+            Expectile::LOW,
+            &mut iql_act.de_lo,
+            losses,
+        )?;
+        param_grads(
+            &blas,
+            &iql_act.de_lo,
+            &act.h,
+            &mut iql_grad.lo,
+            s.batch,
+            s.hidden,
+            1,
+        )
+    }
+
+    /// IQN: cosine embedding, quantile Huber loss against ȳ, and the gradients, fused.
+    #[stream(aux_iqn)]
+    #[cost(8.0)]
+    fn iqn_head(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        batch: &Batch,
+        params: &Model,
+        act: &TrunkAct,
+        targets: &Targets,
+        iqn_act: &mut IqnAct,
+        iqn_grad: &mut Iqn,
+        iqn_losses: &mut Buf,
+    ) -> Result<()> {
+        let s = sizes;
+        let blas = stream.blas();
+        let rows = s.batch * s.quantiles;
+        stream.memset_zeros(iqn_losses)?;
+        k.iqn_cos_features(stream, &batch.tau, &mut iqn_act.cosf, s.cosines)?;
+        forward(
+            &blas,
+            &iqn_act.cosf,
+            &params.iqn.phi,
+            &mut iqn_act.phi,
+            rows,
+            s.cosines,
+            s.hidden,
+            Epilogue::ReluBias,
+        )?;
+        let dims = IqnDims {
+            batch: s.batch,
+            quantiles: s.quantiles,
+            hidden: s.hidden,
+        };
+        let inputs = IqnInputs {
+            h: &act.h,
+            phi: &iqn_act.phi,
+            wq: &params.iqn.q.w,
+            bq: &params.iqn.q.b,
+            ybar: &targets.ybar,
+            tau: &batch.tau,
+        };
+        let out = IqnOutputs {
+            dphi_pre: &mut iqn_act.dphi_pre,
+            dh: &mut iqn_act.dh,
+            dwq: &mut iqn_grad.q.w,
+            dbphi: &mut iqn_grad.phi.b,
+            dbq: &mut iqn_grad.q.b,
+            losses: iqn_losses,
+        };
+        k.iqn_forward_backward(stream, dims, &inputs, 0.5, out, &mut iqn_act.scratch)?;
+        // dwphi = dphi_preᵀ cosf (the kernel summed dbphi itself).
+        let spec = Matmul::new(s.hidden, s.cosines, rows)
+            .with_trans_a(true)
+            .with_precision(PRECISION);
+        blas.matmul(
+            &spec,
+            &iqn_act.dphi_pre,
+            &iqn_act.cosf,
+            &mut iqn_grad.phi.w,
+            MatmulArgs::new(),
+        )
+    }
+
+    /// Multi-head self-attention over the window of past states, predicting the reward.
+    #[stream(aux_attn)]
+    #[cost(4.0)]
+    fn attention_head(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        batch: &Batch,
+        params: &Model,
+        attn_act: &mut AttnAct,
+        attn_grad: &mut Attn,
+        attn_losses: &mut Buf,
+    ) -> Result<()> {
+        let s = sizes;
+        let blas = stream.blas();
+        let (rows, e) = (s.batch * s.window, s.width);
+        let a = &params.attn;
+        let x = attn_act;
+        stream.memset_zeros(attn_losses)?;
+        forward(
+            &blas,
+            &batch.win,
+            &a.emb,
+            &mut x.emb,
+            rows,
+            s.state,
+            e,
+            Epilogue::Bias,
+        )?;
+        let qkv = linear_spec(rows, e, 3 * e, Epilogue::Default);
+        blas.matmul(&qkv, &x.emb, &a.qkv, &mut x.qkv, MatmulArgs::new())?;
+        let dims = AttentionDims {
+            batch: s.batch,
+            window: s.window,
+            width: e,
+            heads: s.heads,
+        };
+        k.attention_forward(stream, dims, &x.qkv, &mut x.att, &mut x.probs)?;
+        let out = linear_spec(rows, e, e, Epilogue::Default);
+        blas.matmul(&out, &x.att, &a.o, &mut x.o, MatmulArgs::new())?;
+        let pool = AttnPoolDims {
+            batch: s.batch,
+            window: s.window,
+            width: e,
+        };
+        let inputs = AttnPoolInputs {
+            o: &x.o,
+            wp: &a.p.w,
+            bp: &a.p.b,
+            r: &batch.r,
+        };
+        let outputs = AttnPoolOutputs {
+            pred: &mut x.pred,
+            d_o: &mut x.d_o,
+            dwp: &mut attn_grad.p.w,
+            dbp: &mut attn_grad.p.b,
+            losses: attn_losses,
+        };
+        k.attn_pool_loss(stream, pool, &inputs, 0.1, outputs, &mut x.scratch)?;
+        // Backward through the output projection, the attention, the fused QKV projection
+        // and the embedding.
+        let wgrad = |m, n| {
+            Matmul::new(m, n, rows)
+                .with_trans_a(true)
+                .with_precision(PRECISION)
+        };
+        blas.matmul(
+            &wgrad(e, e),
+            &x.d_o,
+            &x.att,
+            &mut attn_grad.o,
+            MatmulArgs::new(),
+        )?;
+        let back = input_grad_spec(rows, e, e, Epilogue::Default);
+        blas.matmul(&back, &x.d_o, &a.o, &mut x.datt, MatmulArgs::new())?;
+        k.attention_backward(stream, dims, &x.qkv, &x.probs, &x.datt, &mut x.dqkv)?;
+        blas.matmul(
+            &wgrad(3 * e, e),
+            &x.dqkv,
+            &x.emb,
+            &mut attn_grad.qkv,
+            MatmulArgs::new(),
+        )?;
+        let back = input_grad_spec(rows, e, 3 * e, Epilogue::Default);
+        blas.matmul(&back, &x.dqkv, &a.qkv, &mut x.demb, MatmulArgs::new())?;
+        param_grads(
+            &blas,
+            &x.demb,
+            &batch.win,
+            &mut attn_grad.emb,
+            rows,
+            s.state,
+            e,
+        )
+    }
+
+    /// The trunk's backward: every head's part of dh through the last ReLU, then the two
+    /// layers (layer 1's ReLU through the mask its forward saved).
+    #[cost(4.0)]
+    fn trunk_backward(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        batch: &Batch,
+        params: &Model,
+        act: &TrunkAct,
+        mask1: &DeviceBuffer<u8>,
+        dueling: &Dueling,
+        iql_act: &IqlAct,
+        dh_branch: &[Buf; 4],
+        iqn_act: &IqnAct,
+        dz2: &mut Buf,
+        dz1: &mut Buf,
+        trunk_grad: &mut Trunk,
+    ) -> Result<()> {
+        let s = sizes;
+        let blas = stream.blas();
+        let grads = TrunkGrads {
+            h_out: &act.h,
+            dv: &dueling.dv,
+            wv: &params.trunk.v.w,
+            dh_branch,
+            de_hi: &iql_act.de_hi,
+            we_hi: &params.iql.hi.w,
+            de_lo: &iql_act.de_lo,
+            we_lo: &params.iql.lo.w,
+            dh_iqn: &iqn_act.dh,
+        };
+        let dims = TrunkDims {
+            batch: s.batch,
+            hidden: s.hidden,
+            branches: D,
+        };
+        k.grad_sum_relu_mask(stream, dims, &grads, dz2)?;
+        param_grads(
+            &blas,
+            &dueling.dv,
+            &act.h,
+            &mut trunk_grad.v,
+            s.batch,
+            s.hidden,
+            1,
+        )?;
+        param_grads(
+            &blas,
+            dz2,
+            &act.h1,
+            &mut trunk_grad.l2,
+            s.batch,
+            s.hidden,
+            s.hidden,
+        )?;
+        let spec = input_grad_spec(s.batch, s.hidden, s.hidden, Epilogue::DReluBgrad);
+        blas.matmul(
+            &spec,
+            dz2,
+            &params.trunk.l2.w,
+            dz1,
+            MatmulArgs::new()
+                .relu_mask(mask1)
+                .bias_grad(&mut trunk_grad.l1.b),
+        )?;
+        let spec = Matmul::new(s.hidden, s.state, s.batch)
+            .with_trans_a(true)
+            .with_precision(PRECISION);
+        blas.matmul(
+            &spec,
+            dz1,
+            &batch.s,
+            &mut trunk_grad.l1.w,
+            MatmulArgs::new(),
+        )
+    }
+
+    /// Global-norm clipping and Adam over every parameter.
+    #[cost(2.0)]
+    fn clip_and_adam(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        hyper: AdamHyper,
+        trunk_grad: &Trunk,
+        branch_grad: &[Branch; 4],
+        iql_grad: &Iql,
+        iqn_grad: &Iqn,
+        attn_grad: &Attn,
+        params: &mut Model,
+        optim: &mut Optim,
+    ) -> Result<()> {
+        let grads = named(trunk_grad, branch_grad, iql_grad, iqn_grad, attn_grad);
+        let grad_refs: Vec<&Buf> = grads.iter().map(|(_, g)| *g).collect();
+        let Optim {
+            m,
+            v,
+            table,
+            sq_norm,
+            scratch,
+            scalars,
+        } = optim;
+        k.grad_sq_norm(stream, table, &grad_refs, scratch, sq_norm)?;
+        let mut slots: Vec<AdamSlot<'_>> = params
+            .named_mut()
+            .into_iter()
+            .zip(grad_refs)
+            .zip(m.named_mut().into_iter().zip(v.named_mut()))
+            .map(|(((_, param), grad), ((_, m), (_, v)))| AdamSlot { param, grad, m, v })
+            .collect();
+        k.adam_clip_update(stream, table, &mut slots, sq_norm, scalars, hyper)
+    }
+}
+
+/// `u = h wgᵀ + bg`, `g = glu(u)`, `adv = g waᵀ + ba`.
+#[allow(clippy::too_many_arguments)]
+fn branch_pass(
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    s: &Sizes,
+    p: &Branch,
+    h: &Buf,
+    u: &mut Buf,
+    g: &mut Buf,
+    adv: &mut Buf,
+) -> Result<()> {
+    let blas = stream.blas();
+    forward(
+        &blas,
+        h,
+        &p.gate,
+        u,
+        s.batch,
+        s.hidden,
+        2 * s.glu,
+        Epilogue::Bias,
+    )?;
+    k.glu_forward(stream, u, g, s.batch, s.glu)?;
+    forward(
+        &blas,
+        g,
+        &p.adv,
+        adv,
+        s.batch,
+        s.glu,
+        s.actions,
+        Epilogue::Bias,
+    )
+}
+
+fn dueling_dims(s: &Sizes) -> DuelingDims {
+    DuelingDims {
+        batch: s.batch,
+        branches: D,
+        actions: s.actions,
+    }
+}
+
+/// The four branches' advantage buffers side by side, for kernels that take one buffer
+/// per branch.
+fn advantages(branch_act: &[BranchAct; 4]) -> [&Buf; 4] {
+    [
+        &branch_act[0].adv,
+        &branch_act[1].adv,
+        &branch_act[2].adv,
+        &branch_act[3].adv,
+    ]
+}
+
+/// Allocates every buffer of the step for `sizes`, with parameters zeroed (the caller
+/// uploads initial values).
+pub fn allocate(device: &Device, s: &Sizes) -> Result<dqn::Buffers> {
+    let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
+    let (b, h) = (s.batch, s.hidden);
+    let bw = b * s.window;
+    let params = Model::zeros(device, s, "params")?;
+    let m = Model::zeros(device, s, "adam.m")?;
+    let v = Model::zeros(device, s, "adam.v")?;
+    let trunk_grad = Trunk::zeros(device, s, "grad.trunk")?;
+    let branch_grad = [
+        Branch::zeros(device, s, "grad.branch0")?,
+        Branch::zeros(device, s, "grad.branch1")?,
+        Branch::zeros(device, s, "grad.branch2")?,
+        Branch::zeros(device, s, "grad.branch3")?,
+    ];
+    let grad_model = Model::zeros(device, s, "grad.heads")?;
+    let Model {
+        iql: iql_grad,
+        iqn: iqn_grad,
+        attn: attn_grad,
+        ..
+    } = grad_model;
+    let entries = {
+        let grads = named(&trunk_grad, &branch_grad, &iql_grad, &iqn_grad, &attn_grad);
+        params
+            .named()
+            .into_iter()
+            .zip(grads)
+            .zip(m.named().into_iter().zip(v.named()))
+            .map(|(((_, p), (_, g)), ((_, m), (_, v)))| ParamEntry::of(p, g, m, v))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let table = ParamTable::new(device, entries)?;
+    let scratch = z("grad norm partials", table.blocks())?;
+    let iqn_dims = IqnDims {
+        batch: b,
+        quantiles: s.quantiles,
+        hidden: h,
+    };
+    let pool = AttnPoolDims {
+        batch: b,
+        window: s.window,
+        width: s.width,
+    };
+    let branch_act = |d: usize| BranchAct::zeros(device, s, &format!("branch{d}"));
+    Ok(dqn::Buffers {
+        batch: Batch {
+            s: z("s", b * s.state)?,
+            s2: z("s2", b * s.state)?,
+            act: device.alloc_zeros("act", b * D)?,
+            r: z("r", b)?,
+            done: z("done", b)?,
+            win: z("win", bw * s.state)?,
+            tau: z("tau", b * s.quantiles)?,
+        },
+        target: Model::zeros(device, s, "target")?,
+        params,
+        act: TrunkAct::zeros(device, s, "act")?,
+        mask1: device.alloc_zeros("relu mask of layer 1", mask1_len(s))?,
+        next: TrunkAct::zeros(device, s, "next")?,
+        target_next: TrunkAct::zeros(device, s, "target_next")?,
+        branch_act: [
+            branch_act(0)?,
+            branch_act(1)?,
+            branch_act(2)?,
+            branch_act(3)?,
+        ],
+        next_adv: [
+            z("next_adv", b * s.actions)?,
+            z("next_adv", b * s.actions)?,
+            z("next_adv", b * s.actions)?,
+            z("next_adv", b * s.actions)?,
+        ],
+        target_adv: [
+            z("target_adv", b * s.actions)?,
+            z("target_adv", b * s.actions)?,
+            z("target_adv", b * s.actions)?,
+            z("target_adv", b * s.actions)?,
+        ],
+        glu_tmp: GluTmp {
+            u: z("glu_tmp.u", b * 2 * s.glu)?,
+            g: z("glu_tmp.g", b * s.glu)?,
+        },
+        targets: Targets {
+            y: z("y", b * D)?,
+            ybar: z("ybar", b)?,
+        },
+        dueling: Dueling {
+            dv: z("dv", b)?,
+            qbar: z("qbar", b)?,
+        },
+        iql_act: IqlAct {
+            e_hi: z("e_hi", b)?,
+            e_lo: z("e_lo", b)?,
+            de_hi: z("de_hi", b)?,
+            de_lo: z("de_lo", b)?,
+        },
+        dadv: [
+            z("dadv", b * s.actions)?,
+            z("dadv", b * s.actions)?,
+            z("dadv", b * s.actions)?,
+            z("dadv", b * s.actions)?,
+        ],
+        branch_back: BranchBack::zeros(device, s)?,
+        dh_branch: [
+            z("dh_branch", b * h)?,
+            z("dh_branch", b * h)?,
+            z("dh_branch", b * h)?,
+            z("dh_branch", b * h)?,
+        ],
+        iqn_act: IqnAct {
+            cosf: z("iqn cosf", b * s.quantiles * s.cosines)?,
+            phi: z("iqn phi", b * s.quantiles * h)?,
+            dphi_pre: z("iqn dphi", b * s.quantiles * h)?,
+            dh: z("iqn dh", b * h)?,
+            scratch: z("iqn scratch", iqn_dims.scratch_len())?,
+        },
+        attn_act: AttnAct {
+            emb: z("attn emb", bw * s.width)?,
+            qkv: z("attn qkv", bw * 3 * s.width)?,
+            probs: z("attn probs", b * s.heads * s.window * s.window)?,
+            att: z("attn att", bw * s.width)?,
+            o: z("attn o", bw * s.width)?,
+            pred: z("attn pred", b)?,
+            d_o: z("attn d_o", bw * s.width)?,
+            datt: z("attn datt", bw * s.width)?,
+            dqkv: z("attn dqkv", bw * 3 * s.width)?,
+            demb: z("attn demb", bw * s.width)?,
+            scratch: z("attn scratch", pool.scratch_len())?,
+        },
+        dz2: z("dz2", b * h)?,
+        dz1: z("dz1", b * h)?,
+        trunk_grad,
+        branch_grad,
+        iql_grad,
+        iqn_grad,
+        attn_grad,
+        losses: z("losses", LOSS_SLOTS)?,
+        iqn_losses: z("iqn losses", LOSS_SLOTS)?,
+        attn_losses: z("attn losses", LOSS_SLOTS)?,
+        optim: Optim {
+            m,
+            v,
+            table,
+            sq_norm: z("grad sq norm", 1)?,
+            scratch,
+            scalars: DeviceScalars::new(device, "adam scalars", &[0.0, 1.0, 1.0])?,
+        },
+    })
+}
