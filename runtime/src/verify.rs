@@ -125,14 +125,19 @@ fn graph_edges(graph: sys::CUgraph) -> Result<Vec<(sys::CUgraphNode, sys::CUgrap
     }
     let mut from = vec![std::ptr::null_mut(); n];
     let mut to = vec![std::ptr::null_mut(); n];
-    // SAFETY: both arrays have room for `n` handles; captured edges carry default edge
-    // data, so no edge-data array is needed.
+    // Edges may carry data (cuBLASLt's kernels use programmatic-launch edges on Hopper),
+    // and the driver refuses to drop it, so it is read too. Either kind orders the two
+    // nodes: a programmatic edge lets the second kernel start early, but only up to the
+    // point where it waits for the first one's results.
+    // SAFETY: CUgraphEdgeData is plain data, valid when zeroed.
+    let mut data = vec![unsafe { std::mem::zeroed::<sys::CUgraphEdgeData>() }; n];
+    // SAFETY: all three arrays have room for `n` entries.
     unsafe {
         sys::cuGraphGetEdges_v2(
             graph,
             from.as_mut_ptr(),
             to.as_mut_ptr(),
-            std::ptr::null_mut(),
+            data.as_mut_ptr(),
             &mut n,
         )
     }
