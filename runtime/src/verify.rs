@@ -300,13 +300,14 @@ pub(crate) fn check(
     // Node counts: what each op issued must be what the graph holds for it.
     for (i, op) in ops.iter().enumerate() {
         let c = op.counts;
-        let kernels_ok = if c.matmuls == 0 {
-            op.kernels == c.launches
+        let (kernels_ok, memsets_ok) = if c.matmuls == 0 {
+            (op.kernels == c.launches, op.memsets == c.memsets)
         } else {
-            // A cuBLASLt matmul is one kernel or more (split-K adds a reduction).
-            op.kernels >= c.launches + c.matmuls
+            // A cuBLASLt matmul is one kernel or more: a split-K algorithm adds a memset of
+            // its workspace and a reduction kernel.
+            (op.kernels >= c.launches + c.matmuls, op.memsets >= c.memsets)
         };
-        if !kernels_ok || op.memcpys != c.copies || op.memsets != c.memsets {
+        if !kernels_ok || !memsets_ok || op.memcpys != c.copies {
             return Err(Error::Verify {
                 what: format!(
                     "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it",
@@ -539,6 +540,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not ordered after op `b`"), "{err}");
+    }
+
+    #[test]
+    fn a_matmul_may_add_kernels_and_memsets_but_nothing_else_may() {
+        let mut s = shapes();
+        s[1].counts.matmuls = 1;
+        s[1].kernels = 3; // the launch, a split-K matmul and its reduction
+        s[1].memsets = 1; // the matmul's workspace
+        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        s[1].memcpys = 1;
+        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_err());
     }
 
     #[test]
