@@ -468,15 +468,18 @@ fn train(device: &Device, o: &Options) -> Result<()> {
             );
         }
     }
-    compare(device, s, &mut step)
+    compare(device, s, o.seed, &mut step)
 }
 
 /// (a) eager, (b) one-stream graph, (c) stepgraph graph, (d) the critical-path bound.
-fn compare(device: &Device, s: &Sizes, planned: &mut dqn::Step) -> Result<()> {
+fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Result<()> {
     let reps = 200;
     let c = median(planned.executor().time_replays(30, reps)?);
+    // The same step on one stream, from the same initialisation and batch.
     let mut serial = build(device, s, Schedule::OneStream)?;
-    serial.rebind(|b| std::mem::swap(&mut b.params, &mut b.target))?;
+    let mut rng = Rng::new(seed);
+    initialise(&mut rng, s, &mut serial)?;
+    Transitions::generate(&mut rng, s).upload(&mut serial)?;
     set_step_count(&serial, 1)?;
     let b = median(serial.executor().time_replays(30, reps)?);
     let mut eager = Vec::new();
