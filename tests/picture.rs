@@ -278,16 +278,22 @@ fn timeline_renders_in_headless_chromium_with_labelled_lanes() {
 }
 
 #[test]
-fn committed_documentation_images_are_what_the_recorded_profile_draws() {
-    let profile = fixture();
-    let regenerate = "regenerate them with `cargo xtask render-profile \
-                      tests/fixtures/fork_join.profile --out docs` and review the diff";
-    for (file, want) in [
-        ("docs/fork_join.timeline.svg", profile.to_svg()),
-        ("docs/fork_join.trace.json", profile.to_trace_json()),
-    ] {
-        let have = fs::read_to_string(root().join(file))
-            .unwrap_or_else(|e| panic!("{file}: {e}; {regenerate}"));
-        assert!(have == want, "{file} is out of date; {regenerate}");
+fn committed_documentation_images_are_what_the_recorded_profiles_draw() {
+    for name in ["fork_join", "dqn"] {
+        let record = format!("tests/fixtures/{name}.profile");
+        let text =
+            fs::read_to_string(root().join(&record)).unwrap_or_else(|e| panic!("{record}: {e}"));
+        let profile = Profile::from_record(&text).unwrap_or_else(|e| panic!("{record}: {e}"));
+        let regenerate = format!(
+            "regenerate them with `cargo xtask render-profile {record} --out docs` and review the diff"
+        );
+        for (file, want) in [
+            (format!("docs/{name}.timeline.svg"), profile.to_svg()),
+            (format!("docs/{name}.trace.json"), profile.to_trace_json()),
+        ] {
+            let have = fs::read_to_string(root().join(&file))
+                .unwrap_or_else(|e| panic!("{file}: {e}; {regenerate}"));
+            assert!(have == want, "{file} is out of date; {regenerate}");
+        }
     }
 }

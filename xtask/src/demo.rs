@@ -7,7 +7,7 @@ use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
 
 /// The example `demo` runs.
-pub const DEMO_EXAMPLE: &str = "fork_join";
+pub const DEMO_EXAMPLE: &str = "dqn";
 
 /// Installs nvcc if needed and runs the demo example in release mode.
 #[derive(Debug, Args)]

@@ -30,7 +30,7 @@ pub const PROFILE_OUT: &str = "target/profile";
 /// if needed) but runs it only with `--print-plan`: no GPU needed.
 #[derive(Debug, Args)]
 pub struct Plan {
-    /// The example whose plan to draw (`fork_join`, a file in `examples/`).
+    /// The example whose plan to draw (`fork_join`, `dqn`).
     pub example: String,
     /// The folder to write into [default: target/plan in the workspace].
     #[arg(long)]
@@ -142,13 +142,18 @@ pub fn profile_outputs(out: &Path, name: &str) -> [PathBuf; 2] {
 /// cheaper than a release build that cargo then refuses.
 fn check_example(ws: &Workspace, example: &str) -> Result<()> {
     let dir = ws.root.join("examples");
-    if dir.join(format!("{example}.rs")).is_file() {
+    // An example is a file (`examples/fork_join.rs`) or a folder with a main
+    // (`examples/dqn/main.rs`), as cargo finds them.
+    if dir.join(format!("{example}.rs")).is_file() || dir.join(example).join("main.rs").is_file() {
         return Ok(());
     }
     let mut names: Vec<String> = fs::read_dir(&dir)
         .with_context(|| format!("could not list {}", dir.display()))?
         .filter_map(|e| {
             let path = e.ok()?.path();
+            if path.join("main.rs").is_file() {
+                return path.file_name()?.to_str().map(String::from);
+            }
             (path.extension()? == "rs").then(|| path.file_stem()?.to_str().map(String::from))?
         })
         .collect();
