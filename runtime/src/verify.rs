@@ -305,7 +305,10 @@ pub(crate) fn check(
         } else {
             // A cuBLASLt matmul is one kernel or more: a split-K algorithm adds a memset of
             // its workspace and a reduction kernel.
-            (op.kernels >= c.launches + c.matmuls, op.memsets >= c.memsets)
+            (
+                op.kernels >= c.launches + c.matmuls,
+                op.memsets >= c.memsets,
+            )
         };
         if !kernels_ok || !memsets_ok || op.memcpys != c.copies {
             return Err(Error::Verify {
