@@ -138,7 +138,16 @@ fn run(device: &Device) -> Result<()> {
         capture_ms.push(t.elapsed().as_secs_f64() * 1e3);
         exec = Some(e);
     }
-    let Some(exec) = exec else { return Ok(()) };
+    let Some(mut exec) = exec else { return Ok(()) };
+    // Read the graph back and check it against the plan (on by default in debug builds).
+    let report = exec.verify(&mut |issue| {
+        for (i, op) in plan.ops.iter().enumerate() {
+            let lane = &mut lanes[op.accesses[0].buf.index()];
+            issue.op(OpId(i as u32), |s| kernels.chain_step(s, lane, 8, 0.999, 0.001))?;
+        }
+        Ok(())
+    })?;
+    println!("{report}");
     let counts = exec.node_counts()?;
     let device_ms = median(exec.time_replays(20, 200)?);
 
