@@ -102,7 +102,7 @@ impl Bundle {
                 ],
                 runner: Runner::Suite {
                     sanitize: Some(SanitizeTarget {
-                        example: DEMO_EXAMPLE.to_string(),
+                        example: SANITIZE_EXAMPLE.to_string(),
                         args: vec!["--quick".to_string()],
                     }),
                 },
@@ -205,6 +205,11 @@ impl CargoBuild {
             .collect())
     }
 }
+
+/// The example a GPU-test bundle's `run.sh sanitize` runs under compute-sanitizer: the
+/// fork-join step, small enough for racecheck to finish in seconds. (It is not the demo
+/// example, which trains at full size.)
+pub const SANITIZE_EXAMPLE: &str = "fork_join";
 
 /// The example `run.sh sanitize` runs under compute-sanitizer.
 #[derive(Debug, Clone)]
