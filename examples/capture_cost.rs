@@ -143,7 +143,9 @@ fn run(device: &Device) -> Result<()> {
     let report = exec.verify(&mut |issue| {
         for (i, op) in plan.ops.iter().enumerate() {
             let lane = &mut lanes[op.accesses[0].buf.index()];
-            issue.op(OpId(i as u32), |s| kernels.chain_step(s, lane, 8, 0.999, 0.001))?;
+            issue.op(OpId(i as u32), |s| {
+                kernels.chain_step(s, lane, 8, 0.999, 0.001)
+            })?;
         }
         Ok(())
     })?;
