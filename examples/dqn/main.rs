@@ -516,12 +516,7 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
         c / d
     );
-    let parts: Vec<String> = profile
-        .by_part()
-        .iter()
-        .map(|(p, t)| format!("{p}={t:.3}"))
-        .collect();
-    println!("step breakdown (ms): {}", parts.join(" "));
+    println!("step breakdown: {}", breakdown(&profile));
     let dir = PathBuf::from(std::env::var_os("OUT").unwrap_or_else(|| ".".into()));
     let json = format!(
         "{{\"device\": \"{}\", \"batch\": {}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"critical_path_bound_ms\": {d}}}\n",
@@ -533,4 +528,69 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
     let _ = std::fs::write(dir.join("dqn.timeline.svg"), profile.to_svg());
     let _ = std::fs::write(dir.join("dqn.trace.json"), profile.to_trace_json());
     Ok(())
+}
+
+/// The part of the step an op belongs to, for the one-line breakdown.
+fn part_of(func: &str) -> &'static str {
+    match func {
+        "begin" | "trunk_forward_s" | "trunk_backward" => "trunk",
+        "branch_forward" | "branch_backward" => "branches",
+        "trunk_forward_next" | "branch_forward_next" | "double_dqn_target" | "dueling_losses" => {
+            "ddqn"
+        }
+        "clip_and_adam" => "adam",
+        _ => "aux",
+    }
+}
+
+/// `trunk=.. branches=.. ddqn=.. aux=.. adam=..`: each part's summed op time in ms, from a
+/// profile (ops on parallel streams add up, so the parts can sum to more than the step).
+fn breakdown(profile: &stepgraph::Profile) -> String {
+    let names = ["trunk", "branches", "ddqn", "aux", "adam"];
+    let mut ms = [0.0f64; 5];
+    for op in &profile.ops {
+        if let Some(i) = names.iter().position(|&n| n == part_of(&op.func)) {
+            ms[i] += op.duration_ms();
+        }
+    }
+    names
+        .iter()
+        .zip(ms)
+        .map(|(n, t)| format!("{n}={t:.3}ms"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The breakdown of the profile recorded on the H100: every op lands in one of the
+    /// five parts, and the parts add up to the ops.
+    #[test]
+    fn breakdown_of_the_recorded_profile_covers_every_op() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dqn.profile");
+        let text = std::fs::read_to_string(path).unwrap();
+        let profile = stepgraph::Profile::from_record(&text).unwrap();
+        let line = breakdown(&profile);
+        let parts: Vec<(&str, f64)> = line
+            .split(' ')
+            .map(|p| {
+                let (name, ms) = p.split_once('=').unwrap();
+                (name, ms.trim_end_matches("ms").parse().unwrap())
+            })
+            .collect();
+        let names: Vec<&str> = parts.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["trunk", "branches", "ddqn", "aux", "adam"]);
+        let total: f64 = profile.ops.iter().map(|o| o.duration_ms()).sum();
+        let summed: f64 = parts.iter().map(|(_, t)| t).sum();
+        assert!((total - summed).abs() < 5e-3, "{line}: parts {summed} vs ops {total}");
+        assert!(parts.iter().all(|(_, t)| *t > 0.0), "{line}");
+        // Every op of the step is named in `part_of`'s table or is an auxiliary head.
+        for op in dqn::PLAN.ops {
+            let part = part_of(op.func);
+            let aux = ["iql_high", "iql_low", "iqn_head", "attention_head"];
+            assert!(part != "aux" || aux.contains(&op.func), "{} fell through to aux", op.func);
+        }
+    }
 }
