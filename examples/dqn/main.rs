@@ -507,6 +507,19 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
             .collect::<Vec<_>>()
             .join(" -> ")
     );
+    // Each op alone (one-stream profile) and inside the parallel run: where the parallel
+    // ops contend for the GPU.
+    println!("| op | alone ms | in parallel ms | ratio |");
+    println!("| --- | --- | --- | --- |");
+    for (a, p) in alone.ops.iter().zip(&profile.ops) {
+        println!(
+            "| {} | {:.4} | {:.4} | {:.2} |",
+            a.name,
+            a.duration_ms(),
+            p.duration_ms(),
+            p.duration_ms() / a.duration_ms().max(1e-9)
+        );
+    }
     println!("| variant | median ms | ratio |");
     println!("| --- | --- | --- |");
     println!("| (a) eager, one stream | {a:.3} | |");
