@@ -597,13 +597,20 @@ mod tests {
         assert_eq!(names, ["trunk", "branches", "ddqn", "aux", "adam"]);
         let total: f64 = profile.ops.iter().map(|o| o.duration_ms()).sum();
         let summed: f64 = parts.iter().map(|(_, t)| t).sum();
-        assert!((total - summed).abs() < 5e-3, "{line}: parts {summed} vs ops {total}");
+        assert!(
+            (total - summed).abs() < 5e-3,
+            "{line}: parts {summed} vs ops {total}"
+        );
         assert!(parts.iter().all(|(_, t)| *t > 0.0), "{line}");
         // Every op of the step is named in `part_of`'s table or is an auxiliary head.
         for op in dqn::PLAN.ops {
             let part = part_of(op.func);
             let aux = ["iql_high", "iql_low", "iqn_head", "attention_head"];
-            assert!(part != "aux" || aux.contains(&op.func), "{} fell through to aux", op.func);
+            assert!(
+                part != "aux" || aux.contains(&op.func),
+                "{} fell through to aux",
+                op.func
+            );
         }
     }
 }

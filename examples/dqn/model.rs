@@ -549,6 +549,7 @@ pub mod dqn {
         )
     }
 
+    /// The high expectile head (τ = 0.7), then the low one on the same stream.
     fn iql_high(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -560,35 +561,14 @@ pub mod dqn {
         iql_grad: &mut Iql,
         losses: &mut Buf,
     ) -> Result<()> {
-        let blas = stream.blas();
-        let s = sizes;
-        forward(
-            &blas,
-            &act.h,
-            &params.iql.hi,
-            &mut iql_act.e_hi,
-            s.batch,
-            s.hidden,
-            1,
-            Epilogue::Bias,
-        )?;
-        k.expectile_loss(
-            stream,
-            &iql_act.e_hi,
-            &dueling.qbar,
-            Expectile::HIGH,
-            &mut iql_act.de_hi,
-            losses,
-        )?;
-        param_grads(
-            &blas,
-            &iql_act.de_hi,
-            &act.h,
-            &mut iql_grad.hi,
-            s.batch,
-            s.hidden,
-            1,
-        )
+        let head = ExpectileHead {
+            layer: &params.iql.hi,
+            expectile: Expectile::HIGH,
+            e: &mut iql_act.e_hi,
+            de: &mut iql_act.de_hi,
+            grad: &mut iql_grad.hi,
+        };
+        expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
 
     fn iql_low(
@@ -602,35 +582,14 @@ pub mod dqn {
         iql_grad: &mut Iql,
         losses: &mut Buf,
     ) -> Result<()> {
-        let blas = stream.blas();
-        let s = sizes;
-        forward(
-            &blas,
-            &act.h,
-            &params.iql.lo,
-            &mut iql_act.e_lo,
-            s.batch,
-            s.hidden,
-            1,
-            Epilogue::Bias,
-        )?;
-        k.expectile_loss(
-            stream,
-            &iql_act.e_lo,
-            &dueling.qbar,
-            Expectile::LOW,
-            &mut iql_act.de_lo,
-            losses,
-        )?;
-        param_grads(
-            &blas,
-            &iql_act.de_lo,
-            &act.h,
-            &mut iql_grad.lo,
-            s.batch,
-            s.hidden,
-            1,
-        )
+        let head = ExpectileHead {
+            layer: &params.iql.lo,
+            expectile: Expectile::LOW,
+            e: &mut iql_act.e_lo,
+            de: &mut iql_act.de_lo,
+            grad: &mut iql_grad.lo,
+        };
+        expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
 
     /// IQN: cosine embedding, quantile Huber loss against ȳ, and the gradients, fused.
@@ -942,6 +901,41 @@ fn branch_pass(
         s.actions,
         Epilogue::Bias,
     )
+}
+
+/// One IQL head's parameters, outputs and gradients.
+struct ExpectileHead<'a> {
+    layer: &'a Linear,
+    expectile: Expectile,
+    e: &'a mut Buf,
+    de: &'a mut Buf,
+    grad: &'a mut Linear,
+}
+
+/// `e = h weᵀ + be`, the expectile loss against q̄ and its gradient, and the head's
+/// parameter gradients (its part of dh is folded into the trunk join).
+fn expectile_head(
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    s: &Sizes,
+    h: &Buf,
+    qbar: &Buf,
+    head: ExpectileHead<'_>,
+    losses: &mut Buf,
+) -> Result<()> {
+    let blas = stream.blas();
+    forward(
+        &blas,
+        h,
+        head.layer,
+        head.e,
+        s.batch,
+        s.hidden,
+        1,
+        Epilogue::Bias,
+    )?;
+    k.expectile_loss(stream, head.e, qbar, head.expectile, head.de, losses)?;
+    param_grads(&blas, head.de, h, head.grad, s.batch, s.hidden, 1)
 }
 
 fn dueling_dims(s: &Sizes) -> DuelingDims {
