@@ -35,7 +35,8 @@ const HYPER: AdamHyper = AdamHyper {
 #[derive(Debug)]
 struct Options {
     sizes: Sizes,
-    steps: usize,
+    /// Steps to train, or to check with `--check` (200 and 3 when not given).
+    steps: Option<usize>,
     check: Option<PathBuf>,
     seed: u64,
 }
@@ -43,7 +44,7 @@ struct Options {
 fn parse_options() -> std::result::Result<Options, String> {
     let mut o = Options {
         sizes: Sizes::default(),
-        steps: 200,
+        steps: None,
         check: None,
         seed: 1,
     };
@@ -70,7 +71,7 @@ fn parse_options() -> std::result::Result<Options, String> {
             "--window" => s.window = number()?,
             "--width" => s.width = number()?,
             "--heads" => s.heads = number()?,
-            "--steps" => o.steps = number()?,
+            "--steps" => o.steps = Some(number()?),
             "--seed" => o.seed = number()? as u64,
             "--check" => o.check = Some(PathBuf::from(value()?)),
             other => {
@@ -198,25 +199,17 @@ fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(Str
             .collect();
         init.push((name, v));
     }
-    for (name, v) in &init {
-        step.upload(|b| named_buf(&b.params, name), v)?;
+    // `named()` lists the tensors in one fixed order, for the parameters and the target.
+    for (i, (name, v)) in init.iter().enumerate() {
+        step.upload(|b| b.params.named()[i].1, v)?;
         let bound = 0.1 / (fan_in(name, s) as f32).sqrt();
         let t: Vec<f32> = v
             .iter()
             .map(|x| x + (rng.uniform() * 2.0 - 1.0) * bound)
             .collect();
-        step.upload(|b| named_buf(&b.target, name), &t)?;
+        step.upload(|b| b.target.named()[i].1, &t)?;
     }
     Ok(init)
-}
-
-fn named_buf<'a>(model: &'a model::Model, name: &str) -> &'a layers::Buf {
-    model
-        .named()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, b)| b)
-        .unwrap_or(&model.trunk.l1.w)
 }
 
 /// One batch of generated transitions (MODEL.md's inputs), uploaded into the step.
@@ -325,7 +318,7 @@ fn io_error(e: impl std::fmt::Display) -> stepgraph::Error {
 /// needs to check them (its layout is described at the top of reference.py).
 fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
     let s = &o.sizes;
-    let steps = if o.steps == 200 { 3 } else { o.steps };
+    let steps = o.steps.unwrap_or(3);
     let mut rng = Rng::new(o.seed);
     let mut step = build(device, s, Schedule::Planned)?;
     let init = initialise(&mut rng, s, &mut step)?;
@@ -443,26 +436,27 @@ fn train(device: &Device, o: &Options) -> Result<()> {
     initialise(&mut rng, s, &mut step)?;
     let pool: Vec<Transitions> = (0..4).map(|_| Transitions::generate(&mut rng, s)).collect();
     let mut times = Vec::new();
-    for t in 1..=o.steps {
+    let steps = o.steps.unwrap_or(200).max(1);
+    for t in 1..=steps {
         pool[t % pool.len()].upload(&mut step)?;
         set_step_count(&step, t as u32)?;
         let start = Instant::now();
         step.replay()?;
         step.wait()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
-        if t % 20 == 0 || t == 1 || t == o.steps {
+        if t % 20 == 0 || t == 1 || t == steps {
             let l = losses(&step)?;
             if !l.iter().all(|x| x.is_finite()) {
                 return Err(stepgraph::Error::Invalid(format!(
                     "non-finite loss at step {t}: {l:?}"
                 )));
             }
-            let done = t * 40 / o.steps;
+            let done = t * 40 / steps;
             println!(
                 "[{}{}] step {t:>5}/{}  loss {:.5}  step {:.3} ms",
                 "#".repeat(done),
                 ".".repeat(40 - done),
-                o.steps,
+                steps,
                 l[0],
                 median(times.clone())
             );
