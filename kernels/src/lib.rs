@@ -2072,9 +2072,11 @@ pub fn fill_affine_reference(y: &mut [f32], start: f32, step: f32) {
 /// Collects one result per slot into a fixed array, stopping at the first error.
 fn fixed_slots<T, const N: usize>(results: [Result<T>; N]) -> Result<[T; N]> {
     let items = results.into_iter().collect::<Result<Vec<T>>>()?;
-    Ok(items
+    // N results collect into N items, so the conversion cannot fail; the error keeps the
+    // library free of a panic path all the same.
+    items
         .try_into()
-        .unwrap_or_else(|_| unreachable!("N results give N items")))
+        .map_err(|_| Error::Invalid("kernel registry: a slot went missing".into()))
 }
 
 /// The kernels index with 32-bit unsigned integers.
