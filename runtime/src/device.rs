@@ -200,19 +200,7 @@ impl Device {
 
     /// Copies `data` into `buf`, which must have the same length. Blocks until done.
     pub fn upload<T: DeviceRepr>(&self, buf: &mut DeviceBuffer<T>, data: &[T]) -> Result<()> {
-        if buf.len() != data.len() {
-            return Err(Error::LengthMismatch {
-                what: "upload into a device buffer".into(),
-                expected: buf.len(),
-                found: data.len(),
-            });
-        }
-        self.host_stream
-            .memcpy_htod(data, &mut buf.slice)
-            .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
-        self.host_stream
-            .synchronize()
-            .map_err(Error::driver("cuStreamSynchronize"))
+        self.write_in_place(buf, data)
     }
 
     /// Copies `data` into `buf` in place (its address is unchanged, so a graph that

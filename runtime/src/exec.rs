@@ -2,6 +2,7 @@
 //! plan needs, created once; the dry pass, the capture, the replay.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -244,9 +245,12 @@ impl Executor {
             source: Box::new(e),
         };
         let extras = Extras {
-            tracker: self
-                .verify
-                .then(|| RefCell::new(vec![OpNodes::default(); self.plan.ops.len()])),
+            tracker: self.verify.then(|| {
+                RefCell::new(Tracker {
+                    per_op: vec![OpNodes::default(); self.plan.ops.len()],
+                    seen: HashSet::new(),
+                })
+            }),
             timers: None,
         };
         let captured = self.capture_graph(issue, &extras).map_err(wrap)?;
@@ -255,7 +259,7 @@ impl Executor {
                 self.plan,
                 self.schedule == Schedule::OneStream,
                 captured.raw(),
-                &tracker.borrow(),
+                &tracker.borrow().per_op,
             )
             .map_err(wrap)?;
             self.last_verify = Some(report);
@@ -598,9 +602,16 @@ pub struct Issue<'a> {
 #[derive(Default)]
 struct Extras {
     /// Each op's nodes and counts, for verification.
-    tracker: Option<RefCell<Vec<OpNodes>>>,
+    tracker: Option<RefCell<Tracker>>,
     /// Timing events around each op, for a profile.
     timers: Option<Timers>,
+}
+
+/// Which nodes each op added to the capture graph.
+struct Tracker {
+    per_op: Vec<OpNodes>,
+    /// Every node attributed so far, so each op's query keeps only what is new.
+    seen: HashSet<usize>,
 }
 
 struct Timers {
@@ -679,15 +690,11 @@ impl Issue<'_> {
                 // The op's nodes: those that appeared in the capture graph while it was issued.
                 let graph = crate::verify::capturing_graph(stream.cu_stream()).map_err(named)?;
                 let nodes = crate::verify::graph_nodes(graph).map_err(named)?;
-                let mut t = tracker.borrow_mut();
-                let seen: std::collections::HashSet<usize> = t
-                    .iter()
-                    .flat_map(|o| o.nodes.iter().map(|&n| n as usize))
-                    .collect();
-                let entry = &mut t[id.index()];
+                let Tracker { per_op, seen } = &mut *tracker.borrow_mut();
+                let entry = &mut per_op[id.index()];
                 entry
                     .nodes
-                    .extend(nodes.into_iter().filter(|&n| !seen.contains(&(n as usize))));
+                    .extend(nodes.into_iter().filter(|&n| seen.insert(n as usize)));
                 entry.counts = cs.counts.get();
             }
         }

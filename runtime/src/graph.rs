@@ -143,28 +143,9 @@ impl Graph {
 
     /// Counts the graph's nodes by type: (kernel, memcpy, memset, other).
     pub fn node_counts(&self) -> Result<NodeCounts> {
-        let mut n = 0usize;
-        // SAFETY: a null array with a count pointer asks for the count only.
-        unsafe { sys::cuGraphGetNodes(self.graph, std::ptr::null_mut(), &mut n) }
-            .result()
-            .map_err(Error::driver("cuGraphGetNodes"))?;
-        if n == 0 {
-            return Ok(NodeCounts::default());
-        }
-        let mut nodes = vec![std::ptr::null_mut(); n];
-        // SAFETY: `nodes` has room for `n` handles.
-        unsafe { sys::cuGraphGetNodes(self.graph, nodes.as_mut_ptr(), &mut n) }
-            .result()
-            .map_err(Error::driver("cuGraphGetNodes"))?;
         let mut counts = NodeCounts::default();
-        for node in nodes.into_iter().take(n) {
-            let mut ty = MaybeUninit::uninit();
-            // SAFETY: `node` belongs to this graph; `ty` is a valid out-pointer.
-            unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }
-                .result()
-                .map_err(Error::driver("cuGraphNodeGetType"))?;
-            // SAFETY: written by the successful call above.
-            match unsafe { ty.assume_init() } {
+        for node in crate::verify::graph_nodes(self.graph)? {
+            match crate::verify::node_type(node)? {
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => counts.kernels += 1,
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => counts.memcpys += 1,
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => counts.memsets += 1,

@@ -146,7 +146,7 @@ fn graph_edges(graph: sys::CUgraph) -> Result<Vec<(sys::CUgraphNode, sys::CUgrap
     Ok(from.into_iter().zip(to).take(n).collect())
 }
 
-fn node_type(node: sys::CUgraphNode) -> Result<sys::CUgraphNodeType> {
+pub(crate) fn node_type(node: sys::CUgraphNode) -> Result<sys::CUgraphNodeType> {
     let mut ty = MaybeUninit::uninit();
     // SAFETY: `node` is a node of a live graph; `ty` is a valid out-pointer.
     unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }
