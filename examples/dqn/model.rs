@@ -51,31 +51,53 @@ pub struct Model {
     pub attn: Attn,
 }
 
+impl Iql {
+    pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Iql> {
+        Ok(Iql {
+            hi: Linear::zeros(device, &format!("{name}.e_hi"), 1, s.hidden)?,
+            lo: Linear::zeros(device, &format!("{name}.e_lo"), 1, s.hidden)?,
+        })
+    }
+}
+
+impl Iqn {
+    pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Iqn> {
+        Ok(Iqn {
+            phi: Linear::zeros(device, &format!("{name}.phi"), s.hidden, s.cosines)?,
+            q: Linear::zeros(device, &format!("{name}.q"), 1, s.hidden)?,
+        })
+    }
+}
+
+impl Attn {
+    pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Attn> {
+        Ok(Attn {
+            emb: Linear::zeros(device, &format!("{name}.emb"), s.width, s.state)?,
+            qkv: device.alloc_zeros(&format!("{name}.wqkv"), 3 * s.width * s.width)?,
+            o: device.alloc_zeros(&format!("{name}.wo"), s.width * s.width)?,
+            p: Linear::zeros(device, &format!("{name}.p"), 1, s.width)?,
+        })
+    }
+}
+
+/// The four branches' parameters (or gradients).
+fn branches(device: &Device, s: &Sizes, name: &str) -> Result<[Branch; D]> {
+    Ok([
+        Branch::zeros(device, s, &format!("{name}.branch0"))?,
+        Branch::zeros(device, s, &format!("{name}.branch1"))?,
+        Branch::zeros(device, s, &format!("{name}.branch2"))?,
+        Branch::zeros(device, s, &format!("{name}.branch3"))?,
+    ])
+}
+
 impl Model {
     pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Model> {
-        let lin = |n: &str, out, inp| Linear::zeros(device, &format!("{name}.{n}"), out, inp);
         Ok(Model {
             trunk: Trunk::zeros(device, s, &format!("{name}.trunk"))?,
-            branch: [
-                Branch::zeros(device, s, &format!("{name}.branch0"))?,
-                Branch::zeros(device, s, &format!("{name}.branch1"))?,
-                Branch::zeros(device, s, &format!("{name}.branch2"))?,
-                Branch::zeros(device, s, &format!("{name}.branch3"))?,
-            ],
-            iql: Iql {
-                hi: lin("e_hi", 1, s.hidden)?,
-                lo: lin("e_lo", 1, s.hidden)?,
-            },
-            iqn: Iqn {
-                phi: lin("phi", s.hidden, s.cosines)?,
-                q: lin("q", 1, s.hidden)?,
-            },
-            attn: Attn {
-                emb: lin("emb", s.width, s.state)?,
-                qkv: device.alloc_zeros(&format!("{name}.wqkv"), 3 * s.width * s.width)?,
-                o: device.alloc_zeros(&format!("{name}.wo"), s.width * s.width)?,
-                p: lin("p", 1, s.width)?,
-            },
+            branch: branches(device, s, name)?,
+            iql: Iql::zeros(device, s, name)?,
+            iqn: Iqn::zeros(device, s, name)?,
+            attn: Attn::zeros(device, s, name)?,
         })
     }
 
@@ -94,39 +116,49 @@ impl Model {
             iqn,
             attn,
         } = self;
-        let mut out: Vec<(String, &mut Buf)> = vec![
-            ("w1".into(), &mut trunk.l1.w),
-            ("b1".into(), &mut trunk.l1.b),
-            ("w2".into(), &mut trunk.l2.w),
-            ("b2".into(), &mut trunk.l2.b),
-            ("wv".into(), &mut trunk.v.w),
-            ("bv".into(), &mut trunk.v.b),
-        ];
-        for (d, br) in branch.iter_mut().enumerate() {
-            out.push((format!("wg.{d}"), &mut br.gate.w));
-            out.push((format!("bg.{d}"), &mut br.gate.b));
-            out.push((format!("wa.{d}"), &mut br.adv.w));
-            out.push((format!("ba.{d}"), &mut br.adv.b));
-        }
-        out.extend([
-            ("we_hi".into(), &mut iql.hi.w),
-            ("be_hi".into(), &mut iql.hi.b),
-            ("we_lo".into(), &mut iql.lo.w),
-            ("be_lo".into(), &mut iql.lo.b),
-            ("wphi".into(), &mut iqn.phi.w),
-            ("bphi".into(), &mut iqn.phi.b),
-            ("wq".into(), &mut iqn.q.w),
-            ("bq".into(), &mut iqn.q.b),
-            ("wemb".into(), &mut attn.emb.w),
-            ("bemb".into(), &mut attn.emb.b),
-            ("wqkv".into(), &mut attn.qkv),
-            ("wo".into(), &mut attn.o),
-            ("wp".into(), &mut attn.p.w),
-            ("bp".into(), &mut attn.p.b),
-        ]);
-        out
+        tensors!(trunk, branch, iql, iqn, attn, mut)
     }
 }
+
+/// The model's tensors with their MODEL.md names, in one fixed order, borrowed shared or
+/// (with a trailing `mut`) exclusive: one list, so the parameters, gradients and Adam
+/// moments always line up.
+macro_rules! tensors {
+    ($trunk:ident, $branch:ident, $iql:ident, $iqn:ident, $attn:ident $(, $m:tt)?) => {{
+        let mut out = vec![
+            ("w1".to_string(), &$($m)? $trunk.l1.w),
+            ("b1".to_string(), &$($m)? $trunk.l1.b),
+            ("w2".to_string(), &$($m)? $trunk.l2.w),
+            ("b2".to_string(), &$($m)? $trunk.l2.b),
+            ("wv".to_string(), &$($m)? $trunk.v.w),
+            ("bv".to_string(), &$($m)? $trunk.v.b),
+        ];
+        for (d, br) in $branch.into_iter().enumerate() {
+            out.push((format!("wg.{d}"), &$($m)? br.gate.w));
+            out.push((format!("bg.{d}"), &$($m)? br.gate.b));
+            out.push((format!("wa.{d}"), &$($m)? br.adv.w));
+            out.push((format!("ba.{d}"), &$($m)? br.adv.b));
+        }
+        out.extend([
+            ("we_hi".to_string(), &$($m)? $iql.hi.w),
+            ("be_hi".to_string(), &$($m)? $iql.hi.b),
+            ("we_lo".to_string(), &$($m)? $iql.lo.w),
+            ("be_lo".to_string(), &$($m)? $iql.lo.b),
+            ("wphi".to_string(), &$($m)? $iqn.phi.w),
+            ("bphi".to_string(), &$($m)? $iqn.phi.b),
+            ("wq".to_string(), &$($m)? $iqn.q.w),
+            ("bq".to_string(), &$($m)? $iqn.q.b),
+            ("wemb".to_string(), &$($m)? $attn.emb.w),
+            ("bemb".to_string(), &$($m)? $attn.emb.b),
+            ("wqkv".to_string(), &$($m)? $attn.qkv),
+            ("wo".to_string(), &$($m)? $attn.o),
+            ("wp".to_string(), &$($m)? $attn.p.w),
+            ("bp".to_string(), &$($m)? $attn.p.b),
+        ]);
+        out
+    }};
+}
+use tensors;
 
 /// The named tensors of a model held in parts (the gradients are split by the stream
 /// that writes them).
@@ -137,37 +169,7 @@ pub fn named<'a>(
     iqn: &'a Iqn,
     attn: &'a Attn,
 ) -> Vec<(String, &'a Buf)> {
-    let mut out: Vec<(String, &Buf)> = vec![
-        ("w1".into(), &trunk.l1.w),
-        ("b1".into(), &trunk.l1.b),
-        ("w2".into(), &trunk.l2.w),
-        ("b2".into(), &trunk.l2.b),
-        ("wv".into(), &trunk.v.w),
-        ("bv".into(), &trunk.v.b),
-    ];
-    for (d, br) in branch.iter().enumerate() {
-        out.push((format!("wg.{d}"), &br.gate.w));
-        out.push((format!("bg.{d}"), &br.gate.b));
-        out.push((format!("wa.{d}"), &br.adv.w));
-        out.push((format!("ba.{d}"), &br.adv.b));
-    }
-    out.extend([
-        ("we_hi".into(), &iql.hi.w),
-        ("be_hi".into(), &iql.hi.b),
-        ("we_lo".into(), &iql.lo.w),
-        ("be_lo".into(), &iql.lo.b),
-        ("wphi".into(), &iqn.phi.w),
-        ("bphi".into(), &iqn.phi.b),
-        ("wq".into(), &iqn.q.w),
-        ("bq".into(), &iqn.q.b),
-        ("wemb".into(), &attn.emb.w),
-        ("bemb".into(), &attn.emb.b),
-        ("wqkv".into(), &attn.qkv),
-        ("wo".into(), &attn.o),
-        ("wp".into(), &attn.p.w),
-        ("bp".into(), &attn.p.b),
-    ]);
-    out
+    tensors!(trunk, branch, iql, iqn, attn)
 }
 
 /// One batch of transitions (MODEL.md's inputs).
@@ -967,19 +969,10 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<dqn::Buffers> {
     let m = Model::zeros(device, s, "adam.m")?;
     let v = Model::zeros(device, s, "adam.v")?;
     let trunk_grad = Trunk::zeros(device, s, "grad.trunk")?;
-    let branch_grad = [
-        Branch::zeros(device, s, "grad.branch0")?,
-        Branch::zeros(device, s, "grad.branch1")?,
-        Branch::zeros(device, s, "grad.branch2")?,
-        Branch::zeros(device, s, "grad.branch3")?,
-    ];
-    let grad_model = Model::zeros(device, s, "grad.heads")?;
-    let Model {
-        iql: iql_grad,
-        iqn: iqn_grad,
-        attn: attn_grad,
-        ..
-    } = grad_model;
+    let branch_grad = branches(device, s, "grad")?;
+    let iql_grad = Iql::zeros(device, s, "grad")?;
+    let iqn_grad = Iqn::zeros(device, s, "grad")?;
+    let attn_grad = Attn::zeros(device, s, "grad")?;
     let entries = {
         let grads = named(&trunk_grad, &branch_grad, &iql_grad, &iqn_grad, &attn_grad);
         params
