@@ -29,9 +29,7 @@ fn plan() -> &'static PlanDesc {
     let streams = leak(
         std::iter::once("main".to_string())
             .chain((0..CHAINS).map(|c| format!("chain[{c}]")))
-            .map(|n| StreamDesc {
-                name: Box::leak(n.into_boxed_str()),
-            })
+            .map(|n| StreamDesc::named(Box::leak(n.into_boxed_str())))
             .collect(),
     );
     let buffers = leak(

@@ -5,6 +5,10 @@
 
 #[path = "gpu/blas.rs"]
 mod blas;
+#[path = "gpu/comm.rs"]
+mod comm;
+#[path = "gpu/iqn.rs"]
+mod iqn;
 
 use std::sync::Arc;
 
@@ -505,7 +509,7 @@ fn gpu_verifier_passes_on_a_planned_step_and_on_its_one_stream_baseline() {
 mod broken {
     use stepgraph::plan::*;
 
-    const STREAMS: &[StreamDesc] = &[StreamDesc { name: "main" }, StreamDesc { name: "side" }];
+    const STREAMS: &[StreamDesc] = &[StreamDesc::named("main"), StreamDesc::named("side")];
     const BUFS: &[BufferDesc] = &[BufferDesc {
         name: "x",
         kind: BufKind::Shared,
@@ -698,4 +702,127 @@ fn gpu_profile_shows_the_chains_overlapping() {
     step.replay().unwrap();
     let total = step.download(|b| &b.total).unwrap();
     assert!(max_rel_err(&total, &fork_join_reference(&seed, 16384)) < 1e-5);
+}
+
+#[test]
+fn gpu_work_bound_times_every_kernel_and_weights_it_by_its_grid() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(12).vec(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: 4096 };
+    let mut step = fork_join::Step::with_schedule(
+        &device,
+        k,
+        fork_join_buffers(&device, &seed),
+        config,
+        Schedule::OneStream,
+    )
+    .unwrap();
+    let mut times = step.executor().time_replays(5, 50).unwrap();
+    times.sort_by(f64::total_cmp);
+    let one_stream_ms = times[times.len() / 2];
+    let work = step.work_bound().unwrap();
+    println!("{work}");
+    // Every kernel node of the step, attributed to its op.
+    let counts = step.executor().node_counts().unwrap();
+    assert_eq!(work.kernels(), counts.kernels);
+    assert_eq!(work.ops.len(), fork_join::PLAN.ops.len());
+    assert_eq!(
+        work.ops[0].kernels.len(),
+        5,
+        "a chain: axpby and four chain steps"
+    );
+    for op in &work.ops {
+        for kw in &op.kernels {
+            assert!(
+                kw.alone_ms > 0.0 && kw.share > 0.0 && kw.share <= 1.0,
+                "{op:?}"
+            );
+            // A grid of N / 256 = 16 blocks of 256 threads fills a small part of a GPU
+            // that holds several such blocks on each of its SMs.
+            assert_eq!((kw.blocks, kw.threads), (16, 256), "{op:?}");
+            assert!(kw.share < 0.2, "{op:?}");
+        }
+    }
+    assert!(work.bound_ms() < 0.2 * work.alone_ms());
+    // The kernels alone add up to about the one-stream step (which also has copies and
+    // launch gaps).
+    let ratio = work.alone_ms() / one_stream_ms;
+    assert!(
+        (0.5..=1.1).contains(&ratio),
+        "kernels alone {:.4} ms, one-stream step {one_stream_ms:.4} ms",
+        work.alone_ms()
+    );
+}
+
+/// Two chains, the side one marked low priority.
+#[stepgraph::step(streams(main, side(low)), kernels = Kernels)]
+mod prioritised {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub seed: DeviceBuffer<f32>,
+        pub urgent: DeviceBuffer<f32>,
+        pub background: DeviceBuffer<f32>,
+    }
+
+    #[stream(side)]
+    fn background(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        seed: &DeviceBuffer<f32>,
+        background: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        stream.copy(seed, background)?;
+        for _ in 0..3 {
+            k.chain_step(stream, background, 64, 0.999, 0.001)?;
+        }
+        Ok(())
+    }
+
+    fn urgent(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        seed: &DeviceBuffer<f32>,
+        urgent: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        stream.copy(seed, urgent)?;
+        k.axpby(stream, seed, urgent, 2.0, 1.0)
+    }
+}
+
+#[test]
+fn gpu_a_low_priority_stream_keeps_its_priority_in_the_graph() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(31).vec(N, -1.0, 1.0);
+    let nan = vec![f32::NAN; N];
+    let up = |what, data: &[f32]| device.upload_new(what, data).unwrap();
+    let buffers = prioritised::Buffers {
+        seed: up("seed", &seed),
+        urgent: up("urgent", &nan),
+        background: up("background", &nan),
+    };
+    let mut step = prioritised::Step::new(&device, k, buffers, prioritised::Config {}).unwrap();
+    println!("{}", prioritised::PLAN);
+    // Capture copied each stream's priority into its kernels: the main stream's one
+    // kernel ranks above (a lower number than) the side stream's three.
+    let ranks = step
+        .executor()
+        .graph()
+        .unwrap()
+        .kernel_priorities()
+        .unwrap();
+    println!("kernel priorities (value, nodes): {ranks:?}");
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    assert_eq!((ranks[0].1, ranks[1].1), (1, 3), "{ranks:?}");
+    step.replay().unwrap();
+    let mut want = seed.clone();
+    stepgraph_kernels::chain_step_reference(&mut want, 3 * 64, 0.999, 0.001);
+    let got = step.download(|b| &b.background).unwrap();
+    assert!(max_rel_err(&got, &want) < 1e-5);
+    let mut want = seed.clone();
+    stepgraph_kernels::axpby_reference(&seed, &mut want, 2.0, 1.0);
+    assert_eq!(step.download(|b| &b.urgent).unwrap(), want);
 }

@@ -3,13 +3,14 @@
 //! next-state forward passes on `ddqn`; IQN and Attention each on their own stream.
 
 use stepgraph::{
-    CaptureStream, Device, DeviceBuffer, DeviceScalars, Epilogue, Matmul, MatmulArgs, Result,
+    CaptureStream, Communicator, Device, DeviceBuffer, DeviceScalars, Epilogue, Matmul, MatmulArgs,
+    ReduceOp, Result,
 };
 use stepgraph_kernels::{
     AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
     DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
-    IqnDims, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, ParamEntry, ParamTable, TrunkDims,
-    TrunkGrads,
+    IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
+    ParamEntry, ParamTable, TrunkDims, TrunkGrads,
 };
 
 use crate::layers::{
@@ -223,7 +224,9 @@ pub struct IqlAct {
     pub de_lo: Buf,
 }
 
-/// The IQN head's activations.
+/// The IQN head's activations. `cosf`, `phi` and `dphi_pre` (`[B N, C]`, `[B N, H]`,
+/// `[B N, H]`) are used only by the unfused path, for sizes the fused kernel does not take
+/// ([`IqnFusedDims::supported`]); with the fused kernel they are one-element stand-ins.
 #[derive(Debug)]
 pub struct IqnAct {
     pub cosf: Buf,
@@ -261,7 +264,19 @@ pub struct Optim {
     pub scalars: DeviceScalars<f32>,
 }
 
-#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn), kernels = Kernels)]
+/// Every buffer of one gradient bucket, for one all-reduce (an NCCL group) over it.
+fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Buf> {
+    parts
+        .into_iter()
+        .flat_map(|l| [&mut l.w, &mut l.b])
+        .collect()
+}
+
+// Attention is the longest op (0.79 ms alone, 0.58 ms of it filling the GPU) and starts
+// with the step: at high priority it is not starved by the chain of small ops. Measured
+// on the H100 (PERF.md): 1.686 ms against 1.706 ms with equal priorities, and 1.80 ms
+// with attention low, where it is starved until the chain ends and then runs alone.
+#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn(high), comm), kernels = Kernels)]
 pub mod dqn {
     use super::*;
 
@@ -307,6 +322,9 @@ pub mod dqn {
         pub losses: Buf,
         pub iqn_losses: Buf,
         pub attn_losses: Buf,
+        /// Data parallel: the ranks' gradients are averaged bucket by bucket on the `comm`
+        /// stream ([`Communicator::single`] when one process trains alone).
+        pub comm: Communicator,
         pub optim: Optim,
     }
 
@@ -551,6 +569,23 @@ pub mod dqn {
         )
     }
 
+    /// Data parallel: the branches' gradients, averaged over the ranks as soon as the
+    /// four branch backward passes have written them.
+    #[stream(comm)]
+    #[join(branch)]
+    fn reduce_branches(
+        stream: &CaptureStream<'_>,
+        comm: &mut Communicator,
+        branch_grad: &mut [Branch; 4],
+    ) -> Result<()> {
+        let mut bufs = bucket(
+            branch_grad
+                .iter_mut()
+                .flat_map(|b| [&mut b.gate, &mut b.adv]),
+        );
+        stream.all_reduce(comm, &mut bufs, ReduceOp::Avg)
+    }
+
     /// The high expectile head (τ = 0.7), then the low one on the same stream.
     fn iql_high(
         stream: &CaptureStream<'_>,
@@ -594,7 +629,20 @@ pub mod dqn {
         expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
 
-    /// IQN: cosine embedding, quantile Huber loss against ȳ, and the gradients, fused.
+    /// Data parallel: the IQL heads' gradients.
+    #[stream(comm)]
+    #[join(main)]
+    fn reduce_iql(
+        stream: &CaptureStream<'_>,
+        comm: &mut Communicator,
+        iql_grad: &mut Iql,
+    ) -> Result<()> {
+        let mut bufs = bucket([&mut iql_grad.hi, &mut iql_grad.lo]);
+        stream.all_reduce(comm, &mut bufs, ReduceOp::Avg)
+    }
+
+    /// IQN: cosine embedding, quantile Huber loss against ȳ, and the gradients: one fused
+    /// kernel where the sizes allow, else the features, two GEMMs and the fused loss kernel.
     #[stream(aux_iqn)]
     #[cost(8.0)]
     fn iqn_head(
@@ -610,9 +658,30 @@ pub mod dqn {
         iqn_losses: &mut Buf,
     ) -> Result<()> {
         let s = sizes;
+        stream.memset_zeros(iqn_losses)?;
+        let fused = iqn_fused_dims(&s);
+        if fused.supported() {
+            let inputs = IqnFusedInputs {
+                h: &act.h,
+                tau: &batch.tau,
+                ybar: &targets.ybar,
+                wphi: &params.iqn.phi.w,
+                bphi: &params.iqn.phi.b,
+                wq: &params.iqn.q.w,
+                bq: &params.iqn.q.b,
+            };
+            let out = IqnFusedOutputs {
+                dh: &mut iqn_act.dh,
+                dwphi: &mut iqn_grad.phi.w,
+                dbphi: &mut iqn_grad.phi.b,
+                dwq: &mut iqn_grad.q.w,
+                dbq: &mut iqn_grad.q.b,
+                losses: iqn_losses,
+            };
+            return k.iqn_fused(stream, fused, &inputs, 0.5, out, &mut iqn_act.scratch);
+        }
         let blas = stream.blas();
         let rows = s.batch * s.quantiles;
-        stream.memset_zeros(iqn_losses)?;
         k.iqn_cos_features(stream, &batch.tau, &mut iqn_act.cosf, s.cosines)?;
         forward(
             &blas,
@@ -624,11 +693,6 @@ pub mod dqn {
             s.hidden,
             Epilogue::ReluBias,
         )?;
-        let dims = IqnDims {
-            batch: s.batch,
-            quantiles: s.quantiles,
-            hidden: s.hidden,
-        };
         let inputs = IqnInputs {
             h: &act.h,
             phi: &iqn_act.phi,
@@ -645,7 +709,14 @@ pub mod dqn {
             dbq: &mut iqn_grad.q.b,
             losses: iqn_losses,
         };
-        k.iqn_forward_backward(stream, dims, &inputs, 0.5, out, &mut iqn_act.scratch)?;
+        k.iqn_forward_backward(
+            stream,
+            fused.unfused(),
+            &inputs,
+            0.5,
+            out,
+            &mut iqn_act.scratch,
+        )?;
         // dwphi = dphi_preᵀ cosf (the kernel summed dbphi itself).
         let spec = Matmul::new(s.hidden, s.cosines, rows)
             .with_trans_a(true)
@@ -657,6 +728,19 @@ pub mod dqn {
             &mut iqn_grad.phi.w,
             MatmulArgs::new(),
         )
+    }
+
+    /// Data parallel: the IQN head's gradients, while attention and the trunk's backward
+    /// still run.
+    #[stream(comm)]
+    #[join(aux_iqn)]
+    fn reduce_iqn(
+        stream: &CaptureStream<'_>,
+        comm: &mut Communicator,
+        iqn_grad: &mut Iqn,
+    ) -> Result<()> {
+        let mut bufs = bucket([&mut iqn_grad.phi, &mut iqn_grad.q]);
+        stream.all_reduce(comm, &mut bufs, ReduceOp::Avg)
     }
 
     /// Multi-head self-attention over the window of past states, predicting the reward.
@@ -755,6 +839,20 @@ pub mod dqn {
         )
     }
 
+    /// Data parallel: the attention head's gradients.
+    #[stream(comm)]
+    #[join(aux_attn)]
+    fn reduce_attention(
+        stream: &CaptureStream<'_>,
+        comm: &mut Communicator,
+        attn_grad: &mut Attn,
+    ) -> Result<()> {
+        let Attn { emb, qkv, o, p } = attn_grad;
+        let mut bufs = bucket([emb, p]);
+        bufs.extend([qkv, o]);
+        stream.all_reduce(comm, &mut bufs, ReduceOp::Avg)
+    }
+
     /// The trunk's backward: every head's part of dh through the last ReLU, then the two
     /// layers (layer 1's ReLU through the mask its forward saved).
     #[cost(4.0)]
@@ -831,6 +929,18 @@ pub mod dqn {
             &mut trunk_grad.l1.w,
             MatmulArgs::new(),
         )
+    }
+
+    /// Data parallel: the trunk's gradients, last (every head's backward feeds them).
+    #[stream(comm)]
+    #[join(main)]
+    fn reduce_trunk(
+        stream: &CaptureStream<'_>,
+        comm: &mut Communicator,
+        trunk_grad: &mut Trunk,
+    ) -> Result<()> {
+        let mut bufs = bucket([&mut trunk_grad.l1, &mut trunk_grad.l2, &mut trunk_grad.v]);
+        stream.all_reduce(comm, &mut bufs, ReduceOp::Avg)
     }
 
     /// Global-norm clipping and Adam over every parameter.
@@ -940,6 +1050,16 @@ fn expectile_head(
     param_grads(&blas, head.de, h, head.grad, s.batch, s.hidden, 1)
 }
 
+/// The IQN head's sizes.
+fn iqn_fused_dims(s: &Sizes) -> IqnFusedDims {
+    IqnFusedDims {
+        batch: s.batch,
+        quantiles: s.quantiles,
+        hidden: s.hidden,
+        cosines: s.cosines,
+    }
+}
+
 fn dueling_dims(s: &Sizes) -> DuelingDims {
     DuelingDims {
         batch: s.batch,
@@ -959,9 +1079,22 @@ fn advantages(branch_act: &[BranchAct; 4]) -> [&Buf; 4] {
     ]
 }
 
+impl dqn::Buffers {
+    /// Every gradient with its MODEL.md name, in the parameters' order.
+    pub fn grads(&self) -> Vec<(String, &Buf)> {
+        named(
+            &self.trunk_grad,
+            &self.branch_grad,
+            &self.iql_grad,
+            &self.iqn_grad,
+            &self.attn_grad,
+        )
+    }
+}
+
 /// Allocates every buffer of the step for `sizes`, with parameters zeroed (the caller
-/// uploads initial values).
-pub fn allocate(device: &Device, s: &Sizes) -> Result<dqn::Buffers> {
+/// uploads initial values); `comm` is this rank's place among the data-parallel ranks.
+pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::Buffers> {
     let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
     let (b, h) = (s.batch, s.hidden);
     let bw = b * s.window;
@@ -985,11 +1118,15 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<dqn::Buffers> {
     };
     let table = ParamTable::new(device, entries)?;
     let scratch = z("grad norm partials", table.blocks())?;
-    let iqn_dims = IqnDims {
-        batch: b,
-        quantiles: s.quantiles,
-        hidden: h,
+    let iqn = iqn_fused_dims(s);
+    // The fused kernel keeps cosf, phi and dphi_pre on chip: the unfused path's [B N, ·]
+    // tensors (1.2 GB at the default sizes) are allocated only when it runs.
+    let (iqn_rows, iqn_scratch) = if iqn.supported() {
+        (0, iqn.scratch_len())
+    } else {
+        (b * s.quantiles, iqn.unfused().scratch_len())
     };
+    let iqn_buf = |what: &str, n: usize| z(what, n.max(1));
     let pool = AttnPoolDims {
         batch: b,
         window: s.window,
@@ -1062,11 +1199,11 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<dqn::Buffers> {
             z("dh_branch", b * h)?,
         ],
         iqn_act: IqnAct {
-            cosf: z("iqn cosf", b * s.quantiles * s.cosines)?,
-            phi: z("iqn phi", b * s.quantiles * h)?,
-            dphi_pre: z("iqn dphi", b * s.quantiles * h)?,
+            cosf: iqn_buf("iqn cosf", iqn_rows * s.cosines)?,
+            phi: iqn_buf("iqn phi", iqn_rows * h)?,
+            dphi_pre: iqn_buf("iqn dphi", iqn_rows * h)?,
             dh: z("iqn dh", b * h)?,
-            scratch: z("iqn scratch", iqn_dims.scratch_len())?,
+            scratch: iqn_buf("iqn scratch", iqn_scratch)?,
         },
         attn_act: AttnAct {
             emb: z("attn emb", bw * s.width)?,
@@ -1091,6 +1228,7 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<dqn::Buffers> {
         losses: z("losses", LOSS_SLOTS)?,
         iqn_losses: z("iqn losses", LOSS_SLOTS)?,
         attn_losses: z("attn losses", LOSS_SLOTS)?,
+        comm,
         optim: Optim {
             m,
             v,

@@ -303,10 +303,31 @@ extern "C" __global__ void __launch_bounds__(32)
     }
 }
 
+// Column c of the IQN head's summed partial row [dwq (H) | dbphi (H) | dbq | loss sum]:
+// writes dwq[c], dbphi[c - H] or dbq[0]; for the loss, adds L_iqn = (loss sum) / (B N)
+// into losses[LOSS_IQN] and coef * L_iqn into losses[LOSS_TOTAL] (one atomicAdd each: the
+// slot's value is deterministic as long as nothing else writes it).
+__device__ __forceinline__ void iqn_finish_column(unsigned c, float s, unsigned H,
+                                                  float* __restrict__ dwq,
+                                                  float* __restrict__ dbphi,
+                                                  float* __restrict__ dbq,
+                                                  float* __restrict__ losses, unsigned B,
+                                                  unsigned N, float coef) {
+    if (c < H) {
+        dwq[c] = s;
+    } else if (c < 2 * H) {
+        dbphi[c - H] = s;
+    } else if (c == 2 * H) {
+        dbq[0] = s;
+    } else {
+        const float l = s / ((float)B * (float)N);
+        atomicAdd(&losses[LOSS_IQN], l);
+        atomicAdd(&losses[LOSS_TOTAL], coef * l);
+    }
+}
+
 // Finishes iqn_forward_backward: adds the `rows` partial rows of [rows, 2H + 2] in order and
-// writes dwq[H], dbphi[H], dbq[0]; adds L_iqn = (loss sum) / (B N) into losses[LOSS_IQN]
-// and coef * L_iqn into losses[LOSS_TOTAL] (one atomicAdd each: the slot's value is
-// deterministic as long as nothing else writes it).
+// writes them out as iqn_finish_column says.
 // Grid: ceil((2H + 2) / 32) blocks of (32, 32) threads.
 extern "C" __global__ void __launch_bounds__(1024)
     iqn_finish(const float* __restrict__ partials, unsigned rows, unsigned H,
@@ -318,15 +339,353 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (threadIdx.y != 0 || c >= cols) {
         return;
     }
-    if (c < H) {
-        dwq[c] = s;
-    } else if (c < 2 * H) {
-        dbphi[c - H] = s;
-    } else if (c == 2 * H) {
-        dbq[0] = s;
+    iqn_finish_column(c, s, H, dwq, dbphi, dbq, losses, B, N, coef);
+}
+
+// ---- The whole head in one kernel: phi, dphi_pre and cosf never reach memory ----
+//
+// iqn_fused computes what iqn_cos_features, the phi GEMM, iqn_forward_backward and the dwphi
+// GEMM compute together: cosf, phi = relu(cosf wphi^T + bphi), the loss and every gradient
+// above, and dwphi = dphi_pre^T cosf. The [B N, H] tensors were 2.1 GB of traffic at the
+// default sizes; here they live in registers for one tile of 32 quantiles. Both products
+// run on the tensor cores in TF32 (mma.sync m16n8k8, operands rounded by cvt.rna), the
+// precision of the cuBLASLt path it replaces.
+//
+// Sizes: 1 <= H <= 256 (IQN_FUSED_MAX_WARPS warps of 16 hidden units), 1 <= C <= 64
+// (IQN_FUSED_C; features past C are zeros), any N (tiles of 32 quantiles, the last one
+// masked), any B.
+//
+// Work split. A block has ceil(H / 16) warps; warp w owns hidden units 16w .. 16w + 15 for
+// the whole launch and keeps in registers its rows of wphi (GEMM 1's A fragments, loaded
+// once) and its rows of the dwphi sum (GEMM 2's accumulators, written once at the end).
+// The block walks samples b = blockIdx.x, + gridDim.x, ..., each in tiles of 32 quantiles:
+//   1. the block computes cosf for the tile (4 values a thread at H = 256) and stores it
+//      TF32-rounded twice in shared memory: quantile-major for GEMM 1 (cos_q[j][c]) and
+//      feature-major for GEMM 2 (cos_t[c][j]). Barrier.
+//   2. GEMM 1, per warp: phi^T [16 units, 32 quantiles] = wphi_w [16, 64] cosf^T [64, 32],
+//      bphi as the accumulators' initial value, then the ReLU. The warp's 16-unit part of
+//      each zq is reduced over the lanes into zq_part[warp]. Barrier.
+//   3. every warp adds the parts of zq for quantile j = lane (in warp order: the same bits
+//      in every warp) and computes u, the weight and dz itself, which costs less than
+//      another barrier; shuffles hand each lane the dz of its quantiles. dphi_pre is formed
+//      in registers, S and dbphi accumulate, and GEMM 2 adds
+//      dwphi_w [16, 64] += dphi_pre^T [16 units, 32 quantiles] cosf [32, 64].
+// The feature buffers are double-buffered, so the next tile's features may be written
+// while slower warps still read this tile's in GEMM 2; zq_part is single: the next write
+// to it comes after the next tile's first barrier, which every reader of it has passed.
+//
+// Fragments of mma.m16n8k8 .tf32 (PTX ISA; g = lane / 4, t = lane % 4, (row, column)):
+//   A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+//   B (8 x 8):  b0 (t, g), b1 (t + 4, g)       (b0, b1 must be a register pair)
+//   C (16 x 8): c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1)
+// A product may visit its k in any order as long as A and B agree, and may number its
+// output columns in any order as long as they are read back the same way. Both freedoms
+// are used so that every B pair is half of one conflict-free 16-byte shared load (no
+// register moves) and GEMM 1's accumulators are GEMM 2's A fragments with no exchange
+// between lanes:
+//   GEMM 1, k-chunk kc = 2 kk + s: k = t is feature 16 kk + 4t + 2s, k = t + 4 the next
+//           one; n-tile nt: column n is quantile 4n + nt. A lane thus holds phi for units
+//           g and g + 8 of its warp and quantiles 8t + nt (c0, c2), 8t + 4 + nt (c1, c3):
+//           all of 8t .. 8t + 7 over the four n-tiles. Its B pairs for (kk, nt) are one
+//           16-byte load, cos_q[4g + nt][16 kk + 4t ..].
+//   GEMM 2, k-chunk kc2: k = t is quantile 8t + 2 kc2, k = t + 4 the next one, both held
+//           by the lane; n-tile nt2: column n is feature 8 nt2 + n. Its B pairs for nt2
+//           are two 16-byte loads, cos_t[8 nt2 + g][8t ..] and [8t + 4 ..].
+// Row strides: 68 floats for cos_q and 36 for cos_t (both 4 mod 32 banks), so each quarter
+// warp's 16-byte loads cover the 32 banks once.
+//
+// Output: dh[B, H] directly; per block one partial row of
+// [dwq (H) | dbphi (H) | dbq | loss sum | dwphi (H C)], each entry a fixed-order sum, which
+// iqn_fused_finish adds in block order. Deterministic for given sizes.
+
+// Most warps per block (H <= 16 * IQN_FUSED_MAX_WARPS); mirrored in lib.rs.
+#define IQN_FUSED_MAX_WARPS 16
+// Cosine features the kernel computes with (C <= IQN_FUSED_C, zero-padded); in lib.rs.
+#define IQN_FUSED_C 64
+// Quantiles per tile.
+#define IQN_FUSED_Q 32
+// Row strides of cos_q and cos_t, in floats.
+#define IQN_FUSED_LDQ 68
+#define IQN_FUSED_LDT 36
+
+// x rounded to TF32 (10-bit mantissa, to nearest, ties away), as the tensor cores read it.
+__device__ __forceinline__ unsigned tf32_bits(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// d += A B for one m16n8k8 TF32 tile (fragments as above).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 lds4(const float* p) {
+    return *reinterpret_cast<const uint4*>(p);
+}
+
+// Grid: min(B, IQN_FUSED_BLOCKS x blocks per SM) blocks of 32 ceil(H / 16) threads (lib.rs);
+// partials holds gridDim.x rows of 2H + 2 + H C. One block of 16 warps per SM at H = 256
+// (registers: 128 a thread).
+extern "C" __global__ void __launch_bounds__(32 * IQN_FUSED_MAX_WARPS, 1)
+    iqn_fused(const float* __restrict__ h, const float* __restrict__ tau,
+              const float* __restrict__ ybar, const float* __restrict__ wphi,
+              const float* __restrict__ bphi, const float* __restrict__ wq,
+              const float* __restrict__ bq, float* __restrict__ dh,
+              float* __restrict__ partials, unsigned B, unsigned N, unsigned H, unsigned C,
+              float coef) {
+    __shared__ __align__(16) float cos_q[2][IQN_FUSED_Q][IQN_FUSED_LDQ];
+    __shared__ __align__(16) float cos_t[2][IQN_FUSED_C][IQN_FUSED_LDT];
+    __shared__ float zq_part[IQN_FUSED_MAX_WARPS][IQN_FUSED_Q];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const unsigned g = lane >> 2, t = lane & 3;
+    // The lane's two hidden units (rows g and g + 8 of its warp's tiles).
+    const unsigned u0 = 16 * warp + g, u1 = u0 + 8;
+    const bool on0 = u0 < H, on1 = u1 < H;
+    const float scale = coef / ((float)B * (float)N);
+    const float bq0 = bq[0];
+    const float wq0 = on0 ? wq[u0] : 0.0f, wq1 = on1 ? wq[u1] : 0.0f;
+    const float bphi0 = on0 ? bphi[u0] : 0.0f, bphi1 = on1 ? bphi[u1] : 0.0f;
+
+    // GEMM 1's A fragments: the warp's rows of wphi, zero past H and past C.
+    unsigned wa[IQN_FUSED_C / 8][4];
+#pragma unroll
+    for (int kc = 0; kc < IQN_FUSED_C / 8; ++kc) {
+        const unsigned c = 16 * (kc >> 1) + 4 * t + 2 * (kc & 1);
+        const float* r0 = wphi + (size_t)u0 * C;
+        const float* r1 = wphi + (size_t)u1 * C;
+        wa[kc][0] = tf32_bits(on0 && c < C ? r0[c] : 0.0f);
+        wa[kc][1] = tf32_bits(on1 && c < C ? r1[c] : 0.0f);
+        wa[kc][2] = tf32_bits(on0 && c + 1 < C ? r0[c + 1] : 0.0f);
+        wa[kc][3] = tf32_bits(on1 && c + 1 < C ? r1[c + 1] : 0.0f);
+    }
+    // GEMM 2's accumulators: dwphi[u0 or u1][8 nt2 + 2t (+ 1)] for n-tile nt2.
+    float dw[IQN_FUSED_C / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < IQN_FUSED_C / 8; ++nt) {
+        dw[nt][0] = dw[nt][1] = dw[nt][2] = dw[nt][3] = 0.0f;
+    }
+    // Lane partials: S of the current sample, dbphi and dwq over the block's samples (for
+    // units u0, u1, over the lane's quantiles); loss and dbq for quantile lane (warp 0).
+    float s0 = 0.0f, s1 = 0.0f, db0 = 0.0f, db1 = 0.0f, dwq0 = 0.0f, dwq1 = 0.0f;
+    float loss = 0.0f, dbq = 0.0f;
+
+    const unsigned tiles = (N + IQN_FUSED_Q - 1) / IQN_FUSED_Q;  // per sample
+    // tau is loaded one tile ahead: cosf needs it right away, and the load's latency would
+    // stall the whole block before its first barrier. h and ybar are needed only after
+    // GEMM 1, which hides their latency.
+    float tau_next = 0.0f;
+    unsigned b = blockIdx.x, tile = 0, buf = 0;
+    if (b < B) {
+        tau_next = lane < N ? tau[(size_t)b * N + lane] : 0.0f;
+    }
+    while (b < B) {  // uniform across the block: the barriers inside are safe
+        const float tau_j = tau_next;
+        const float yb = ybar[b];
+        const float h0 = on0 ? h[(size_t)b * H + u0] : 0.0f;
+        const float h1 = on1 ? h[(size_t)b * H + u1] : 0.0f;
+        const unsigned rows = min(N - IQN_FUSED_Q * tile, (unsigned)IQN_FUSED_Q);
+        unsigned next_b = b, next_tile = tile + 1;
+        if (next_tile == tiles) {
+            next_tile = 0;
+            next_b = b + gridDim.x;
+        }
+        if (next_b < B) {
+            const unsigned j = IQN_FUSED_Q * next_tile + lane;
+            tau_next = j < N ? tau[(size_t)next_b * N + j] : 0.0f;
+        }
+
+        // 1. cosf, exactly as iqn_cos_features computes it, then rounded for the GEMMs. A
+        // warp fills 8 x 8 blocks (quantiles j0 .. j0 + 7, features c0 .. c0 + 7) half a block
+        // per store: lane (m = lane / 4, a = lane % 4) takes quantile j0 + m and feature
+        // c0 + (2a + m + half) % 8, which puts the 32 lanes on 32 distinct banks in both
+        // layouts (a warp storing one feature for 32 quantiles would hit 8 banks of cos_q).
+        float(*cq)[IQN_FUSED_LDQ] = cos_q[buf];
+        float(*ct)[IQN_FUSED_LDT] = cos_t[buf];
+        for (unsigned blk = warp; blk < (IQN_FUSED_Q / 8) * (IQN_FUSED_C / 8); blk += warps) {
+            const unsigned j = 8 * (blk % (IQN_FUSED_Q / 8)) + (lane >> 2);
+            const float tj = __shfl_sync(FULL_MASK, tau_j, j);  // lane j holds tau of j
+#pragma unroll
+            for (unsigned half = 0; half < 2; ++half) {
+                const unsigned c =
+                    8 * (blk / (IQN_FUSED_Q / 8)) + ((2 * (lane & 3) + (lane >> 2) + half) & 7);
+                const float v = j < rows && c < C ? cospif((float)(c + 1) * tj) : 0.0f;
+                const float r = __uint_as_float(tf32_bits(v));
+                cq[j][c] = r;
+                ct[c][j] = r;
+            }
+        }
+        __syncthreads();
+
+        // 2. phi^T for the warp's 16 units and the tile's 32 quantiles.
+        float acc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            acc[nt][0] = acc[nt][1] = bphi0;
+            acc[nt][2] = acc[nt][3] = bphi1;
+        }
+#pragma unroll
+        for (int kk = 0; kk < IQN_FUSED_C / 16; ++kk) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const uint4 q = lds4(&cq[4 * g + nt][16 * kk + 4 * t]);
+                mma_tf32(acc[nt], wa[2 * kk], q.x, q.y);
+                mma_tf32(acc[nt], wa[2 * kk + 1], q.z, q.w);
+            }
+        }
+        // phi of unit u0 (p0) and u1 (p1) for quantile 8t + i.
+        float p0[8], p1[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            p0[i] = fmaxf(acc[i & 3][i >> 2], 0.0f);
+            p1[i] = fmaxf(acc[i & 3][2 + (i >> 2)], 0.0f);
+        }
+        const float hw0 = h0 * wq0, hw1 = h1 * wq1;
+        // The warp's part of zq, reduced over the 8 lanes that share t and scattered as it
+        // goes (halving exchanges): lane (g, t) ends with quantile 8t + g.
+        float zp[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            zp[i] = fmaf(hw1, p1[i], hw0 * p0[i]);
+        }
+#pragma unroll
+        for (int half = 4, m = 16; half >= 1; half >>= 1, m >>= 1) {
+            const bool upper = (lane & m) != 0;  // g's bit log2(half): keep the upper half
+#pragma unroll
+            for (int i = 0; i < half; ++i) {
+                const float keep = upper ? zp[i + half] : zp[i];
+                const float send = upper ? zp[i] : zp[i + half];
+                zp[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
+            }
+        }
+        zq_part[warp][8 * t + g] = zp[0];
+        __syncthreads();
+
+        // 3. dz for quantile IQN_FUSED_Q tile + lane; 0 past N, which masks the padding.
+        float zq = 0.0f;
+        for (unsigned w = 0; w < warps; ++w) {
+            zq += zq_part[w][lane];
+        }
+        const float u = yb - (zq + bq0);
+        const float wgt = fabsf(tau_j - (u < 0.0f ? 1.0f : 0.0f));
+        const bool live = lane < rows;
+        const float dz = live ? -scale * wgt * huber_grad(u) : 0.0f;
+        if (warp == 0 && live) {
+            loss += wgt * huber(u);
+            dbq += dz;
+        }
+        // dphi_pre = dz wq h (phi > 0) for quantile 8t + i, as GEMM 2's A fragments.
+        unsigned pa[4][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float d = __shfl_sync(FULL_MASK, dz, 8 * t + i);
+            const float g0 = p0[i] > 0.0f ? d * hw0 : 0.0f;
+            const float g1 = p1[i] > 0.0f ? d * hw1 : 0.0f;
+            s0 = fmaf(d, p0[i], s0);
+            s1 = fmaf(d, p1[i], s1);
+            db0 += g0;
+            db1 += g1;
+            pa[i >> 1][2 * (i & 1)] = tf32_bits(g0);
+            pa[i >> 1][2 * (i & 1) + 1] = tf32_bits(g1);
+        }
+#pragma unroll
+        for (int nt2 = 0; nt2 < IQN_FUSED_C / 8; ++nt2) {
+            const uint4 lo = lds4(&ct[8 * nt2 + g][8 * t]);
+            const uint4 hi = lds4(&ct[8 * nt2 + g][8 * t + 4]);
+            mma_tf32(dw[nt2], pa[0], lo.x, lo.y);
+            mma_tf32(dw[nt2], pa[1], lo.z, lo.w);
+            mma_tf32(dw[nt2], pa[2], hi.x, hi.y);
+            mma_tf32(dw[nt2], pa[3], hi.z, hi.w);
+        }
+
+        if (next_tile == 0) {  // the sample's last tile: S is complete
+            s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
+            s0 += __shfl_xor_sync(FULL_MASK, s0, 2);
+            s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
+            s1 += __shfl_xor_sync(FULL_MASK, s1, 2);
+            if (t == 0) {
+                if (on0) {
+                    dh[(size_t)b * H + u0] = wq0 * s0;
+                }
+                if (on1) {
+                    dh[(size_t)b * H + u1] = wq1 * s1;
+                }
+            }
+            dwq0 = fmaf(h0, s0, dwq0);
+            dwq1 = fmaf(h1, s1, dwq1);
+            s0 = 0.0f;
+            s1 = 0.0f;
+        }
+        b = next_b;
+        tile = next_tile;
+        buf ^= 1;
+    }
+
+    // The block's partial row. dwq is the same in the 4 lanes of a unit (S was reduced
+    // before it); dbphi is reduced over them here.
+    db0 += __shfl_xor_sync(FULL_MASK, db0, 1);
+    db0 += __shfl_xor_sync(FULL_MASK, db0, 2);
+    db1 += __shfl_xor_sync(FULL_MASK, db1, 1);
+    db1 += __shfl_xor_sync(FULL_MASK, db1, 2);
+    float* row = partials + (size_t)blockIdx.x * (2 * H + 2 + (size_t)H * C);
+    if (t == 0) {
+        if (on0) {
+            row[u0] = dwq0;
+            row[H + u0] = db0;
+        }
+        if (on1) {
+            row[u1] = dwq1;
+            row[H + u1] = db1;
+        }
+    }
+    if (warp == 0) {
+        loss = warp_sum(loss);
+        dbq = warp_sum(dbq);
+        if (lane == 0) {
+            row[2 * H] = dbq;
+            row[2 * H + 1] = loss;
+        }
+    }
+    float* dwr = row + 2 * H + 2;
+#pragma unroll
+    for (int nt2 = 0; nt2 < IQN_FUSED_C / 8; ++nt2) {
+        const unsigned c = 8 * nt2 + 2 * t;
+        if (on0 && c < C) {
+            dwr[(size_t)u0 * C + c] = dw[nt2][0];
+        }
+        if (on0 && c + 1 < C) {
+            dwr[(size_t)u0 * C + c + 1] = dw[nt2][1];
+        }
+        if (on1 && c < C) {
+            dwr[(size_t)u1 * C + c] = dw[nt2][2];
+        }
+        if (on1 && c + 1 < C) {
+            dwr[(size_t)u1 * C + c + 1] = dw[nt2][3];
+        }
+    }
+}
+
+// Finishes iqn_fused: adds the `rows` partial rows of [rows, 2H + 2 + H C] in order; the
+// first 2H + 2 columns go out as in iqn_finish, the rest is dwphi[H, C] (written).
+// Grid: ceil((2H + 2 + H C) / 32) blocks of (32, 32) threads.
+extern "C" __global__ void __launch_bounds__(1024)
+    iqn_fused_finish(const float* __restrict__ partials, unsigned rows, unsigned H, unsigned C,
+                     float* __restrict__ dwphi, float* __restrict__ dwq,
+                     float* __restrict__ dbphi, float* __restrict__ dbq,
+                     float* __restrict__ losses, unsigned B, unsigned N, float coef) {
+    const unsigned head = 2 * H + 2, cols = head + H * C;
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const float s = column_block_sum(partials, 0, rows, cols, c);
+    if (threadIdx.y != 0 || c >= cols) {
+        return;
+    }
+    if (c < head) {
+        iqn_finish_column(c, s, H, dwq, dbphi, dbq, losses, B, N, coef);
     } else {
-        const float l = s / ((float)B * (float)N);
-        atomicAdd(&losses[LOSS_IQN], l);
-        atomicAdd(&losses[LOSS_TOTAL], coef * l);
+        dwphi[c - head] = s;
     }
 }

@@ -10,7 +10,8 @@
 
 use crate::{
     ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars, AttentionDims, AttnPoolDims,
-    DuelingCoefficients, DuelingDims, Expectile, IqnDims, LOSS_SLOTS, LossSlot, TrunkDims,
+    DuelingCoefficients, DuelingDims, Expectile, IqnDims, IqnFusedDims, LOSS_SLOTS, LossSlot,
+    TrunkDims,
 };
 
 /// What a loss kernel adds into each slot of the loss buffer (see [`LossSlot`]), in f64.
@@ -518,6 +519,154 @@ fn iqn64(
         }
     }
     out
+}
+
+/// What [`Kernels::iqn_fused`](crate::Kernels::iqn_fused) computes: the whole IQN head.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IqnFusedReference {
+    /// `dh[B, H]`.
+    pub dh: Vec<f32>,
+    /// `dwphi[H, C]`.
+    pub dwphi: Vec<f32>,
+    /// `dwq[H]`.
+    pub dwq: Vec<f32>,
+    /// `dbphi[H]`.
+    pub dbphi: Vec<f32>,
+    /// `dbq`.
+    pub dbq: f32,
+    /// What the kernels add into the loss buffer (`Iqn`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// How a CPU reference treats the operands of the products that the GPU runs on tensor
+/// cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmOperands {
+    /// As given: the model's math, in f64.
+    Exact,
+    /// Rounded to TF32 first, as the kernels' `cvt.rna.tf32.f32` does ([`tf32_round`]);
+    /// products and sums stay exact (f64). Where a ReLU follows a product, this is what
+    /// lets a comparison be tight: a pre-activation within TF32's error of zero flips its
+    /// mask in one computation and not in the other, and each flip moves a gradient by a
+    /// whole term.
+    Tf32,
+}
+
+/// `x` rounded to TF32 (10 explicit mantissa bits) to nearest, ties away from zero, as
+/// `cvt.rna.tf32.f32` rounds; NaN and infinities pass through.
+pub fn tf32_round(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    // Half of the 13 dropped bits' unit, added to the magnitude (the sign bit is apart):
+    // a carry into the exponent is the correct rounding up.
+    f32::from_bits((x.to_bits() + 0x1000) & 0xFFFF_E000)
+}
+
+/// What [`Kernels::iqn_fused`](crate::Kernels::iqn_fused) computes, the long way: the cosine
+/// features (`cos` in f64 of the f32 `tau`, rounded to f32 as
+/// [`iqn_cos_features_reference`] does), `phi = relu(cosf wphiᵀ + bphi)`, the head of
+/// [`iqn_forward_backward_reference`], and `dwphi = dphi_preᵀ cosf`. With
+/// [`GemmOperands::Tf32`], `cosf` and `wphi` are rounded for the first product and
+/// `dphi_pre` (as f32) and `cosf` for the second, as the kernel rounds them.
+#[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
+pub fn iqn_fused_reference(
+    dims: IqnFusedDims,
+    h: &[f32],
+    tau: &[f32],
+    ybar: &[f32],
+    wphi: &[f32],
+    bphi: &[f32],
+    wq: &[f32],
+    bq: f32,
+    coef: f32,
+    operands: GemmOperands,
+) -> IqnFusedReference {
+    let round = |x: f32| match operands {
+        GemmOperands::Exact => f64::from(x),
+        GemmOperands::Tf32 => f64::from(tf32_round(x)),
+    };
+    let cosf: Vec<f64> = iqn_cos_features_reference(tau, dims.cosines)
+        .into_iter()
+        .map(round)
+        .collect();
+    let wphi: Vec<f64> = wphi.iter().map(|&w| round(w)).collect();
+    let (out, dwphi) = iqn_fused64(
+        dims,
+        &widen(h),
+        &widen(tau),
+        &widen(ybar),
+        &cosf,
+        &wphi,
+        &widen(bphi),
+        &widen(wq),
+        f64::from(bq),
+        f64::from(coef),
+        &|d| round(d as f32),
+    );
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Iqn.index()] = out.loss;
+    losses[LossSlot::Total.index()] = f64::from(coef) * out.loss;
+    IqnFusedReference {
+        dh: narrow(&out.dh),
+        dwphi: narrow(&dwphi),
+        dwq: narrow(&out.dwq),
+        dbphi: narrow(&out.dbphi),
+        dbq: out.dbq as f32,
+        losses,
+    }
+}
+
+/// The fused head in f64 from the cosine features `cosf[B N, C]`: [`iqn64`]'s outputs and
+/// `dwphi[H, C]`, whose product reads `dphi_pre` through `operand` (a rounding, or none).
+#[allow(clippy::too_many_arguments)]
+fn iqn_fused64(
+    dims: IqnFusedDims,
+    h: &[f64],
+    tau: &[f64],
+    ybar: &[f64],
+    cosf: &[f64],
+    wphi: &[f64],
+    bphi: &[f64],
+    wq: &[f64],
+    bq: f64,
+    coef: f64,
+    operand: &dyn Fn(f64) -> f64,
+) -> (Iqn64, Vec<f64>) {
+    let IqnFusedDims {
+        batch: bn,
+        quantiles: nn,
+        hidden: hn,
+        cosines: cn,
+    } = dims;
+    check("iqn_fused_reference: tau", tau.len(), bn * nn);
+    check("iqn_fused_reference: wphi", wphi.len(), hn * cn);
+    check("iqn_fused_reference: bphi", bphi.len(), hn);
+    let rows = bn * nn;
+    check("iqn_fused_reference: cosf", cosf.len(), rows * cn);
+    let mut phi = vec![0.0; rows * hn];
+    for r in 0..rows {
+        let x = &cosf[r * cn..(r + 1) * cn];
+        for k in 0..hn {
+            let w = &wphi[k * cn..(k + 1) * cn];
+            let pre = x.iter().zip(w).map(|(a, b)| a * b).sum::<f64>() + bphi[k];
+            phi[r * hn + k] = pre.max(0.0);
+        }
+    }
+    let out = iqn64(dims.unfused(), h, &phi, wq, bq, ybar, tau, coef);
+    let mut dwphi = vec![0.0; hn * cn];
+    for r in 0..rows {
+        let x = &cosf[r * cn..(r + 1) * cn];
+        for k in 0..hn {
+            let d = operand(out.dphi_pre[r * hn + k]);
+            if d != 0.0 {
+                for (acc, a) in dwphi[k * cn..(k + 1) * cn].iter_mut().zip(x) {
+                    *acc += d * a;
+                }
+            }
+        }
+    }
+    (out, dwphi)
 }
 
 // ---- attention ----
@@ -1158,6 +1307,153 @@ mod tests {
                 &numeric_grad(&[c.bq], |b| c.loss(&c.h, &c.phi_pre, &c.wq, b[0], &zero)),
             );
         }
+    }
+
+    /// The cosine features `[rows, C]` of `tau`, in f64.
+    fn cos_features64(tau: &[f64], cn: usize) -> Vec<f64> {
+        (0..tau.len() * cn)
+            .map(|e| (std::f64::consts::PI * (e % cn + 1) as f64 * tau[e / cn]).cos())
+            .collect()
+    }
+
+    #[test]
+    fn iqn_fused_weight_gradients_match_finite_differences() {
+        let mut rng = Rng(11);
+        let dims = IqnFusedDims {
+            batch: 2,
+            quantiles: 3,
+            hidden: 5,
+            cosines: 4,
+        };
+        for _ in 0..3 {
+            let h = rng.vec(dims.batch * dims.hidden, 0.0, 1.5);
+            let tau = rng.vec(dims.batch * dims.quantiles, 0.0, 1.0);
+            let ybar = rng.vec(dims.batch, -2.0, 2.0);
+            let wphi = rng.vec(dims.hidden * dims.cosines, -1.0, 1.0);
+            let bphi = rng.vec(dims.hidden, -0.5, 0.5);
+            let wq = rng.vec(dims.hidden, -1.5, 1.5);
+            let cosf = cos_features64(&tau, dims.cosines);
+            let run = |wphi: &[f64], bphi: &[f64]| {
+                iqn_fused64(
+                    dims,
+                    &h,
+                    &tau,
+                    &ybar,
+                    &cosf,
+                    wphi,
+                    bphi,
+                    &wq,
+                    0.1,
+                    0.5,
+                    &|d| d,
+                )
+            };
+            let loss = |wphi: &[f64], bphi: &[f64]| 0.5 * run(wphi, bphi).0.loss;
+            let (out, dwphi) = run(&wphi, &bphi);
+            assert_close(
+                "iqn fused dwphi",
+                &dwphi,
+                &numeric_grad(&wphi, |w| loss(w, &bphi)),
+            );
+            assert_close(
+                "iqn fused dbphi",
+                &out.dbphi,
+                &numeric_grad(&bphi, |b| loss(&wphi, b)),
+            );
+        }
+    }
+
+    #[test]
+    fn iqn_fused_reference_is_the_unfused_chain() {
+        let mut rng = Rng(12);
+        let dims = IqnFusedDims {
+            batch: 3,
+            quantiles: 4,
+            hidden: 6,
+            cosines: 5,
+        };
+        let f32s = |v: Vec<f64>| narrow(&v);
+        let h = f32s(rng.vec(dims.batch * dims.hidden, 0.0, 1.5));
+        let tau = f32s(rng.vec(dims.batch * dims.quantiles, 0.0, 1.0));
+        let ybar = f32s(rng.vec(dims.batch, -2.0, 2.0));
+        let wphi = f32s(rng.vec(dims.hidden * dims.cosines, -1.0, 1.0));
+        let bphi = f32s(rng.vec(dims.hidden, -0.5, 0.5));
+        let wq = f32s(rng.vec(dims.hidden, -1.5, 1.5));
+        let fused = iqn_fused_reference(
+            dims,
+            &h,
+            &tau,
+            &ybar,
+            &wphi,
+            &bphi,
+            &wq,
+            0.1,
+            0.5,
+            GemmOperands::Exact,
+        );
+        // The chain the step runs without the fused kernel, on the CPU.
+        let cosf = iqn_cos_features_reference(&tau, dims.cosines);
+        let rows = dims.batch * dims.quantiles;
+        let (cn, hn) = (dims.cosines, dims.hidden);
+        let phi: Vec<f32> = (0..rows * hn)
+            .map(|e| {
+                let (r, k) = (e / hn, e % hn);
+                let pre = (0..cn)
+                    .map(|c| f64::from(cosf[r * cn + c]) * f64::from(wphi[k * cn + c]))
+                    .sum::<f64>()
+                    + f64::from(bphi[k]);
+                pre.max(0.0) as f32
+            })
+            .collect();
+        let head =
+            iqn_forward_backward_reference(dims.unfused(), &h, &phi, &wq, 0.1, &ybar, &tau, 0.5);
+        let dwphi: Vec<f64> = (0..hn * cn)
+            .map(|e| {
+                let (k, c) = (e / cn, e % cn);
+                (0..rows)
+                    .map(|r| f64::from(head.dphi_pre[r * hn + k]) * f64::from(cosf[r * cn + c]))
+                    .sum()
+            })
+            .collect();
+        let close = |what: &str, a: &[f32], b: &[f64]| {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (f64::from(*x) - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                    "{what}[{i}]: fused {x} vs chain {y}"
+                );
+            }
+        };
+        close("dh", &fused.dh, &widen(&head.dh));
+        close("dwq", &fused.dwq, &widen(&head.dwq));
+        close("dbphi", &fused.dbphi, &widen(&head.dbphi));
+        close("dbq", &[fused.dbq], &[f64::from(head.dbq)]);
+        close("dwphi", &fused.dwphi, &dwphi);
+        for slot in [LossSlot::Iqn, LossSlot::Total] {
+            let (a, b) = (fused.losses[slot.index()], head.losses[slot.index()]);
+            assert!(
+                (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                "{slot:?}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn tf32_rounding_keeps_ten_mantissa_bits_to_nearest_ties_away() {
+        let ulp = 2.0f32.powi(-10); // of TF32 at 1.0
+        assert_eq!(tf32_round(1.0), 1.0);
+        assert_eq!(tf32_round(1.0 + ulp), 1.0 + ulp);
+        // Below half an ulp rounds down, half an ulp (a tie) rounds away from zero.
+        assert_eq!(tf32_round(1.0 + 0.49 * ulp), 1.0);
+        assert_eq!(tf32_round(1.0 + 0.5 * ulp), 1.0 + ulp);
+        assert_eq!(tf32_round(-(1.0 + 0.5 * ulp)), -(1.0 + ulp));
+        // A carry into the exponent.
+        assert_eq!(tf32_round(2.0 - 0.25 * ulp), 2.0);
+        assert_eq!(tf32_round(0.0), 0.0);
+        assert!(tf32_round(f32::NAN).is_nan());
+        assert_eq!(tf32_round(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        let x = 0.123_456_79f32;
+        assert_eq!(tf32_round(x).to_bits() & 0x1FFF, 0);
+        assert!((tf32_round(x) - x).abs() <= x * 2.0f32.powi(-11));
     }
 
     fn attention_dims() -> AttentionDims {

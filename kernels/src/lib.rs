@@ -103,6 +103,10 @@ pub enum KernelId {
     IqnForwardBackwardGeneric,
     /// `iqn_finish` in `cuda/dqn_iqn.cu`.
     IqnFinish,
+    /// `iqn_fused` in `cuda/dqn_iqn.cu` (the whole head, `H <= 256`, `C <= 64`).
+    IqnFused,
+    /// `iqn_fused_finish` in `cuda/dqn_iqn.cu`.
+    IqnFusedFinish,
     /// `attention_forward` in `cuda/dqn_attention.cu`.
     AttentionForward,
     /// `attention_backward` in `cuda/dqn_attention.cu`.
@@ -125,7 +129,7 @@ pub enum KernelId {
 
 impl KernelId {
     /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 24] = [
+    pub const ALL: [KernelId; 26] = [
         KernelId::ChainStep,
         KernelId::Axpby,
         KernelId::ScaleByScalar,
@@ -141,6 +145,8 @@ impl KernelId {
         KernelId::IqnForwardBackwardV4,
         KernelId::IqnForwardBackwardGeneric,
         KernelId::IqnFinish,
+        KernelId::IqnFused,
+        KernelId::IqnFusedFinish,
         KernelId::AttentionForward,
         KernelId::AttentionBackward,
         KernelId::AttnPoolLoss,
@@ -177,7 +183,9 @@ impl KernelId {
             | KernelId::IqnForwardBackwardV2
             | KernelId::IqnForwardBackwardV4
             | KernelId::IqnForwardBackwardGeneric
-            | KernelId::IqnFinish => ModuleId::DqnIqn,
+            | KernelId::IqnFinish
+            | KernelId::IqnFused
+            | KernelId::IqnFusedFinish => ModuleId::DqnIqn,
             KernelId::AttentionForward
             | KernelId::AttentionBackward
             | KernelId::AttnPoolLoss
@@ -208,6 +216,8 @@ impl KernelId {
             KernelId::IqnForwardBackwardV4 => "iqn_forward_backward_v4",
             KernelId::IqnForwardBackwardGeneric => "iqn_forward_backward_generic",
             KernelId::IqnFinish => "iqn_finish",
+            KernelId::IqnFused => "iqn_fused",
+            KernelId::IqnFusedFinish => "iqn_fused_finish",
             KernelId::AttentionForward => "attention_forward",
             KernelId::AttentionBackward => "attention_backward",
             KernelId::AttnPoolLoss => "attn_pool_loss",
@@ -387,7 +397,7 @@ pub enum LossSlot {
     Td = 1,
     /// `L_iql`, high and low heads together ([`Kernels::expectile_loss`], called twice).
     Iql = 2,
-    /// `L_iqn` ([`Kernels::iqn_forward_backward`]).
+    /// `L_iqn` ([`Kernels::iqn_fused`], or [`Kernels::iqn_forward_backward`]).
     Iqn = 3,
     /// `L_attn` ([`Kernels::attn_pool_loss`]).
     Attn = 4,
@@ -667,7 +677,7 @@ pub struct TrunkGrads<'a> {
     pub de_lo: &'a DeviceBuffer<f32>,
     /// `we_lo[H]`.
     pub we_lo: &'a DeviceBuffer<f32>,
-    /// `dh_iqn[B, H]` ([`Kernels::iqn_forward_backward`]).
+    /// `dh_iqn[B, H]` ([`Kernels::iqn_fused`], or [`Kernels::iqn_forward_backward`]).
     pub dh_iqn: &'a DeviceBuffer<f32>,
 }
 
@@ -1225,6 +1235,274 @@ impl Kernels {
         // and writes only columns c < 2H + 2: dwq[c < H], dbphi[c - H < H], dbq[0], and
         // losses slots below LOSS_SLOTS.
         unsafe { launch.launch(tile_config(cols.div_ceil(32), 1)) }
+    }
+}
+
+// ---- cuda/dqn_iqn.cu: the whole IQN head in one kernel ----
+
+/// Blocks of 16 warps in one wave of an [`Kernels::iqn_fused`] launch: the SMs of an H100
+/// (and of an H200), one block each at `H = 256`. A constant rather than the device's SM
+/// count, so that the grid, the order of the sums and the result's bits depend on the
+/// sizes only (and are the same on both GPUs).
+pub const IQN_FUSED_BLOCKS: u32 = 132;
+
+/// Most warps in a block of [`Kernels::iqn_fused`] (`IQN_FUSED_MAX_WARPS` in
+/// `cuda/dqn_iqn.cu`); each owns 16 hidden units.
+const IQN_FUSED_MAX_WARPS: u32 = 16;
+
+/// Most hidden units `H` that [`Kernels::iqn_fused`] takes.
+pub const IQN_FUSED_MAX_HIDDEN: usize = 16 * IQN_FUSED_MAX_WARPS as usize;
+
+/// Most cosine features `C` that [`Kernels::iqn_fused`] takes (`IQN_FUSED_C` in
+/// `cuda/dqn_iqn.cu`: the kernel computes with 64, zero-padded).
+pub const IQN_FUSED_MAX_COSINES: usize = 64;
+
+/// Waves of [`IQN_FUSED_BLOCKS`] blocks in a [`Kernels::iqn_fused`] launch. One: each block
+/// loads its slice of `wphi` once and writes one partial row (66 KB at `H = 256`) that
+/// `iqn_fused_finish` reads back. More waves of shorter blocks cost a partial row each but
+/// let the hardware balance the work when other kernels hold some SMs (a persistent block
+/// that starts late finishes late).
+const IQN_FUSED_WAVES: u32 = 1;
+
+/// Blocks of [`Kernels::iqn_fused`] that share an SM when `H` is small enough for their
+/// registers to allow more than one: each takes 37 KB of static shared memory, and an SM has
+/// 228 KB.
+const IQN_FUSED_SMEM_BLOCKS_PER_SM: u32 = 5;
+
+/// Sizes of the whole IQN head: `B` samples, `N` quantiles, `H` hidden units, `C` cosine
+/// features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IqnFusedDims {
+    /// `B`.
+    pub batch: usize,
+    /// `N`.
+    pub quantiles: usize,
+    /// `H`.
+    pub hidden: usize,
+    /// `C`.
+    pub cosines: usize,
+}
+
+impl IqnFusedDims {
+    /// Whether [`Kernels::iqn_fused`] takes these sizes: each at least 1, `H` at most
+    /// [`IQN_FUSED_MAX_HIDDEN`], `C` at most [`IQN_FUSED_MAX_COSINES`], and `B N`, `B H`
+    /// within the kernels' 32-bit indices. Otherwise use the unfused path
+    /// ([`Kernels::iqn_cos_features`], the two GEMMs and [`Kernels::iqn_forward_backward`]).
+    pub fn supported(self) -> bool {
+        iqn_fused_plan(self).is_ok()
+    }
+
+    /// Length of the scratch buffer that [`Kernels::iqn_fused`] needs (a partial row of
+    /// `2H + 2 + H C` floats per block), or 0 if the sizes are not supported.
+    pub fn scratch_len(self) -> usize {
+        iqn_fused_plan(self).map_or(0, |plan| plan.scratch_len)
+    }
+
+    /// The sizes without `C`, as the unfused path takes them.
+    pub fn unfused(self) -> IqnDims {
+        IqnDims {
+            batch: self.batch,
+            quantiles: self.quantiles,
+            hidden: self.hidden,
+        }
+    }
+}
+
+/// How [`Kernels::iqn_fused`] launches.
+#[derive(Clone, Copy, Debug)]
+struct IqnFusedPlan {
+    config: LaunchConfig,
+    /// Partial rows written (one per block of `config`).
+    rows: u32,
+    scratch_len: usize,
+    finish: LaunchConfig,
+}
+
+fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
+    let b = positive("iqn_fused: batch", dims.batch)?;
+    positive("iqn_fused: quantiles", dims.quantiles)?;
+    let h = positive("iqn_fused: hidden", dims.hidden)?;
+    positive("iqn_fused: cosines", dims.cosines)?;
+    // Each warp keeps its 16 units' rows of wphi and of dwphi in registers, and a block has
+    // at most IQN_FUSED_MAX_WARPS warps: a larger H has no warp to hold its units.
+    if dims.hidden > IQN_FUSED_MAX_HIDDEN {
+        return Err(Error::Invalid(format!(
+            "iqn_fused: expected at most {IQN_FUSED_MAX_HIDDEN} hidden units (16 per warp, \
+             {IQN_FUSED_MAX_WARPS} warps), found H = {}; use the unfused IQN path",
+            dims.hidden
+        )));
+    }
+    // The register fragments cover 64 features; more would be silently dropped.
+    if dims.cosines > IQN_FUSED_MAX_COSINES {
+        return Err(Error::Invalid(format!(
+            "iqn_fused: expected at most {IQN_FUSED_MAX_COSINES} cosine features, found C = {}; \
+             use the unfused IQN path",
+            dims.cosines
+        )));
+    }
+    len_u32(
+        "iqn_fused: tau ([B, N])",
+        product("iqn_fused: tau", &[dims.batch, dims.quantiles])?,
+    )?;
+    len_u32(
+        "iqn_fused: h ([B, H])",
+        product("iqn_fused: h", &[dims.batch, dims.hidden])?,
+    )?;
+    // At most 2 * 256 + 2 + 256 * 64: no overflow.
+    let row_len = 2 * dims.hidden + 2 + dims.hidden * dims.cosines;
+    let warps = h.div_ceil(16);
+    let per_sm = (IQN_FUSED_MAX_WARPS / warps).min(IQN_FUSED_SMEM_BLOCKS_PER_SM);
+    let blocks = b.min(IQN_FUSED_BLOCKS * per_sm * IQN_FUSED_WAVES);
+    let scratch_len = product("iqn_fused: scratch", &[blocks as usize, row_len])?;
+    len_u32("iqn_fused: scratch", scratch_len)?;
+    Ok(IqnFusedPlan {
+        config: LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (32 * warps, 1, 1),
+            shared_mem_bytes: 0,
+        },
+        rows: blocks,
+        scratch_len,
+        finish: tile_config((row_len as u32).div_ceil(32), 1),
+    })
+}
+
+/// Inputs of [`Kernels::iqn_fused`].
+#[derive(Clone, Copy, Debug)]
+pub struct IqnFusedInputs<'a> {
+    /// `h[B, H]`: the trunk's output.
+    pub h: &'a DeviceBuffer<f32>,
+    /// `tau[B, N]`: the quantile fractions.
+    pub tau: &'a DeviceBuffer<f32>,
+    /// `ybar[B]`: the mean target ([`Kernels::ddqn_target`]).
+    pub ybar: &'a DeviceBuffer<f32>,
+    /// `wphi[H, C]`.
+    pub wphi: &'a DeviceBuffer<f32>,
+    /// `bphi[H]`.
+    pub bphi: &'a DeviceBuffer<f32>,
+    /// `wq[H]`.
+    pub wq: &'a DeviceBuffer<f32>,
+    /// `bq[1]`.
+    pub bq: &'a DeviceBuffer<f32>,
+}
+
+/// Outputs of [`Kernels::iqn_fused`]; every gradient is of `coef · L_iqn`, and each is
+/// written, not added.
+#[derive(Debug)]
+pub struct IqnFusedOutputs<'a> {
+    /// `dh[B, H]`: the IQN head's part of the trunk's gradient.
+    pub dh: &'a mut DeviceBuffer<f32>,
+    /// `dwphi[H, C]`.
+    pub dwphi: &'a mut DeviceBuffer<f32>,
+    /// `dbphi[H]`.
+    pub dbphi: &'a mut DeviceBuffer<f32>,
+    /// `dwq[H]`.
+    pub dwq: &'a mut DeviceBuffer<f32>,
+    /// `dbq[1]`.
+    pub dbq: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer: [`LossSlot::Iqn`] and [`LossSlot::Total`] are added to.
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+impl Kernels {
+    /// The whole IQN head, forward and backward, in one pass: the cosine features, `phi =
+    /// relu(cosf wphiᵀ + bphi)`, the quantile Huber loss against `ybar`, and every gradient
+    /// of `coef · L_iqn` ([`IqnFusedOutputs`]). Computes what [`Kernels::iqn_cos_features`],
+    /// the `phi` GEMM, [`Kernels::iqn_forward_backward`] and the `dwphi` GEMM compute, without
+    /// writing `cosf`, `phi` or `dphi_pre`; both products run on the tensor cores in TF32,
+    /// the precision of the cuBLASLt GEMMs it replaces.
+    ///
+    /// Takes the sizes [`IqnFusedDims::supported`] accepts (`H <= 256`, `C <= 64`, any `N`
+    /// and `B`) and fails with [`Error::Invalid`] on others. Two launches: `iqn_fused`,
+    /// `min(B, IQN_FUSED_BLOCKS × blocks per SM)` blocks of `32 ceil(H / 16)` threads, each
+    /// looping over its samples and writing one partial row into `scratch` (at least
+    /// [`IqnFusedDims::scratch_len`] floats, not shared with an op that may run at the same
+    /// time); then `iqn_fused_finish`, `ceil((2H + 2 + H C) / 32)` blocks of 32 × 32, which
+    /// adds the rows in order. Deterministic, the loss slot included (one add).
+    /// [`iqn_fused_reference`] is the CPU version.
+    pub fn iqn_fused(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: IqnFusedDims,
+        inputs: &IqnFusedInputs<'_>,
+        coef: f32,
+        out: IqnFusedOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let plan = iqn_fused_plan(dims)?;
+        let (b, n) = (dims.batch as u32, dims.quantiles as u32);
+        let (h, c) = (dims.hidden as u32, dims.cosines as u32);
+        let bh = product("iqn_fused", &[dims.batch, dims.hidden])?;
+        let bn = product("iqn_fused", &[dims.batch, dims.quantiles])?;
+        let hc = product("iqn_fused", &[dims.hidden, dims.cosines])?;
+        check_len("iqn_fused: h ([B, H])", inputs.h.len(), bh)?;
+        check_len("iqn_fused: tau ([B, N])", inputs.tau.len(), bn)?;
+        check_len("iqn_fused: ybar ([B])", inputs.ybar.len(), dims.batch)?;
+        check_len("iqn_fused: wphi ([H, C])", inputs.wphi.len(), hc)?;
+        check_len("iqn_fused: bphi ([H])", inputs.bphi.len(), dims.hidden)?;
+        check_len("iqn_fused: wq ([H])", inputs.wq.len(), dims.hidden)?;
+        check_len("iqn_fused: bq ([1])", inputs.bq.len(), 1)?;
+        check_len("iqn_fused: dh ([B, H])", out.dh.len(), bh)?;
+        check_len("iqn_fused: dwphi ([H, C])", out.dwphi.len(), hc)?;
+        check_len("iqn_fused: dbphi ([H])", out.dbphi.len(), dims.hidden)?;
+        check_len("iqn_fused: dwq ([H])", out.dwq.len(), dims.hidden)?;
+        check_len("iqn_fused: dbq ([1])", out.dbq.len(), 1)?;
+        check_losses("iqn_fused: losses", out.losses)?;
+        if scratch.len() < plan.scratch_len {
+            return Err(Error::LengthMismatch {
+                what: "iqn_fused: scratch (at least IqnFusedDims::scratch_len)".into(),
+                expected: plan.scratch_len,
+                found: scratch.len(),
+            });
+        }
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::IqnFused));
+            launch
+                .buf(inputs.h)
+                .buf(inputs.tau)
+                .buf(inputs.ybar)
+                .buf(inputs.wphi)
+                .buf(inputs.bphi)
+                .buf(inputs.wq)
+                .buf(inputs.bq)
+                .buf_mut(&mut *out.dh)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&n)
+                .arg(&h)
+                .arg(&c)
+                .arg(&coef);
+            // SAFETY: the arguments match `iqn_fused(const float* h, const float* tau, const
+            // float* ybar, const float* wphi, const float* bphi, const float* wq, const
+            // float* bq, float* dh, float* partials, unsigned B, unsigned N, unsigned H,
+            // unsigned C, float coef)`; the plan admits only H <= 16 x IQN_FUSED_MAX_WARPS
+            // with ceil(H / 16) warps per block (each warp's units below 16 warps) and C <=
+            // IQN_FUSED_C, the kernel reads and writes units < H, features < C, quantiles <
+            // N and samples < B only, every buffer holds what its shape says, and scratch
+            // holds gridDim.x rows of 2H + 2 + H C (checked above).
+            unsafe { launch.launch(plan.config)? };
+        }
+        let mut launch = stream.launch(self.kernel(KernelId::IqnFusedFinish));
+        launch
+            .buf(&*scratch)
+            .arg(&plan.rows)
+            .arg(&h)
+            .arg(&c)
+            .buf_mut(out.dwphi)
+            .buf_mut(out.dwq)
+            .buf_mut(out.dbphi)
+            .buf_mut(out.dbq)
+            .buf_mut(out.losses)
+            .arg(&b)
+            .arg(&n)
+            .arg(&coef);
+        // SAFETY: the arguments match `iqn_fused_finish(const float* partials, unsigned
+        // rows, unsigned H, unsigned C, float* dwphi, float* dwq, float* dbphi, float* dbq,
+        // float* losses, unsigned B, unsigned N, float coef)`; it reads rows (2H + 2 + H C)
+        // floats of scratch (checked above) and writes only columns c < 2H + 2 + H C:
+        // dwq[c < H], dbphi[c - H < H], dbq[0], losses slots below LOSS_SLOTS and
+        // dwphi[c - 2H - 2 < H C].
+        unsafe { launch.launch(plan.finish) }
     }
 }
 
@@ -2315,10 +2593,10 @@ mod tests {
         assert_eq!(optim["ADAM_LR"], ADAM_LR.to_string());
         assert_eq!(optim["ADAM_BIAS1"], ADAM_BIAS1.to_string());
         assert_eq!(optim["ADAM_BIAS2"], ADAM_BIAS2.to_string());
-        assert_eq!(
-            cuda_defines("dqn_iqn.cu")["IQN_WARPS"],
-            IQN_WARPS.to_string()
-        );
+        let iqn = cuda_defines("dqn_iqn.cu");
+        assert_eq!(iqn["IQN_WARPS"], IQN_WARPS.to_string());
+        assert_eq!(iqn["IQN_FUSED_MAX_WARPS"], IQN_FUSED_MAX_WARPS.to_string());
+        assert_eq!(iqn["IQN_FUSED_C"], IQN_FUSED_MAX_COSINES.to_string());
     }
 
     #[test]
@@ -2399,6 +2677,81 @@ mod tests {
         );
         assert!(iqn_plan(dims(0, 32, 256)).is_err());
         assert_eq!(dims(4, 0, 256).scratch_len(), 0);
+    }
+
+    #[test]
+    fn iqn_fused_plan_sizes_the_grid_and_the_scratch() {
+        let dims = |batch, quantiles, hidden, cosines| IqnFusedDims {
+            batch,
+            quantiles,
+            hidden,
+            cosines,
+        };
+        // The step's sizes: 16 warps, one block per SM of the H100.
+        let step = dims(16384, 32, 256, 64);
+        let plan = iqn_fused_plan(step).unwrap();
+        let wave = IQN_FUSED_BLOCKS * IQN_FUSED_WAVES;
+        assert_eq!(plan.config.grid_dim, (wave, 1, 1));
+        assert_eq!(plan.config.block_dim, (512, 1, 1));
+        assert_eq!(plan.config.shared_mem_bytes, 0, "static shared memory only");
+        assert_eq!(plan.rows, wave);
+        let row = 2 * 256 + 2 + 256 * 64;
+        assert_eq!(step.scratch_len(), wave as usize * row);
+        assert_eq!(plan.finish.grid_dim, ((row as u32).div_ceil(32), 1, 1));
+        assert_eq!(plan.finish.block_dim, (32, 32, 1));
+        assert!(step.supported());
+        assert_eq!(
+            step.unfused(),
+            IqnDims {
+                batch: 16384,
+                quantiles: 32,
+                hidden: 256
+            }
+        );
+
+        // Ragged H: a partial last warp.
+        let plan = iqn_fused_plan(dims(3000, 7, 200, 40)).unwrap();
+        assert_eq!(plan.config.grid_dim, (wave, 1, 1));
+        assert_eq!(plan.config.block_dim, (32 * 13, 1, 1));
+        assert_eq!(plan.scratch_len, wave as usize * (2 * 200 + 2 + 200 * 40));
+        // Fewer samples than blocks: one block each.
+        let plan = iqn_fused_plan(dims(5, 33, 256, 64)).unwrap();
+        assert_eq!(plan.config.grid_dim, (5, 1, 1));
+        assert_eq!(plan.scratch_len, 5 * row);
+        // Small H: several blocks share an SM, as many as shared memory allows.
+        let plan = iqn_fused_plan(dims(16384, 32, 64, 64)).unwrap();
+        assert_eq!(plan.config.block_dim, (128, 1, 1));
+        assert_eq!(plan.config.grid_dim, (wave * 4, 1, 1));
+        let plan = iqn_fused_plan(dims(16384, 32, 16, 1)).unwrap();
+        assert_eq!(plan.config.block_dim, (32, 1, 1));
+        assert_eq!(
+            plan.config.grid_dim,
+            (wave * IQN_FUSED_SMEM_BLOCKS_PER_SM, 1, 1)
+        );
+
+        // Outside the kernel's sizes: an error that names what was expected and found.
+        let err = iqn_fused_plan(dims(16, 32, 257, 64)).unwrap_err();
+        assert!(
+            err.to_string().contains("at most 256 hidden units")
+                && err.to_string().contains("H = 257"),
+            "{err}"
+        );
+        let err = iqn_fused_plan(dims(16, 32, 256, 65)).unwrap_err();
+        assert!(
+            err.to_string().contains("at most 64 cosine features")
+                && err.to_string().contains("C = 65"),
+            "{err}"
+        );
+        for bad in [
+            dims(0, 32, 256, 64),
+            dims(16, 0, 256, 64),
+            dims(16, 32, 0, 64),
+            dims(16, 32, 256, 0),
+            dims(1 << 30, 8, 16, 8),
+        ] {
+            assert!(!bad.supported(), "{bad:?}");
+            assert_eq!(bad.scratch_len(), 0, "{bad:?}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use syn::{Ident, Type};
 
-use crate::model::{BufKind, Step};
+use crate::model::{BufKind, Priority, Step};
 use crate::schedule::{Access, DepKind, Plan};
 use crate::validate::{Arg, Resolved, Slot};
 
@@ -24,7 +24,12 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let step_name = step.name.to_string();
     let streams = resolved.streams.iter().map(|s| {
         let name = &s.name;
-        quote!(#rt::StreamDesc { name: #name })
+        let priority = match step.streams[s.decl].priority {
+            Priority::Low => quote!(Low),
+            Priority::Normal => quote!(Normal),
+            Priority::High => quote!(High),
+        };
+        quote!(#rt::StreamDesc { name: #name, priority: #rt::StreamPriority::#priority })
     });
     let buffers = step.buffers.iter().flat_map(|b| &b.fields).map(|b| {
         let name = b.name.to_string();
@@ -440,6 +445,15 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
                     exec.profile(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass), replays)
                 }
 
+                /// Captures the step once more and measures its work bound: every kernel
+                /// timed alone, weighted by the share of the GPU its grid occupies. The
+                /// kernels run many times on this step's buffers (in-place updates
+                /// included): measure when the values no longer matter.
+                pub fn work_bound(&mut self) -> #rt::Result<#rt::WorkBound> {
+                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
+                    exec.work_bound(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
+                }
+
                 /// Captures the step again, reads the graph back from the driver and checks
                 /// it against the plan: every dependency ordered, nothing independent
                 /// ordered, each op's nodes what it issued. Debug builds do this at every
@@ -530,6 +544,7 @@ pub fn stand_in(step: &Step) -> TokenStream {
                 pub fn rebind<R>(&mut self, f: impl ::core::ops::FnOnce(&mut #buffers_ty) -> R) -> #rt::Result<R> { ::core::panic!(#msg) }
                 pub fn into_parts(self) -> #rt::Result<(#buffers_ty, #config_ty)> { ::core::panic!(#msg) }
                 pub fn profile(&mut self, replays: usize) -> #rt::Result<#rt::Profile> { ::core::panic!(#msg) }
+                pub fn work_bound(&mut self) -> #rt::Result<#rt::WorkBound> { ::core::panic!(#msg) }
                 pub fn verify(&mut self) -> #rt::Result<#rt::VerifyReport> { ::core::panic!(#msg) }
             }
         }

@@ -18,11 +18,22 @@ pub struct Step {
     pub other: Vec<Item>,
 }
 
-/// `main` or `branch[4]` in `streams(..)`.
+/// `main`, `branch[4]` or `aux_attn(low)` in `streams(..)`.
 pub struct StreamDecl {
     pub name: Ident,
     /// The group width for `name[N]`: one stream per index.
     pub width: Option<u32>,
+    /// `(low)` or `(high)` after the name; normal when absent.
+    pub priority: Priority,
+}
+
+/// A stream's scheduling priority: where streams compete for the GPU, the blocks of
+/// higher-priority kernels are dispatched first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    Low,
+    Normal,
+    High,
 }
 
 pub struct Struct<F> {

@@ -13,8 +13,8 @@ use syn::{
 
 use crate::errors::Errors;
 use crate::model::{
-    BufKind, Buffer, ConfigField, IndexSpec, Op, Param, ParamKind, Placement, Step, StreamDecl,
-    StreamRef, Struct,
+    BufKind, Buffer, ConfigField, IndexSpec, Op, Param, ParamKind, Placement, Priority, Step,
+    StreamDecl, StreamRef, Struct,
 };
 
 /// `#[step(streams(main, aux, branch[4]), kernels = path::Kernels)]`
@@ -22,6 +22,9 @@ pub struct StepArgs {
     pub streams: Vec<StreamDecl>,
     pub streams_span: Option<Span>,
     pub kernels: Option<Path>,
+    /// The arguments did not parse (and that error is reported): missing streams are a
+    /// consequence, not a second mistake.
+    pub unreadable: bool,
 }
 
 impl Parse for StepArgs {
@@ -30,6 +33,7 @@ impl Parse for StepArgs {
             streams: Vec::new(),
             streams_span: None,
             kernels: None,
+            unreadable: false,
         };
         while !input.is_empty() {
             let key: Ident = input.parse()?;
@@ -55,7 +59,31 @@ impl Parse for StepArgs {
                         } else {
                             None
                         };
-                        args.streams.push(StreamDecl { name, width });
+                        let priority = if content.peek(syn::token::Paren) {
+                            let inner;
+                            parenthesized!(inner in content);
+                            let word: Ident = inner.parse()?;
+                            match word.to_string().as_str() {
+                                "low" => Priority::Low,
+                                "normal" => Priority::Normal,
+                                "high" => Priority::High,
+                                other => {
+                                    return Err(syn::Error::new(
+                                        word.span(),
+                                        format!(
+                                            "unknown stream priority `{other}`: expected `low`, `normal` or `high`"
+                                        ),
+                                    ));
+                                }
+                            }
+                        } else {
+                            Priority::Normal
+                        };
+                        args.streams.push(StreamDecl {
+                            name,
+                            width,
+                            priority,
+                        });
                         if content.is_empty() {
                             break;
                         }
@@ -127,7 +155,7 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
         );
         return None;
     };
-    if args.streams.is_empty() {
+    if args.streams.is_empty() && !args.unreadable {
         errors.at(
             args.streams_span.unwrap_or_else(|| module.ident.span()),
             "declare the step's streams, origin first: #[step(streams(main, ..))]",
@@ -448,6 +476,7 @@ pub fn parse_args(tokens: TokenStream, errors: &Errors) -> StepArgs {
                 streams: Vec::new(),
                 streams_span: None,
                 kernels: None,
+                unreadable: true,
             }
         }
     }

@@ -62,6 +62,11 @@ pub struct Resolved {
 
 /// What each rule protects against is said where it is checked.
 pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
+    if step.streams.is_empty() {
+        // Parsing said so already (no `streams(..)`, or arguments it could not read);
+        // every rule below starts from the origin stream.
+        return None;
+    }
     // --- streams -------------------------------------------------------------------
     let mut decl_of: HashMap<String, usize> = HashMap::new();
     let mut streams: Vec<PhysStream> = Vec::new();

@@ -88,6 +88,13 @@ pub fn check_libraries() -> Result<()> {
 }
 
 impl Device {
+    /// How many GPUs the driver sees (after checking the driver library is there).
+    pub fn count() -> Result<usize> {
+        require_library("cuda")?;
+        let n = CudaContext::device_count().map_err(Error::driver("cuDeviceGetCount"))?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Opens GPU `ordinal` after checking the libraries and the compute capability.
     pub fn new(ordinal: usize) -> Result<Device> {
         check_libraries()?;

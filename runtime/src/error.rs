@@ -39,6 +39,16 @@ pub enum Error {
         /// The file names that were tried.
         candidates: String,
     },
+    /// An NCCL call failed.
+    #[error("NCCL call `{call}` failed: {code} ({message})")]
+    Nccl {
+        /// The NCCL entry point that failed.
+        call: &'static str,
+        /// The `ncclResult_t` name.
+        code: String,
+        /// NCCL's own description of the code.
+        message: String,
+    },
     /// The driver sees no GPU with this ordinal.
     #[error("no CUDA device with ordinal {ordinal}: the driver sees {count} device(s)")]
     NoDevice {

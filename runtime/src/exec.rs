@@ -13,7 +13,7 @@ use crate::blas::BlasHandle;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
-use crate::plan::{OpId, PlanDesc, StreamId};
+use crate::plan::{OpId, PlanDesc, StreamId, StreamPriority};
 use crate::profile::{OpTiming, Profile, WaitEdge};
 use crate::scalars::HostAccess;
 use crate::stream::{CaptureStream, Mode};
@@ -26,6 +26,16 @@ pub enum Schedule {
     Planned,
     /// Every op on the origin stream in program order: the baseline every comparison needs.
     OneStream,
+    /// The plan with every stream at the same priority, whatever the step declares: the
+    /// baseline that shows what the declared priorities buy.
+    PlannedEqualPriority,
+}
+
+impl Schedule {
+    /// Whether ops run on their planned streams.
+    fn parallel(self) -> bool {
+        self != Schedule::OneStream
+    }
 }
 
 /// Streams, events and per-stream cuBLASLt handles of one step, and its graph.
@@ -35,6 +45,8 @@ pub enum Schedule {
 /// buffer the graph refers to is freed.
 pub struct Executor {
     graph: Option<Graph>,
+    /// Streams have priorities: graphs are instantiated to keep each kernel's.
+    node_priority: bool,
     /// A rebind changed buffers since the last capture: capture again before replaying.
     stale: bool,
     plan: &'static PlanDesc,
@@ -75,6 +87,93 @@ impl Drop for Executor {
     }
 }
 
+/// The driver priority of each plan stream when the plan gives any stream other than the
+/// normal one (`None` otherwise, and for the one-stream baseline). The driver's range is
+/// `(least, greatest)`, `(0, -5)` on an H100, lower numbers first: low gets the least,
+/// high the greatest, normal the middle.
+fn stream_priorities(
+    device: &Device,
+    plan: &PlanDesc,
+    schedule: Schedule,
+) -> Result<Option<Vec<i32>>> {
+    if schedule != Schedule::Planned {
+        return Ok(None);
+    }
+    let declared: Vec<StreamPriority> = plan.streams.iter().map(|s| s.priority).collect();
+    let wanted = match std::env::var(PRIORITY_OVERRIDE) {
+        Ok(text) => priority_override(plan, &text)?,
+        Err(_) => declared,
+    };
+    if wanted.iter().all(|&p| p == StreamPriority::Normal) {
+        return Ok(None);
+    }
+    // The range is the current context's.
+    device
+        .context()
+        .bind_to_thread()
+        .map_err(Error::driver("cuCtxSetCurrent"))?;
+    let (least, greatest) = cudarc::driver::result::stream::get_priority_range()
+        .map_err(Error::driver("cuCtxGetStreamPriorityRange"))?;
+    Ok(Some(
+        wanted
+            .iter()
+            .map(|p| match p {
+                StreamPriority::Low => least,
+                StreamPriority::Normal => (least + greatest) / 2,
+                StreamPriority::High => greatest,
+            })
+            .collect(),
+    ))
+}
+
+/// Environment variable that replaces the declared stream priorities of every planned
+/// step in the process, to try others without rebuilding:
+/// `STEPGRAPH_STREAM_PRIORITIES="aux_attn=high,branch=low"` (a group's name sets all its
+/// streams; streams not named are normal). Steps built with
+/// [`Schedule::PlannedEqualPriority`] ignore it.
+pub const PRIORITY_OVERRIDE: &str = "STEPGRAPH_STREAM_PRIORITIES";
+
+/// Parses [`PRIORITY_OVERRIDE`]'s value against the plan's streams.
+fn priority_override(plan: &PlanDesc, text: &str) -> Result<Vec<StreamPriority>> {
+    let mut out = vec![StreamPriority::Normal; plan.streams.len()];
+    let names = || {
+        plan.streams
+            .iter()
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = |what: String| {
+            Error::Invalid(format!(
+                "{PRIORITY_OVERRIDE}: {what} in {item:?}: expected stream=low|normal|high with a stream of step `{}` ({}) or a group's name",
+                plan.step,
+                names()
+            ))
+        };
+        let (name, level) = item.split_once('=').ok_or_else(|| bad("no `=`".into()))?;
+        let level = match level.trim() {
+            "low" => StreamPriority::Low,
+            "normal" => StreamPriority::Normal,
+            "high" => StreamPriority::High,
+            other => return Err(bad(format!("unknown priority `{other}`"))),
+        };
+        let name = name.trim();
+        let mut found = false;
+        for (i, s) in plan.streams.iter().enumerate() {
+            let group = s.name.split_once('[').map_or(s.name, |(g, _)| g);
+            if s.name == name || group == name {
+                out[i] = level;
+                found = true;
+            }
+        }
+        if !found {
+            return Err(bad(format!("no stream `{name}`")));
+        }
+    }
+    Ok(out)
+}
+
 fn new_event(device: &Device) -> Result<CudaEvent> {
     device
         .context()
@@ -87,16 +186,23 @@ impl Executor {
     /// needs under `schedule`. Nothing is created later, in particular not during capture.
     pub fn new(device: &Device, plan: &'static PlanDesc, schedule: Schedule) -> Result<Executor> {
         let n_streams = match schedule {
-            Schedule::Planned => plan.streams.len().max(1),
+            Schedule::Planned | Schedule::PlannedEqualPriority => plan.streams.len().max(1),
             Schedule::OneStream => 1,
         };
         let mut streams = Vec::with_capacity(n_streams);
         let mut blas = Vec::with_capacity(n_streams);
+        let priorities = stream_priorities(device, plan, schedule)?;
         for i in 0..n_streams {
-            let stream = device
-                .context()
-                .new_stream()
-                .map_err(Error::driver("cuStreamCreate"))?;
+            let stream = match priorities.as_ref().and_then(|p| p.get(i)) {
+                Some(&p) => device
+                    .context()
+                    .new_stream_with_priority(p)
+                    .map_err(Error::driver("cuStreamCreateWithPriority"))?,
+                None => device
+                    .context()
+                    .new_stream()
+                    .map_err(Error::driver("cuStreamCreate"))?,
+            };
             let name = plan.streams.get(i).map_or("origin", |s| s.name);
             blas.push(BlasHandle::new(
                 device,
@@ -106,7 +212,7 @@ impl Executor {
             streams.push(stream);
         }
         let events = match schedule {
-            Schedule::Planned => (0..plan.events.len())
+            Schedule::Planned | Schedule::PlannedEqualPriority => (0..plan.events.len())
                 .map(|_| new_event(device))
                 .collect::<Result<_>>()?,
             Schedule::OneStream => Vec::new(),
@@ -116,6 +222,7 @@ impl Executor {
             .collect::<Result<_>>()?;
         Ok(Executor {
             graph: None,
+            node_priority: priorities.is_some(),
             stale: false,
             plan,
             schedule,
@@ -168,7 +275,7 @@ impl Executor {
 
     fn physical(&self, stream: StreamId) -> usize {
         match self.schedule {
-            Schedule::Planned => stream.index(),
+            Schedule::Planned | Schedule::PlannedEqualPriority => stream.index(),
             Schedule::OneStream => 0,
         }
     }
@@ -178,7 +285,7 @@ impl Executor {
     }
 
     fn parallel(&self) -> bool {
-        self.schedule == Schedule::Planned
+        self.schedule.parallel()
     }
 
     /// Records the capture-begin fork events on the origin stream.
@@ -266,7 +373,10 @@ impl Executor {
         }
         match &mut self.graph {
             Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
-            None => self.graph = Some(Graph::instantiate(captured).map_err(wrap)?),
+            None => {
+                self.graph =
+                    Some(Graph::instantiate_with(captured, self.node_priority).map_err(wrap)?)
+            }
         }
         self.stale = false;
         let origin = self.origin().clone();
@@ -372,7 +482,7 @@ impl Executor {
             timers: Some(timers),
         };
         let captured = self.capture_graph(issue, &extras)?;
-        let graph = Graph::instantiate(captured)?;
+        let graph = Graph::instantiate_with(captured, self.node_priority)?;
         let origin = self.origin();
         graph.upload(origin)?;
         let Some(timers) = &extras.timers else {
@@ -467,6 +577,37 @@ impl Executor {
             critical_path: path.iter().map(|o| o.index()).collect(),
             total_ms: median(&mut totals),
         })
+    }
+
+    /// Captures the step once more (tracking each op's nodes) and measures its work
+    /// bound: every kernel node timed alone, weighted by the share of the GPU its grid
+    /// occupies (see [`crate::WorkBound`]). The kernels run many times on the step's
+    /// buffers: in-place updates are applied again and again, so call this when the
+    /// values no longer matter. The normal graph is untouched.
+    pub fn work_bound(
+        &self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+    ) -> Result<crate::WorkBound> {
+        let extras = Extras {
+            tracker: Some(RefCell::new(Tracker {
+                per_op: vec![OpNodes::default(); self.plan.ops.len()],
+                seen: HashSet::new(),
+            })),
+            timers: None,
+        };
+        // The captured graph owns the nodes measured; it lives to the end of this call.
+        let captured = self.capture_graph(issue, &extras)?;
+        let Some(tracker) = &extras.tracker else {
+            return Err(Error::Invalid("work-bound capture lost its tracker".into()));
+        };
+        let bound = crate::work::measure(
+            self.plan,
+            &self.device,
+            self.origin(),
+            &tracker.borrow().per_op,
+        );
+        drop(captured);
+        bound
     }
 
     /// After a failed op mid-capture: joins every side stream back into the origin, so
@@ -706,5 +847,55 @@ impl Issue<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::StreamDesc;
+
+    const PLAN: PlanDesc = PlanDesc {
+        step: "s",
+        streams: &[
+            StreamDesc::named("main"),
+            StreamDesc::named("branch[0]"),
+            StreamDesc::named("branch[1]"),
+            StreamDesc::named("aux_attn"),
+        ],
+        buffers: &[],
+        ops: &[],
+        edges: &[],
+        events: &[],
+        final_waits: &[],
+        critical_path: &[],
+        critical_path_by_cost: &[],
+    };
+
+    #[test]
+    fn a_priority_override_names_streams_or_whole_groups() {
+        use StreamPriority::*;
+        let p = priority_override(&PLAN, "aux_attn=high, branch=low").unwrap();
+        assert_eq!(p, [Normal, Low, Low, High]);
+        let p = priority_override(&PLAN, "branch[1]=high").unwrap();
+        assert_eq!(p, [Normal, Normal, High, Normal]);
+        assert_eq!(priority_override(&PLAN, "").unwrap(), [Normal; 4]);
+    }
+
+    #[test]
+    fn a_bad_priority_override_says_what_was_expected() {
+        let e = priority_override(&PLAN, "attn=high")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no stream `attn`") && e.contains("main, branch[0]"),
+            "{e}"
+        );
+        let e = priority_override(&PLAN, "main=urgent")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown priority `urgent`"), "{e}");
+        let e = priority_override(&PLAN, "main").unwrap_err().to_string();
+        assert!(e.contains("no `=`"), "{e}");
     }
 }

@@ -27,6 +27,8 @@ pub struct Graph {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
     ctx: Arc<CudaContext>,
+    /// Instantiated to run each kernel at the priority it was captured with.
+    node_priority: bool,
 }
 
 impl fmt::Debug for Graph {
@@ -85,15 +87,27 @@ impl Drop for CapturedGraph {
 impl Graph {
     /// Instantiates a captured graph.
     pub(crate) fn instantiate(captured: CapturedGraph) -> Result<Graph> {
+        Graph::instantiate_with(captured, false)
+    }
+
+    /// Instantiates a captured graph; with `node_priority`, each kernel runs at the
+    /// priority of the stream it was captured on (capture copies the stream's priority
+    /// into the node), else at the priority of the stream the graph is launched into.
+    pub(crate) fn instantiate_with(captured: CapturedGraph, node_priority: bool) -> Result<Graph> {
+        let flags = if node_priority {
+            sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+        } else {
+            sys::CUgraphInstantiate_flags(0)
+        };
         // SAFETY: `captured` holds a valid graph (from a successful end of capture).
-        let exec =
-            unsafe { result::graph::instantiate(captured.graph, sys::CUgraphInstantiate_flags(0)) }
-                .map_err(Error::driver("cuGraphInstantiateWithFlags"))?;
+        let exec = unsafe { result::graph::instantiate(captured.graph, flags) }
+            .map_err(Error::driver("cuGraphInstantiateWithFlags"))?;
         let ctx = captured.ctx.clone();
         Ok(Graph {
             graph: captured.into_raw(),
             exec,
             ctx,
+            node_priority,
         })
     }
 
@@ -116,7 +130,7 @@ impl Graph {
             self.ctx.record_err(unsafe { result::graph::destroy(old) });
             return Ok(Refresh::Updated);
         }
-        let fresh = Graph::instantiate(captured)?;
+        let fresh = Graph::instantiate_with(captured, self.node_priority)?;
         *self = fresh;
         Ok(Refresh::Reinstantiated)
     }
@@ -139,6 +153,37 @@ impl Graph {
     /// The captured graph, for reading its nodes and edges back.
     pub fn raw(&self) -> sys::CUgraph {
         self.graph
+    }
+
+    /// The priority attribute of every kernel node (capture copies the stream's priority
+    /// into it; lower numbers run first), with the number of nodes at each value, lowest
+    /// value (highest priority) first.
+    pub fn kernel_priorities(&self) -> Result<Vec<(i32, usize)>> {
+        let mut seen: Vec<(i32, usize)> = Vec::new();
+        for node in crate::verify::graph_nodes(self.graph)? {
+            if crate::verify::node_type(node)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+                continue;
+            }
+            let mut value = MaybeUninit::<sys::CUkernelNodeAttrValue>::zeroed();
+            // SAFETY: a kernel node of this live graph; `value` is a valid out-pointer.
+            unsafe {
+                sys::cuGraphKernelNodeGetAttribute(
+                    node,
+                    sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY,
+                    value.as_mut_ptr(),
+                )
+            }
+            .result()
+            .map_err(Error::driver("cuGraphKernelNodeGetAttribute"))?;
+            // SAFETY: the call wrote the union's priority member (zeroed otherwise).
+            let p = unsafe { value.assume_init().priority };
+            match seen.iter_mut().find(|(v, _)| *v == p) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((p, 1)),
+            }
+        }
+        seen.sort();
+        Ok(seen)
     }
 
     /// Counts the graph's nodes by type: (kernel, memcpy, memset, other).

@@ -15,6 +15,7 @@
 #![doc = include_str!("../../README.md")]
 
 mod blas;
+mod comm;
 mod device;
 mod error;
 mod exec;
@@ -25,17 +26,19 @@ mod profile;
 mod scalars;
 mod stream;
 mod verify;
+mod work;
 
 pub use blas::{
     BlasElem, BlasHandle, BlasSession, Epilogue, Matmul, MatmulArgs, Precision, WORKSPACE_BYTES,
 };
+pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{
     AllocLike, Device, DeviceBuffer, REQUIRED_COMPUTE_CAPABILITY, check_compute_capability,
     check_libraries, require_library,
 };
 pub use error::{Error, Result};
-pub use exec::{Executor, Issue, Schedule};
+pub use exec::{Executor, Issue, PRIORITY_OVERRIDE, Schedule};
 pub use graph::{Graph, NodeCounts, Refresh};
 pub use picture::PlanFormat;
 pub use plan::PlanDesc;
@@ -44,6 +47,7 @@ pub use scalars::{DeviceScalars, HostAccess};
 pub use stepgraph_macros::step;
 pub use stream::{Blas, CaptureStream, Kernel, Launch, Mode, Module};
 pub use verify::{OpCounts, VerifyReport};
+pub use work::{KernelWork, OpWork, WorkBound, grid_share, wave_share};
 
 /// What generated code calls. Hidden and versioned: a macro expansion from another
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
@@ -57,6 +61,7 @@ pub mod __rt_v1 {
     pub use crate::scalars::HostAccess;
     pub use crate::stream::{Blas, CaptureStream};
     pub use crate::verify::VerifyReport;
+    pub use crate::work::WorkBound;
     pub use cudarc::driver::DeviceRepr;
 
     /// Allocates `count` more copies shaped like `first` (per-stream or per-branch

@@ -117,7 +117,7 @@ impl PlanDesc {
     ///
     /// const PLAN: PlanDesc = PlanDesc {
     ///     step: "two",
-    ///     streams: &[StreamDesc { name: "main" }, StreamDesc { name: "side" }],
+    ///     streams: &[StreamDesc::named("main"), StreamDesc::named("side")],
     ///     buffers: &[],
     ///     ops: &[
     ///         OpDesc { name: "a", func: "a", stream: StreamId(0), accesses: &[], waits: &[],
@@ -1596,9 +1596,9 @@ mod tests {
     const PLAN: PlanDesc = PlanDesc {
         step: "shapes",
         streams: &[
-            StreamDesc { name: "main" },
-            StreamDesc { name: "side" },
-            StreamDesc { name: "other" },
+            StreamDesc::named("main"),
+            StreamDesc::named("side"),
+            StreamDesc::named("other"),
         ],
         buffers: &[],
         ops: &[

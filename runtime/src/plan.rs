@@ -89,6 +89,32 @@ pub enum EdgeKind {
 pub struct StreamDesc {
     /// `main`, `aux_iqn`, `branch[2]`.
     pub name: &'static str,
+    /// Its priority, `streams(.., aux_attn(low))`.
+    pub priority: StreamPriority,
+}
+
+impl StreamDesc {
+    /// A stream of normal priority.
+    pub const fn named(name: &'static str) -> StreamDesc {
+        StreamDesc {
+            name,
+            priority: StreamPriority::Normal,
+        }
+    }
+}
+
+/// Where streams compete for the GPU, the pending blocks of higher-priority kernels are
+/// dispatched first. The graph keeps each kernel's priority from the stream it was
+/// captured on. A head with slack marked `low` fills what the critical chain leaves idle
+/// instead of slowing it down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StreamPriority {
+    /// Below every other stream of the step.
+    Low,
+    /// The default.
+    Normal,
+    /// Above every other stream of the step.
+    High,
 }
 
 /// A buffer (a field of the step's buffers struct).
@@ -265,6 +291,19 @@ impl fmt::Display for PlanDesc {
             self.events.len(),
             self.wait_count()
         )?;
+        let ranked: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|s| s.priority != StreamPriority::Normal)
+            .map(|s| format!("{}={:?}", s.name, s.priority).to_lowercase())
+            .collect();
+        if !ranked.is_empty() {
+            writeln!(
+                f,
+                "  stream priorities (others normal): {}",
+                ranked.join(" ")
+            )?;
+        }
         let width = self.streams.iter().map(|s| s.name.len()).max().unwrap_or(4);
         for (i, op) in self.ops.iter().enumerate() {
             let stream = self.streams[op.stream.index()].name;

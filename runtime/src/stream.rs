@@ -97,7 +97,7 @@ impl<'a> CaptureStream<'a> {
         }
     }
 
-    fn count(&self, f: impl FnOnce(&mut OpCounts)) {
+    pub(crate) fn count(&self, f: impl FnOnce(&mut OpCounts)) {
         let mut c = self.counts.get();
         f(&mut c);
         self.counts.set(c);

@@ -30,6 +30,8 @@ pub struct OpCounts {
     pub copies: usize,
     /// Memsets.
     pub memsets: usize,
+    /// Collectives (NCCL groups): any number of nodes each, of any kind.
+    pub collectives: usize,
 }
 
 /// An op's nodes in the captured graph and what it issued.
@@ -300,17 +302,30 @@ pub(crate) fn check(
     // Node counts: what each op issued must be what the graph holds for it.
     for (i, op) in ops.iter().enumerate() {
         let c = op.counts;
-        let (kernels_ok, memsets_ok) = if c.matmuls == 0 {
-            (op.kernels == c.launches, op.memsets == c.memsets)
+        let (kernels_ok, memsets_ok, memcpys_ok) = if c.collectives > 0 {
+            // NCCL decides a collective's nodes: a copy for a world of one, kernels (and
+            // whatever else its transport needs) for more ranks.
+            (
+                op.kernels >= c.launches + c.matmuls,
+                op.memsets >= c.memsets,
+                op.memcpys >= c.copies,
+            )
+        } else if c.matmuls == 0 {
+            (
+                op.kernels == c.launches,
+                op.memsets == c.memsets,
+                op.memcpys == c.copies,
+            )
         } else {
             // A cuBLASLt matmul is one kernel or more: a split-K algorithm adds a memset of
             // its workspace and a reduction kernel.
             (
                 op.kernels >= c.launches + c.matmuls,
                 op.memsets >= c.memsets,
+                op.memcpys == c.copies,
             )
         };
-        if !kernels_ok || !memsets_ok || op.memcpys != c.copies {
+        if !kernels_ok || !memsets_ok || !memcpys_ok {
             return Err(Error::Verify {
                 what: format!(
                     "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it",
@@ -456,7 +471,7 @@ mod tests {
             cost: 1.0,
         }
     }
-    const STREAMS: &[StreamDesc] = &[StreamDesc { name: "main" }, StreamDesc { name: "side" }];
+    const STREAMS: &[StreamDesc] = &[StreamDesc::named("main"), StreamDesc::named("side")];
     const BUFS: &[BufferDesc] = &[BufferDesc {
         name: "x",
         kind: BufKind::Shared,
@@ -553,6 +568,22 @@ mod tests {
         s[1].memsets = 1; // the matmul's workspace
         assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
         s[1].memcpys = 1;
+        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_err());
+    }
+
+    #[test]
+    fn a_collective_may_add_nodes_of_any_kind_but_not_hide_issued_ones() {
+        let mut s = shapes();
+        s[1].counts.collectives = 1;
+        // A world of one: NCCL's all-reduce is a copy, beside the op's own launch.
+        s[1].memcpys = 1;
+        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        // More ranks: kernels and memsets of NCCL's own.
+        s[1].kernels = 3;
+        s[1].memsets = 2;
+        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        // Fewer kernels than the op launched is still wrong.
+        s[1].kernels = 0;
         assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_err());
     }
 

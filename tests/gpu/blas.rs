@@ -769,7 +769,7 @@ fn gpu_wrong_lengths_fail_before_anything_runs() -> Result<()> {
 /// A one-stream, one-op plan, as `#[step]` would emit for a step with a single op.
 static ONE_OP_PLAN: PlanDesc = PlanDesc {
     step: "blas_capture",
-    streams: &[StreamDesc { name: "main" }],
+    streams: &[StreamDesc::named("main")],
     buffers: &[],
     ops: &[OpDesc {
         name: "two_layers",

@@ -6,8 +6,8 @@ use clap::Args;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
 
-/// Installs nvcc if needed, runs `cargo test --workspace`, then compiles (does not run)
-/// the GPU tests.
+/// Installs nvcc if needed, runs `cargo test --workspace`, compiles (does not run) the
+/// GPU tests, and runs the DQN results merger's tests (Python standard library only).
 #[derive(Debug, Args)]
 pub struct Test {
     /// Print the commands without running them.
@@ -40,6 +40,14 @@ impl Test {
             "--no-run",
         ])
         .env("NVCC", &nvcc.path);
-        cmd::run(&mut gpu, self.dry_run)
+        cmd::run(&mut gpu, self.dry_run)?;
+
+        // The PyTorch oracle's own tests need torch and run on the GPU host; the results
+        // merger needs only python3, which every machine here has.
+        let mut combine = std::process::Command::new("python3");
+        combine
+            .args(["-m", "unittest", "-v", "examples/dqn/test_combine.py"])
+            .current_dir(&ws.root);
+        cmd::run(&mut combine, self.dry_run)
     }
 }

@@ -51,18 +51,23 @@ mod fork_join {
         streams: &[
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "main",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "chain[0]",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "chain[1]",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "chain[2]",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "chain[3]",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
         ],
         buffers: &[
@@ -570,6 +575,18 @@ mod fork_join {
             exec.profile(
                 &mut |__issue| Self::issue(__issue, buffers, scratch, config, kernels),
                 replays,
+            )
+        }
+        /// Captures the step once more and measures its work bound: every kernel
+        /// timed alone, weighted by the share of the GPU its grid occupies. The
+        /// kernels run many times on this step's buffers (in-place updates
+        /// included): measure when the values no longer matter.
+        pub fn work_bound(
+            &mut self,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::WorkBound> {
+            let Step { exec, buffers, scratch, config, kernels } = self;
+            exec.work_bound(
+                &mut |__issue| Self::issue(__issue, buffers, scratch, config, kernels),
             )
         }
         /// Captures the step again, reads the graph back from the driver and checks

@@ -44,12 +44,15 @@ pub mod heads {
         streams: &[
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "main",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "iqn",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
             ::stepgraph::__rt_v1::StreamDesc {
                 name: "attn",
+                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
             },
         ],
         buffers: &[
@@ -333,6 +336,18 @@ pub mod heads {
             exec.profile(
                 &mut |__issue| Self::issue(__issue, buffers, scratch, config),
                 replays,
+            )
+        }
+        /// Captures the step once more and measures its work bound: every kernel
+        /// timed alone, weighted by the share of the GPU its grid occupies. The
+        /// kernels run many times on this step's buffers (in-place updates
+        /// included): measure when the values no longer matter.
+        pub fn work_bound(
+            &mut self,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::WorkBound> {
+            let Step { exec, buffers, scratch, config } = self;
+            exec.work_bound(
+                &mut |__issue| Self::issue(__issue, buffers, scratch, config),
             )
         }
         /// Captures the step again, reads the graph back from the driver and checks

@@ -110,6 +110,11 @@ mod broken {
         ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::Profile> {
             ::core::panic!("stepgraph: step `broken` did not compile")
         }
+        pub fn work_bound(
+            &mut self,
+        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::WorkBound> {
+            ::core::panic!("stepgraph: step `broken` did not compile")
+        }
         pub fn verify(
             &mut self,
         ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::VerifyReport> {

@@ -86,6 +86,16 @@ for base in list(getattr(nvidia, "__path__", None) or []):
             print(path)
 ' 2>/dev/null || true)
 fi
+# NCCL (data-parallel steps): cudarc loads `libnccl.so`, but PyTorch's wheel ships only
+# `libnccl.so.2`. Without a system libnccl.so, link the wheel's under that name.
+if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+    nccl2="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)"
+    if [ -n "$nccl2" ] && [ -f "$nccl2" ]; then
+        nccl_links="${TMPDIR:-/tmp}/stepgraph-nccl-links"
+        mkdir -p "$nccl_links" && ln -sf "$nccl2" "$nccl_links/libnccl.so"
+        add_lib_dir "$nccl_links"
+    fi
+fi
 export LD_LIBRARY_PATH"#;
 
 const TEMPLATE: &str = r#"#!/usr/bin/env bash

@@ -1,0 +1,357 @@
+//! Data parallel (`--gpus N`): one thread per GPU, each training on its slice of every
+//! batch, the gradients averaged over the ranks by NCCL all-reduces captured in the step
+//! (the `reduce_*` ops on the `comm` stream, each right after the backward that writes
+//! its bucket).
+//!
+//! It runs three things:
+//! 1. the check: three steps on N ranks against three steps of one GPU on the whole batch,
+//!    every gradient and updated parameter compared (the bounds of reference.py: the two
+//!    differ only in how the batch's sums are split and rounded);
+//! 2. the timing: median step time of the N ranks, against one GPU on the whole batch;
+//! 3. the overlap: how much of rank 0's all-reduce time ran while other streams still
+//!    computed, from a profiled replay.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
+
+use super::{
+    Options, Rng, Transitions, build, build_rank, initialise, losses, median, set_step_count,
+};
+use crate::model::dqn;
+
+/// Relative-error bounds of the check, as in reference.py.
+const GRAD_BOUND: f64 = 1e-2;
+const PARAM_BOUND: f64 = 1e-3;
+const LOSS_BOUND: f64 = 1e-3;
+/// Steps of the check.
+const CHECK_STEPS: u32 = 3;
+
+/// Rows `[rank · B/N, (rank + 1) · B/N)` of every tensor of a whole-batch `t`.
+fn slice(t: &Transitions, rank: usize, ranks: usize, batch: usize) -> Transitions {
+    fn rows<T: Clone>(v: &[T], rank: usize, ranks: usize, batch: usize) -> Vec<T> {
+        let per_sample = v.len() / batch;
+        let n = batch / ranks * per_sample;
+        v[rank * n..(rank + 1) * n].to_vec()
+    }
+    Transitions {
+        s: rows(&t.s, rank, ranks, batch),
+        s2: rows(&t.s2, rank, ranks, batch),
+        act: rows(&t.act, rank, ranks, batch),
+        r: rows(&t.r, rank, ranks, batch),
+        done: rows(&t.done, rank, ranks, batch),
+        win: rows(&t.win, rank, ranks, batch),
+        tau: rows(&t.tau, rank, ranks, batch),
+    }
+}
+
+/// Every gradient, then every parameter, with its name, after the last replay.
+fn snapshot(step: &dqn::Step) -> Result<Vec<(String, Vec<f32>)>> {
+    let b = step.buffers();
+    let mut out = Vec::new();
+    for (name, buf) in b.grads() {
+        out.push((format!("grad {name}"), step.executor().download(buf)?));
+    }
+    for (name, buf) in b.params.named() {
+        out.push((format!("param {name}"), step.executor().download(buf)?));
+    }
+    Ok(out)
+}
+
+/// `‖x − ref‖ / ‖ref‖` (absolute when the reference is zero).
+fn rel_err(x: &[f32], r: &[f32]) -> f64 {
+    let (mut d, mut n) = (0.0f64, 0.0f64);
+    for (a, b) in x.iter().zip(r) {
+        d += (f64::from(*a) - f64::from(*b)).powi(2);
+        n += f64::from(*b).powi(2);
+    }
+    if n > 0.0 { (d / n).sqrt() } else { d.sqrt() }
+}
+
+/// What one rank reports back.
+struct RankResult {
+    /// Gradients and parameters after the check's last step (rank 0 only).
+    snapshot: Option<Vec<(String, Vec<f32>)>>,
+    /// The check's last losses, this rank's mean over its slice.
+    losses: [f32; 7],
+    /// Step times of the timed run, ms.
+    times: Vec<f64>,
+    /// A profiled replay (rank 0 only).
+    profile: Option<Profile>,
+}
+
+/// One rank: join the communicator, run the check's steps, then the timed steps.
+fn rank_main(
+    o: &Options,
+    rank: usize,
+    ranks: usize,
+    id: CommId,
+    pool: &[Transitions],
+    steps: usize,
+) -> Result<RankResult> {
+    let device = Device::new(rank)?;
+    let mut s = o.sizes;
+    s.batch /= ranks;
+    let comm = Communicator::join(&device, id, rank, ranks)?;
+    let mut step = build_rank(&device, &s, Schedule::Planned, comm)?;
+    if rank == 0 {
+        println!("{}", step.verify()?);
+        println!("rank 0 graph: {:?}", step.executor().node_counts()?);
+    }
+    initialise(&mut Rng::new(o.seed), &s, &mut step)?;
+    let slices: Vec<Transitions> = pool
+        .iter()
+        .map(|t| slice(t, rank, ranks, o.sizes.batch))
+        .collect();
+    for t in 1..=CHECK_STEPS {
+        slices[t as usize % slices.len()].upload(&mut step)?;
+        set_step_count(&step, t)?;
+        step.replay()?;
+    }
+    step.wait()?;
+    let snap = if rank == 0 {
+        Some(snapshot(&step)?)
+    } else {
+        None
+    };
+    let check_losses = losses(&step)?;
+    let mut times = Vec::with_capacity(steps);
+    for t in 1..=steps {
+        slices[t % slices.len()].upload(&mut step)?;
+        set_step_count(&step, CHECK_STEPS + t as u32)?;
+        let start = Instant::now();
+        step.replay()?;
+        step.wait()?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    // Every rank profiles (the collectives must match across ranks); rank 0 reports.
+    let profile = step.profile(20)?;
+    Ok(RankResult {
+        snapshot: snap,
+        losses: check_losses,
+        times,
+        profile: (rank == 0).then_some(profile),
+    })
+}
+
+/// The fraction of the `comm` stream's busy time during which some other stream was busy
+/// too: all-reduce time hidden behind computation.
+pub fn hidden_fraction(p: &Profile, stream: &str) -> Option<f64> {
+    let c = p.streams.iter().position(|s| s == stream)?;
+    let mut others: Vec<(f64, f64)> = p
+        .ops
+        .iter()
+        .filter(|o| o.stream != c)
+        .map(|o| (o.start_ms, o.end_ms))
+        .collect();
+    others.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut union: Vec<(f64, f64)> = Vec::new();
+    for (a, b) in others {
+        match union.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => union.push((a, b)),
+        }
+    }
+    let (mut busy, mut hidden) = (0.0, 0.0);
+    for op in p.ops.iter().filter(|o| o.stream == c) {
+        busy += op.end_ms - op.start_ms;
+        for &(a, b) in &union {
+            hidden += (op.end_ms.min(b) - op.start_ms.max(a)).max(0.0);
+        }
+    }
+    (busy > 0.0).then(|| hidden / busy)
+}
+
+/// `--gpus N`.
+pub fn run(o: &Options, ranks: usize) -> Result<()> {
+    let s = &o.sizes;
+    let count = Device::count()?;
+    if ranks == 0 || ranks > count {
+        return Err(stepgraph::Error::Invalid(format!(
+            "--gpus {ranks}: expected 1 to {count} (the GPUs this machine has)"
+        )));
+    }
+    if s.batch % ranks != 0 {
+        return Err(stepgraph::Error::Invalid(format!(
+            "--gpus {ranks}: the batch {} must split evenly over the GPUs",
+            s.batch
+        )));
+    }
+    println!(
+        "data parallel: {ranks} GPU(s), {} samples each; NCCL {}",
+        s.batch / ranks,
+        Communicator::nccl_version()?
+    );
+    let mut rng = Rng::new(o.seed ^ 0xDA7A);
+    let pool: Vec<Transitions> = (0..4).map(|_| Transitions::generate(&mut rng, s)).collect();
+    let steps = o.steps.unwrap_or(200).max(1);
+    let id = CommId::new()?;
+    let results: Mutex<Vec<(usize, Result<RankResult>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for rank in 0..ranks {
+            let (pool, results) = (&pool, &results);
+            scope.spawn(move || {
+                let r = rank_main(o, rank, ranks, id, pool, steps);
+                if let Ok(mut all) = results.lock() {
+                    all.push((rank, r));
+                }
+            });
+        }
+    });
+    let mut results = results
+        .into_inner()
+        .map_err(|_| stepgraph::Error::Invalid("a rank's thread panicked".into()))?;
+    results.sort_by_key(|(r, _)| *r);
+    let mut ok = Vec::new();
+    for (rank, r) in results {
+        ok.push(r.map_err(|e| stepgraph::Error::Invalid(format!("rank {rank}: {e}")))?);
+    }
+    if ok.len() != ranks {
+        return Err(stepgraph::Error::Invalid(format!(
+            "{} of {ranks} ranks reported back",
+            ok.len()
+        )));
+    }
+
+    // One GPU, the whole batch, no NCCL: the reference of the check and of the speed-up.
+    let device = Device::new(0)?;
+    let mut whole = build(&device, s, Schedule::Planned)?;
+    initialise(&mut Rng::new(o.seed), s, &mut whole)?;
+    for t in 1..=CHECK_STEPS {
+        pool[t as usize % pool.len()].upload(&mut whole)?;
+        set_step_count(&whole, t)?;
+        whole.replay()?;
+    }
+    whole.wait()?;
+    let want = snapshot(&whole)?;
+    let want_losses = losses(&whole)?;
+    let got = ok[0].snapshot.as_ref().ok_or_else(|| {
+        stepgraph::Error::Invalid("rank 0 returned no gradients and parameters".into())
+    })?;
+    let (mut passed, mut failed) = (0, 0);
+    let mut worst = (0.0f64, "none: all equal".to_string());
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        let e = rel_err(g, w);
+        let bound = if name.starts_with("grad") {
+            GRAD_BOUND
+        } else {
+            PARAM_BOUND
+        };
+        if e.is_finite() && e <= bound {
+            passed += 1;
+        } else {
+            failed += 1;
+            println!("  FAIL {name}: relative error {e:.3e} > {bound:.0e}");
+        }
+        if e > worst.0 {
+            worst = (e, name.clone());
+        }
+    }
+    // The ranks' losses are means over their slices: their mean is the whole batch's.
+    for (i, want) in want_losses.iter().enumerate() {
+        let mean = ok.iter().map(|r| f64::from(r.losses[i])).sum::<f64>() / ranks as f64;
+        let w = f64::from(*want);
+        let e = (mean - w).abs() / w.abs().max(1e-12);
+        if e <= LOSS_BOUND {
+            passed += 1;
+        } else {
+            failed += 1;
+            println!("  FAIL loss[{i}]: {mean} against {w} (relative {e:.3e})");
+        }
+    }
+    println!(
+        "data-parallel check, {CHECK_STEPS} steps on {ranks} GPU(s) against one GPU on the whole batch: \
+         {passed} passed, {failed} failed; largest relative error {:.3e} ({})",
+        worst.0, worst.1
+    );
+
+    let whole_ms = median(whole.executor().time_replays(30, 200)?);
+    let rank_ms = ok
+        .iter()
+        .map(|r| median(r.times.clone()))
+        .fold(0.0f64, f64::max);
+    let b = s.batch as f64;
+    println!(
+        "step time: {rank_ms:.3} ms on {ranks} GPU(s) (slowest rank's median), {whole_ms:.3} ms on one GPU; \
+         throughput {:.0} against {:.0} samples/s: {:.2}x",
+        b / rank_ms * 1e3,
+        b / whole_ms * 1e3,
+        whole_ms / rank_ms
+    );
+    if let Some(p) = &ok[0].profile {
+        let busy: f64 = p
+            .ops
+            .iter()
+            .filter(|op| op.func.starts_with("reduce_"))
+            .map(|op| op.duration_ms())
+            .sum();
+        match hidden_fraction(p, "comm") {
+            Some(f) => println!(
+                "all-reduce on rank 0: {busy:.3} ms in the profiled step, {:.0}% of it hidden behind other streams' work",
+                100.0 * f
+            ),
+            None => println!("all-reduce on rank 0: no time on the comm stream"),
+        }
+    }
+    if failed > 0 {
+        return Err(stepgraph::Error::Invalid(format!(
+            "the data-parallel step differs from one GPU: {failed} comparisons out of bound"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::Sizes;
+    use stepgraph::OpTiming;
+
+    fn op(func: &str, stream: usize, start_ms: f64, end_ms: f64) -> OpTiming {
+        OpTiming {
+            name: func.into(),
+            func: func.into(),
+            stream,
+            start_ms,
+            end_ms,
+        }
+    }
+
+    #[test]
+    fn hidden_fraction_counts_comm_time_under_other_streams() {
+        let p = Profile {
+            step: "t".into(),
+            device: "test".into(),
+            streams: vec!["main".into(), "side".into(), "comm".into()],
+            ops: vec![
+                op("a", 0, 0.0, 1.0),
+                op("b", 1, 0.5, 2.0),
+                // 1.5..2.5: hidden 0.5 of 1.0.
+                op("reduce_x", 2, 1.5, 2.5),
+                // 3..4: nothing else runs.
+                op("reduce_y", 2, 3.0, 4.0),
+            ],
+            waits: vec![],
+            critical_path: vec![],
+            total_ms: 4.0,
+        };
+        let f = hidden_fraction(&p, "comm").unwrap();
+        assert!((f - 0.25).abs() < 1e-12, "{f}");
+        assert_eq!(hidden_fraction(&p, "nope"), None);
+    }
+
+    #[test]
+    fn slices_split_every_tensor_by_rows() {
+        let s = Sizes {
+            batch: 4,
+            ..Sizes::default()
+        };
+        let t = Transitions::generate(&mut Rng::new(3), &s);
+        let parts: Vec<Transitions> = (0..2).map(|r| slice(&t, r, 2, 4)).collect();
+        assert_eq!(parts[0].s.len(), 2 * s.state);
+        assert_eq!([parts[0].r.clone(), parts[1].r.clone()].concat(), t.r);
+        assert_eq!([parts[0].win.clone(), parts[1].win.clone()].concat(), t.win);
+        assert_eq!([parts[0].act.clone(), parts[1].act.clone()].concat(), t.act);
+    }
+}

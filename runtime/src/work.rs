@@ -1,0 +1,430 @@
+//! The work bound of a step: how long the GPU must be busy to do all of the step's
+//! kernels, however they are scheduled.
+//!
+//! The critical-path bound (the longest chain of ops, each costed alone) assumes that
+//! ops on parallel streams cost nothing extra. That is false when each of them fills the
+//! GPU by itself: two kernels that each occupy every SM cannot run side by side, they
+//! take turns. The work bound charges every kernel its time alone multiplied by the share
+//! of the GPU its grid occupies while it runs; summed over the step, that is GPU-time a
+//! schedule cannot overlap away. A step can be no faster than the larger of the two.
+//!
+//! The share of a kernel is counted from its launch, read back from the captured graph:
+//! the blocks of its grid over the blocks the GPU holds at once
+//! (`cuOccupancyMaxActiveBlocksPerMultiprocessor` × SMs). Two bounds come out:
+//! - the grid bound takes that ratio capped at 1, the share as the issue that asked for
+//!   the bound defines it;
+//! - the wave bound averages it over the kernel's waves: a grid of 1.5 waves occupies
+//!   the whole GPU for one wave and half of it for the other, so its share is 0.75, not 1,
+//!   since the idle half of its tail is room another stream can use. It is the lower,
+//!   tighter of the two, and [`WorkBound::bound_ms`].
+//!
+//! Each kernel's time alone comes from a graph of [`COPIES`] copies of its node in a
+//! chain (same function, arguments and launch attributes), launched [`LAUNCHES`] times:
+//! the median launch over the copies. A chain keeps a short kernel's figure free of the
+//! graph launch's own latency. The copies run on the step's buffers, so a kernel that
+//! updates in place (an optimiser) is applied many times: measure on a step whose
+//! values are no longer needed.
+
+use std::fmt;
+use std::mem::MaybeUninit;
+
+use cudarc::driver::sys;
+use cudarc::driver::{CudaStream, sys::CUevent_flags};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::graph::{CapturedGraph, Graph};
+use crate::plan::PlanDesc;
+use crate::verify::{OpNodes, node_type};
+
+/// Copies of a kernel node chained in one timing graph.
+pub const COPIES: usize = 20;
+/// Timed launches of a timing graph (after one warm-up launch); the median is kept.
+pub const LAUNCHES: usize = 11;
+
+/// One kernel node of the step, as launched and as timed alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelWork {
+    /// Blocks in its grid.
+    pub blocks: u64,
+    /// Threads per block.
+    pub threads: u32,
+    /// Blocks of this kernel the whole GPU holds at once (per-SM occupancy × SMs).
+    pub resident: u64,
+    /// Share of the GPU its grid occupies, averaged over its waves (0..=1).
+    pub share: f64,
+    /// Share of the GPU its grid occupies, `min(1, blocks / resident)`.
+    pub grid_share: f64,
+    /// Its time alone, in milliseconds.
+    pub alone_ms: f64,
+}
+
+impl KernelWork {
+    /// GPU-time it cannot share: `alone_ms × share`.
+    pub fn work_ms(&self) -> f64 {
+        self.alone_ms * self.share
+    }
+}
+
+/// One op's kernels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpWork {
+    /// The op's name in the plan.
+    pub name: String,
+    /// Its kernel nodes in capture order.
+    pub kernels: Vec<KernelWork>,
+    /// Its nodes that are not kernels (memsets, copies, event records): not timed, not
+    /// counted in the bound.
+    pub other_nodes: usize,
+}
+
+impl OpWork {
+    /// Sum of its kernels' times alone.
+    pub fn alone_ms(&self) -> f64 {
+        self.kernels.iter().map(|k| k.alone_ms).sum()
+    }
+
+    /// Sum of its kernels' work.
+    pub fn work_ms(&self) -> f64 {
+        self.kernels.iter().map(KernelWork::work_ms).sum()
+    }
+
+    /// Sum of its kernels' time alone × grid share.
+    pub fn grid_work_ms(&self) -> f64 {
+        self.kernels.iter().map(|k| k.alone_ms * k.grid_share).sum()
+    }
+}
+
+/// The work bound of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkBound {
+    /// The step's name.
+    pub step: String,
+    /// The device (its name as the driver reports it).
+    pub device: String,
+    /// Its streaming multiprocessors.
+    pub sms: u32,
+    /// Ops in program order.
+    pub ops: Vec<OpWork>,
+}
+
+impl WorkBound {
+    /// The bound: every kernel's time alone weighted by its share, summed.
+    pub fn bound_ms(&self) -> f64 {
+        self.ops.iter().map(OpWork::work_ms).sum()
+    }
+
+    /// The grid bound: every kernel's time alone weighted by `min(1, blocks / resident)`,
+    /// summed (at least [`WorkBound::bound_ms`]).
+    pub fn grid_bound_ms(&self) -> f64 {
+        self.ops.iter().map(OpWork::grid_work_ms).sum()
+    }
+
+    /// Every kernel's time alone, summed: what a schedule that overlaps nothing costs,
+    /// less launch gaps and the non-kernel nodes.
+    pub fn alone_ms(&self) -> f64 {
+        self.ops.iter().map(OpWork::alone_ms).sum()
+    }
+
+    /// Kernel nodes measured.
+    pub fn kernels(&self) -> usize {
+        self.ops.iter().map(|o| o.kernels.len()).sum()
+    }
+}
+
+impl fmt::Display for WorkBound {
+    /// One row per op (its kernels, time alone, share range, work), then the totals.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "work bound `{}` on {} ({} SMs): {} kernels, {:.3} ms alone, {:.3} ms of work",
+            self.step,
+            self.device,
+            self.sms,
+            self.kernels(),
+            self.alone_ms(),
+            self.bound_ms()
+        )?;
+        let nw = self.ops.iter().map(|o| o.name.len()).max().unwrap_or(2);
+        writeln!(
+            f,
+            "  {:<nw$}  {:>7}  {:>9}  {:>11}  {:>9}",
+            "op", "kernels", "alone ms", "share", "work ms"
+        )?;
+        for op in &self.ops {
+            let (lo, hi) = op
+                .kernels
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(lo, hi), k| {
+                    (lo.min(k.share), hi.max(k.share))
+                });
+            let share = if op.kernels.is_empty() {
+                "-".to_string()
+            } else if (hi - lo).abs() < 0.005 {
+                format!("{hi:.2}")
+            } else {
+                format!("{lo:.2}..{hi:.2}")
+            };
+            writeln!(
+                f,
+                "  {:<nw$}  {:>7}  {:>9.4}  {:>11}  {:>9.4}",
+                op.name,
+                op.kernels.len(),
+                op.alone_ms(),
+                share,
+                op.work_ms()
+            )?;
+        }
+        write!(
+            f,
+            "  work bound: {:.3} ms ({:.0}% of the kernels' {:.3} ms alone); with grid shares not averaged over waves: {:.3} ms",
+            self.bound_ms(),
+            100.0 * self.bound_ms() / self.alone_ms().max(f64::MIN_POSITIVE),
+            self.alone_ms(),
+            self.grid_bound_ms()
+        )
+    }
+}
+
+/// The share of the GPU a grid of `blocks` occupies when `resident` of its blocks fit
+/// at once, averaged over its waves: `blocks / (waves × resident)`.
+pub fn wave_share(blocks: u64, resident: u64) -> f64 {
+    if blocks == 0 || resident == 0 {
+        return 0.0;
+    }
+    let waves = blocks.div_ceil(resident);
+    blocks as f64 / (waves * resident) as f64
+}
+
+/// `min(1, blocks / resident)`: the share of the GPU a grid occupies while its first wave
+/// runs.
+pub fn grid_share(blocks: u64, resident: u64) -> f64 {
+    if resident == 0 {
+        return 0.0;
+    }
+    (blocks as f64 / resident as f64).min(1.0)
+}
+
+/// Reads a kernel node's launch.
+fn kernel_params(node: sys::CUgraphNode) -> Result<sys::CUDA_KERNEL_NODE_PARAMS> {
+    let mut p = MaybeUninit::<sys::CUDA_KERNEL_NODE_PARAMS>::zeroed();
+    // SAFETY: `node` is a kernel node of a live graph; `p` is a valid out-pointer. The
+    // argument pointers it returns stay owned by the graph, which outlives their use.
+    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, p.as_mut_ptr()) }
+        .result()
+        .map_err(Error::driver("cuGraphKernelNodeGetParams"))?;
+    // SAFETY: written by the successful call (and all-zero is a valid value).
+    Ok(unsafe { p.assume_init() })
+}
+
+/// The function a kernel node launches: its `func`, or for a library kernel given as a
+/// `CUkernel` (cuBLASLt's), that kernel's function in the current context.
+fn node_function(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<sys::CUfunction> {
+    if !p.func.is_null() {
+        return Ok(p.func);
+    }
+    if p.kern.is_null() {
+        return Err(Error::Invalid(
+            "a kernel node names neither a function nor a kernel".into(),
+        ));
+    }
+    let mut f = std::ptr::null_mut();
+    // SAFETY: `kern` is a valid kernel handle read from a live node; `f` is a valid
+    // out-pointer; the context is current on this thread (the executor's).
+    unsafe { sys::cuKernelGetFunction(&mut f, p.kern) }
+        .result()
+        .map_err(Error::driver("cuKernelGetFunction"))?;
+    Ok(f)
+}
+
+/// Blocks of `func` one SM holds at once with this launch's block and shared memory.
+fn blocks_per_sm(func: sys::CUfunction, threads: u32, shared: u32) -> Result<u64> {
+    let mut n = 0i32;
+    let threads = i32::try_from(threads)
+        .map_err(|_| Error::Invalid(format!("a kernel node has {threads} threads a block")))?;
+    // SAFETY: valid function handle, valid out-pointer.
+    unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, func, threads, shared as usize)
+    }
+    .result()
+    .map_err(Error::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// Median time of one copy of `src` alone, in milliseconds, from a chain of [`COPIES`].
+fn time_alone(
+    device: &Device,
+    stream: &CudaStream,
+    src: sys::CUgraphNode,
+    params: &sys::CUDA_KERNEL_NODE_PARAMS,
+) -> Result<f64> {
+    let ctx = device.context();
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; flags must be 0.
+    unsafe { sys::cuGraphCreate(&mut raw, 0) }
+        .result()
+        .map_err(Error::driver("cuGraphCreate"))?;
+    // SAFETY: a fresh graph owned by nothing else.
+    let graph = unsafe { CapturedGraph::new(raw, ctx.clone()) };
+    let mut prev: Option<sys::CUgraphNode> = None;
+    for _ in 0..COPIES {
+        let mut node = std::ptr::null_mut();
+        let deps: &[sys::CUgraphNode] = prev.as_slice();
+        // SAFETY: the graph is live; `params` was read from a live kernel node of the same
+        // context, its argument values are copied by the driver here.
+        unsafe { sys::cuGraphAddKernelNode_v2(&mut node, raw, deps.as_ptr(), deps.len(), params) }
+            .result()
+            .map_err(Error::driver("cuGraphAddKernelNode"))?;
+        // The copy must launch as the original did: cluster shape, priority and the
+        // other launch attributes cuBLASLt sets live on the node, not in its params.
+        // SAFETY: both are kernel nodes of one context.
+        unsafe { sys::cuGraphKernelNodeCopyAttributes(node, src) }
+            .result()
+            .map_err(Error::driver("cuGraphKernelNodeCopyAttributes"))?;
+        prev = Some(node);
+    }
+    let exec = Graph::instantiate(graph)?;
+    let timing = || {
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(Error::driver("cuEventCreate"))
+    };
+    exec.launch(stream)?;
+    let marks: Vec<_> = (0..=LAUNCHES).map(|_| timing()).collect::<Result<_>>()?;
+    for (i, mark) in marks.iter().enumerate() {
+        mark.record(stream)
+            .map_err(Error::driver("cuEventRecord"))?;
+        if i < LAUNCHES {
+            exec.launch(stream)?;
+        }
+    }
+    stream
+        .synchronize()
+        .map_err(Error::driver("cuStreamSynchronize"))?;
+    let mut each = marks
+        .windows(2)
+        .map(|w| {
+            w[0].elapsed_ms(&w[1])
+                .map(|ms| f64::from(ms) / COPIES as f64)
+                .map_err(Error::driver("cuEventElapsedTime"))
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    each.sort_by(f64::total_cmp);
+    Ok(each[each.len() / 2])
+}
+
+/// Measures every kernel node of a captured step (`per_op`: each op's nodes, from a
+/// tracked capture) on `stream`.
+pub(crate) fn measure(
+    plan: &PlanDesc,
+    device: &Device,
+    stream: &CudaStream,
+    per_op: &[OpNodes],
+) -> Result<WorkBound> {
+    let sms = device
+        .context()
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(Error::driver("cuDeviceGetAttribute"))?;
+    let sms = u32::try_from(sms).unwrap_or(0);
+    let mut ops = Vec::with_capacity(per_op.len());
+    for (i, op) in per_op.iter().enumerate() {
+        let name = plan.ops.get(i).map_or("?", |o| o.name);
+        let mut work = OpWork {
+            name: name.to_string(),
+            kernels: Vec::new(),
+            other_nodes: 0,
+        };
+        for &node in &op.nodes {
+            if node_type(node)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+                work.other_nodes += 1;
+                continue;
+            }
+            let what = |e: Error| Error::Invalid(format!("timing a kernel of op `{name}`: {e}"));
+            let p = kernel_params(node).map_err(what)?;
+            let threads = p.blockDimX * p.blockDimY * p.blockDimZ;
+            let per_sm = blocks_per_sm(node_function(&p).map_err(what)?, threads, p.sharedMemBytes)
+                .map_err(what)?;
+            let blocks = u64::from(p.gridDimX) * u64::from(p.gridDimY) * u64::from(p.gridDimZ);
+            let resident = per_sm * u64::from(sms);
+            work.kernels.push(KernelWork {
+                blocks,
+                threads,
+                resident,
+                share: wave_share(blocks, resident),
+                grid_share: grid_share(blocks, resident),
+                alone_ms: time_alone(device, stream, node, &p).map_err(what)?,
+            });
+        }
+        ops.push(work);
+    }
+    Ok(WorkBound {
+        step: plan.step.to_string(),
+        device: device.name().to_string(),
+        sms,
+        ops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grid_shares_the_gpu_by_blocks_over_its_waves() {
+        // Fewer blocks than fit: that fraction of the GPU.
+        assert_eq!(wave_share(66, 264), 0.25);
+        // Exactly full waves: all of it.
+        assert_eq!(wave_share(264, 264), 1.0);
+        assert_eq!(wave_share(528, 264), 1.0);
+        // One and a half waves: full for one, half for the other.
+        assert_eq!(wave_share(396, 264), 0.75);
+        // Nothing resident or nothing launched occupies nothing.
+        assert_eq!(wave_share(10, 0), 0.0);
+        assert_eq!(wave_share(0, 10), 0.0);
+        // The grid share does not average: 1.5 waves are the whole GPU.
+        assert_eq!(grid_share(396, 264), 1.0);
+        assert_eq!(grid_share(66, 264), 0.25);
+        assert_eq!(grid_share(10, 0), 0.0);
+    }
+
+    fn kernel(share: f64, alone_ms: f64) -> KernelWork {
+        KernelWork {
+            blocks: 1,
+            threads: 256,
+            resident: 1,
+            share,
+            grid_share: 1.0,
+            alone_ms,
+        }
+    }
+
+    #[test]
+    fn the_bound_weights_each_kernel_by_its_share_and_the_table_shows_it() {
+        let w = WorkBound {
+            step: "s".into(),
+            device: "test".into(),
+            sms: 132,
+            ops: vec![
+                OpWork {
+                    name: "wide".into(),
+                    kernels: vec![kernel(1.0, 0.5), kernel(0.5, 0.2)],
+                    other_nodes: 1,
+                },
+                OpWork {
+                    name: "narrow".into(),
+                    kernels: vec![kernel(0.1, 1.0)],
+                    other_nodes: 0,
+                },
+            ],
+        };
+        assert!((w.bound_ms() - (0.5 + 0.1 + 0.1)).abs() < 1e-12);
+        assert!((w.alone_ms() - 1.7).abs() < 1e-12);
+        assert_eq!(w.kernels(), 3);
+        let text = w.to_string();
+        assert!(text.contains("0.50..1.00"), "{text}");
+        assert!((w.grid_bound_ms() - 1.7).abs() < 1e-12);
+        assert!(
+            text.contains("work bound: 0.700 ms (41% of the kernels' 1.700 ms alone); with grid shares not averaged over waves: 1.700 ms"),
+            "{text}"
+        );
+    }
+}

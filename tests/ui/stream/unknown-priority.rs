@@ -1,0 +1,19 @@
+//! A stream priority other than low, normal or high.
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main, aux(urgent)))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+    }
+
+    #[stream(aux)]
+    fn work(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(x)
+    }
+}
+
+fn main() {}
