@@ -536,6 +536,15 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
     // and that step's values are not used again.
     let work = serial.work_bound()?;
     println!("{work}");
+    for op in [
+        "attention_head",
+        "iqn_head",
+        "branch_backward[0]",
+        "iql_high",
+        "trunk_backward",
+    ] {
+        print!("{}", work.kernel_table(op));
+    }
     let w = work.bound_ms();
     let bound = d.max(w);
     println!("| variant | median ms | ratio |");

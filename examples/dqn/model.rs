@@ -10,12 +10,12 @@ use stepgraph_kernels::{
     AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
     DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
     IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    ParamEntry, ParamTable, TrunkDims, TrunkGrads,
+    ParamEntry, ParamTable, TrunkDims, TrunkGrads, column_sums_scratch_len,
 };
 
 use crate::layers::{
     Branch, BranchAct, BranchBack, Buf, D, Linear, PRECISION, Sizes, Trunk, TrunkAct, forward,
-    input_grad_spec, linear_spec, mask1_len, param_grads, trunk_forward,
+    input_grad_spec, linear_spec, mask1_len, param_grads, param_grads_wide, trunk_forward,
 };
 
 /// The expectile (IQL) value heads, high then low: `we[1, H]`.
@@ -222,6 +222,8 @@ pub struct IqlAct {
     pub e_lo: Buf,
     pub de_hi: Buf,
     pub de_lo: Buf,
+    /// Partial sums of the heads' bias gradients (one head at a time, on one stream).
+    pub bias_scratch: Buf,
 }
 
 /// The IQN head's activations. `cosf`, `phi` and `dphi_pre` (`[B N, C]`, `[B N, H]`,
@@ -250,6 +252,8 @@ pub struct AttnAct {
     pub dqkv: Buf,
     pub demb: Buf,
     pub scratch: Buf,
+    /// Partial sums of the embedding's bias gradient.
+    pub bias_scratch: Buf,
 }
 
 /// The optimizer's state: Adam's moments, the pointer table, the norm, the device
@@ -604,6 +608,7 @@ pub mod dqn {
             e: &mut iql_act.e_hi,
             de: &mut iql_act.de_hi,
             grad: &mut iql_grad.hi,
+            bias_scratch: &mut iql_act.bias_scratch,
         };
         expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
@@ -625,6 +630,7 @@ pub mod dqn {
             e: &mut iql_act.e_lo,
             de: &mut iql_act.de_lo,
             grad: &mut iql_grad.lo,
+            bias_scratch: &mut iql_act.bias_scratch,
         };
         expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
@@ -828,14 +834,17 @@ pub mod dqn {
         )?;
         let back = input_grad_spec(rows, e, 3 * e, Epilogue::Default);
         blas.matmul(&back, &x.dqkv, &a.qkv, &mut x.demb, MatmulArgs::new())?;
-        param_grads(
+        param_grads_wide(
             &blas,
+            stream,
+            k,
             &x.demb,
             &batch.win,
             &mut attn_grad.emb,
             rows,
             s.state,
             e,
+            &mut x.bias_scratch,
         )
     }
 
@@ -1022,6 +1031,7 @@ struct ExpectileHead<'a> {
     e: &'a mut Buf,
     de: &'a mut Buf,
     grad: &'a mut Linear,
+    bias_scratch: &'a mut Buf,
 }
 
 /// `e = h weᵀ + be`, the expectile loss against q̄ and its gradient, and the head's
@@ -1047,7 +1057,18 @@ fn expectile_head(
         Epilogue::Bias,
     )?;
     k.expectile_loss(stream, head.e, qbar, head.expectile, head.de, losses)?;
-    param_grads(&blas, head.de, h, head.grad, s.batch, s.hidden, 1)
+    param_grads_wide(
+        &blas,
+        stream,
+        k,
+        head.de,
+        h,
+        head.grad,
+        s.batch,
+        s.hidden,
+        1,
+        head.bias_scratch,
+    )
 }
 
 /// The IQN head's sizes.
@@ -1184,6 +1205,7 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
             e_lo: z("e_lo", b)?,
             de_hi: z("de_hi", b)?,
             de_lo: z("de_lo", b)?,
+            bias_scratch: z("iql bias-gradient partials", column_sums_scratch_len(b, 1))?,
         },
         dadv: [
             z("dadv", b * s.actions)?,
@@ -1217,6 +1239,10 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
             dqkv: z("attn dqkv", bw * 3 * s.width)?,
             demb: z("attn demb", bw * s.width)?,
             scratch: z("attn scratch", pool.scratch_len())?,
+            bias_scratch: z(
+                "attn bias-gradient partials",
+                column_sums_scratch_len(bw, s.width),
+            )?,
         },
         dz2: z("dz2", b * h)?,
         dz1: z("dz1", b * h)?,

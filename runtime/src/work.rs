@@ -45,6 +45,8 @@ pub const LAUNCHES: usize = 11;
 /// One kernel node of the step, as launched and as timed alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelWork {
+    /// The kernel's (mangled) name, as the driver reports it.
+    pub name: String,
     /// Blocks in its grid.
     pub blocks: u64,
     /// Threads per block.
@@ -129,6 +131,24 @@ impl WorkBound {
     /// Kernel nodes measured.
     pub fn kernels(&self) -> usize {
         self.ops.iter().map(|o| o.kernels.len()).sum()
+    }
+}
+
+impl WorkBound {
+    /// One line per kernel of the op named `op`: name, grid, resident blocks, share,
+    /// time alone. For finding where an op's time goes.
+    pub fn kernel_table(&self, op: &str) -> String {
+        let mut out = String::new();
+        for o in self.ops.iter().filter(|o| o.name == op) {
+            for k in &o.kernels {
+                let name: String = k.name.chars().take(60).collect();
+                out.push_str(&format!(
+                    "  {op} {name:<60} {:>7} blocks x {:>4} ({:>5} resident) share {:.2}  {:.4} ms\n",
+                    k.blocks, k.threads, k.resident, k.share, k.alone_ms
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -237,6 +257,21 @@ fn node_function(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<sys::CUfunction> {
     Ok(f)
 }
 
+/// The name the driver knows a function by (empty if it will not say).
+fn function_name(func: sys::CUfunction) -> String {
+    let mut p = std::ptr::null();
+    // SAFETY: valid function handle and out-pointer; the string is owned by the driver
+    // and lives as long as the function.
+    let ok = unsafe { sys::cuFuncGetName(&mut p, func) }.result().is_ok();
+    if !ok || p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string from the driver (checked non-null above).
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Blocks of `func` one SM holds at once with this launch's block and shared memory.
 fn blocks_per_sm(func: sys::CUfunction, threads: u32, shared: u32) -> Result<u64> {
     let mut n = 0i32;
@@ -341,11 +376,12 @@ pub(crate) fn measure(
             let what = |e: Error| Error::Invalid(format!("timing a kernel of op `{name}`: {e}"));
             let p = kernel_params(node).map_err(what)?;
             let threads = p.blockDimX * p.blockDimY * p.blockDimZ;
-            let per_sm = blocks_per_sm(node_function(&p).map_err(what)?, threads, p.sharedMemBytes)
-                .map_err(what)?;
+            let func = node_function(&p).map_err(what)?;
+            let per_sm = blocks_per_sm(func, threads, p.sharedMemBytes).map_err(what)?;
             let blocks = u64::from(p.gridDimX) * u64::from(p.gridDimY) * u64::from(p.gridDimZ);
             let resident = per_sm * u64::from(sms);
             work.kernels.push(KernelWork {
+                name: function_name(func),
                 blocks,
                 threads,
                 resident,
@@ -388,6 +424,7 @@ mod tests {
 
     fn kernel(share: f64, alone_ms: f64) -> KernelWork {
         KernelWork {
+            name: "k".into(),
             blocks: 1,
             threads: 256,
             resident: 1,
