@@ -43,6 +43,9 @@ struct Options {
     seed: u64,
     /// Data parallel over this many GPUs (`parallel.rs`).
     gpus: Option<usize>,
+    /// Replay the one-stream step once and exit: the run Nsight Compute profiles for
+    /// each kernel's DRAM bytes (`dram_bound.py`).
+    serial_replay: bool,
 }
 
 fn parse_options() -> std::result::Result<Options, String> {
@@ -52,9 +55,14 @@ fn parse_options() -> std::result::Result<Options, String> {
         check: None,
         seed: 1,
         gpus: None,
+        serial_replay: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--serial-replay" {
+            o.serial_replay = true;
+            continue;
+        }
         let mut value = || {
             args.next()
                 .ok_or_else(|| format!("{flag} expects a value, found the end of the arguments"))
@@ -82,7 +90,7 @@ fn parse_options() -> std::result::Result<Options, String> {
             "--gpus" => o.gpus = Some(number()?),
             other => {
                 return Err(format!(
-                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --seed, or a size \
+                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, or a size \
                      (--batch --state --hidden --glu --actions --quantiles --cosines --window --width --heads)"
                 ));
             }
@@ -120,6 +128,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let run = match (&options.check, options.gpus) {
+        _ if options.serial_replay => serial_replay(&device, &options),
         (Some(dir), _) => write_check(&device, &options, dir),
         (None, Some(n)) => parallel::run(&options, n),
         (None, None) => train(&device, &options),
@@ -430,6 +439,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One replay of the one-stream step, nothing else launched after it: under Nsight
+/// Compute the last kernels profiled are the graph's, in capture order.
+fn serial_replay(device: &Device, o: &Options) -> Result<()> {
+    let s = &o.sizes;
+    let mut serial = build(device, s, Schedule::OneStream)?;
+    let mut rng = Rng::new(o.seed);
+    initialise(&mut rng, s, &mut serial)?;
+    Transitions::generate(&mut rng, s).upload(&mut serial)?;
+    set_step_count(&serial, 1)?;
+    serial.replay()?;
+    serial.wait()?;
+    let counts = serial.executor().node_counts()?;
+    println!(
+        "replayed the one-stream step once: {} kernel nodes",
+        counts.kernels
+    );
+    Ok(())
+}
+
 /// The main job: trains on generated transitions, then compares the schedules.
 fn train(device: &Device, o: &Options) -> Result<()> {
     let s = &o.sizes;
@@ -602,8 +630,21 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
             )
         })
         .collect();
+    // Every kernel node in capture order, for a bound that also counts each kernel's
+    // share of DRAM bandwidth (examples/dqn/dram_bound.py, with bytes from Nsight Compute).
+    let kernels: Vec<String> = work
+        .ops
+        .iter()
+        .flat_map(|o| o.kernels.iter().map(move |k| (o, k)))
+        .map(|(o, k)| {
+            format!(
+                "{{\"op\": \"{}\", \"name\": \"{}\", \"blocks\": {}, \"threads\": {}, \"resident\": {}, \"share\": {}, \"grid_share\": {}, \"alone_ms\": {}}}",
+                o.name, k.name, k.blocks, k.threads, k.resident, k.share, k.grid_share, k.alone_ms
+            )
+        })
+        .collect();
     let json = format!(
-        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"ops\": [{}]}}\n",
+        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"ops\": [{}], \"kernels\": [{}]}}\n",
         device.name(),
         s.batch,
         work.alone_ms(),
@@ -616,7 +657,8 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
             "null".into()
         },
         breakdown(&profile),
-        ops.join(", ")
+        ops.join(", "),
+        kernels.join(", ")
     );
     let _ = std::fs::write(dir.join("dqn_bench.json"), json);
     let _ = std::fs::write(dir.join("dqn.profile"), profile.to_record());

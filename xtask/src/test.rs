@@ -46,7 +46,13 @@ impl Test {
         // merger needs only python3, which every machine here has.
         let mut combine = std::process::Command::new("python3");
         combine
-            .args(["-m", "unittest", "-v", "examples/dqn/test_combine.py"])
+            .args([
+                "-m",
+                "unittest",
+                "-v",
+                "examples/dqn/test_combine.py",
+                "examples/dqn/test_dram_bound.py",
+            ])
             .current_dir(&ws.root);
         cmd::run(&mut combine, self.dry_run)
     }
