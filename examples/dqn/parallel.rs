@@ -11,7 +11,7 @@
 //! 3. the overlap: how much of rank 0's all-reduce time ran while other streams still
 //!    computed, from a profiled replay.
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
@@ -81,6 +81,64 @@ struct RankResult {
     profile: Option<Profile>,
 }
 
+/// Where the ranks meet before a call that waits for all of them: NCCL's init waits for
+/// every rank to join, and the first replay's all-reduce for every rank's. A rank whose
+/// setup failed must not leave the others waiting there forever: each rank reports in,
+/// and all go on only if all are ready; a failure releases every rank at once.
+pub struct Rendezvous {
+    ranks: usize,
+    /// Ranks arrived ready, and whether one arrived failed.
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Rendezvous {
+    pub fn new(ranks: usize) -> Rendezvous {
+        Rendezvous {
+            ranks,
+            state: Mutex::new((0, false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Reports this rank ready (`ok`) or failed; returns whether every rank is ready.
+    pub fn arrive(&self, ok: bool) -> bool {
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        if ok {
+            st.0 += 1;
+        } else {
+            st.1 = true;
+        }
+        self.changed.notify_all();
+        loop {
+            if st.1 {
+                return false;
+            }
+            if st.0 == self.ranks {
+                return true;
+            }
+            st = match self.changed.wait(st) {
+                Ok(st) => st,
+                Err(_) => return false,
+            };
+        }
+    }
+}
+
+/// This rank's own error, or that another one failed at the meeting point `what`.
+fn meet<T>(point: &Rendezvous, mine: Result<T>, what: &str) -> Result<T> {
+    let all_ready = point.arrive(mine.is_ok());
+    match mine {
+        Err(e) => Err(e),
+        Ok(_) if !all_ready => Err(stepgraph::Error::Invalid(format!(
+            "another rank failed before {what}; this one stops too"
+        ))),
+        ok => ok,
+    }
+}
+
 /// One rank: join the communicator, run the check's steps, then the timed steps.
 fn rank_main(
     o: &Options,
@@ -89,12 +147,14 @@ fn rank_main(
     id: CommId,
     pool: &[Transitions],
     steps: usize,
+    points: &[Rendezvous; 2],
 ) -> Result<RankResult> {
-    let device = Device::new(rank)?;
+    let device = meet(&points[0], Device::new(rank), "joining NCCL")?;
     let mut s = o.sizes;
     s.batch /= ranks;
-    let comm = Communicator::join(&device, id, rank, ranks)?;
-    let mut step = build_rank(&device, &s, Schedule::Planned, comm)?;
+    let built = Communicator::join(&device, id, rank, ranks)
+        .and_then(|comm| build_rank(&device, &s, Schedule::Planned, comm));
+    let mut step = meet(&points[1], built, "the first all-reduce")?;
     if rank == 0 {
         println!("{}", step.verify()?);
         println!("rank 0 graph: {:?}", step.executor().node_counts()?);
@@ -188,11 +248,12 @@ pub fn run(o: &Options, ranks: usize) -> Result<()> {
     let steps = o.steps.unwrap_or(200).max(1);
     let id = CommId::new()?;
     let results: Mutex<Vec<(usize, Result<RankResult>)>> = Mutex::new(Vec::new());
+    let points = [Rendezvous::new(ranks), Rendezvous::new(ranks)];
     std::thread::scope(|scope| {
         for rank in 0..ranks {
-            let (pool, results) = (&pool, &results);
+            let (pool, results, points) = (&pool, &results, &points);
             scope.spawn(move || {
-                let r = rank_main(o, rank, ranks, id, pool, steps);
+                let r = rank_main(o, rank, ranks, id, pool, steps, points);
                 if let Ok(mut all) = results.lock() {
                     all.push((rank, r));
                 }
@@ -339,6 +400,33 @@ mod tests {
         let f = hidden_fraction(&p, "comm").unwrap();
         assert!((f - 0.25).abs() < 1e-12, "{f}");
         assert_eq!(hidden_fraction(&p, "nope"), None);
+    }
+
+    #[test]
+    fn a_rendezvous_releases_everyone_when_all_are_ready_or_one_failed() {
+        let all = Rendezvous::new(3);
+        let ready: Vec<bool> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3).map(|_| s.spawn(|| all.arrive(true))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(ready, [true, true, true]);
+        // One rank fails while two wait: nobody is left waiting, nobody goes on.
+        let one_failed = Rendezvous::new(3);
+        let ready: Vec<bool> = std::thread::scope(|s| {
+            let waiting: Vec<_> = (0..2)
+                .map(|_| s.spawn(|| one_failed.arrive(true)))
+                .collect();
+            let failed = s.spawn(|| one_failed.arrive(false));
+            let mut r: Vec<bool> = waiting.into_iter().map(|h| h.join().unwrap()).collect();
+            r.push(failed.join().unwrap());
+            r
+        });
+        assert_eq!(ready, [false, false, false]);
+        let err = meet(&one_failed, Ok(()), "the first all-reduce").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("another rank failed before the first all-reduce")
+        );
     }
 
     #[test]
