@@ -3,6 +3,8 @@
 //! Every test uses random data and compares against a reference computed another way.
 #![cfg(feature = "gpu-tests")]
 
+#[path = "gpu/attention.rs"]
+mod attention;
 #[path = "gpu/blas.rs"]
 mod blas;
 #[path = "gpu/comm.rs"]

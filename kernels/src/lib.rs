@@ -1508,8 +1508,19 @@ impl Kernels {
 
 // ---- cuda/dqn_attention.cu: window self-attention and the pooled reward head ----
 
-/// Most samples a block of the attention kernels stages in shared memory.
+/// Most samples a block of the attention kernels' block path stages in shared memory.
 const ATTENTION_MAX_SAMPLES_PER_BLOCK: usize = 4;
+
+/// The head width the attention kernels' warp path handles (`ATT_DH` in
+/// `cuda/dqn_attention.cu`): a lane keeps one row's head slice in registers.
+const ATTENTION_WARP_HEAD_WIDTH: usize = 16;
+
+/// The longest window the warp path handles (`ATT_WMAX`): a lane keeps a row of scores in
+/// registers.
+const ATTENTION_WARP_MAX_WINDOW: usize = 8;
+
+/// Most warps (one sample each) in a block of the warp path (`ATT_MAX_WARPS`).
+const ATTENTION_WARP_MAX_WARPS: usize = 4;
 
 /// Sizes of the window attention: `B` samples, `W` window rows, width `E`, `heads` heads
 /// of `E / heads`.
@@ -1537,10 +1548,23 @@ impl AttentionDims {
     }
 }
 
+/// How an attention kernel splits the batch (see `cuda/dqn_attention.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttentionPath {
+    /// A warp per sample, its rows in the warp's own slice of shared memory and each lane's
+    /// row slice in registers; blocks of up to [`ATTENTION_WARP_MAX_WARPS`] warps. For
+    /// `E / Hh == 16` and `W <= 8`.
+    WarpPerSample,
+    /// Up to [`ATTENTION_MAX_SAMPLES_PER_BLOCK`] samples per block of 256 threads, staged in
+    /// shared memory, with block barriers between the phases. Any other size.
+    BlockOfSamples,
+}
+
 /// How the attention kernels lay out shared memory and their grid.
 #[derive(Clone, Copy, Debug)]
 struct AttentionPlan {
-    /// Samples per block.
+    path: AttentionPath,
+    /// Samples per block (on the warp path, warps per block).
     spb: u32,
     /// Shared-memory row strides of qkv and datt rows.
     ld: u32,
@@ -1576,6 +1600,33 @@ fn attention_plan(dims: AttentionDims, backward: bool) -> Result<AttentionPlan> 
     )?;
     let ld = padded_stride(3 * dims.width);
     let lda = padded_stride(dims.width);
+    if dims.head_width() == ATTENTION_WARP_HEAD_WIDTH && dims.window <= ATTENTION_WARP_MAX_WINDOW {
+        // Per warp: the qkv tile, and for the backward the datt tile and the (P, dS)
+        // exchange of W Hh (W + 1) float2, rounded up to whole 16-byte chunks.
+        let tiles = product(what, &[dims.window, if backward { ld + lda } else { ld }])?;
+        let exchange = if backward {
+            4 * product(what, &[dims.window, dims.heads, dims.window + 1])?.div_ceil(2)
+        } else {
+            0
+        };
+        let per_warp = (tiles + exchange) * 4;
+        let warps = (MAX_DYNAMIC_SMEM / per_warp).min(ATTENTION_WARP_MAX_WARPS);
+        // A width too large for one warp's tile in shared memory takes the block path,
+        // which then reports that a sample does not fit.
+        if warps > 0 {
+            return Ok(AttentionPlan {
+                path: AttentionPath::WarpPerSample,
+                spb: warps as u32,
+                ld: ld as u32,
+                lda: lda as u32,
+                config: LaunchConfig {
+                    grid_dim: (len_u32(what, dims.batch.div_ceil(warps))?, 1, 1),
+                    block_dim: (32 * warps as u32, 1, 1),
+                    shared_mem_bytes: (warps * per_warp) as u32,
+                },
+            });
+        }
+    }
     let scores = product(what, &[dims.heads, dims.window, dims.window])?;
     let per_sample = if backward {
         dims.window * (ld + lda) + 2 * scores
@@ -1592,6 +1643,7 @@ fn attention_plan(dims: AttentionDims, backward: bool) -> Result<AttentionPlan> 
     }
     let blocks = dims.batch.div_ceil(spb);
     Ok(AttentionPlan {
+        path: AttentionPath::BlockOfSamples,
         spb: spb as u32,
         ld: ld as u32,
         lda: lda as u32,
@@ -1664,9 +1716,14 @@ impl Kernels {
     /// `probs[B, Hh, W, W]` (saved for the backward) from `qkv[B W, 3E]` (formulas in
     /// `cuda/dqn_attention.cu`).
     ///
-    /// A block of 256 threads takes up to 4 whole samples (as many as fit 48 KB of shared
-    /// memory); `ceil(B / samples per block)` blocks. [`attention_forward_reference`] is
-    /// the CPU version.
+    /// Two paths, picked from the sizes, that give the same bits:
+    /// - `E / Hh == 16` and `W <= 8` (the step's sizes): a warp per sample, blocks of up to
+    ///   4 warps (as many as fit 48 KB of shared memory, `W (3E + 4)` floats a warp),
+    ///   `ceil(B / warps)` blocks; no block barrier.
+    /// - Otherwise a block of 256 threads takes up to 4 whole samples (as many as fit 48 KB
+    ///   of shared memory); `ceil(B / samples per block)` blocks.
+    ///
+    /// [`attention_forward_reference`] is the CPU version.
     pub fn attention_forward(
         &self,
         stream: &CaptureStream<'_>,
@@ -1702,6 +1759,7 @@ impl Kernels {
             dims.heads as u32,
         );
         let scale = dims.scale();
+        let warp_path = u32::from(plan.path == AttentionPath::WarpPerSample);
         let mut launch = stream.launch(self.kernel(KernelId::AttentionForward));
         launch
             .buf(qkv)
@@ -1713,18 +1771,22 @@ impl Kernels {
             .arg(&hh)
             .arg(&plan.spb)
             .arg(&plan.ld)
+            .arg(&warp_path)
             .arg(&scale);
         // SAFETY: the arguments match `attention_forward(const float* qkv, float* att, float*
         // probs, unsigned B, unsigned W, unsigned E, unsigned heads, unsigned spb, unsigned
-        // ld, float scale)`; block x touches samples [x spb, min(B, x spb + spb)) of buffers
-        // sized by B, W, E, heads (checked above), and its dynamic shared memory is the
-        // (spb W ld + spb heads W W) floats the kernel lays out.
+        // ld, unsigned warp_path, float scale)`; block x touches samples [x spb, min(B, x spb
+        // + spb)) of buffers sized by B, W, E, heads (checked above). Its dynamic shared
+        // memory is what the path lays out: on the warp path (E / heads == 16, W <= 8, ld =
+        // 3E + 4, 32 spb threads) spb W ld floats, else (spb W ld + spb heads W W) floats.
         unsafe { launch.launch(plan.config) }
     }
 
     /// Window self-attention, backward: `dqkv[B W, 3E]` from `qkv`, the saved `probs` and
-    /// `datt[B W, E]`. Same grid as [`Kernels::attention_forward`] (up to 4 samples a block,
-    /// as shared memory allows). [`attention_backward_reference`] is the CPU version.
+    /// `datt[B W, E]`. The same two paths as [`Kernels::attention_forward`], with more
+    /// shared memory a sample: on the warp path `W (3E + 4) + W (E + 4) + 2 W Hh (W + 1)`
+    /// floats a warp, rounded up to 16 bytes (4 warps a block at the step's sizes).
+    /// [`attention_backward_reference`] is the CPU version.
     pub fn attention_backward(
         &self,
         stream: &CaptureStream<'_>,
@@ -1759,6 +1821,7 @@ impl Kernels {
             dims.heads as u32,
         );
         let scale = dims.scale();
+        let warp_path = u32::from(plan.path == AttentionPath::WarpPerSample);
         let mut launch = stream.launch(self.kernel(KernelId::AttentionBackward));
         launch
             .buf(qkv)
@@ -1772,13 +1835,16 @@ impl Kernels {
             .arg(&plan.spb)
             .arg(&plan.ld)
             .arg(&plan.lda)
+            .arg(&warp_path)
             .arg(&scale);
         // SAFETY: the arguments match `attention_backward(const float* qkv, const float*
         // probs, const float* datt, float* dqkv, unsigned B, unsigned W, unsigned E, unsigned
-        // heads, unsigned spb, unsigned ld, unsigned lda, float scale)`; block x touches
-        // samples [x spb, min(B, x spb + spb)) of buffers sized by B, W, E, heads (checked
-        // above), and its dynamic shared memory is the (spb W (ld + lda) + 2 spb heads W W)
-        // floats the kernel lays out.
+        // heads, unsigned spb, unsigned ld, unsigned lda, unsigned warp_path, float scale)`;
+        // block x touches samples [x spb, min(B, x spb + spb)) of buffers sized by B, W, E,
+        // heads (checked above). Its dynamic shared memory is what the path lays out: on
+        // the warp path (E / heads == 16, W <= 8, ld = 3E + 4, lda = E + 4, 32 spb threads)
+        // spb (W (ld + lda) + 4 ceil(W heads (W + 1) / 2)) floats, else (spb W (ld + lda) +
+        // 2 spb heads W W) floats.
         unsafe { launch.launch(plan.config) }
     }
 
@@ -2764,17 +2830,68 @@ mod tests {
         };
         assert_eq!(dims.head_width(), 16);
         assert_eq!(dims.scale(), 0.25);
+        // The step's sizes take the warp path: 4 warps (samples) a block of 128 threads.
         let fwd = attention_plan(dims, false).unwrap();
+        assert_eq!(fwd.path, AttentionPath::WarpPerSample);
         assert_eq!((fwd.spb, fwd.ld, fwd.lda), (4, 196, 68));
         assert_eq!(fwd.config.grid_dim, (4096, 1, 1));
-        assert_eq!(fwd.config.shared_mem_bytes, 4 * (8 * 196 + 4 * 64) * 4);
+        assert_eq!(fwd.config.block_dim, (128, 1, 1));
+        assert_eq!(fwd.config.shared_mem_bytes, 4 * 8 * 196 * 4);
         let bwd = attention_plan(dims, true).unwrap();
+        assert_eq!(bwd.path, AttentionPath::WarpPerSample);
         assert_eq!(bwd.spb, 4);
+        assert_eq!(bwd.config.block_dim, (128, 1, 1));
+        // qkv and datt tiles, and 32 rows of 9 (P, dS) pairs.
         assert_eq!(
             bwd.config.shared_mem_bytes,
-            4 * (8 * (196 + 68) + 2 * 4 * 64) * 4
+            4 * (8 * (196 + 68) + 4 * (32 * 9 / 2)) * 4
         );
-        for plan in [fwd, bwd] {
+        // A batch that no block size divides: the last block has idle warps.
+        let ragged = attention_plan(
+            AttentionDims {
+                batch: 1001,
+                ..dims
+            },
+            true,
+        )
+        .unwrap();
+        assert_eq!(ragged.config.grid_dim, (251, 1, 1));
+        // Wider heads, or a longer window, take the block path at the old sizes.
+        for other in [
+            AttentionDims { heads: 2, ..dims },
+            AttentionDims { window: 9, ..dims },
+        ] {
+            let plan = attention_plan(other, false).unwrap();
+            assert_eq!(plan.path, AttentionPath::BlockOfSamples, "{other:?}");
+            assert_eq!(plan.config.block_dim, (BLOCK_THREADS, 1, 1));
+        }
+        let block = attention_plan(AttentionDims { heads: 2, ..dims }, true).unwrap();
+        assert_eq!((block.spb, block.ld, block.lda), (4, 196, 68));
+        assert_eq!(block.config.grid_dim, (4096, 1, 1));
+        assert_eq!(
+            block.config.shared_mem_bytes,
+            4 * (8 * (196 + 68) + 2 * 2 * 64) * 4
+        );
+        // Many heads: fewer warps a block, as shared memory allows.
+        let wide = AttentionDims {
+            batch: 10,
+            window: 8,
+            width: 128,
+            heads: 8,
+        };
+        let plan = attention_plan(wide, true).unwrap();
+        assert_eq!((plan.path, plan.spb), (AttentionPath::WarpPerSample, 2));
+        assert_eq!(plan.config.grid_dim, (5, 1, 1));
+        assert_eq!(plan.config.block_dim, (64, 1, 1));
+        // A tile too wide for one warp: the block path, which cannot fit a sample either.
+        let too_wide = AttentionDims {
+            batch: 10,
+            window: 8,
+            width: 1024,
+            heads: 64,
+        };
+        assert!(attention_plan(too_wide, true).is_err());
+        for plan in [fwd, bwd, ragged, block, plan] {
             assert!(plan.config.shared_mem_bytes as usize <= MAX_DYNAMIC_SMEM);
         }
         // Widths that are not multiples of 4 get one-float padding.
@@ -2785,11 +2902,23 @@ mod tests {
             heads: 2,
         };
         let plan = attention_plan(odd, true).unwrap();
+        assert_eq!(plan.path, AttentionPath::BlockOfSamples);
         assert_eq!((plan.ld, plan.lda, plan.spb), (19, 7, 4));
         assert_eq!(plan.config.grid_dim, (2, 1, 1));
         // A window too large for one sample per block, and heads that do not divide E.
         assert!(attention_plan(AttentionDims { window: 64, ..dims }, true).is_err());
         assert!(attention_plan(AttentionDims { heads: 3, ..dims }, false).is_err());
+    }
+
+    #[test]
+    fn attention_constants_match_the_cuda_source() {
+        let attention = cuda_defines("dqn_attention.cu");
+        assert_eq!(attention["ATT_DH"], ATTENTION_WARP_HEAD_WIDTH.to_string());
+        assert_eq!(attention["ATT_WMAX"], ATTENTION_WARP_MAX_WINDOW.to_string());
+        assert_eq!(
+            attention["ATT_MAX_WARPS"],
+            ATTENTION_WARP_MAX_WARPS.to_string()
+        );
     }
 
     #[test]
