@@ -29,7 +29,10 @@ class Combine(unittest.TestCase):
             out, err = io.StringIO(), io.StringIO()
             with redirect_stdout(out), redirect_stderr(err):
                 rc = C.main([paths[0], paths[1], "--json", paths[2]])
-            res = json.load(open(paths[2])) if rc == 0 else None
+            res = None
+            if rc == 0:
+                with open(paths[2]) as f:
+                    res = json.load(f)
         return rc, res, out.getvalue(), err.getvalue()
 
     def test_ratios_are_taken_against_the_larger_bound(self):
