@@ -14,17 +14,20 @@ mod iqn;
 
 use std::sync::Arc;
 
+use stepgraph::plan::{OpDesc, OpId, StreamDesc, StreamId};
 use stepgraph::{
     CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Mode, Refresh, Result, Schedule,
 };
+use stepgraph::{Executor, PlanDesc};
 use stepgraph_kernels::Kernels;
 
-/// xorshift64*: small, seedable, no dependency.
+/// xorshift64*: small, seedable, no dependency. Shared by every GPU test module.
 struct Rng(u64);
 impl Rng {
     fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
+    /// Uniform in [0, 1).
     fn next_f32(&mut self) -> f32 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -36,6 +39,59 @@ impl Rng {
     fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
         (0..n).map(|_| lo + (hi - lo) * self.next_f32()).collect()
     }
+    /// Uniform in [lo, hi), a draw of exactly zero replaced by 0.125: inputs that must not
+    /// hide an unwritten or ignored element.
+    fn vec_nonzero(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v = lo + (hi - lo) * self.next_f32();
+                if v == 0.0 { 0.125 } else { v }
+            })
+            .collect()
+    }
+    /// `len` values uniform in [-scale, scale).
+    fn fill(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len)
+            .map(|_| (self.next_f32() * 2.0 - 1.0) * scale)
+            .collect()
+    }
+}
+
+/// A one-stream, one-op plan, as `#[step]` would emit for a step with a single op: for
+/// the tests that issue kernels or matmuls through an executor outside a step.
+static ONE_OP_PLAN: PlanDesc = PlanDesc {
+    step: "one_op",
+    streams: &[StreamDesc::named("main")],
+    buffers: &[],
+    ops: &[OpDesc {
+        name: "one_op",
+        func: "one_op",
+        stream: StreamId::ORIGIN,
+        accesses: &[],
+        waits: &[],
+        record: None,
+        cost: 1.0,
+    }],
+    edges: &[],
+    events: &[],
+    final_waits: &[],
+    critical_path: &[OpId(0)],
+    critical_path_by_cost: &[OpId(0)],
+};
+
+/// Runs `body` once, eagerly, as the one op of [`ONE_OP_PLAN`], and waits for it.
+fn run_one_op(
+    device: &Device,
+    mut body: impl FnMut(&CaptureStream<'_>) -> Result<()>,
+) -> Result<()> {
+    let exec = Executor::new(device, &ONE_OP_PLAN, Schedule::Planned)?;
+    exec.run_eager(&mut |issue| issue.op(OpId(0), &mut body))?;
+    exec.wait()
+}
+
+/// A device buffer of `len` NaNs: an element a kernel fails to write fails the comparison.
+fn nan_buffer(device: &Device, what: &str, len: usize) -> Result<DeviceBuffer<f32>> {
+    device.upload_new(what, &vec![f32::NAN; len])
 }
 
 fn device() -> Device {

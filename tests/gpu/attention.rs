@@ -17,58 +17,14 @@
 //! and `expf` (2 ulp); a CPU model of their arithmetic is within 1e-6 of the f64 reference
 //! by this measure, and an indexing mistake is of order 1.
 
-use stepgraph::plan::{OpDesc, OpId, StreamDesc, StreamId};
-use stepgraph::{Device, DeviceBuffer, Executor, PlanDesc, Result, Schedule};
+use super::{Rng, nan_buffer, run_one_op};
+use stepgraph::{Device, DeviceBuffer, Result};
 use stepgraph_kernels::{
     AttentionDims, Kernels, attention_backward_reference, attention_forward_reference,
 };
 
 /// Largest elementwise error (see the module's documentation).
 const BOUND: f64 = 1e-5;
-
-/// A one-stream, one-op plan: the kernels here run outside a step, eagerly.
-static ONE_OP_PLAN: PlanDesc = PlanDesc {
-    step: "attention_head",
-    streams: &[StreamDesc::named("main")],
-    buffers: &[],
-    ops: &[OpDesc {
-        name: "attention_head",
-        func: "attention_head",
-        stream: StreamId::ORIGIN,
-        accesses: &[],
-        waits: &[],
-        record: None,
-        cost: 1.0,
-    }],
-    edges: &[],
-    events: &[],
-    final_waits: &[],
-    critical_path: &[OpId(0)],
-    critical_path_by_cost: &[OpId(0)],
-};
-
-/// xorshift64*: reproducible test data without a `rand` dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in [lo, hi), never exactly zero.
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        let v = lo + (hi - lo) * ((x >> 40) as f32 / (1u64 << 24) as f32);
-        if v == 0.0 { 0.125 } else { v }
-    }
-
-    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-}
 
 /// The kernels' outputs, downloaded.
 #[derive(PartialEq)]
@@ -87,20 +43,16 @@ fn run(
     datt: &[f32],
 ) -> Result<AttentionResult> {
     let rows = dims.batch * dims.window;
-    let nan = |what: &str, len: usize| device.upload_new(what, &vec![f32::NAN; len]);
+    let nan = |what: &str, len: usize| nan_buffer(device, what, len);
     let qkv: DeviceBuffer<f32> = device.upload_new("qkv", qkv)?;
     let datt: DeviceBuffer<f32> = device.upload_new("datt", datt)?;
     let mut att = nan("att", rows * dims.width)?;
     let mut probs = nan("probs", dims.batch * dims.heads * dims.window * dims.window)?;
     let mut dqkv = nan("dqkv", rows * 3 * dims.width)?;
-    let exec = Executor::new(device, &ONE_OP_PLAN, Schedule::Planned)?;
-    exec.run_eager(&mut |issue| {
-        issue.op(OpId(0), |stream| {
-            k.attention_forward(stream, dims, &qkv, &mut att, &mut probs)?;
-            k.attention_backward(stream, dims, &qkv, &probs, &datt, &mut dqkv)
-        })
+    run_one_op(device, |stream| {
+        k.attention_forward(stream, dims, &qkv, &mut att, &mut probs)?;
+        k.attention_backward(stream, dims, &qkv, &probs, &datt, &mut dqkv)
     })?;
-    exec.wait()?;
     Ok(AttentionResult {
         att: device.download(&att)?,
         probs: device.download(&probs)?,
@@ -141,8 +93,8 @@ fn data(dims: AttentionDims, seed: u64) -> (Vec<f32>, Vec<f32>) {
     let mut rng = Rng::new(seed);
     let rows = dims.batch * dims.window;
     (
-        rng.vec(rows * 3 * dims.width, -1.5, 1.5),
-        rng.vec(rows * dims.width, -1.0, 1.0),
+        rng.vec_nonzero(rows * 3 * dims.width, -1.5, 1.5),
+        rng.vec_nonzero(rows * dims.width, -1.0, 1.0),
     )
 }
 

@@ -10,48 +10,22 @@
 //! expected); bf16 2e-2 (bf16 output, unit roundoff 2⁻⁸ ≈ 3.9e-3, the references use the
 //! bf16-rounded inputs).
 
+use super::{ONE_OP_PLAN, Rng, nan_buffer};
 use half::bf16;
-use stepgraph::plan::{OpDesc, OpId, StreamDesc, StreamId};
+use stepgraph::plan::OpId;
 use stepgraph::{
-    BlasSession, Device, DeviceBuffer, Epilogue, Error, Executor, Issue, Matmul, MatmulArgs, Mode,
-    PlanDesc, Precision, Result, Schedule,
+    BlasSession, Device, Epilogue, Error, Executor, Issue, Matmul, MatmulArgs, Mode, Precision,
+    Result, Schedule,
 };
 
 const F32_BOUND: f64 = 1e-5;
 const TF32_BOUND: f64 = 2e-3;
 const BF16_BOUND: f64 = 2e-2;
 
-/// xorshift64*: reproducible test data without a `rand` dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in [-1, 1).
-    fn uniform(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    /// `len` values uniform in [-scale, scale).
-    fn fill(&mut self, len: usize, scale: f32) -> Vec<f32> {
-        (0..len).map(|_| self.uniform() * scale).collect()
-    }
-}
-
 fn setup() -> Result<(Device, BlasSession)> {
     let device = Device::new(0)?;
     let session = BlasSession::new(&device)?;
     Ok((device, session))
-}
-
-fn nan_f32(device: &Device, what: &str, len: usize) -> Result<DeviceBuffer<f32>> {
-    device.upload_new(what, &vec![f32::NAN; len])
 }
 
 fn to_f64(x: &[f32]) -> Vec<f64> {
@@ -149,7 +123,7 @@ fn gpu_matmul_f32_all_transposes_with_alpha_beta_and_c() -> Result<()> {
         let a_dev = device.upload_new("a", &a)?;
         let b_dev = device.upload_new("b", &b)?;
         let c_dev = device.upload_new("c", &c)?;
-        let mut d_dev = nan_f32(&device, "d", m * n)?;
+        let mut d_dev = nan_buffer(&device, "d", m * n)?;
         let args = MatmulArgs::new().alpha(0.75).beta(0.5).c(&c_dev);
         session
             .blas(Mode::Eager)
@@ -214,7 +188,7 @@ fn gpu_matmul_tf32_is_within_tf32_rounding() -> Result<()> {
     let b = rng.fill(n * k, 1.0);
     let a_dev = device.upload_new("a", &a)?;
     let b_dev = device.upload_new("b", &b)?;
-    let mut d_dev = nan_f32(&device, "d", m * n)?;
+    let mut d_dev = nan_buffer(&device, "d", m * n)?;
     session
         .blas(Mode::Eager)
         .matmul(&spec, &a_dev, &b_dev, &mut d_dev, MatmulArgs::new())?;
@@ -288,7 +262,7 @@ fn forward_with_bias(epilogue: Epilogue, act: fn(f64) -> f64, bound: f64) -> Res
     let a_dev = device.upload_new("a", &a)?;
     let b_dev = device.upload_new("b", &b)?;
     let bias_dev = device.upload_new("bias", &bias)?;
-    let mut d_dev = nan_f32(&device, "d", m * n)?;
+    let mut d_dev = nan_buffer(&device, "d", m * n)?;
     session.blas(Mode::Eager).matmul(
         &spec,
         &a_dev,
@@ -344,8 +318,8 @@ fn gpu_matmul_gelu_aux_bias_saves_the_gelu_input_with_padded_rows() -> Result<()
     let a_dev = device.upload_new("a", &a)?;
     let b_dev = device.upload_new("b", &b)?;
     let bias_dev = device.upload_new("bias", &bias)?;
-    let mut d_dev = nan_f32(&device, "d", m * n)?;
-    let mut aux_dev = nan_f32(&device, "gelu input", spec.aux_len().unwrap())?;
+    let mut d_dev = nan_buffer(&device, "d", m * n)?;
+    let mut aux_dev = nan_buffer(&device, "gelu input", spec.aux_len().unwrap())?;
     session.blas(Mode::Eager).matmul(
         &spec,
         &a_dev,
@@ -395,7 +369,7 @@ fn gpu_matmul_relu_mask_then_drelu_bgrad() -> Result<()> {
     let x_dev = device.upload_new("x", &x)?;
     let w1_dev = device.upload_new("w1", &w1)?;
     let b1_dev = device.upload_new("b1", &b1)?;
-    let mut h_dev = nan_f32(&device, "h", batch * hidden)?;
+    let mut h_dev = nan_buffer(&device, "h", batch * hidden)?;
     let mut mask_dev = device.alloc_zeros::<u8>("relu mask", fwd.aux_len().unwrap())?;
     session.blas(Mode::Eager).matmul(
         &fwd,
@@ -444,8 +418,8 @@ fn gpu_matmul_relu_mask_then_drelu_bgrad() -> Result<()> {
     let w2 = rng.fill(out * hidden, 1.0);
     let dy_dev = device.upload_new("dy", &dy)?;
     let w2_dev = device.upload_new("w2", &w2)?;
-    let mut dpre_dev = nan_f32(&device, "dpre", batch * hidden)?;
-    let mut db1_dev = nan_f32(&device, "db1", hidden)?;
+    let mut dpre_dev = nan_buffer(&device, "dpre", batch * hidden)?;
+    let mut db1_dev = nan_buffer(&device, "db1", hidden)?;
     session.blas(Mode::Eager).matmul(
         &bwd,
         &dy_dev,
@@ -496,8 +470,8 @@ fn gpu_matmul_dgelu_bgrad_reads_the_gelu_input() -> Result<()> {
     let a_dev = device.upload_new("a", &a)?;
     let b_dev = device.upload_new("b", &b)?;
     let x_dev = device.upload_new("gelu input", &x)?;
-    let mut d_dev = nan_f32(&device, "d", m * n)?;
-    let mut db_dev = nan_f32(&device, "db", n)?;
+    let mut d_dev = nan_buffer(&device, "d", m * n)?;
+    let mut db_dev = nan_buffer(&device, "db", n)?;
     session.blas(Mode::Eager).matmul(
         &spec,
         &a_dev,
@@ -542,8 +516,8 @@ fn gpu_matmul_bgrad_a_is_the_linear_layer_bias_gradient() -> Result<()> {
     let x = rng.fill(batch * input, 1.0);
     let dy_dev = device.upload_new("dy", &dy)?;
     let x_dev = device.upload_new("x", &x)?;
-    let mut dw_dev = nan_f32(&device, "dw", out * input)?;
-    let mut db_dev = nan_f32(&device, "db", out)?;
+    let mut dw_dev = nan_buffer(&device, "dw", out * input)?;
+    let mut db_dev = nan_buffer(&device, "db", out)?;
     session.blas(Mode::Eager).matmul(
         &spec,
         &dy_dev,
@@ -581,8 +555,8 @@ fn gpu_matmul_bgrad_b_reduces_op_b_over_k() -> Result<()> {
     let b = rng.fill(k * n, 1.0);
     let a_dev = device.upload_new("a", &a)?;
     let b_dev = device.upload_new("b", &b)?;
-    let mut d_dev = nan_f32(&device, "d", m * n)?;
-    let mut db_dev = nan_f32(&device, "db", n)?;
+    let mut d_dev = nan_buffer(&device, "d", m * n)?;
+    let mut db_dev = nan_buffer(&device, "db", n)?;
     session.blas(Mode::Eager).matmul(
         &spec,
         &a_dev,
@@ -624,7 +598,7 @@ fn gpu_matmul_strided_batch_shares_one_bias() -> Result<()> {
     let a_dev = device.upload_new("a", &a)?;
     let b_dev = device.upload_new("b", &b)?;
     let bias_dev = device.upload_new("bias", &bias)?;
-    let mut d_dev = nan_f32(&device, "d", spec.d_len())?;
+    let mut d_dev = nan_buffer(&device, "d", spec.d_len())?;
     session.blas(Mode::Eager).matmul(
         &spec,
         &a_dev,
@@ -662,7 +636,7 @@ fn gpu_capture_mode_without_a_plan_is_matmul_not_planned() -> Result<()> {
     let spec = Matmul::new(32, 16, 8).with_trans_b(true);
     let a_dev = device.upload_new("a", &vec![1.0f32; spec.a_len()])?;
     let b_dev = device.upload_new("b", &vec![1.0f32; spec.b_len()])?;
-    let mut d_dev = nan_f32(&device, "d", spec.d_len())?;
+    let mut d_dev = nan_buffer(&device, "d", spec.d_len())?;
     let err = session
         .blas(Mode::Capture)
         .matmul(&spec, &a_dev, &b_dev, &mut d_dev, MatmulArgs::new())
@@ -697,8 +671,8 @@ fn gpu_dry_pass_plans_and_warms_without_writing_the_callers_outputs() -> Result<
     let x = rng.fill(batch * input, 1.0);
     let dy_dev = device.upload_new("dy", &dy)?;
     let x_dev = device.upload_new("x", &x)?;
-    let mut dw_dev = nan_f32(&device, "dw", out * input)?;
-    let mut db_dev = nan_f32(&device, "db", out)?;
+    let mut dw_dev = nan_buffer(&device, "dw", out * input)?;
+    let mut db_dev = nan_buffer(&device, "db", out)?;
 
     session.blas(Mode::Dry).matmul(
         &spec,
@@ -746,7 +720,7 @@ fn gpu_wrong_lengths_fail_before_anything_runs() -> Result<()> {
     let spec = Matmul::new(16, 32, 8);
     let a_dev = device.upload_new("a", &vec![1.0f32; spec.a_len()])?;
     let b_short = device.upload_new("b", &vec![1.0f32; spec.b_len() - 1])?;
-    let mut d_dev = nan_f32(&device, "d", spec.d_len())?;
+    let mut d_dev = nan_buffer(&device, "d", spec.d_len())?;
     let err = session
         .blas(Mode::Eager)
         .matmul(&spec, &a_dev, &b_short, &mut d_dev, MatmulArgs::new())
@@ -765,27 +739,6 @@ fn gpu_wrong_lengths_fail_before_anything_runs() -> Result<()> {
     assert_eq!(session.handle().planned(), 0);
     Ok(())
 }
-
-/// A one-stream, one-op plan, as `#[step]` would emit for a step with a single op.
-static ONE_OP_PLAN: PlanDesc = PlanDesc {
-    step: "blas_capture",
-    streams: &[StreamDesc::named("main")],
-    buffers: &[],
-    ops: &[OpDesc {
-        name: "two_layers",
-        func: "two_layers",
-        stream: StreamId::ORIGIN,
-        accesses: &[],
-        waits: &[],
-        record: None,
-        cost: 1.0,
-    }],
-    edges: &[],
-    events: &[],
-    final_waits: &[],
-    critical_path: &[OpId(0)],
-    critical_path_by_cost: &[OpId(0)],
-};
 
 /// Two matmuls of one spec (one plan, one descriptor) with different bias and aux
 /// buffers, captured into a graph: each captured matmul keeps its own pointers, and a
@@ -809,10 +762,10 @@ fn gpu_matmuls_captured_in_a_graph_keep_their_own_pointers_and_replay() -> Resul
     let w_dev = device.upload_new("w", &w)?;
     let b1_dev = device.upload_new("b1", &b1)?;
     let b2_dev = device.upload_new("b2", &b2)?;
-    let mut d1_dev = nan_f32(&device, "d1", m * n)?;
-    let mut d2_dev = nan_f32(&device, "d2", m * n)?;
-    let mut x1_dev = nan_f32(&device, "x1", aux_len)?;
-    let mut x2_dev = nan_f32(&device, "x2", aux_len)?;
+    let mut d1_dev = nan_buffer(&device, "d1", m * n)?;
+    let mut d2_dev = nan_buffer(&device, "d2", m * n)?;
+    let mut x1_dev = nan_buffer(&device, "x1", aux_len)?;
+    let mut x2_dev = nan_buffer(&device, "x2", aux_len)?;
     let mut exec = Executor::new(&device, &ONE_OP_PLAN, Schedule::Planned)?;
 
     let mut issue = |issue: &Issue<'_>| -> Result<()> {

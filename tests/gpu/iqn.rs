@@ -27,11 +27,8 @@
 //!   and `dwq` stay near 1e-4 and 5e-4. Shorter sums scatter more, so the small ragged case
 //!   is held to the first check only.
 
-use stepgraph::plan::{OpDesc, OpId, StreamDesc, StreamId};
-use stepgraph::{
-    Device, DeviceBuffer, Epilogue, Executor, Matmul, MatmulArgs, PlanDesc, Precision, Result,
-    Schedule,
-};
+use super::{Rng, nan_buffer, run_one_op};
+use stepgraph::{Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision, Result};
 use stepgraph_kernels::{
     GemmOperands, IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels,
     LOSS_SLOTS, LossSlot, iqn_fused_reference,
@@ -54,49 +51,6 @@ struct Bounds {
 /// The step's weight of `L_iqn` (MODEL.md).
 const COEF: f32 = 0.5;
 
-/// A one-stream, one-op plan: the kernels here run outside a step, eagerly.
-static ONE_OP_PLAN: PlanDesc = PlanDesc {
-    step: "iqn_head",
-    streams: &[StreamDesc::named("main")],
-    buffers: &[],
-    ops: &[OpDesc {
-        name: "iqn_head",
-        func: "iqn_head",
-        stream: StreamId::ORIGIN,
-        accesses: &[],
-        waits: &[],
-        record: None,
-        cost: 1.0,
-    }],
-    edges: &[],
-    events: &[],
-    final_waits: &[],
-    critical_path: &[OpId(0)],
-    critical_path_by_cost: &[OpId(0)],
-};
-
-/// xorshift64*: reproducible test data without a `rand` dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in [lo, hi).
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        lo + (hi - lo) * ((x >> 40) as f32 / (1u64 << 24) as f32)
-    }
-
-    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-}
-
 /// The head's inputs on the host.
 struct HeadData {
     h: Vec<f32>,
@@ -117,22 +71,13 @@ impl HeadData {
         let (b, n, h, c) = (dims.batch, dims.quantiles, dims.hidden, dims.cosines);
         let wphi_scale = (3.0 / c as f32).sqrt();
         let wq_scale = (3.0 / h as f32).sqrt();
-        let nonzero = |x: f32| if x == 0.0 { 0.125 } else { x };
         HeadData {
             h: rng.vec(b * h, 0.01, 1.5),
             tau: rng.vec(b * n, 0.01, 0.99),
-            ybar: rng.vec(b, -2.0, 2.0).into_iter().map(nonzero).collect(),
-            wphi: rng
-                .vec(h * c, -wphi_scale, wphi_scale)
-                .into_iter()
-                .map(nonzero)
-                .collect(),
-            bphi: rng.vec(h, -0.5, 0.5).into_iter().map(nonzero).collect(),
-            wq: rng
-                .vec(h, -wq_scale, wq_scale)
-                .into_iter()
-                .map(nonzero)
-                .collect(),
+            ybar: rng.vec_nonzero(b, -2.0, 2.0),
+            wphi: rng.vec_nonzero(h * c, -wphi_scale, wphi_scale),
+            bphi: rng.vec_nonzero(h, -0.5, 0.5),
+            wq: rng.vec_nonzero(h, -wq_scale, wq_scale),
             bq: 0.1,
         }
     }
@@ -184,18 +129,14 @@ struct HeadResult {
     losses: Vec<f32>,
 }
 
-fn nan(device: &Device, what: &str, len: usize) -> Result<DeviceBuffer<f32>> {
-    device.upload_new(what, &vec![f32::NAN; len])
-}
-
 impl HeadOutputs {
     fn poisoned(device: &Device, dims: IqnFusedDims) -> Result<HeadOutputs> {
         Ok(HeadOutputs {
-            dh: nan(device, "dh", dims.batch * dims.hidden)?,
-            dwphi: nan(device, "dwphi", dims.hidden * dims.cosines)?,
-            dbphi: nan(device, "dbphi", dims.hidden)?,
-            dwq: nan(device, "dwq", dims.hidden)?,
-            dbq: nan(device, "dbq", 1)?,
+            dh: nan_buffer(device, "dh", dims.batch * dims.hidden)?,
+            dwphi: nan_buffer(device, "dwphi", dims.hidden * dims.cosines)?,
+            dbphi: nan_buffer(device, "dbphi", dims.hidden)?,
+            dwq: nan_buffer(device, "dwq", dims.hidden)?,
+            dbq: nan_buffer(device, "dbq", 1)?,
             losses: device.upload_new("losses", &[0.0f32; LOSS_SLOTS])?,
         })
     }
@@ -220,31 +161,27 @@ fn run_fused(
     x: &HeadInputs,
 ) -> Result<HeadResult> {
     let mut out = HeadOutputs::poisoned(device, dims)?;
-    let mut scratch = nan(device, "iqn_fused scratch", dims.scratch_len())?;
-    let exec = Executor::new(device, &ONE_OP_PLAN, Schedule::Planned)?;
-    exec.run_eager(&mut |issue| {
-        issue.op(OpId(0), |stream| {
-            let inputs = IqnFusedInputs {
-                h: &x.h,
-                tau: &x.tau,
-                ybar: &x.ybar,
-                wphi: &x.wphi,
-                bphi: &x.bphi,
-                wq: &x.wq,
-                bq: &x.bq,
-            };
-            let outputs = IqnFusedOutputs {
-                dh: &mut out.dh,
-                dwphi: &mut out.dwphi,
-                dbphi: &mut out.dbphi,
-                dwq: &mut out.dwq,
-                dbq: &mut out.dbq,
-                losses: &mut out.losses,
-            };
-            k.iqn_fused(stream, dims, &inputs, COEF, outputs, &mut scratch)
-        })
+    let mut scratch = nan_buffer(device, "iqn_fused scratch", dims.scratch_len())?;
+    run_one_op(device, |stream| {
+        let inputs = IqnFusedInputs {
+            h: &x.h,
+            tau: &x.tau,
+            ybar: &x.ybar,
+            wphi: &x.wphi,
+            bphi: &x.bphi,
+            wq: &x.wq,
+            bq: &x.bq,
+        };
+        let outputs = IqnFusedOutputs {
+            dh: &mut out.dh,
+            dwphi: &mut out.dwphi,
+            dbphi: &mut out.dbphi,
+            dwq: &mut out.dwq,
+            dbq: &mut out.dbq,
+            losses: &mut out.losses,
+        };
+        k.iqn_fused(stream, dims, &inputs, COEF, outputs, &mut scratch)
     })?;
-    exec.wait()?;
     out.download(device)
 }
 
@@ -258,56 +195,52 @@ fn run_unfused(
     let (h, c) = (dims.hidden, dims.cosines);
     let rows = dims.batch * dims.quantiles;
     let mut out = HeadOutputs::poisoned(device, dims)?;
-    let mut cosf = nan(device, "cosf", rows * c)?;
-    let mut phi = nan(device, "phi", rows * h)?;
-    let mut dphi_pre = nan(device, "dphi_pre", rows * h)?;
-    let mut scratch = nan(device, "iqn scratch", dims.unfused().scratch_len())?;
-    let exec = Executor::new(device, &ONE_OP_PLAN, Schedule::Planned)?;
-    exec.run_eager(&mut |issue| {
-        issue.op(OpId(0), |stream| {
-            let blas = stream.blas();
-            k.iqn_cos_features(stream, &x.tau, &mut cosf, c)?;
-            let phi_spec = Matmul::new(rows, h, c)
-                .with_trans_b(true)
-                .with_precision(Precision::Tf32)
-                .with_epilogue(Epilogue::ReluBias);
-            blas.matmul(
-                &phi_spec,
-                &cosf,
-                &x.wphi,
-                &mut phi,
-                MatmulArgs::new().bias(&x.bphi),
-            )?;
-            let inputs = IqnInputs {
-                h: &x.h,
-                phi: &phi,
-                wq: &x.wq,
-                bq: &x.bq,
-                ybar: &x.ybar,
-                tau: &x.tau,
-            };
-            let outputs = IqnOutputs {
-                dphi_pre: &mut dphi_pre,
-                dh: &mut out.dh,
-                dwq: &mut out.dwq,
-                dbphi: &mut out.dbphi,
-                dbq: &mut out.dbq,
-                losses: &mut out.losses,
-            };
-            k.iqn_forward_backward(stream, dims.unfused(), &inputs, COEF, outputs, &mut scratch)?;
-            let dwphi_spec = Matmul::new(h, c, rows)
-                .with_trans_a(true)
-                .with_precision(Precision::Tf32);
-            blas.matmul(
-                &dwphi_spec,
-                &dphi_pre,
-                &cosf,
-                &mut out.dwphi,
-                MatmulArgs::new(),
-            )
-        })
+    let mut cosf = nan_buffer(device, "cosf", rows * c)?;
+    let mut phi = nan_buffer(device, "phi", rows * h)?;
+    let mut dphi_pre = nan_buffer(device, "dphi_pre", rows * h)?;
+    let mut scratch = nan_buffer(device, "iqn scratch", dims.unfused().scratch_len())?;
+    run_one_op(device, |stream| {
+        let blas = stream.blas();
+        k.iqn_cos_features(stream, &x.tau, &mut cosf, c)?;
+        let phi_spec = Matmul::new(rows, h, c)
+            .with_trans_b(true)
+            .with_precision(Precision::Tf32)
+            .with_epilogue(Epilogue::ReluBias);
+        blas.matmul(
+            &phi_spec,
+            &cosf,
+            &x.wphi,
+            &mut phi,
+            MatmulArgs::new().bias(&x.bphi),
+        )?;
+        let inputs = IqnInputs {
+            h: &x.h,
+            phi: &phi,
+            wq: &x.wq,
+            bq: &x.bq,
+            ybar: &x.ybar,
+            tau: &x.tau,
+        };
+        let outputs = IqnOutputs {
+            dphi_pre: &mut dphi_pre,
+            dh: &mut out.dh,
+            dwq: &mut out.dwq,
+            dbphi: &mut out.dbphi,
+            dbq: &mut out.dbq,
+            losses: &mut out.losses,
+        };
+        k.iqn_forward_backward(stream, dims.unfused(), &inputs, COEF, outputs, &mut scratch)?;
+        let dwphi_spec = Matmul::new(h, c, rows)
+            .with_trans_a(true)
+            .with_precision(Precision::Tf32);
+        blas.matmul(
+            &dwphi_spec,
+            &dphi_pre,
+            &cosf,
+            &mut out.dwphi,
+            MatmulArgs::new(),
+        )
     })?;
-    exec.wait()?;
     out.download(device)
 }
 
