@@ -13,7 +13,7 @@ use stepgraph::plan::{
     Access, AccessDesc, BufId, BufKind, BufferDesc, EventDesc, EventId, OpDesc, OpId, PlanDesc,
     StreamDesc, StreamId,
 };
-use stepgraph::{Device, DeviceBuffer, Executor, Result, Schedule};
+use stepgraph::{Device, DeviceBuffer, Executor, Result, Schedule, median};
 use stepgraph_kernels::Kernels;
 
 const CHAINS: usize = 4;
@@ -84,11 +84,6 @@ fn plan() -> &'static PlanDesc {
     }))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> std::process::ExitCode {
     // `--print-plan dot|svg`: how `cargo xtask plan capture_cost` draws the plan.
     if let Some(code) = plan().print_if_asked() {
@@ -149,7 +144,7 @@ fn run(device: &Device) -> Result<()> {
     })?;
     println!("{report}");
     let counts = exec.node_counts()?;
-    let device_ms = median(exec.time_replays(20, 200)?);
+    let device_ms = median(&mut exec.time_replays(20, 200)?);
 
     let mut host_us = Vec::new();
     for i in 0..2048 {
@@ -172,13 +167,13 @@ fn run(device: &Device) -> Result<()> {
     );
     println!(
         "  dry pass + capture + instantiate + upload: {:.2} ms (median of {}), min {:.2} ms",
-        median(capture_ms.clone()),
+        median(&mut capture_ms.clone()),
         capture_ms.len(),
         capture_ms.iter().copied().fold(f64::INFINITY, f64::min)
     );
     println!(
         "  host cost of one replay: {:.2} us (median of {})",
-        median(host_us.clone()),
+        median(&mut host_us.clone()),
         host_us.len()
     );
     println!("  device time of one replay: {device_ms:.3} ms (median of 200)");

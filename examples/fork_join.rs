@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, Schedule};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, Schedule, median};
 use stepgraph_kernels::Kernels;
 
 /// Elements per chain: 16 blocks of 256 threads, one element per thread.
@@ -113,11 +113,6 @@ fn buffers(device: &Device) -> Result<fork_join::Buffers> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> std::process::ExitCode {
     // `--print-plan dot|svg`: how `cargo xtask plan fork_join` draws the plan, no GPU used.
     if let Some(code) = fork_join::PLAN.print_if_asked() {
@@ -194,8 +189,8 @@ fn run(device: &Device, quick: bool) -> Result<()> {
     println!("stepgraph graph: {}", parallel.verify()?);
     println!("one-stream graph: {}", serial.verify()?);
 
-    let one = median(serial.executor().time_replays(warmup, reps)?);
-    let many = median(parallel.executor().time_replays(warmup, reps)?);
+    let one = median(&mut serial.executor().time_replays(warmup, reps)?);
+    let many = median(&mut parallel.executor().time_replays(warmup, reps)?);
 
     // Host cost of one replay: each launch call timed alone, draining the queue every 64
     // launches (untimed) so that a full launch queue never stalls a timed call.
@@ -210,7 +205,7 @@ fn run(device: &Device, quick: bool) -> Result<()> {
         host_us.push(t.elapsed().as_secs_f64() * 1e6);
     }
     parallel.wait()?;
-    let host_us = median(host_us);
+    let host_us = median(&mut host_us);
 
     println!(
         "fork_join ({CHAINS} chains x {} kernels of 16 blocks, {} iters each; {} events, {} waits)",

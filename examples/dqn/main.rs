@@ -17,7 +17,7 @@ mod parallel;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use stepgraph::{Communicator, Device, Result, Schedule};
+use stepgraph::{Communicator, Device, Result, Schedule, median};
 use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels};
 use stepgraph_suite::npy;
 
@@ -434,11 +434,6 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// One replay of the one-stream step, nothing else launched after it: under Nsight
 /// Compute the last kernels profiled are the graph's, in capture order.
 fn serial_replay(device: &Device, o: &Options) -> Result<()> {
@@ -495,7 +490,7 @@ fn train(device: &Device, o: &Options) -> Result<()> {
                 ".".repeat(40 - done),
                 steps,
                 l[0],
-                median(times.clone())
+                median(&mut times.clone())
             );
         }
     }
@@ -505,14 +500,14 @@ fn train(device: &Device, o: &Options) -> Result<()> {
 /// (a) eager, (b) one-stream graph, (c) stepgraph graph, (d) the critical-path bound.
 fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Result<()> {
     let reps = 200;
-    let c = median(planned.executor().time_replays(30, reps)?);
+    let c = median(&mut planned.executor().time_replays(30, reps)?);
     // The same step on one stream, from the same initialisation and batch.
     let mut serial = build(device, s, Schedule::OneStream)?;
     let mut rng = Rng::new(seed);
     initialise(&mut rng, s, &mut serial)?;
     Transitions::generate(&mut rng, s).upload(&mut serial)?;
     set_step_count(&serial, 1)?;
-    let b = median(serial.executor().time_replays(30, reps)?);
+    let b = median(&mut serial.executor().time_replays(30, reps)?);
     // The planned step with the declared stream priorities ignored: what they buy.
     let c_flat = {
         let mut flat = build(device, s, Schedule::PlannedEqualPriority)?;
@@ -520,7 +515,7 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         initialise(&mut rng, s, &mut flat)?;
         Transitions::generate(&mut rng, s).upload(&mut flat)?;
         set_step_count(&flat, 1)?;
-        median(flat.executor().time_replays(30, reps)?)
+        median(&mut flat.executor().time_replays(30, reps)?)
     };
     let mut eager = Vec::new();
     for _ in 0..30 {
@@ -533,7 +528,7 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         serial.wait()?;
         eager.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let a = median(eager);
+    let a = median(&mut eager);
     // Each op's time alone: the one-stream profile runs one op at a time.
     let alone = serial.profile(50)?;
     let costs: Vec<f64> = alone.ops.iter().map(|op| op.duration_ms()).collect();

@@ -14,11 +14,9 @@
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
+use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule, median};
 
-use super::{
-    Options, Rng, Transitions, build, build_rank, initialise, losses, median, set_step_count,
-};
+use super::{Options, Rng, Transitions, build, build_rank, initialise, losses, set_step_count};
 use crate::model::dqn;
 
 /// Relative-error bounds of the check, as in reference.py.
@@ -195,34 +193,6 @@ fn rank_main(
     })
 }
 
-/// The fraction of the `comm` stream's busy time during which some other stream was busy
-/// too: all-reduce time hidden behind computation.
-pub fn hidden_fraction(p: &Profile, stream: &str) -> Option<f64> {
-    let c = p.streams.iter().position(|s| s == stream)?;
-    let mut others: Vec<(f64, f64)> = p
-        .ops
-        .iter()
-        .filter(|o| o.stream != c)
-        .map(|o| (o.start_ms, o.end_ms))
-        .collect();
-    others.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut union: Vec<(f64, f64)> = Vec::new();
-    for (a, b) in others {
-        match union.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => union.push((a, b)),
-        }
-    }
-    let (mut busy, mut hidden) = (0.0, 0.0);
-    for op in p.ops.iter().filter(|o| o.stream == c) {
-        busy += op.end_ms - op.start_ms;
-        for &(a, b) in &union {
-            hidden += (op.end_ms.min(b) - op.start_ms.max(a)).max(0.0);
-        }
-    }
-    (busy > 0.0).then(|| hidden / busy)
-}
-
 /// `--gpus N`.
 pub fn run(o: &Options, ranks: usize) -> Result<()> {
     let s = &o.sizes;
@@ -327,10 +297,10 @@ pub fn run(o: &Options, ranks: usize) -> Result<()> {
         worst.0, worst.1
     );
 
-    let whole_ms = median(whole.executor().time_replays(30, 200)?);
+    let whole_ms = median(&mut whole.executor().time_replays(30, 200)?);
     let rank_ms = ok
         .iter()
-        .map(|r| median(r.times.clone()))
+        .map(|r| median(&mut r.times.clone()))
         .fold(0.0f64, f64::max);
     let b = s.batch as f64;
     println!(
@@ -347,7 +317,7 @@ pub fn run(o: &Options, ranks: usize) -> Result<()> {
             .filter(|op| op.func.starts_with("reduce_"))
             .map(|op| op.duration_ms())
             .sum();
-        match hidden_fraction(p, "comm") {
+        match p.hidden_fraction("comm") {
             Some(f) => println!(
                 "all-reduce on rank 0: {busy:.3} ms in the profiled step, {:.0}% of it hidden behind other streams' work",
                 100.0 * f
@@ -367,40 +337,6 @@ pub fn run(o: &Options, ranks: usize) -> Result<()> {
 mod tests {
     use super::*;
     use crate::layers::Sizes;
-    use stepgraph::OpTiming;
-
-    fn op(func: &str, stream: usize, start_ms: f64, end_ms: f64) -> OpTiming {
-        OpTiming {
-            name: func.into(),
-            func: func.into(),
-            stream,
-            start_ms,
-            end_ms,
-        }
-    }
-
-    #[test]
-    fn hidden_fraction_counts_comm_time_under_other_streams() {
-        let p = Profile {
-            step: "t".into(),
-            device: "test".into(),
-            streams: vec!["main".into(), "side".into(), "comm".into()],
-            ops: vec![
-                op("a", 0, 0.0, 1.0),
-                op("b", 1, 0.5, 2.0),
-                // 1.5..2.5: hidden 0.5 of 1.0.
-                op("reduce_x", 2, 1.5, 2.5),
-                // 3..4: nothing else runs.
-                op("reduce_y", 2, 3.0, 4.0),
-            ],
-            waits: vec![],
-            critical_path: vec![],
-            total_ms: 4.0,
-        };
-        let f = hidden_fraction(&p, "comm").unwrap();
-        assert!((f - 0.25).abs() < 1e-12, "{f}");
-        assert_eq!(hidden_fraction(&p, "nope"), None);
-    }
 
     #[test]
     fn a_rendezvous_releases_everyone_when_all_are_ready_or_one_failed() {

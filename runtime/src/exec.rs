@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUevent_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::CUstreamCaptureMode;
 use cudarc::driver::{CudaEvent, CudaStream, result};
 
 use crate::blas::BlasHandle;
@@ -17,6 +17,7 @@ use crate::plan::{OpId, PlanDesc, StreamId, StreamPriority};
 use crate::profile::{OpTiming, Profile, WaitEdge};
 use crate::scalars::HostAccess;
 use crate::stream::{CaptureStream, Mode};
+use crate::timing::{elapsed_ms, event, median};
 use crate::verify::{OpNodes, VerifyReport};
 
 /// Which streams a step's ops are issued on.
@@ -174,20 +175,14 @@ fn priority_override(plan: &PlanDesc, text: &str) -> Result<Vec<StreamPriority>>
     Ok(out)
 }
 
-fn new_event(device: &Device) -> Result<CudaEvent> {
-    device
-        .context()
-        .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-        .map_err(Error::driver("cuEventCreate"))
-}
-
 impl Executor {
     /// Creates every stream, event and cuBLASLt handle (with its workspace) the plan
     /// needs under `schedule`. Nothing is created later, in particular not during capture.
     pub fn new(device: &Device, plan: &'static PlanDesc, schedule: Schedule) -> Result<Executor> {
-        let n_streams = match schedule {
-            Schedule::Planned | Schedule::PlannedEqualPriority => plan.streams.len().max(1),
-            Schedule::OneStream => 1,
+        let n_streams = if schedule.parallel() {
+            plan.streams.len().max(1)
+        } else {
+            1
         };
         let mut streams = Vec::with_capacity(n_streams);
         let mut blas = Vec::with_capacity(n_streams);
@@ -211,14 +206,16 @@ impl Executor {
             )?);
             streams.push(stream);
         }
-        let events = match schedule {
-            Schedule::Planned | Schedule::PlannedEqualPriority => (0..plan.events.len())
-                .map(|_| new_event(device))
-                .collect::<Result<_>>()?,
-            Schedule::OneStream => Vec::new(),
+        // The one-stream baseline orders everything by stream order: no events.
+        let events = if schedule.parallel() {
+            (0..plan.events.len())
+                .map(|_| event(device, false))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
         };
         let abort_joins = (0..n_streams)
-            .map(|_| new_event(device))
+            .map(|_| event(device, false))
             .collect::<Result<_>>()?;
         Ok(Executor {
             graph: None,
@@ -274,9 +271,10 @@ impl Executor {
     }
 
     fn physical(&self, stream: StreamId) -> usize {
-        match self.schedule {
-            Schedule::Planned | Schedule::PlannedEqualPriority => stream.index(),
-            Schedule::OneStream => 0,
+        if self.schedule.parallel() {
+            stream.index()
+        } else {
+            0
         }
     }
 
@@ -321,7 +319,7 @@ impl Executor {
         &self,
         mode: Mode,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
-        extras: &Extras,
+        extras: Extras<'_>,
     ) -> Result<()> {
         issue(&Issue {
             exec: self,
@@ -346,36 +344,46 @@ impl Executor {
     /// the captured graph is read back and checked against the plan before it is
     /// instantiated.
     pub fn capture(&mut self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
+        let tracker = self.verify.then(|| Tracker::new(self.plan.ops.len()));
+        self.capture_tracked(issue, tracker.as_ref()).map(|_| ())
+    }
+
+    /// [`Executor::capture`], with the capture checked against the plan when `tracker`
+    /// records each op's nodes; returns the check's report then.
+    fn capture_tracked(
+        &mut self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+        tracker: Option<&RefCell<Tracker>>,
+    ) -> Result<Option<VerifyReport>> {
         let step = self.plan.step;
         let wrap = |e: Error| Error::Capture {
             step,
             source: Box::new(e),
         };
         let extras = Extras {
-            tracker: self.verify.then(|| {
-                RefCell::new(Tracker {
-                    per_op: vec![OpNodes::default(); self.plan.ops.len()],
-                    seen: HashSet::new(),
-                })
-            }),
+            tracker,
             timers: None,
         };
-        let captured = self.capture_graph(issue, &extras).map_err(wrap)?;
-        if let Some(tracker) = &extras.tracker {
-            let report = crate::verify::verify_graph(
-                self.plan,
-                self.schedule == Schedule::OneStream,
-                captured.raw(),
-                &tracker.borrow().per_op,
-            )
-            .map_err(wrap)?;
-            self.last_verify = Some(report);
+        let captured = self.capture_graph(issue, extras).map_err(wrap)?;
+        let report = match tracker {
+            Some(tracker) => Some(
+                crate::verify::verify_graph(
+                    self.plan,
+                    self.schedule == Schedule::OneStream,
+                    captured.raw(),
+                    &tracker.borrow().per_op,
+                )
+                .map_err(wrap)?,
+            ),
+            None => None,
+        };
+        if report.is_some() {
+            self.last_verify = report;
         }
         match &mut self.graph {
             Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
             None => {
-                self.graph =
-                    Some(Graph::instantiate_with(captured, self.node_priority).map_err(wrap)?)
+                self.graph = Some(Graph::instantiate(captured, self.node_priority).map_err(wrap)?)
             }
         }
         self.stale = false;
@@ -385,7 +393,8 @@ impl Executor {
         }
         origin
             .synchronize()
-            .map_err(|e| wrap(Error::driver("cuStreamSynchronize")(e)))
+            .map_err(|e| wrap(Error::driver("cuStreamSynchronize")(e)))?;
+        Ok(report)
     }
 
     /// Turns verification of every capture on or off (on by default in debug builds).
@@ -404,12 +413,8 @@ impl Executor {
         &mut self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<VerifyReport> {
-        let was = self.verify;
-        self.verify = true;
-        let result = self.capture(issue);
-        self.verify = was;
-        result?;
-        self.last_verify
+        let tracker = Tracker::new(self.plan.ops.len());
+        self.capture_tracked(issue, Some(&tracker))?
             .ok_or_else(|| Error::Invalid("verification produced no report".into()))
     }
 
@@ -418,11 +423,11 @@ impl Executor {
     fn capture_graph(
         &self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
-        extras: &Extras,
+        extras: Extras<'_>,
     ) -> Result<CapturedGraph> {
         // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
         // is created inside the capture.
-        self.pass(Mode::Dry, issue, &Extras::default())?;
+        self.pass(Mode::Dry, issue, Extras::default())?;
         self.sync_all()?;
 
         let origin = self.origin().clone();
@@ -466,11 +471,7 @@ impl Executor {
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
         replays: usize,
     ) -> Result<Profile> {
-        let ctx = self.device.context();
-        let timing = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(Error::driver("cuEventCreate"))
-        };
+        let timing = || event(&self.device, true);
         let n = self.plan.ops.len();
         let timers = Timers {
             begin: timing()?,
@@ -479,15 +480,12 @@ impl Executor {
         };
         let extras = Extras {
             tracker: None,
-            timers: Some(timers),
+            timers: Some(&timers),
         };
-        let captured = self.capture_graph(issue, &extras)?;
-        let graph = Graph::instantiate_with(captured, self.node_priority)?;
+        let captured = self.capture_graph(issue, extras)?;
+        let graph = Graph::instantiate(captured, self.node_priority)?;
         let origin = self.origin();
         graph.upload(origin)?;
-        let Some(timers) = &extras.timers else {
-            return Err(Error::Invalid("profile capture lost its timers".into()));
-        };
         let replays = replays.max(1);
         let mut starts = vec![Vec::with_capacity(replays); n];
         let mut ends = vec![Vec::with_capacity(replays); n];
@@ -502,13 +500,7 @@ impl Executor {
             }
             let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
             for i in 0..n {
-                let since = |e: &CudaEvent| {
-                    timers
-                        .begin
-                        .elapsed_ms(e)
-                        .map(f64::from)
-                        .map_err(Error::driver("cuEventElapsedTime"))
-                };
+                let since = |e: &CudaEvent| elapsed_ms(&timers.begin, e);
                 let (s, e) = (since(&timers.start[i])?, since(&timers.end[i])?);
                 first = first.min(s);
                 last = last.max(e);
@@ -517,10 +509,6 @@ impl Executor {
             }
             totals.push(last - first);
         }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let ops: Vec<OpTiming> = self
             .plan
             .ops
@@ -588,18 +576,13 @@ impl Executor {
         &self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<crate::WorkBound> {
+        let tracker = Tracker::new(self.plan.ops.len());
         let extras = Extras {
-            tracker: Some(RefCell::new(Tracker {
-                per_op: vec![OpNodes::default(); self.plan.ops.len()],
-                seen: HashSet::new(),
-            })),
+            tracker: Some(&tracker),
             timers: None,
         };
         // The captured graph owns the nodes measured; it lives to the end of this call.
-        let captured = self.capture_graph(issue, &extras)?;
-        let Some(tracker) = &extras.tracker else {
-            return Err(Error::Invalid("work-bound capture lost its tracker".into()));
-        };
+        let captured = self.capture_graph(issue, extras)?;
         let bound = crate::work::measure(
             self.plan,
             &self.device,
@@ -632,7 +615,7 @@ impl Executor {
     /// the same streams and events as the capture.
     pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
         self.record_fork_events()?;
-        self.pass(Mode::Eager, issue, &Extras::default())?;
+        self.pass(Mode::Eager, issue, Extras::default())?;
         self.final_joins()
     }
 
@@ -702,11 +685,7 @@ impl Executor {
             self.replay()?;
         }
         self.wait()?;
-        let ctx = self.device.context();
-        let timing = |_| {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(Error::driver("cuEventCreate"))
-        };
+        let timing = |_| event(&self.device, true);
         let starts: Vec<CudaEvent> = (0..iters).map(timing).collect::<Result<_>>()?;
         let ends: Vec<CudaEvent> = (0..iters).map(timing).collect::<Result<_>>()?;
         for i in 0..iters {
@@ -722,11 +701,7 @@ impl Executor {
         starts
             .iter()
             .zip(&ends)
-            .map(|(s, e)| {
-                s.elapsed_ms(e)
-                    .map(f64::from)
-                    .map_err(Error::driver("cuEventElapsedTime"))
-            })
+            .map(|(s, e)| elapsed_ms(s, e))
             .collect()
     }
 }
@@ -736,16 +711,16 @@ impl Executor {
 pub struct Issue<'a> {
     exec: &'a Executor,
     mode: Mode,
-    extras: &'a Extras,
+    extras: Extras<'a>,
 }
 
-/// What a capture records besides the ops.
-#[derive(Default)]
-struct Extras {
-    /// Each op's nodes and counts, for verification.
-    tracker: Option<RefCell<Tracker>>,
+/// What a capture records besides the ops; the caller owns both.
+#[derive(Clone, Copy, Default)]
+struct Extras<'a> {
+    /// Each op's nodes and counts, for verification and the work bound.
+    tracker: Option<&'a RefCell<Tracker>>,
     /// Timing events around each op, for a profile.
-    timers: Option<Timers>,
+    timers: Option<&'a Timers>,
 }
 
 /// Which nodes each op added to the capture graph.
@@ -753,6 +728,15 @@ struct Tracker {
     per_op: Vec<OpNodes>,
     /// Every node attributed so far, so each op's query keeps only what is new.
     seen: HashSet<usize>,
+}
+
+impl Tracker {
+    fn new(ops: usize) -> RefCell<Tracker> {
+        RefCell::new(Tracker {
+            per_op: vec![OpNodes::default(); ops],
+            seen: HashSet::new(),
+        })
+    }
 }
 
 struct Timers {
@@ -812,7 +796,7 @@ impl Issue<'_> {
             }
         }
         let capturing = self.mode == Mode::Capture;
-        if let (true, Some(t)) = (capturing, &self.extras.timers) {
+        if let (true, Some(t)) = (capturing, self.extras.timers) {
             record_external(&t.start[id.index()], stream).map_err(named)?;
         }
         let cs = CaptureStream {
@@ -824,10 +808,10 @@ impl Issue<'_> {
         };
         body(&cs).map_err(named)?;
         if capturing {
-            if let Some(t) = &self.extras.timers {
+            if let Some(t) = self.extras.timers {
                 record_external(&t.end[id.index()], stream).map_err(named)?;
             }
-            if let Some(tracker) = &self.extras.tracker {
+            if let Some(tracker) = self.extras.tracker {
                 // The op's nodes: those that appeared in the capture graph while it was issued.
                 let graph = crate::verify::capturing_graph(stream.cu_stream()).map_err(named)?;
                 let nodes = crate::verify::graph_nodes(graph).map_err(named)?;

@@ -85,15 +85,10 @@ impl Drop for CapturedGraph {
 }
 
 impl Graph {
-    /// Instantiates a captured graph.
-    pub(crate) fn instantiate(captured: CapturedGraph) -> Result<Graph> {
-        Graph::instantiate_with(captured, false)
-    }
-
     /// Instantiates a captured graph; with `node_priority`, each kernel runs at the
     /// priority of the stream it was captured on (capture copies the stream's priority
     /// into the node), else at the priority of the stream the graph is launched into.
-    pub(crate) fn instantiate_with(captured: CapturedGraph, node_priority: bool) -> Result<Graph> {
+    pub(crate) fn instantiate(captured: CapturedGraph, node_priority: bool) -> Result<Graph> {
         let flags = if node_priority {
             sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
         } else {
@@ -130,7 +125,7 @@ impl Graph {
             self.ctx.record_err(unsafe { result::graph::destroy(old) });
             return Ok(Refresh::Updated);
         }
-        let fresh = Graph::instantiate_with(captured, self.node_priority)?;
+        let fresh = Graph::instantiate(captured, self.node_priority)?;
         *self = fresh;
         Ok(Refresh::Reinstantiated)
     }

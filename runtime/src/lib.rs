@@ -25,6 +25,7 @@ pub mod plan;
 mod profile;
 mod scalars;
 mod stream;
+mod timing;
 mod verify;
 mod work;
 
@@ -46,6 +47,7 @@ pub use profile::{OpTiming, Profile, WaitEdge};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use stepgraph_macros::step;
 pub use stream::{Blas, CaptureStream, Kernel, Launch, Mode, Module};
+pub use timing::median;
 pub use verify::{OpCounts, VerifyReport};
 pub use work::{KernelWork, OpWork, WorkBound, grid_share, wave_share};
 

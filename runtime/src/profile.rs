@@ -67,26 +67,52 @@ impl Profile {
             .sum()
     }
 
-    /// Busy time of each stream: the union of its ops' intervals, in milliseconds.
-    pub fn stream_busy_ms(&self) -> Vec<f64> {
-        let mut busy = vec![0.0; self.streams.len()];
-        for (s, b) in busy.iter_mut().enumerate() {
-            let mut iv: Vec<(f64, f64)> = self
-                .ops
-                .iter()
-                .filter(|o| o.stream == s)
-                .map(|o| (o.start_ms, o.end_ms))
-                .collect();
-            iv.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let mut end = f64::NEG_INFINITY;
-            for (a, z) in iv {
-                if z > end {
-                    *b += z - a.max(end);
-                    end = z;
-                }
+    /// The intervals during which some op of a stream `on` accepts is running, merged
+    /// and in order.
+    fn busy_intervals(&self, on: impl Fn(usize) -> bool) -> Vec<(f64, f64)> {
+        let mut iv: Vec<(f64, f64)> = self
+            .ops
+            .iter()
+            .filter(|o| on(o.stream))
+            .map(|o| (o.start_ms, o.end_ms))
+            .collect();
+        iv.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut merged: Vec<(f64, f64)> = Vec::with_capacity(iv.len());
+        for (a, z) in iv {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(z),
+                _ => merged.push((a, z)),
             }
         }
-        busy
+        merged
+    }
+
+    /// Busy time of each stream: the union of its ops' intervals, in milliseconds.
+    pub fn stream_busy_ms(&self) -> Vec<f64> {
+        (0..self.streams.len())
+            .map(|s| {
+                self.busy_intervals(|o| o == s)
+                    .iter()
+                    .map(|(a, z)| z - a)
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// The fraction of stream `stream`'s op time during which another stream was busy
+    /// too: for a communication stream, the collective time hidden behind computation.
+    /// `None` for an unknown stream or one that did nothing.
+    pub fn hidden_fraction(&self, stream: &str) -> Option<f64> {
+        let c = self.streams.iter().position(|s| s == stream)?;
+        let others = self.busy_intervals(|o| o != c);
+        let (mut busy, mut hidden) = (0.0, 0.0);
+        for op in self.ops.iter().filter(|o| o.stream == c) {
+            busy += op.duration_ms();
+            for &(a, z) in &others {
+                hidden += (op.end_ms.min(z) - op.start_ms.max(a)).max(0.0);
+            }
+        }
+        (busy > 0.0).then(|| hidden / busy)
     }
 
     /// How much the streams overlapped: the sum of all streams' busy time over the
@@ -194,6 +220,29 @@ mod tests {
             start_ms,
             end_ms,
         }
+    }
+
+    #[test]
+    fn hidden_fraction_counts_comm_time_under_other_streams() {
+        let p = Profile {
+            step: "t".into(),
+            device: "test".into(),
+            streams: vec!["main".into(), "side".into(), "comm".into()],
+            ops: vec![
+                op("a", 0, 0.0, 1.0),
+                op("b", 1, 0.5, 2.0),
+                // 1.5..2.5: hidden 0.5 of 1.0.
+                op("reduce_x", 2, 1.5, 2.5),
+                // 3..4: nothing else runs.
+                op("reduce_y", 2, 3.0, 4.0),
+            ],
+            waits: vec![],
+            critical_path: vec![],
+            total_ms: 4.0,
+        };
+        let f = p.hidden_fraction("comm").unwrap();
+        assert!((f - 0.25).abs() < 1e-12, "{f}");
+        assert_eq!(p.hidden_fraction("nope"), None);
     }
 
     #[test]

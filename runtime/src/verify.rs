@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
-use crate::plan::{OpId, PlanDesc};
+use crate::plan::PlanDesc;
 
 /// What one op issued during a pass, counted by its capture stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -441,13 +441,6 @@ pub(crate) fn check(
         ordered_dependencies: ordered,
         independent_pairs: independent,
     })
-}
-
-impl PlanDesc {
-    /// The op with this id, for messages.
-    pub fn op_name(&self, id: OpId) -> &'static str {
-        self.ops.get(id.index()).map_or("?", |o| o.name)
-    }
 }
 
 #[cfg(test)]

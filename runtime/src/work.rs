@@ -29,12 +29,13 @@ use std::fmt;
 use std::mem::MaybeUninit;
 
 use cudarc::driver::sys;
-use cudarc::driver::{CudaStream, sys::CUevent_flags};
+use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{CapturedGraph, Graph};
 use crate::plan::PlanDesc;
+use crate::timing::{elapsed_ms, event, median};
 use crate::verify::{OpNodes, node_type};
 
 /// Copies of a kernel node chained in one timing graph.
@@ -286,10 +287,12 @@ fn blocks_per_sm(func: sys::CUfunction, threads: u32, shared: u32) -> Result<u64
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// Median time of one copy of `src` alone, in milliseconds, from a chain of [`COPIES`].
+/// Median time of one copy of `src` alone, in milliseconds, from a chain of [`COPIES`];
+/// `marks` are [`LAUNCHES`] + 1 timing events, recorded between the launches.
 fn time_alone(
     device: &Device,
     stream: &CudaStream,
+    marks: &[CudaEvent],
     src: sys::CUgraphNode,
     params: &sys::CUDA_KERNEL_NODE_PARAMS,
 ) -> Result<f64> {
@@ -318,13 +321,9 @@ fn time_alone(
             .map_err(Error::driver("cuGraphKernelNodeCopyAttributes"))?;
         prev = Some(node);
     }
-    let exec = Graph::instantiate(graph)?;
-    let timing = || {
-        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(Error::driver("cuEventCreate"))
-    };
+    // The copies carry the source's priority attribute; timed alone, it does not matter.
+    let exec = Graph::instantiate(graph, false)?;
     exec.launch(stream)?;
-    let marks: Vec<_> = (0..=LAUNCHES).map(|_| timing()).collect::<Result<_>>()?;
     for (i, mark) in marks.iter().enumerate() {
         mark.record(stream)
             .map_err(Error::driver("cuEventRecord"))?;
@@ -337,14 +336,9 @@ fn time_alone(
         .map_err(Error::driver("cuStreamSynchronize"))?;
     let mut each = marks
         .windows(2)
-        .map(|w| {
-            w[0].elapsed_ms(&w[1])
-                .map(|ms| f64::from(ms) / COPIES as f64)
-                .map_err(Error::driver("cuEventElapsedTime"))
-        })
+        .map(|w| elapsed_ms(&w[0], &w[1]).map(|ms| ms / COPIES as f64))
         .collect::<Result<Vec<f64>>>()?;
-    each.sort_by(f64::total_cmp);
-    Ok(each[each.len() / 2])
+    Ok(median(&mut each))
 }
 
 /// Measures every kernel node of a captured step (`per_op`: each op's nodes, from a
@@ -355,11 +349,11 @@ pub(crate) fn measure(
     stream: &CudaStream,
     per_op: &[OpNodes],
 ) -> Result<WorkBound> {
-    let sms = device
-        .context()
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(Error::driver("cuDeviceGetAttribute"))?;
-    let sms = u32::try_from(sms).unwrap_or(0);
+    let sms = u32::try_from(device.sm_count()?).unwrap_or(0);
+    // One set of marks serves every kernel: each timing waits for its own launches.
+    let marks: Vec<CudaEvent> = (0..=LAUNCHES)
+        .map(|_| event(device, true))
+        .collect::<Result<_>>()?;
     let mut ops = Vec::with_capacity(per_op.len());
     for (i, op) in per_op.iter().enumerate() {
         let name = plan.ops.get(i).map_or("?", |o| o.name);
@@ -387,7 +381,7 @@ pub(crate) fn measure(
                 resident,
                 share: wave_share(blocks, resident),
                 grid_share: grid_share(blocks, resident),
-                alone_ms: time_alone(device, stream, node, &p).map_err(what)?,
+                alone_ms: time_alone(device, stream, &marks, node, &p).map_err(what)?,
             });
         }
         ops.push(work);
