@@ -13,7 +13,7 @@ use stepgraph::plan::{
     Access, AccessDesc, BufId, BufKind, BufferDesc, EventDesc, EventId, OpDesc, OpId, PlanDesc,
     StreamDesc, StreamId,
 };
-use stepgraph::{Device, DeviceBuffer, Executor, Result, Schedule, median};
+use stepgraph::{Device, DeviceBuffer, Executor, Issue, Result, Schedule, median};
 use stepgraph_kernels::Kernels;
 
 const CHAINS: usize = 4;
@@ -113,27 +113,8 @@ fn run(device: &Device) -> Result<()> {
         .map(|_| device.upload_new("lane", &init))
         .collect::<Result<_>>()?;
 
-    let mut capture_ms = Vec::new();
-    let mut exec = None;
-    for _ in 0..7 {
-        // A fresh executor each time: the first capture of a step instantiates its graph.
-        let mut e = Executor::new(device, plan, Schedule::Planned)?;
-        let t = Instant::now();
-        e.capture(&mut |issue| {
-            for (i, op) in plan.ops.iter().enumerate() {
-                let lane = &mut lanes[op.accesses[0].buf.index()];
-                issue.op(OpId(i as u32), |s| {
-                    kernels.chain_step(s, lane, 8, 0.999, 0.001)
-                })?;
-            }
-            Ok(())
-        })?;
-        capture_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        exec = Some(e);
-    }
-    let Some(mut exec) = exec else { return Ok(()) };
-    // Read the graph back and check it against the plan (on by default in debug builds).
-    let report = exec.verify(&mut |issue| {
+    // Every op: eight chain steps on its lane.
+    let mut issue_all = |issue: &Issue<'_>| {
         for (i, op) in plan.ops.iter().enumerate() {
             let lane = &mut lanes[op.accesses[0].buf.index()];
             issue.op(OpId(i as u32), |s| {
@@ -141,7 +122,20 @@ fn run(device: &Device) -> Result<()> {
             })?;
         }
         Ok(())
-    })?;
+    };
+    let mut capture_ms = Vec::new();
+    let mut exec = None;
+    for _ in 0..7 {
+        // A fresh executor each time: the first capture of a step instantiates its graph.
+        let mut e = Executor::new(device, plan, Schedule::Planned)?;
+        let t = Instant::now();
+        e.capture(&mut issue_all)?;
+        capture_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        exec = Some(e);
+    }
+    let Some(mut exec) = exec else { return Ok(()) };
+    // Read the graph back and check it against the plan (on by default in debug builds).
+    let report = exec.verify(&mut issue_all)?;
     println!("{report}");
     let counts = exec.node_counts()?;
     let device_ms = median(&mut exec.time_replays(20, 200)?);

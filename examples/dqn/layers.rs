@@ -74,12 +74,16 @@ pub fn linear_spec(rows: usize, inp: usize, out: usize, epilogue: Epilogue) -> M
         .with_epilogue(epilogue)
 }
 
-/// `dw[out, in] = dyᵀ x` with `db[out] = Σ_rows dy` from the same matmul.
-pub fn weight_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
+/// `dw[out, in] = dyᵀ x` over `rows` rows of `dy[rows, out]` and `x[rows, in]`.
+pub fn weight_only_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
     Matmul::new(out, inp, rows)
         .with_trans_a(true)
         .with_precision(PRECISION)
-        .with_epilogue(Epilogue::BgradA)
+}
+
+/// `dw[out, in] = dyᵀ x` with `db[out] = Σ_rows dy` from the same matmul.
+pub fn weight_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
+    weight_only_grad_spec(rows, inp, out).with_epilogue(Epilogue::BgradA)
 }
 
 /// `dx[rows, in] = dy[rows, out] w[out, in]`, with an optional backward epilogue.
@@ -144,9 +148,7 @@ pub fn param_grads_wide(
     out: usize,
     scratch: &mut Buf,
 ) -> Result<()> {
-    let spec = Matmul::new(out, inp, rows)
-        .with_trans_a(true)
-        .with_precision(PRECISION);
+    let spec = weight_only_grad_spec(rows, inp, out);
     blas.matmul(&spec, dy, x, &mut grad.w, MatmulArgs::new())?;
     k.column_sums(stream, dy, rows, out, scratch, &mut grad.b)
 }
@@ -169,16 +171,6 @@ pub struct Branch {
     pub adv: Linear,
 }
 
-impl AllocLike for Linear {
-    fn alloc_like(&self, device: &Device, what: &str) -> Result<Self> {
-        Ok(Linear {
-            w: self.w.alloc_like(device, what)?,
-            b: self.b.alloc_like(device, what)?,
-        })
-    }
-}
-alloc_like_fields!(Branch { gate, adv });
-
 /// A branch's forward activations for one batch of states.
 #[derive(Debug)]
 pub struct BranchAct {
@@ -189,7 +181,6 @@ pub struct BranchAct {
     /// Advantages, `[B, A]`.
     pub adv: Buf,
 }
-alloc_like_fields!(BranchAct { u, g, adv });
 
 /// A branch's backward scratch: reused by every step, one copy per branch.
 #[derive(Debug)]

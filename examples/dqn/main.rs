@@ -130,7 +130,7 @@ fn main() -> std::process::ExitCode {
     let run = match (&options.check, options.gpus) {
         _ if options.serial_replay => serial_replay(&device, &options),
         (Some(dir), _) => write_check(&device, &options, dir),
-        (None, Some(n)) => parallel::run(&options, n),
+        (None, Some(n)) => parallel::run(&device, &options, n),
         (None, None) => train(&device, &options),
     };
     match run {
@@ -434,15 +434,21 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A step under `schedule`, initialised from `seed`, with the first generated batch
+/// uploaded and the step count at 1: the same values for every schedule compared.
+fn seeded_step(device: &Device, s: &Sizes, seed: u64, schedule: Schedule) -> Result<dqn::Step> {
+    let mut step = build(device, s, schedule)?;
+    let mut rng = Rng::new(seed);
+    initialise(&mut rng, s, &mut step)?;
+    Transitions::generate(&mut rng, s).upload(&mut step)?;
+    set_step_count(&step, 1)?;
+    Ok(step)
+}
+
 /// One replay of the one-stream step, nothing else launched after it: under Nsight
 /// Compute the last kernels profiled are the graph's, in capture order.
 fn serial_replay(device: &Device, o: &Options) -> Result<()> {
-    let s = &o.sizes;
-    let mut serial = build(device, s, Schedule::OneStream)?;
-    let mut rng = Rng::new(o.seed);
-    initialise(&mut rng, s, &mut serial)?;
-    Transitions::generate(&mut rng, s).upload(&mut serial)?;
-    set_step_count(&serial, 1)?;
+    let mut serial = seeded_step(device, &o.sizes, o.seed, Schedule::OneStream)?;
     serial.replay()?;
     serial.wait()?;
     let counts = serial.executor().node_counts()?;
@@ -502,21 +508,14 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
     let reps = 200;
     let c = median(&mut planned.executor().time_replays(30, reps)?);
     // The same step on one stream, from the same initialisation and batch.
-    let mut serial = build(device, s, Schedule::OneStream)?;
-    let mut rng = Rng::new(seed);
-    initialise(&mut rng, s, &mut serial)?;
-    Transitions::generate(&mut rng, s).upload(&mut serial)?;
-    set_step_count(&serial, 1)?;
+    let mut serial = seeded_step(device, s, seed, Schedule::OneStream)?;
     let b = median(&mut serial.executor().time_replays(30, reps)?);
     // The planned step with the declared stream priorities ignored: what they buy.
-    let c_flat = {
-        let mut flat = build(device, s, Schedule::PlannedEqualPriority)?;
-        let mut rng = Rng::new(seed);
-        initialise(&mut rng, s, &mut flat)?;
-        Transitions::generate(&mut rng, s).upload(&mut flat)?;
-        set_step_count(&flat, 1)?;
-        median(&mut flat.executor().time_replays(30, reps)?)
-    };
+    let c_flat = median(
+        &mut seeded_step(device, s, seed, Schedule::PlannedEqualPriority)?
+            .executor()
+            .time_replays(30, reps)?,
+    );
     let mut eager = Vec::new();
     for _ in 0..30 {
         serial.run_eager()?;
@@ -607,7 +606,8 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         allowed,
         100.0 * taken
     );
-    println!("step breakdown: {}", breakdown(&profile));
+    let parts = breakdown(&profile);
+    println!("step breakdown: {parts}");
     let dir = PathBuf::from(std::env::var_os("OUT").unwrap_or_else(|| ".".into()));
     let ops: Vec<String> = alone
         .ops
@@ -651,7 +651,7 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         } else {
             "null".into()
         },
-        breakdown(&profile),
+        parts,
         ops.join(", "),
         kernels.join(", ")
     );

@@ -3,7 +3,7 @@
 //! next-state forward passes on `ddqn`; IQN and Attention each on their own stream.
 
 use stepgraph::{
-    CaptureStream, Communicator, Device, DeviceBuffer, DeviceScalars, Epilogue, Matmul, MatmulArgs,
+    CaptureStream, Communicator, Device, DeviceBuffer, DeviceScalars, Epilogue, MatmulArgs,
     ReduceOp, Result,
 };
 use stepgraph_kernels::{
@@ -14,8 +14,9 @@ use stepgraph_kernels::{
 };
 
 use crate::layers::{
-    Branch, BranchAct, BranchBack, Buf, D, Linear, PRECISION, Sizes, Trunk, TrunkAct, forward,
+    Branch, BranchAct, BranchBack, Buf, D, Linear, Sizes, Trunk, TrunkAct, forward,
     input_grad_spec, linear_spec, mask1_len, param_grads, param_grads_wide, trunk_forward,
+    weight_only_grad_spec,
 };
 
 /// The expectile (IQL) value heads, high then low: `we[1, H]`.
@@ -724,9 +725,7 @@ pub mod dqn {
             &mut iqn_act.scratch,
         )?;
         // dwphi = dphi_preᵀ cosf (the kernel summed dbphi itself).
-        let spec = Matmul::new(s.hidden, s.cosines, rows)
-            .with_trans_a(true)
-            .with_precision(PRECISION);
+        let spec = weight_only_grad_spec(rows, s.cosines, s.hidden);
         blas.matmul(
             &spec,
             &iqn_act.dphi_pre,
@@ -810,11 +809,7 @@ pub mod dqn {
         k.attn_pool_loss(stream, pool, &inputs, 0.1, outputs, &mut x.scratch)?;
         // Backward through the output projection, the attention, the fused QKV projection
         // and the embedding.
-        let wgrad = |m, n| {
-            Matmul::new(m, n, rows)
-                .with_trans_a(true)
-                .with_precision(PRECISION)
-        };
+        let wgrad = |out, inp| weight_only_grad_spec(rows, inp, out);
         blas.matmul(
             &wgrad(e, e),
             &x.d_o,
@@ -928,9 +923,7 @@ pub mod dqn {
                 .relu_mask(mask1)
                 .bias_grad(&mut trunk_grad.l1.b),
         )?;
-        let spec = Matmul::new(s.hidden, s.state, s.batch)
-            .with_trans_a(true)
-            .with_precision(PRECISION);
+        let spec = weight_only_grad_spec(s.batch, s.state, s.hidden);
         blas.matmul(
             &spec,
             dz1,

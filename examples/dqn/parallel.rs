@@ -44,6 +44,17 @@ fn slice(t: &Transitions, rank: usize, ranks: usize, batch: usize) -> Transition
     }
 }
 
+/// The check's steps 1..=[`CHECK_STEPS`], step t on batch t of `batches` (cycling), then
+/// a wait for the last.
+fn check_steps(step: &mut dqn::Step, batches: &[Transitions]) -> Result<()> {
+    for t in 1..=CHECK_STEPS {
+        batches[t as usize % batches.len()].upload(step)?;
+        set_step_count(step, t)?;
+        step.replay()?;
+    }
+    step.wait()
+}
+
 /// Every gradient, then every parameter, with its name, after the last replay.
 fn snapshot(step: &dqn::Step) -> Result<Vec<(String, Vec<f32>)>> {
     let b = step.buffers();
@@ -162,12 +173,7 @@ fn rank_main(
         .iter()
         .map(|t| slice(t, rank, ranks, o.sizes.batch))
         .collect();
-    for t in 1..=CHECK_STEPS {
-        slices[t as usize % slices.len()].upload(&mut step)?;
-        set_step_count(&step, t)?;
-        step.replay()?;
-    }
-    step.wait()?;
+    check_steps(&mut step, &slices)?;
     let snap = if rank == 0 {
         Some(snapshot(&step)?)
     } else {
@@ -194,7 +200,7 @@ fn rank_main(
 }
 
 /// `--gpus N`.
-pub fn run(o: &Options, ranks: usize) -> Result<()> {
+pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
     let s = &o.sizes;
     let count = Device::count()?;
     if ranks == 0 || ranks > count {
@@ -246,15 +252,9 @@ pub fn run(o: &Options, ranks: usize) -> Result<()> {
     }
 
     // One GPU, the whole batch, no NCCL: the reference of the check and of the speed-up.
-    let device = Device::new(0)?;
-    let mut whole = build(&device, s, Schedule::Planned)?;
+    let mut whole = build(device, s, Schedule::Planned)?;
     initialise(&mut Rng::new(o.seed), s, &mut whole)?;
-    for t in 1..=CHECK_STEPS {
-        pool[t as usize % pool.len()].upload(&mut whole)?;
-        set_step_count(&whole, t)?;
-        whole.replay()?;
-    }
-    whole.wait()?;
+    check_steps(&mut whole, &pool)?;
     let want = snapshot(&whole)?;
     let want_losses = losses(&whole)?;
     let got = ok[0].snapshot.as_ref().ok_or_else(|| {
