@@ -712,7 +712,6 @@ extern "C" __global__ void __launch_bounds__(1024)
         dbp[0] = s;
     } else {
         const float l = s / (float)B;
-        atomicAdd(&losses[LOSS_ATTN], l);
-        atomicAdd(&losses[LOSS_TOTAL], coef * l);
+        add_loss_term(losses, LOSS_ATTN, l, coef);
     }
 }

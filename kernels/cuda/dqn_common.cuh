@@ -98,6 +98,19 @@ __device__ __forceinline__ float huber_grad(float x) {
     return x < -1.0f ? -1.0f : (x > 1.0f ? 1.0f : x);
 }
 
+// The asymmetric weight of an expectile or quantile loss at fraction tau for residual u:
+// |tau - 1(u < 0)|.
+__device__ __forceinline__ float asymmetric_weight(float tau, float u) {
+    return fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
+}
+
+// Adds one loss term l to its slot and coef * l to the total (one atomicAdd each: each
+// slot has one writer per step, so its value is deterministic).
+__device__ __forceinline__ void add_loss_term(float* losses, int slot, float l, float coef) {
+    atomicAdd(&losses[slot], l);
+    atomicAdd(&losses[LOSS_TOTAL], coef * l);
+}
+
 // 16-byte accesses. The pointers must be 16-byte aligned: the wrappers take whole
 // allocations (256-byte aligned) and use these only at offsets that are multiples of 4.
 __device__ __forceinline__ float4 ld4(const float* p) {

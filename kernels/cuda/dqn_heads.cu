@@ -207,15 +207,14 @@ extern "C" __global__ void __launch_bounds__(256)
     float loss = 0.0f;
     if (b < B) {
         const float u = qbar[b] - e[b];
-        const float w = fabsf(tau - (u < 0.0f ? 1.0f : 0.0f));
+        const float w = asymmetric_weight(tau, u);
         loss = w * u * u;
         de[b] = -2.0f * coef * w * u * inv_b;
     }
     loss = block_sum(loss);
     if (threadIdx.x == 0) {
         const float l = loss * inv_b;
-        atomicAdd(&losses[LOSS_IQL], l);
-        atomicAdd(&losses[LOSS_TOTAL], coef * l);
+        add_loss_term(losses, LOSS_IQL, l, coef);
     }
 }
 

@@ -135,7 +135,7 @@ __device__ __forceinline__ void iqn_forward_backward_vec(
                 dot = warp_sum(dot);
                 if (j0 + r < N) {  // uniform across the warp
                     const float u = yb - (dot + bq0);
-                    const float w = fabsf(t[r] - (u < 0.0f ? 1.0f : 0.0f));
+                    const float w = asymmetric_weight(t[r], u);
                     loss += w * huber(u);
                     const float dz = -scale * w * huber_grad(u);
                     dbq += dz;
@@ -271,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(32)
             }
             dot = warp_sum(dot);
             const float u = yb - (dot + bq0);
-            const float w = fabsf(tau[(size_t)b * N + j] - (u < 0.0f ? 1.0f : 0.0f));
+            const float w = asymmetric_weight(tau[(size_t)b * N + j], u);
             loss += w * huber(u);
             const float dz = -scale * w * huber_grad(u);
             dbq += dz;
@@ -321,8 +321,7 @@ __device__ __forceinline__ void iqn_finish_column(unsigned c, float s, unsigned 
         dbq[0] = s;
     } else {
         const float l = s / ((float)B * (float)N);
-        atomicAdd(&losses[LOSS_IQN], l);
-        atomicAdd(&losses[LOSS_TOTAL], coef * l);
+        add_loss_term(losses, LOSS_IQN, l, coef);
     }
 }
 
@@ -571,7 +570,7 @@ extern "C" __global__ void __launch_bounds__(32 * IQN_FUSED_MAX_WARPS, 1)
             zq += zq_part[w][lane];
         }
         const float u = yb - (zq + bq0);
-        const float wgt = fabsf(tau_j - (u < 0.0f ? 1.0f : 0.0f));
+        const float wgt = asymmetric_weight(tau_j, u);
         const bool live = lane < rows;
         const float dz = live ? -scale * wgt * huber_grad(u) : 0.0f;
         if (warp == 0 && live) {
