@@ -224,10 +224,8 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
 
     // Per-branch arrays must have one element per member of their group.
     let width_checks = fields.iter().enumerate().filter_map(|(i, b)| {
+        // Only per-branch arrays get a width.
         let w = resolved.branch_widths[i]?;
-        if b.kind != BufKind::PerBranch {
-            return None;
-        }
         let Type::Array(arr) = &b.ty else { return None };
         let len = &arr.len;
         let w = Literal::usize_unsuffixed(w as usize);

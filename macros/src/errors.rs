@@ -7,7 +7,6 @@ use std::fmt::Display;
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 
-#[derive(Default)]
 pub struct Errors {
     errors: RefCell<Option<Vec<syn::Error>>>,
 }

@@ -297,10 +297,6 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                         }
                     }
                 }
-                ParamKind::Kernels if step.kernels.is_none() => errors.at(
-                    p.span,
-                    "declare the kernels' type to pass them: #[step(streams(..), kernels = path::Kernels)]",
-                ),
                 _ => {}
             }
         }
@@ -424,8 +420,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                         match slot {
                             Slot::Field if buffers[bi].kind == BufKind::PerBranch => {
                                 // The whole array: every element.
-                                let w =
-                                    branch_widths[bi].or(single_group_width).unwrap_or(1) as usize;
+                                let w = branch_widths[bi].unwrap_or(1) as usize;
                                 for copy in 0..w {
                                     accesses.push((Resource { buf: bi, copy }, access));
                                 }
@@ -453,9 +448,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                 args.push(arg);
             }
             let name = match index {
-                Some(k) if info.instances.len() > 1 || info.group_width.is_some() => {
-                    format!("{}[{k}]", op.name)
-                }
+                // An index comes only with a group placement.
+                Some(k) => format!("{}[{k}]", op.name),
                 _ => op.name.to_string(),
             };
             let after = info
