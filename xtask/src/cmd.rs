@@ -50,6 +50,15 @@ pub fn display(cmd: &Command) -> String {
     words.join(" ")
 }
 
+/// Words joined into one shell line, each quoted when it needs it.
+pub fn quote_words<S: AsRef<str>>(words: &[S]) -> String {
+    words
+        .iter()
+        .map(|w| quote(w.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Quotes a word for display (and for the generated shell script) when it needs it.
 pub fn quote(word: &str) -> String {
     let plain = !word.is_empty()

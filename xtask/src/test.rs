@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 
+use crate::bundle;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
 
@@ -29,15 +30,18 @@ impl Test {
             .env("NVCC", &nvcc.path);
         cmd::run(&mut all, self.dry_run)?;
 
-        // GPU tests cannot run without a GPU; this proves they compile.
+        // GPU tests cannot run without a GPU; this proves they compile. Only the GPU test
+        // binaries read the feature: the suite's other targets were built above.
         let mut gpu = ws.cargo();
         gpu.args([
             "test",
             "-p",
-            "stepgraph-suite",
+            bundle::SUITE,
             "--features",
             "gpu-tests",
             "--no-run",
+            "--test",
+            bundle::GPU_TESTS,
         ])
         .env("NVCC", &nvcc.path);
         cmd::run(&mut gpu, self.dry_run)?;

@@ -4,7 +4,7 @@
 
 use super::build_info::SM_TARGET;
 use super::run_sh::lib_path_block;
-use crate::cmd::quote;
+use crate::cmd::quote_words;
 use crate::install_nvcc::NVCC_RELEASE;
 
 /// The lowest compute capability that runs the kernels: they ship as [`SM_TARGET`]
@@ -40,15 +40,7 @@ impl Preflight<'_> {
     pub fn render(&self) -> String {
         TEMPLATE
             .replace("@LIB_PATH@", &lib_path_block())
-            .replace(
-                "@LIBRARIES@",
-                &self
-                    .libraries
-                    .iter()
-                    .map(|l| quote(l))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            )
+            .replace("@LIBRARIES@", &quote_words(self.libraries))
             .replace("@MIN_CC@", MIN_COMPUTE_CAPABILITY)
             .replace("@SM_TARGET@", SM_TARGET)
             .replace("@MIN_DRIVER@", MIN_DRIVER)

@@ -1,6 +1,6 @@
 //! The bundle's `run.sh`, which runs it on the GPU host.
 
-use crate::cmd::quote;
+use crate::cmd::{quote, quote_words};
 
 /// Folders that hold the CUDA libraries on the usual layouts of a toolkit install.
 pub const CUDA_LIB_DIRS: &[&str] = &[
@@ -27,7 +27,7 @@ pub struct RunScript<'a> {
 
 impl RunScript<'_> {
     pub fn render(&self) -> String {
-        let words = |names: &[String]| names.iter().map(|n| quote(n)).collect::<Vec<_>>().join(" ");
+        let words = quote_words::<String>;
         let (sanitize_example, sanitize_args) = match self.sanitize {
             Some((example, args)) => (quote(example), words(args)),
             None => (String::new(), String::new()),

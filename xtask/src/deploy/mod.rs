@@ -377,7 +377,7 @@ impl Session {
         }
         Ok(Some(DeployError::JobFailed {
             host: self.host.clone(),
-            command: format!("bash {}", ssh::remote_line(&job)),
+            command: format!("bash {}", cmd::quote_words(&job)),
             status: ssh::describe(o.status),
             tail: o.tail(TAIL_LINES),
             results: self.results.clone(),

@@ -166,7 +166,7 @@ impl Ssh {
         ssh.args(self.options(false))
             .arg("--")
             .arg(self.target.login())
-            .arg(remote_line(words))
+            .arg(cmd::quote_words(words))
             .stdin(Stdio::null());
         ssh
     }
@@ -191,7 +191,7 @@ impl Ssh {
             .args(extra)
             .arg("-e")
             // rsync splits this itself, honouring the same quotes.
-            .arg(remote_line(&shell))
+            .arg(cmd::quote_words(&shell))
             .arg(from)
             .arg(to)
             .stdin(Stdio::null());
@@ -288,15 +288,6 @@ impl Ssh {
         }
         None
     }
-}
-
-/// Words joined into one line for a shell, each quoted when it needs it.
-pub fn remote_line(words: &[String]) -> String {
-    words
-        .iter()
-        .map(|w| cmd::quote(w))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Echoes `cmd` (with `script` as a here-document in a dry run, or named otherwise) and,
