@@ -239,9 +239,13 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                         } else if step.kernels.is_none() && b.contains("kernel") {
                             errors.at(p.span, format!("parameter `{b}` names no buffer; to pass the loaded kernels, declare their type: #[step(streams(..), kernels = path::Kernels)]"));
                         } else {
-                            let names: Vec<String> = buffers.iter().map(|x| x.name.to_string()).collect();
+                            let names: Vec<String> =
+                                buffers.iter().map(|x| x.name.to_string()).collect();
                             let sugg = suggestion(&b, names.iter().map(String::as_str));
-                            errors.spanned(&p.binding, format!("parameter `{b}` names no buffer of this step{sugg}"));
+                            errors.spanned(
+                                &p.binding,
+                                format!("parameter `{b}` names no buffer of this step{sugg}"),
+                            );
                         }
                         continue;
                     };
@@ -287,7 +291,12 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                     let b = p.binding.to_string();
                     if !config.contains(&b) {
                         if buf_ix.contains_key(&b) {
-                            errors.at(p.span, format!("`{b}` is a buffer: take it as `&T` (read) or `&mut T` (write)"));
+                            errors.at(
+                                p.span,
+                                format!(
+                                    "`{b}` is a buffer: take it as `&T` (read) or `&mut T` (write)"
+                                ),
+                            );
                         } else {
                             let sugg = suggestion(&b, config.iter().map(String::as_str));
                             errors.spanned(
