@@ -12,7 +12,6 @@
 //!    computed, from a profiled replay.
 
 use std::sync::{Condvar, Mutex};
-use std::time::Instant;
 
 use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule, median};
 
@@ -164,8 +163,14 @@ fn rank_main(
     let built = Communicator::join(&device, id, rank, ranks)
         .and_then(|comm| build_rank(&device, &s, Schedule::Planned, comm));
     let mut step = meet(&points[1], built, "the first all-reduce")?;
+    // Where each rank is, on stderr: a rank that waits on a collective shows how far it got.
+    eprintln!("rank {rank}: joined NCCL and captured the step");
+    // Verification captures the step again, and with NCCL a capture is collective: NCCL
+    // registers the buckets with the peer ranks as it captures an all-reduce, so a rank
+    // that captured alone would wait for the others forever. Every rank verifies.
+    let report = step.verify()?;
     if rank == 0 {
-        println!("{}", step.verify()?);
+        println!("{report}");
         println!("rank 0 graph: {:?}", step.executor().node_counts()?);
     }
     initialise(&mut Rng::new(o.seed), &s, &mut step)?;
@@ -173,22 +178,24 @@ fn rank_main(
         .iter()
         .map(|t| slice(t, rank, ranks, o.sizes.batch))
         .collect();
+    eprintln!("rank {rank}: verified");
     check_steps(&mut step, &slices)?;
+    eprintln!("rank {rank}: ran the check's {CHECK_STEPS} steps");
     let snap = if rank == 0 {
         Some(snapshot(&step)?)
     } else {
         None
     };
     let check_losses = losses(&step)?;
-    let mut times = Vec::with_capacity(steps);
     for t in 1..=steps {
         slices[t % slices.len()].upload(&mut step)?;
         set_step_count(&step, CHECK_STEPS + t as u32)?;
-        let start = Instant::now();
         step.replay()?;
-        step.wait()?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
     }
+    step.wait()?;
+    // Timed like the one-GPU reference: CUDA events around back-to-back replays. Every
+    // rank replays the same number of times, so their collectives match.
+    let times = step.executor().time_replays(20, steps)?;
     // Every rank profiles (the collectives must match across ranks); rank 0 reports.
     let profile = step.profile(20)?;
     Ok(RankResult {

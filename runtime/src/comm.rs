@@ -10,6 +10,11 @@
 //! own (`#[stream(comm)]`) and each bucket's all-reduce overlaps whatever backward work
 //! is still running on the other streams.
 //!
+//! Capturing a step with collectives is itself collective: NCCL may register the buckets
+//! with the peer ranks while it captures an all-reduce, and waits for them to do the same.
+//! Every capture (building the step, [`crate::Executor::verify`], profiling) must run on
+//! every rank at once, in the same order; a rank that captures alone waits forever.
+//!
 //! [`Communicator::single`] is the world of one process without NCCL: its collectives
 //! issue nothing (reducing over one rank is the identity), so a step written for data
 //! parallelism runs unchanged where NCCL is not installed.

@@ -127,6 +127,13 @@ fn stream_priorities(
     ))
 }
 
+/// Environment variable naming a file: [`Executor::verify`] writes the graph it captured
+/// there as Graphviz DOT (every node's parameters) before checking it, for reading what
+/// a library such as NCCL or cuBLASLt added to the capture. `{device}` in the name is
+/// replaced by the GPU's ordinal, so that the ranks of a data-parallel step, one per GPU,
+/// write one file each.
+pub const GRAPH_DOT: &str = "STEPGRAPH_GRAPH_DOT";
+
 /// Environment variable that replaces the declared stream priorities of every planned
 /// step in the process, to try others without rebuilding:
 /// `STEPGRAPH_STREAM_PRIORITIES="aux_attn=high,branch=low"` (a group's name sets all its
@@ -365,6 +372,12 @@ impl Executor {
             timers: None,
         };
         let captured = self.capture_graph(issue, extras).map_err(wrap)?;
+        if tracker.is_some() {
+            if let Ok(path) = std::env::var(GRAPH_DOT) {
+                let path = path.replace("{device}", &self.device.ordinal().to_string());
+                captured.write_dot(&path).map_err(wrap)?;
+            }
+        }
         let report = match tracker {
             Some(tracker) => Some(
                 crate::verify::verify_graph(

@@ -69,6 +69,19 @@ impl CapturedGraph {
         self.graph
     }
 
+    /// Writes the graph as Graphviz DOT with every node's parameters
+    /// ([`cuGraphDebugDotPrint`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html),
+    /// verbose), for reading what a library added to a capture.
+    pub(crate) fn write_dot(&self, path: &str) -> Result<()> {
+        let c_path = std::ffi::CString::new(path)
+            .map_err(|_| Error::Invalid(format!("graph DOT path {path:?} contains a NUL byte")))?;
+        // SAFETY: the graph is valid while self lives; the path is a NUL-terminated string
+        // that outlives the call. Flag 1 is CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.
+        unsafe { sys::cuGraphDebugDotPrint(self.graph, c_path.as_ptr(), 1) }
+            .result()
+            .map_err(Error::driver("cuGraphDebugDotPrint"))
+    }
+
     fn into_raw(self) -> sys::CUgraph {
         let g = self.graph;
         std::mem::forget(self);

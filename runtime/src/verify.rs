@@ -179,12 +179,10 @@ pub(crate) fn verify_graph(
     let mut ops = Vec::with_capacity(per_op.len());
     for (i, op) in per_op.iter().enumerate() {
         let mut shape = OpShape {
-            nodes: Vec::new(),
-            kernels: 0,
-            memcpys: 0,
-            memsets: 0,
             counts: op.counts,
+            ..OpShape::default()
         };
+        let mut recorded = Vec::with_capacity(op.nodes.len());
         for &n in &op.nodes {
             let Some(&ix) = index.get(&(n as usize)) else {
                 return Err(Error::Invalid(format!(
@@ -192,24 +190,58 @@ pub(crate) fn verify_graph(
                     plan.ops[i].name
                 )));
             };
-            shape.nodes.push(ix);
-            match node_type(n)? {
+            let ty = node_type(n)?;
+            match ty {
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
                 _ => {}
             }
+            let moves_data = matches!(
+                ty,
+                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
+                    | sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY
+                    | sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET
+            );
+            recorded.push((ix, moves_data));
         }
+        (shape.nodes, shape.bookkeeping) = split_bookkeeping(&recorded, op.counts.collectives);
         ops.push(shape);
     }
     check(plan, one_stream, nodes.len(), &edges, &ops)
+}
+
+/// Splits an op's nodes (graph index, whether it moves data: a kernel, memcpy or memset
+/// node) into those the ordering checks judge and a collective's bookkeeping nodes,
+/// which they leave out.
+///
+/// With more than one rank NCCL 2.28 captures an all-reduce as its kernel on the op's
+/// stream plus event nodes of its own: an event wait, a root, before the first
+/// collective, and an event record after each kernel, the last one a leaf. They order
+/// NCCL's launches across replays of the graph and touch no buffer of any op. NCCL's
+/// kernels, which read and write the buckets, are judged like any node, and so is every
+/// node of an op without collectives.
+fn split_bookkeeping(recorded: &[(usize, bool)], collectives: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut judged = Vec::with_capacity(recorded.len());
+    let mut bookkeeping = Vec::new();
+    for &(ix, moves_data) in recorded {
+        if collectives > 0 && !moves_data {
+            bookkeeping.push(ix);
+        } else {
+            judged.push(ix);
+        }
+    }
+    (judged, bookkeeping)
 }
 
 /// One op as the checks see it: its node indices, node counts by type, and what it
 /// issued.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OpShape {
+    /// The nodes the ordering checks judge.
     pub nodes: Vec<usize>,
+    /// A collective's bookkeeping nodes ([`split_bookkeeping`]): not judged for order.
+    pub bookkeeping: Vec<usize>,
     pub kernels: usize,
     pub memcpys: usize,
     pub memsets: usize,
@@ -578,6 +610,54 @@ mod tests {
         // Fewer kernels than the op launched is still wrong.
         s[1].kernels = 0;
         assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_err());
+    }
+
+    #[test]
+    fn only_a_collectives_event_nodes_are_left_out_of_the_ordering_checks() {
+        // Nodes 0..4: 0 an event wait, 1 a kernel, 2 a memcpy, 3 an event record.
+        let recorded = [(0, false), (1, true), (2, true), (3, false)];
+        let (judged, bookkeeping) = split_bookkeeping(&recorded, 1);
+        assert_eq!(bookkeeping, vec![0, 3]);
+        assert_eq!(judged, vec![1, 2]);
+        // Without a collective every node is judged.
+        let (judged, bookkeeping) = split_bookkeeping(&recorded, 0);
+        assert!(bookkeeping.is_empty());
+        assert_eq!(judged, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_collectives_trailing_event_record_does_not_make_a_race() {
+        // a (main) -> b (side, a collective) as in PLAN; node 3: NCCL's event record after
+        // b's kernel, a leaf. Judged as one of b's nodes, the ordering a -> b still holds,
+        // but b -> a later op would not: here `c` after b on the graph.
+        let plan = PlanDesc {
+            edges: &[
+                EdgeDesc {
+                    from: OpId(0),
+                    to: OpId(1),
+                    kind: EdgeKind::ReadAfterWrite,
+                    buf: Some(BufId(0)),
+                },
+                EdgeDesc {
+                    from: OpId(1),
+                    to: OpId(2),
+                    kind: EdgeKind::ReadAfterWrite,
+                    buf: Some(BufId(0)),
+                },
+            ],
+            ..PLAN
+        };
+        let mut s = shapes();
+        s[1].counts.collectives = 1;
+        s[1].kernels = 2;
+        s[1].nodes = vec![1];
+        s[1].bookkeeping = vec![3];
+        let edges = [(0, 1), (1, 2), (1, 3)];
+        assert!(check(&plan, false, 4, &edges, &s).is_ok());
+        s[1].nodes = vec![1, 3];
+        s[1].bookkeeping.clear();
+        let err = check(&plan, false, 4, &edges, &s).unwrap_err().to_string();
+        assert!(err.contains("race"), "{err}");
     }
 
     #[test]
