@@ -11,6 +11,8 @@ mod blas;
 mod comm;
 #[path = "gpu/iqn.rs"]
 mod iqn;
+#[path = "gpu/trunk.rs"]
+mod trunk;
 
 use std::sync::Arc;
 
@@ -92,6 +94,26 @@ fn run_one_op(
 /// A device buffer of `len` NaNs: an element a kernel fails to write fails the comparison.
 fn nan_buffer(device: &Device, what: &str, len: usize) -> Result<DeviceBuffer<f32>> {
     device.upload_new(what, &vec![f32::NAN; len])
+}
+
+/// The largest `|got − want| / max(|want|, floor)`; infinite if anything is not finite.
+pub(crate) fn max_err(got: &[f32], want: &[f32], floor: f64) -> f64 {
+    assert_eq!(got.len(), want.len(), "compared lengths");
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| {
+            let (g, w) = (f64::from(g), f64::from(w));
+            if g.is_finite() {
+                (g - w).abs() / w.abs().max(floor).max(f64::MIN_POSITIVE)
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+pub(crate) fn rms(x: &[f32]) -> f64 {
+    (x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
 }
 
 fn device() -> Device {

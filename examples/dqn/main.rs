@@ -730,7 +730,13 @@ mod tests {
         // Every op of the step is named in `part_of`'s table or is an auxiliary head.
         for op in dqn::PLAN.ops {
             let part = part_of(op.func);
-            let aux = ["iql_high", "iql_low", "iqn_head", "attention_head"];
+            let aux = [
+                "iql_high",
+                "iql_low",
+                "iqn_head",
+                "attention_head",
+                "attention_wgrad",
+            ];
             assert!(
                 part != "aux" || aux.contains(&op.func),
                 "{} fell through to aux",

@@ -10,7 +10,8 @@ use stepgraph_kernels::{
     AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
     DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
     IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    ParamEntry, ParamTable, TrunkDims, TrunkGrads, column_sums_scratch_len,
+    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOut, column_sums_scratch_len,
+    trunk_grad_join_scratch_len,
 };
 
 use crate::layers::{
@@ -281,7 +282,7 @@ fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Bu
 // with the step: at high priority it is not starved by the chain of small ops. Measured
 // on the H100 (PERF.md): 1.686 ms against 1.706 ms with equal priorities, and 1.80 ms
 // with attention low, where it is starved until the chain ends and then runs alone.
-#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn(high), comm), kernels = Kernels)]
+#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn(high), attn_wgrad(low), comm), kernels = Kernels)]
 pub mod dqn {
     use super::*;
 
@@ -316,6 +317,8 @@ pub mod dqn {
         pub attn_act: AttnAct,
         pub dz2: Buf,
         pub dz1: Buf,
+        /// Partial sums of the trunk's gradient join.
+        pub trunk_scratch: Buf,
         pub trunk_grad: Trunk,
         #[per_branch]
         pub branch_grad: [Branch; 4],
@@ -808,7 +811,34 @@ pub mod dqn {
         };
         k.attn_pool_loss(stream, pool, &inputs, 0.1, outputs, &mut x.scratch)?;
         // Backward through the output projection, the attention, the fused QKV projection
-        // and the embedding.
+        // and the embedding: the data gradients here, the weight gradients in
+        // `attention_wgrad`.
+        let back = input_grad_spec(rows, e, e, Epilogue::Default);
+        blas.matmul(&back, &x.d_o, &a.o, &mut x.datt, MatmulArgs::new())?;
+        k.attention_backward(stream, dims, &x.qkv, &x.probs, &x.datt, &mut x.dqkv)?;
+        let back = input_grad_spec(rows, e, 3 * e, Epilogue::Default);
+        blas.matmul(&back, &x.dqkv, &a.qkv, &mut x.demb, MatmulArgs::new())
+    }
+
+    /// The attention head's weight gradients: long-K GEMMs whose grids fill half the GPU,
+    /// needed only by the update at the end of the step. On a low-priority stream of their
+    /// own they fill what the trunk's backward and the heads leave idle instead of
+    /// lengthening the forward phase, where attention runs beside the chain.
+    #[stream(attn_wgrad)]
+    #[join(aux_attn)]
+    #[cost(2.0)]
+    fn attention_wgrad(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        batch: &Batch,
+        attn_act: &mut AttnAct,
+        attn_grad: &mut Attn,
+    ) -> Result<()> {
+        let s = sizes;
+        let blas = stream.blas();
+        let (rows, e) = (s.batch * s.window, s.width);
+        let x = attn_act;
         let wgrad = |out, inp| weight_only_grad_spec(rows, inp, out);
         blas.matmul(
             &wgrad(e, e),
@@ -817,9 +847,6 @@ pub mod dqn {
             &mut attn_grad.o,
             MatmulArgs::new(),
         )?;
-        let back = input_grad_spec(rows, e, e, Epilogue::Default);
-        blas.matmul(&back, &x.d_o, &a.o, &mut x.datt, MatmulArgs::new())?;
-        k.attention_backward(stream, dims, &x.qkv, &x.probs, &x.datt, &mut x.dqkv)?;
         blas.matmul(
             &wgrad(3 * e, e),
             &x.dqkv,
@@ -827,8 +854,6 @@ pub mod dqn {
             &mut attn_grad.qkv,
             MatmulArgs::new(),
         )?;
-        let back = input_grad_spec(rows, e, 3 * e, Epilogue::Default);
-        blas.matmul(&back, &x.dqkv, &a.qkv, &mut x.demb, MatmulArgs::new())?;
         param_grads_wide(
             &blas,
             stream,
@@ -845,7 +870,7 @@ pub mod dqn {
 
     /// Data parallel: the attention head's gradients.
     #[stream(comm)]
-    #[join(aux_attn)]
+    #[join(attn_wgrad)]
     fn reduce_attention(
         stream: &CaptureStream<'_>,
         comm: &mut Communicator,
@@ -874,6 +899,7 @@ pub mod dqn {
         iqn_act: &IqnAct,
         dz2: &mut Buf,
         dz1: &mut Buf,
+        trunk_scratch: &mut Buf,
         trunk_grad: &mut Trunk,
     ) -> Result<()> {
         let s = sizes;
@@ -894,25 +920,16 @@ pub mod dqn {
             hidden: s.hidden,
             branches: D,
         };
-        k.grad_sum_relu_mask(stream, dims, &grads, dz2)?;
-        param_grads(
-            &blas,
-            &dueling.dv,
-            &act.h,
-            &mut trunk_grad.v,
-            s.batch,
-            s.hidden,
-            1,
-        )?;
-        param_grads(
-            &blas,
-            dz2,
-            &act.h1,
-            &mut trunk_grad.l2,
-            s.batch,
-            s.hidden,
-            s.hidden,
-        )?;
+        // dz2 and, from the same reads, layer 2's bias gradient and the value head's
+        // gradients: four fewer small kernels on the serial tail than cuBLASLt's epilogues.
+        let out = TrunkJoinOut {
+            db2: &mut trunk_grad.l2.b,
+            dwv: &mut trunk_grad.v.w,
+            dbv: &mut trunk_grad.v.b,
+        };
+        k.trunk_grad_join(stream, dims, &grads, dz2, trunk_scratch, out)?;
+        let spec = weight_only_grad_spec(s.batch, s.hidden, s.hidden);
+        blas.matmul(&spec, dz2, &act.h1, &mut trunk_grad.l2.w, MatmulArgs::new())?;
         let spec = input_grad_spec(s.batch, s.hidden, s.hidden, Epilogue::DReluBgrad);
         blas.matmul(
             &spec,
@@ -1239,6 +1256,10 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
         },
         dz2: z("dz2", b * h)?,
         dz1: z("dz1", b * h)?,
+        trunk_scratch: z(
+            "trunk gradient-join partials",
+            trunk_grad_join_scratch_len(b, h),
+        )?,
         trunk_grad,
         branch_grad,
         iql_grad,

@@ -218,59 +218,98 @@ extern "C" __global__ void __launch_bounds__(256)
     }
 }
 
-// The trunk's gradient join through its last ReLU:
+// The trunk's gradient join through its last ReLU, with the reductions that read the same
+// rows, first pass:
 //   dz2[b, h] = (dv[b] wv[h] + sum_d dh_branch[d, b, h] + de_hi[b] we_hi[h]
-//                + de_lo[b] we_lo[h] + dh_iqn[b, h])  if h_out[b, h] > 0, else 0.
-// The value and expectile heads' contributions are rank-one, so they come in as their
-// factors instead of [B, H] buffers. h_out, dh_iqn, dz2: [B, H]; dh_branch: D arrays
-// [B, H], one per branch;
-// dv, de_hi, de_lo: [B]; wv, we_hi, we_lo: [H].
-// Grid: one thread per 4 consecutive elements of dz2, ceil(B H / 1024) blocks of 256; with
-// H % 4 == 0 the 4 share a row and move as 16-byte accesses.
+//                + de_lo[b] we_lo[h] + dh_iqn[b, h])  if h_out[b, h] > 0, else 0,
+// and, over the rows of chunk y, into partials[y, 0 .. 2H + 1):
+//   [0, H):    sum_b dz2[b, h]            (layer 2's bias gradient, db2)
+//   [H, 2H):   sum_b dv[b] h_out[b, h]    (the value head's weight gradient, dwv)
+//   2H:        sum_b dv[b]                (its bias gradient, dbv)
+// trunk_grad_join_finish adds the chunks. The value and expectile heads' contributions to
+// dz2 are rank-one, so they come in as their factors instead of [B, H] buffers. h_out,
+// dh_iqn, dz2: [B, H]; dh_branch: D arrays [B, H], one per branch; dv, de_hi, de_lo: [B];
+// wv, we_hi, we_lo: [H].
+// Folding the sums in here takes four small kernels (cuBLASLt's gemv, split-K reduction
+// and bias-gradient epilogues of one and 32 blocks) off the step's serial tail, where
+// nothing runs beside them; they cost no extra read.
+// Grid: (ceil(H / 32), chunks) blocks of (32, 8): column h = 32 blockIdx.x + threadIdx.x,
+// rows [y R, min(B, (y + 1) R)) with R = rows_per_chunk, thread rows r0 + threadIdx.y + 8k
+// (a warp reads 32 consecutive floats of a row). Each thread adds its rows in order, then
+// the 8 row groups are added in order: deterministic.
 extern "C" __global__ void __launch_bounds__(256)
-    grad_sum_relu_mask(const float* __restrict__ h_out, const float* __restrict__ dv,
-                       const float* __restrict__ wv, const BranchIn dh_branch,
-                       const float* __restrict__ de_hi, const float* __restrict__ we_hi,
-                       const float* __restrict__ de_lo, const float* __restrict__ we_lo,
-                       const float* __restrict__ dh_iqn, float* __restrict__ dz2, unsigned B,
-                       unsigned H, unsigned D) {
-    const size_t n = (size_t)B * H;
-    const size_t i0 = (size_t)global_index() * 4;
-    if (i0 >= n) {
-        return;
-    }
-    if ((H & 3) == 0) {
-        const unsigned b = (unsigned)(i0 / H), c = (unsigned)(i0 - (size_t)b * H);
-        const float sv = dv[b], sh = de_hi[b], sl = de_lo[b];
-        const float4 hv = ld4(h_out + i0);
-        const float4 w = ld4(wv + c), wh = ld4(we_hi + c), wl = ld4(we_lo + c);
-        float4 acc = ld4(dh_iqn + i0);
-        for (unsigned d = 0; d < D; ++d) {
-            const float4 g = ld4(dh_branch.p[d] + i0);
-            acc.x += g.x;
-            acc.y += g.y;
-            acc.z += g.z;
-            acc.w += g.w;
-        }
-        float4 out;
-        out.x = hv.x > 0.0f ? acc.x + sv * w.x + sh * wh.x + sl * wl.x : 0.0f;
-        out.y = hv.y > 0.0f ? acc.y + sv * w.y + sh * wh.y + sl * wl.y : 0.0f;
-        out.z = hv.z > 0.0f ? acc.z + sv * w.z + sh * wh.z + sl * wl.z : 0.0f;
-        out.w = hv.w > 0.0f ? acc.w + sv * w.w + sh * wh.w + sl * wl.w : 0.0f;
-        st4(dz2 + i0, out);
-    } else {
-        for (unsigned k = 0; k < 4; ++k) {
-            const size_t i = i0 + k;
-            if (i >= n) {
-                break;
-            }
-            const unsigned b = (unsigned)(i / H), c = (unsigned)(i - (size_t)b * H);
+    trunk_grad_join_partial(const float* __restrict__ h_out, const float* __restrict__ dv,
+                            const float* __restrict__ wv, const BranchIn dh_branch,
+                            const float* __restrict__ de_hi, const float* __restrict__ we_hi,
+                            const float* __restrict__ de_lo, const float* __restrict__ we_lo,
+                            const float* __restrict__ dh_iqn, float* __restrict__ dz2,
+                            float* __restrict__ partials, unsigned B, unsigned H, unsigned D,
+                            unsigned rows_per_chunk) {
+    __shared__ float part[3][8][33];
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const unsigned r0 = blockIdx.y * rows_per_chunk;
+    const unsigned r1 = B - r0 <= rows_per_chunk ? B : r0 + rows_per_chunk;
+    float s_db2 = 0.0f, s_dwv = 0.0f, s_dbv = 0.0f;
+    if (c < H) {
+        const float w = wv[c], wh = we_hi[c], wl = we_lo[c];
+#pragma unroll 2
+        for (unsigned r = r0 + threadIdx.y; r < r1; r += 8) {
+            const size_t i = (size_t)r * H + c;
+            const float d = dv[r];
+            const float hv = h_out[i];
             float acc = dh_iqn[i];
-            for (unsigned d = 0; d < D; ++d) {
-                acc += dh_branch.p[d][i];
+            // Unrolled over the fixed bound so that the pointers stay in registers
+            // (a loop to D indexes the parameter struct and copies it to local memory).
+#pragma unroll
+            for (unsigned k = 0; k < MAX_BRANCHES; ++k) {
+                if (k < D) {
+                    acc += dh_branch.p[k][i];
+                }
             }
-            dz2[i] = h_out[i] > 0.0f ? acc + dv[b] * wv[c] + de_hi[b] * we_hi[c] + de_lo[b] * we_lo[c]
-                                     : 0.0f;
+            const float z = hv > 0.0f ? acc + d * w + de_hi[r] * wh + de_lo[r] * wl : 0.0f;
+            dz2[i] = z;
+            s_db2 += z;
+            s_dwv = fmaf(d, hv, s_dwv);
+            s_dbv += d;
+        }
+    }
+    part[0][threadIdx.y][threadIdx.x] = s_db2;
+    part[1][threadIdx.y][threadIdx.x] = s_dwv;
+    part[2][threadIdx.y][threadIdx.x] = s_dbv;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < H) {
+        float t_db2 = 0.0f, t_dwv = 0.0f, t_dbv = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            t_db2 += part[0][k][threadIdx.x];
+            t_dwv += part[1][k][threadIdx.x];
+            t_dbv += part[2][k][threadIdx.x];
+        }
+        float* row = partials + (size_t)blockIdx.y * (2 * H + 1);
+        row[c] = t_db2;
+        row[H + c] = t_dwv;
+        if (c == 0) {
+            row[2 * H] = t_dbv;
+        }
+    }
+}
+
+// Second pass: adds the chunks' partials [chunks, 2H + 1] column by column, in order, and
+// writes db2[H], dwv[H] and dbv[1]. Grid: ceil((2H + 1) / 32) blocks of (32, 32).
+extern "C" __global__ void __launch_bounds__(1024)
+    trunk_grad_join_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
+                           float* __restrict__ db2, float* __restrict__ dwv,
+                           float* __restrict__ dbv) {
+    const unsigned cols = 2 * H + 1;
+    const unsigned j = blockIdx.x * 32 + threadIdx.x;
+    const float s = column_block_sum(partials, 0, chunks, cols, j);
+    if (threadIdx.y == 0 && j < cols) {
+        if (j < H) {
+            db2[j] = s;
+        } else if (j < 2 * H) {
+            dwv[j - H] = s;
+        } else {
+            dbv[0] = s;
         }
     }
 }

@@ -15,7 +15,7 @@
 // The entries are concatenated into one index space [0, total); block x takes elements
 // [x OPTIM_CHUNK, (x + 1) OPTIM_CHUNK) of it, whichever tensors they fall in.
 #define PARAM_TABLE_WORDS 6
-#define OPTIM_CHUNK 2048
+#define OPTIM_CHUNK 512
 
 // Indices into the device scalars (a DeviceScalars<f32>) that adam_clip_update reads.
 #define ADAM_LR 0

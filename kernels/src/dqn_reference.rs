@@ -327,10 +327,23 @@ fn expectile64(e: &[f64], qbar: &[f64], expectile: Expectile) -> (f64, Vec<f64>)
     (loss, de)
 }
 
-/// What [`Kernels::grad_sum_relu_mask`](crate::Kernels::grad_sum_relu_mask) computes:
-/// `dz2[B, H]`.
+/// What [`Kernels::trunk_grad_join`](crate::Kernels::trunk_grad_join) computes.
+#[derive(Clone, Debug)]
+pub struct TrunkJoinReference {
+    /// `[B, H]`.
+    pub dz2: Vec<f32>,
+    /// Layer 2's bias gradient `Σ_b dz2[b, ·]`, `[H]`.
+    pub db2: Vec<f32>,
+    /// The value head's weight gradient `Σ_b dv[b] h_out[b, ·]`, `[H]`.
+    pub dwv: Vec<f32>,
+    /// Its bias gradient `Σ_b dv[b]`.
+    pub dbv: f32,
+}
+
+/// What [`Kernels::trunk_grad_join`](crate::Kernels::trunk_grad_join) computes, in f64
+/// (`dh_branch` packed `[D, B, H]`).
 #[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
-pub fn grad_sum_relu_mask_reference(
+pub fn trunk_grad_join_reference(
     dims: TrunkDims,
     h_out: &[f32],
     dv: &[f32],
@@ -341,27 +354,28 @@ pub fn grad_sum_relu_mask_reference(
     de_lo: &[f32],
     we_lo: &[f32],
     dh_iqn: &[f32],
-) -> Vec<f32> {
+) -> TrunkJoinReference {
     let TrunkDims {
         batch: bn,
         hidden: hn,
         branches: dn,
     } = dims;
-    check("grad_sum_relu_mask_reference: h_out", h_out.len(), bn * hn);
+    check("trunk_grad_join_reference: h_out", h_out.len(), bn * hn);
     check(
-        "grad_sum_relu_mask_reference: dh_branch",
+        "trunk_grad_join_reference: dh_branch",
         dh_branch.len(),
         dn * bn * hn,
     );
-    check(
-        "grad_sum_relu_mask_reference: dh_iqn",
-        dh_iqn.len(),
-        bn * hn,
-    );
+    check("trunk_grad_join_reference: dh_iqn", dh_iqn.len(), bn * hn);
     let mut dz2 = vec![0.0f32; bn * hn];
+    let mut db2 = vec![0.0f64; hn];
+    let mut dwv = vec![0.0f64; hn];
+    let mut dbv = 0.0f64;
     for b in 0..bn {
+        dbv += f64::from(dv[b]);
         for h in 0..hn {
             let i = b * hn + h;
+            dwv[h] += f64::from(dv[b]) * f64::from(h_out[i]);
             if h_out[i] <= 0.0 {
                 continue;
             }
@@ -373,9 +387,15 @@ pub fn grad_sum_relu_mask_reference(
                 g += f64::from(dh_branch[d * bn * hn + i]);
             }
             dz2[i] = g as f32;
+            db2[h] += g;
         }
     }
-    dz2
+    TrunkJoinReference {
+        dz2,
+        db2: narrow(&db2),
+        dwv: narrow(&dwv),
+        dbv: dbv as f32,
+    }
 }
 
 // ---- IQN ----
@@ -1205,7 +1225,7 @@ mod tests {
             hidden: 2,
             branches: 2,
         };
-        let dz2 = grad_sum_relu_mask_reference(
+        let r = trunk_grad_join_reference(
             dims,
             &[1.0, 0.0, 2.0, -1.0],
             &[1.0, 2.0],
@@ -1218,7 +1238,12 @@ mod tests {
             &[100.0, 100.0, 100.0, 100.0],
         );
         // [b0, h0]: 10 + 3 + 1 + 0 + 100; [b1, h0]: 20 + 3 + 0 + 4 + 100; masked elsewhere.
-        assert_eq!(dz2, vec![114.0, 0.0, 127.0, 0.0]);
+        assert_eq!(r.dz2, vec![114.0, 0.0, 127.0, 0.0]);
+        // Column sums of dz2; dv-weighted column sums of h_out, masked or not
+        // (1·1 + 2·2 and 1·0 + 2·(−1)); the sum of dv.
+        assert_eq!(r.db2, vec![241.0, 0.0]);
+        assert_eq!(r.dwv, vec![5.0, -2.0]);
+        assert_eq!(r.dbv, 3.0);
     }
 
     #[test]

@@ -91,8 +91,10 @@ pub enum KernelId {
     DuelingLosses,
     /// `expectile_loss` in `cuda/dqn_heads.cu`.
     ExpectileLoss,
-    /// `grad_sum_relu_mask` in `cuda/dqn_heads.cu`.
-    GradSumReluMask,
+    /// `trunk_grad_join_partial` in `cuda/dqn_heads.cu`.
+    TrunkGradJoinPartial,
+    /// `trunk_grad_join_finish` in `cuda/dqn_heads.cu`.
+    TrunkGradJoinFinish,
     /// `iqn_cos_features` in `cuda/dqn_iqn.cu`.
     IqnCosFeatures,
     /// `iqn_forward_backward_v2` in `cuda/dqn_iqn.cu` (`H % 4 == 0`, `H <= 256`).
@@ -129,7 +131,7 @@ pub enum KernelId {
 
 impl KernelId {
     /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 26] = [
+    pub const ALL: [KernelId; 27] = [
         KernelId::ChainStep,
         KernelId::Axpby,
         KernelId::ScaleByScalar,
@@ -139,7 +141,8 @@ impl KernelId {
         KernelId::DdqnTarget,
         KernelId::DuelingLosses,
         KernelId::ExpectileLoss,
-        KernelId::GradSumReluMask,
+        KernelId::TrunkGradJoinPartial,
+        KernelId::TrunkGradJoinFinish,
         KernelId::IqnCosFeatures,
         KernelId::IqnForwardBackwardV2,
         KernelId::IqnForwardBackwardV4,
@@ -178,7 +181,8 @@ impl KernelId {
             | KernelId::DdqnTarget
             | KernelId::DuelingLosses
             | KernelId::ExpectileLoss
-            | KernelId::GradSumReluMask => ModuleId::DqnHeads,
+            | KernelId::TrunkGradJoinPartial
+            | KernelId::TrunkGradJoinFinish => ModuleId::DqnHeads,
             KernelId::IqnCosFeatures
             | KernelId::IqnForwardBackwardV2
             | KernelId::IqnForwardBackwardV4
@@ -210,7 +214,8 @@ impl KernelId {
             KernelId::DdqnTarget => "ddqn_target",
             KernelId::DuelingLosses => "dueling_losses",
             KernelId::ExpectileLoss => "expectile_loss",
-            KernelId::GradSumReluMask => "grad_sum_relu_mask",
+            KernelId::TrunkGradJoinPartial => "trunk_grad_join_partial",
+            KernelId::TrunkGradJoinFinish => "trunk_grad_join_finish",
             KernelId::IqnCosFeatures => "iqn_cos_features",
             KernelId::IqnForwardBackwardV2 => "iqn_forward_backward_v2",
             KernelId::IqnForwardBackwardV4 => "iqn_forward_backward_v4",
@@ -657,7 +662,7 @@ pub struct TrunkDims {
     pub branches: usize,
 }
 
-/// What flows back into the trunk's output `h` ([`Kernels::grad_sum_relu_mask`]). The value
+/// What flows back into the trunk's output `h` ([`Kernels::trunk_grad_join`]). The value
 /// and expectile heads are rank one, so they come as their factors.
 #[derive(Clone, Copy, Debug)]
 pub struct TrunkGrads<'a> {
@@ -894,78 +899,134 @@ impl Kernels {
     }
 
     /// The trunk's gradient join: `dz2[B, H]`, the sum of everything that flows into the
-    /// trunk's output `h`, masked by `h > 0` (see [`TrunkGrads`] and `cuda/dqn_heads.cu`).
+    /// trunk's output `h`, masked by `h > 0` (see [`TrunkGrads`] and `cuda/dqn_heads.cu`),
+    /// and the three reductions that read the same rows: layer 2's bias gradient
+    /// `out.db2[H] = Σ_b dz2[b, ·]`, the value head's weight gradient
+    /// `out.dwv[H] = Σ_b dv[b] h[b, ·]` and its bias gradient `out.dbv[1] = Σ_b dv[b]`.
     ///
-    /// One thread per 4 elements (16-byte accesses when `H % 4 == 0`), blocks of
-    /// [`BLOCK_THREADS`]. [`grad_sum_relu_mask_reference`] is the CPU version.
-    pub fn grad_sum_relu_mask(
+    /// Two-pass and deterministic: `trunk_grad_join_partial` (`(ceil(H / 32), chunks)`
+    /// blocks of 32 × 8, [`trunk_grad_join_plan`]) writes `dz2` and `[chunks, 2H + 1]`
+    /// partial sums into `scratch` (at least [`trunk_grad_join_scratch_len`] floats), then
+    /// `trunk_grad_join_finish` adds them in order. [`trunk_grad_join_reference`] is the
+    /// CPU version.
+    pub fn trunk_grad_join(
         &self,
         stream: &CaptureStream<'_>,
         dims: TrunkDims,
         inputs: &TrunkGrads<'_>,
         dz2: &mut DeviceBuffer<f32>,
+        scratch: &mut DeviceBuffer<f32>,
+        out: TrunkJoinOut<'_>,
     ) -> Result<()> {
-        let b = positive("grad_sum_relu_mask: batch", dims.batch)?;
-        let h = positive("grad_sum_relu_mask: hidden", dims.hidden)?;
-        let d = len_u32("grad_sum_relu_mask: branches", dims.branches)?;
-        let bh = product("grad_sum_relu_mask", &[dims.batch, dims.hidden])?;
-        check_len("grad_sum_relu_mask: h_out ([B, H])", inputs.h_out.len(), bh)?;
-        check_len("grad_sum_relu_mask: dv ([B])", inputs.dv.len(), dims.batch)?;
-        check_len("grad_sum_relu_mask: wv ([H])", inputs.wv.len(), dims.hidden)?;
+        const WHAT: &str = "trunk_grad_join";
+        let b = positive("trunk_grad_join: batch", dims.batch)?;
+        let h = positive("trunk_grad_join: hidden", dims.hidden)?;
+        let d = len_u32("trunk_grad_join: branches", dims.branches)?;
+        let bh = product(WHAT, &[dims.batch, dims.hidden])?;
+        let rows = |what: &str, buf: &DeviceBuffer<f32>| check_len(what, buf.len(), dims.batch);
+        let cols = |what: &str, buf: &DeviceBuffer<f32>| check_len(what, buf.len(), dims.hidden);
+        check_len("trunk_grad_join: h_out ([B, H])", inputs.h_out.len(), bh)?;
+        rows("trunk_grad_join: dv ([B])", inputs.dv)?;
+        cols("trunk_grad_join: wv ([H])", inputs.wv)?;
         let dh_branch = BranchPtrs::of(
-            "grad_sum_relu_mask: dh_branch ([B, H] per branch)",
+            "trunk_grad_join: dh_branch ([B, H] per branch)",
             inputs.dh_branch.iter(),
             dims.branches,
             bh,
         )?;
-        check_len(
-            "grad_sum_relu_mask: de_hi ([B])",
-            inputs.de_hi.len(),
-            dims.batch,
-        )?;
-        check_len(
-            "grad_sum_relu_mask: we_hi ([H])",
-            inputs.we_hi.len(),
-            dims.hidden,
-        )?;
-        check_len(
-            "grad_sum_relu_mask: de_lo ([B])",
-            inputs.de_lo.len(),
-            dims.batch,
-        )?;
-        check_len(
-            "grad_sum_relu_mask: we_lo ([H])",
-            inputs.we_lo.len(),
-            dims.hidden,
-        )?;
-        check_len(
-            "grad_sum_relu_mask: dh_iqn ([B, H])",
-            inputs.dh_iqn.len(),
-            bh,
-        )?;
-        check_len("grad_sum_relu_mask: dz2 ([B, H])", dz2.len(), bh)?;
-        let mut launch = stream.launch(self.kernel(KernelId::GradSumReluMask));
+        rows("trunk_grad_join: de_hi ([B])", inputs.de_hi)?;
+        cols("trunk_grad_join: we_hi ([H])", inputs.we_hi)?;
+        rows("trunk_grad_join: de_lo ([B])", inputs.de_lo)?;
+        cols("trunk_grad_join: we_lo ([H])", inputs.we_lo)?;
+        check_len("trunk_grad_join: dh_iqn ([B, H])", inputs.dh_iqn.len(), bh)?;
+        check_len("trunk_grad_join: dz2 ([B, H])", dz2.len(), bh)?;
+        cols("trunk_grad_join: out.db2 ([H])", out.db2)?;
+        cols("trunk_grad_join: out.dwv ([H])", out.dwv)?;
+        check_len("trunk_grad_join: out.dbv ([1])", out.dbv.len(), 1)?;
+        let (col_blocks, chunks, rows_per_chunk) = trunk_grad_join_plan(dims.batch, dims.hidden);
+        let needed = trunk_grad_join_scratch_len(dims.batch, dims.hidden);
+        if scratch.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "trunk_grad_join: scratch (at least trunk_grad_join_scratch_len)".into(),
+                expected: needed,
+                found: scratch.len(),
+            });
+        }
+        let (col_blocks, chunks32) = (len_u32(WHAT, col_blocks)?, len_u32(WHAT, chunks)?);
+        let per_chunk = len_u32(WHAT, rows_per_chunk)?;
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::TrunkGradJoinPartial));
+            launch
+                .buf(inputs.h_out)
+                .buf(inputs.dv)
+                .buf(inputs.wv)
+                .arg(&dh_branch)
+                .buf(inputs.de_hi)
+                .buf(inputs.we_hi)
+                .buf(inputs.de_lo)
+                .buf(inputs.we_lo)
+                .buf(inputs.dh_iqn)
+                .buf_mut(dz2)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&h)
+                .arg(&d)
+                .arg(&per_chunk);
+            let config = LaunchConfig {
+                grid_dim: (col_blocks, chunks32, 1),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match `trunk_grad_join_partial(const float* h_out,
+            // const float* dv, const float* wv, BranchIn dh_branch, const float* de_hi,
+            // const float* we_hi, const float* de_lo, const float* we_lo, const float*
+            // dh_iqn, float* dz2, float* partials, unsigned B, unsigned H, unsigned D,
+            // unsigned rows_per_chunk)`; block (x, y) touches columns < H of rows
+            // [y rows_per_chunk, B) of the [B, H] buffers and [B] entries of those rows,
+            // and writes partials[y (2H + 1) + j] for y < chunks, j < 2H + 1: inside
+            // scratch (checked above). Every buffer holds what its shape says.
+            unsafe { launch.launch(config)? };
+        }
+        let finish_blocks = len_u32(WHAT, (2 * dims.hidden + 1).div_ceil(32))?;
+        let mut launch = stream.launch(self.kernel(KernelId::TrunkGradJoinFinish));
         launch
-            .buf(inputs.h_out)
-            .buf(inputs.dv)
-            .buf(inputs.wv)
-            .arg(&dh_branch)
-            .buf(inputs.de_hi)
-            .buf(inputs.we_hi)
-            .buf(inputs.de_lo)
-            .buf(inputs.we_lo)
-            .buf(inputs.dh_iqn)
-            .buf_mut(dz2)
-            .arg(&b)
+            .buf(&*scratch)
+            .arg(&chunks32)
             .arg(&h)
-            .arg(&d);
-        // SAFETY: the arguments match `grad_sum_relu_mask(const float* h_out, const float*
-        // dv, const float* wv, BranchIn dh_branch, const float* de_hi, const float*
-        // we_hi, const float* de_lo, const float* we_lo, const float* dh_iqn, float* dz2,
-        // unsigned B, unsigned H, unsigned D)`; threads start at 4i < B H and stop at B H,
-        // and each buffer holds what its shape says (checked above).
-        unsafe { launch.launch(quad_config(bh)) }
+            .buf_mut(out.db2)
+            .buf_mut(out.dwv)
+            .buf_mut(out.dbv);
+        // SAFETY: the arguments match `trunk_grad_join_finish(const float* partials,
+        // unsigned chunks, unsigned H, float* db2, float* dwv, float* dbv)`; it reads
+        // chunks (2H + 1) floats of scratch and writes db2[0..H), dwv[0..H) and dbv[0],
+        // whose lengths are checked above.
+        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
     }
+}
+
+/// The outputs of [`Kernels::trunk_grad_join`] besides `dz2`: gradients of the step's
+/// parameters, written whole (not accumulated).
+#[derive(Debug)]
+pub struct TrunkJoinOut<'a> {
+    /// Layer 2's bias gradient, `[H]`.
+    pub db2: &'a mut DeviceBuffer<f32>,
+    /// The value head's weight gradient, `[H]` (its weight is `[1, H]`).
+    pub dwv: &'a mut DeviceBuffer<f32>,
+    /// The value head's bias gradient, `[1]`.
+    pub dbv: &'a mut DeviceBuffer<f32>,
+}
+
+/// How [`Kernels::trunk_grad_join`] splits the rows: `(column blocks, row chunks, rows
+/// per chunk)`. About a thousand blocks of 256 threads, each thread 16 rows or more at
+/// the default sizes; depends on the sizes only, so the sums' bits do too.
+pub fn trunk_grad_join_plan(batch: usize, hidden: usize) -> (usize, usize, usize) {
+    row_chunk_plan(batch, hidden, 128)
+}
+
+/// Length of the scratch buffer [`Kernels::trunk_grad_join`] needs.
+pub fn trunk_grad_join_scratch_len(batch: usize, hidden: usize) -> usize {
+    let (_, chunks, _) = trunk_grad_join_plan(batch, hidden);
+    chunks.saturating_mul(2 * hidden + 1)
 }
 
 // ---- cuda/dqn_iqn.cu: cosine features, the fused quantile Huber head ----
@@ -1937,8 +1998,11 @@ impl Kernels {
 // ---- cuda/dqn_optim.cu: gradient norm, clipped Adam, column sums ----
 
 /// Elements of the concatenated parameters that one block of the optimizer kernels takes
-/// (`OPTIM_CHUNK` in `cuda/dqn_optim.cu`).
-pub const OPTIM_CHUNK: usize = 2048;
+/// (`OPTIM_CHUNK` in `cuda/dqn_optim.cu`): two per thread. The update ends the step with
+/// nothing beside it, so its latency counts whole: at 2048 (eight per thread) the DQN
+/// step's 188k parameters made 92 blocks, fewer than the SMs, each thread a chain of eight
+/// dependent loads.
+pub const OPTIM_CHUNK: usize = 512;
 
 /// Words (`u64`) per entry of the device parameter table (`PARAM_TABLE_WORDS`).
 pub const PARAM_TABLE_WORDS: usize = 6;
@@ -2189,9 +2253,16 @@ impl AdamScalars {
 /// How [`Kernels::column_sums`] splits the rows: `(column blocks, row chunks, rows per
 /// chunk)`. Depends on the sizes only, so the sums' bits do too.
 fn column_sums_plan(rows: usize, cols: usize) -> (usize, usize, usize) {
+    row_chunk_plan(rows, cols, 256)
+}
+
+/// The split of a two-pass column reduction over `[rows, cols]`: blocks of 32 columns,
+/// and chunks of at least `min_rows` rows (as many chunks as keep the grid within 1024
+/// blocks). Returns `(column blocks, row chunks, rows per chunk)`.
+fn row_chunk_plan(rows: usize, cols: usize, min_rows: usize) -> (usize, usize, usize) {
     let col_blocks = cols.div_ceil(32).max(1);
     let max_chunks = (1024 / col_blocks).max(1);
-    let chunks = rows.div_ceil(256).clamp(1, max_chunks);
+    let chunks = rows.div_ceil(min_rows).clamp(1, max_chunks);
     let rows_per_chunk = rows.div_ceil(chunks).max(1);
     (
         col_blocks,
@@ -2922,7 +2993,7 @@ mod tests {
     }
 
     #[test]
-    fn column_sums_plan_covers_every_row_once() {
+    fn column_reduction_plans_cover_every_row_once() {
         for (rows, cols) in [
             (1, 1),
             (33, 1),
@@ -2932,18 +3003,33 @@ mod tests {
             (524_288, 64),
             (7, 5000),
         ] {
-            let (col_blocks, chunks, per) = column_sums_plan(rows, cols);
-            assert_eq!(col_blocks, cols.div_ceil(32));
-            assert!(
-                chunks * per >= rows && (chunks - 1) * per < rows,
-                "{rows} x {cols}"
+            for (plan, name) in [
+                (column_sums_plan(rows, cols), "column_sums"),
+                (trunk_grad_join_plan(rows, cols), "trunk_grad_join"),
+            ] {
+                let (col_blocks, chunks, per) = plan;
+                assert_eq!(col_blocks, cols.div_ceil(32), "{name}");
+                assert!(
+                    chunks * per >= rows && (chunks - 1) * per < rows,
+                    "{name}: {rows} x {cols}"
+                );
+                assert!(
+                    col_blocks * chunks <= 1024.max(col_blocks),
+                    "{name}: {rows} x {cols}"
+                );
+            }
+            assert_eq!(column_sums_scratch_len(rows, cols), {
+                let (_, chunks, _) = column_sums_plan(rows, cols);
+                chunks * cols
+            });
+            let (_, chunks, _) = trunk_grad_join_plan(rows, cols);
+            assert_eq!(
+                trunk_grad_join_scratch_len(rows, cols),
+                chunks * (2 * cols + 1)
             );
-            assert!(
-                col_blocks * chunks <= 1024.max(col_blocks),
-                "{rows} x {cols}"
-            );
-            assert_eq!(column_sums_scratch_len(rows, cols), chunks * cols);
         }
+        // The step's sizes: 128 chunks of 128 rows, 1024 blocks.
+        assert_eq!(trunk_grad_join_plan(16384, 256), (8, 128, 128));
     }
 
     #[test]

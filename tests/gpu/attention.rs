@@ -17,7 +17,7 @@
 //! and `expf` (2 ulp); a CPU model of their arithmetic is within 1e-6 of the f64 reference
 //! by this measure, and an indexing mistake is of order 1.
 
-use super::{Rng, nan_buffer, run_one_op};
+use super::{Rng, max_err, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
 use stepgraph_kernels::{
     AttentionDims, Kernels, attention_backward_reference, attention_forward_reference,
@@ -58,26 +58,6 @@ fn run(
         probs: device.download(&probs)?,
         dqkv: device.download(&dqkv)?,
     })
-}
-
-/// The largest `|got − want| / max(|want|, floor)`; infinite if anything is not finite.
-fn max_err(got: &[f32], want: &[f32], floor: f64) -> f64 {
-    assert_eq!(got.len(), want.len(), "compared lengths");
-    got.iter()
-        .zip(want)
-        .map(|(&g, &w)| {
-            let (g, w) = (f64::from(g), f64::from(w));
-            if g.is_finite() {
-                (g - w).abs() / w.abs().max(floor).max(f64::MIN_POSITIVE)
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
-fn rms(x: &[f32]) -> f64 {
-    (x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
 }
 
 fn check(case: &str, what: &str, got: &[f32], want: &[f32], floor: f64) {

@@ -1,0 +1,172 @@
+//! GPU tests of the trunk's gradient join (`Kernels::trunk_grad_join`): `dz2` and the
+//! three sums it folds in (layer 2's bias gradient, the value head's weight and bias
+//! gradients) against the CPU reference, at the step's sizes and at ragged ones, and run
+//! twice for the same bits. They need a CUDA GPU of compute capability 9.0.
+//!
+//! Inputs are random and nonzero, half of `h_out` negative (masked); outputs are poisoned
+//! with NaN first, so an element the kernels did not write fails the check. Bounds are on
+//! the largest error relative to the element's magnitude or, below the tensor's root mean
+//! square, to that (cancellation dominates there): [`DZ2_BOUND`] for `dz2`, a sum of
+//! `D + 4` f32 terms, and [`SUM_BOUND`] for the sums over up to 16384 rows, which the
+//! kernels add in f32 in chunks (an f32 model of that order is within 1e-6 of the f64
+//! reference by this measure). An indexing mistake is of order 1.
+
+use super::{Rng, max_err, nan_buffer, rms, run_one_op};
+use stepgraph::{Device, DeviceBuffer, Result};
+use stepgraph_kernels::{
+    Kernels, TrunkDims, TrunkGrads, TrunkJoinOut, trunk_grad_join_reference,
+    trunk_grad_join_scratch_len,
+};
+
+const DZ2_BOUND: f64 = 1e-5;
+const SUM_BOUND: f64 = 1e-4;
+
+/// The inputs, host side, in `TrunkGrads` order (`dh_branch` packed `[D, B, H]`).
+struct Inputs {
+    h_out: Vec<f32>,
+    dv: Vec<f32>,
+    wv: Vec<f32>,
+    dh_branch: Vec<f32>,
+    de_hi: Vec<f32>,
+    we_hi: Vec<f32>,
+    de_lo: Vec<f32>,
+    we_lo: Vec<f32>,
+    dh_iqn: Vec<f32>,
+}
+
+fn inputs(dims: TrunkDims, seed: u64) -> Inputs {
+    let mut rng = Rng::new(seed);
+    let (b, h, d) = (dims.batch, dims.hidden, dims.branches);
+    Inputs {
+        h_out: rng.vec_nonzero(b * h, -1.0, 1.0),
+        dv: rng.vec_nonzero(b, -1.0, 1.0),
+        wv: rng.vec_nonzero(h, -1.0, 1.0),
+        dh_branch: rng.vec_nonzero(d * b * h, -1.0, 1.0),
+        de_hi: rng.vec_nonzero(b, -1.0, 1.0),
+        we_hi: rng.vec_nonzero(h, -1.0, 1.0),
+        de_lo: rng.vec_nonzero(b, -1.0, 1.0),
+        we_lo: rng.vec_nonzero(h, -1.0, 1.0),
+        dh_iqn: rng.vec_nonzero(b * h, -1.0, 1.0),
+    }
+}
+
+/// `(dz2, db2, dwv, dbv)` from one eager run.
+type Outputs = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+fn run(device: &Device, k: &Kernels, dims: TrunkDims, x: &Inputs) -> Result<Outputs> {
+    let (b, h) = (dims.batch, dims.hidden);
+    let up = |what: &str, v: &[f32]| device.upload_new(what, v);
+    let h_out = up("h_out", &x.h_out)?;
+    let dv = up("dv", &x.dv)?;
+    let wv = up("wv", &x.wv)?;
+    let dh_branch = x
+        .dh_branch
+        .chunks(b * h)
+        .map(|c| up("dh_branch", c))
+        .collect::<Result<Vec<DeviceBuffer<f32>>>>()?;
+    let de_hi = up("de_hi", &x.de_hi)?;
+    let we_hi = up("we_hi", &x.we_hi)?;
+    let de_lo = up("de_lo", &x.de_lo)?;
+    let we_lo = up("we_lo", &x.we_lo)?;
+    let dh_iqn = up("dh_iqn", &x.dh_iqn)?;
+    let nan = |what: &str, len: usize| nan_buffer(device, what, len);
+    let mut dz2 = nan("dz2", b * h)?;
+    let mut scratch = nan("scratch", trunk_grad_join_scratch_len(b, h))?;
+    let (mut db2, mut dwv, mut dbv) = (nan("db2", h)?, nan("dwv", h)?, nan("dbv", 1)?);
+    let grads = TrunkGrads {
+        h_out: &h_out,
+        dv: &dv,
+        wv: &wv,
+        dh_branch: &dh_branch,
+        de_hi: &de_hi,
+        we_hi: &we_hi,
+        de_lo: &de_lo,
+        we_lo: &we_lo,
+        dh_iqn: &dh_iqn,
+    };
+    run_one_op(device, |stream| {
+        let out = TrunkJoinOut {
+            db2: &mut db2,
+            dwv: &mut dwv,
+            dbv: &mut dbv,
+        };
+        k.trunk_grad_join(stream, dims, &grads, &mut dz2, &mut scratch, out)
+    })?;
+    Ok((
+        device.download(&dz2)?,
+        device.download(&db2)?,
+        device.download(&dwv)?,
+        device.download(&dbv)?,
+    ))
+}
+
+fn check(case: &str, what: &str, got: &[f32], want: &[f32], bound: f64) {
+    let floor = rms(want);
+    let err = max_err(got, want, floor);
+    eprintln!("{case}: {what}: largest error {err:.3e} (bound {bound:.0e}, floor {floor:.3e})");
+    assert!(
+        err <= bound,
+        "{case}: {what}: largest error {err:e} is above {bound:e}"
+    );
+}
+
+const CASES: [TrunkDims; 3] = [
+    // The step's sizes.
+    TrunkDims {
+        batch: 16384,
+        hidden: 256,
+        branches: 4,
+    },
+    // A batch no chunk divides, a width that is no multiple of 32, three branches.
+    TrunkDims {
+        batch: 1001,
+        hidden: 100,
+        branches: 3,
+    },
+    // One row, one branch: a chunk of one row, most threads idle.
+    TrunkDims {
+        batch: 1,
+        hidden: 33,
+        branches: 1,
+    },
+];
+
+#[test]
+fn gpu_trunk_grad_join_matches_the_cpu_reference() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    for (seed, dims) in CASES.into_iter().enumerate() {
+        let case = format!("{dims:?}");
+        let x = inputs(dims, 40 + seed as u64);
+        let (dz2, db2, dwv, dbv) = run(&device, &k, dims, &x)?;
+        let want = trunk_grad_join_reference(
+            dims,
+            &x.h_out,
+            &x.dv,
+            &x.wv,
+            &x.dh_branch,
+            &x.de_hi,
+            &x.we_hi,
+            &x.de_lo,
+            &x.we_lo,
+            &x.dh_iqn,
+        );
+        check(&case, "dz2", &dz2, &want.dz2, DZ2_BOUND);
+        check(&case, "db2", &db2, &want.db2, SUM_BOUND);
+        check(&case, "dwv", &dwv, &want.dwv, SUM_BOUND);
+        check(&case, "dbv", &dbv, &[want.dbv], SUM_BOUND);
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_trunk_grad_join_repeats_bit_for_bit() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    let dims = CASES[0];
+    let x = inputs(dims, 7);
+    let first = run(&device, &k, dims, &x)?;
+    let second = run(&device, &k, dims, &x)?;
+    assert!(first == second, "two runs on the same inputs differ");
+    Ok(())
+}
