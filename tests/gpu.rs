@@ -116,6 +116,23 @@ pub(crate) fn rms(x: &[f32]) -> f64 {
     (x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
 }
 
+/// Asserts that `max_err(got, want, floor) <= bound`, and prints the error either way.
+pub(crate) fn check_within(
+    case: &str,
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    floor: f64,
+    bound: f64,
+) {
+    let err = max_err(got, want, floor);
+    eprintln!("{case}: {what}: largest error {err:.3e} (bound {bound:.0e}, floor {floor:.3e})");
+    assert!(
+        err <= bound,
+        "{case}: {what}: largest error {err:e} is above {bound:e}"
+    );
+}
+
 fn device() -> Device {
     Device::new(0).expect("these tests need a CUDA GPU of compute capability 9.0")
 }

@@ -10,7 +10,7 @@ use stepgraph_kernels::{
     AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
     DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
     IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOut, column_sums_scratch_len,
+    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs, column_sums_scratch_len,
     trunk_grad_join_scratch_len,
 };
 
@@ -921,8 +921,9 @@ pub mod dqn {
             branches: D,
         };
         // dz2 and, from the same reads, layer 2's bias gradient and the value head's
-        // gradients: four fewer small kernels on the serial tail than cuBLASLt's epilogues.
-        let out = TrunkJoinOut {
+        // gradients: two kernels where the serial tail had five (the old join, and
+        // cuBLASLt's gemv, split-K reduction and two bias-gradient epilogues).
+        let out = TrunkJoinOutputs {
             db2: &mut trunk_grad.l2.b,
             dwv: &mut trunk_grad.v.w,
             dbv: &mut trunk_grad.v.b,

@@ -24,6 +24,8 @@ const PARAM_BOUND: f64 = 1e-3;
 const LOSS_BOUND: f64 = 1e-3;
 /// Steps of the check.
 const CHECK_STEPS: u32 = 3;
+/// Replays before the timed ones, on the ranks and on the one-GPU reference alike.
+const TIMING_WARMUP: usize = 30;
 
 /// Rows `[rank · B/N, (rank + 1) · B/N)` of every tensor of a whole-batch `t`.
 fn slice(t: &Transitions, rank: usize, ranks: usize, batch: usize) -> Transitions {
@@ -155,7 +157,7 @@ fn rank_main(
     id: CommId,
     pool: &[Transitions],
     steps: usize,
-    points: &[Rendezvous; 2],
+    points: &[Rendezvous; 3],
 ) -> Result<RankResult> {
     let device = meet(&points[0], Device::new(rank), "joining NCCL")?;
     let mut s = o.sizes;
@@ -167,18 +169,23 @@ fn rank_main(
     eprintln!("rank {rank}: joined NCCL and captured the step");
     // Verification captures the step again, and with NCCL a capture is collective: NCCL
     // registers the buckets with the peer ranks as it captures an all-reduce, so a rank
-    // that captured alone would wait for the others forever. Every rank verifies.
-    let report = step.verify()?;
+    // that captured alone would wait for the others forever. Every rank verifies, and the
+    // ranks meet before the first replay: a rank whose verification or upload failed
+    // releases the others instead of leaving them in an all-reduce it will never join.
+    let ready = step.verify().and_then(|report| {
+        initialise(&mut Rng::new(o.seed), &s, &mut step)?;
+        Ok(report)
+    });
+    let report = meet(&points[2], ready, "the first replay")?;
+    eprintln!("rank {rank}: verified");
     if rank == 0 {
         println!("{report}");
         println!("rank 0 graph: {:?}", step.executor().node_counts()?);
     }
-    initialise(&mut Rng::new(o.seed), &s, &mut step)?;
     let slices: Vec<Transitions> = pool
         .iter()
         .map(|t| slice(t, rank, ranks, o.sizes.batch))
         .collect();
-    eprintln!("rank {rank}: verified");
     check_steps(&mut step, &slices)?;
     eprintln!("rank {rank}: ran the check's {CHECK_STEPS} steps");
     let snap = if rank == 0 {
@@ -187,15 +194,10 @@ fn rank_main(
         None
     };
     let check_losses = losses(&step)?;
-    for t in 1..=steps {
-        slices[t % slices.len()].upload(&mut step)?;
-        set_step_count(&step, CHECK_STEPS + t as u32)?;
-        step.replay()?;
-    }
-    step.wait()?;
-    // Timed like the one-GPU reference: CUDA events around back-to-back replays. Every
-    // rank replays the same number of times, so their collectives match.
-    let times = step.executor().time_replays(20, steps)?;
+    // Timed like the one-GPU reference: CUDA events around back-to-back replays, after
+    // the same warm-up. Every rank replays the same number of times, so their collectives
+    // match.
+    let times = step.executor().time_replays(TIMING_WARMUP, steps)?;
     // Every rank profiles (the collectives must match across ranks); rank 0 reports.
     let profile = step.profile(20)?;
     Ok(RankResult {
@@ -231,7 +233,11 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
     let steps = o.steps.unwrap_or(200).max(1);
     let id = CommId::new()?;
     let results: Mutex<Vec<(usize, Result<RankResult>)>> = Mutex::new(Vec::new());
-    let points = [Rendezvous::new(ranks), Rendezvous::new(ranks)];
+    let points = [
+        Rendezvous::new(ranks),
+        Rendezvous::new(ranks),
+        Rendezvous::new(ranks),
+    ];
     std::thread::scope(|scope| {
         for rank in 0..ranks {
             let (pool, results, points) = (&pool, &results, &points);
@@ -304,7 +310,7 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
         worst.0, worst.1
     );
 
-    let whole_ms = median(&mut whole.executor().time_replays(30, 200)?);
+    let whole_ms = median(&mut whole.executor().time_replays(TIMING_WARMUP, steps)?);
     let rank_ms = ok
         .iter()
         .map(|r| median(&mut r.times.clone()))

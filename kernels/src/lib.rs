@@ -468,6 +468,19 @@ fn check_len(what: &str, found: usize, expected: usize) -> Result<()> {
     len_u32(what, found).map(|_| ())
 }
 
+/// A scratch buffer must hold at least `needed` floats (more is fine: one buffer may serve
+/// several sizes).
+fn check_scratch(what: &str, found: usize, needed: usize) -> Result<()> {
+    if found < needed {
+        return Err(Error::LengthMismatch {
+            what: what.to_string(),
+            expected: needed,
+            found,
+        });
+    }
+    Ok(())
+}
+
 fn check_losses(what: &str, losses: &DeviceBuffer<f32>) -> Result<()> {
     same_len(what, LOSS_SLOTS, losses.len())
 }
@@ -916,13 +929,12 @@ impl Kernels {
         inputs: &TrunkGrads<'_>,
         dz2: &mut DeviceBuffer<f32>,
         scratch: &mut DeviceBuffer<f32>,
-        out: TrunkJoinOut<'_>,
+        out: TrunkJoinOutputs<'_>,
     ) -> Result<()> {
-        const WHAT: &str = "trunk_grad_join";
         let b = positive("trunk_grad_join: batch", dims.batch)?;
         let h = positive("trunk_grad_join: hidden", dims.hidden)?;
         let d = len_u32("trunk_grad_join: branches", dims.branches)?;
-        let bh = product(WHAT, &[dims.batch, dims.hidden])?;
+        let bh = product("trunk_grad_join", &[dims.batch, dims.hidden])?;
         let rows = |what: &str, buf: &DeviceBuffer<f32>| check_len(what, buf.len(), dims.batch);
         let cols = |what: &str, buf: &DeviceBuffer<f32>| check_len(what, buf.len(), dims.hidden);
         check_len("trunk_grad_join: h_out ([B, H])", inputs.h_out.len(), bh)?;
@@ -945,15 +957,19 @@ impl Kernels {
         check_len("trunk_grad_join: out.dbv ([1])", out.dbv.len(), 1)?;
         let (col_blocks, chunks, rows_per_chunk) = trunk_grad_join_plan(dims.batch, dims.hidden);
         let needed = trunk_grad_join_scratch_len(dims.batch, dims.hidden);
-        if scratch.len() < needed {
-            return Err(Error::LengthMismatch {
-                what: "trunk_grad_join: scratch (at least trunk_grad_join_scratch_len)".into(),
-                expected: needed,
-                found: scratch.len(),
-            });
-        }
-        let (col_blocks, chunks32) = (len_u32(WHAT, col_blocks)?, len_u32(WHAT, chunks)?);
-        let per_chunk = len_u32(WHAT, rows_per_chunk)?;
+        check_scratch(
+            "trunk_grad_join: scratch (at least trunk_grad_join_scratch_len)",
+            scratch.len(),
+            needed,
+        )?;
+        let col_blocks = len_u32("trunk_grad_join: column blocks", col_blocks)?;
+        let chunks32 = len_u32("trunk_grad_join: row chunks", chunks)?;
+        let per_chunk = len_u32("trunk_grad_join: rows per chunk", rows_per_chunk)?;
+        // The kernels index a partials row of 2H + 1 floats in 32-bit arithmetic.
+        len_u32(
+            "trunk_grad_join: partials row (2H + 1)",
+            2 * dims.hidden + 1,
+        )?;
         {
             let mut launch = stream.launch(self.kernel(KernelId::TrunkGradJoinPartial));
             launch
@@ -987,7 +1003,10 @@ impl Kernels {
             // scratch (checked above). Every buffer holds what its shape says.
             unsafe { launch.launch(config)? };
         }
-        let finish_blocks = len_u32(WHAT, (2 * dims.hidden + 1).div_ceil(32))?;
+        let finish_blocks = len_u32(
+            "trunk_grad_join: finish blocks",
+            (2 * dims.hidden + 1).div_ceil(32),
+        )?;
         let mut launch = stream.launch(self.kernel(KernelId::TrunkGradJoinFinish));
         launch
             .buf(&*scratch)
@@ -1007,7 +1026,7 @@ impl Kernels {
 /// The outputs of [`Kernels::trunk_grad_join`] besides `dz2`: gradients of the step's
 /// parameters, written whole (not accumulated).
 #[derive(Debug)]
-pub struct TrunkJoinOut<'a> {
+pub struct TrunkJoinOutputs<'a> {
     /// Layer 2's bias gradient, `[H]`.
     pub db2: &'a mut DeviceBuffer<f32>,
     /// The value head's weight gradient, `[H]` (its weight is `[1, H]`).
@@ -1245,13 +1264,11 @@ impl Kernels {
         )?;
         check_len("iqn_forward_backward: dbq ([1])", out.dbq.len(), 1)?;
         check_losses("iqn_forward_backward: losses", out.losses)?;
-        if scratch.len() < plan.scratch_len {
-            return Err(Error::LengthMismatch {
-                what: "iqn_forward_backward: scratch (at least IqnDims::scratch_len)".into(),
-                expected: plan.scratch_len,
-                found: scratch.len(),
-            });
-        }
+        check_scratch(
+            "iqn_forward_backward: scratch (at least IqnDims::scratch_len)",
+            scratch.len(),
+            plan.scratch_len,
+        )?;
         {
             let mut launch = stream.launch(self.kernel(plan.kernel));
             launch
@@ -1509,13 +1526,11 @@ impl Kernels {
         check_len("iqn_fused: dwq ([H])", out.dwq.len(), dims.hidden)?;
         check_len("iqn_fused: dbq ([1])", out.dbq.len(), 1)?;
         check_losses("iqn_fused: losses", out.losses)?;
-        if scratch.len() < plan.scratch_len {
-            return Err(Error::LengthMismatch {
-                what: "iqn_fused: scratch (at least IqnFusedDims::scratch_len)".into(),
-                expected: plan.scratch_len,
-                found: scratch.len(),
-            });
-        }
+        check_scratch(
+            "iqn_fused: scratch (at least IqnFusedDims::scratch_len)",
+            scratch.len(),
+            plan.scratch_len,
+        )?;
         {
             let mut launch = stream.launch(self.kernel(KernelId::IqnFused));
             launch
@@ -1943,13 +1958,11 @@ impl Kernels {
         check_losses("attn_pool_loss: losses", out.losses)?;
         let rows = dims.blocks();
         let needed = product("attn_pool_loss: scratch", &[rows as usize, dims.width + 2])?;
-        if scratch.len() < needed {
-            return Err(Error::LengthMismatch {
-                what: "attn_pool_loss: scratch (at least AttnPoolDims::scratch_len)".into(),
-                expected: needed,
-                found: scratch.len(),
-            });
-        }
+        check_scratch(
+            "attn_pool_loss: scratch (at least AttnPoolDims::scratch_len)",
+            scratch.len(),
+            needed,
+        )?;
         {
             let mut launch = stream.launch(self.kernel(KernelId::AttnPoolLoss));
             launch
@@ -2257,12 +2270,12 @@ fn column_sums_plan(rows: usize, cols: usize) -> (usize, usize, usize) {
 }
 
 /// The split of a two-pass column reduction over `[rows, cols]`: blocks of 32 columns,
-/// and chunks of at least `min_rows` rows (as many chunks as keep the grid within 1024
-/// blocks). Returns `(column blocks, row chunks, rows per chunk)`.
-fn row_chunk_plan(rows: usize, cols: usize, min_rows: usize) -> (usize, usize, usize) {
+/// and chunks of at most `target_rows` rows, more where the grid would exceed 1024
+/// blocks. Returns `(column blocks, row chunks, rows per chunk)`.
+fn row_chunk_plan(rows: usize, cols: usize, target_rows: usize) -> (usize, usize, usize) {
     let col_blocks = cols.div_ceil(32).max(1);
     let max_chunks = (1024 / col_blocks).max(1);
-    let chunks = rows.div_ceil(min_rows).clamp(1, max_chunks);
+    let chunks = rows.div_ceil(target_rows).clamp(1, max_chunks);
     let rows_per_chunk = rows.div_ceil(chunks).max(1);
     (
         col_blocks,
@@ -2298,13 +2311,11 @@ impl Kernels {
             table.check("grad_sq_norm", k, "grad", e.grad, g)?;
         }
         let blocks = len_u32("grad_sq_norm: blocks", table.blocks())?;
-        if scratch.len() < table.blocks() {
-            return Err(Error::LengthMismatch {
-                what: "grad_sq_norm: scratch (at least ParamTable::blocks)".into(),
-                expected: table.blocks(),
-                found: scratch.len(),
-            });
-        }
+        check_scratch(
+            "grad_sq_norm: scratch (at least ParamTable::blocks)",
+            scratch.len(),
+            table.blocks(),
+        )?;
         check_len("grad_sq_norm: sq_norm ([1])", sq_norm.len(), 1)?;
         let count = table.entries.len() as u32;
         let total = table.total as u64;
@@ -2418,13 +2429,11 @@ impl Kernels {
         check_len("column_sums: out ([cols])", out.len(), cols)?;
         let (col_blocks, chunks, rows_per_chunk) = column_sums_plan(rows, cols);
         let needed = chunks * cols;
-        if scratch.len() < needed {
-            return Err(Error::LengthMismatch {
-                what: "column_sums: scratch (at least column_sums_scratch_len)".into(),
-                expected: needed,
-                found: scratch.len(),
-            });
-        }
+        check_scratch(
+            "column_sums: scratch (at least column_sums_scratch_len)",
+            scratch.len(),
+            needed,
+        )?;
         let (col_blocks, chunks32, per_chunk) =
             (col_blocks as u32, chunks as u32, rows_per_chunk as u32);
         {
@@ -3022,11 +3031,6 @@ mod tests {
                 let (_, chunks, _) = column_sums_plan(rows, cols);
                 chunks * cols
             });
-            let (_, chunks, _) = trunk_grad_join_plan(rows, cols);
-            assert_eq!(
-                trunk_grad_join_scratch_len(rows, cols),
-                chunks * (2 * cols + 1)
-            );
         }
         // The step's sizes: 128 chunks of 128 rows, 1024 blocks.
         assert_eq!(trunk_grad_join_plan(16384, 256), (8, 128, 128));

@@ -127,11 +127,13 @@ fn stream_priorities(
     ))
 }
 
-/// Environment variable naming a file: [`Executor::verify`] writes the graph it captured
-/// there as Graphviz DOT (every node's parameters) before checking it, for reading what
-/// a library such as NCCL or cuBLASLt added to the capture. `{device}` in the name is
-/// replaced by the GPU's ordinal, so that the ranks of a data-parallel step, one per GPU,
-/// write one file each.
+/// Environment variable naming a file: every verified capture ([`Executor::verify`], and
+/// [`Executor::capture`] where it verifies) writes the graph it captured there as
+/// Graphviz DOT (every node's parameters) before checking it, for reading what a library
+/// such as NCCL or cuBLASLt added to the capture. In the name, `{step}` is replaced by the
+/// step's name and `{device}` by the GPU's ordinal, so that two steps, or the ranks of a
+/// data-parallel step (a thread per GPU), write a file each; a later capture of the same
+/// step on the same GPU overwrites its file.
 pub const GRAPH_DOT: &str = "STEPGRAPH_GRAPH_DOT";
 
 /// Environment variable that replaces the declared stream priorities of every planned
@@ -373,8 +375,11 @@ impl Executor {
         };
         let captured = self.capture_graph(issue, extras).map_err(wrap)?;
         if tracker.is_some() {
-            if let Ok(path) = std::env::var(GRAPH_DOT) {
-                let path = path.replace("{device}", &self.device.ordinal().to_string());
+            if let Some(path) = std::env::var_os(GRAPH_DOT) {
+                let path = path
+                    .to_string_lossy()
+                    .replace("{step}", step)
+                    .replace("{device}", &self.device.ordinal().to_string());
                 captured.write_dot(&path).map_err(wrap)?;
             }
         }

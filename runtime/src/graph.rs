@@ -75,11 +75,16 @@ impl CapturedGraph {
     pub(crate) fn write_dot(&self, path: &str) -> Result<()> {
         let c_path = std::ffi::CString::new(path)
             .map_err(|_| Error::Invalid(format!("graph DOT path {path:?} contains a NUL byte")))?;
+        let verbose = sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32;
         // SAFETY: the graph is valid while self lives; the path is a NUL-terminated string
-        // that outlives the call. Flag 1 is CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.
-        unsafe { sys::cuGraphDebugDotPrint(self.graph, c_path.as_ptr(), 1) }
+        // that outlives the call.
+        unsafe { sys::cuGraphDebugDotPrint(self.graph, c_path.as_ptr(), verbose) }
             .result()
-            .map_err(Error::driver("cuGraphDebugDotPrint"))
+            .map_err(|e| {
+                Error::Invalid(format!(
+                    "writing the captured graph as DOT to {path:?}: cuGraphDebugDotPrint failed: {e:?}"
+                ))
+            })
     }
 
     fn into_raw(self) -> sys::CUgraph {

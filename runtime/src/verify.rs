@@ -5,7 +5,8 @@
 //! capture graph while the op is issued), with what the op asked for (launches, copies,
 //! memsets, matmuls). After capture:
 //! - every dependency of the plan (data edges, joins, `#[after]`s) must be a path from
-//!   every node of the earlier op to every node of the later one, else the two race;
+//!   every node of the earlier op to every node of the later one, else the two race (a
+//!   collective's event nodes, NCCL's own bookkeeping, are left out: [`split_bookkeeping`]);
 //! - no path may join two ops that neither the dependencies nor stream order order, else
 //!   the schedule serialises what the plan proved independent;
 //! - each op's kernel, memcpy and memset nodes must match what it issued.
@@ -197,51 +198,44 @@ pub(crate) fn verify_graph(
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
                 _ => {}
             }
-            let moves_data = matches!(
-                ty,
-                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
-                    | sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY
-                    | sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET
-            );
-            recorded.push((ix, moves_data));
+            recorded.push((ix, ty));
         }
-        (shape.nodes, shape.bookkeeping) = split_bookkeeping(&recorded, op.counts.collectives);
+        shape.nodes = judged_nodes(&recorded, op.counts.collectives);
         ops.push(shape);
     }
     check(plan, one_stream, nodes.len(), &edges, &ops)
 }
 
-/// Splits an op's nodes (graph index, whether it moves data: a kernel, memcpy or memset
-/// node) into those the ordering checks judge and a collective's bookkeeping nodes,
-/// which they leave out.
+/// An op's nodes that the ordering checks judge: all of them, except a collective's event
+/// record and event wait nodes.
 ///
 /// With more than one rank NCCL 2.28 captures an all-reduce as its kernel on the op's
 /// stream plus event nodes of its own: an event wait, a root, before the first
 /// collective, and an event record after each kernel, the last one a leaf. They order
 /// NCCL's launches across replays of the graph and touch no buffer of any op. NCCL's
-/// kernels, which read and write the buckets, are judged like any node, and so is every
-/// node of an op without collectives.
-fn split_bookkeeping(recorded: &[(usize, bool)], collectives: usize) -> (Vec<usize>, Vec<usize>) {
-    let mut judged = Vec::with_capacity(recorded.len());
-    let mut bookkeeping = Vec::new();
-    for &(ix, moves_data) in recorded {
-        if collectives > 0 && !moves_data {
-            bookkeeping.push(ix);
-        } else {
-            judged.push(ix);
-        }
-    }
-    (judged, bookkeeping)
+/// kernels, which read and write the buckets, are judged like any node, and so is any
+/// other kind of node NCCL might add: one the checks do not know fails them loudly.
+fn judged_nodes(recorded: &[(usize, sys::CUgraphNodeType)], collectives: usize) -> Vec<usize> {
+    use sys::CUgraphNodeType::{CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT};
+    recorded
+        .iter()
+        .filter(|(_, ty)| {
+            collectives == 0
+                || !matches!(
+                    ty,
+                    CU_GRAPH_NODE_TYPE_EVENT_RECORD | CU_GRAPH_NODE_TYPE_WAIT_EVENT
+                )
+        })
+        .map(|&(ix, _)| ix)
+        .collect()
 }
 
 /// One op as the checks see it: its node indices, node counts by type, and what it
 /// issued.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OpShape {
-    /// The nodes the ordering checks judge.
+    /// The nodes the ordering checks judge ([`judged_nodes`]).
     pub nodes: Vec<usize>,
-    /// A collective's bookkeeping nodes ([`split_bookkeeping`]): not judged for order.
-    pub bookkeeping: Vec<usize>,
     pub kernels: usize,
     pub memcpys: usize,
     pub memsets: usize,
@@ -614,22 +608,25 @@ mod tests {
 
     #[test]
     fn only_a_collectives_event_nodes_are_left_out_of_the_ordering_checks() {
-        // Nodes 0..4: 0 an event wait, 1 a kernel, 2 a memcpy, 3 an event record.
-        let recorded = [(0, false), (1, true), (2, true), (3, false)];
-        let (judged, bookkeeping) = split_bookkeeping(&recorded, 1);
-        assert_eq!(bookkeeping, vec![0, 3]);
-        assert_eq!(judged, vec![1, 2]);
+        use sys::CUgraphNodeType::*;
+        let recorded = [
+            (0, CU_GRAPH_NODE_TYPE_WAIT_EVENT),
+            (1, CU_GRAPH_NODE_TYPE_KERNEL),
+            (2, CU_GRAPH_NODE_TYPE_MEMCPY),
+            (3, CU_GRAPH_NODE_TYPE_EVENT_RECORD),
+            (4, CU_GRAPH_NODE_TYPE_HOST),
+        ];
+        // A host node is no known bookkeeping: judged.
+        assert_eq!(judged_nodes(&recorded, 1), vec![1, 2, 4]);
         // Without a collective every node is judged.
-        let (judged, bookkeeping) = split_bookkeeping(&recorded, 0);
-        assert!(bookkeeping.is_empty());
-        assert_eq!(judged, vec![0, 1, 2, 3]);
+        assert_eq!(judged_nodes(&recorded, 0), vec![0, 1, 2, 3, 4]);
     }
 
     #[test]
     fn a_collectives_trailing_event_record_does_not_make_a_race() {
-        // a (main) -> b (side, a collective) as in PLAN; node 3: NCCL's event record after
-        // b's kernel, a leaf. Judged as one of b's nodes, the ordering a -> b still holds,
-        // but b -> a later op would not: here `c` after b on the graph.
+        use sys::CUgraphNodeType::*;
+        // a (main) -> b (side) -> c (main); b's nodes: its kernel (1) and NCCL's event
+        // record after it (3), a leaf that c does not wait for.
         let plan = PlanDesc {
             edges: &[
                 EdgeDesc {
@@ -647,15 +644,18 @@ mod tests {
             ],
             ..PLAN
         };
+        let edges = [(0, 1), (1, 2), (1, 3)];
+        let recorded = [
+            (1, CU_GRAPH_NODE_TYPE_KERNEL),
+            (3, CU_GRAPH_NODE_TYPE_EVENT_RECORD),
+        ];
         let mut s = shapes();
         s[1].counts.collectives = 1;
-        s[1].kernels = 2;
-        s[1].nodes = vec![1];
-        s[1].bookkeeping = vec![3];
-        let edges = [(0, 1), (1, 2), (1, 3)];
+        s[1].nodes = judged_nodes(&recorded, s[1].counts.collectives);
         assert!(check(&plan, false, 4, &edges, &s).is_ok());
-        s[1].nodes = vec![1, 3];
-        s[1].bookkeeping.clear();
+        // The same nodes from an op without collectives: the record is judged, and races.
+        s[1].counts.collectives = 0;
+        s[1].nodes = judged_nodes(&recorded, s[1].counts.collectives);
         let err = check(&plan, false, 4, &edges, &s).unwrap_err().to_string();
         assert!(err.contains("race"), "{err}");
     }

@@ -17,7 +17,7 @@
 //! and `expf` (2 ulp); a CPU model of their arithmetic is within 1e-6 of the f64 reference
 //! by this measure, and an indexing mistake is of order 1.
 
-use super::{Rng, max_err, nan_buffer, rms, run_one_op};
+use super::{Rng, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
 use stepgraph_kernels::{
     AttentionDims, Kernels, attention_backward_reference, attention_forward_reference,
@@ -61,12 +61,7 @@ fn run(
 }
 
 fn check(case: &str, what: &str, got: &[f32], want: &[f32], floor: f64) {
-    let err = max_err(got, want, floor);
-    eprintln!("{case}: {what}: largest error {err:.3e} (bound {BOUND:.0e}, floor {floor:.3e})");
-    assert!(
-        err <= BOUND,
-        "{case}: {what}: largest error {err:e} is above {BOUND:e}"
-    );
+    check_within(case, what, got, want, floor, BOUND);
 }
 
 fn data(dims: AttentionDims, seed: u64) -> (Vec<f32>, Vec<f32>) {
