@@ -12,8 +12,10 @@
 //!
 //! Capturing a step with collectives is itself collective: NCCL may register the buckets
 //! with the peer ranks while it captures an all-reduce, and waits for them to do the same.
-//! Every capture (building the step, [`crate::Executor::verify`], profiling) must run on
-//! every rank at once, in the same order; a rank that captures alone waits forever.
+//! Every capture (building the step, [`crate::Executor::verify`], profiling, the work
+//! bound) must run on every rank at once, in the same order; a rank that captures alone
+//! waits forever. The work bound does not time the collectives' kernels: alone, without
+//! their peers, they would not finish.
 //!
 //! [`Communicator::single`] is the world of one process without NCCL: its collectives
 //! issue nothing (reducing over one rank is the identity), so a step written for data

@@ -6,7 +6,7 @@
 //! memsets, matmuls). After capture:
 //! - every dependency of the plan (data edges, joins, `#[after]`s) must be a path from
 //!   every node of the earlier op to every node of the later one, else the two race (a
-//!   collective's event nodes, NCCL's own bookkeeping, are left out: [`split_bookkeeping`]);
+//!   collective's event nodes, NCCL's own bookkeeping, are left out: [`judged_nodes`]);
 //! - no path may join two ops that neither the dependencies nor stream order order, else
 //!   the schedule serialises what the plan proved independent;
 //! - each op's kernel, memcpy and memset nodes must match what it issued.

@@ -362,6 +362,14 @@ pub(crate) fn measure(
             kernels: Vec::new(),
             other_nodes: 0,
         };
+        // A collective's kernels cannot run alone: with more than one rank an NCCL kernel
+        // launched without its peers waits for them forever. They are not timed (a world
+        // of one captures a copy, no kernel, so nothing is lost there).
+        if op.counts.collectives > 0 {
+            work.other_nodes += op.nodes.len();
+            ops.push(work);
+            continue;
+        }
         for &node in &op.nodes {
             if node_type(node)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
                 work.other_nodes += 1;
