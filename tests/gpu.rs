@@ -7,8 +7,14 @@
 mod attention;
 #[path = "gpu/blas.rs"]
 mod blas;
+#[path = "gpu/branch.rs"]
+mod branch;
 #[path = "gpu/comm.rs"]
 mod comm;
+#[path = "gpu/dueling.rs"]
+mod dueling;
+#[path = "gpu/iql.rs"]
+mod iql;
 #[path = "gpu/iqn.rs"]
 mod iqn;
 #[path = "gpu/trunk.rs"]

@@ -6,7 +6,7 @@ use stepgraph::{
     AllocLike, Blas, CaptureStream, Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision,
     Result,
 };
-use stepgraph_kernels::Kernels;
+use stepgraph_kernels::{BranchHeadDims, Kernels, branch_head_backward_scratch_len};
 
 /// f32 device buffer.
 pub type Buf = DeviceBuffer<f32>;
@@ -43,6 +43,17 @@ impl Default for Sizes {
             window: 8,
             width: 64,
             heads: 4,
+        }
+    }
+}
+
+impl Sizes {
+    /// One branch's head: its GLU and advantage layer over the batch.
+    pub fn branch_head(&self) -> BranchHeadDims {
+        BranchHeadDims {
+            batch: self.batch,
+            glu: self.glu,
+            actions: self.actions,
         }
     }
 }
@@ -185,12 +196,15 @@ pub struct BranchAct {
 /// A branch's backward scratch: reused by every step, one copy per branch.
 #[derive(Debug)]
 pub struct BranchBack {
-    /// `[B, G]`.
+    /// `[B, G]`: the GLU's output gradient, on the GEMM path only (sizes that
+    /// [`Kernels::branch_head_backward`] does not take).
     pub dg: Buf,
     /// `[B, 2G]`.
     pub du: Buf,
+    /// [`Kernels::branch_head_backward`]'s partial sums.
+    pub partials: Buf,
 }
-alloc_like_fields!(BranchBack { dg, du });
+alloc_like_fields!(BranchBack { dg, du, partials });
 
 impl Branch {
     pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Self> {
@@ -216,6 +230,10 @@ impl BranchBack {
         Ok(BranchBack {
             dg: device.alloc_zeros("branch dg", s.batch * s.glu)?,
             du: device.alloc_zeros("branch du", s.batch * 2 * s.glu)?,
+            partials: device.alloc_zeros(
+                "branch head partial sums",
+                branch_head_backward_scratch_len(s.branch_head()).max(1),
+            )?,
         })
     }
 }

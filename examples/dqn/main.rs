@@ -592,6 +592,13 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         "| larger bound, max((d), (w)) | {bound:.3} | (c)/max = {:.3} |",
         c / bound
     );
+    // The work bound weights each kernel by the share of the GPU its grid
+    // occupies, min(1, blocks / resident): (w'). (w) is the stricter reading.
+    let grid_bound = d.max(wg);
+    println!(
+        "| larger bound with the issue's grid share, max((d), (w')) | {grid_bound:.3} | (c)/max = {:.3} |",
+        c / grid_bound
+    );
     // How much of what the DAG and the GPU allow (from (b) down to the larger bound) the
     // planned schedule took.
     let allowed = b - bound;

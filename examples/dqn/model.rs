@@ -8,10 +8,11 @@ use stepgraph::{
 };
 use stepgraph_kernels::{
     AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
-    DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
-    IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs, column_sums_scratch_len,
-    trunk_grad_join_scratch_len,
+    BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims,
+    DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadDims, ExpectileHeadInputs,
+    ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs,
+    Kernels, LOSS_SLOTS, ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs,
+    column_sums_scratch_len, expectile_head_scratch_len, trunk_grad_join_scratch_len,
 };
 
 use crate::layers::{
@@ -224,8 +225,9 @@ pub struct IqlAct {
     pub e_lo: Buf,
     pub de_hi: Buf,
     pub de_lo: Buf,
-    /// Partial sums of the heads' bias gradients (one head at a time, on one stream).
-    pub bias_scratch: Buf,
+    /// Partial sums of a head's gradients and loss ([`Kernels::expectile_head`], or the
+    /// GEMM path's bias-gradient column sums): one head at a time, on one stream.
+    pub scratch: Buf,
 }
 
 /// The IQN head's activations. `cosf`, `phi` and `dphi_pre` (`[B N, C]`, `[B N, H]`,
@@ -404,7 +406,7 @@ pub mod dqn {
             &params.branch[d],
             &act.h,
             &mut branch_act.u,
-            &mut branch_act.g,
+            GluOut::Keep(&mut branch_act.g),
             &mut branch_act.adv,
         )
     }
@@ -431,7 +433,7 @@ pub mod dqn {
             &params.branch[d],
             &next.h,
             &mut glu_tmp.u,
-            &mut glu_tmp.g,
+            GluOut::Scratch(&mut glu_tmp.g),
             next_adv,
         )?;
         branch_pass(
@@ -441,7 +443,7 @@ pub mod dqn {
             &target.branch[d],
             &target_next.h,
             &mut glu_tmp.u,
-            &mut glu_tmp.g,
+            GluOut::Scratch(&mut glu_tmp.g),
             target_adv,
         )
     }
@@ -531,42 +533,71 @@ pub mod dqn {
         let s = sizes;
         let blas = stream.blas();
         let p = &params.branch[d];
-        // Advantage head: dwa, dba, then dg = dadv wa.
-        param_grads(
-            &blas,
-            dadv,
-            &branch_act.g,
-            &mut branch_grad.adv,
-            s.batch,
-            s.glu,
-            s.actions,
-        )?;
-        let spec = input_grad_spec(s.batch, s.glu, s.actions, Epilogue::Default);
-        blas.matmul(
-            &spec,
-            dadv,
-            &p.adv.w,
-            &mut branch_back.dg,
-            MatmulArgs::new(),
-        )?;
-        // GLU, then the gate layer: dwg, dbg and the branch's part of dh.
-        k.glu_backward(
-            stream,
-            &branch_act.u,
-            &branch_back.dg,
-            &mut branch_back.du,
-            s.batch,
-            s.glu,
-        )?;
-        param_grads(
-            &blas,
-            &branch_back.du,
-            &act.h,
-            &mut branch_grad.gate,
-            s.batch,
-            s.hidden,
-            2 * s.glu,
-        )?;
+        let head = s.branch_head();
+        if head.supported() {
+            // The advantage layer, the GLU and the gate layer's bias gradient in one pass
+            // over the rows: two kernels where cuBLASLt took six, four of them one- to
+            // eight-block reductions that ran long on the branch's critical path.
+            let inputs = BranchHeadInputs {
+                dadv,
+                u: &branch_act.u,
+                g: &branch_act.g,
+                wa: &p.adv.w,
+            };
+            let out = BranchHeadOutputs {
+                du: &mut branch_back.du,
+                dwa: &mut branch_grad.adv.w,
+                dba: &mut branch_grad.adv.b,
+                dbg: &mut branch_grad.gate.b,
+            };
+            k.branch_head_backward(stream, head, &inputs, out, &mut branch_back.partials)?;
+            let spec = weight_only_grad_spec(s.batch, s.hidden, 2 * s.glu);
+            blas.matmul(
+                &spec,
+                &branch_back.du,
+                &act.h,
+                &mut branch_grad.gate.w,
+                MatmulArgs::new(),
+            )?;
+        } else {
+            // Advantage head: dwa, dba, then dg = dadv wa.
+            param_grads(
+                &blas,
+                dadv,
+                &branch_act.g,
+                &mut branch_grad.adv,
+                s.batch,
+                s.glu,
+                s.actions,
+            )?;
+            let spec = input_grad_spec(s.batch, s.glu, s.actions, Epilogue::Default);
+            blas.matmul(
+                &spec,
+                dadv,
+                &p.adv.w,
+                &mut branch_back.dg,
+                MatmulArgs::new(),
+            )?;
+            // GLU, then the gate layer's dwg and dbg.
+            k.glu_backward(
+                stream,
+                &branch_act.u,
+                &branch_back.dg,
+                &mut branch_back.du,
+                s.batch,
+                s.glu,
+            )?;
+            param_grads(
+                &blas,
+                &branch_back.du,
+                &act.h,
+                &mut branch_grad.gate,
+                s.batch,
+                s.hidden,
+                2 * s.glu,
+            )?;
+        }
+        // The branch's part of dh.
         let spec = input_grad_spec(s.batch, s.hidden, 2 * s.glu, Epilogue::Default);
         blas.matmul(
             &spec,
@@ -612,7 +643,7 @@ pub mod dqn {
             e: &mut iql_act.e_hi,
             de: &mut iql_act.de_hi,
             grad: &mut iql_grad.hi,
-            bias_scratch: &mut iql_act.bias_scratch,
+            scratch: &mut iql_act.scratch,
         };
         expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
@@ -634,7 +665,7 @@ pub mod dqn {
             e: &mut iql_act.e_lo,
             de: &mut iql_act.de_lo,
             grad: &mut iql_grad.lo,
-            bias_scratch: &mut iql_act.bias_scratch,
+            scratch: &mut iql_act.scratch,
         };
         expectile_head(stream, k, &sizes, &act.h, &dueling.qbar, head, losses)
     }
@@ -999,7 +1030,17 @@ pub mod dqn {
     }
 }
 
-/// `u = h wgᵀ + bg`, `g = glu(u)`, `adv = g waᵀ + ba`.
+/// Where a branch pass puts the GLU's output `g[B, G]`.
+enum GluOut<'a> {
+    /// The backward reads it: written on every path.
+    Keep(&'a mut Buf),
+    /// Only `adv` is needed (the next-state passes): the fused kernel skips `g`, the GEMM
+    /// path writes it here on its way.
+    Scratch(&'a mut Buf),
+}
+
+/// `u = h wgᵀ + bg`, `g = glu(u)`, `adv = g waᵀ + ba`: the gate layer's GEMM, then the GLU
+/// and the advantage layer in one kernel where the sizes allow.
 #[allow(clippy::too_many_arguments)]
 fn branch_pass(
     stream: &CaptureStream<'_>,
@@ -1008,7 +1049,7 @@ fn branch_pass(
     p: &Branch,
     h: &Buf,
     u: &mut Buf,
-    g: &mut Buf,
+    g: GluOut<'_>,
     adv: &mut Buf,
 ) -> Result<()> {
     let blas = stream.blas();
@@ -1022,6 +1063,15 @@ fn branch_pass(
         2 * s.glu,
         Epilogue::Bias,
     )?;
+    let head = s.branch_head();
+    if head.supported() {
+        let keep = match g {
+            GluOut::Keep(g) => Some(g),
+            GluOut::Scratch(_) => None,
+        };
+        return k.branch_head_forward(stream, head, u, &p.adv.w, &p.adv.b, keep, adv);
+    }
+    let (GluOut::Keep(g) | GluOut::Scratch(g)) = g;
     k.glu_forward(stream, u, g, s.batch, s.glu)?;
     forward(
         &blas,
@@ -1042,11 +1092,13 @@ struct ExpectileHead<'a> {
     e: &'a mut Buf,
     de: &'a mut Buf,
     grad: &'a mut Linear,
-    bias_scratch: &'a mut Buf,
+    /// The fused kernel's partial sums, or the GEMM path's bias-gradient partials.
+    scratch: &'a mut Buf,
 }
 
 /// `e = h weᵀ + be`, the expectile loss against q̄ and its gradient, and the head's
-/// parameter gradients (its part of dh is folded into the trunk join).
+/// parameter gradients (its part of dh is folded into the trunk join): one pass over `h`
+/// where the sizes allow, else cuBLASLt's GEMMs around the loss kernel.
 fn expectile_head(
     stream: &CaptureStream<'_>,
     k: &Kernels,
@@ -1056,6 +1108,26 @@ fn expectile_head(
     head: ExpectileHead<'_>,
     losses: &mut Buf,
 ) -> Result<()> {
+    let dims = ExpectileHeadDims {
+        batch: s.batch,
+        hidden: s.hidden,
+    };
+    if dims.supported() {
+        let inputs = ExpectileHeadInputs {
+            h,
+            we: &head.layer.w,
+            be: &head.layer.b,
+            qbar,
+        };
+        let out = ExpectileHeadOutputs {
+            e: head.e,
+            de: head.de,
+            dwe: &mut head.grad.w,
+            dbe: &mut head.grad.b,
+            losses,
+        };
+        return k.expectile_head(stream, dims, &inputs, head.expectile, out, head.scratch);
+    }
     let blas = stream.blas();
     forward(
         &blas,
@@ -1078,7 +1150,7 @@ fn expectile_head(
         s.batch,
         s.hidden,
         1,
-        head.bias_scratch,
+        head.scratch,
     )
 }
 
@@ -1216,7 +1288,14 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
             e_lo: z("e_lo", b)?,
             de_hi: z("de_hi", b)?,
             de_lo: z("de_lo", b)?,
-            bias_scratch: z("iql bias-gradient partials", column_sums_scratch_len(b, 1))?,
+            scratch: z(
+                "iql partial sums",
+                expectile_head_scratch_len(ExpectileHeadDims {
+                    batch: b,
+                    hidden: s.hidden,
+                })
+                .max(column_sums_scratch_len(b, 1)),
+            )?,
         },
         dadv: [
             z("dadv", b * s.actions)?,

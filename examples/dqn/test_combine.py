@@ -46,6 +46,19 @@ class Combine(unittest.TestCase):
         self.assertTrue(math.isclose(r["best_pytorch_over_c"], 8.0 / 2.4))
         self.assertIn("| (w) work bound | 2.200 | (c)/(w) = 1.091 |", out)
 
+    def test_the_grid_share_bound_is_reported_beside_the_wave_bound(self):
+        rc, res, out, _ = self.run_main(dict(RUST, grid_work_bound_ms=2.25), TORCH)
+        self.assertEqual(rc, 0)
+        r = res["ratios"]
+        self.assertTrue(math.isclose(r["c_over_larger_bound"], 2.4 / 2.2))
+        self.assertTrue(math.isclose(r["c_over_larger_grid_bound"], 2.4 / 2.25))
+        self.assertIn("(c) against max((d), (w')), the bound with the issue's grid share, "
+                      "2.250 ms: 1.067", out)
+        # Without (w') in the record there is no such ratio.
+        rc, res, out, _ = self.run_main(RUST, TORCH)
+        self.assertIsNone(res["ratios"]["c_over_larger_grid_bound"])
+        self.assertNotIn("max((d), (w'))", out)
+
     def test_the_critical_path_is_the_bound_when_it_is_larger(self):
         rc, res, _, _ = self.run_main(dict(RUST, critical_path_bound_ms=2.3), TORCH)
         self.assertEqual(rc, 0)

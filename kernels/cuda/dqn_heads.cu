@@ -1,6 +1,7 @@
-// The DQN step's head kernels (examples/dqn/MODEL.md): the branches' GLU, the double-DQN
-// target, the dueling losses (TD, CQL, branch agreement) fused with their gradients, the
-// IQL expectile loss, and the trunk's gradient join.
+// The DQN step's head kernels (examples/dqn/MODEL.md): the branches' GLU, and their head
+// (GLU and advantage layer) forward and backward in one pass each, the double-DQN target,
+// the dueling losses (TD, CQL, branch agreement) fused with their gradients, the IQL
+// expectile loss and a whole IQL head in one pass, and the trunk's gradient join.
 //
 // Layouts are row-major: [B, X] puts row b at offset b * X; the D branches' tensors are
 // packed as [D, B, X]. Every kernel takes its sizes as arguments and is launched by a
@@ -10,6 +11,21 @@
 
 __device__ __forceinline__ float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
+}
+
+// The partial row of a block of 8 warps: row[c] = part[0][c] + ... + part[7][c] for c < cols,
+// added in warp order (deterministic). After a barrier that follows the warps' writes.
+template <int WIDTH>
+__device__ __forceinline__ void add_warp_rows(const float (&part)[8][WIDTH], unsigned cols,
+                                              float* __restrict__ row) {
+    for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) {
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            t += part[k][c];
+        }
+        row[c] = t;
+    }
 }
 
 // GLU, forward: g[r, k] = u[r, k] * sigmoid(u[r, G + k]) for r < rows, k < G; u is
@@ -43,6 +59,199 @@ extern "C" __global__ void glu_backward(const float* __restrict__ u, const float
     const float d = dg[i];
     du[row + k] = d * s;
     du[row + G + k] = d * a * s * (1.0f - s);
+}
+
+// The branch head kernels' limits (lib.rs mirrors them): A actions <= BRANCH_HEAD_MAX_A,
+// a GLU of width G <= 32 BRANCH_HEAD_MAX_UNITS (units a lane).
+#define BRANCH_HEAD_MAX_A 8
+#define BRANCH_HEAD_MAX_UNITS 2
+
+// The lane's advantage weights in registers: w[i][a] = wa[a, lane + 32 i], zero past G and A.
+__device__ __forceinline__ void load_advantage_weights(
+    const float* __restrict__ wa, unsigned G, unsigned A, unsigned lane,
+    float (&w)[BRANCH_HEAD_MAX_UNITS][BRANCH_HEAD_MAX_A]) {
+#pragma unroll
+    for (int i = 0; i < BRANCH_HEAD_MAX_UNITS; ++i) {
+        const unsigned j = lane + 32 * i;
+#pragma unroll
+        for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {
+            w[i][a] = j < G && a < A ? wa[a * G + j] : 0.0f;
+        }
+    }
+}
+
+// A branch's head forward: the GLU and the advantage layer in one pass over the rows,
+//   g[r, j] = u[r, j] sigmoid(u[r, G + j])                 (glu_forward's formula)
+//   adv[r, a] = ba[a] + sum_j g[r, j] wa[a, j]
+// g is written only where the backward needs it (write_g != 0). u: [B, 2G]; g: [B, G];
+// wa: [A, G]; ba, adv: [B, A]. Replaces glu_forward and the advantage layer's GEMM, a
+// K = G, N = A product that cuBLASLt ran as its own kernel on the chain to the target.
+// Sizes as branch_head_backward_partial. Grid: ceil(B / 64) blocks of 256 threads; warp w
+// of block y takes rows 64 y + w + 8k, lane l units l + 32 i. The A sums over the lanes are
+// a reduce-scatter (three halving exchanges, then two adds): 9 shuffles a row, not 5 A.
+extern "C" __global__ void __launch_bounds__(256)
+    branch_head_forward(const float* __restrict__ u, const float* __restrict__ wa,
+                        const float* __restrict__ ba, float* __restrict__ g,
+                        float* __restrict__ adv, unsigned B, unsigned G, unsigned A,
+                        unsigned write_g) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float w[BRANCH_HEAD_MAX_UNITS][BRANCH_HEAD_MAX_A];
+    load_advantage_weights(wa, G, A, lane, w);
+    // The action this lane's sum ends up as: bits 4, 3, 2 of the lane.
+    const unsigned my_a = ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
+    const float my_b = my_a < A ? ba[my_a] : 0.0f;
+    const unsigned r1 = min(B, 64 * blockIdx.x + 64);
+    for (unsigned r = 64 * blockIdx.x + warp; r < r1; r += 8) {
+        float v[BRANCH_HEAD_MAX_A];
+#pragma unroll
+        for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {
+            v[a] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < BRANCH_HEAD_MAX_UNITS; ++i) {
+            const unsigned j = lane + 32 * i;
+            if (j < G) {
+                const size_t ur = (size_t)r * 2 * G;
+                const float gv = u[ur + j] * sigmoid(u[ur + G + j]);
+                if (write_g) {
+                    g[(size_t)r * G + j] = gv;
+                }
+#pragma unroll
+                for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {
+                    v[a] = fmaf(gv, w[i][a], v[a]);
+                }
+            }
+        }
+        // Halving exchanges over lane bits 4, 3, 2: the upper half of the lanes keeps the
+        // upper half of the values and adds the partner's copy of them.
+#pragma unroll
+        for (int half = 4, m = 16; half >= 1; half >>= 1, m >>= 1) {
+            const bool upper = (lane & m) != 0;
+#pragma unroll
+            for (int i = 0; i < half; ++i) {
+                const float keep = upper ? v[i + half] : v[i];
+                const float send = upper ? v[i] : v[i + half];
+                v[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
+            }
+        }
+        float t = v[0] + __shfl_xor_sync(FULL_MASK, v[0], 2);
+        t += __shfl_xor_sync(FULL_MASK, t, 1);
+        if ((lane & 3) == 0 && my_a < A) {
+            adv[(size_t)r * A + my_a] = my_b + t;
+        }
+    }
+}
+
+// A branch's head backward, first pass: the advantage layer and the GLU in one pass over
+// the rows, with the sums that read the same rows. For row r of the chunk:
+//   dg[j]      = sum_a dadv[r, a] wa[a, j]                     (the advantage layer's input grad)
+//   du[r, j]   = dg[j] s,  du[r, G + j] = dg[j] u[r, j] s (1 - s),  s = sigmoid(u[r, G + j])
+// (glu_backward's formula), and into partials[chunk, 0 .. A G + A + 2G):
+//   [0, A G):         sum_r dadv[r, a] g[r, j] at a G + j   (dwa, the advantage weight grad)
+//   [A G, A G + A):   sum_r dadv[r, a]                     (dba)
+//   [A G + A, + 2G):  sum_r du[r, k]                       (dbg, the GLU layer's bias grad)
+// branch_head_backward_finish adds the chunks. dadv: [B, A]; u, du: [B, 2G]; g: [B, G];
+// wa: [A, G]. This replaces five kernels of the branch's backward (cuBLASLt's split-K GEMM
+// for dwa with its reduction and one-block bias-gradient epilogue, the dg GEMM and
+// glu_backward) and the 8-block bias-gradient epilogue of the gate layer's weight gradient:
+// one-block kernels that ran long on the branch's critical path.
+// Sizes: 1 <= A <= BRANCH_HEAD_MAX_A, 1 <= G <= 32 BRANCH_HEAD_MAX_UNITS (lib.rs mirrors both).
+// Grid: chunks blocks of 256 threads (8 warps); block y takes rows [y R, min(B, (y + 1) R)),
+// R = rows_per_chunk, warp w the rows r0 + w + 8k; lane l owns units j = l + 32 i. Each lane
+// adds its rows in order, then the warps are added in order: deterministic.
+#define BRANCH_HEAD_MAX_COLS                                                                    \
+    (BRANCH_HEAD_MAX_A * 32 * BRANCH_HEAD_MAX_UNITS + BRANCH_HEAD_MAX_A +                       \
+     2 * 32 * BRANCH_HEAD_MAX_UNITS)
+extern "C" __global__ void __launch_bounds__(256)
+    branch_head_backward_partial(const float* __restrict__ dadv, const float* __restrict__ u,
+                                 const float* __restrict__ g, const float* __restrict__ wa,
+                                 float* __restrict__ du, float* __restrict__ partials,
+                                 unsigned B, unsigned G, unsigned A, unsigned rows_per_chunk) {
+    __shared__ float part[8][BRANCH_HEAD_MAX_COLS];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned cols = A * G + A + 2 * G;
+    const unsigned r0 = blockIdx.x * rows_per_chunk;
+    const unsigned r1 = B - r0 <= rows_per_chunk ? B : r0 + rows_per_chunk;
+    float w[BRANCH_HEAD_MAX_UNITS][BRANCH_HEAD_MAX_A];
+    load_advantage_weights(wa, G, A, lane, w);
+    float dwa[BRANCH_HEAD_MAX_UNITS][BRANCH_HEAD_MAX_A] = {};
+    float dbg[BRANCH_HEAD_MAX_UNITS][2] = {};
+    float dba = 0.0f;  // lane a < A: sum of dadv[., a]
+#pragma unroll 2
+    for (unsigned r = r0 + warp; r < r1; r += 8) {
+        // Lane a holds dadv[r, a]; the shuffles hand it to every lane.
+        const float da_lane = lane < A ? dadv[(size_t)r * A + lane] : 0.0f;
+        dba += da_lane;
+        float da[BRANCH_HEAD_MAX_A];
+#pragma unroll
+        for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {
+            da[a] = __shfl_sync(FULL_MASK, da_lane, a);
+        }
+#pragma unroll
+        for (int i = 0; i < BRANCH_HEAD_MAX_UNITS; ++i) {
+            const unsigned j = lane + 32 * i;
+            if (j < G) {
+                const size_t ur = (size_t)r * 2 * G;
+                const float ua = u[ur + j];
+                const float s = sigmoid(u[ur + G + j]);
+                const float gv = g[(size_t)r * G + j];
+                float dg = 0.0f;
+#pragma unroll
+                for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {
+                    if (a < A) {
+                        dg = fmaf(da[a], w[i][a], dg);
+                        dwa[i][a] = fmaf(da[a], gv, dwa[i][a]);
+                    }
+                }
+                const float du_a = dg * s;
+                const float du_b = dg * ua * s * (1.0f - s);
+                du[ur + j] = du_a;
+                du[ur + G + j] = du_b;
+                dbg[i][0] += du_a;
+                dbg[i][1] += du_b;
+            }
+        }
+    }
+    float* p = part[warp];
+#pragma unroll
+    for (int i = 0; i < BRANCH_HEAD_MAX_UNITS; ++i) {
+        const unsigned j = lane + 32 * i;
+        if (j < G) {
+#pragma unroll
+            for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {
+                if (a < A) {
+                    p[a * G + j] = dwa[i][a];
+                }
+            }
+            p[A * G + A + j] = dbg[i][0];
+            p[A * G + A + G + j] = dbg[i][1];
+        }
+    }
+    if (lane < A) {
+        p[A * G + lane] = dba;
+    }
+    __syncthreads();
+    add_warp_rows(part, cols, partials + (size_t)blockIdx.x * cols);
+}
+
+// Second pass: adds the chunks' partials [chunks, A G + A + 2G] column by column, in order,
+// and writes dwa[A, G], dba[A] and dbg[2G]. Grid: ceil((A G + A + 2G) / 32) blocks of (32, 32).
+extern "C" __global__ void __launch_bounds__(1024)
+    branch_head_backward_finish(const float* __restrict__ partials, unsigned chunks, unsigned G,
+                                unsigned A, float* __restrict__ dwa, float* __restrict__ dba,
+                                float* __restrict__ dbg) {
+    const unsigned cols = A * G + A + 2 * G;
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const float s = column_block_sum(partials, 0, chunks, cols, c);
+    if (threadIdx.y == 0 && c < cols) {
+        if (c < A * G) {
+            dwa[c] = s;
+        } else if (c < A * G + A) {
+            dba[c - A * G] = s;
+        } else {
+            dbg[c - A * G - A] = s;
+        }
+    }
 }
 
 // Double-DQN target. For each sample b and branch d, with the dueling head
@@ -215,6 +424,103 @@ extern "C" __global__ void __launch_bounds__(256)
     if (threadIdx.x == 0) {
         const float l = loss * inv_b;
         add_loss_term(losses, LOSS_IQL, l, coef);
+    }
+}
+
+// One IQL expectile head in one pass over the rows of h, first pass: for row b,
+//   e[b] = h[b, .] . we + be,  u = qbar[b] - e[b],  w = |tau - 1(u < 0)|,
+//   de[b] = -2 coef w u / B   (expectile_loss's formula),
+// and into partials[chunk, 0 .. H + 2): sum_b de[b] h[b, j] at j (dwe), sum_b de[b] at H
+// (dbe), sum_b w u^2 at H + 1 (the loss, before the mean). expectile_head_finish adds the
+// chunks and the loss. This replaces six kernels (cuBLASLt's gemv for e, expectile_loss,
+// the gemv and split-K reduction for dwe, the column sums for dbe), each reading h or
+// running a few blocks, on the serial chain after IQN.
+// Sizes: 1 <= H <= 32 EXPECTILE_HEAD_MAX_UNITS (lib.rs mirrors it). Grid: chunks blocks of
+// 256 threads (8 warps); block y takes rows [y R, min(B, (y + 1) R)), R = rows_per_chunk,
+// warp w the rows r0 + w + 8k; lane l owns units l + 32 i. Each lane adds its rows in
+// order, then the warps are added in order: deterministic.
+#define EXPECTILE_HEAD_MAX_UNITS 8
+extern "C" __global__ void __launch_bounds__(256)
+    expectile_head_partial(const float* __restrict__ h, const float* __restrict__ we,
+                           const float* __restrict__ be, const float* __restrict__ qbar,
+                           float* __restrict__ e, float* __restrict__ de,
+                           float* __restrict__ partials, unsigned B, unsigned H, float tau,
+                           float coef, unsigned rows_per_chunk) {
+    __shared__ float part[8][32 * EXPECTILE_HEAD_MAX_UNITS + 2];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned r0 = blockIdx.x * rows_per_chunk;
+    const unsigned r1 = B - r0 <= rows_per_chunk ? B : r0 + rows_per_chunk;
+    const float inv_b = 1.0f / (float)B;
+    const float bias = be[0];
+    float w[EXPECTILE_HEAD_MAX_UNITS], dw[EXPECTILE_HEAD_MAX_UNITS];
+#pragma unroll
+    for (int i = 0; i < EXPECTILE_HEAD_MAX_UNITS; ++i) {
+        const unsigned j = lane + 32 * i;
+        w[i] = j < H ? we[j] : 0.0f;
+        dw[i] = 0.0f;
+    }
+    float db = 0.0f, loss = 0.0f;  // the same in every lane
+#pragma unroll 2
+    for (unsigned r = r0 + warp; r < r1; r += 8) {
+        float hv[EXPECTILE_HEAD_MAX_UNITS];
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EXPECTILE_HEAD_MAX_UNITS; ++i) {
+            const unsigned j = lane + 32 * i;
+            hv[i] = j < H ? h[(size_t)r * H + j] : 0.0f;
+            dot = fmaf(hv[i], w[i], dot);
+        }
+        const float ev = warp_sum(dot) + bias;
+        const float u = qbar[r] - ev;
+        const float wt = asymmetric_weight(tau, u);
+        const float d = -2.0f * coef * wt * u * inv_b;
+        if (lane == 0) {
+            e[r] = ev;
+            de[r] = d;
+        }
+        loss += wt * u * u;
+        db += d;
+#pragma unroll
+        for (int i = 0; i < EXPECTILE_HEAD_MAX_UNITS; ++i) {
+            dw[i] = fmaf(d, hv[i], dw[i]);
+        }
+    }
+    float* p = part[warp];
+#pragma unroll
+    for (int i = 0; i < EXPECTILE_HEAD_MAX_UNITS; ++i) {
+        const unsigned j = lane + 32 * i;
+        if (j < H) {
+            p[j] = dw[i];
+        }
+    }
+    if (lane == 0) {
+        p[H] = db;
+        p[H + 1] = loss;
+    }
+    __syncthreads();
+    add_warp_rows(part, H + 2, partials + (size_t)blockIdx.x * (H + 2));
+}
+
+// Second pass: adds the chunks' partials [chunks, H + 2] column by column, in order; writes
+// dwe[H] and dbe[1], and adds the loss L = (sum w u^2) / B into losses[LOSS_IQL] and
+// coef L into losses[LOSS_TOTAL] (one thread, once). Grid: ceil((H + 2) / 32) blocks of
+// (32, 32).
+extern "C" __global__ void __launch_bounds__(1024)
+    expectile_head_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
+                          float* __restrict__ dwe, float* __restrict__ dbe,
+                          float* __restrict__ losses, unsigned B, float coef) {
+    const unsigned cols = H + 2;
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const float s = column_block_sum(partials, 0, chunks, cols, c);
+    if (threadIdx.y != 0 || c >= cols) {
+        return;
+    }
+    if (c < H) {
+        dwe[c] = s;
+    } else if (c == H) {
+        dbe[0] = s;
+    } else {
+        add_loss_term(losses, LOSS_IQL, s * (1.0f / (float)B), coef);
     }
 }
 

@@ -10,8 +10,8 @@
 
 use crate::{
     ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars, AttentionDims, AttnPoolDims,
-    DuelingCoefficients, DuelingDims, Expectile, IqnDims, IqnFusedDims, LOSS_SLOTS, LossSlot,
-    TrunkDims,
+    BranchHeadDims, DuelingCoefficients, DuelingDims, Expectile, ExpectileHeadDims, IqnDims,
+    IqnFusedDims, LOSS_SLOTS, LossSlot, TrunkDims,
 };
 
 /// What a loss kernel adds into each slot of the loss buffer (see [`LossSlot`]), in f64.
@@ -89,6 +89,107 @@ fn glu_backward64(u: &[f64], dg: &[f64], rows: usize, g: usize) -> Vec<f64> {
         }
     }
     du
+}
+
+/// What [`Kernels::branch_head_forward`](crate::Kernels::branch_head_forward) computes:
+/// `(g[B, G], adv[B, A])` with `g = glu(u)` and `adv = g waᵀ + ba`.
+pub fn branch_head_forward_reference(
+    dims: BranchHeadDims,
+    u: &[f32],
+    wa: &[f32],
+    ba: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let BranchHeadDims {
+        batch: bn,
+        glu: gn,
+        actions: an,
+    } = dims;
+    check("branch_head_forward_reference: wa", wa.len(), an * gn);
+    check("branch_head_forward_reference: ba", ba.len(), an);
+    let g = glu_forward64(&widen(u), bn, gn);
+    let mut adv = vec![0.0f64; bn * an];
+    for b in 0..bn {
+        for a in 0..an {
+            adv[b * an + a] = f64::from(ba[a])
+                + (0..gn)
+                    .map(|j| g[b * gn + j] * f64::from(wa[a * gn + j]))
+                    .sum::<f64>();
+        }
+    }
+    (narrow(&g), narrow(&adv))
+}
+
+/// What [`Kernels::branch_head_backward`](crate::Kernels::branch_head_backward) computes.
+#[derive(Clone, Debug)]
+pub struct BranchHeadReference {
+    /// `du[B, 2G]`.
+    pub du: Vec<f32>,
+    /// `dwa[A, G] = dadvᵀ g`.
+    pub dwa: Vec<f32>,
+    /// `dba[A] = Σ_b dadv[b, ·]`.
+    pub dba: Vec<f32>,
+    /// `dbg[2G] = Σ_b du[b, ·]`.
+    pub dbg: Vec<f32>,
+}
+
+/// What [`Kernels::branch_head_backward`](crate::Kernels::branch_head_backward) computes, in
+/// f64: the advantage layer's gradients (`dg = dadv wa` on the way), the GLU's through
+/// [`glu_backward_reference`]'s formula, and the gate layer's bias gradient.
+pub fn branch_head_backward_reference(
+    dims: BranchHeadDims,
+    dadv: &[f32],
+    u: &[f32],
+    g: &[f32],
+    wa: &[f32],
+) -> BranchHeadReference {
+    let out = branch_head_backward64(dims, &widen(dadv), &widen(u), &widen(g), &widen(wa));
+    BranchHeadReference {
+        du: narrow(&out.0),
+        dwa: narrow(&out.1),
+        dba: narrow(&out.2),
+        dbg: narrow(&out.3),
+    }
+}
+
+/// `(du, dwa, dba, dbg)` in f64.
+type BranchHeadGrads = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+
+fn branch_head_backward64(
+    dims: BranchHeadDims,
+    dadv: &[f64],
+    u: &[f64],
+    g: &[f64],
+    wa: &[f64],
+) -> BranchHeadGrads {
+    let BranchHeadDims {
+        batch: bn,
+        glu: gn,
+        actions: an,
+    } = dims;
+    check("branch_head_backward_reference: dadv", dadv.len(), bn * an);
+    check("branch_head_backward_reference: g", g.len(), bn * gn);
+    check("branch_head_backward_reference: wa", wa.len(), an * gn);
+    let mut dg = vec![0.0; bn * gn];
+    let mut dwa = vec![0.0; an * gn];
+    let mut dba = vec![0.0; an];
+    for b in 0..bn {
+        for a in 0..an {
+            let d = dadv[b * an + a];
+            dba[a] += d;
+            for j in 0..gn {
+                dg[b * gn + j] += d * wa[a * gn + j];
+                dwa[a * gn + j] += d * g[b * gn + j];
+            }
+        }
+    }
+    let du = glu_backward64(u, &dg, bn, gn);
+    let mut dbg = vec![0.0; 2 * gn];
+    for row in du.chunks(2 * gn) {
+        for (s, x) in dbg.iter_mut().zip(row) {
+            *s += x;
+        }
+    }
+    (du, dwa, dba, dbg)
 }
 
 /// `q[a] = v + adv[a] − mean(adv)` for one sample and branch.
@@ -307,6 +408,69 @@ pub fn expectile_loss_reference(
     losses[LossSlot::Total.index()] = f64::from(expectile.coef) * loss;
     ExpectileReference {
         de: narrow(&de),
+        losses,
+    }
+}
+
+/// What [`Kernels::expectile_head`](crate::Kernels::expectile_head) computes.
+#[derive(Clone, Debug)]
+pub struct ExpectileHeadReference {
+    /// `e[B]`.
+    pub e: Vec<f32>,
+    /// `de[B]`.
+    pub de: Vec<f32>,
+    /// `dwe[H]`.
+    pub dwe: Vec<f32>,
+    /// `dbe`.
+    pub dbe: f32,
+    /// What the kernels add into the loss buffer (`Iql`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// What [`Kernels::expectile_head`](crate::Kernels::expectile_head) computes, in f64: the
+/// layer `e = h weᵀ + be`, [`expectile_loss_reference`]'s loss and `de`, and the layer's
+/// gradients through `de`.
+pub fn expectile_head_reference(
+    dims: ExpectileHeadDims,
+    h: &[f32],
+    we: &[f32],
+    be: f32,
+    qbar: &[f32],
+    expectile: Expectile,
+) -> ExpectileHeadReference {
+    let ExpectileHeadDims {
+        batch: bn,
+        hidden: hn,
+    } = dims;
+    check("expectile_head_reference: h", h.len(), bn * hn);
+    check("expectile_head_reference: we", we.len(), hn);
+    check("expectile_head_reference: qbar", qbar.len(), bn);
+    let e: Vec<f64> = h
+        .chunks(hn)
+        .map(|row| {
+            f64::from(be)
+                + row
+                    .iter()
+                    .zip(we)
+                    .map(|(x, w)| f64::from(*x) * f64::from(*w))
+                    .sum::<f64>()
+        })
+        .collect();
+    let (loss, de) = expectile64(&e, &widen(qbar), expectile);
+    let mut dwe = vec![0.0f64; hn];
+    for (row, d) in h.chunks(hn).zip(&de) {
+        for (s, x) in dwe.iter_mut().zip(row) {
+            *s += d * f64::from(*x);
+        }
+    }
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Iql.index()] = loss;
+    losses[LossSlot::Total.index()] = f64::from(expectile.coef) * loss;
+    ExpectileHeadReference {
+        e: narrow(&e),
+        de: narrow(&de),
+        dwe: narrow(&dwe),
+        dbe: de.iter().sum::<f64>() as f32,
         losses,
     }
 }
@@ -1047,6 +1211,118 @@ mod tests {
             &glu_backward64(&u, &dg, rows, g),
             &numeric_grad(&u, loss),
         );
+    }
+
+    /// The head's layer gradients are those of `coef · L(h weᵀ + be)`.
+    #[test]
+    fn expectile_head_layer_gradients_match_finite_differences() {
+        let mut rng = Rng(5);
+        let dims = ExpectileHeadDims {
+            batch: 6,
+            hidden: 3,
+        };
+        let h32: Vec<f32> = rng
+            .vec(dims.batch * dims.hidden, -1.0, 1.0)
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        let qbar32: Vec<f32> = rng
+            .vec(dims.batch, -1.0, 1.0)
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        let we = rng.vec(dims.hidden, -1.0, 1.0);
+        let be = 0.25f64;
+        let ex = Expectile::HIGH;
+        let scaled_loss = |we: &[f64], be: f64| -> f64 {
+            let e: Vec<f64> = h32
+                .chunks(dims.hidden)
+                .map(|row| {
+                    be + row
+                        .iter()
+                        .zip(we)
+                        .map(|(x, w)| f64::from(*x) * w)
+                        .sum::<f64>()
+                })
+                .collect();
+            f64::from(ex.coef) * expectile64(&e, &widen(&qbar32), ex).0
+        };
+        let we32: Vec<f32> = we.iter().map(|&x| x as f32).collect();
+        let r = expectile_head_reference(dims, &h32, &we32, be as f32, &qbar32, ex);
+        let we_f32: Vec<f64> = widen(&we32);
+        assert_close(
+            "dwe",
+            &widen(&r.dwe),
+            &numeric_grad(&we_f32, |w| scaled_loss(w, be)),
+        );
+        assert_close(
+            "dbe",
+            &[f64::from(r.dbe)],
+            &numeric_grad(&[be], |b| scaled_loss(&we_f32, b[0])),
+        );
+        // de sums to dbe, and the loss slots carry L and coef L.
+        let total = r.losses[LossSlot::Total.index()];
+        assert!((total - f64::from(ex.coef) * r.losses[LossSlot::Iql.index()]).abs() < 1e-12);
+        assert!(r.losses[LossSlot::Iql.index()] > 0.0);
+    }
+
+    #[test]
+    fn branch_head_forward_gates_then_applies_the_advantage_layer() {
+        let dims = BranchHeadDims {
+            batch: 1,
+            glu: 2,
+            actions: 2,
+        };
+        // u = [2, -4 | 0, 0]: g = [1, -2]; adv = ba + wa g.
+        let (g, adv) = branch_head_forward_reference(
+            dims,
+            &[2.0, -4.0, 0.0, 0.0],
+            &[1.0, 1.0, 3.0, 0.0],
+            &[0.5, -1.0],
+        );
+        assert_eq!(g, vec![1.0, -2.0]);
+        assert_eq!(adv, vec![-0.5, 2.0]);
+    }
+
+    /// The branch head's gradients are those of `Σ dadv ⊙ adv` with
+    /// `adv = glu(h wgᵀ + bg) waᵀ + ba`: through `u` (and `bg`, summed over the rows), `wa`
+    /// and `ba`, each against central differences.
+    #[test]
+    fn branch_head_backward_matches_finite_differences() {
+        let mut rng = Rng(4);
+        let dims = BranchHeadDims {
+            batch: 3,
+            glu: 4,
+            actions: 2,
+        };
+        let (bn, gn, an) = (dims.batch, dims.glu, dims.actions);
+        let u = rng.vec(bn * 2 * gn, -3.0, 3.0);
+        let wa = rng.vec(an * gn, -1.0, 1.0);
+        let ba = rng.vec(an, -1.0, 1.0);
+        let dadv = rng.vec(bn * an, -1.0, 1.0);
+        let bg0 = vec![0.0; 2 * gn];
+        // L(u + bg broadcast over rows, wa, ba).
+        let loss = |u: &[f64], bg: &[f64], wa: &[f64], ba: &[f64]| -> f64 {
+            let shifted: Vec<f64> = u
+                .chunks(2 * gn)
+                .flat_map(|row| row.iter().zip(bg).map(|(x, b)| x + b))
+                .collect();
+            let g = glu_forward64(&shifted, bn, gn);
+            let mut l = 0.0;
+            for b in 0..bn {
+                for a in 0..an {
+                    let adv = ba[a] + (0..gn).map(|j| g[b * gn + j] * wa[a * gn + j]).sum::<f64>();
+                    l += dadv[b * an + a] * adv;
+                }
+            }
+            l
+        };
+        let g = glu_forward64(&u, bn, gn);
+        let (du, dwa, dba, dbg) = branch_head_backward64(dims, &dadv, &u, &g, &wa);
+        assert_close("du", &du, &numeric_grad(&u, |x| loss(x, &bg0, &wa, &ba)));
+        assert_close("dwa", &dwa, &numeric_grad(&wa, |x| loss(&u, &bg0, x, &ba)));
+        assert_close("dba", &dba, &numeric_grad(&ba, |x| loss(&u, &bg0, &wa, x)));
+        assert_close("dbg", &dbg, &numeric_grad(&bg0, |x| loss(&u, x, &wa, &ba)));
     }
 
     #[test]

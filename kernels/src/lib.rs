@@ -95,6 +95,16 @@ pub enum KernelId {
     TrunkGradJoinPartial,
     /// `trunk_grad_join_finish` in `cuda/dqn_heads.cu`.
     TrunkGradJoinFinish,
+    /// `expectile_head_partial` in `cuda/dqn_heads.cu`.
+    ExpectileHeadPartial,
+    /// `expectile_head_finish` in `cuda/dqn_heads.cu`.
+    ExpectileHeadFinish,
+    /// `branch_head_forward` in `cuda/dqn_heads.cu`.
+    BranchHeadForward,
+    /// `branch_head_backward_partial` in `cuda/dqn_heads.cu`.
+    BranchHeadBackwardPartial,
+    /// `branch_head_backward_finish` in `cuda/dqn_heads.cu`.
+    BranchHeadBackwardFinish,
     /// `iqn_cos_features` in `cuda/dqn_iqn.cu`.
     IqnCosFeatures,
     /// `iqn_forward_backward_v2` in `cuda/dqn_iqn.cu` (`H % 4 == 0`, `H <= 256`).
@@ -131,7 +141,7 @@ pub enum KernelId {
 
 impl KernelId {
     /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 27] = [
+    pub const ALL: [KernelId; 32] = [
         KernelId::ChainStep,
         KernelId::Axpby,
         KernelId::ScaleByScalar,
@@ -143,6 +153,11 @@ impl KernelId {
         KernelId::ExpectileLoss,
         KernelId::TrunkGradJoinPartial,
         KernelId::TrunkGradJoinFinish,
+        KernelId::ExpectileHeadPartial,
+        KernelId::ExpectileHeadFinish,
+        KernelId::BranchHeadForward,
+        KernelId::BranchHeadBackwardPartial,
+        KernelId::BranchHeadBackwardFinish,
         KernelId::IqnCosFeatures,
         KernelId::IqnForwardBackwardV2,
         KernelId::IqnForwardBackwardV4,
@@ -182,7 +197,12 @@ impl KernelId {
             | KernelId::DuelingLosses
             | KernelId::ExpectileLoss
             | KernelId::TrunkGradJoinPartial
-            | KernelId::TrunkGradJoinFinish => ModuleId::DqnHeads,
+            | KernelId::TrunkGradJoinFinish
+            | KernelId::ExpectileHeadPartial
+            | KernelId::ExpectileHeadFinish
+            | KernelId::BranchHeadForward
+            | KernelId::BranchHeadBackwardPartial
+            | KernelId::BranchHeadBackwardFinish => ModuleId::DqnHeads,
             KernelId::IqnCosFeatures
             | KernelId::IqnForwardBackwardV2
             | KernelId::IqnForwardBackwardV4
@@ -216,6 +236,11 @@ impl KernelId {
             KernelId::ExpectileLoss => "expectile_loss",
             KernelId::TrunkGradJoinPartial => "trunk_grad_join_partial",
             KernelId::TrunkGradJoinFinish => "trunk_grad_join_finish",
+            KernelId::ExpectileHeadPartial => "expectile_head_partial",
+            KernelId::ExpectileHeadFinish => "expectile_head_finish",
+            KernelId::BranchHeadForward => "branch_head_forward",
+            KernelId::BranchHeadBackwardPartial => "branch_head_backward_partial",
+            KernelId::BranchHeadBackwardFinish => "branch_head_backward_finish",
             KernelId::IqnCosFeatures => "iqn_cos_features",
             KernelId::IqnForwardBackwardV2 => "iqn_forward_backward_v2",
             KernelId::IqnForwardBackwardV4 => "iqn_forward_backward_v4",
@@ -1046,6 +1071,448 @@ pub fn trunk_grad_join_plan(batch: usize, hidden: usize) -> (usize, usize, usize
 pub fn trunk_grad_join_scratch_len(batch: usize, hidden: usize) -> usize {
     let (_, chunks, _) = trunk_grad_join_plan(batch, hidden);
     chunks.saturating_mul(2 * hidden + 1)
+}
+
+/// Widest trunk output [`Kernels::expectile_head`] takes: 32 `EXPECTILE_HEAD_MAX_UNITS`
+/// (`cuda/dqn_heads.cu`), eight units a lane.
+pub const EXPECTILE_HEAD_MAX_HIDDEN: usize = 256;
+
+/// Sizes of an IQL expectile head: `B` rows of the trunk's output `h[B, H]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpectileHeadDims {
+    /// `B`.
+    pub batch: usize,
+    /// `H`.
+    pub hidden: usize,
+}
+
+impl ExpectileHeadDims {
+    /// Whether [`Kernels::expectile_head`] takes these sizes: `1 <= H <=`
+    /// [`EXPECTILE_HEAD_MAX_HIDDEN`] (a lane holds its units' weights and sums in
+    /// registers) and `B >= 1`. Other sizes take the GEMM path.
+    pub fn supported(&self) -> bool {
+        (1..=EXPECTILE_HEAD_MAX_HIDDEN).contains(&self.hidden) && self.batch >= 1
+    }
+}
+
+/// What [`Kernels::expectile_head`] reads: the trunk's output, the head's layer and the
+/// target `q̄`.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpectileHeadInputs<'a> {
+    /// `h[B, H]`.
+    pub h: &'a DeviceBuffer<f32>,
+    /// `we[H]` (the layer's weight, `[1, H]`).
+    pub we: &'a DeviceBuffer<f32>,
+    /// `be[1]`.
+    pub be: &'a DeviceBuffer<f32>,
+    /// `qbar[B]`.
+    pub qbar: &'a DeviceBuffer<f32>,
+}
+
+/// What [`Kernels::expectile_head`] writes (each whole) and adds into.
+#[derive(Debug)]
+pub struct ExpectileHeadOutputs<'a> {
+    /// `e[B]`: the head's output.
+    pub e: &'a mut DeviceBuffer<f32>,
+    /// `de[B]`: the gradient of `coef · L` at `e` (the trunk join takes it as a factor).
+    pub de: &'a mut DeviceBuffer<f32>,
+    /// `dwe[H]`.
+    pub dwe: &'a mut DeviceBuffer<f32>,
+    /// `dbe[1]`.
+    pub dbe: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer ([`LOSS_SLOTS`]): `L` is added into [`LossSlot::Iql`], `coef L`
+    /// into [`LossSlot::Total`].
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+/// How [`Kernels::expectile_head`] splits the rows: `(chunks, rows per chunk)`, about 64
+/// rows a block of 8 warps, at most 1024 chunks; depends on the sizes only.
+pub fn expectile_head_plan(dims: ExpectileHeadDims) -> (usize, usize) {
+    warp_row_plan(dims.batch)
+}
+
+/// Length of the scratch buffer [`Kernels::expectile_head`] needs.
+pub fn expectile_head_scratch_len(dims: ExpectileHeadDims) -> usize {
+    let (chunks, _) = expectile_head_plan(dims);
+    chunks.saturating_mul(dims.hidden + 2)
+}
+
+impl Kernels {
+    /// One IQL expectile head, forward and backward, in one pass over `h`: `e = h weᵀ + be`,
+    /// the loss `coef · mean_b |τ − 1(u < 0)| u²` with `u = qbar − e` (added into the loss
+    /// buffer as [`Kernels::expectile_loss`] does), `de`, and the layer's gradients
+    /// `dwe = Σ_b de[b] h[b, ·]`, `dbe = Σ_b de[b]`.
+    ///
+    /// Two-pass and deterministic: `expectile_head_partial` (one block of 256 per chunk of
+    /// rows, [`expectile_head_plan`]) writes `e`, `de` and one partial row per chunk into
+    /// `scratch` (at least [`expectile_head_scratch_len`] floats), then
+    /// `expectile_head_finish` adds them in order and adds the loss once. Sizes must be
+    /// [`ExpectileHeadDims::supported`]. [`expectile_head_reference`] is the CPU version.
+    pub fn expectile_head(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: ExpectileHeadDims,
+        inputs: &ExpectileHeadInputs<'_>,
+        expectile: Expectile,
+        out: ExpectileHeadOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        if !dims.supported() {
+            return Err(Error::Invalid(format!(
+                "expectile_head: expected a trunk output of width 1 to \
+                 {EXPECTILE_HEAD_MAX_HIDDEN} and a batch of at least 1, found width {}, \
+                 batch {}",
+                dims.hidden, dims.batch
+            )));
+        }
+        let b = positive("expectile_head: batch", dims.batch)?;
+        let h = positive("expectile_head: hidden", dims.hidden)?;
+        let bh = product("expectile_head", &[dims.batch, dims.hidden])?;
+        check_len("expectile_head: h ([B, H])", inputs.h.len(), bh)?;
+        check_len("expectile_head: we ([H])", inputs.we.len(), dims.hidden)?;
+        check_len("expectile_head: be ([1])", inputs.be.len(), 1)?;
+        check_len("expectile_head: qbar ([B])", inputs.qbar.len(), dims.batch)?;
+        check_len("expectile_head: out.e ([B])", out.e.len(), dims.batch)?;
+        check_len("expectile_head: out.de ([B])", out.de.len(), dims.batch)?;
+        check_len("expectile_head: out.dwe ([H])", out.dwe.len(), dims.hidden)?;
+        check_len("expectile_head: out.dbe ([1])", out.dbe.len(), 1)?;
+        check_losses("expectile_head: out.losses", out.losses)?;
+        check_scratch(
+            "expectile_head: scratch (at least expectile_head_scratch_len)",
+            scratch.len(),
+            expectile_head_scratch_len(dims),
+        )?;
+        let (chunks, rows_per_chunk) = expectile_head_plan(dims);
+        let chunks32 = len_u32("expectile_head: row chunks", chunks)?;
+        let per_chunk = len_u32("expectile_head: rows per chunk", rows_per_chunk)?;
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::ExpectileHeadPartial));
+            launch
+                .buf(inputs.h)
+                .buf(inputs.we)
+                .buf(inputs.be)
+                .buf(inputs.qbar)
+                .buf_mut(out.e)
+                .buf_mut(out.de)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&h)
+                .arg(&expectile.tau)
+                .arg(&expectile.coef)
+                .arg(&per_chunk);
+            let config = LaunchConfig {
+                grid_dim: (chunks32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match `expectile_head_partial(const float* h, const
+            // float* we, const float* be, const float* qbar, float* e, float* de, float*
+            // partials, unsigned B, unsigned H, float tau, float coef, unsigned
+            // rows_per_chunk)`; block y touches rows [y rows_per_chunk, B) and units below
+            // H (within the kernel's register arrays: `supported`, checked above), and
+            // writes partials[y (H + 2) + c] for y < chunks, c < H + 2: inside scratch
+            // (checked above). Every buffer holds what its shape says.
+            unsafe { launch.launch(config)? };
+        }
+        let finish_blocks = len_u32(
+            "expectile_head: finish blocks",
+            (dims.hidden + 2).div_ceil(32),
+        )?;
+        let mut launch = stream.launch(self.kernel(KernelId::ExpectileHeadFinish));
+        launch
+            .buf(&*scratch)
+            .arg(&chunks32)
+            .arg(&h)
+            .buf_mut(out.dwe)
+            .buf_mut(out.dbe)
+            .buf_mut(out.losses)
+            .arg(&b)
+            .arg(&expectile.coef);
+        // SAFETY: the arguments match `expectile_head_finish(const float* partials, unsigned
+        // chunks, unsigned H, float* dwe, float* dbe, float* losses, unsigned B, float
+        // coef)`; it reads chunks (H + 2) floats of scratch, writes dwe[0..H) and dbe[0] and
+        // adds into two slots below LOSS_SLOTS = losses.len() (lengths checked above).
+        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+    }
+}
+
+/// Most actions of a branch [`Kernels::branch_head_backward`] takes
+/// (`BRANCH_HEAD_MAX_A` in `cuda/dqn_heads.cu`).
+pub const BRANCH_HEAD_MAX_ACTIONS: usize = 8;
+
+/// Widest GLU [`Kernels::branch_head_backward`] takes: 32 `BRANCH_HEAD_MAX_UNITS`
+/// (`cuda/dqn_heads.cu`), two units a lane.
+pub const BRANCH_HEAD_MAX_GLU: usize = 64;
+
+/// Sizes of one branch's head: `B` rows, a GLU of width `G` (its input layer has `2G`
+/// outputs) and an advantage layer of `A` actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BranchHeadDims {
+    /// `B`.
+    pub batch: usize,
+    /// `G`.
+    pub glu: usize,
+    /// `A`.
+    pub actions: usize,
+}
+
+impl BranchHeadDims {
+    /// Whether [`Kernels::branch_head_backward`] takes these sizes: `1 <= A <=`
+    /// [`BRANCH_HEAD_MAX_ACTIONS`] and `1 <= G <=` [`BRANCH_HEAD_MAX_GLU`] (the lanes hold
+    /// the advantage weights and sums in registers). Other sizes take the GEMM path.
+    pub fn supported(&self) -> bool {
+        (1..=BRANCH_HEAD_MAX_ACTIONS).contains(&self.actions)
+            && (1..=BRANCH_HEAD_MAX_GLU).contains(&self.glu)
+            && self.batch >= 1
+    }
+
+    /// Floats of one partial row: `dwa[A, G] | dba[A] | dbg[2G]`.
+    fn partial_cols(&self) -> usize {
+        self.actions * self.glu + self.actions + 2 * self.glu
+    }
+}
+
+/// What [`Kernels::branch_head_backward`] reads: the advantage layer's output gradient, the
+/// GLU's saved input and output, and the advantage layer's weight.
+#[derive(Clone, Copy, Debug)]
+pub struct BranchHeadInputs<'a> {
+    /// `dadv[B, A]`.
+    pub dadv: &'a DeviceBuffer<f32>,
+    /// `u[B, 2G]`: the GLU's input (the gate layer's output).
+    pub u: &'a DeviceBuffer<f32>,
+    /// `g[B, G]`: the GLU's output, the advantage layer's input.
+    pub g: &'a DeviceBuffer<f32>,
+    /// `wa[A, G]`.
+    pub wa: &'a DeviceBuffer<f32>,
+}
+
+/// What [`Kernels::branch_head_backward`] writes, each whole (not accumulated).
+#[derive(Debug)]
+pub struct BranchHeadOutputs<'a> {
+    /// `du[B, 2G]`: the gradient at the GLU's input, for the gate layer's GEMMs.
+    pub du: &'a mut DeviceBuffer<f32>,
+    /// `dwa[A, G]`: the advantage layer's weight gradient.
+    pub dwa: &'a mut DeviceBuffer<f32>,
+    /// `dba[A]`: its bias gradient.
+    pub dba: &'a mut DeviceBuffer<f32>,
+    /// `dbg[2G]`: the gate layer's bias gradient, `Σ_b du[b, ·]`.
+    pub dbg: &'a mut DeviceBuffer<f32>,
+}
+
+/// How [`Kernels::branch_head_backward`] splits the rows: `(chunks, rows per chunk)`, about
+/// 64 rows a block of 8 warps (two blocks an SM at the default sizes), at most 1024 chunks;
+/// depends on the sizes only, so the sums' bits do too.
+pub fn branch_head_backward_plan(dims: BranchHeadDims) -> (usize, usize) {
+    warp_row_plan(dims.batch)
+}
+
+/// `(chunks, rows per chunk)` for the kernels that give each row to a warp of a block of 8
+/// and each block a chunk of about 64 rows: one block covers every column of its rows.
+fn warp_row_plan(rows: usize) -> (usize, usize) {
+    let (_, chunks, rows_per_chunk) = row_chunk_plan(rows, 32, 64);
+    (chunks, rows_per_chunk)
+}
+
+/// Length of the scratch buffer [`Kernels::branch_head_backward`] needs.
+pub fn branch_head_backward_scratch_len(dims: BranchHeadDims) -> usize {
+    let (chunks, _) = branch_head_backward_plan(dims);
+    chunks.saturating_mul(dims.partial_cols())
+}
+
+impl BranchHeadDims {
+    /// [`Kernels::branch_head_forward`] and [`Kernels::branch_head_backward`] refuse sizes
+    /// that are not [`BranchHeadDims::supported`], naming them.
+    fn check_supported(&self, what: &str) -> Result<()> {
+        if self.supported() {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "{what}: expected 1 to {BRANCH_HEAD_MAX_ACTIONS} actions, a GLU of width 1 to \
+             {BRANCH_HEAD_MAX_GLU} and a batch of at least 1, found {} actions, width {}, \
+             batch {}",
+            self.actions, self.glu, self.batch
+        )))
+    }
+}
+
+/// Rows a block of [`Kernels::branch_head_forward`] takes (`64 * blockIdx.x` in the kernel).
+const BRANCH_HEAD_FORWARD_ROWS: usize = 64;
+
+impl Kernels {
+    /// A branch's head forward in one pass over the rows: the GLU `g = glu(u)`
+    /// ([`Kernels::glu_forward`]'s formula) and the advantage layer `adv = g waᵀ + ba`.
+    /// `g` is written when given (the backward reads it); the passes over the next state
+    /// need only `adv`.
+    ///
+    /// One warp a row, blocks of 256 threads over 64 rows. Sizes must be
+    /// [`BranchHeadDims::supported`]. [`branch_head_forward_reference`] is the CPU version.
+    #[allow(clippy::too_many_arguments)] // the kernel's operands, one each
+    pub fn branch_head_forward(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: BranchHeadDims,
+        u: &DeviceBuffer<f32>,
+        wa: &DeviceBuffer<f32>,
+        ba: &DeviceBuffer<f32>,
+        g: Option<&mut DeviceBuffer<f32>>,
+        adv: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        dims.check_supported("branch_head_forward")?;
+        let b = positive("branch_head_forward: batch", dims.batch)?;
+        let gw = positive("branch_head_forward: glu", dims.glu)?;
+        let a = positive("branch_head_forward: actions", dims.actions)?;
+        let what = "branch_head_forward";
+        let bg = product(what, &[dims.batch, dims.glu])?;
+        check_len(
+            "branch_head_forward: u ([B, 2G])",
+            u.len(),
+            product(what, &[bg, 2])?,
+        )?;
+        check_len(
+            "branch_head_forward: wa ([A, G])",
+            wa.len(),
+            dims.actions * dims.glu,
+        )?;
+        check_len("branch_head_forward: ba ([A])", ba.len(), dims.actions)?;
+        check_len(
+            "branch_head_forward: adv ([B, A])",
+            adv.len(),
+            product(what, &[dims.batch, dims.actions])?,
+        )?;
+        if let Some(g) = &g {
+            check_len("branch_head_forward: g ([B, G])", g.len(), bg)?;
+        }
+        let blocks = len_u32(
+            "branch_head_forward: blocks",
+            dims.batch.div_ceil(BRANCH_HEAD_FORWARD_ROWS),
+        )?;
+        let null: u64 = 0;
+        let write_g: u32 = g.is_some().into();
+        let mut launch = stream.launch(self.kernel(KernelId::BranchHeadForward));
+        launch.buf(u).buf(wa).buf(ba);
+        match g {
+            Some(g) => launch.buf_mut(g),
+            None => launch.arg(&null),
+        };
+        launch.buf_mut(adv).arg(&b).arg(&gw).arg(&a).arg(&write_g);
+        let config = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match `branch_head_forward(const float* u, const float* wa,
+        // const float* ba, float* g, float* adv, unsigned B, unsigned G, unsigned A,
+        // unsigned write_g)`; block y touches rows [64 y, min(B, 64 y + 64)), units below
+        // G and actions below A (within the kernel's register arrays: `supported`, checked
+        // above); g is null only with write_g = 0, and the kernel writes it only when
+        // write_g != 0. Every buffer holds what its shape says (checked above).
+        unsafe { launch.launch(config) }
+    }
+
+    /// A branch's head backward in one pass over the rows: the advantage layer
+    /// (`dg = dadv wa`, `dwa = dadvᵀ g`, `dba = Σ_b dadv`), the GLU (`du` from `u` and `dg`,
+    /// [`Kernels::glu_backward`]'s formula) and the gate layer's bias gradient
+    /// `dbg = Σ_b du`. The gate layer's weight and input gradients stay GEMMs over `du`.
+    ///
+    /// Two-pass and deterministic: `branch_head_backward_partial` (one block of 256 per
+    /// chunk of rows, [`branch_head_backward_plan`]) writes `du` and one partial row per
+    /// chunk into `scratch` (at least [`branch_head_backward_scratch_len`] floats), then
+    /// `branch_head_backward_finish` adds them in order. Sizes must be
+    /// [`BranchHeadDims::supported`]. [`branch_head_backward_reference`] is the CPU version.
+    pub fn branch_head_backward(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: BranchHeadDims,
+        inputs: &BranchHeadInputs<'_>,
+        out: BranchHeadOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        dims.check_supported("branch_head_backward")?;
+        let b = positive("branch_head_backward: batch", dims.batch)?;
+        let g = positive("branch_head_backward: glu", dims.glu)?;
+        let a = positive("branch_head_backward: actions", dims.actions)?;
+        let what = "branch_head_backward";
+        let ba = product(what, &[dims.batch, dims.actions])?;
+        let bg = product(what, &[dims.batch, dims.glu])?;
+        let bu = product(what, &[bg, 2])?;
+        check_len("branch_head_backward: dadv ([B, A])", inputs.dadv.len(), ba)?;
+        check_len("branch_head_backward: u ([B, 2G])", inputs.u.len(), bu)?;
+        check_len("branch_head_backward: g ([B, G])", inputs.g.len(), bg)?;
+        check_len(
+            "branch_head_backward: wa ([A, G])",
+            inputs.wa.len(),
+            dims.actions * dims.glu,
+        )?;
+        check_len("branch_head_backward: out.du ([B, 2G])", out.du.len(), bu)?;
+        check_len(
+            "branch_head_backward: out.dwa ([A, G])",
+            out.dwa.len(),
+            dims.actions * dims.glu,
+        )?;
+        check_len(
+            "branch_head_backward: out.dba ([A])",
+            out.dba.len(),
+            dims.actions,
+        )?;
+        check_len(
+            "branch_head_backward: out.dbg ([2G])",
+            out.dbg.len(),
+            2 * dims.glu,
+        )?;
+        check_scratch(
+            "branch_head_backward: scratch (at least branch_head_backward_scratch_len)",
+            scratch.len(),
+            branch_head_backward_scratch_len(dims),
+        )?;
+        let (chunks, rows_per_chunk) = branch_head_backward_plan(dims);
+        let chunks32 = len_u32("branch_head_backward: row chunks", chunks)?;
+        let per_chunk = len_u32("branch_head_backward: rows per chunk", rows_per_chunk)?;
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::BranchHeadBackwardPartial));
+            launch
+                .buf(inputs.dadv)
+                .buf(inputs.u)
+                .buf(inputs.g)
+                .buf(inputs.wa)
+                .buf_mut(out.du)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&g)
+                .arg(&a)
+                .arg(&per_chunk);
+            let config = LaunchConfig {
+                grid_dim: (chunks32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match `branch_head_backward_partial(const float* dadv,
+            // const float* u, const float* g, const float* wa, float* du, float* partials,
+            // unsigned B, unsigned G, unsigned A, unsigned rows_per_chunk)`; block y touches
+            // rows [y rows_per_chunk, B) of the [B, ·] buffers, units below G and actions
+            // below A (A and G within the kernel's register arrays: `supported`, checked
+            // above), and writes partials[y cols + c] for y < chunks, c < cols: inside
+            // scratch (checked above). Every buffer holds what its shape says.
+            unsafe { launch.launch(config)? };
+        }
+        let finish_blocks = len_u32(
+            "branch_head_backward: finish blocks",
+            dims.partial_cols().div_ceil(32),
+        )?;
+        let mut launch = stream.launch(self.kernel(KernelId::BranchHeadBackwardFinish));
+        launch
+            .buf(&*scratch)
+            .arg(&chunks32)
+            .arg(&g)
+            .arg(&a)
+            .buf_mut(out.dwa)
+            .buf_mut(out.dba)
+            .buf_mut(out.dbg);
+        // SAFETY: the arguments match `branch_head_backward_finish(const float* partials,
+        // unsigned chunks, unsigned G, unsigned A, float* dwa, float* dba, float* dbg)`; it
+        // reads chunks (A G + A + 2G) floats of scratch and writes dwa[0..A G), dba[0..A)
+        // and dbg[0..2G), whose lengths are checked above.
+        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+    }
 }
 
 // ---- cuda/dqn_iqn.cu: cosine features, the fused quantile Huber head ----
