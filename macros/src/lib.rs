@@ -1,8 +1,8 @@
 //! The `#[step]` attribute of stepgraph. Use it through the `stepgraph` crate, which
 //! re-exports it and documents it; this crate's modules are the stages of the macro:
-//! [`parse`] (syntax into typed settings), [`model`] (the definition, every node with its
-//! span), [`validate`] (names and schedule rules, lowered to the planner's input),
-//! [`schedule`] (the planner, plain Rust) and [`codegen`] (the only stage that quotes).
+//! `parse` (syntax into typed settings), `model` (the definition, every node with its
+//! span), `validate` (names and schedule rules, lowered to the planner's input),
+//! `schedule` (the planner, plain Rust) and `codegen` (the only stage that quotes).
 
 mod codegen;
 mod errors;

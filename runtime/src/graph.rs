@@ -9,7 +9,7 @@ use cudarc::driver::{CudaContext, CudaStream, result};
 
 use crate::error::{Error, Result};
 
-/// What [`Graph::update`] did with a newly captured graph.
+/// What `Graph::update` did with a newly captured graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refresh {
     /// `cuGraphExecUpdate` patched the executable graph in place.

@@ -58,8 +58,8 @@ pub struct Bundle {
     /// `--features gpu-tests`, instead of one job.
     #[arg(long)]
     pub gpu_tests: bool,
-    /// The bundle folder (relative paths are taken from the workspace root) [default:
-    /// .device/bundle-<EXAMPLE>, or .device/bundle with --gpu-tests]. Cleared of a
+    /// The bundle folder (relative paths are taken from the workspace root; default:
+    /// `.device/bundle-<EXAMPLE>`, or `.device/bundle` with --gpu-tests). Cleared of a
     /// previous bundle first; a folder that is not a bundle is refused.
     #[arg(long)]
     pub out: Option<PathBuf>,

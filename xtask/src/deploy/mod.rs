@@ -50,7 +50,7 @@ const TAIL_LINES: usize = 15;
 /// the preflight, switches `current` to it, runs it and fetches its results.
 #[derive(Debug, Args)]
 pub struct Deploy {
-    /// The GPU host: user@host, user@host:port, or user@[ipv6]:port.
+    /// The GPU host: `user@host`, `user@host:port`, or `user@[ipv6]:port`.
     #[arg(long, value_name = "USER@HOST[:PORT]")]
     pub host: Target,
     /// The example to bundle and run.
@@ -77,7 +77,7 @@ pub struct Deploy {
     /// Free space the preflight requires in the deploy folder, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MIN_FREE_MIB)]
     pub min_free_mib: u64,
-    /// Where results are fetched to, as <DIR>/<host>/<release>/<run>/ (relative paths are
+    /// Where results are fetched to, as `<DIR>/<host>/<release>/<run>/` (relative paths are
     /// taken from the workspace root).
     #[arg(long, value_name = "DIR", default_value = "target/deploy")]
     pub fetch_to: PathBuf,
