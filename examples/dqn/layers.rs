@@ -197,11 +197,11 @@ pub struct BranchAct {
 #[derive(Debug)]
 pub struct BranchBack {
     /// `[B, G]`: the GLU's output gradient, on the GEMM path only (sizes that
-    /// [`Kernels::branch_head_backward`] does not take).
+    /// [`Kernels::branch_head_backward`] does not take); one element otherwise.
     pub dg: Buf,
     /// `[B, 2G]`.
     pub du: Buf,
-    /// [`Kernels::branch_head_backward`]'s partial sums.
+    /// [`Kernels::branch_head_backward`]'s partial sums; one element on the GEMM path.
     pub partials: Buf,
 }
 alloc_like_fields!(BranchBack { dg, du, partials });
@@ -227,13 +227,17 @@ impl BranchAct {
 
 impl BranchBack {
     pub fn zeros(device: &Device, s: &Sizes) -> Result<Self> {
+        // Each path's buffer at its size, a one-element stand-in for the other's.
+        let fused = s.branch_head().supported();
+        let (dg, partials) = if fused {
+            (1, branch_head_backward_scratch_len(s.branch_head()))
+        } else {
+            (s.batch * s.glu, 1)
+        };
         Ok(BranchBack {
-            dg: device.alloc_zeros("branch dg", s.batch * s.glu)?,
+            dg: device.alloc_zeros("branch dg", dg)?,
             du: device.alloc_zeros("branch du", s.batch * 2 * s.glu)?,
-            partials: device.alloc_zeros(
-                "branch head partial sums",
-                branch_head_backward_scratch_len(s.branch_head()).max(1),
-            )?,
+            partials: device.alloc_zeros("branch head partial sums", partials)?,
         })
     }
 }

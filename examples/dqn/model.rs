@@ -191,7 +191,9 @@ pub struct Batch {
 /// Scratch of a branch's next-state forward passes (online, then target).
 #[derive(Debug)]
 pub struct GluTmp {
+    /// `[B, 2G]`, the gate layer's output.
     pub u: Buf,
+    /// `[B, G]` on the GEMM path; one element where `branch_head_forward` skips `g`.
     pub g: Buf,
 }
 
@@ -1273,7 +1275,16 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
         ],
         glu_tmp: GluTmp {
             u: z("glu_tmp.u", b * 2 * s.glu)?,
-            g: z("glu_tmp.g", b * s.glu)?,
+            // Written only on the GEMM path (branch_head_forward skips g where it is not
+            // kept): a one-element stand-in otherwise.
+            g: z(
+                "glu_tmp.g",
+                if s.branch_head().supported() {
+                    1
+                } else {
+                    b * s.glu
+                },
+            )?,
         },
         targets: Targets {
             y: z("y", b * D)?,

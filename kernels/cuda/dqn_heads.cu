@@ -65,6 +65,8 @@ extern "C" __global__ void glu_backward(const float* __restrict__ u, const float
 // a GLU of width G <= 32 BRANCH_HEAD_MAX_UNITS (units a lane).
 #define BRANCH_HEAD_MAX_A 8
 #define BRANCH_HEAD_MAX_UNITS 2
+// Rows a block of branch_head_forward takes (8 warps, 8 rows each).
+#define BRANCH_HEAD_FORWARD_ROWS 64
 
 // The lane's advantage weights in registers: w[i][a] = wa[a, lane + 32 i], zero past G and A.
 __device__ __forceinline__ void load_advantage_weights(
@@ -100,8 +102,8 @@ extern "C" __global__ void __launch_bounds__(256)
     // The action this lane's sum ends up as: bits 4, 3, 2 of the lane.
     const unsigned my_a = ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
     const float my_b = my_a < A ? ba[my_a] : 0.0f;
-    const unsigned r1 = min(B, 64 * blockIdx.x + 64);
-    for (unsigned r = 64 * blockIdx.x + warp; r < r1; r += 8) {
+    const unsigned r1 = min(B, BRANCH_HEAD_FORWARD_ROWS * (blockIdx.x + 1));
+    for (unsigned r = BRANCH_HEAD_FORWARD_ROWS * blockIdx.x + warp; r < r1; r += 8) {
         float v[BRANCH_HEAD_MAX_A];
 #pragma unroll
         for (int a = 0; a < BRANCH_HEAD_MAX_A; ++a) {

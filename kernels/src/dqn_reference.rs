@@ -1260,7 +1260,9 @@ mod tests {
             &[f64::from(r.dbe)],
             &numeric_grad(&[be], |b| scaled_loss(&we_f32, b[0])),
         );
-        // de sums to dbe, and the loss slots carry L and coef L.
+        // dbe is the sum of de, and the loss slots carry L and coef L.
+        let de_sum: f64 = r.de.iter().map(|&x| f64::from(x)).sum();
+        assert!((de_sum - f64::from(r.dbe)).abs() <= 1e-6 * de_sum.abs().max(1e-6));
         let total = r.losses[LossSlot::Total.index()];
         assert!((total - f64::from(ex.coef) * r.losses[LossSlot::Iql.index()]).abs() < 1e-12);
         assert!(r.losses[LossSlot::Iql.index()] > 0.0);

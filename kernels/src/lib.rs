@@ -1236,12 +1236,12 @@ impl Kernels {
     }
 }
 
-/// Most actions of a branch [`Kernels::branch_head_backward`] takes
-/// (`BRANCH_HEAD_MAX_A` in `cuda/dqn_heads.cu`).
+/// Most actions of a branch [`Kernels::branch_head_forward`] and
+/// [`Kernels::branch_head_backward`] take (`BRANCH_HEAD_MAX_A` in `cuda/dqn_heads.cu`).
 pub const BRANCH_HEAD_MAX_ACTIONS: usize = 8;
 
-/// Widest GLU [`Kernels::branch_head_backward`] takes: 32 `BRANCH_HEAD_MAX_UNITS`
-/// (`cuda/dqn_heads.cu`), two units a lane.
+/// Widest GLU [`Kernels::branch_head_forward`] and [`Kernels::branch_head_backward`] take:
+/// 32 `BRANCH_HEAD_MAX_UNITS` (`cuda/dqn_heads.cu`), two units a lane.
 pub const BRANCH_HEAD_MAX_GLU: usize = 64;
 
 /// Sizes of one branch's head: `B` rows, a GLU of width `G` (its input layer has `2G`
@@ -1257,7 +1257,8 @@ pub struct BranchHeadDims {
 }
 
 impl BranchHeadDims {
-    /// Whether [`Kernels::branch_head_backward`] takes these sizes: `1 <= A <=`
+    /// Whether [`Kernels::branch_head_forward`] and [`Kernels::branch_head_backward`] take
+    /// these sizes: `1 <= A <=`
     /// [`BRANCH_HEAD_MAX_ACTIONS`] and `1 <= G <=` [`BRANCH_HEAD_MAX_GLU`] (the lanes hold
     /// the advantage weights and sums in registers). Other sizes take the GEMM path.
     pub fn supported(&self) -> bool {
@@ -1335,7 +1336,7 @@ impl BranchHeadDims {
     }
 }
 
-/// Rows a block of [`Kernels::branch_head_forward`] takes (`64 * blockIdx.x` in the kernel).
+/// Rows a block of [`Kernels::branch_head_forward`] takes (`BRANCH_HEAD_FORWARD_ROWS`).
 const BRANCH_HEAD_FORWARD_ROWS: usize = 64;
 
 impl Kernels {
@@ -3210,6 +3211,41 @@ mod tests {
         assert_eq!(iqn["IQN_WARPS"], IQN_WARPS.to_string());
         assert_eq!(iqn["IQN_FUSED_MAX_WARPS"], IQN_FUSED_MAX_WARPS.to_string());
         assert_eq!(iqn["IQN_FUSED_C"], IQN_FUSED_MAX_COSINES.to_string());
+    }
+
+    /// The limits the head kernels' register arrays and grids are sized for: a Rust limit
+    /// above the kernel's would drop units or actions without an error.
+    #[test]
+    fn head_kernel_limits_match_the_cuda_source() {
+        let heads = cuda_defines("dqn_heads.cu");
+        let num = |k: &str| heads[k].parse::<usize>().unwrap();
+        assert_eq!(num("BRANCH_HEAD_MAX_A"), BRANCH_HEAD_MAX_ACTIONS);
+        assert_eq!(32 * num("BRANCH_HEAD_MAX_UNITS"), BRANCH_HEAD_MAX_GLU);
+        assert_eq!(num("BRANCH_HEAD_FORWARD_ROWS"), BRANCH_HEAD_FORWARD_ROWS);
+        assert_eq!(
+            32 * num("EXPECTILE_HEAD_MAX_UNITS"),
+            EXPECTILE_HEAD_MAX_HIDDEN
+        );
+    }
+
+    /// Each row in exactly one chunk, whatever the batch; at most 1024 chunks, each of
+    /// about 64 rows until the cap makes them longer.
+    #[test]
+    fn warp_row_plan_covers_every_row_once() {
+        for rows in [1, 63, 64, 65, 1001, 16384, 65536, 65537, 70000, 1 << 20] {
+            let (chunks, per_chunk) = warp_row_plan(rows);
+            assert!(
+                chunks * per_chunk >= rows,
+                "{rows}: rows past the last chunk"
+            );
+            assert!((chunks - 1) * per_chunk < rows, "{rows}: an empty chunk");
+            assert!(chunks <= 1024, "{rows}: {chunks} chunks");
+            assert!(
+                per_chunk <= 64 || rows > 64 * 1024,
+                "{rows}: {per_chunk} rows a chunk"
+            );
+        }
+        assert_eq!(warp_row_plan(16384), (256, 64));
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! kernels did not write fails the check, and the loss buffer starts from random values,
 //! so a slot the kernels overwrote instead of adding into fails too. Bounds: [`ROW_BOUND`]
 //! for `e` and `de`, a dot product of `H` f32 terms (relative to the tensor's root mean
-//! square below it: `u = qbar − e` cancels); [`SUM_BOUND`] for the sums over up to 16384
-//! rows, added in f32 in chunks of about 64 rows as the trunk join's are (within 5.3e-7 in
-//! an f32 model). An indexing mistake is of order 1.
+//! square below it: `u = qbar − e` cancels); [`SUM_BOUND`] for the sums over up to 70000
+//! rows, added in f32 in chunks of 64 to 69 rows as the trunk join's are (within 5.3e-7 in
+//! an f32 model). A wrong index in `e`, `de` or `dwe` is off by order 1; a lost or doubled
+//! row moves the loss and `dbe` by about 1/B only, which the ragged batches (1001 and 1
+//! rows) make large.
 
 use super::{Rng, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, Result};
@@ -87,7 +89,7 @@ fn run(
     ))
 }
 
-const CASES: [ExpectileHeadDims; 3] = [
+const CASES: [ExpectileHeadDims; 4] = [
     // The step's sizes.
     ExpectileHeadDims {
         batch: 16384,
@@ -102,6 +104,11 @@ const CASES: [ExpectileHeadDims; 3] = [
     ExpectileHeadDims {
         batch: 1,
         hidden: 1,
+    },
+    // Enough rows that the 1024-chunk cap sets the chunk length (69 rows).
+    ExpectileHeadDims {
+        batch: 70000,
+        hidden: 256,
     },
 ];
 
