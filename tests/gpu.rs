@@ -102,6 +102,14 @@ fn nan_buffer(device: &Device, what: &str, len: usize) -> Result<DeviceBuffer<f3
     device.upload_new(what, &vec![f32::NAN; len])
 }
 
+/// The bits of every value of `parts`, in order: for checking that two runs agree exactly.
+pub(crate) fn bits(parts: &[&[f32]]) -> Vec<u32> {
+    parts
+        .iter()
+        .flat_map(|v| v.iter().map(|x| x.to_bits()))
+        .collect()
+}
+
 /// The largest `|got − want| / max(|want|, floor)`; infinite if anything is not finite.
 pub(crate) fn max_err(got: &[f32], want: &[f32], floor: f64) -> f64 {
     assert_eq!(got.len(), want.len(), "compared lengths");

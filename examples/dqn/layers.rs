@@ -6,7 +6,9 @@ use stepgraph::{
     AllocLike, Blas, CaptureStream, Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision,
     Result,
 };
-use stepgraph_kernels::{BranchHeadDims, Kernels, branch_head_backward_scratch_len};
+use stepgraph_kernels::{
+    BranchHeadDims, ExpectileHeadDims, Kernels, branch_head_backward_scratch_len,
+};
 
 /// f32 device buffer.
 pub type Buf = DeviceBuffer<f32>;
@@ -54,6 +56,14 @@ impl Sizes {
             batch: self.batch,
             glu: self.glu,
             actions: self.actions,
+        }
+    }
+
+    /// An IQL head: its layer over the trunk's output.
+    pub fn expectile_head(&self) -> ExpectileHeadDims {
+        ExpectileHeadDims {
+            batch: self.batch,
+            hidden: self.hidden,
         }
     }
 }

@@ -9,10 +9,10 @@ use stepgraph::{
 use stepgraph_kernels::{
     AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
     BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims,
-    DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadDims, ExpectileHeadInputs,
-    ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs,
-    Kernels, LOSS_SLOTS, ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs,
-    column_sums_scratch_len, expectile_head_scratch_len, trunk_grad_join_scratch_len,
+    DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadInputs, ExpectileHeadOutputs,
+    IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
+    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs, column_sums_scratch_len,
+    expectile_head_scratch_len, trunk_grad_join_scratch_len,
 };
 
 use crate::layers::{
@@ -1110,10 +1110,7 @@ fn expectile_head(
     head: ExpectileHead<'_>,
     losses: &mut Buf,
 ) -> Result<()> {
-    let dims = ExpectileHeadDims {
-        batch: s.batch,
-        hidden: s.hidden,
-    };
+    let dims = s.expectile_head();
     if dims.supported() {
         let inputs = ExpectileHeadInputs {
             h,
@@ -1301,11 +1298,7 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
             de_lo: z("de_lo", b)?,
             scratch: z(
                 "iql partial sums",
-                expectile_head_scratch_len(ExpectileHeadDims {
-                    batch: b,
-                    hidden: s.hidden,
-                })
-                .max(column_sums_scratch_len(b, 1)),
+                expectile_head_scratch_len(s.expectile_head()).max(column_sums_scratch_len(b, 1)),
             )?,
         },
         dadv: [

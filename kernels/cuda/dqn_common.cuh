@@ -129,3 +129,21 @@ __device__ __forceinline__ void st4(float* p, float4 v) {
 __device__ __forceinline__ float4 zero4() {
     return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
+
+// Reduce-scatter of 8 values over the 8 lanes that differ in bits 4, 3 and 2: three
+// halving exchanges, in each the lanes with the bit set keeping the upper half of the
+// values and adding the partner's copy of it. Afterwards v[0] of lane l holds, summed over
+// those 8 lanes, the value numbered 4 bit4(l) + 2 bit3(l) + bit2(l). 7 shuffles for 8 sums
+// instead of 8 x 3; every lane of the warp must call it.
+__device__ __forceinline__ void reduce_scatter8(float (&v)[8], unsigned lane) {
+#pragma unroll
+    for (int half = 4, m = 16; half >= 1; half >>= 1, m >>= 1) {
+        const bool upper = (lane & m) != 0;
+#pragma unroll
+        for (int i = 0; i < half; ++i) {
+            const float keep = upper ? v[i + half] : v[i];
+            const float send = upper ? v[i] : v[i + half];
+            v[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
+        }
+    }
+}

@@ -90,7 +90,7 @@ __device__ __forceinline__ void load_advantage_weights(
 // K = G, N = A product that cuBLASLt ran as its own kernel on the chain to the target.
 // Sizes as branch_head_backward_partial. Grid: ceil(B / 64) blocks of 256 threads; warp w
 // of block y takes rows 64 y + w + 8k, lane l units l + 32 i. The A sums over the lanes are
-// a reduce-scatter (three halving exchanges, then two adds): 9 shuffles a row, not 5 A.
+// a reduce-scatter (reduce_scatter8, then two adds): 9 shuffles a row, not 5 A.
 extern "C" __global__ void __launch_bounds__(256)
     branch_head_forward(const float* __restrict__ u, const float* __restrict__ wa,
                         const float* __restrict__ ba, float* __restrict__ g,
@@ -124,18 +124,7 @@ extern "C" __global__ void __launch_bounds__(256)
                 }
             }
         }
-        // Halving exchanges over lane bits 4, 3, 2: the upper half of the lanes keeps the
-        // upper half of the values and adds the partner's copy of them.
-#pragma unroll
-        for (int half = 4, m = 16; half >= 1; half >>= 1, m >>= 1) {
-            const bool upper = (lane & m) != 0;
-#pragma unroll
-            for (int i = 0; i < half; ++i) {
-                const float keep = upper ? v[i + half] : v[i];
-                const float send = upper ? v[i] : v[i + half];
-                v[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
-            }
-        }
+        reduce_scatter8(v, lane);  // then over lane bits 1, 0
         float t = v[0] + __shfl_xor_sync(FULL_MASK, v[0], 2);
         t += __shfl_xor_sync(FULL_MASK, t, 1);
         if ((lane & 3) == 0 && my_a < A) {

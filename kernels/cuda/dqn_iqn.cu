@@ -551,16 +551,7 @@ extern "C" __global__ void __launch_bounds__(32 * IQN_FUSED_MAX_WARPS, 1)
         for (int i = 0; i < 8; ++i) {
             zp[i] = fmaf(hw1, p1[i], hw0 * p0[i]);
         }
-#pragma unroll
-        for (int half = 4, m = 16; half >= 1; half >>= 1, m >>= 1) {
-            const bool upper = (lane & m) != 0;  // g's bit log2(half): keep the upper half
-#pragma unroll
-            for (int i = 0; i < half; ++i) {
-                const float keep = upper ? zp[i + half] : zp[i];
-                const float send = upper ? zp[i] : zp[i + half];
-                zp[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
-            }
-        }
+        reduce_scatter8(zp, lane);  // over g's three bits
         zq_part[warp][8 * t + g] = zp[0];
         __syncthreads();
 

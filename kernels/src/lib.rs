@@ -1093,6 +1093,19 @@ impl ExpectileHeadDims {
     pub fn supported(&self) -> bool {
         (1..=EXPECTILE_HEAD_MAX_HIDDEN).contains(&self.hidden) && self.batch >= 1
     }
+
+    /// [`Kernels::expectile_head`] refuses sizes that are not
+    /// [`ExpectileHeadDims::supported`], naming them.
+    fn check_supported(&self) -> Result<()> {
+        if self.supported() {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "expectile_head: expected a trunk output of width 1 to \
+             {EXPECTILE_HEAD_MAX_HIDDEN} and a batch of at least 1, found width {}, batch {}",
+            self.hidden, self.batch
+        )))
+    }
 }
 
 /// What [`Kernels::expectile_head`] reads: the trunk's output, the head's layer and the
@@ -1157,14 +1170,7 @@ impl Kernels {
         out: ExpectileHeadOutputs<'_>,
         scratch: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        if !dims.supported() {
-            return Err(Error::Invalid(format!(
-                "expectile_head: expected a trunk output of width 1 to \
-                 {EXPECTILE_HEAD_MAX_HIDDEN} and a batch of at least 1, found width {}, \
-                 batch {}",
-                dims.hidden, dims.batch
-            )));
-        }
+        dims.check_supported()?;
         let b = positive("expectile_head: batch", dims.batch)?;
         let h = positive("expectile_head: hidden", dims.hidden)?;
         let bh = product("expectile_head", &[dims.batch, dims.hidden])?;
@@ -1200,11 +1206,7 @@ impl Kernels {
                 .arg(&expectile.tau)
                 .arg(&expectile.coef)
                 .arg(&per_chunk);
-            let config = LaunchConfig {
-                grid_dim: (chunks32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = warp_rows_config(chunks32);
             // SAFETY: the arguments match `expectile_head_partial(const float* h, const
             // float* we, const float* be, const float* qbar, float* e, float* de, float*
             // partials, unsigned B, unsigned H, float tau, float coef, unsigned
@@ -1312,6 +1314,15 @@ pub fn branch_head_backward_plan(dims: BranchHeadDims) -> (usize, usize) {
 fn warp_row_plan(rows: usize) -> (usize, usize) {
     let (_, chunks, rows_per_chunk) = row_chunk_plan(rows, 32, 64);
     (chunks, rows_per_chunk)
+}
+
+/// The launch of a [`warp_row_plan`] kernel: one block of 8 warps per chunk.
+fn warp_rows_config(chunks: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (chunks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Length of the scratch buffer [`Kernels::branch_head_backward`] needs.
@@ -1481,11 +1492,7 @@ impl Kernels {
                 .arg(&g)
                 .arg(&a)
                 .arg(&per_chunk);
-            let config = LaunchConfig {
-                grid_dim: (chunks32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let config = warp_rows_config(chunks32);
             // SAFETY: the arguments match `branch_head_backward_partial(const float* dadv,
             // const float* u, const float* g, const float* wa, float* du, float* partials,
             // unsigned B, unsigned G, unsigned A, unsigned rows_per_chunk)`; block y touches

@@ -14,7 +14,7 @@
 //! forward's `g` is one f32 product through the sigmoid and `adv` a sum of `G` of them:
 //! [`DU_BOUND`]. An indexing mistake is of order 1.
 
-use super::{Rng, check_within, nan_buffer, rms, run_one_op};
+use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, Result};
 use stepgraph_kernels::{
     BranchHeadDims, BranchHeadInputs, BranchHeadOutputs, BranchHeadReference, Kernels,
@@ -167,14 +167,9 @@ fn gpu_branch_head_backward_repeats_bit_for_bit() -> Result<()> {
     let k = Kernels::load(&device)?;
     let dims = CASES[0];
     let x = inputs(dims, 8);
-    let bits = |r: &BranchHeadReference| -> Vec<u32> {
-        let all = [&r.du[..], &r.dwa[..], &r.dba[..], &r.dbg[..]];
-        all.iter()
-            .flat_map(|v| v.iter().map(|x| x.to_bits()))
-            .collect()
-    };
-    let first = bits(&run(&device, &k, dims, &x)?);
-    let second = bits(&run(&device, &k, dims, &x)?);
+    let all = |r: &BranchHeadReference| bits(&[&r.du, &r.dwa, &r.dba, &r.dbg]);
+    let first = all(&run(&device, &k, dims, &x)?);
+    let second = all(&run(&device, &k, dims, &x)?);
     assert!(first == second, "two runs on the same inputs differ");
     Ok(())
 }
@@ -226,9 +221,8 @@ fn gpu_branch_head_forward_matches_the_cpu_reference() -> Result<()> {
         check(&case, "adv", &adv, &want_adv, DU_BOUND);
         // Without g: the same adv, bit for bit.
         let (_, adv_only) = run_forward(&device, &k, dims, &x, &ba, false)?;
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert!(
-            bits(&adv_only) == bits(&adv),
+            bits(&[&adv_only]) == bits(&[&adv]),
             "{case}: adv differs when g is not written"
         );
     }

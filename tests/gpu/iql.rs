@@ -13,7 +13,7 @@
 //! row moves the loss and `dbe` by about 1/B only, which the ragged batches (1001 and 1
 //! rows) make large.
 
-use super::{Rng, check_within, nan_buffer, rms, run_one_op};
+use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, Result};
 use stepgraph_kernels::{
     Expectile, ExpectileHeadDims, ExpectileHeadInputs, ExpectileHeadOutputs, Kernels, LOSS_SLOTS,
@@ -177,15 +177,9 @@ fn gpu_expectile_head_repeats_bit_for_bit() -> Result<()> {
     let k = Kernels::load(&device)?;
     let dims = CASES[0];
     let x = inputs(dims, 9);
-    let bits = |o: &Outputs| -> Vec<u32> {
-        let (e, de, dwe, dbe, losses) = o;
-        [&e[..], &de[..], &dwe[..], &[*dbe], &losses[..]]
-            .iter()
-            .flat_map(|v| v.iter().map(|x| x.to_bits()))
-            .collect()
-    };
-    let first = bits(&run(&device, &k, dims, Expectile::LOW, &x)?);
-    let second = bits(&run(&device, &k, dims, Expectile::LOW, &x)?);
+    let all = |(e, de, dwe, dbe, losses): &Outputs| bits(&[e, de, dwe, &[*dbe], losses]);
+    let first = all(&run(&device, &k, dims, Expectile::LOW, &x)?);
+    let second = all(&run(&device, &k, dims, Expectile::LOW, &x)?);
     assert!(first == second, "two runs on the same inputs differ");
     Ok(())
 }

@@ -12,7 +12,7 @@
 //! (`results/2026-11-30-h200-dqn/join_model.py`) is within 5.3e-7 of the f64 reference
 //! by this measure for `dz2` and the sums. An indexing mistake is of order 1.
 
-use super::{Rng, check_within, nan_buffer, rms, run_one_op};
+use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
 use stepgraph_kernels::{
     Kernels, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkJoinReference,
@@ -165,14 +165,9 @@ fn gpu_trunk_grad_join_repeats_bit_for_bit() -> Result<()> {
     let k = Kernels::load(&device)?;
     let dims = CASES[0];
     let x = inputs(dims, 7);
-    let bits = |r: &TrunkJoinReference| -> Vec<u32> {
-        let all = [&r.dz2[..], &r.db2[..], &r.dwv[..], &[r.dbv]];
-        all.iter()
-            .flat_map(|v| v.iter().map(|x| x.to_bits()))
-            .collect()
-    };
-    let first = bits(&run(&device, &k, dims, &x)?);
-    let second = bits(&run(&device, &k, dims, &x)?);
+    let all = |r: &TrunkJoinReference| bits(&[&r.dz2, &r.db2, &r.dwv, &[r.dbv]]);
+    let first = all(&run(&device, &k, dims, &x)?);
+    let second = all(&run(&device, &k, dims, &x)?);
     assert!(first == second, "two runs on the same inputs differ");
     Ok(())
 }
