@@ -17,6 +17,8 @@ mod dueling;
 mod iql;
 #[path = "gpu/iqn.rs"]
 mod iqn;
+#[path = "gpu/optim.rs"]
+mod optim;
 #[path = "gpu/trunk.rs"]
 mod trunk;
 

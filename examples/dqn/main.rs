@@ -46,6 +46,10 @@ struct Options {
     /// Replay the one-stream step once and exit: the run Nsight Compute profiles for
     /// each kernel's DRAM bytes (`dram_bound.py`).
     serial_replay: bool,
+    /// Put a NaN into one past state of this training step's batch: shows the guard that
+    /// stops training at a non-finite loss or gradient, names the tensors, and keeps the
+    /// state of the step before.
+    inject_nan: Option<usize>,
 }
 
 fn parse_options() -> std::result::Result<Options, String> {
@@ -56,6 +60,7 @@ fn parse_options() -> std::result::Result<Options, String> {
         seed: 1,
         gpus: None,
         serial_replay: false,
+        inject_nan: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -88,9 +93,10 @@ fn parse_options() -> std::result::Result<Options, String> {
             "--seed" => o.seed = number()? as u64,
             "--check" => o.check = Some(PathBuf::from(value()?)),
             "--gpus" => o.gpus = Some(number()?),
+            "--inject-nan" => o.inject_nan = Some(number()?),
             other => {
                 return Err(format!(
-                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, or a size \
+                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, --inject-nan STEP, or a size \
                      (--batch --state --hidden --glu --actions --quantiles --cosines --window --width --heads)"
                 ));
             }
@@ -229,6 +235,7 @@ fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(Str
 }
 
 /// One batch of generated transitions (MODEL.md's inputs), uploaded into the step.
+#[derive(Clone)]
 struct Transitions {
     s: Vec<f32>,
     s2: Vec<f32>,
@@ -336,6 +343,92 @@ fn losses(step: &dqn::Step) -> Result<[f32; 7]> {
     ])
 }
 
+/// MODEL.md's names of [`losses`]'s values.
+const LOSS_NAMES: [&str; 7] = ["L", "L_td", "L_iql", "L_iqn", "L_attn", "L_cql", "L_conf"];
+
+/// Fails with the names of every non-finite loss and gradient when the last replay's
+/// loss or gradient norm is not finite. Cheap when all is well: two small downloads.
+fn check_finite(step: &dqn::Step, t: usize) -> Result<()> {
+    let sq_norm = step.download(|b| &b.optim.sq_norm)?[0];
+    let l = losses(step)?;
+    if sq_norm.is_finite() && l.iter().all(|x| x.is_finite()) {
+        return Ok(());
+    }
+    let grads = step
+        .buffers()
+        .grads()
+        .into_iter()
+        .map(|(name, buf)| Ok((name, step.executor().download(buf)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Err(stepgraph::Error::Invalid(non_finite_report(
+        t, &l, sq_norm, &grads,
+    )))
+}
+
+/// What went non-finite in step `t`, by MODEL.md's names, and what happened to the
+/// update: `adam_clip_update` skips a step whose gradient norm is not finite.
+fn non_finite_report(t: usize, l: &[f32; 7], sq_norm: f32, grads: &[(String, Vec<f32>)]) -> String {
+    let count = |v: &[f32]| {
+        let nan = v.iter().filter(|x| x.is_nan()).count();
+        let inf = v.iter().filter(|x| x.is_infinite()).count();
+        (nan, inf)
+    };
+    let mut parts = Vec::new();
+    let bad_losses: Vec<String> = LOSS_NAMES
+        .iter()
+        .zip(l)
+        .filter(|(_, x)| !x.is_finite())
+        .map(|(n, x)| format!("{n} = {x}"))
+        .collect();
+    if !bad_losses.is_empty() {
+        parts.push(format!("loss {}", bad_losses.join(", ")));
+    }
+    let bad_grads: Vec<String> = grads
+        .iter()
+        .filter_map(|(name, g)| match count(g) {
+            (0, 0) => None,
+            (nan, inf) => Some(format!("{name} ({nan} NaN, {inf} Inf of {})", g.len())),
+        })
+        .collect();
+    if !bad_grads.is_empty() {
+        parts.push(format!(
+            "{} of {} gradients: {}",
+            bad_grads.len(),
+            grads.len(),
+            bad_grads.join(", ")
+        ));
+    } else if !sq_norm.is_finite() {
+        parts.push(format!(
+            "the gradients' sum of squares ({sq_norm}), though every gradient is finite"
+        ));
+    }
+    let update = if sq_norm.is_finite() {
+        "every gradient is finite, so this step's update was applied".to_string()
+    } else {
+        format!(
+            "the update was skipped: the parameters and Adam's moments are those after step {}",
+            t - 1
+        )
+    };
+    format!(
+        "step {t} is not finite: {}; {update}; training stopped",
+        parts.join("; ")
+    )
+}
+
+/// Every parameter and Adam moment, host side: what `--inject-nan` compares across the
+/// step it poisons.
+fn optimizer_state(step: &dqn::Step) -> Result<Vec<Vec<f32>>> {
+    let b = step.buffers();
+    b.params
+        .named()
+        .into_iter()
+        .chain(b.optim.m.named())
+        .chain(b.optim.v.named())
+        .map(|(_, buf)| step.executor().download(buf))
+        .collect()
+}
+
 fn io_error(e: impl std::fmt::Display) -> stepgraph::Error {
     stepgraph::Error::Invalid(e.to_string())
 }
@@ -403,23 +496,24 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
         let out = dir.join(format!("step{k}/out"));
         let l = losses(&step)?;
         npy::write(&out.join("loss.npy"), &[7], &l).map_err(io_error)?;
-        for (name, buf) in step.buffers().grads() {
-            let v = step.executor().download(buf)?;
-            npy::write(
-                &out.join("grad").join(format!("{name}.npy")),
-                &shape(&name, s),
-                &v,
-            )
-            .map_err(io_error)?;
-        }
-        for (name, buf) in step.buffers().params.named() {
-            let v = step.executor().download(buf)?;
-            npy::write(
-                &out.join("param").join(format!("{name}.npy")),
-                &shape(&name, s),
-                &v,
-            )
-            .map_err(io_error)?;
+        // The state after the step too (parameters and Adam's moments): reference.py
+        // starts its step k+1 from exactly what this side started it from.
+        let bufs = step.buffers();
+        for (kind, named) in [
+            ("grad", bufs.grads()),
+            ("param", bufs.params.named()),
+            ("adam_m", bufs.optim.m.named()),
+            ("adam_v", bufs.optim.v.named()),
+        ] {
+            for (name, buf) in named {
+                let v = step.executor().download(buf)?;
+                npy::write(
+                    &out.join(kind).join(format!("{name}.npy")),
+                    &shape(&name, s),
+                    &v,
+                )
+                .map_err(io_error)?;
+            }
         }
         println!(
             "check step {k}: loss {:.6} (td {:.5} iql {:.5} iqn {:.5} attn {:.5} cql {:.5} conf {:.5})",
@@ -476,19 +570,34 @@ fn train(device: &Device, o: &Options) -> Result<()> {
     let mut times = Vec::new();
     let steps = o.steps.unwrap_or(200).max(1);
     for t in 1..=steps {
-        pool[t % pool.len()].upload(&mut step)?;
+        let before = if o.inject_nan == Some(t) {
+            let mut poisoned = pool[t % pool.len()].clone();
+            poisoned.win[0] = f32::NAN;
+            poisoned.upload(&mut step)?;
+            Some(optimizer_state(&step)?)
+        } else {
+            pool[t % pool.len()].upload(&mut step)?;
+            None
+        };
         set_step_count(&step, t as u32)?;
         let start = Instant::now();
         step.replay()?;
         step.wait()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
+        if let Err(e) = check_finite(&step, t) {
+            if let Some(before) = before {
+                let kept = before == optimizer_state(&step)?;
+                println!(
+                    "--inject-nan {t}: the parameters and Adam's moments after step {t} {} \
+                     those after step {} (bit for bit)",
+                    if kept { "are" } else { "are NOT" },
+                    t - 1
+                );
+            }
+            return Err(e);
+        }
         if t % 20 == 0 || t == 1 || t == steps {
             let l = losses(&step)?;
-            if !l.iter().all(|x| x.is_finite()) {
-                return Err(stepgraph::Error::Invalid(format!(
-                    "non-finite loss at step {t}: {l:?}"
-                )));
-            }
             let done = t * 40 / steps;
             println!(
                 "[{}{}] step {t:>5}/{}  loss {:.5}  step {:.3} ms",
@@ -705,6 +814,62 @@ fn breakdown(profile: &stepgraph::Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn grads(bad: &[(&str, usize, f32)]) -> Vec<(String, Vec<f32>)> {
+        ["w1", "b1", "wqkv", "bp"]
+            .iter()
+            .map(|&n| {
+                let mut g = vec![0.5f32; 10];
+                for &(name, at, x) in bad {
+                    if name == n {
+                        g[at] = x;
+                    }
+                }
+                (n.to_string(), g)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_non_finite_step_is_reported_by_tensor_name() {
+        let mut l = [0.5f32; 7];
+        l[4] = f32::NAN;
+        l[0] = f32::NAN;
+        let g = grads(&[
+            ("wqkv", 3, f32::NAN),
+            ("wqkv", 4, f32::NAN),
+            ("bp", 0, f32::INFINITY),
+        ]);
+        let msg = non_finite_report(17, &l, f32::NAN, &g);
+        assert_eq!(
+            msg,
+            "step 17 is not finite: loss L = NaN, L_attn = NaN; 2 of 4 gradients: \
+             wqkv (2 NaN, 0 Inf of 10), bp (0 NaN, 1 Inf of 10); the update was skipped: \
+             the parameters and Adam's moments are those after step 16; training stopped"
+        );
+    }
+
+    #[test]
+    fn a_non_finite_loss_with_finite_gradients_says_the_update_was_applied() {
+        let mut l = [0.5f32; 7];
+        l[5] = f32::INFINITY;
+        let msg = non_finite_report(3, &l, 2.0, &grads(&[]));
+        assert!(
+            msg.starts_with("step 3 is not finite: loss L_cql = inf; "),
+            "{msg}"
+        );
+        assert!(msg.contains("so this step's update was applied"), "{msg}");
+    }
+
+    #[test]
+    fn an_overflowing_norm_of_finite_gradients_is_named_as_such() {
+        let msg = non_finite_report(5, &[0.5; 7], f32::INFINITY, &grads(&[("w1", 0, 3e19)]));
+        assert!(
+            msg.contains("the gradients' sum of squares (inf), though every gradient is finite"),
+            "{msg}"
+        );
+        assert!(msg.contains("those after step 4"), "{msg}");
+    }
 
     /// The breakdown of the profile recorded on the H100: every op lands in one of the
     /// five parts, and the parts add up to the ops.

@@ -29,23 +29,30 @@ DIR/
   step<k>/out/loss.npy          [7]: L, L_td, L_iql, L_iqn, L_attn, L_cql, L_conf
   step<k>/out/grad/<name>.npy   dL/d<name> for every online parameter, before clipping
   step<k>/out/param/<name>.npy  every online parameter after step k's Adam update
+  step<k>/out/adam_m/<name>.npy Adam's first moment m of every parameter after step k
+  step<k>/out/adam_v/<name>.npy Adam's second moment v of every parameter after step k
 Files not named here are ignored.
 
 Adam's m and v are zero before step 1 and the step count t is k at step k. Step k
-starts from the parameters after step k-1 (after step 0: init/).
+starts from the state after step k-1: parameters, m and v (after step 0: init/, zeros).
 
 Commands (run with --help for every flag):
   reference.py check DIR [--device cuda|cpu] [--steps K]
-      recompute every step from init/ and the inputs, compare with out/ per tensor as
-      ‖x − ref‖/‖ref‖ (each loss component on its own: ≤ 1e-3; grad ≤ 1e-2; param ≤ 1e-3),
-      each step starting from the reference's own parameters and Adam state; print a
-      table per step and `reference check: N passed, M failed`; exit 1 on any failure.
-      JSON summary to $OUT/reference_check.json (DIR/reference_check.json when OUT is
-      unset). Default --steps: every step<k>/in/ present.
+      recompute each step k from the Rust side's state after step k-1 (step 1 from
+      init/) and step k's inputs, and compare with step<k>/out/ per tensor as
+      ‖x − ref‖/‖ref‖: each loss component on its own ≤ 1e-3, grad ≤ 1e-2, param ≤ 1e-3,
+      adam_m ≤ 1e-2, adam_v ≤ 2e-2, and the update of all parameters together (row
+      update.all, θ_k − θ_{k−1}) ≤ 5e-2. Print a table per step and `reference check:
+      N passed, M failed`; exit 1 on any failure. Also run the reference's own
+      trajectory from init/ (each step from its own previous state) and report, without
+      failing on it, how far the Rust outputs are from it: there rounding differences
+      compound (see MODEL.md, "Precision"). JSON summary to $OUT/reference_check.json
+      (DIR/reference_check.json when OUT is unset). Default --steps: every step<k>/in/.
   reference.py write-inputs DIR [sizes] [--steps 3] [--seed 0]
       write sizes.json, init/, target/ and step<k>/in/ with random data
-  reference.py write-expected DIR [--device ...] [--steps K]
-      write step<k>/out/ as the reference computes it (a stand-in for the Rust side)
+  reference.py write-expected DIR [--device ...] [--steps K] [--from-step J]
+      write step<k>/out/ as the reference computes it (a stand-in for the Rust side);
+      with --from-step J, steps J..K only, step J starting from DIR's step<J-1>/out/
   reference.py bench [--device cuda] [sizes] [--steps 200] [--warmup 30]
                      [--variants eager,graph,compile] [--compile-modes M1,M2,...|none]
       time the full step in PyTorch (eager, CUDA graph, torch.compile);
@@ -84,6 +91,20 @@ INPUT_NAMES = ("s", "s2", "act", "r", "done", "win", "tau")
 EXPECTILE_HI, EXPECTILE_LO = 0.7, 0.3
 CLIP_EPS = 1e-6
 BOUND_LOSS, BOUND_GRAD, BOUND_PARAM = 1e-3, 1e-2, 1e-3
+# m is a linear mix of clipped gradients, so it keeps their bound; v mixes their squares,
+# whose relative error is about twice theirs.
+BOUND_ADAM_M, BOUND_ADAM_V = 1e-2, 2e-2
+# The update θ_k − θ_{k−1} of all parameters together, which the parameter rows barely
+# see (an update is ~lr, small beside a parameter). An element whose gradient sign rounds
+# differently moves 2·lr apart in Adam's first steps, so the update's relative error is
+# about 2·√(share of such elements), and that share grows as the batch shrinks: 5e-2
+# allows 6e-4 of them. Measured with TF32 on an H200: at most 2.4e-3 at the default
+# sizes, 8.4e-3 at batch 1024 with G = 48. A wrong learning rate, bias correction or ε
+# is off by more.
+BOUND_UPDATE = 5e-2
+# What a step writes to step<k>/out/ per parameter, with the bound each is held to.
+STATE_KINDS = (("grad", BOUND_GRAD), ("param", BOUND_PARAM),
+               ("adam_m", BOUND_ADAM_M), ("adam_v", BOUND_ADAM_V))
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -519,7 +540,8 @@ def print_rows(rows, file=None):
         e = "-" if r["rel_err"] is None else f"{r['rel_err']:.3e}"
         ok = "ok" if r["ok"] else "FAIL"
         note = f"  {r['note']}" if r["note"] else ""
-        print(f"  {r['tensor']:<{w}}  {e:>10}  {r['bound']:>7.0e}  {ok}{note}", file=file)
+        b = "-" if r["bound"] is None else f"{r['bound']:.0e}"
+        print(f"  {r['tensor']:<{w}}  {e:>10}  {b:>7}  {ok}{note}", file=file)
 
 
 def pick_device(name):
@@ -542,6 +564,82 @@ def precision_setup(args, device):
     return dtype, tf32
 
 
+def zeros_like_np(arrs):
+    return {n: np.zeros_like(a) for n, a in arrs.items()}
+
+
+def run_step(state, target, batch, k, z, hp, device, dtype):
+    """Step k of the reference from `state` = (params, m, v), numpy dicts (not changed).
+
+    Returns what the Rust side writes to step<k>/out/, as numpy, and the gradient norm
+    and clipping scale."""
+    params, ms, vs = (to_dev(x, device, dtype) for x in state)
+    loss, grads, norm, scale = reference_step(params, target, batch, ms, vs, k, z, hp)
+    out = {"loss": to_np(loss), "grad": {n: to_np(g) for n, g in grads.items()}}
+    for kind, x in (("param", params), ("adam_m", ms), ("adam_v", vs)):
+        out[kind] = {n: to_np(t) for n, t in x.items()}
+    return out, norm, scale
+
+
+def read_step_out(d, k, shapes, problems):
+    """The Rust side's step<k>/out/; a missing or malformed file is None, its problem
+    recorded under the row name it belongs to."""
+    outp = os.path.join(d, f"step{k}", "out")
+    res = {"loss": read_npy(os.path.join(outp, "loss.npy"), (7,), np.float32, problems,
+                            "loss")}
+    for kind, _ in STATE_KINDS:
+        res[kind] = {n: read_npy(os.path.join(outp, kind, n + ".npy"), shp, np.float32,
+                                 problems, f"{kind}.{n}")
+                     for n, shp in shapes.items()}
+    return res
+
+
+def compare_outputs(rust, ref, why):
+    """One row per loss component and per parameter of each kind in STATE_KINDS."""
+    rows = [compare(f"loss.{ln}", "loss",
+                    None if rust["loss"] is None else rust["loss"][i:i + 1],
+                    ref["loss"][i:i + 1], BOUND_LOSS)
+            for i, ln in enumerate(LOSS_NAMES)]
+    for kind, bound in STATE_KINDS:
+        rows += [compare(f"{kind}.{n}", kind, x, ref[kind][n], bound)
+                 for n, x in rust[kind].items()]
+    for r in rows:
+        key = r["tensor"] if r["kind"] != "loss" else "loss"
+        if key in why:
+            r["note"] = why[key]
+    return rows
+
+
+def state_after(out):
+    """(params, m, v) of a step's outputs, or the reasons the next step cannot start
+    from them."""
+    bad = []
+    for kind in ("param", "adam_m", "adam_v"):
+        for n, a in out[kind].items():
+            if a is None:
+                bad.append(f"{kind}.{n} missing or unreadable")
+            elif nonfinite(a):
+                bad.append(f"{kind}.{n} {nonfinite(a)}")
+    if bad:
+        return None, bad
+    return (out["param"], out["adam_m"], out["adam_v"]), []
+
+
+def fmt_opt(x):
+    return "-" if x is None else f"{x:.6g}"
+
+
+def worst_by_kind(rows):
+    """{kind: (tensor, rel_err)} of the largest error of each kind (non-finite or
+    missing counts as inf)."""
+    out = {}
+    for r in rows:
+        e = math.inf if r["rel_err"] is None else r["rel_err"]
+        if r["kind"] not in out or e > out[r["kind"]][1]:
+            out[r["kind"]] = (r["tensor"], e)
+    return out
+
+
 def cmd_check(args):
     device = pick_device(args.device)
     dtype, tf32 = precision_setup(args, device)
@@ -560,6 +658,8 @@ def cmd_check(args):
           f"{args.dtype}{' with TF32' if tf32 else ''}"
           f"{f' (TF32 emulated, {Matmul.tf32_rounding})' if Matmul.emulate_tf32 else ''}")
     print("sizes " + " ".join(f"{k}={z[k]}" for k in SIZE_KEYS))
+    print("each step starts from the Rust side's state after the step before; the "
+          "reference's own trajectory is reported below each table")
 
     problems = Problems()
     init = load_params(d, "init", shapes, problems)
@@ -573,11 +673,10 @@ def cmd_check(args):
     if problems.items:
         return finish_setup_failure(problems, summary, d)
 
-    params = to_dev(init, device, dtype)
     target = to_dev(tgt, device, dtype)
-    ms = {n: torch.zeros_like(x) for n, x in params.items()}
-    vs = {n: torch.zeros_like(x) for n, x in params.items()}
-    rust_prev = {n: init[n] for n in names}
+    start_state = (init, zeros_like_np(init), zeros_like_np(init))
+    rust_state, rust_state_bad = start_state, []
+    own_state = start_state  # the reference's own trajectory
 
     for k in range(1, steps + 1):
         problems = Problems()
@@ -585,64 +684,75 @@ def cmd_check(args):
         if problems.items:
             return finish_setup_failure(problems, summary, d, passed, failed)
         batch = to_dev(batch_np, device, dtype)
-        ref_prev = {n: to_np(params[n]) for n in names}
-        loss, grads, norm, scale = reference_step(params, target, batch, ms, vs, k, z, hp)
-
-        outp = os.path.join(d, f"step{k}", "out")
         rp = Problems()  # unreadable Rust outputs are failures of their own row
-        rust_loss = read_npy(os.path.join(outp, "loss.npy"), (7,), np.float32, rp, "loss")
-        ref_loss = to_np(loss)
-        rows = []
-        for i, ln in enumerate(LOSS_NAMES):
-            rows.append(compare(f"loss.{ln}", "loss",
-                                None if rust_loss is None else rust_loss[i:i + 1],
-                                ref_loss[i:i + 1], BOUND_LOSS))
-        rust_grads, rust_params = {}, {}
-        for n in names:
-            g = read_npy(os.path.join(outp, "grad", n + ".npy"), shapes[n], np.float32, rp,
-                         f"grad.{n}")
-            rust_grads[n] = g
-            rows.append(compare(f"grad.{n}", "grad", g, to_np(grads[n]), BOUND_GRAD))
-        for n in names:
-            q = read_npy(os.path.join(outp, "param", n + ".npy"), shapes[n], np.float32, rp,
-                         f"param.{n}")
-            rust_params[n] = q
-            rows.append(compare(f"param.{n}", "param", q, to_np(params[n]), BOUND_PARAM))
+        rust = read_step_out(d, k, shapes, rp)
         why = dict(rp.items)
-        for r in rows:
-            key = r["tensor"] if r["kind"] != "loss" else "loss"
-            if key in why:
-                r["note"] = why[key]
 
-        # Drift: whole parameter set, and the update of this step alone (informative:
-        # an Adam step moves a parameter by ~lr, small beside the 1e-3 parameter bound).
-        ref_now = {n: to_np(params[n]) for n in names}
-        have = [n for n in names if rust_params[n] is not None
-                and np.all(np.isfinite(rust_params[n]))
-                and rust_prev.get(n) is not None]
-        drift = global_rel([rust_params[n] for n in have], [ref_now[n] for n in have]) \
-            if have else None
-        upd = global_rel([rust_params[n] - rust_prev[n] for n in have],
-                         [ref_now[n] - ref_prev[n] for n in have]) if have else None
+        # The check: step k from exactly the state the Rust side started it from.
+        norm = scale = loss_ref = update_drift = None
+        if rust_state is None:
+            rows = [{"tensor": f"start of step {k}", "kind": "start", "bound": None,
+                     "rel_err": None, "ok": False,
+                     "note": f"the Rust state after step {k - 1} is unusable: "
+                             + "; ".join(rust_state_bad[:5])
+                             + (" ..." if len(rust_state_bad) > 5 else "")}]
+        else:
+            ref, norm, scale = run_step(rust_state, target, batch, k, z, hp, device, dtype)
+            rows = compare_outputs(rust, ref, why)
+            loss_ref = float(ref["loss"][0])
+            # This step's update, Rust against reference from the same start; parameters
+            # that are missing or non-finite fail their own rows.
+            have = [n for n in names if rust["param"][n] is not None
+                    and not nonfinite(rust["param"][n])]
+            row = {"tensor": "update.all", "kind": "update", "bound": BOUND_UPDATE,
+                   "rel_err": None, "ok": False, "note": ""}
+            if have:
+                update_drift = global_rel(
+                    [rust["param"][n] - rust_state[0][n] for n in have],
+                    [ref["param"][n] - rust_state[0][n] for n in have])
+                row["rel_err"], row["ok"] = update_drift, update_drift <= BOUND_UPDATE
+                if len(have) < len(names):
+                    row["note"] = f"over {len(have)} of {len(names)} parameters"
+            else:
+                row["note"] = "no usable parameter"
+            rows.append(row)
+
+        # Informative: the reference's own trajectory, where differences compound.
+        own, own_norm, _ = run_step(own_state, target, batch, k, z, hp, device, dtype)
+        own_rows = compare_outputs(rust, own, why)
+        own_state = (own["param"], own["adam_m"], own["adam_v"])
+        have = [n for n in names if rust["param"][n] is not None
+                and not nonfinite(rust["param"][n])]
+        drift = global_rel([rust["param"][n] for n in have],
+                           [own["param"][n] for n in have]) if have else None
+
         gnorm_rust = None
-        if all(g is not None and np.all(np.isfinite(g)) for g in rust_grads.values()):
+        if all(g is not None and not nonfinite(g) for g in rust["grad"].values()):
             gnorm_rust = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2))
-                                       for g in rust_grads.values()))
-        rust_prev = {n: rust_params[n] for n in names}
+                                       for g in rust["grad"].values()))
+        rust_state, rust_state_bad = state_after(rust)
 
-        print(f"\nstep {k}: L={ref_loss[0]:.6g}  grad norm={norm:.6g} "
-              f"(rust {'-' if gnorm_rust is None else f'{gnorm_rust:.6g}'})  "
-              f"clip scale={scale:.6g}")
+        print(f"\nstep {k}: L={fmt_opt(loss_ref)}  "
+              f"grad norm={fmt_opt(norm)} (rust {fmt_opt(gnorm_rust)})  clip scale={fmt_opt(scale)}")
         print_rows(rows)
-        print(f"  drift of all parameters ‖θ_rust − θ_ref‖/‖θ_ref‖ = "
-              f"{'-' if drift is None else f'{drift:.3e}'}; "
-              f"of this step's update = {'-' if upd is None else f'{upd:.3e}'} (informative)")
+        over = [r for r in own_rows if not r["ok"]]
+        worst = worst_by_kind(own_rows)
+        print("  reference's own trajectory from init/ (informative): worst "
+              + ", ".join(f"{t} {e:.3e}" for t, e in worst.values())
+              + f"; {len(over)} of {len(own_rows)} rows over their bounds"
+              + (": " + ", ".join(r["tensor"] for r in over[:10]) if over else ""))
+        print(f"  drift of all parameters from that trajectory ‖θ_rust − θ_own‖/‖θ_own‖ = "
+              f"{'-' if drift is None else f'{drift:.3e}'}")
         p_ = sum(r["ok"] for r in rows)
         passed += p_
         failed += len(rows) - p_
-        summary["steps"].append({"step": k, "rows": rows, "grad_norm_ref": norm,
-                                 "grad_norm_rust": gnorm_rust, "clip_scale_ref": scale,
-                                 "param_drift": drift, "update_drift": upd})
+        summary["steps"].append({
+            "step": k, "rows": rows, "grad_norm_ref": norm, "grad_norm_rust": gnorm_rust,
+            "clip_scale_ref": scale, "update_drift": update_drift,
+            "own_trajectory": {"grad_norm": own_norm, "param_drift": drift,
+                               "worst": {kd: {"tensor": t, "rel_err": e}
+                                         for kd, (t, e) in worst.items()},
+                               "over_bound": [r["tensor"] for r in over]}})
 
     return finish(summary, d, passed, failed)
 
@@ -749,27 +859,36 @@ def cmd_write_expected(args):
     d = args.dir
     z, hp, _ = load_config(d)
     steps = args.steps if args.steps is not None else count_steps(d)
+    first = args.from_step
+    if not 1 <= first <= max(steps, 1):
+        print(f"--from-step {first}: expected a step in 1..{steps}", file=sys.stderr)
+        return 2
     problems = Problems()
     shapes = param_shapes(z)
-    init = load_params(d, "init", shapes, problems)
+    if first == 1:
+        init = load_params(d, "init", shapes, problems)
+        state = (init, zeros_like_np(init), zeros_like_np(init))
+    else:
+        state, bad = state_after(read_step_out(d, first - 1, shapes, problems))
+        for msg in bad:
+            problems.add(f"step{first - 1}/out", msg)
     tgt = load_params(d, "target", trunk_shapes(z), problems)
-    batches = [load_inputs(d, k, z, problems) for k in range(1, steps + 1)]
+    batches = {k: load_inputs(d, k, z, problems) for k in range(first, steps + 1)}
     if problems.items:
         for n, m in problems.items:
             print(f"{n}: {m}", file=sys.stderr)
         return 2
-    params, target = to_dev(init, device, dtype), to_dev(tgt, device, dtype)
-    ms = {n: torch.zeros_like(x) for n, x in params.items()}
-    vs = {n: torch.zeros_like(x) for n, x in params.items()}
-    for k in range(1, steps + 1):
-        loss, grads, _, _ = reference_step(params, target, to_dev(batches[k - 1], device, dtype),
-                                           ms, vs, k, z, hp)
+    target = to_dev(tgt, device, dtype)
+    for k in range(first, steps + 1):
+        out, _, _ = run_step(state, target, to_dev(batches[k], device, dtype), k, z, hp,
+                             device, dtype)
         outp = os.path.join(d, f"step{k}", "out")
-        write_npy(os.path.join(outp, "loss.npy"), to_np(loss))
-        for n in shapes:
-            write_npy(os.path.join(outp, "grad", n + ".npy"), to_np(grads[n]))
-            write_npy(os.path.join(outp, "param", n + ".npy"), to_np(params[n]))
-    print(f"wrote step1..{steps}/out/ to {d}")
+        write_npy(os.path.join(outp, "loss.npy"), out["loss"])
+        for kind, _ in STATE_KINDS:
+            for n in shapes:
+                write_npy(os.path.join(outp, kind, n + ".npy"), out[kind][n])
+        state = (out["param"], out["adam_m"], out["adam_v"])
+    print(f"wrote step{first}..{steps}/out/ to {d}")
     return 0
 
 
@@ -1035,6 +1154,8 @@ def parser():
     e = sub.add_parser("write-expected", help="write step<k>/out/ as the reference computes it")
     e.add_argument("dir", metavar="DIR")
     e.add_argument("--steps", type=int, default=None)
+    e.add_argument("--from-step", type=int, default=1,
+                   help="start at this step, from DIR's step<J-1>/out/ state")
     add_precision(e, emulation=True)
     e.set_defaults(fn=cmd_write_expected)
 

@@ -78,12 +78,15 @@ def to64(arrs):
 def test_check_passes_on_its_own_outputs(expected_dir, tmp_path, capsys):
     rc, out = run_main(["check", expected_dir, "--device", "cpu"], capsys)
     assert rc == 0, out
-    n_rows = 3 * (7 + 2 * len(R.param_shapes(TINY)))
+    n_rows = 3 * (7 + 4 * len(R.param_shapes(TINY)) + 1)
     assert f"reference check: {n_rows} passed, 0 failed" in out.splitlines()[-1]
     s = summary(tmp_path)
     assert s["passed"] == n_rows and s["failed"] == 0
     assert [st["step"] for st in s["steps"]] == [1, 2, 3]
-    assert all(st["param_drift"] == 0.0 for st in s["steps"])
+    assert all(st["own_trajectory"]["param_drift"] == 0.0 for st in s["steps"])
+    assert all(st["update_drift"] == 0.0 for st in s["steps"])
+    kinds = {r["kind"] for r in s["steps"][0]["rows"]}
+    assert kinds == {"loss", "grad", "param", "adam_m", "adam_v", "update"}
 
 
 def test_steps_flag_limits_the_check(expected_dir, capsys):
@@ -134,16 +137,72 @@ def test_non_finite_reference_is_named(expected_dir, tmp_path, capsys):
     assert "loss.L_iql" in out
 
 
-def test_next_step_starts_from_the_reference_parameters(expected_dir, tmp_path, capsys):
-    # A wrong update in step 1 fails step 1 only: step 2 is recomputed from the
-    # reference's own parameters, not from the wrong ones.
+def test_each_step_starts_from_the_rust_state(expected_dir, tmp_path, capsys):
+    # A Rust side whose step 1 updates w1 wrongly and then carries on correctly from its
+    # own (wrong) state: only step 1 fails. Its own trajectory leaves the reference's,
+    # which the check reports but does not fail on.
     path = os.path.join(expected_dir, "step1", "out", "param", "w1.npy")
     np.save(path, (np.load(path) * 1.05).astype(np.float32))
-    rc, _ = run_main(["check", expected_dir, "--device", "cpu"], capsys)
+    assert R.main(["write-expected", expected_dir, "--device", "cpu", "--from-step", "2"]) == 0
+    rc, out = run_main(["check", expected_dir, "--device", "cpu"], capsys)
     assert rc == 1
     s = summary(tmp_path)
-    assert failing(s) == [(1, "param.w1")]
-    assert s["steps"][0]["param_drift"] > 0 and s["steps"][1]["param_drift"] == 0
+    assert failing(s) == [(1, "param.w1"), (1, "update.all")]
+    own = [st["own_trajectory"] for st in s["steps"]]
+    assert own[0]["param_drift"] > 0 and own[1]["param_drift"] > 0
+    assert own[1]["over_bound"]  # the Rust side's gradients left the reference's own
+    assert "rows over their bounds: " in out
+
+
+def test_a_wrong_learning_rate_fails_the_update_row(expected_dir, tmp_path, capsys):
+    # 10% too large an update of every parameter: most parameter rows stay inside 1e-3
+    # (an update is ~lr beside parameters of ~1/√fan_in; a bias drawn near zero is the
+    # exception), the update row does not.
+    p = R.Problems()
+    init = R.load_params(expected_dir, "init", R.param_shapes(TINY), p)
+    for n, x0 in init.items():
+        path = os.path.join(expected_dir, "step1", "out", "param", n + ".npy")
+        x1 = np.load(path)
+        np.save(path, (x0 + 1.1 * (x1 - x0)).astype(np.float32))
+    rc, out = run_main(["check", expected_dir, "--device", "cpu", "--steps", "1"], capsys)
+    assert rc == 1
+    s = summary(tmp_path)
+    assert (1, "update.all") in failing(s)
+    missed = [t for _, t in failing(s) if t.startswith("param.")]
+    assert len(missed) < len(R.param_shapes(TINY)) // 4, missed
+    row = next(r for r in s["steps"][0]["rows"] if r["tensor"] == "update.all")
+    assert abs(row["rel_err"] - 0.1) < 1e-3  # the parameters' f32 rounding
+    assert any("update.all" in ln and "FAIL" in ln for ln in out.splitlines())
+
+
+def test_a_wrong_adam_moment_fails_by_name(expected_dir, tmp_path, capsys):
+    # The parameters barely show a wrong v (an update is ~lr), the moment's own row does.
+    path = os.path.join(expected_dir, "step2", "out", "adam_v", "wphi.npy")
+    np.save(path, (np.load(path) * 1.5).astype(np.float32))
+    rc, _ = run_main(["check", expected_dir, "--device", "cpu", "--steps", "2"], capsys)
+    assert rc == 1
+    assert failing(summary(tmp_path)) == [(2, "adam_v.wphi")]
+
+
+def test_an_unusable_rust_state_fails_the_next_step_by_name(expected_dir, tmp_path, capsys):
+    os.remove(os.path.join(expected_dir, "step1", "out", "adam_m", "bp.npy"))
+    rc, out = run_main(["check", expected_dir, "--device", "cpu"], capsys)
+    assert rc == 1
+    assert failing(summary(tmp_path)) == [(1, "adam_m.bp"), (2, "start of step 2")]
+    row = next(ln for ln in out.splitlines() if "start of step 2" in ln)
+    assert "the Rust state after step 1 is unusable: adam_m.bp missing" in row
+
+
+def test_write_expected_from_step_needs_a_usable_state(expected_dir, capsys):
+    path = os.path.join(expected_dir, "step1", "out", "adam_v", "w2.npy")
+    v = np.load(path)
+    v[0, 0] = np.inf
+    np.save(path, v)
+    rc = R.main(["write-expected", expected_dir, "--device", "cpu", "--from-step", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "step1/out: adam_v.w2 non-finite: 0 NaN, 1 Inf" in err
+    rc = R.main(["write-expected", expected_dir, "--device", "cpu", "--from-step", "9"])
+    assert rc == 2 and "--from-step 9: expected a step in 1..3" in capsys.readouterr().err
 
 
 def test_clipping_active_still_self_consistent(tmp_path, monkeypatch, capsys):
@@ -175,9 +234,13 @@ def test_missing_rust_output_fails_that_row(expected_dir, tmp_path, capsys):
     os.remove(os.path.join(expected_dir, "step2", "out", "param", "bq.npy"))
     rc, out = run_main(["check", expected_dir, "--device", "cpu"], capsys)
     assert rc == 1
-    assert failing(summary(tmp_path)) == [(2, "param.bq")]
+    # and step 3 cannot start from the state after step 2
+    assert failing(summary(tmp_path)) == [(2, "param.bq"), (3, "start of step 3")]
     row = next(ln for ln in out.splitlines() if "param.bq" in ln and "FAIL" in ln)
     assert "missing file" in row
+    n = len(R.param_shapes(TINY))
+    assert any("update.all" in ln and ln.endswith(f"over {n - 1} of {n} parameters")
+               for ln in out.splitlines())
 
 
 def test_wrong_shape_is_named(expected_dir, tmp_path, capsys):

@@ -89,13 +89,20 @@ extern "C" __global__ void __launch_bounds__(1024)
 // with lr = scalars[ADAM_LR], bias1 = scalars[ADAM_BIAS1] (1 - beta1^t), bias2 =
 // scalars[ADAM_BIAS2] (1 - beta2^t), read from device memory at run time so that a replay
 // sees the values refreshed before it. sq_norm[0] is grad_sq_norm's output.
+// A non-finite sq_norm[0] (a NaN or infinite gradient, or a sum of squares that
+// overflows) skips the update: clipping would turn one bad element into NaN everywhere,
+// so parameters and moments keep the last finite step's values for the host to report.
 // Grid: ceil(total / OPTIM_CHUNK) blocks of 256.
 extern "C" __global__ void __launch_bounds__(256)
     adam_clip_update(const u64* __restrict__ table, unsigned T, u64 total,
                      const float* __restrict__ sq_norm, const float* __restrict__ scalars,
                      float max_norm, float beta1, float beta2, float one_minus_beta1,
                      float one_minus_beta2, float eps) {
-    const float clip = fminf(1.0f, max_norm / (sqrtf(sq_norm[0]) + 1e-6f));
+    const float sq = sq_norm[0];
+    if (!isfinite(sq)) {
+        return;
+    }
+    const float clip = fminf(1.0f, max_norm / (sqrtf(sq) + 1e-6f));
     const float lr = scalars[ADAM_LR], bias1 = scalars[ADAM_BIAS1], bias2 = scalars[ADAM_BIAS2];
     const u64 c0 = (u64)blockIdx.x * OPTIM_CHUNK;
     const u64 c1 = min(c0 + OPTIM_CHUNK, total);

@@ -1106,6 +1106,9 @@ pub fn adam_clip_update_reference(
     check("adam_clip_update_reference: grad", grad.len(), param.len());
     check("adam_clip_update_reference: m", m.len(), param.len());
     check("adam_clip_update_reference: v", v.len(), param.len());
+    if !sq_norm.is_finite() {
+        return; // the kernel skips the step, leaving everything as it was
+    }
     let values = scalars.values();
     let (lr, bias1, bias2) = (values[ADAM_LR], values[ADAM_BIAS1], values[ADAM_BIAS2]);
     let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
@@ -1878,6 +1881,22 @@ mod tests {
         let g = 100.0 * (10.0 / (100.0 + 1e-6));
         assert!((m[0] - 0.1 * g as f32).abs() < 1e-4, "{m:?}");
         assert!((v[0] - 0.001 * (g * g) as f32).abs() < 1e-3, "{v:?}");
+    }
+
+    #[test]
+    fn adam_skips_a_step_whose_norm_is_not_finite() {
+        let hyper = AdamHyper::default();
+        let scalars = AdamScalars::at_step(0.01, &hyper, 2);
+        for sq_norm in [f32::NAN, f32::INFINITY] {
+            let grad = [0.5f32, f32::NAN];
+            let (mut param, mut m, mut v) = ([1.0f32, 2.0], [0.1f32, 0.2], [0.01f32, 0.02]);
+            adam_clip_update_reference(&mut param, &grad, &mut m, &mut v, sq_norm, scalars, hyper);
+            assert_eq!(
+                (param, m, v),
+                ([1.0, 2.0], [0.1, 0.2], [0.01, 0.02]),
+                "{sq_norm}"
+            );
+        }
     }
 
     #[test]

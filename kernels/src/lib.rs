@@ -2827,6 +2827,10 @@ impl Kernels {
     /// and the bias corrections at [`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`] of
     /// `scalars`.
     ///
+    /// A non-finite `sq_norm[0]` (a NaN or infinite gradient, or a sum of squares that
+    /// overflows) skips the update: parameters and moments keep their values, so one bad
+    /// element is not trained into every parameter and the host can report the step.
+    ///
     /// `slots` must be the table's buffers, in table order (checked by address and
     /// length). One block of 256 per [`OPTIM_CHUNK`] elements.
     /// [`adam_clip_update_reference`] is the CPU version.

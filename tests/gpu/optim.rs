@@ -1,0 +1,229 @@
+//! GPU tests of the optimizer's two launches (`Kernels::grad_sq_norm`, then
+//! `Kernels::adam_clip_update`, as the step's `clip_and_adam` issues them) against the
+//! CPU references, over tensors whose lengths put chunk boundaries inside tensors, at
+//! them, and between tensors of one element; and of the guard that skips a step whose
+//! gradients are not finite. They need a CUDA GPU of compute capability 9.0.
+//!
+//! Bounds: the norm is a sum of up to ~70k squares that the kernels add in f32 in chunks
+//! of 512 and the reference in f64, so [`NORM_BOUND`] relative; the update is a few f32
+//! operations an element that the kernel may fuse where the reference rounds twice, so
+//! [`UPDATE_BOUND`] relative to each element or, below the tensor's root mean square, to
+//! that; and the update `param − param before` to [`DELTA_BOUND`] of its root mean square,
+//! since parameters of order 1 move by about `lr` and round to an ulp of themselves.
+//! A wrong index or formula is off by the size of the element.
+
+use super::{Rng, bits, check_within, rms, run_one_op};
+use stepgraph::{Device, DeviceBuffer, DeviceScalars, Result};
+use stepgraph_kernels::{
+    AdamHyper, AdamScalars, AdamSlot, Kernels, OPTIM_CHUNK, ParamEntry, ParamTable,
+    adam_clip_update_reference, grad_sq_norm_reference,
+};
+
+const NORM_BOUND: f64 = 1e-5;
+const UPDATE_BOUND: f64 = 1e-6;
+const DELTA_BOUND: f64 = 1e-2;
+const LR: f32 = 3e-4;
+
+/// Tensor lengths: chunk boundaries inside a tensor, exactly at its end, one-element
+/// tensors on either side of one, and a long tensor of many chunks.
+const LENGTHS: [usize; 7] = [
+    1,
+    OPTIM_CHUNK - 1,
+    1,
+    OPTIM_CHUNK,
+    3 * OPTIM_CHUNK + 7,
+    1,
+    65_541,
+];
+
+/// Host copies of every tensor of the table.
+#[derive(Clone)]
+struct State {
+    param: Vec<Vec<f32>>,
+    grad: Vec<Vec<f32>>,
+    m: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+/// Random parameters, moments as after a few steps (`v > 0`), and gradients of scale
+/// `grad_scale`.
+fn state(seed: u64, grad_scale: f32) -> State {
+    let mut rng = Rng::new(seed);
+    let mut each = |lo: f32, hi: f32| -> Vec<Vec<f32>> {
+        LENGTHS
+            .iter()
+            .map(|&n| rng.vec_nonzero(n, lo, hi))
+            .collect()
+    };
+    State {
+        param: each(-1.0, 1.0),
+        grad: each(-grad_scale, grad_scale),
+        m: each(-1e-2, 1e-2),
+        v: each(1e-6, 1e-4),
+    }
+}
+
+/// Runs the two launches once on the GPU; returns `sq_norm` and the state after them.
+fn run(
+    device: &Device,
+    k: &Kernels,
+    x: &State,
+    scalars: AdamScalars,
+    hyper: AdamHyper,
+) -> Result<(f32, State)> {
+    let up = |what: &str, v: &[Vec<f32>]| -> Result<Vec<DeviceBuffer<f32>>> {
+        v.iter().map(|t| device.upload_new(what, t)).collect()
+    };
+    let mut param = up("param", &x.param)?;
+    let grad = up("grad", &x.grad)?;
+    let mut m = up("m", &x.m)?;
+    let mut v = up("v", &x.v)?;
+    let entries = (0..LENGTHS.len())
+        .map(|i| ParamEntry::of(&param[i], &grad[i], &m[i], &v[i]))
+        .collect::<Result<Vec<_>>>()?;
+    let table = ParamTable::new(device, entries)?;
+    let mut scratch = device.upload_new("norm partials", &vec![f32::NAN; table.blocks()])?;
+    let mut sq_norm = device.upload_new("sq_norm", &[f32::NAN])?;
+    let device_scalars = DeviceScalars::new(device, "adam scalars", &scalars.values())?;
+    run_one_op(device, |stream| {
+        let grads: Vec<&DeviceBuffer<f32>> = grad.iter().collect();
+        k.grad_sq_norm(stream, &table, &grads, &mut scratch, &mut sq_norm)?;
+        let mut slots: Vec<AdamSlot<'_>> = param
+            .iter_mut()
+            .zip(&grad)
+            .zip(m.iter_mut().zip(v.iter_mut()))
+            .map(|((param, grad), (m, v))| AdamSlot { param, grad, m, v })
+            .collect();
+        k.adam_clip_update(stream, &table, &mut slots, &sq_norm, &device_scalars, hyper)
+    })?;
+    let down = |bufs: &[DeviceBuffer<f32>]| -> Result<Vec<Vec<f32>>> {
+        bufs.iter().map(|b| device.download(b)).collect()
+    };
+    let after = State {
+        param: down(&param)?,
+        grad: x.grad.clone(),
+        m: down(&m)?,
+        v: down(&v)?,
+    };
+    Ok((device.download(&sq_norm)?[0], after))
+}
+
+/// The CPU references' norm and state after the update.
+fn reference(x: &State, scalars: AdamScalars, hyper: AdamHyper) -> (f32, State) {
+    let grads: Vec<&[f32]> = x.grad.iter().map(Vec::as_slice).collect();
+    let sq_norm = grad_sq_norm_reference(&grads);
+    let mut after = x.clone();
+    for i in 0..LENGTHS.len() {
+        adam_clip_update_reference(
+            &mut after.param[i],
+            &x.grad[i],
+            &mut after.m[i],
+            &mut after.v[i],
+            sq_norm,
+            scalars,
+            hyper,
+        );
+    }
+    (sq_norm, after)
+}
+
+fn flat(v: &[Vec<f32>]) -> Vec<f32> {
+    v.concat()
+}
+
+#[test]
+fn gpu_grad_norm_and_adam_match_the_cpu_reference() -> Result<()> {
+    let device = super::device();
+    let k = super::kernels(&device);
+    let hyper = AdamHyper::default();
+    // Gradients of scale 1e-3 (norm ~0.15: no clipping) and 1 (norm ~150: clipped to 10),
+    // at the first step (bias corrections 0.1 and 0.001) and a later one.
+    for (case, seed, grad_scale, t) in [
+        ("unclipped, t = 1", 1, 1e-3, 1),
+        ("clipped, t = 1", 2, 1.0, 1),
+        ("clipped, t = 7", 3, 1.0, 7),
+    ] {
+        let x = state(seed, grad_scale);
+        let scalars = AdamScalars::at_step(LR, &hyper, t);
+        let (norm, got) = run(&device, &k, &x, scalars, hyper)?;
+        let (want_norm, want) = reference(&x, scalars, hyper);
+        let clipped = (hyper.max_norm as f32) < want_norm.sqrt();
+        assert_eq!(
+            clipped,
+            grad_scale == 1.0,
+            "{case}: the case clips as intended"
+        );
+        check_within(case, "sq_norm", &[norm], &[want_norm], 0.0, NORM_BOUND);
+        for (what, g, w) in [
+            ("param", &got.param, &want.param),
+            ("m", &got.m, &want.m),
+            ("v", &got.v, &want.v),
+        ] {
+            let (g, w) = (flat(g), flat(w));
+            check_within(case, what, &g, &w, rms(&w), UPDATE_BOUND);
+        }
+        // The update itself, which the parameters' bound cannot see (an update is ~lr
+        // beside parameters of order 1): a chunk the kernel skipped or updated twice is
+        // off by the size of its updates. Rounding the parameter costs an ulp of it,
+        // about 1e-3 of a typical update.
+        let delta = |after: &[Vec<f32>]| -> Vec<f32> {
+            flat(after)
+                .iter()
+                .zip(flat(&x.param))
+                .map(|(a, b)| a - b)
+                .collect()
+        };
+        let (got_delta, want_delta) = (delta(&got.param), delta(&want.param));
+        check_within(
+            case,
+            "param - param before",
+            &got_delta,
+            &want_delta,
+            rms(&want_delta),
+            DELTA_BOUND,
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_adam_skips_a_step_whose_gradient_is_not_finite() -> Result<()> {
+    let device = super::device();
+    let k = super::kernels(&device);
+    let hyper = AdamHyper::default();
+    let scalars = AdamScalars::at_step(LR, &hyper, 2);
+    for (case, bad) in [
+        ("a NaN gradient", f32::NAN),
+        ("an infinite gradient", f32::INFINITY),
+        ("a gradient whose square overflows", 3e19),
+    ] {
+        let mut x = state(4, 1e-3);
+        // In the long tensor, past the first chunk: the blocks that hold no bad element
+        // must skip too.
+        x.grad[6][40_000] = bad;
+        let (norm, got) = run(&device, &k, &x, scalars, hyper)?;
+        assert!(
+            !norm.is_finite(),
+            "{case}: sq_norm {norm} should not be finite"
+        );
+        for (what, g, w) in [
+            ("param", &got.param, &x.param),
+            ("m", &got.m, &x.m),
+            ("v", &got.v, &x.v),
+        ] {
+            let (g, w) = (flat(g), flat(w));
+            assert_eq!(
+                bits(&[&g]),
+                bits(&[&w]),
+                "{case}: {what} changed by a skipped step"
+            );
+        }
+        let (_, want) = reference(&x, scalars, hyper);
+        assert_eq!(
+            bits(&[&flat(&want.param)]),
+            bits(&[&flat(&x.param)]),
+            "{case}: the reference skips too"
+        );
+    }
+    Ok(())
+}
