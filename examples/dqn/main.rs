@@ -102,6 +102,21 @@ fn parse_options() -> std::result::Result<Options, String> {
             }
         }
     }
+    if let Some(t) = o.inject_nan {
+        let steps = o.steps.unwrap_or(200).max(1);
+        if o.check.is_some() || o.gpus.is_some() || o.serial_replay {
+            return Err(
+                "--inject-nan applies to the training run: expected it without --check, --gpus \
+                 and --serial-replay"
+                    .into(),
+            );
+        }
+        if t == 0 || t > steps {
+            return Err(format!(
+                "--inject-nan {t}: expected a step of the run, 1 to {steps} (--steps)"
+            ));
+        }
+    }
     if o.sizes.width % o.sizes.heads != 0 {
         return Err(format!(
             "--width {} must be a multiple of --heads {}",
@@ -347,8 +362,9 @@ fn losses(step: &dqn::Step) -> Result<[f32; 7]> {
 const LOSS_NAMES: [&str; 7] = ["L", "L_td", "L_iql", "L_iqn", "L_attn", "L_cql", "L_conf"];
 
 /// Fails with the names of every non-finite loss and gradient when the last replay's
-/// loss or gradient norm is not finite. Cheap when all is well: two small downloads.
-fn check_finite(step: &dqn::Step, t: usize) -> Result<()> {
+/// loss or gradient norm is not finite. Cheap when all is well: four small downloads
+/// (the norm and the three loss buffers).
+pub(crate) fn check_finite(step: &dqn::Step, t: usize) -> Result<()> {
     let sq_norm = step.download(|b| &b.optim.sq_norm)?[0];
     let l = losses(step)?;
     if sq_norm.is_finite() && l.iter().all(|x| x.is_finite()) {
@@ -584,7 +600,13 @@ fn train(device: &Device, o: &Options) -> Result<()> {
         step.replay()?;
         step.wait()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
-        if let Err(e) = check_finite(&step, t) {
+        let checked = check_finite(&step, t);
+        if before.is_some() && checked.is_ok() {
+            return Err(stepgraph::Error::Invalid(format!(
+                "--inject-nan {t}: the step with a NaN in its batch passed the finite check"
+            )));
+        }
+        if let Err(e) = checked {
             if let Some(before) = before {
                 let kept = before == optimizer_state(&step)?;
                 println!(

@@ -15,7 +15,9 @@ use std::sync::{Condvar, Mutex};
 
 use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule, median};
 
-use super::{Options, Rng, Transitions, build, build_rank, initialise, losses, set_step_count};
+use super::{
+    Options, Rng, Transitions, build, build_rank, check_finite, initialise, losses, set_step_count,
+};
 use crate::model::dqn;
 
 /// Relative-error bounds of the check, as in reference.py.
@@ -45,15 +47,22 @@ fn slice(t: &Transitions, rank: usize, ranks: usize, batch: usize) -> Transition
     }
 }
 
-/// The check's steps 1..=[`CHECK_STEPS`], step t on batch t of `batches` (cycling), then
-/// a wait for the last.
+/// The check's steps 1..=[`CHECK_STEPS`], step t on batch t of `batches` (cycling), each
+/// checked for a non-finite loss or gradient norm ([`check_finite`]). Every step runs
+/// even after a bad one, so that every rank issues the same collectives; the first bad
+/// step's report is returned at the end.
 fn check_steps(step: &mut dqn::Step, batches: &[Transitions]) -> Result<()> {
+    let mut first_bad = None;
     for t in 1..=CHECK_STEPS {
         batches[t as usize % batches.len()].upload(step)?;
         set_step_count(step, t)?;
         step.replay()?;
+        step.wait()?;
+        if first_bad.is_none() {
+            first_bad = check_finite(step, t as usize).err();
+        }
     }
-    step.wait()
+    first_bad.map_or(Ok(()), Err)
 }
 
 /// Every gradient, then every parameter, with its name, after the last replay.
@@ -157,7 +166,7 @@ fn rank_main(
     id: CommId,
     pool: &[Transitions],
     steps: usize,
-    points: &[Rendezvous; 3],
+    points: &[Rendezvous; 4],
 ) -> Result<RankResult> {
     let device = meet(&points[0], Device::new(rank), "joining NCCL")?;
     let mut s = o.sizes;
@@ -186,7 +195,10 @@ fn rank_main(
         .iter()
         .map(|t| slice(t, rank, ranks, o.sizes.batch))
         .collect();
-    check_steps(&mut step, &slices)?;
+    // A rank whose check found a non-finite step must not leave the others in the timed
+    // replays' all-reduces: all stop together.
+    let checked = check_steps(&mut step, &slices);
+    meet(&points[3], checked, "the timed replays")?;
     eprintln!("rank {rank}: ran the check's {CHECK_STEPS} steps");
     let snap = if rank == 0 {
         Some(snapshot(&step)?)
@@ -234,6 +246,7 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
     let id = CommId::new()?;
     let results: Mutex<Vec<(usize, Result<RankResult>)>> = Mutex::new(Vec::new());
     let points = [
+        Rendezvous::new(ranks),
         Rendezvous::new(ranks),
         Rendezvous::new(ranks),
         Rendezvous::new(ranks),

@@ -193,6 +193,17 @@ def test_an_unusable_rust_state_fails_the_next_step_by_name(expected_dir, tmp_pa
     assert "the Rust state after step 1 is unusable: adam_m.bp missing" in row
 
 
+def test_write_expected_from_step_reads_only_the_state(expected_dir, capsys):
+    os.remove(os.path.join(expected_dir, "step1", "out", "loss.npy"))
+    os.remove(os.path.join(expected_dir, "step1", "out", "grad", "w1.npy"))
+    assert R.main(["write-expected", expected_dir, "--device", "cpu", "--from-step", "2"]) == 0
+    os.remove(os.path.join(expected_dir, "step1", "out", "param", "w1.npy"))
+    rc = R.main(["write-expected", expected_dir, "--device", "cpu", "--from-step", "2"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "w1" in ln]  # reported once, by name
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("param.w1: missing file"), err
+
+
 def test_write_expected_from_step_needs_a_usable_state(expected_dir, capsys):
     path = os.path.join(expected_dir, "step1", "out", "adam_v", "w2.npy")
     v = np.load(path)

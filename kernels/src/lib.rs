@@ -1558,6 +1558,8 @@ struct IqnPlan {
     config: LaunchConfig,
     /// Partial rows written (one per block).
     rows: u32,
+    /// Columns of a partial row, `2 H + 2`: what the finish kernel adds up.
+    cols: u32,
     scratch_len: usize,
 }
 
@@ -1601,9 +1603,15 @@ fn iqn_plan(dims: IqnDims) -> Result<IqnPlan> {
             smem as u32,
         )
     };
+    // H fits 32 bits (checked above), so 2 H + 2 fits a usize; it may not fit the
+    // kernels' 32-bit column count.
+    let cols = len_u32(
+        "iqn_forward_backward: a partial row (2 H + 2 columns)",
+        2 * dims.hidden + 2,
+    )?;
     let scratch_len = product(
         "iqn_forward_backward: scratch",
-        &[blocks as usize, 2 * dims.hidden + 2],
+        &[blocks as usize, cols as usize],
     )?;
     Ok(IqnPlan {
         kernel,
@@ -1613,6 +1621,7 @@ fn iqn_plan(dims: IqnDims) -> Result<IqnPlan> {
             shared_mem_bytes: smem,
         },
         rows: blocks,
+        cols,
         scratch_len,
     })
 }
@@ -1769,7 +1778,7 @@ impl Kernels {
             // and the generic kernel gets N floats of dynamic shared memory.
             unsafe { launch.launch(plan.config)? };
         }
-        let cols = 2 * h + 2;
+        let cols = plan.cols;
         let mut launch = stream.launch(self.kernel(KernelId::IqnFinish));
         launch
             .buf(&*scratch)
@@ -2222,9 +2231,20 @@ pub struct AttnPoolDims {
 }
 
 impl AttnPoolDims {
-    /// Length of the scratch buffer that [`Kernels::attn_pool_loss`] needs.
+    /// Length of the scratch buffer that [`Kernels::attn_pool_loss`] needs; `usize::MAX`
+    /// for sizes whose scratch does not fit (which `attn_pool_loss` refuses).
     pub fn scratch_len(self) -> usize {
-        self.blocks() as usize * (self.width + 2)
+        (self.blocks() as usize).saturating_mul(self.width.saturating_add(2))
+    }
+
+    /// Columns of a partial row, `E + 2`: what the finish kernel adds up.
+    fn cols(self) -> Result<u32> {
+        let e = positive("attn_pool_loss: width", self.width)?;
+        // The width fits 32 bits, and E + 2 need not.
+        len_u32(
+            "attn_pool_loss: a partial row (E + 2 columns)",
+            e as usize + 2,
+        )
     }
 
     fn blocks(self) -> u32 {
@@ -2421,6 +2441,8 @@ impl Kernels {
         let b = positive("attn_pool_loss: batch", dims.batch)?;
         let w = positive("attn_pool_loss: window", dims.window)?;
         let e = positive("attn_pool_loss: width", dims.width)?;
+        // Checked before the first launch, so that nothing is half done.
+        let cols = dims.cols()?;
         let o_len = product("attn_pool_loss", &[dims.batch, dims.window, dims.width])?;
         check_len("attn_pool_loss: o ([B W, E])", inputs.o.len(), o_len)?;
         check_len("attn_pool_loss: wp ([E])", inputs.wp.len(), dims.width)?;
@@ -2432,7 +2454,7 @@ impl Kernels {
         check_len("attn_pool_loss: dbp ([1])", out.dbp.len(), 1)?;
         check_losses("attn_pool_loss: losses", out.losses)?;
         let rows = dims.blocks();
-        let needed = product("attn_pool_loss: scratch", &[rows as usize, dims.width + 2])?;
+        let needed = product("attn_pool_loss: scratch", &[rows as usize, cols as usize])?;
         check_scratch(
             "attn_pool_loss: scratch (at least AttnPoolDims::scratch_len)",
             scratch.len(),
@@ -2464,7 +2486,6 @@ impl Kernels {
             // of E + 2 floats (checked above).
             unsafe { launch.launch(config)? };
         }
-        let cols = e + 2;
         let mut launch = stream.launch(self.kernel(KernelId::AttnPoolFinish));
         launch
             .buf(&*scratch)
@@ -2565,15 +2586,24 @@ pub struct ParamTable {
 }
 
 impl ParamTable {
-    /// The table's words, as uploaded (see the layout above).
-    pub fn words(entries: &[ParamEntry]) -> Vec<u64> {
+    /// The table's words, as uploaded (see the layout above). Fails when the lengths
+    /// add up past `u64::MAX`: the entries are plain values, and a wrapped `start` would
+    /// send the kernels to the wrong element.
+    pub fn words(entries: &[ParamEntry]) -> Result<Vec<u64>> {
         let mut start = 0u64;
         let mut words = Vec::with_capacity(entries.len() * PARAM_TABLE_WORDS);
-        for e in entries {
-            words.extend_from_slice(&[e.param, e.grad, e.m, e.v, e.len as u64, start]);
-            start += e.len as u64;
+        for (k, e) in entries.iter().enumerate() {
+            let len = e.len as u64;
+            words.extend_from_slice(&[e.param, e.grad, e.m, e.v, len, start]);
+            start = start.checked_add(len).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "ParamTable: expected entry lengths that add up to at most {}, found a \
+                     sum past it at entry {k} (length {len})",
+                    u64::MAX
+                ))
+            })?;
         }
-        words
+        Ok(words)
     }
 
     /// Builds and uploads the table (blocking: call it when building the step, not in an
@@ -2588,7 +2618,7 @@ impl ParamTable {
         }
         len_u32("ParamTable: entries", entries.len())?;
         len_u32("ParamTable: blocks", total.div_ceil(OPTIM_CHUNK))?;
-        let table = device.upload_new("parameter table", &ParamTable::words(&entries))?;
+        let table = device.upload_new("parameter table", &ParamTable::words(&entries)?)?;
         Ok(ParamTable {
             table,
             entries,
@@ -3268,7 +3298,7 @@ mod tests {
             v: base + 3,
             len,
         };
-        let words = ParamTable::words(&[entry(100, 5), entry(200, 0), entry(300, 7)]);
+        let words = ParamTable::words(&[entry(100, 5), entry(200, 0), entry(300, 7)]).unwrap();
         assert_eq!(
             words,
             vec![
@@ -3278,6 +3308,18 @@ mod tests {
             ]
         );
         assert_eq!(words.len(), 3 * PARAM_TABLE_WORDS);
+        let e = ParamTable::words(&[entry(100, 5), entry(200, usize::MAX)])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "ParamTable: expected entry lengths that add up to at most {}, found a sum past \
+                 it at entry 1 (length {})",
+                u64::MAX,
+                usize::MAX
+            )
+        );
     }
 
     #[test]
@@ -3337,6 +3379,36 @@ mod tests {
         );
         assert!(iqn_plan(dims(0, 32, 256)).is_err());
         assert_eq!(dims(4, 0, 256).scratch_len(), 0);
+    }
+
+    #[test]
+    fn finish_rows_wider_than_32_bits_are_refused_not_wrapped() {
+        // H = 2^31 fits the kernels' 32-bit sizes, and B N H too; 2 H + 2 does not.
+        let dims = IqnDims {
+            batch: 1,
+            quantiles: 1,
+            hidden: 1 << 31,
+        };
+        let e = iqn_plan(dims).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "iqn_forward_backward: a partial row (2 H + 2 columns) has 4294967298 elements"
+            ),
+            "{e}"
+        );
+        assert_eq!(dims.scratch_len(), 0);
+        let attn = |width| AttnPoolDims {
+            batch: 4,
+            window: 2,
+            width,
+        };
+        assert_eq!(attn(64).cols().unwrap(), 66);
+        let e = attn(u32::MAX as usize).cols().unwrap_err().to_string();
+        assert!(
+            e.starts_with("attn_pool_loss: a partial row (E + 2 columns) has 4294967297 elements"),
+            "{e}"
+        );
+        assert_eq!(attn(usize::MAX).scratch_len(), usize::MAX);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `::stepgraph::__rt_v1`.
 
 use proc_macro2::{Literal, TokenStream};
-use quote::{format_ident, quote};
+use quote::{ToTokens, format_ident, quote};
 use syn::{Ident, Type};
 
 use crate::model::{BufKind, Priority, Step};
@@ -14,8 +14,29 @@ fn rt() -> TokenStream {
     quote!(::stepgraph::__rt_v1)
 }
 
-fn lit_u32(n: usize) -> Literal {
-    Literal::u32_unsuffixed(n as u32)
+/// An op index as a `u32` literal.
+fn lit_u32(n: usize) -> TokenStream {
+    match u32::try_from(n) {
+        Ok(n) => Literal::u32_unsuffixed(n).into_token_stream(),
+        Err(_) => index_too_wide(n, 32),
+    }
+}
+
+/// A stream, buffer, event or copy index as a `u16` literal. Validation refuses a step
+/// with more than `u16::MAX` of any of these, so the fallback is never emitted; were it
+/// ever, the build would stop there instead of wrapping to another index.
+fn lit_u16(n: usize) -> TokenStream {
+    match u16::try_from(n) {
+        Ok(n) => Literal::u16_unsuffixed(n).into_token_stream(),
+        Err(_) => index_too_wide(n, 16),
+    }
+}
+
+fn index_too_wide(n: usize, bits: u32) -> TokenStream {
+    let msg = format!(
+        "stepgraph: index {n} does not fit the plan's {bits}-bit indices; validation should have refused this step (a bug in stepgraph-macros)"
+    );
+    quote!(::core::compile_error!(#msg))
 }
 
 /// The `PLAN` constant.
@@ -44,10 +65,10 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
         let name = &inst.name;
         let func = step.ops[inst.op].name.to_string();
-        let stream = Literal::u16_unsuffixed(inst.stream as u16);
+        let stream = lit_u16(inst.stream);
         let accesses = resolved.problem.ops[k].accesses.iter().map(|(r, a)| {
-            let buf = Literal::u16_unsuffixed(r.buf as u16);
-            let copy = Literal::u16_unsuffixed(r.copy as u16);
+            let buf = lit_u16(r.buf);
+            let copy = lit_u16(r.copy);
             let access = match a {
                 Access::Read => quote!(Read),
                 Access::Write => quote!(Write),
@@ -55,12 +76,12 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             quote!(#rt::AccessDesc { buf: #rt::BufId(#buf), copy: #copy, access: #rt::Access::#access })
         });
         let waits = plan.waits[k].iter().map(|&e| {
-            let e = Literal::u16_unsuffixed(e as u16);
+            let e = lit_u16(e);
             quote!(#rt::EventId(#e))
         });
         let record = match plan.records[k] {
             Some(e) => {
-                let e = Literal::u16_unsuffixed(e as u16);
+                let e = lit_u16(e);
                 quote!(::core::option::Option::Some(#rt::EventId(#e)))
             }
             None => quote!(::core::option::Option::None),
@@ -90,7 +111,7 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         };
         let buf = match d.resource {
             Some(r) => {
-                let b = Literal::u16_unsuffixed(r.buf as u16);
+                let b = lit_u16(r.buf);
                 quote!(::core::option::Option::Some(#rt::BufId(#b)))
             }
             None => quote!(::core::option::Option::None),
@@ -98,7 +119,7 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         quote!(#rt::EdgeDesc { from: #rt::OpId(#from), to: #rt::OpId(#to), kind: #rt::EdgeKind::#kind, buf: #buf })
     });
     let events = plan.events.iter().map(|e| {
-        let stream = Literal::u16_unsuffixed(e.stream as u16);
+        let stream = lit_u16(e.stream);
         let after = match e.after {
             Some(a) => {
                 let a = lit_u32(a);
@@ -109,7 +130,7 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         quote!(#rt::EventDesc { stream: #rt::StreamId(#stream), after: #after })
     });
     let final_waits = plan.final_waits.iter().map(|&e| {
-        let e = Literal::u16_unsuffixed(e as u16);
+        let e = lit_u16(e);
         quote!(#rt::EventId(#e))
     });
     let path = |p: &[usize]| {
@@ -546,5 +567,22 @@ pub fn stand_in(step: &Step) -> TokenStream {
                 pub fn verify(&mut self) -> #rt::Result<#rt::VerifyReport> { ::core::panic!(#msg) }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_too_wide_for_its_literal_is_a_compile_error_not_a_wrap() {
+        assert_eq!(lit_u16(65535).to_string(), "65535");
+        assert_eq!(lit_u32(70000).to_string(), "70000");
+        let wide = lit_u16(65536).to_string();
+        assert!(
+            wide.starts_with(":: core :: compile_error !")
+                && wide.contains("index 65536 does not fit the plan's 16-bit indices"),
+            "{wide}"
+        );
     }
 }

@@ -45,11 +45,17 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         return errors.finish().into_iter().chain([item]).collect();
     };
     let resolved = validate::validate(&step, &errors);
-    match (errors.finish(), resolved) {
-        (None, Some(resolved)) => {
+    // The planner runs only on a step without mistakes, and its plan is checked too.
+    let planned = match resolved {
+        Some(resolved) if errors.is_empty() => {
             let plan = schedule::plan(&resolved.problem);
-            codegen::expand(&step, &resolved, &plan)
+            validate::check_plan(&step, &plan, &errors);
+            Some((resolved, plan))
         }
+        _ => None,
+    };
+    match (errors.finish(), planned) {
+        (None, Some((resolved, plan))) => codegen::expand(&step, &resolved, &plan),
         (errs, _) => errs.into_iter().chain([codegen::stand_in(&step)]).collect(),
     }
 }

@@ -17,6 +17,9 @@ use crate::model::{
     StreamDecl, StreamRef, Struct,
 };
 
+/// The widest stream group `streams(.., name[N])` may declare.
+const MAX_GROUP_WIDTH: u32 = 1024;
+
 /// `#[step(streams(main, aux, branch[4]), kernels = path::Kernels)]`
 pub struct StepArgs {
     pub streams: Vec<StreamDecl>,
@@ -48,14 +51,26 @@ impl Parse for StepArgs {
                             let inner;
                             bracketed!(inner in content);
                             let lit: LitInt = inner.parse()?;
-                            let n: u32 = lit.base10_parse()?;
+                            // Read wide, so that any width too large gets the message below.
+                            let n: u64 = lit.base10_parse()?;
                             if n == 0 {
                                 return Err(syn::Error::new(
                                     lit.span(),
                                     "a stream group needs at least one stream: write `name[N]` with N >= 1",
                                 ));
                             }
-                            Some(n)
+                            // Each stream is created, joined and given a cuBLASLt workspace;
+                            // the macro also lays out one entry per stream, so a typo such
+                            // as `b[4000000000]` would exhaust the compiler's memory.
+                            if n > MAX_GROUP_WIDTH as u64 {
+                                return Err(syn::Error::new(
+                                    lit.span(),
+                                    format!(
+                                        "a stream group of {n} streams: expected at most {MAX_GROUP_WIDTH}"
+                                    ),
+                                ));
+                            }
+                            Some(n as u32)
                         } else {
                             None
                         };

@@ -11,6 +11,10 @@ use crate::errors::{Errors, suggestion};
 use crate::model::{BufKind, IndexSpec, Op, ParamKind, Step};
 use crate::schedule::{self, Access, OpNode, Problem, Resource};
 
+/// The most streams, buffers and events a step may have, and the highest copy number:
+/// the plan stores their indices as `u16`.
+const MAX_INDEXED: usize = u16::MAX as usize;
+
 /// A concrete stream: a declared single stream or one member of a group.
 pub struct PhysStream {
     /// `main`, `branch[2]`.
@@ -68,6 +72,27 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         return None;
     }
     // --- streams -------------------------------------------------------------------
+    // The plan numbers streams in 16 bits; a wider index would wrap to another stream.
+    let mut total = 0usize;
+    for decl in &step.streams {
+        total += decl.width.map_or(1, |w| w as usize);
+        if total > MAX_INDEXED {
+            let all: usize = step
+                .streams
+                .iter()
+                .map(|d| d.width.map_or(1, |w| w as usize))
+                .sum();
+            errors.spanned(
+                &decl.name,
+                format!(
+                    "this step declares {all} streams: expected at most {MAX_INDEXED} (the plan numbers them in 16 bits); `{}` goes past the limit",
+                    decl.name
+                ),
+            );
+            // Every later rule would list or plan each of these streams: only noise.
+            return None;
+        }
+    }
     let mut decl_of: HashMap<String, usize> = HashMap::new();
     let mut streams: Vec<PhysStream> = Vec::new();
     let mut members: Vec<Vec<usize>> = Vec::new();
@@ -121,6 +146,17 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         .enumerate()
         .map(|(i, b)| (b.name.to_string(), i))
         .collect();
+    // The plan numbers buffers in 16 bits; a wider index would name another buffer.
+    if let Some(b) = buffers.get(MAX_INDEXED) {
+        errors.spanned(
+            &b.name,
+            format!(
+                "this step declares {} buffers: expected at most {MAX_INDEXED} (the plan numbers them in 16 bits); `{}` goes past the limit",
+                buffers.len(),
+                b.name
+            ),
+        );
+    }
     for b in &buffers {
         if b.kind == BufKind::PerBranch && !matches!(b.ty, syn::Type::Array(_)) {
             // The expansion indexes it by branch.
@@ -491,6 +527,28 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         ops: nodes,
     };
 
+    // --- copies the plan numbers in 16 bits ----------------------------------------------
+    // A copy is a branch index (groups are at most 1024 wide) or a stream's slot (at most
+    // one per stream): within bounds once the streams are, checked so that it stays so.
+    for (bi, buf) in buffers.iter().enumerate() {
+        let most = problem
+            .ops
+            .iter()
+            .flat_map(|n| &n.accesses)
+            .filter(|(r, _)| r.buf == bi)
+            .map(|(r, _)| r.copy)
+            .max();
+        if let Some(copy) = most.filter(|&c| c > MAX_INDEXED) {
+            errors.spanned(
+                &buf.name,
+                format!(
+                    "buffer `{}` would need copy number {copy}: expected copy numbers up to {MAX_INDEXED} (the plan numbers them in 16 bits)",
+                    buf.name
+                ),
+            );
+        }
+    }
+
     // --- joins with nothing pending ------------------------------------------------
     // A join of a stream that has done nothing since it was last joined waits for nothing:
     // it is dead code at best and a misplaced join at worst.
@@ -630,10 +688,123 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     })
 }
 
+/// The rule only the plan can check: its events, numbered in 16 bits like the streams.
+/// A wider event index would make a stream wait on the wrong event. The planner records
+/// at most one event per op instance, so only a step of tens of thousands of ops gets here.
+pub fn check_plan(step: &Step, plan: &schedule::Plan, errors: &Errors) {
+    if plan.events.len() > MAX_INDEXED {
+        errors.spanned(
+            &step.name,
+            format!(
+                "the plan of this step has {} events: expected at most {MAX_INDEXED} (the plan numbers them in 16 bits): split the step in two",
+                plan.events.len()
+            ),
+        );
+    }
+}
+
 /// Where an error about an op's use of `buffer` points: the parameter that binds it.
 fn param_span(op: &Op, buffer: &Ident) -> Span {
     op.params
         .iter()
         .find(|p| p.binding == *buffer)
         .map_or(op.name.span(), |p| p.span)
+}
+
+#[cfg(test)]
+mod tests {
+    use proc_macro2::TokenStream;
+    use quote::{format_ident, quote};
+    use syn::Item;
+
+    use super::*;
+    use crate::schedule::Event;
+
+    /// The messages of the `compile_error!`s an expansion starts with.
+    fn errors_of(attr: TokenStream, item: TokenStream) -> Vec<String> {
+        let out = crate::expand(attr, item);
+        let file: syn::File = syn::parse2(out).expect("the expansion parses as a file");
+        file.items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Macro(m)
+                    if m.mac.path.segments.last().map(|s| s.ident.to_string())
+                        == Some("compile_error".into()) =>
+                {
+                    Some(m.mac.parse_body::<syn::LitStr>().unwrap().value())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    const ONE_OP: &str = "fn a(s: &CaptureStream<'_>) -> Result<()> { Ok(()) }";
+
+    #[test]
+    fn more_streams_than_16_bits_number_is_one_error_at_the_group_past_the_limit() {
+        // The origin and 64 groups of 1024: 65537 streams.
+        let groups = (0..64).map(|g| {
+            let g = format_ident!("g{g}");
+            quote!(#g[1024])
+        });
+        let op: syn::ItemFn = syn::parse_str(ONE_OP).unwrap();
+        let errors = errors_of(
+            quote!(streams(main, #(#groups),*)),
+            quote!(mod wide { #op }),
+        );
+        assert_eq!(
+            errors,
+            [
+                "this step declares 65537 streams: expected at most 65535 (the plan numbers them in 16 bits); `g63` goes past the limit"
+            ]
+        );
+    }
+
+    #[test]
+    fn more_buffers_than_16_bits_number_is_an_error_at_the_first_past_the_limit() {
+        let fields = (0..=MAX_INDEXED).map(|b| {
+            let b = format_ident!("b{b}");
+            quote!(pub #b: DeviceBuffer<f32>)
+        });
+        let op: syn::ItemFn = syn::parse_str(ONE_OP).unwrap();
+        let errors = errors_of(
+            quote!(streams(main)),
+            quote!(mod many {
+                #[buffers]
+                pub struct Buffers { #(#fields),* }
+                #op
+            }),
+        );
+        assert_eq!(
+            errors,
+            [
+                "this step declares 65536 buffers: expected at most 65535 (the plan numbers them in 16 bits); `b65535` goes past the limit"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plan_with_more_events_than_16_bits_number_is_an_error_at_the_step() {
+        let errors = Errors::new();
+        let module: syn::ItemMod = syn::parse_str(&format!("mod busy {{ {ONE_OP} }}")).unwrap();
+        let args = crate::parse::parse_args(quote!(streams(main)), &errors);
+        let step = crate::parse::parse(args, module, &errors).unwrap();
+        let resolved = validate(&step, &errors).unwrap();
+        let mut plan = schedule::plan(&resolved.problem);
+        check_plan(&step, &plan, &errors);
+        assert!(errors.is_empty());
+        plan.events = vec![
+            Event {
+                stream: 0,
+                after: None,
+            };
+            MAX_INDEXED + 1
+        ];
+        check_plan(&step, &plan, &errors);
+        let out = errors.finish().unwrap().to_string();
+        assert!(
+            out.contains("the plan of this step has 65536 events: expected at most 65535"),
+            "{out}"
+        );
+    }
 }

@@ -422,11 +422,12 @@ impl Matmul {
                 .is_some_and(|x| x <= limit)
         };
         let (m, n, k, batch) = (self.m, self.n, self.k, self.batch);
-        let aux_row = round_up(n, RELU_MASK_LD_ALIGN);
+        // The widest aux row (a ReLU mask's, n rounded up to 128) bounds every aux length.
+        let aux_row = n.checked_next_multiple_of(RELU_MASK_LD_ALIGN);
         if !(product(&[batch, m, k])
             && product(&[batch, k, n])
             && product(&[batch, m, n])
-            && product(&[m, aux_row]))
+            && aux_row.is_some_and(|row| product(&[m, row])))
         {
             return invalid("the buffer sizes overflow");
         }
@@ -1948,6 +1949,14 @@ mod tests {
             .with_batch(2)
             .with_epilogue(Epilogue::GeluBias);
         check_operands(&spec, &ops_for(&spec)).unwrap();
+    }
+
+    #[test]
+    fn an_n_that_overflows_when_rounded_up_is_refused_not_a_panic() {
+        // n rounds up to the ReLU mask's 128-bit rows past usize::MAX.
+        let spec = Matmul::new(1, usize::MAX - 3, 1);
+        let msg = invalid(spec.check_spec().unwrap_err());
+        assert!(msg.ends_with(": the buffer sizes overflow"), "{msg}");
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl Device {
         what: &str,
         len: usize,
     ) -> Result<DeviceBuffer<T>> {
-        let bytes = len * std::mem::size_of::<T>();
+        let bytes = byte_len::<T>(what, len)?;
         let slice = self
             .host_stream
             .alloc_zeros::<T>(len)
@@ -334,9 +334,40 @@ impl<T: AllocLike, const N: usize> AllocLike for [T; N] {
     }
 }
 
+/// The size in bytes of `len` elements of `T`, checked before it reaches the driver (and
+/// cudarc, which multiplies without a check).
+fn byte_len<T>(what: &str, len: usize) -> Result<usize> {
+    let size = std::mem::size_of::<T>();
+    len.checked_mul(size).ok_or_else(|| {
+        Error::Invalid(format!(
+            "allocating {what}: expected at most {} elements of {size} bytes, found {len} (the \
+             size in bytes overflows)",
+            usize::MAX / size.max(1)
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_allocation_whose_size_overflows_names_the_buffer_and_sizes() {
+        assert_eq!(byte_len::<f32>("x", 10).unwrap(), 40);
+        assert_eq!(byte_len::<()>("unit", usize::MAX).unwrap(), 0);
+        let e = byte_len::<f32>("scratch `tmp`", usize::MAX / 2)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "allocating scratch `tmp`: expected at most {} elements of 4 bytes, found {} \
+                 (the size in bytes overflows)",
+                usize::MAX / 4,
+                usize::MAX / 2
+            )
+        );
+    }
 
     #[test]
     fn compute_capability_below_sm90_is_refused_with_the_found_version() {

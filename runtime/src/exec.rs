@@ -20,6 +20,20 @@ use crate::stream::{CaptureStream, Mode};
 use crate::timing::{elapsed_ms, event, median};
 use crate::verify::{OpNodes, VerifyReport};
 
+/// The most replays [`Executor::profile`] takes: it keeps two times per op per replay,
+/// and a profile of more replays than this takes minutes and says nothing more.
+pub const MAX_PROFILE_REPLAYS: usize = 100_000;
+
+/// The replays a profile runs: `replays`, at least one, at most [`MAX_PROFILE_REPLAYS`].
+fn profile_replays(replays: usize) -> Result<usize> {
+    if replays > MAX_PROFILE_REPLAYS {
+        return Err(Error::Invalid(format!(
+            "profile: expected at most {MAX_PROFILE_REPLAYS} replays, found {replays}"
+        )));
+    }
+    Ok(replays.max(1))
+}
+
 /// Which streams a step's ops are issued on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
@@ -187,7 +201,11 @@ fn priority_override(plan: &PlanDesc, text: &str) -> Result<Vec<StreamPriority>>
 impl Executor {
     /// Creates every stream, event and cuBLASLt handle (with its workspace) the plan
     /// needs under `schedule`. Nothing is created later, in particular not during capture.
+    ///
+    /// The plan is checked first ([`PlanDesc::check`]): every index in it must be in range,
+    /// since issuing it indexes the streams, events and ops by them.
     pub fn new(device: &Device, plan: &'static PlanDesc, schedule: Schedule) -> Result<Executor> {
+        plan.check()?;
         let n_streams = if schedule.parallel() {
             plan.streams.len().max(1)
         } else {
@@ -484,11 +502,13 @@ impl Executor {
     /// Captures a second graph of the step with timing events around every op, replays
     /// it `replays` times (after two warm-up replays) and returns the median of each
     /// op's start and end. The normal graph is untouched and carries no timing events.
+    /// At most [`MAX_PROFILE_REPLAYS`] replays.
     pub fn profile(
         &self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
         replays: usize,
     ) -> Result<Profile> {
+        let replays = profile_replays(replays)?;
         let timing = || event(&self.device, true);
         let n = self.plan.ops.len();
         let timers = Timers {
@@ -504,7 +524,6 @@ impl Executor {
         let graph = Graph::instantiate(captured, self.node_priority)?;
         let origin = self.origin();
         graph.upload(origin)?;
-        let replays = replays.max(1);
         let mut starts = vec![Vec::with_capacity(replays); n];
         let mut ends = vec![Vec::with_capacity(replays); n];
         let mut totals = Vec::with_capacity(replays);
@@ -796,7 +815,8 @@ impl Issue<'_> {
     /// capture stream, and the planned event is recorded after it. Errors name the op.
     pub fn op(&self, id: OpId, body: impl FnOnce(&CaptureStream<'_>) -> Result<()>) -> Result<()> {
         let exec = self.exec;
-        let op = &exec.plan.ops[id.index()];
+        // The plan was checked when the executor was built; the id comes from the caller.
+        let op = exec.plan.op(id)?;
         let phys = exec.physical(op.stream);
         let stream = &exec.streams[phys];
         let stream_name = exec.plan.streams[op.stream.index()].name;
@@ -882,6 +902,14 @@ mod tests {
         let p = priority_override(&PLAN, "branch[1]=high").unwrap();
         assert_eq!(p, [Normal, Normal, High, Normal]);
         assert_eq!(priority_override(&PLAN, "").unwrap(), [Normal; 4]);
+    }
+
+    #[test]
+    fn profile_replays_are_capped_and_at_least_one() {
+        assert_eq!(profile_replays(0).unwrap(), 1);
+        assert_eq!(profile_replays(100_000).unwrap(), 100_000);
+        let e = profile_replays(100_001).unwrap_err().to_string();
+        assert_eq!(e, "profile: expected at most 100000 replays, found 100001");
     }
 
     #[test]

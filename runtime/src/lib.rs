@@ -39,7 +39,7 @@ pub use device::{
     check_libraries, require_library,
 };
 pub use error::{Error, Result};
-pub use exec::{Executor, GRAPH_DOT, Issue, PRIORITY_OVERRIDE, Schedule};
+pub use exec::{Executor, GRAPH_DOT, Issue, MAX_PROFILE_REPLAYS, PRIORITY_OVERRIDE, Schedule};
 pub use graph::{Graph, NodeCounts, Refresh};
 pub use picture::PlanFormat;
 pub use plan::PlanDesc;

@@ -381,7 +381,7 @@ impl Profile {
             json_str(&self.device),
             json_num(self.total_ms),
             json_num(self.overlap()),
-            json_num(self.path_ms())
+            json_num(self.critical_path_ms())
         );
         out
     }
@@ -459,16 +459,6 @@ impl Profile {
     /// with each op ending no earlier than it starts.
     pub fn from_record(text: &str) -> Result<Profile> {
         RecordReader::default().read(text)
-    }
-
-    /// [`critical_path_ms`](Self::critical_path_ms), skipping indices past the ops: a
-    /// picture of a hand-built profile with a stale path still draws.
-    fn path_ms(&self) -> f64 {
-        self.critical_path
-            .iter()
-            .filter_map(|&i| self.ops.get(i))
-            .map(OpTiming::duration_ms)
-            .sum()
     }
 
     fn stream_name(&self, stream: usize) -> &str {
@@ -853,7 +843,7 @@ impl Timeline {
             let _ = write!(
                 subtitle,
                 "; critical path {:.3} ms: {}",
-                p.path_ms(),
+                p.critical_path_ms(),
                 path.join(" → ")
             );
         }

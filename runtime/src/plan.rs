@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::error::{Error, Result};
+
 /// Index of a stream in [`PlanDesc::streams`]; stream 0 is the origin stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamId(pub u16);
@@ -203,7 +205,156 @@ pub struct PlanDesc {
     pub critical_path_by_cost: &'static [OpId],
 }
 
+/// How many problems [`PlanDesc::check`] lists before it says how many more there are.
+const PROBLEMS_LISTED: usize = 20;
+
 impl PlanDesc {
+    /// Checks that every stream, buffer, event and op index the plan refers to (in its
+    /// ops, their accesses, waits and records, the edges, the events, the final joins and
+    /// both critical paths) is in range, and that there is at least the origin stream.
+    ///
+    /// The `#[step]` macro only emits plans that pass; the fields are public, so a
+    /// hand-built plan may not. [`Executor::new`](crate::Executor::new) calls this, so
+    /// that issuing a plan never indexes past its own tables. Every problem is listed,
+    /// up to twenty.
+    ///
+    /// ```
+    /// use stepgraph::plan::{OpDesc, PlanDesc, StreamDesc, StreamId};
+    ///
+    /// const PLAN: PlanDesc = PlanDesc {
+    ///     step: "one",
+    ///     streams: &[StreamDesc::named("main")],
+    ///     buffers: &[],
+    ///     ops: &[OpDesc { name: "a", func: "a", stream: StreamId(1), accesses: &[],
+    ///                     waits: &[], record: None, cost: 1.0 }],
+    ///     edges: &[], events: &[], final_waits: &[],
+    ///     critical_path: &[], critical_path_by_cost: &[],
+    /// };
+    /// let e = PLAN.check().unwrap_err().to_string();
+    /// assert_eq!(e, "plan `one`: op 0 `a` is on stream 1; expected a stream index below 1");
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        let mut problems: Vec<String> = Vec::new();
+        let (streams, buffers, ops, events) = (
+            self.streams.len(),
+            self.buffers.len(),
+            self.ops.len(),
+            self.events.len(),
+        );
+        // Capture begins and ends on stream 0: a plan without it has nowhere to run.
+        if streams == 0 {
+            problems.push("no streams; expected at least one (the origin stream)".into());
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            let name = op.name;
+            if op.stream.index() >= streams {
+                problems.push(format!(
+                    "op {i} `{name}` is on stream {}; expected a stream index below {streams}",
+                    op.stream.0
+                ));
+            }
+            for a in op.accesses {
+                if a.buf.index() >= buffers {
+                    problems.push(format!(
+                        "op {i} `{name}` accesses buffer {}; expected a buffer index below {buffers}",
+                        a.buf.0
+                    ));
+                }
+            }
+            for e in op.waits {
+                if e.index() >= events {
+                    problems.push(format!(
+                        "op {i} `{name}` waits on event {}; expected an event index below {events}",
+                        e.0
+                    ));
+                }
+            }
+            if let Some(e) = op.record.filter(|e| e.index() >= events) {
+                problems.push(format!(
+                    "op {i} `{name}` records event {}; expected an event index below {events}",
+                    e.0
+                ));
+            }
+        }
+        for (k, edge) in self.edges.iter().enumerate() {
+            for (end, op) in [("from", edge.from), ("to", edge.to)] {
+                if op.index() >= ops {
+                    problems.push(format!(
+                        "edge {k} runs {end} op {}; expected an op index below {ops}",
+                        op.0
+                    ));
+                }
+            }
+            if let Some(b) = edge.buf.filter(|b| b.index() >= buffers) {
+                problems.push(format!(
+                    "edge {k} names buffer {}; expected a buffer index below {buffers}",
+                    b.0
+                ));
+            }
+        }
+        for (k, ev) in self.events.iter().enumerate() {
+            if ev.stream.index() >= streams {
+                problems.push(format!(
+                    "event {k} is recorded on stream {}; expected a stream index below {streams}",
+                    ev.stream.0
+                ));
+            }
+            if let Some(op) = ev.after.filter(|op| op.index() >= ops) {
+                problems.push(format!(
+                    "event {k} follows op {}; expected an op index below {ops}",
+                    op.0
+                ));
+            }
+        }
+        for e in self.final_waits {
+            if e.index() >= events {
+                problems.push(format!(
+                    "the final joins wait on event {}; expected an event index below {events}",
+                    e.0
+                ));
+            }
+        }
+        for (what, path) in [
+            ("critical path", self.critical_path),
+            ("critical path by cost", self.critical_path_by_cost),
+        ] {
+            for op in path {
+                if op.index() >= ops {
+                    problems.push(format!(
+                        "the {what} names op {}; expected an op index below {ops}",
+                        op.0
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let more = problems.len().saturating_sub(PROBLEMS_LISTED);
+        problems.truncate(PROBLEMS_LISTED);
+        let mut msg = problems
+            .iter()
+            .map(|p| format!("plan `{}`: {p}", self.step))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if more > 0 {
+            msg.push_str(&format!("\n(and {more} more problems)"));
+        }
+        Err(Error::Invalid(msg))
+    }
+
+    /// Op `id`, or an error saying how many ops there are.
+    pub fn op(&self, id: OpId) -> Result<&OpDesc> {
+        self.ops.get(id.index()).ok_or_else(|| {
+            Error::Invalid(format!(
+                "plan `{}`: expected an op id below {}, found {}",
+                self.step,
+                self.ops.len(),
+                id.0
+            ))
+        })
+    }
+
     /// Number of cross-stream waits, the final joins included.
     pub fn wait_count(&self) -> usize {
         self.ops.iter().map(|o| o.waits.len()).sum::<usize>() + self.final_waits.len()
@@ -217,12 +368,16 @@ impl PlanDesc {
         let mut last_on: Vec<Option<OpId>> = vec![None; self.streams.len()];
         for (i, op) in self.ops.iter().enumerate() {
             let id = OpId(i as u32);
-            if let Some(prev) = last_on[op.stream.index()] {
-                edges.push((prev, id));
+            // A stream or event index out of range (a hand-built plan that would fail
+            // `check`) orders nothing, so that pictures of such a plan still draw.
+            if let Some(last) = last_on.get_mut(op.stream.index()) {
+                if let Some(prev) = last.replace(id) {
+                    edges.push((prev, id));
+                }
             }
-            last_on[op.stream.index()] = Some(id);
             for ev in op.waits {
-                if let Some(from) = self.events[ev.index()].after {
+                let after = self.events.get(ev.index()).and_then(|e| e.after);
+                if let Some(from) = after.filter(|o| o.index() < self.ops.len()) {
                     edges.push((from, id));
                 }
             }
@@ -268,19 +423,22 @@ impl PlanDesc {
 }
 
 impl fmt::Display for PlanDesc {
+    /// Indices out of range (a hand-built plan that would fail [`PlanDesc::check`]) are
+    /// printed as `?`, so that the plan can still be read to find them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op_name = |o: OpId| self.ops.get(o.index()).map_or("?", |o| o.name);
         let names = |ids: &[OpId]| {
             ids.iter()
-                .map(|o| self.ops[o.index()].name)
+                .map(|&o| op_name(o))
                 .collect::<Vec<_>>()
                 .join(" -> ")
         };
-        let event = |e: &EventId| {
-            let ev = self.events[e.index()];
-            match ev.after {
-                Some(op) => format!("e{}({})", e.0, self.ops[op.index()].name),
-                None => format!("e{}(begin)", e.0),
-            }
+        let event = |e: &EventId| match self.events.get(e.index()) {
+            Some(EventDesc {
+                after: Some(op), ..
+            }) => format!("e{}({})", e.0, op_name(*op)),
+            Some(EventDesc { after: None, .. }) => format!("e{}(begin)", e.0),
+            None => format!("e{}(?)", e.0),
         };
         writeln!(
             f,
@@ -306,14 +464,14 @@ impl fmt::Display for PlanDesc {
         }
         let width = self.streams.iter().map(|s| s.name.len()).max().unwrap_or(4);
         for (i, op) in self.ops.iter().enumerate() {
-            let stream = self.streams[op.stream.index()].name;
+            let stream = self.streams.get(op.stream.index()).map_or("?", |s| s.name);
             write!(f, "  {i:>3} [{stream:<width$}] {}", op.name)?;
             let (mut reads, mut writes) = (Vec::new(), Vec::new());
             for a in op.accesses {
-                let buf = self.buffers[a.buf.index()];
-                let name = match buf.kind {
-                    BufKind::Shared => buf.name.to_string(),
-                    _ => format!("{}#{}", buf.name, a.copy),
+                let name = match self.buffers.get(a.buf.index()) {
+                    Some(b) if b.kind == BufKind::Shared => b.name.to_string(),
+                    Some(b) => format!("{}#{}", b.name, a.copy),
+                    None => "?".to_string(),
                 };
                 match a.access {
                     Access::Read => reads.push(name),
@@ -340,7 +498,7 @@ impl fmt::Display for PlanDesc {
             writeln!(
                 f,
                 "  end [{:<width$}] joins {}",
-                self.streams[0].name,
+                self.streams.first().map_or("?", |s| s.name),
                 w.join(", ")
             )?;
         }
@@ -354,8 +512,9 @@ impl fmt::Display for PlanDesc {
             let cost: f64 = self
                 .critical_path_by_cost
                 .iter()
-                .map(|o| self.ops[o.index()].cost)
-                .sum();
+                .filter_map(|o| self.ops.get(o.index()))
+                // Not `sum`, whose empty sum is -0.
+                .fold(0.0, |total, o| total + o.cost);
             writeln!(
                 f,
                 "  critical path by cost ({cost}): {}",
@@ -363,5 +522,296 @@ impl fmt::Display for PlanDesc {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn op(
+        name: &'static str,
+        stream: u16,
+        accesses: &'static [AccessDesc],
+        waits: &'static [EventId],
+        record: Option<EventId>,
+    ) -> OpDesc {
+        OpDesc {
+            name,
+            func: name,
+            stream: StreamId(stream),
+            accesses,
+            waits,
+            record,
+            cost: 1.0,
+        }
+    }
+
+    const fn access(buf: u16, copy: u16, access: Access) -> AccessDesc {
+        AccessDesc {
+            buf: BufId(buf),
+            copy,
+            access,
+        }
+    }
+
+    /// `a` (main) writes x and forks `b` (side), which reads it; `c` (other) starts from
+    /// the capture-begin event; `d` (main) joins `b`; `c` is joined at capture end.
+    const GOOD: PlanDesc = PlanDesc {
+        step: "t",
+        streams: &[
+            StreamDesc::named("main"),
+            StreamDesc::named("side"),
+            StreamDesc::named("other"),
+        ],
+        buffers: &[
+            BufferDesc {
+                name: "x",
+                kind: BufKind::Shared,
+            },
+            BufferDesc {
+                name: "s",
+                kind: BufKind::ScratchPerStream,
+            },
+        ],
+        ops: &[
+            op(
+                "a",
+                0,
+                &[access(0, 0, Access::Write)],
+                &[],
+                Some(EventId(1)),
+            ),
+            op(
+                "b",
+                1,
+                &[access(0, 0, Access::Read), access(1, 1, Access::Write)],
+                &[EventId(1)],
+                Some(EventId(2)),
+            ),
+            op("c", 2, &[], &[EventId(0)], Some(EventId(3))),
+            op("d", 0, &[], &[EventId(2)], None),
+        ],
+        edges: &[
+            EdgeDesc {
+                from: OpId(0),
+                to: OpId(1),
+                kind: EdgeKind::ReadAfterWrite,
+                buf: Some(BufId(0)),
+            },
+            EdgeDesc {
+                from: OpId(1),
+                to: OpId(3),
+                kind: EdgeKind::Join,
+                buf: None,
+            },
+        ],
+        events: &[
+            EventDesc {
+                stream: StreamId(0),
+                after: None,
+            },
+            EventDesc {
+                stream: StreamId(0),
+                after: Some(OpId(0)),
+            },
+            EventDesc {
+                stream: StreamId(1),
+                after: Some(OpId(1)),
+            },
+            EventDesc {
+                stream: StreamId(2),
+                after: Some(OpId(2)),
+            },
+        ],
+        final_waits: &[EventId(3)],
+        critical_path: &[OpId(0), OpId(1), OpId(3)],
+        critical_path_by_cost: &[OpId(0), OpId(1), OpId(3)],
+    };
+
+    const BAD_ACCESS: AccessDesc = access(2, 0, Access::Read);
+
+    /// A `'static` slice for a hand-built bad plan.
+    fn leak<T>(items: Vec<T>) -> &'static [T] {
+        Box::leak(items.into_boxed_slice())
+    }
+
+    /// `GOOD` with op `i` replaced.
+    fn with_op(i: usize, new: OpDesc) -> &'static [OpDesc] {
+        let mut ops = GOOD.ops.to_vec();
+        ops[i] = new;
+        leak(ops)
+    }
+
+    fn check_err(plan: &PlanDesc) -> String {
+        match plan.check() {
+            Err(Error::Invalid(msg)) => msg,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_planned_fork_join_passes_the_check() {
+        GOOD.check().unwrap();
+        assert_eq!(GOOD.op(OpId(3)).unwrap().name, "d");
+    }
+
+    #[test]
+    fn each_index_out_of_range_is_named_with_what_was_expected() {
+        let cases: Vec<(PlanDesc, &str)> = vec![
+            (
+                PlanDesc {
+                    ops: with_op(1, op("b", 3, &[], &[EventId(1)], None)),
+                    ..GOOD
+                },
+                "plan `t`: op 1 `b` is on stream 3; expected a stream index below 3",
+            ),
+            (
+                PlanDesc {
+                    ops: with_op(0, op("a", 0, &[BAD_ACCESS], &[], None)),
+                    ..GOOD
+                },
+                "plan `t`: op 0 `a` accesses buffer 2; expected a buffer index below 2",
+            ),
+            (
+                PlanDesc {
+                    ops: with_op(3, op("d", 0, &[], &[EventId(4)], None)),
+                    ..GOOD
+                },
+                "plan `t`: op 3 `d` waits on event 4; expected an event index below 4",
+            ),
+            (
+                PlanDesc {
+                    ops: with_op(3, op("d", 0, &[], &[], Some(EventId(7)))),
+                    ..GOOD
+                },
+                "plan `t`: op 3 `d` records event 7; expected an event index below 4",
+            ),
+            (
+                PlanDesc {
+                    edges: leak(vec![EdgeDesc {
+                        from: OpId(9),
+                        to: OpId(1),
+                        kind: EdgeKind::After,
+                        buf: None,
+                    }]),
+                    ..GOOD
+                },
+                "plan `t`: edge 0 runs from op 9; expected an op index below 4",
+            ),
+            (
+                PlanDesc {
+                    edges: leak(vec![EdgeDesc {
+                        from: OpId(0),
+                        to: OpId(4),
+                        kind: EdgeKind::WriteAfterWrite,
+                        buf: Some(BufId(5)),
+                    }]),
+                    ..GOOD
+                },
+                "plan `t`: edge 0 runs to op 4; expected an op index below 4\n\
+                 plan `t`: edge 0 names buffer 5; expected a buffer index below 2",
+            ),
+            (
+                PlanDesc {
+                    events: leak(
+                        [EventDesc {
+                            stream: StreamId(3),
+                            after: Some(OpId(4)),
+                        }]
+                        .into_iter()
+                        .chain(GOOD.events[1..].iter().copied())
+                        .collect(),
+                    ),
+                    ..GOOD
+                },
+                "plan `t`: event 0 is recorded on stream 3; expected a stream index below 3\n\
+                 plan `t`: event 0 follows op 4; expected an op index below 4",
+            ),
+            (
+                PlanDesc {
+                    final_waits: &[EventId(3), EventId(4)],
+                    ..GOOD
+                },
+                "plan `t`: the final joins wait on event 4; expected an event index below 4",
+            ),
+            (
+                PlanDesc {
+                    critical_path: &[OpId(0), OpId(4)],
+                    critical_path_by_cost: &[OpId(5)],
+                    ..GOOD
+                },
+                "plan `t`: the critical path names op 4; expected an op index below 4\n\
+                 plan `t`: the critical path by cost names op 5; expected an op index below 4",
+            ),
+        ];
+        for (plan, expected) in cases {
+            assert_eq!(check_err(&plan), expected);
+        }
+    }
+
+    #[test]
+    fn a_plan_without_streams_is_refused() {
+        let plan = PlanDesc {
+            streams: &[],
+            ops: &[],
+            edges: &[],
+            events: &[],
+            final_waits: &[],
+            critical_path: &[],
+            critical_path_by_cost: &[],
+            ..GOOD
+        };
+        assert_eq!(
+            check_err(&plan),
+            "plan `t`: no streams; expected at least one (the origin stream)"
+        );
+    }
+
+    #[test]
+    fn a_long_list_of_problems_is_cut_short_with_a_count() {
+        let ops = leak(vec![op("z", 9, &[], &[], None); PROBLEMS_LISTED + 5]);
+        let msg = check_err(&PlanDesc { ops, ..GOOD });
+        assert_eq!(msg.lines().count(), PROBLEMS_LISTED + 1, "{msg}");
+        assert!(msg.ends_with("\n(and 5 more problems)"), "{msg}");
+    }
+
+    #[test]
+    fn an_op_id_past_the_ops_is_an_error_not_a_panic() {
+        let e = GOOD.op(OpId(4)).unwrap_err().to_string();
+        assert_eq!(e, "plan `t`: expected an op id below 4, found 4");
+    }
+
+    #[test]
+    fn a_plan_that_fails_the_check_still_prints_and_plans() {
+        let plan = PlanDesc {
+            streams: &GOOD.streams[..1],
+            buffers: &[],
+            final_waits: &[EventId(9)],
+            events: &[EventDesc {
+                stream: StreamId(0),
+                after: Some(OpId(8)),
+            }],
+            critical_path: &[OpId(0), OpId(7)],
+            critical_path_by_cost: &[OpId(6)],
+            ..GOOD
+        };
+        assert!(plan.check().is_err());
+        // Only stream 0 is known: a then d in stream order. b waits on a missing event, c
+        // on one that follows a missing op: neither orders anything.
+        assert_eq!(plan.schedule_edges(), [(OpId(0), OpId(3))]);
+        assert_eq!(plan.levels(), [0, 0, 0, 1]);
+        let (path, total) = plan.longest_path(&[1.0; 4]);
+        assert_eq!((path, total), (vec![OpId(0), OpId(3)], 2.0));
+        let text = plan.to_string();
+        for part in [
+            "[?   ] b  reads ?  writes ?  waits e1(?)",
+            "[?   ] c  waits e0(?)",
+            "end [main] joins e9(?)",
+            "critical path (2 ops): a -> ?",
+            "critical path by cost (0): ?",
+        ] {
+            assert!(text.contains(part), "missing {part:?} in\n{text}");
+        }
     }
 }

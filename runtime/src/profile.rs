@@ -59,11 +59,13 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Sum of the durations of the ops on the critical path.
+    /// Sum of the durations of the ops on the critical path. Indices past the ops (a
+    /// hand-built profile with a stale path) are skipped.
     pub fn critical_path_ms(&self) -> f64 {
         self.critical_path
             .iter()
-            .map(|&i| self.ops[i].duration_ms())
+            .filter_map(|&i| self.ops.get(i))
+            .map(OpTiming::duration_ms)
             .sum()
     }
 
@@ -175,7 +177,7 @@ impl fmt::Display for Profile {
                 f,
                 "{mark} {:<nw$}  {:<sw$}  {:>9.4}  {:>9.4}  {:>9.4}",
                 op.name,
-                self.streams[op.stream],
+                self.streams.get(op.stream).map_or("?", String::as_str),
                 op.start_ms,
                 op.end_ms,
                 op.duration_ms()
@@ -269,5 +271,21 @@ mod tests {
             text.contains("stream busy ms: main=1.500 side=2.000"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_stale_path_or_stream_index_is_skipped_or_shown_as_unknown() {
+        let p = Profile {
+            step: "t".into(),
+            device: "test".into(),
+            streams: vec!["main".into()],
+            ops: vec![op("a", 0, 0.0, 1.0), op("b", 3, 1.0, 3.0)],
+            waits: vec![],
+            critical_path: vec![0, 1, 7],
+            total_ms: 3.0,
+        };
+        assert!((p.critical_path_ms() - 3.0).abs() < 1e-12);
+        let text = p.to_string();
+        assert!(text.contains("* b   ?     "), "{text}");
     }
 }

@@ -234,6 +234,7 @@ impl Module {
 
     /// Looks up a kernel by its (`extern "C"`) name.
     pub fn kernel(&self, name: &'static str) -> Result<Kernel> {
+        check_kernel_name(self.name, name)?;
         let func = self
             .inner
             .load_function(name)
@@ -243,6 +244,18 @@ impl Module {
                 source,
             })?;
         Ok(Kernel { name, func })
+    }
+}
+
+/// The driver takes the name as a C string: cudarc makes one with
+/// `CString::new(..).unwrap()`, which panics on a NUL byte inside the name.
+fn check_kernel_name(module: &str, name: &str) -> Result<()> {
+    match name.find('\0') {
+        Some(at) => Err(Error::Invalid(format!(
+            "kernel name {name:?} in module `{module}`: expected a name without NUL bytes \
+             (the driver takes a C string), found one at byte {at}"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -290,5 +303,22 @@ impl Blas<'_> {
 impl fmt::Debug for Blas<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Blas").field("mode", &self.mode).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_name_with_a_nul_byte_is_refused_before_the_driver() {
+        check_kernel_name("dqn", "adam_update").unwrap();
+        let e = check_kernel_name("dqn", "adam\0update").unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)));
+        assert_eq!(
+            e.to_string(),
+            "kernel name \"adam\\0update\" in module `dqn`: expected a name without NUL \
+             bytes (the driver takes a C string), found one at byte 4"
+        );
     }
 }

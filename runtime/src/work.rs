@@ -214,7 +214,9 @@ pub fn wave_share(blocks: u64, resident: u64) -> f64 {
         return 0.0;
     }
     let waves = blocks.div_ceil(resident);
-    blocks as f64 / (waves * resident) as f64
+    // Whole waves can hold up to `resident - 1` more blocks than were launched, which
+    // for a grid near u64::MAX does not fit a u64.
+    blocks as f64 / (u128::from(waves) * u128::from(resident)) as f64
 }
 
 /// `min(1, blocks / resident)`: the share of the GPU a grid occupies while its first wave
@@ -418,6 +420,9 @@ mod tests {
         // Nothing resident or nothing launched occupies nothing.
         assert_eq!(wave_share(10, 0), 0.0);
         assert_eq!(wave_share(0, 10), 0.0);
+        // Whole waves past u64::MAX blocks: a share just below 1, not an overflow.
+        let share = wave_share(u64::MAX, 1 << 32);
+        assert!(share > 0.999_999 && share <= 1.0, "{share}");
         // The grid share does not average: 1.5 waves are the whole GPU.
         assert_eq!(grid_share(396, 264), 1.0);
         assert_eq!(grid_share(66, 264), 0.25);

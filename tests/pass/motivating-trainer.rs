@@ -100,6 +100,8 @@ mod dqn {
 
 fn main() {
     let plan = dqn::Step::plan();
+    // What the macro emits passes the executor's check of a plan.
+    plan.check().unwrap();
     let op = |name: &str| plan.ops.iter().position(|o| o.name == name).unwrap();
     let iqn = op("iqn_head");
     let attn = op("attention_head");

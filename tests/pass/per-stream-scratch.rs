@@ -36,6 +36,8 @@ mod step {
 
 fn main() {
     let plan = step::Step::plan();
+    // What the macro emits passes the executor's check of a plan.
+    plan.check().unwrap();
     // The two heads write different copies of `tmp`.
     let copies: Vec<u16> = plan.ops[1..].iter().map(|o| o.accesses[1].copy).collect();
     assert_eq!(copies, [0, 1]);

@@ -39,6 +39,8 @@ mod step {
 
 fn main() {
     let plan = step::Step::plan();
+    // What the macro emits passes the executor's check of a plan.
+    plan.check().unwrap();
     // trunk + 4 x 2 branch ops + combine
     assert_eq!(plan.ops.len(), 10);
     assert_eq!(plan.streams.len(), 5);
