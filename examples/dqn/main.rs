@@ -52,7 +52,8 @@ struct Options {
     inject_nan: Option<usize>,
 }
 
-fn parse_options() -> std::result::Result<Options, String> {
+/// The options of `args` (the command line without the program name).
+fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, String> {
     let mut o = Options {
         sizes: Sizes::default(),
         steps: None,
@@ -62,7 +63,7 @@ fn parse_options() -> std::result::Result<Options, String> {
         serial_replay: false,
         inject_nan: None,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         if flag == "--serial-replay" {
             o.serial_replay = true;
@@ -130,7 +131,7 @@ fn main() -> std::process::ExitCode {
     if let Some(code) = dqn::PLAN.print_if_asked() {
         return code;
     }
-    let options = match parse_options() {
+    let options = match parse_options(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("dqn: {e}");
@@ -836,6 +837,53 @@ fn breakdown(profile: &stepgraph::Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(line: &str) -> std::result::Result<Options, String> {
+        parse_options(line.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn options_parse_and_bad_ones_say_what_was_expected() {
+        let o = parse("--steps 30 --inject-nan 17 --batch 1024 --glu 48").unwrap();
+        assert_eq!((o.steps, o.inject_nan), (Some(30), Some(17)));
+        assert_eq!((o.sizes.batch, o.sizes.glu), (1024, 48));
+        for (line, want) in [
+            (
+                "--batch",
+                "--batch expects a value, found the end of the arguments",
+            ),
+            ("--batch 1k", "--batch expects a whole number, found \"1k\""),
+            (
+                "--frobnicate",
+                "unknown option \"--frobnicate\": expected --steps",
+            ),
+            (
+                "--width 48 --heads 5",
+                "--width 48 must be a multiple of --heads 5",
+            ),
+            (
+                "--inject-nan 0",
+                "--inject-nan 0: expected a step of the run, 1 to 200",
+            ),
+            (
+                "--steps 10 --inject-nan 11",
+                "--inject-nan 11: expected a step of the run, 1 to 10",
+            ),
+            (
+                "--inject-nan 3 --gpus 1",
+                "--inject-nan applies to the training run",
+            ),
+            (
+                "--inject-nan 3 --check /tmp/x",
+                "--inject-nan applies to the training run",
+            ),
+        ] {
+            let err = parse(line)
+                .err()
+                .unwrap_or_else(|| panic!("{line}: accepted"));
+            assert!(err.starts_with(want), "{line}: {err}");
+        }
+    }
 
     fn grads(bad: &[(&str, usize, f32)]) -> Vec<(String, Vec<f32>)> {
         ["w1", "b1", "wqkv", "bp"]
