@@ -1070,7 +1070,7 @@ pub fn trunk_grad_join_plan(batch: usize, hidden: usize) -> (usize, usize, usize
 /// Length of the scratch buffer [`Kernels::trunk_grad_join`] needs.
 pub fn trunk_grad_join_scratch_len(batch: usize, hidden: usize) -> usize {
     let (_, chunks, _) = trunk_grad_join_plan(batch, hidden);
-    chunks.saturating_mul(2 * hidden + 1)
+    chunks.saturating_mul(hidden.saturating_mul(2).saturating_add(1))
 }
 
 /// Widest trunk output [`Kernels::expectile_head`] takes: 32 `EXPECTILE_HEAD_MAX_UNITS`

@@ -305,8 +305,10 @@ pub struct Matmul {
     pub batch: usize,
 }
 
+/// `x` rounded up to a multiple of `to`, saturating: a length that large matches no
+/// buffer, so the buffer checks refuse it instead of the arithmetic panicking.
 const fn round_up(x: usize, to: usize) -> usize {
-    x.div_ceil(to) * to
+    x.div_ceil(to).saturating_mul(to)
 }
 
 /// cuBLASLt wants the ReLU mask's leading dimension, in bits, to be a multiple of 128.
@@ -359,19 +361,20 @@ impl Matmul {
         self
     }
 
-    /// Elements of A: `batch·m·k`.
+    /// Elements of A: `batch·m·k` (saturating: no buffer is that long, so the length checks
+    /// refuse an overflowing spec rather than the product panicking).
     pub const fn a_len(&self) -> usize {
-        self.batch * self.m * self.k
+        self.batch.saturating_mul(self.m).saturating_mul(self.k)
     }
 
     /// Elements of B: `batch·k·n`.
     pub const fn b_len(&self) -> usize {
-        self.batch * self.k * self.n
+        self.batch.saturating_mul(self.k).saturating_mul(self.n)
     }
 
     /// Elements of C and of D: `batch·m·n`.
     pub const fn d_len(&self) -> usize {
-        self.batch * self.m * self.n
+        self.batch.saturating_mul(self.m).saturating_mul(self.n)
     }
 
     /// Elements of the bias (read or written, see [`Epilogue`]), if the epilogue has one.
@@ -401,8 +404,10 @@ impl Matmul {
     /// ReLU mask, elements of a GELU input. `m` rows of [`aux_ld`](Matmul::aux_ld).
     pub const fn aux_len(&self) -> Option<usize> {
         match (self.epilogue.aux_use(), self.aux_ld()) {
-            (Some(AuxUse::SaveReluMask | AuxUse::ReluMask), Some(ld)) => Some(self.m * ld / 8),
-            (Some(_), Some(ld)) => Some(self.m * ld),
+            (Some(AuxUse::SaveReluMask | AuxUse::ReluMask), Some(ld)) => {
+                Some(self.m.saturating_mul(ld) / 8)
+            }
+            (Some(_), Some(ld)) => Some(self.m.saturating_mul(ld)),
             _ => None,
         }
     }
@@ -1957,6 +1962,16 @@ mod tests {
         let spec = Matmul::new(1, usize::MAX - 3, 1);
         let msg = invalid(spec.check_spec().unwrap_err());
         assert!(msg.ends_with(": the buffer sizes overflow"), "{msg}");
+    }
+
+    #[test]
+    fn buffer_lengths_of_a_huge_spec_saturate_rather_than_panic() {
+        let spec = Matmul::new(usize::MAX / 2, 3, 5).with_epilogue(Epilogue::DRelu);
+        assert_eq!(
+            (spec.a_len(), spec.b_len(), spec.d_len()),
+            (usize::MAX, 15, usize::MAX)
+        );
+        assert_eq!(spec.aux_len(), Some(usize::MAX / 8));
     }
 
     #[test]
