@@ -7,7 +7,7 @@ use stepgraph::{
     Result,
 };
 use stepgraph_kernels::{
-    BranchHeadDims, ExpectileHeadDims, Kernels, branch_head_backward_scratch_len,
+    BranchHeadDims, ExpectileHeadDims, Kernels, TrunkL1Dims, branch_head_backward_scratch_len,
 };
 
 /// f32 device buffer.
@@ -64,6 +64,15 @@ impl Sizes {
         ExpectileHeadDims {
             batch: self.batch,
             hidden: self.hidden,
+        }
+    }
+
+    /// The trunk's first layer, backward: over the batch, from the state.
+    pub fn trunk_l1(&self) -> TrunkL1Dims {
+        TrunkL1Dims {
+            batch: self.batch,
+            hidden: self.hidden,
+            state: self.state,
         }
     }
 }

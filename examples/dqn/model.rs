@@ -11,8 +11,9 @@ use stepgraph_kernels::{
     BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims,
     DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadInputs, ExpectileHeadOutputs,
     IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs, column_sums_scratch_len,
-    expectile_head_scratch_len, trunk_grad_join_scratch_len,
+    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs,
+    column_sums_scratch_len, expectile_head_scratch_len, trunk_grad_join_scratch_len,
+    trunk_l1_grad_scratch_len,
 };
 
 use crate::layers::{
@@ -964,6 +965,24 @@ pub mod dqn {
         k.trunk_grad_join(stream, dims, &grads, dz2, trunk_scratch, out)?;
         let spec = weight_only_grad_spec(s.batch, s.hidden, s.hidden);
         blas.matmul(&spec, dz2, &act.h1, &mut trunk_grad.l2.w, MatmulArgs::new())?;
+        if s.trunk_l1().supported() {
+            // dh1 = dz2 w2 as a plain GEMM, then one kernel for the ReLU, dw1 and db1:
+            // three kernels where cuBLASLt ran the GEMM's ReLU-mask epilogue as a kernel
+            // of its own (writing dz1), the dw1 GEMM and its split-K reduction.
+            let spec = input_grad_spec(s.batch, s.hidden, s.hidden, Epilogue::Default);
+            let dh1 = dz1;
+            blas.matmul(&spec, dz2, &params.trunk.l2.w, dh1, MatmulArgs::new())?;
+            let inputs = TrunkL1Inputs {
+                dh1,
+                h1: &act.h1,
+                s: &batch.s,
+            };
+            let out = TrunkL1Outputs {
+                dw1: &mut trunk_grad.l1.w,
+                db1: &mut trunk_grad.l1.b,
+            };
+            return k.trunk_l1_grad(stream, s.trunk_l1(), &inputs, trunk_scratch, out);
+        }
         let spec = input_grad_spec(s.batch, s.hidden, s.hidden, Epilogue::DReluBgrad);
         blas.matmul(
             &spec,
@@ -1340,9 +1359,10 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
         },
         dz2: z("dz2", b * h)?,
         dz1: z("dz1", b * h)?,
+        // The join's partials, then (the same op, later on its stream) layer 1's.
         trunk_scratch: z(
-            "trunk gradient-join partials",
-            trunk_grad_join_scratch_len(b, h),
+            "trunk gradient partials",
+            trunk_grad_join_scratch_len(b, h).max(trunk_l1_grad_scratch_len(s.trunk_l1())),
         )?,
         trunk_grad,
         branch_grad,

@@ -610,3 +610,190 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
     }
 }
+
+// The trunk's first layer, backward, from dh1 = dz2 w2 (a plain GEMM's output), first pass:
+//   dz1[b, h] = dh1[b, h] if h1[b, h] > 0, else 0      (the ReLU; never written)
+//   dw1[h, c] = sum_b dz1[b, h] s[b, c],   db1[h] = sum_b dz1[b, h]
+// over the rows of chunk x, into partials[x, 0 .. H S + H): [0, H S) dw1 row-major, then
+// db1. trunk_l1_grad_finish adds the chunks. It replaces what followed the dz1 GEMM:
+// cuBLASLt's ReLU-mask epilogue kernel (which also wrote dz1, 16 MB at the step's
+// sizes), the dw1 GEMM and its split-K reduction, three kernels of the step's serial tail.
+// The product runs on the tensor cores in TF32 (operands rounded by cvt.rna), the
+// precision of the cuBLASLt GEMM it replaces; db1 adds the f32 values.
+//
+// Sizes: H <= TL1_MAX_H and S <= TL1_MAX_S, both multiples of 4 (16-byte loads); any B.
+// Work split: block (x, y) takes chunk x of the rows and hidden units TL1_UNITS y ..
+// TL1_UNITS (y + 1) - 1; two blocks of 8 warps fit on an SM, so one SM's loads of one
+// block overlap another's multiply. Warp w owns 16 of the block's units (one m-tile) and
+// all S columns (up to 8 n-tiles of 8), accumulators in registers for the whole chunk.
+// The block walks its rows in steps of TL1_ROWS: the 256 threads stage dz1 (masked,
+// TF32-rounded) as As[row][unit] and s as Bs[row][c] in shared memory, each thread 4
+// consecutive columns, and the next step's rows are loaded into registers while the
+// warps multiply this step's. mma k = rows, m = units (m0 = 16 w):
+//   A (16 units x 8 rows): a0 = As[k0 + t][m0 + g], a1 = As[k0 + t][m0 + g + 8],
+//                          a2 = As[k0 + t + 4][m0 + g], a3 = As[k0 + t + 4][m0 + g + 8]
+//   B (8 rows x 8 cols):   b0 = Bs[k0 + t][n + g], b1 = Bs[k0 + t + 4][n + g]
+// Row strides of 136 and 72 floats (8 mod 32 banks) put the 32 lanes' loads on 32 banks.
+// db1: each thread sums its 4 columns over its rows in order; the 8 row groups are added
+// in order at the end. Deterministic for given sizes.
+// Grid: (chunks, ceil(H / TL1_UNITS)) blocks of 256 (lib.rs's plan: rows_per_chunk a
+// multiple of TL1_ROWS).
+#define TL1_MAX_H 256
+#define TL1_MAX_S 64
+#define TL1_UNITS 128
+#define TL1_ROWS 32
+#define TL1_LDA 136
+#define TL1_LDB 72
+
+// The four values rounded to TF32, as floats.
+__device__ __forceinline__ float4 tf32_4(float4 v) {
+    return make_float4(__uint_as_float(tf32_bits(v.x)), __uint_as_float(tf32_bits(v.y)),
+                       __uint_as_float(tf32_bits(v.z)), __uint_as_float(tf32_bits(v.w)));
+}
+
+// One step's rows of the block's dz1 columns (4 float4 of dh1 and of h1 a thread: 32
+// threads across a row's 128 units, 8 rows apart) and of s (2 float4 a thread: 16 threads
+// across a row's 64 columns, 16 rows apart).
+struct Tl1Stage {
+    float4 dh[4], hv[4], sv[2];
+};
+
+__device__ __forceinline__ void tl1_load(Tl1Stage& st, const float* __restrict__ dh1,
+                                         const float* __restrict__ h1,
+                                         const float* __restrict__ s, unsigned row0,
+                                         unsigned r1, unsigned u_base, unsigned H,
+                                         unsigned S) {
+    const unsigned cz = u_base + 4 * (threadIdx.x & 31), rz = threadIdx.x >> 5;
+    const unsigned cs = 4 * (threadIdx.x & 15), rs = threadIdx.x >> 4;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const unsigned r = row0 + rz + 8 * k;
+        const bool on = r < r1 && cz < H;
+        st.dh[k] = on ? ld4(dh1 + (size_t)r * H + cz) : zero4();
+        st.hv[k] = on ? ld4(h1 + (size_t)r * H + cz) : zero4();
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const unsigned r = row0 + rs + 16 * k;
+        st.sv[k] = r < r1 && cs < S ? ld4(s + (size_t)r * S + cs) : zero4();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    trunk_l1_grad_partial(const float* __restrict__ dh1, const float* __restrict__ h1,
+                          const float* __restrict__ s, float* __restrict__ partials,
+                          unsigned B, unsigned H, unsigned S, unsigned rows_per_chunk) {
+    __shared__ __align__(16) float As[TL1_ROWS][TL1_LDA];
+    __shared__ __align__(16) float Bs[TL1_ROWS][TL1_LDB];
+    __shared__ float col_part[8][TL1_UNITS];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned g = lane >> 2, t = lane & 3;
+    const unsigned r0 = blockIdx.x * rows_per_chunk;
+    const unsigned r1 = B - r0 <= rows_per_chunk ? B : r0 + rows_per_chunk;
+    const unsigned u_base = TL1_UNITS * blockIdx.y;
+    const unsigned cl = 4 * (threadIdx.x & 31), rz = threadIdx.x >> 5;  // local column
+    const unsigned cs = 4 * (threadIdx.x & 15), rs = threadIdx.x >> 4;
+    const unsigned m0 = 16 * warp;  // the warp's units, local to the block
+    const bool warp_on = u_base + m0 < H;
+    const unsigned n_tiles = (S + 7) / 8;
+
+    float acc[TL1_MAX_S / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < TL1_MAX_S / 8; ++nt) {
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    }
+    float4 db = zero4();
+
+    Tl1Stage st;
+    tl1_load(st, dh1, h1, s, r0, r1, u_base, H, S);
+    for (unsigned row0 = r0; row0 < r1; row0 += TL1_ROWS) {
+        // Stage this step's rows: the ReLU, db1's sums, TF32 rounding. One 16-byte store
+        // a thread: a quarter warp covers the 32 banks.
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const float4 d = st.dh[k], hv = st.hv[k];
+            const float4 z = make_float4(hv.x > 0.0f ? d.x : 0.0f, hv.y > 0.0f ? d.y : 0.0f,
+                                         hv.z > 0.0f ? d.z : 0.0f, hv.w > 0.0f ? d.w : 0.0f);
+            db.x += z.x;
+            db.y += z.y;
+            db.z += z.z;
+            db.w += z.w;
+            st4(&As[rz + 8 * k][cl], tf32_4(z));
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            if (cs < S) {
+                st4(&Bs[rs + 16 * k][cs], tf32_4(st.sv[k]));
+            }
+        }
+        __syncthreads();
+        // The next step's rows, in flight while the tensor cores work on these.
+        if (row0 + TL1_ROWS < r1) {
+            tl1_load(st, dh1, h1, s, row0 + TL1_ROWS, r1, u_base, H, S);
+        }
+        if (warp_on) {
+#pragma unroll
+            for (int k0 = 0; k0 < TL1_ROWS; k0 += 8) {
+                unsigned a[4];
+                a[0] = __float_as_uint(As[k0 + t][m0 + g]);
+                a[1] = __float_as_uint(As[k0 + t][m0 + g + 8]);
+                a[2] = __float_as_uint(As[k0 + t + 4][m0 + g]);
+                a[3] = __float_as_uint(As[k0 + t + 4][m0 + g + 8]);
+#pragma unroll
+                for (int nt = 0; nt < TL1_MAX_S / 8; ++nt) {
+                    if (nt < n_tiles) {
+                        const unsigned b0 = __float_as_uint(Bs[k0 + t][8 * nt + g]);
+                        const unsigned b1 = __float_as_uint(Bs[k0 + t + 4][8 * nt + g]);
+                        mma_tf32(acc[nt], a, b0, b1);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    float* row = partials + (size_t)blockIdx.x * ((size_t)H * S + H);
+    if (warp_on) {
+        const unsigned u0 = u_base + m0 + g, u1 = u0 + 8;
+#pragma unroll
+        for (int nt = 0; nt < TL1_MAX_S / 8; ++nt) {
+            const unsigned c = 8 * nt + 2 * t;
+            if (u0 < H && c < S) {
+                row[(size_t)u0 * S + c] = acc[nt][0];
+                row[(size_t)u0 * S + c + 1] = acc[nt][1];
+            }
+            if (u1 < H && c < S) {
+                row[(size_t)u1 * S + c] = acc[nt][2];
+                row[(size_t)u1 * S + c + 1] = acc[nt][3];
+            }
+        }
+    }
+    st4(&col_part[rz][cl], db);
+    __syncthreads();
+    if (threadIdx.x < TL1_UNITS && u_base + threadIdx.x < H) {
+        const unsigned c = threadIdx.x;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            v += col_part[k][c];
+        }
+        row[(size_t)H * S + u_base + c] = v;
+    }
+}
+
+// Second pass: adds the chunks' partials [chunks, H S + H] column by column, in order, and
+// writes dw1[H, S] and db1[H]. Grid: ceil((H S + H) / 32) blocks of (32, 32).
+extern "C" __global__ void __launch_bounds__(1024)
+    trunk_l1_grad_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
+                         unsigned S, float* __restrict__ dw1, float* __restrict__ db1) {
+    const unsigned hs = H * S, cols = hs + H;
+    const unsigned j = blockIdx.x * 32 + threadIdx.x;
+    const float v = column_block_sum(partials, 0, chunks, cols, j);
+    if (threadIdx.y == 0 && j < cols) {
+        if (j < hs) {
+            dw1[j] = v;
+        } else {
+            db1[j - hs] = v;
+        }
+    }
+}

@@ -407,22 +407,6 @@ extern "C" __global__ void __launch_bounds__(1024)
 #define IQN_FUSED_LDQ 68
 #define IQN_FUSED_LDT 36
 
-// x rounded to TF32 (10-bit mantissa, to nearest, ties away), as the tensor cores read it.
-__device__ __forceinline__ unsigned tf32_bits(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// d += A B for one m16n8k8 TF32 tile (fragments as above).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint4 lds4(const float* p) {
     return *reinterpret_cast<const uint4*>(p);
 }

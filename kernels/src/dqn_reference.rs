@@ -11,7 +11,7 @@
 use crate::{
     ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars, AttentionDims, AttnPoolDims,
     BranchHeadDims, DuelingCoefficients, DuelingDims, Expectile, ExpectileHeadDims, IqnDims,
-    IqnFusedDims, LOSS_SLOTS, LossSlot, TrunkDims,
+    IqnFusedDims, LOSS_SLOTS, LossSlot, TrunkDims, TrunkL1Dims,
 };
 
 /// What a loss kernel adds into each slot of the loss buffer (see [`LossSlot`]), in f64.
@@ -1119,6 +1119,35 @@ pub fn adam_clip_update_reference(
         v[j] = beta2 * v[j] + omb2 * g * g;
         param[j] -= lr * (m[j] / bias1) / ((v[j] / bias2).sqrt() + eps);
     }
+}
+
+/// What [`Kernels::trunk_l1_grad`](crate::Kernels::trunk_l1_grad) computes, in f64 with
+/// no TF32 rounding: `dw1[H, S] = Σ_b dz1[b, ·]ᵀ s[b, ·]` and `db1[H] = Σ_b dz1[b, ·]`,
+/// with `dz1 = dh1` where `h1 > 0`, else 0.
+pub fn trunk_l1_grad_reference(
+    dh1: &[f32],
+    h1: &[f32],
+    s: &[f32],
+    dims: TrunkL1Dims,
+) -> (Vec<f32>, Vec<f32>) {
+    let (b, h, st) = (dims.batch, dims.hidden, dims.state);
+    check("trunk_l1_grad_reference: dh1", dh1.len(), b * h);
+    check("trunk_l1_grad_reference: h1", h1.len(), b * h);
+    check("trunk_l1_grad_reference: s", s.len(), b * st);
+    let (mut dw1, mut db1) = (vec![0.0f64; h * st], vec![0.0f64; h]);
+    for r in 0..b {
+        for u in 0..h {
+            if h1[r * h + u] <= 0.0 {
+                continue;
+            }
+            let z = f64::from(dh1[r * h + u]);
+            db1[u] += z;
+            for c in 0..st {
+                dw1[u * st + c] += z * f64::from(s[r * st + c]);
+            }
+        }
+    }
+    (narrow(&dw1), narrow(&db1))
 }
 
 /// What [`Kernels::column_sums`](crate::Kernels::column_sums) computes: `out[c] = Σ_r x[r,

@@ -95,6 +95,10 @@ pub enum KernelId {
     TrunkGradJoinPartial,
     /// `trunk_grad_join_finish` in `cuda/dqn_heads.cu`.
     TrunkGradJoinFinish,
+    /// `trunk_l1_grad_partial` in `cuda/dqn_heads.cu`.
+    TrunkL1GradPartial,
+    /// `trunk_l1_grad_finish` in `cuda/dqn_heads.cu`.
+    TrunkL1GradFinish,
     /// `expectile_head_partial` in `cuda/dqn_heads.cu`.
     ExpectileHeadPartial,
     /// `expectile_head_finish` in `cuda/dqn_heads.cu`.
@@ -141,7 +145,7 @@ pub enum KernelId {
 
 impl KernelId {
     /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 32] = [
+    pub const ALL: [KernelId; 34] = [
         KernelId::ChainStep,
         KernelId::Axpby,
         KernelId::ScaleByScalar,
@@ -153,6 +157,8 @@ impl KernelId {
         KernelId::ExpectileLoss,
         KernelId::TrunkGradJoinPartial,
         KernelId::TrunkGradJoinFinish,
+        KernelId::TrunkL1GradPartial,
+        KernelId::TrunkL1GradFinish,
         KernelId::ExpectileHeadPartial,
         KernelId::ExpectileHeadFinish,
         KernelId::BranchHeadForward,
@@ -198,6 +204,8 @@ impl KernelId {
             | KernelId::ExpectileLoss
             | KernelId::TrunkGradJoinPartial
             | KernelId::TrunkGradJoinFinish
+            | KernelId::TrunkL1GradPartial
+            | KernelId::TrunkL1GradFinish
             | KernelId::ExpectileHeadPartial
             | KernelId::ExpectileHeadFinish
             | KernelId::BranchHeadForward
@@ -236,6 +244,8 @@ impl KernelId {
             KernelId::ExpectileLoss => "expectile_loss",
             KernelId::TrunkGradJoinPartial => "trunk_grad_join_partial",
             KernelId::TrunkGradJoinFinish => "trunk_grad_join_finish",
+            KernelId::TrunkL1GradPartial => "trunk_l1_grad_partial",
+            KernelId::TrunkL1GradFinish => "trunk_l1_grad_finish",
             KernelId::ExpectileHeadPartial => "expectile_head_partial",
             KernelId::ExpectileHeadFinish => "expectile_head_finish",
             KernelId::BranchHeadForward => "branch_head_forward",
@@ -1071,6 +1081,191 @@ pub fn trunk_grad_join_plan(batch: usize, hidden: usize) -> (usize, usize, usize
 pub fn trunk_grad_join_scratch_len(batch: usize, hidden: usize) -> usize {
     let (_, chunks, _) = trunk_grad_join_plan(batch, hidden);
     chunks.saturating_mul(hidden.saturating_mul(2).saturating_add(1))
+}
+
+/// Most hidden units [`Kernels::trunk_l1_grad`] takes (`TL1_MAX_H` in `cuda/dqn_heads.cu`):
+/// two blocks of 128 units (`TL1_UNITS`) a chunk of rows.
+pub const TRUNK_L1_MAX_HIDDEN: usize = 256;
+
+/// Hidden units a block of [`Kernels::trunk_l1_grad`] takes (`TL1_UNITS`: 8 warps of 16).
+const TRUNK_L1_UNITS: usize = 128;
+
+/// Most state features [`Kernels::trunk_l1_grad`] takes (`TL1_MAX_S`: 8 mma tiles of 8
+/// columns a warp, in registers).
+pub const TRUNK_L1_MAX_STATE: usize = 64;
+
+/// Rows a block of [`Kernels::trunk_l1_grad`] stages at a time (`TL1_ROWS`); a chunk of
+/// rows is a multiple of it.
+const TRUNK_L1_ROWS: usize = 32;
+
+/// Sizes of the trunk's first layer, backward: `B` rows of `dh1[B, H]` and `s[B, S]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrunkL1Dims {
+    /// `B`.
+    pub batch: usize,
+    /// `H`.
+    pub hidden: usize,
+    /// `S`.
+    pub state: usize,
+}
+
+impl TrunkL1Dims {
+    /// Whether [`Kernels::trunk_l1_grad`] takes these sizes: `H` and `S` multiples of 4
+    /// (16-byte loads) up to [`TRUNK_L1_MAX_HIDDEN`] and [`TRUNK_L1_MAX_STATE`] (the
+    /// accumulators and the staged tiles are sized for them), and `B >= 1`. Other sizes
+    /// take the GEMM path.
+    pub fn supported(&self) -> bool {
+        let fits = |n: usize, most: usize| (1..=most).contains(&n) && n % 4 == 0;
+        fits(self.hidden, TRUNK_L1_MAX_HIDDEN)
+            && fits(self.state, TRUNK_L1_MAX_STATE)
+            && self.batch >= 1
+    }
+
+    /// [`Kernels::trunk_l1_grad`] refuses sizes that are not [`TrunkL1Dims::supported`],
+    /// naming them.
+    fn check_supported(&self) -> Result<()> {
+        if self.supported() {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "trunk_l1_grad: expected a hidden width and a state width that are multiples of \
+             4, at most {TRUNK_L1_MAX_HIDDEN} and {TRUNK_L1_MAX_STATE}, and a batch of at \
+             least 1; found hidden {}, state {}, batch {}",
+            self.hidden, self.state, self.batch
+        )))
+    }
+}
+
+/// What [`Kernels::trunk_l1_grad`] reads.
+#[derive(Clone, Copy, Debug)]
+pub struct TrunkL1Inputs<'a> {
+    /// `dh1[B, H] = dz2 w2`: the gradient at layer 1's output, before its ReLU.
+    pub dh1: &'a DeviceBuffer<f32>,
+    /// `h1[B, H]`: layer 1's output (its ReLU passes where `h1 > 0`).
+    pub h1: &'a DeviceBuffer<f32>,
+    /// `s[B, S]`: the layer's input.
+    pub s: &'a DeviceBuffer<f32>,
+}
+
+/// What [`Kernels::trunk_l1_grad`] writes, each whole.
+#[derive(Debug)]
+pub struct TrunkL1Outputs<'a> {
+    /// `dw1[H, S]`.
+    pub dw1: &'a mut DeviceBuffer<f32>,
+    /// `db1[H]`.
+    pub db1: &'a mut DeviceBuffer<f32>,
+}
+
+/// How [`Kernels::trunk_l1_grad`] splits the rows: `(chunks, rows per chunk)`, about 128
+/// rows a block, at most 256 blocks (each writes a partial row of `H S + H` floats), rows
+/// a multiple of 32; depends on the batch only.
+pub fn trunk_l1_grad_plan(batch: usize) -> (usize, usize) {
+    let chunks = batch.div_ceil(128).clamp(1, 256);
+    let rows_per_chunk = batch
+        .div_ceil(chunks)
+        .div_ceil(TRUNK_L1_ROWS)
+        .max(1)
+        .saturating_mul(TRUNK_L1_ROWS);
+    (batch.div_ceil(rows_per_chunk).max(1), rows_per_chunk)
+}
+
+/// Length of the scratch buffer [`Kernels::trunk_l1_grad`] needs.
+pub fn trunk_l1_grad_scratch_len(dims: TrunkL1Dims) -> usize {
+    let (chunks, _) = trunk_l1_grad_plan(dims.batch);
+    chunks.saturating_mul(
+        dims.hidden
+            .saturating_mul(dims.state)
+            .saturating_add(dims.hidden),
+    )
+}
+
+impl Kernels {
+    /// The trunk's first layer, backward, from `dh1 = dz2 w2` (a plain GEMM's output):
+    /// the ReLU (`dz1 = dh1` where `h1 > 0`, else 0; never written), `dw1 = dz1ᵀ s` on
+    /// the tensor cores in TF32 and `db1 = Σ_b dz1[b, ·]` in f32.
+    ///
+    /// Two-pass and deterministic: `trunk_l1_grad_partial` (blocks of 256, one per chunk of
+    /// rows, [`trunk_l1_grad_plan`], and 128 hidden units) writes one partial row of
+    /// `H S + H` floats per chunk
+    /// into `scratch` (at least [`trunk_l1_grad_scratch_len`] floats), then
+    /// `trunk_l1_grad_finish` adds them in order. Sizes must be
+    /// [`TrunkL1Dims::supported`]. [`trunk_l1_grad_reference`] is the CPU version.
+    pub fn trunk_l1_grad(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: TrunkL1Dims,
+        inputs: &TrunkL1Inputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+        out: TrunkL1Outputs<'_>,
+    ) -> Result<()> {
+        dims.check_supported()?;
+        let b = positive("trunk_l1_grad: batch", dims.batch)?;
+        let h = positive("trunk_l1_grad: hidden", dims.hidden)?;
+        let st = positive("trunk_l1_grad: state", dims.state)?;
+        let bh = product("trunk_l1_grad", &[dims.batch, dims.hidden])?;
+        let bs = product("trunk_l1_grad", &[dims.batch, dims.state])?;
+        len_u32("trunk_l1_grad: dh1 ([B, H])", bh)?;
+        len_u32("trunk_l1_grad: s ([B, S])", bs)?;
+        check_len("trunk_l1_grad: dh1 ([B, H])", inputs.dh1.len(), bh)?;
+        check_len("trunk_l1_grad: h1 ([B, H])", inputs.h1.len(), bh)?;
+        check_len("trunk_l1_grad: s ([B, S])", inputs.s.len(), bs)?;
+        check_len(
+            "trunk_l1_grad: out.dw1 ([H, S])",
+            out.dw1.len(),
+            dims.hidden * dims.state,
+        )?;
+        check_len("trunk_l1_grad: out.db1 ([H])", out.db1.len(), dims.hidden)?;
+        check_scratch(
+            "trunk_l1_grad: scratch (at least trunk_l1_grad_scratch_len)",
+            scratch.len(),
+            trunk_l1_grad_scratch_len(dims),
+        )?;
+        let (chunks, rows_per_chunk) = trunk_l1_grad_plan(dims.batch);
+        let chunks32 = len_u32("trunk_l1_grad: row chunks", chunks)?;
+        let per_chunk = len_u32("trunk_l1_grad: rows per chunk", rows_per_chunk)?;
+        {
+            let mut launch = stream.launch(self.kernel(KernelId::TrunkL1GradPartial));
+            launch
+                .buf(inputs.dh1)
+                .buf(inputs.h1)
+                .buf(inputs.s)
+                .buf_mut(&mut *scratch)
+                .arg(&b)
+                .arg(&h)
+                .arg(&st)
+                .arg(&per_chunk);
+            let unit_blocks = dims.hidden.div_ceil(TRUNK_L1_UNITS) as u32; // 1 or 2
+            let config = LaunchConfig {
+                grid_dim: (chunks32, unit_blocks, 1),
+                block_dim: (BLOCK_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match `trunk_l1_grad_partial(const float* dh1, const
+            // float* h1, const float* s, float* partials, unsigned B, unsigned H, unsigned
+            // S, unsigned rows_per_chunk)`; block (x, y) reads rows [x rows_per_chunk, B)
+            // of the three inputs, columns below H and S (within the kernel's tiles and
+            // register arrays: `supported`, checked above), and writes partials[x (H S + H)
+            // + c] for x < chunks, c < H S + H: inside scratch (checked above). Every
+            // buffer holds what its shape says (checked above).
+            unsafe { launch.launch(config)? };
+        }
+        let finish_blocks = len_u32(
+            "trunk_l1_grad: finish blocks",
+            (dims.hidden * dims.state + dims.hidden).div_ceil(32),
+        )?;
+        let mut launch = stream.launch(self.kernel(KernelId::TrunkL1GradFinish));
+        launch
+            .buf(&*scratch)
+            .arg(&chunks32)
+            .arg(&h)
+            .arg(&st)
+            .buf_mut(out.dw1)
+            .buf_mut(out.db1);
+        // SAFETY: the arguments match `trunk_l1_grad_finish(const float* partials, unsigned
+        // chunks, unsigned H, unsigned S, float* dw1, float* db1)`; it reads chunks (H S +
+        // H) floats of scratch and writes dw1[0..H S) and db1[0..H) (lengths checked above).
+        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+    }
 }
 
 /// Widest trunk output [`Kernels::expectile_head`] takes: 32 `EXPECTILE_HEAD_MAX_UNITS`
@@ -3267,6 +3462,53 @@ mod tests {
             32 * num("EXPECTILE_HEAD_MAX_UNITS"),
             EXPECTILE_HEAD_MAX_HIDDEN
         );
+        assert_eq!(num("TL1_MAX_H"), TRUNK_L1_MAX_HIDDEN);
+        assert_eq!(num("TL1_MAX_S"), TRUNK_L1_MAX_STATE);
+        assert_eq!(num("TL1_ROWS"), TRUNK_L1_ROWS);
+        assert_eq!(num("TL1_UNITS"), TRUNK_L1_UNITS);
+        // 8 warps of 16 units a block, staged by 32 threads of 4 columns; two blocks.
+        assert_eq!(TRUNK_L1_UNITS, 8 * 16);
+        assert_eq!(TRUNK_L1_UNITS, 32 * 4);
+        assert_eq!(TRUNK_L1_MAX_HIDDEN, 2 * TRUNK_L1_UNITS);
+    }
+
+    /// Each row in exactly one chunk, chunks a multiple of the staged rows, at most 256.
+    #[test]
+    fn trunk_l1_grad_plan_covers_every_row_once() {
+        for rows in [1, 31, 32, 33, 1001, 1024, 16384, 32768, 65537, 1 << 20] {
+            let (chunks, per_chunk) = trunk_l1_grad_plan(rows);
+            assert!(
+                chunks * per_chunk >= rows,
+                "{rows}: rows past the last chunk"
+            );
+            assert!((chunks - 1) * per_chunk < rows, "{rows}: an empty chunk");
+            assert!(
+                chunks <= 256 && per_chunk % TRUNK_L1_ROWS == 0,
+                "{rows}: {per_chunk}"
+            );
+        }
+        assert_eq!(trunk_l1_grad_plan(16384), (128, 128));
+    }
+
+    #[test]
+    fn trunk_l1_grad_takes_what_its_tiles_hold() {
+        let d = |batch, hidden, state| TrunkL1Dims {
+            batch,
+            hidden,
+            state,
+        };
+        assert!(d(16384, 256, 64).supported() && d(1, 4, 4).supported());
+        for bad in [
+            d(0, 256, 64),
+            d(8, 260, 64),
+            d(8, 256, 68),
+            d(8, 254, 64),
+            d(8, 256, 6),
+        ] {
+            assert!(!bad.supported(), "{bad:?}");
+            let msg = bad.check_supported().unwrap_err().to_string();
+            assert!(msg.contains("multiples of 4, at most 256 and 64"), "{msg}");
+        }
     }
 
     /// Each row in exactly one chunk, whatever the batch; at most 1024 chunks, each of

@@ -11,12 +11,15 @@
 //! kernels add in f32 in chunks. An f32 model of the kernels' order at the step's sizes
 //! (`results/2026-11-30-h200-dqn/join_model.py`) is within 5.3e-7 of the f64 reference
 //! by this measure for `dz2` and the sums. An indexing mistake is of order 1.
+//!
+//! Also the trunk's first layer backward (`Kernels::trunk_l1_grad`), below.
 
 use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
 use stepgraph_kernels::{
-    Kernels, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkJoinReference,
-    trunk_grad_join_reference, trunk_grad_join_scratch_len,
+    Kernels, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkJoinReference, TrunkL1Dims,
+    TrunkL1Inputs, TrunkL1Outputs, trunk_grad_join_reference, trunk_grad_join_scratch_len,
+    trunk_l1_grad_reference, trunk_l1_grad_scratch_len,
 };
 
 const DZ2_BOUND: f64 = 1e-5;
@@ -169,5 +172,129 @@ fn gpu_trunk_grad_join_repeats_bit_for_bit() -> Result<()> {
     let first = all(&run(&device, &k, dims, &x)?);
     let second = all(&run(&device, &k, dims, &x)?);
     assert!(first == second, "two runs on the same inputs differ");
+    Ok(())
+}
+
+// ---- The trunk's first layer, backward (`Kernels::trunk_l1_grad`) ----
+//
+// Inputs random and nonzero, about half of `h1` negative (masked). `dw1` is a TF32
+// product: each operand rounded to 10 mantissa bits (a relative 2^-11 each), so a sum of
+// B products with random signs is off by about 1e-3 of its typical size; the bound is
+// [`L1_DW_BOUND`] relative to each element or, below the root mean square, to that. An
+// indexing mistake is of order 1. `db1` adds f32 values: [`SUM_BOUND`].
+
+const L1_DW_BOUND: f64 = 5e-3;
+
+const L1_CASES: [TrunkL1Dims; 4] = [
+    // The step's sizes.
+    TrunkL1Dims {
+        batch: 16384,
+        hidden: 256,
+        state: 64,
+    },
+    // A batch no chunk of 32 rows divides, widths that fill no warp or tile.
+    TrunkL1Dims {
+        batch: 1001,
+        hidden: 100,
+        state: 12,
+    },
+    // One row, the smallest widths.
+    TrunkL1Dims {
+        batch: 1,
+        hidden: 4,
+        state: 4,
+    },
+    // Past the 256-chunk cap: chunks of 160 rows.
+    TrunkL1Dims {
+        batch: 40000,
+        hidden: 256,
+        state: 64,
+    },
+];
+
+struct L1Inputs {
+    dh1: Vec<f32>,
+    h1: Vec<f32>,
+    s: Vec<f32>,
+}
+
+fn l1_inputs(dims: TrunkL1Dims, seed: u64) -> L1Inputs {
+    let mut rng = Rng::new(seed);
+    let (b, h, s) = (dims.batch, dims.hidden, dims.state);
+    L1Inputs {
+        dh1: rng.vec_nonzero(b * h, -1.0, 1.0),
+        h1: rng.vec_nonzero(b * h, -1.0, 1.0),
+        s: rng.vec_nonzero(b * s, -1.0, 1.0),
+    }
+}
+
+fn l1_run(
+    device: &Device,
+    k: &Kernels,
+    dims: TrunkL1Dims,
+    x: &L1Inputs,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let up = |what: &str, v: &[f32]| device.upload_new(what, v);
+    let (dh1, h1, s) = (up("dh1", &x.dh1)?, up("h1", &x.h1)?, up("s", &x.s)?);
+    let mut scratch = nan_buffer(device, "scratch", trunk_l1_grad_scratch_len(dims))?;
+    let mut dw1 = nan_buffer(device, "dw1", dims.hidden * dims.state)?;
+    let mut db1 = nan_buffer(device, "db1", dims.hidden)?;
+    let inputs = TrunkL1Inputs {
+        dh1: &dh1,
+        h1: &h1,
+        s: &s,
+    };
+    run_one_op(device, |stream| {
+        let out = TrunkL1Outputs {
+            dw1: &mut dw1,
+            db1: &mut db1,
+        };
+        k.trunk_l1_grad(stream, dims, &inputs, &mut scratch, out)
+    })?;
+    Ok((device.download(&dw1)?, device.download(&db1)?))
+}
+
+#[test]
+fn gpu_trunk_l1_grad_matches_the_cpu_reference() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    for (seed, dims) in L1_CASES.into_iter().enumerate() {
+        let case = format!("{dims:?}");
+        let x = l1_inputs(dims, 60 + seed as u64);
+        let (dw1, db1) = l1_run(&device, &k, dims, &x)?;
+        let (want_dw1, want_db1) = trunk_l1_grad_reference(&x.dh1, &x.h1, &x.s, dims);
+        check(&case, "dw1", &dw1, &want_dw1, L1_DW_BOUND);
+        check(&case, "db1", &db1, &want_db1, SUM_BOUND);
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_trunk_l1_grad_repeats_bit_for_bit() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    let dims = L1_CASES[0];
+    let x = l1_inputs(dims, 9);
+    let (a, b) = l1_run(&device, &k, dims, &x)?;
+    let (c, d) = l1_run(&device, &k, dims, &x)?;
+    assert!(
+        bits(&[&a, &b]) == bits(&[&c, &d]),
+        "two runs on the same inputs differ"
+    );
+    Ok(())
+}
+
+#[test]
+fn gpu_trunk_l1_grad_refuses_what_its_tiles_do_not_hold() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    let dims = TrunkL1Dims {
+        batch: 8,
+        hidden: 320,
+        state: 64,
+    };
+    let x = l1_inputs(dims, 3);
+    let err = l1_run(&device, &k, dims, &x).unwrap_err().to_string();
+    assert!(err.contains("found hidden 320, state 64, batch 8"), "{err}");
     Ok(())
 }
