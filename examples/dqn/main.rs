@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use stepgraph::{Communicator, Device, Result, Schedule, median};
-use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels};
+use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels, LossSlot};
 use stepgraph_suite::npy;
 
 use layers::{D, Sizes};
@@ -359,17 +359,14 @@ fn losses(step: &dqn::Step) -> Result<[f32; 7]> {
     ])
 }
 
-/// MODEL.md's names of [`losses`]'s values.
-const LOSS_NAMES: [&str; 7] = ["L", "L_td", "L_iql", "L_iqn", "L_attn", "L_cql", "L_conf"];
-
-/// Fails with the names of every non-finite loss and gradient when the last replay's
-/// loss or gradient norm is not finite. Cheap when all is well: four small downloads
-/// (the norm and the three loss buffers).
-pub(crate) fn check_finite(step: &dqn::Step, t: usize) -> Result<()> {
+/// The last replay's losses ([`losses`]); fails with the names of every non-finite loss
+/// and gradient when a loss or the gradient norm is not finite. Cheap when all is well:
+/// four small downloads (the norm and the three loss buffers).
+pub(crate) fn check_finite(step: &dqn::Step, t: usize) -> Result<[f32; 7]> {
     let sq_norm = step.download(|b| &b.optim.sq_norm)?[0];
     let l = losses(step)?;
     if sq_norm.is_finite() && l.iter().all(|x| x.is_finite()) {
-        return Ok(());
+        return Ok(l);
     }
     let grads = step
         .buffers()
@@ -391,11 +388,11 @@ fn non_finite_report(t: usize, l: &[f32; 7], sq_norm: f32, grads: &[(String, Vec
         (nan, inf)
     };
     let mut parts = Vec::new();
-    let bad_losses: Vec<String> = LOSS_NAMES
+    let bad_losses: Vec<String> = LossSlot::ALL
         .iter()
         .zip(l)
         .filter(|(_, x)| !x.is_finite())
-        .map(|(n, x)| format!("{n} = {x}"))
+        .map(|(slot, x)| format!("{} = {x}", slot.model_name()))
         .collect();
     if !bad_losses.is_empty() {
         parts.push(format!("loss {}", bad_losses.join(", ")));
@@ -436,12 +433,10 @@ fn non_finite_report(t: usize, l: &[f32; 7], sq_norm: f32, grads: &[(String, Vec
 /// Every parameter and Adam moment, host side: what `--inject-nan` compares across the
 /// step it poisons.
 fn optimizer_state(step: &dqn::Step) -> Result<Vec<Vec<f32>>> {
-    let b = step.buffers();
-    b.params
-        .named()
+    step.buffers()
+        .state()
         .into_iter()
-        .chain(b.optim.m.named())
-        .chain(b.optim.v.named())
+        .flat_map(|(_, named)| named)
         .map(|(_, buf)| step.executor().download(buf))
         .collect()
 }
@@ -516,12 +511,7 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
         // The state after the step too (parameters and Adam's moments): reference.py
         // starts its step k+1 from exactly what this side started it from.
         let bufs = step.buffers();
-        for (kind, named) in [
-            ("grad", bufs.grads()),
-            ("param", bufs.params.named()),
-            ("adam_m", bufs.optim.m.named()),
-            ("adam_v", bufs.optim.v.named()),
-        ] {
+        for (kind, named) in std::iter::once(("grad", bufs.grads())).chain(bufs.state()) {
             for (name, buf) in named {
                 let v = step.executor().download(buf)?;
                 npy::write(
@@ -601,26 +591,27 @@ fn train(device: &Device, o: &Options) -> Result<()> {
         step.replay()?;
         step.wait()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
-        let checked = check_finite(&step, t);
-        if before.is_some() && checked.is_ok() {
-            return Err(stepgraph::Error::Invalid(format!(
-                "--inject-nan {t}: the step with a NaN in its batch passed the finite check"
-            )));
-        }
-        if let Err(e) = checked {
-            if let Some(before) = before {
-                let kept = before == optimizer_state(&step)?;
-                println!(
-                    "--inject-nan {t}: the parameters and Adam's moments after step {t} {} \
-                     those after step {} (bit for bit)",
-                    if kept { "are" } else { "are NOT" },
-                    t - 1
-                );
+        let l = match (check_finite(&step, t), before) {
+            (Ok(_), Some(_)) => {
+                return Err(stepgraph::Error::Invalid(format!(
+                    "--inject-nan {t}: the step with a NaN in its batch passed the finite check"
+                )));
             }
-            return Err(e);
-        }
+            (Ok(l), None) => l,
+            (Err(e), before) => {
+                if let Some(before) = before {
+                    let kept = before == optimizer_state(&step)?;
+                    println!(
+                        "--inject-nan {t}: the parameters and Adam's moments after step {t} {} \
+                         those after step {} (bit for bit)",
+                        if kept { "are" } else { "are NOT" },
+                        t - 1
+                    );
+                }
+                return Err(e);
+            }
+        };
         if t % 20 == 0 || t == 1 || t == steps {
-            let l = losses(&step)?;
             let done = t * 40 / steps;
             println!(
                 "[{}{}] step {t:>5}/{}  loss {:.5}  step {:.3} ms",

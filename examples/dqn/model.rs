@@ -1202,6 +1202,17 @@ fn advantages(branch_act: &[BranchAct; 4]) -> [&Buf; 4] {
 }
 
 impl dqn::Buffers {
+    /// The state a step starts from, by kind (`param`, `adam_m`, `adam_v`: the names of
+    /// `reference.py`'s directories) and MODEL.md name: every parameter and both of
+    /// Adam's moments.
+    pub fn state(&self) -> [(&'static str, Vec<(String, &Buf)>); 3] {
+        [
+            ("param", self.params.named()),
+            ("adam_m", self.optim.m.named()),
+            ("adam_v", self.optim.v.named()),
+        ]
+    }
+
     /// Every gradient with its MODEL.md name, in the parameters' order.
     pub fn grads(&self) -> Vec<(String, &Buf)> {
         named(

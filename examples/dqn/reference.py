@@ -514,10 +514,16 @@ def rel_err(x, ref, floor=0.0):
     return float(num / den)
 
 
+def new_row(name, kind, bound, note=""):
+    """A row of the table, failing until an error within `bound` is set."""
+    return {"tensor": name, "kind": kind, "bound": bound, "rel_err": None, "ok": False,
+            "note": note}
+
+
 def compare(name, kind, x, ref, bound, floor=0.0):
     """One row of the table. x: the Rust value (None: missing/unreadable), ref: ours;
     the error is relative to max(‖ref‖, floor)."""
-    row = {"tensor": name, "kind": kind, "bound": bound, "rel_err": None, "ok": False, "note": ""}
+    row = new_row(name, kind, bound)
     if x is None:
         row["note"] = "missing or unreadable"
         return row
@@ -648,6 +654,22 @@ def state_after(out):
     return (out["param"], out["adam_m"], out["adam_v"]), []
 
 
+def update_row(rust_params, start, ref_params, usable):
+    """The row `update.all`: the step's update θ_k − θ_{k−1} of the `usable` parameters
+    together, Rust against the reference from the same start (the others fail their own
+    rows)."""
+    row = new_row("update.all", "update", BOUND_UPDATE)
+    if not usable:
+        row["note"] = "no usable parameter"
+        return row
+    row["rel_err"] = global_rel([rust_params[n] - start[n] for n in usable],
+                                [ref_params[n] - start[n] for n in usable])
+    row["ok"] = row["rel_err"] <= BOUND_UPDATE
+    if len(usable) < len(rust_params):
+        row["note"] = f"over {len(usable)} of {len(rust_params)} parameters"
+    return row
+
+
 def fmt_opt(x):
     return "-" if x is None else f"{x:.6g}"
 
@@ -711,44 +733,32 @@ def cmd_check(args):
         rust = read_step_out(d, k, shapes, rp)
         why = dict(rp.items)
 
+        # The Rust side's parameters that can be compared as a whole (the others fail
+        # their own rows).
+        usable = [n for n in names if rust["param"][n] is not None
+                  and not nonfinite(rust["param"][n])]
+
         # The check: step k from exactly the state the Rust side started it from.
         norm = scale = loss_ref = update_drift = None
         if rust_state is None:
-            rows = [{"tensor": f"start of step {k}", "kind": "start", "bound": None,
-                     "rel_err": None, "ok": False,
-                     "note": f"the Rust state after step {k - 1} is unusable: "
-                             + "; ".join(rust_state_bad[:5])
-                             + (" ..." if len(rust_state_bad) > 5 else "")}]
+            rows = [new_row(f"start of step {k}", "start", None,
+                            f"the Rust state after step {k - 1} is unusable: "
+                            + "; ".join(rust_state_bad[:5])
+                            + (" ..." if len(rust_state_bad) > 5 else ""))]
         else:
             ref, norm = run_step(on_device(rust_state, device, dtype), target, batch, k, z,
                                  hp)
             scale = ref["clip_scale"]
             rows = compare_outputs(rust, ref, why, hp)
             loss_ref = float(ref["loss"][0])
-            # This step's update, Rust against reference from the same start; parameters
-            # that are missing or non-finite fail their own rows.
-            have = [n for n in names if rust["param"][n] is not None
-                    and not nonfinite(rust["param"][n])]
-            row = {"tensor": "update.all", "kind": "update", "bound": BOUND_UPDATE,
-                   "rel_err": None, "ok": False, "note": ""}
-            if have:
-                update_drift = global_rel(
-                    [rust["param"][n] - rust_state[0][n] for n in have],
-                    [ref["param"][n] - rust_state[0][n] for n in have])
-                row["rel_err"], row["ok"] = update_drift, update_drift <= BOUND_UPDATE
-                if len(have) < len(names):
-                    row["note"] = f"over {len(have)} of {len(names)} parameters"
-            else:
-                row["note"] = "no usable parameter"
-            rows.append(row)
+            rows.append(update_row(rust["param"], rust_state[0], ref["param"], usable))
+            update_drift = rows[-1]["rel_err"]
 
         # Informative: the reference's own trajectory, where differences compound.
         own, own_norm = run_step(own_state, target, batch, k, z, hp)
         own_rows = compare_outputs(rust, own, why, hp)
-        have = [n for n in names if rust["param"][n] is not None
-                and not nonfinite(rust["param"][n])]
-        drift = global_rel([rust["param"][n] for n in have],
-                           [own["param"][n] for n in have]) if have else None
+        drift = global_rel([rust["param"][n] for n in usable],
+                           [own["param"][n] for n in usable]) if usable else None
 
         gnorm_rust = None
         if all(g is not None and not nonfinite(g) for g in rust["grad"].values()):

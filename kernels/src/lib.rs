@@ -464,6 +464,19 @@ impl LossSlot {
         self as usize
     }
 
+    /// Its term's name in `examples/dqn/MODEL.md` (`L`, `L_td`, ...).
+    pub const fn model_name(self) -> &'static str {
+        match self {
+            LossSlot::Total => "L",
+            LossSlot::Td => "L_td",
+            LossSlot::Iql => "L_iql",
+            LossSlot::Iqn => "L_iqn",
+            LossSlot::Attn => "L_attn",
+            LossSlot::Cql => "L_cql",
+            LossSlot::Conf => "L_conf",
+        }
+    }
+
     /// Its `#define` in `cuda/dqn_common.cuh`.
     pub const fn macro_name(self) -> &'static str {
         match self {
