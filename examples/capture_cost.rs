@@ -9,11 +9,13 @@
 
 use std::time::Instant;
 
+use stepgraph::exec::{Executor, Issue};
 use stepgraph::plan::{
-    Access, AccessDesc, BufId, BufKind, BufferDesc, EventDesc, EventId, OpDesc, OpId, PlanDesc,
-    StreamDesc, StreamId,
+    AccessDesc, BufId, BufKind, BufferDesc, EventDesc, EventId, OpDesc, OpId, PlanDesc, StreamDesc,
+    StreamId,
 };
-use stepgraph::{Device, DeviceBuffer, Executor, Issue, Result, Schedule, median};
+use stepgraph::stats::median;
+use stepgraph::{Device, DeviceBuffer, Result, Schedule};
 use stepgraph_kernels::Kernels;
 
 const CHAINS: usize = 4;
@@ -34,72 +36,60 @@ fn plan() -> &'static PlanDesc {
     );
     let buffers = leak(
         (0..CHAINS)
-            .map(|_| BufferDesc {
-                name: "lane",
-                kind: BufKind::Shared,
-            })
+            .map(|_| BufferDesc::new("lane", BufKind::Shared))
             .collect(),
     );
     let mut ops = Vec::new();
-    let mut events = vec![EventDesc {
-        stream: StreamId(0),
-        after: None,
-    }];
+    let mut events = vec![EventDesc::at_capture_begin()];
     for c in 0..CHAINS {
         for i in 0..OPS_PER_CHAIN {
             let id = ops.len();
             let last = i + 1 == OPS_PER_CHAIN;
-            if last {
-                events.push(EventDesc {
-                    stream: StreamId(c as u16 + 1),
-                    after: Some(OpId(id as u32)),
-                });
+            let stream = StreamId(c as u16 + 1);
+            let name = Box::leak(format!("step[{c}][{i}]").into_boxed_str());
+            let mut op = OpDesc::new(name, stream)
+                .with_func("step")
+                .with_accesses(leak(vec![AccessDesc::write(BufId(c as u16), 0)]));
+            if i == 0 {
+                op = op.with_waits(&[EventId(0)]);
             }
-            ops.push(OpDesc {
-                name: Box::leak(format!("step[{c}][{i}]").into_boxed_str()),
-                func: "step",
-                stream: StreamId(c as u16 + 1),
-                accesses: leak(vec![AccessDesc {
-                    buf: BufId(c as u16),
-                    copy: 0,
-                    access: Access::Write,
-                }]),
-                waits: if i == 0 { &[EventId(0)] } else { &[] },
-                record: last.then_some(EventId(c as u16 + 1)),
-                cost: 1.0,
-            });
+            if last {
+                events.push(EventDesc::after(stream, OpId(id as u32)));
+                op = op.with_record(EventId(c as u16 + 1));
+            }
+            ops.push(op);
         }
     }
     let final_waits = leak((1..=CHAINS as u16).map(EventId).collect());
-    Box::leak(Box::new(PlanDesc {
-        step: "capture_cost",
-        streams,
-        buffers,
-        ops: leak(ops),
-        edges: &[],
-        events: leak(events),
-        final_waits,
-        critical_path: &[],
-        critical_path_by_cost: &[],
-    }))
+    Box::leak(Box::new(
+        PlanDesc::new("capture_cost")
+            .with_streams(streams)
+            .with_buffers(buffers)
+            .with_ops(leak(ops))
+            .with_events(leak(events))
+            .with_final_waits(final_waits),
+    ))
 }
 
 fn main() -> std::process::ExitCode {
     // `--print-plan dot|svg`: how `cargo xtask plan capture_cost` draws the plan.
-    if let Some(code) = plan().print_if_asked() {
+    if let Some(code) = stepgraph_picture::print_plan_if_asked(plan()) {
         return code;
     }
     let device = match Device::new(0) {
         Ok(d) => d,
         Err(e) => {
-            println!("capture_cost needs a CUDA GPU with compute capability 9.0: {e}");
+            println!(
+                "capture_cost needs a CUDA GPU with compute capability 9.0: {}",
+                e.chain()
+            );
             return std::process::ExitCode::SUCCESS;
         }
     };
     match run(&device) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("capture_cost failed: {e}");
+            eprintln!("capture_cost failed: {}", e.chain());
             std::process::ExitCode::FAILURE
         }
     }

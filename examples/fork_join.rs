@@ -13,8 +13,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, Schedule, median};
+use stepgraph::stats::median;
+use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, Schedule};
 use stepgraph_kernels::Kernels;
+use stepgraph_picture::{print_plan_if_asked, record, timeline_svg, trace_json};
 
 /// Elements per chain: 16 blocks of 256 threads, one element per thread.
 const N: usize = 16 * 256;
@@ -115,7 +117,7 @@ fn buffers(device: &Device) -> Result<fork_join::Buffers> {
 
 fn main() -> std::process::ExitCode {
     // `--print-plan dot|svg`: how `cargo xtask plan fork_join` draws the plan, no GPU used.
-    if let Some(code) = fork_join::PLAN.print_if_asked() {
+    if let Some(code) = print_plan_if_asked(&fork_join::PLAN) {
         return code;
     }
     let quick = std::env::args().any(|a| a == "--quick");
@@ -123,14 +125,17 @@ fn main() -> std::process::ExitCode {
     let device = match Device::new(0) {
         Ok(d) => d,
         Err(e) => {
-            println!("the timed run needs a CUDA GPU with compute capability 9.0: {e}");
+            println!(
+                "the timed run needs a CUDA GPU with compute capability 9.0: {}",
+                e.chain()
+            );
             return std::process::ExitCode::SUCCESS;
         }
     };
     match run(&device, quick) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("fork_join failed: {e}");
+            eprintln!("fork_join failed: {}", e.chain());
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 eprintln!("  caused by: {s}");
@@ -238,9 +243,12 @@ fn run(device: &Device, quick: bool) -> Result<()> {
                 Err(e) => eprintln!("  could not write {}: {e}", path.display()),
             }
         };
-        write("fork_join.profile", profile.to_record());
-        write("fork_join.timeline.svg", profile.to_svg());
-        write("fork_join.trace.json", profile.to_trace_json());
+        match record::to_string(&profile) {
+            Ok(text) => write("fork_join.profile.json", text),
+            Err(e) => eprintln!("  could not record the profile: {e}"),
+        }
+        write("fork_join.timeline.svg", timeline_svg(&profile));
+        write("fork_join.trace.json", trace_json(&profile));
     }
     Ok(())
 }

@@ -24,129 +24,14 @@ mod trunk;
 
 use std::sync::Arc;
 
-use stepgraph::plan::{OpDesc, OpId, StreamDesc, StreamId};
-use stepgraph::{
-    CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Mode, Refresh, Result, Schedule,
-};
-use stepgraph::{Executor, PlanDesc};
+use stepgraph::exec::{Mode, Refresh};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Result, Schedule};
 use stepgraph_kernels::Kernels;
+use stepgraph_testkit::{Rng, bits, check_within, max_err, nan_buffer, rms};
 
-/// xorshift64*: small, seedable, no dependency. Shared by every GPU test module.
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    /// Uniform in [0, 1).
-    fn next_f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (x >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Uniform in [lo, hi).
-    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| lo + (hi - lo) * self.next_f32()).collect()
-    }
-    /// Uniform in [lo, hi), a draw of exactly zero replaced by 0.125: inputs that must not
-    /// hide an unwritten or ignored element.
-    fn vec_nonzero(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let v = lo + (hi - lo) * self.next_f32();
-                if v == 0.0 { 0.125 } else { v }
-            })
-            .collect()
-    }
-    /// `len` values uniform in [-scale, scale).
-    fn fill(&mut self, len: usize, scale: f32) -> Vec<f32> {
-        (0..len)
-            .map(|_| (self.next_f32() * 2.0 - 1.0) * scale)
-            .collect()
-    }
-}
-
-/// A one-stream, one-op plan, as `#[step]` would emit for a step with a single op: for
-/// the tests that issue kernels or matmuls through an executor outside a step.
-static ONE_OP_PLAN: PlanDesc = PlanDesc {
-    step: "one_op",
-    streams: &[StreamDesc::named("main")],
-    buffers: &[],
-    ops: &[OpDesc {
-        name: "one_op",
-        func: "one_op",
-        stream: StreamId::ORIGIN,
-        accesses: &[],
-        waits: &[],
-        record: None,
-        cost: 1.0,
-    }],
-    edges: &[],
-    events: &[],
-    final_waits: &[],
-    critical_path: &[OpId(0)],
-    critical_path_by_cost: &[OpId(0)],
-};
-
-/// Runs `body` once, eagerly, as the one op of [`ONE_OP_PLAN`], and waits for it.
-fn run_one_op(
-    device: &Device,
-    mut body: impl FnMut(&CaptureStream<'_>) -> Result<()>,
-) -> Result<()> {
-    let exec = Executor::new(device, &ONE_OP_PLAN, Schedule::Planned)?;
-    exec.run_eager(&mut |issue| issue.op(OpId(0), &mut body))?;
-    exec.wait()
-}
-
-/// A device buffer of `len` NaNs: an element a kernel fails to write fails the comparison.
-fn nan_buffer(device: &Device, what: &str, len: usize) -> Result<DeviceBuffer<f32>> {
-    device.upload_new(what, &vec![f32::NAN; len])
-}
-
-/// The bits of every value of `parts`, in order: for checking that two runs agree exactly.
-pub(crate) fn bits(parts: &[&[f32]]) -> Vec<u32> {
-    parts
-        .iter()
-        .flat_map(|v| v.iter().map(|x| x.to_bits()))
-        .collect()
-}
-
-/// The largest `|got − want| / max(|want|, floor)`; infinite if anything is not finite.
-pub(crate) fn max_err(got: &[f32], want: &[f32], floor: f64) -> f64 {
-    assert_eq!(got.len(), want.len(), "compared lengths");
-    got.iter()
-        .zip(want)
-        .map(|(&g, &w)| {
-            let (g, w) = (f64::from(g), f64::from(w));
-            if g.is_finite() {
-                (g - w).abs() / w.abs().max(floor).max(f64::MIN_POSITIVE)
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
-pub(crate) fn rms(x: &[f32]) -> f64 {
-    (x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
-}
-
-/// Asserts that `max_err(got, want, floor) <= bound`, and prints the error either way.
-pub(crate) fn check_within(
-    case: &str,
-    what: &str,
-    got: &[f32],
-    want: &[f32],
-    floor: f64,
-    bound: f64,
-) {
-    let err = max_err(got, want, floor);
-    eprintln!("{case}: {what}: largest error {err:.3e} (bound {bound:.0e}, floor {floor:.3e})");
-    assert!(
-        err <= bound,
-        "{case}: {what}: largest error {err:e} is above {bound:e}"
-    );
+/// Runs `body` once, eagerly, on a fresh stream, and waits for it.
+fn run_one_op(device: &Device, body: impl FnOnce(&CaptureStream<'_>) -> Result<()>) -> Result<()> {
+    stepgraph::exec::run_once(device, body)
 }
 
 fn device() -> Device {
@@ -494,6 +379,7 @@ fn gpu_out_of_memory_when_building_a_step_names_the_allocation() {
     let first = device.alloc_zeros::<u8>("tmp", free / 10 * 4).unwrap();
     let err = big_scratch::Step::new(
         &device,
+        (),
         big_scratch::Buffers { tmp: first },
         big_scratch::Config {},
     )
@@ -516,8 +402,9 @@ fn gpu_out_of_memory_when_building_a_step_names_the_allocation() {
 
 #[test]
 fn gpu_missing_library_is_a_clear_error_and_present_ones_pass() {
-    stepgraph::check_libraries().expect("the CUDA driver and cuBLASLt are installed here");
-    let err = stepgraph::require_library("cublasLt_stepgraph_absent").unwrap_err();
+    stepgraph::preflight::check_libraries()
+        .expect("the CUDA driver and cuBLASLt are installed here");
+    let err = stepgraph::preflight::require_library("cublasLt_stepgraph_absent").unwrap_err();
     assert!(matches!(err, Error::LibraryMissing { .. }), "{err}");
     assert!(
         err.to_string().contains("libcublasLt_stepgraph_absent.so"),
@@ -557,8 +444,8 @@ fn gpu_a_failing_op_aborts_the_capture_cleanly() {
         y: device.upload_new("y", &[1.0f32; 64]).unwrap(),
     };
     let err =
-        fails_in_capture::Step::new(&device, bufs(), fails_in_capture::Config {}).unwrap_err();
-    let msg = chain_of(&err);
+        fails_in_capture::Step::new(&device, (), bufs(), fails_in_capture::Config {}).unwrap_err();
+    let msg = err.chain();
     assert!(msg.contains("main_work"), "{msg}");
     assert!(
         msg.contains("planted failure") || format!("{err:?}").contains("planted failure"),
@@ -623,107 +510,52 @@ mod broken {
     use stepgraph::plan::*;
 
     const STREAMS: &[StreamDesc] = &[StreamDesc::named("main"), StreamDesc::named("side")];
-    const BUFS: &[BufferDesc] = &[BufferDesc {
-        name: "x",
-        kind: BufKind::Shared,
-    }];
-    const ACC_W: &[AccessDesc] = &[AccessDesc {
-        buf: BufId(0),
-        copy: 0,
-        access: Access::Write,
-    }];
-    const ACC_R: &[AccessDesc] = &[AccessDesc {
-        buf: BufId(0),
-        copy: 0,
-        access: Access::Read,
-    }];
-    const fn op(
-        name: &'static str,
-        stream: u16,
-        accesses: &'static [AccessDesc],
-        waits: &'static [EventId],
-        record: Option<EventId>,
-    ) -> OpDesc {
-        OpDesc {
-            name,
-            func: name,
-            stream: StreamId(stream),
-            accesses,
-            waits,
-            record,
-            cost: 1.0,
-        }
-    }
+    const X: BufId = BufId(0);
 
     /// `read` forks from capture begin instead of waiting for `write`: a race.
-    pub const RACY: PlanDesc = PlanDesc {
-        step: "racy",
-        streams: STREAMS,
-        buffers: BUFS,
-        ops: &[
-            op("write", 0, ACC_W, &[], None),
-            op("read", 1, ACC_R, &[EventId(0)], Some(EventId(1))),
-        ],
-        edges: &[EdgeDesc {
-            from: OpId(0),
-            to: OpId(1),
-            kind: EdgeKind::ReadAfterWrite,
-            buf: Some(BufId(0)),
-        }],
-        events: &[
-            EventDesc {
-                stream: StreamId(0),
-                after: None,
-            },
-            EventDesc {
-                stream: StreamId(1),
-                after: Some(OpId(1)),
-            },
-        ],
-        final_waits: &[EventId(1)],
-        critical_path: &[],
-        critical_path_by_cost: &[],
-    };
+    pub const RACY: PlanDesc = PlanDesc::new("racy")
+        .with_streams(STREAMS)
+        .with_buffers(&[BufferDesc::new("x", BufKind::Shared)])
+        .with_ops(&[
+            OpDesc::new("write", StreamId(0)).with_accesses(&[AccessDesc::write(X, 0)]),
+            OpDesc::new("read", StreamId(1))
+                .with_accesses(&[AccessDesc::read(X, 0)])
+                .with_waits(&[EventId(0)])
+                .with_record(EventId(1)),
+        ])
+        .with_edges(&[EdgeDesc::new(
+            OpId(0),
+            OpId(1),
+            EdgeKind::ReadAfterWrite,
+            Some(X),
+        )])
+        .with_events(&[
+            EventDesc::at_capture_begin(),
+            EventDesc::after(StreamId(1), OpId(1)),
+        ])
+        .with_final_waits(&[EventId(1)]);
 
     /// Two independent writers of two buffers, but `second` waits for `first`.
-    const BUFS2: &[BufferDesc] = &[
-        BufferDesc {
-            name: "x",
-            kind: BufKind::Shared,
-        },
-        BufferDesc {
-            name: "y",
-            kind: BufKind::Shared,
-        },
-    ];
-    const ACC_Y: &[AccessDesc] = &[AccessDesc {
-        buf: BufId(1),
-        copy: 0,
-        access: Access::Write,
-    }];
-    pub const SERIALISED: PlanDesc = PlanDesc {
-        step: "serialised",
-        streams: STREAMS,
-        buffers: BUFS2,
-        ops: &[
-            op("first", 0, ACC_W, &[], Some(EventId(0))),
-            op("second", 1, ACC_Y, &[EventId(0)], Some(EventId(1))),
-        ],
-        edges: &[],
-        events: &[
-            EventDesc {
-                stream: StreamId(0),
-                after: Some(OpId(0)),
-            },
-            EventDesc {
-                stream: StreamId(1),
-                after: Some(OpId(1)),
-            },
-        ],
-        final_waits: &[EventId(1)],
-        critical_path: &[],
-        critical_path_by_cost: &[],
-    };
+    pub const SERIALISED: PlanDesc = PlanDesc::new("serialised")
+        .with_streams(STREAMS)
+        .with_buffers(&[
+            BufferDesc::new("x", BufKind::Shared),
+            BufferDesc::new("y", BufKind::Shared),
+        ])
+        .with_ops(&[
+            OpDesc::new("first", StreamId(0))
+                .with_accesses(&[AccessDesc::write(X, 0)])
+                .with_record(EventId(0)),
+            OpDesc::new("second", StreamId(1))
+                .with_accesses(&[AccessDesc::write(BufId(1), 0)])
+                .with_waits(&[EventId(0)])
+                .with_record(EventId(1)),
+        ])
+        .with_events(&[
+            EventDesc::after(StreamId(0), OpId(0)),
+            EventDesc::after(StreamId(1), OpId(1)),
+        ])
+        .with_final_waits(&[EventId(1)]);
 }
 
 fn capture_two_op_plan(
@@ -734,7 +566,7 @@ fn capture_two_op_plan(
     let k = kernels(device);
     let mut x = device.upload_new("x", &Rng::new(8).vec(N, -1.0, 1.0))?;
     let mut y = device.upload_new("y", &Rng::new(9).vec(N, -1.0, 1.0))?;
-    let mut exec = stepgraph::Executor::new(device, plan, Schedule::Planned)?;
+    let mut exec = stepgraph::exec::Executor::new(device, plan, Schedule::Planned)?;
     exec.verify(&mut |issue| {
         issue.op(OpId(0), |s| k.chain_step(s, &mut x, 4, 0.999, 0.001))?;
         issue.op(OpId(1), |s| {
@@ -748,23 +580,11 @@ fn capture_two_op_plan(
     })
 }
 
-/// An error and every error under it, as one line.
-fn chain_of(err: &dyn std::error::Error) -> String {
-    let mut msg = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
-    msg
-}
-
 #[test]
 fn gpu_verifier_catches_a_racy_schedule_naming_the_ops() {
     let device = device();
     let err = capture_two_op_plan(&device, &broken::RACY).unwrap_err();
-    let msg = chain_of(&err);
+    let msg = err.chain();
     assert!(msg.contains("race"), "{msg}");
     assert!(
         msg.contains("`write` (stream `main`)") && msg.contains("`read` (stream `side`)"),
@@ -776,7 +596,7 @@ fn gpu_verifier_catches_a_racy_schedule_naming_the_ops() {
 fn gpu_verifier_catches_a_falsely_serialised_schedule_naming_the_ops() {
     let device = device();
     let err = capture_two_op_plan(&device, &broken::SERIALISED).unwrap_err();
-    let msg = chain_of(&err);
+    let msg = err.chain();
     assert!(msg.contains("false serialisation"), "{msg}");
     assert!(
         msg.contains("`first` (stream `main`)") && msg.contains("`second` (stream `side`)"),

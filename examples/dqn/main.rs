@@ -17,7 +17,8 @@ mod parallel;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use stepgraph::{Communicator, Device, Result, Schedule, median};
+use stepgraph::stats::median;
+use stepgraph::{Communicator, Device, Result, Schedule};
 use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels, LossSlot};
 use stepgraph_suite::npy;
 
@@ -128,7 +129,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
 }
 
 fn main() -> std::process::ExitCode {
-    if let Some(code) = dqn::PLAN.print_if_asked() {
+    if let Some(code) = stepgraph_picture::print_plan_if_asked(&dqn::PLAN) {
         return code;
     }
     let options = match parse_options(std::env::args().skip(1)) {
@@ -144,7 +145,8 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             println!(
                 "the training run needs a CUDA GPU with compute capability 9.0 and the CUDA 13 \
-                 libraries: {e}"
+                 libraries: {}",
+                e.chain()
             );
             return std::process::ExitCode::SUCCESS;
         }
@@ -786,9 +788,20 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         kernels.join(", ")
     );
     let _ = std::fs::write(dir.join("dqn_bench.json"), json);
-    let _ = std::fs::write(dir.join("dqn.profile"), profile.to_record());
-    let _ = std::fs::write(dir.join("dqn.timeline.svg"), profile.to_svg());
-    let _ = std::fs::write(dir.join("dqn.trace.json"), profile.to_trace_json());
+    match stepgraph_picture::record::to_string(&profile) {
+        Ok(text) => {
+            let _ = std::fs::write(dir.join("dqn.profile.json"), text);
+        }
+        Err(e) => eprintln!("dqn: could not record the profile: {e}"),
+    }
+    let _ = std::fs::write(
+        dir.join("dqn.timeline.svg"),
+        stepgraph_picture::timeline_svg(&profile),
+    );
+    let _ = std::fs::write(
+        dir.join("dqn.trace.json"),
+        stepgraph_picture::trace_json(&profile),
+    );
     Ok(())
 }
 
@@ -936,9 +949,12 @@ mod tests {
     /// five parts, and the parts add up to the ops.
     #[test]
     fn breakdown_of_the_recorded_profile_covers_every_op() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dqn.profile");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/dqn.profile.json"
+        );
         let text = std::fs::read_to_string(path).unwrap();
-        let profile = stepgraph::Profile::from_record(&text).unwrap();
+        let profile = stepgraph_picture::record::from_str(&text).unwrap();
         let line = breakdown(&profile);
         let parts: Vec<(&str, f64)> = line
             .split(' ')

@@ -13,7 +13,8 @@
 
 use std::sync::{Condvar, Mutex};
 
-use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule, median};
+use stepgraph::stats::median;
+use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
 
 use super::{
     Options, Rng, Transitions, build, build_rank, check_finite, initialise, losses, set_step_count,
@@ -268,7 +269,7 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
     results.sort_by_key(|(r, _)| *r);
     let mut ok = Vec::new();
     for (rank, r) in results {
-        ok.push(r.map_err(|e| stepgraph::Error::Invalid(format!("rank {rank}: {e}")))?);
+        ok.push(r.map_err(|e| stepgraph::Error::Invalid(format!("rank {rank}: {}", e.chain())))?);
     }
     if ok.len() != ranks {
         return Err(stepgraph::Error::Invalid(format!(

@@ -3,15 +3,28 @@
 //! `::stepgraph::__rt_v1`.
 
 use proc_macro2::{Literal, TokenStream};
-use quote::{ToTokens, format_ident, quote};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::{Ident, Type};
 
 use crate::model::{BufKind, Priority, Step};
 use crate::schedule::{Access, DepKind, Plan};
 use crate::validate::{Arg, Resolved, Slot};
 
+/// The hidden module of the runtime that generated code calls, as the module's local
+/// alias `__sg` refers to it.
 fn rt() -> TokenStream {
-    quote!(::stepgraph::__rt_v1)
+    quote!(__sg)
+}
+
+/// `use <runtime>::__rt_v1 as __sg;`: the one path into the runtime, `::stepgraph` unless
+/// the step says `crate = path`.
+fn rt_use(step: &Step) -> TokenStream {
+    match &step.krate {
+        Some(path) => quote!(use #path::__rt_v1 as __sg;),
+        None => quote!(
+            use ::stepgraph::__rt_v1 as __sg;
+        ),
+    }
 }
 
 /// An op index as a `u32` literal.
@@ -39,18 +52,17 @@ fn index_too_wide(n: usize, bits: u32) -> TokenStream {
     quote!(::core::compile_error!(#msg))
 }
 
-/// The `PLAN` constant.
+/// The `PLAN` constant, written with the runtime's compact `const fn` constructors.
 fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let rt = rt();
     let step_name = step.name.to_string();
     let streams = resolved.streams.iter().map(|s| {
         let name = &s.name;
-        let priority = match step.streams[s.decl].priority {
-            Priority::Low => quote!(Low),
-            Priority::Normal => quote!(Normal),
-            Priority::High => quote!(High),
-        };
-        quote!(#rt::StreamDesc { name: #name, priority: #rt::StreamPriority::#priority })
+        match step.streams[s.decl].priority {
+            Priority::Normal => quote!(#rt::StreamDesc::named(#name)),
+            Priority::Low => quote!(#rt::stream(#name, #rt::StreamPriority::Low)),
+            Priority::High => quote!(#rt::stream(#name, #rt::StreamPriority::High)),
+        }
     });
     let buffers = step.buffers.iter().flat_map(|b| &b.fields).map(|b| {
         let name = b.name.to_string();
@@ -60,104 +72,83 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             BufKind::ScratchPerStream => quote!(ScratchPerStream),
             BufKind::ScratchPerBranch => quote!(ScratchPerBranch),
         };
-        quote!(#rt::BufferDesc { name: #name, kind: #rt::BufKind::#kind })
+        quote!(#rt::BufferDesc::new(#name, #rt::BufKind::#kind))
     });
     let ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
         let name = &inst.name;
         let func = step.ops[inst.op].name.to_string();
         let stream = lit_u16(inst.stream);
         let accesses = resolved.problem.ops[k].accesses.iter().map(|(r, a)| {
-            let buf = lit_u16(r.buf);
-            let copy = lit_u16(r.copy);
-            let access = match a {
-                Access::Read => quote!(Read),
-                Access::Write => quote!(Write),
-            };
-            quote!(#rt::AccessDesc { buf: #rt::BufId(#buf), copy: #copy, access: #rt::Access::#access })
+            let (buf, copy) = (lit_u16(r.buf), lit_u16(r.copy));
+            match a {
+                Access::Read => quote!(#rt::read(#buf, #copy)),
+                Access::Write => quote!(#rt::write(#buf, #copy)),
+            }
         });
-        let waits = plan.waits[k].iter().map(|&e| {
+        let waits = (!plan.waits[k].is_empty()).then(|| {
+            let w = plan.waits[k].iter().map(|&e| lit_u16(e));
+            quote!(.with_waits(&#rt::events([#(#w),*])))
+        });
+        let record = plan.records[k].map(|e| {
             let e = lit_u16(e);
-            quote!(#rt::EventId(#e))
+            quote!(.with_record(#rt::EventId(#e)))
         });
-        let record = match plan.records[k] {
-            Some(e) => {
-                let e = lit_u16(e);
-                quote!(::core::option::Option::Some(#rt::EventId(#e)))
-            }
-            None => quote!(::core::option::Option::None),
-        };
-        let cost = Literal::f64_suffixed(resolved.problem.ops[k].cost);
-        quote! {
-            #rt::OpDesc {
-                name: #name,
-                func: #func,
-                stream: #rt::StreamId(#stream),
-                accesses: &[#(#accesses),*],
-                waits: &[#(#waits),*],
-                record: #record,
-                cost: #cost,
-            }
-        }
+        let cost = resolved.problem.ops[k].cost;
+        let cost = (cost != 1.0).then(|| {
+            let c = Literal::f64_suffixed(cost);
+            quote!(.with_cost(#c))
+        });
+        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost)
     });
     let edges = plan.deps.iter().map(|d| {
-        let from = lit_u32(d.from);
-        let to = lit_u32(d.to);
-        let kind = match d.kind {
-            DepKind::ReadAfterWrite => quote!(ReadAfterWrite),
-            DepKind::WriteAfterRead => quote!(WriteAfterRead),
-            DepKind::WriteAfterWrite => quote!(WriteAfterWrite),
-            DepKind::Join => quote!(Join),
-            DepKind::After => quote!(After),
-        };
-        let buf = match d.resource {
-            Some(r) => {
-                let b = lit_u16(r.buf);
-                quote!(::core::option::Option::Some(#rt::BufId(#b)))
-            }
-            None => quote!(::core::option::Option::None),
-        };
-        quote!(#rt::EdgeDesc { from: #rt::OpId(#from), to: #rt::OpId(#to), kind: #rt::EdgeKind::#kind, buf: #buf })
+        let (from, to) = (lit_u32(d.from), lit_u32(d.to));
+        let buf = d.resource.map(|r| lit_u16(r.buf));
+        match (d.kind, buf) {
+            (DepKind::ReadAfterWrite, Some(b)) => quote!(#rt::raw(#from, #to, #b)),
+            (DepKind::WriteAfterRead, Some(b)) => quote!(#rt::war(#from, #to, #b)),
+            (DepKind::WriteAfterWrite, Some(b)) => quote!(#rt::waw(#from, #to, #b)),
+            (DepKind::Join, _) => quote!(#rt::join(#from, #to)),
+            // Data edges always name their buffer; `After` is the only other kind.
+            _ => quote!(#rt::after(#from, #to)),
+        }
     });
-    let events = plan.events.iter().map(|e| {
-        let stream = lit_u16(e.stream);
-        let after = match e.after {
-            Some(a) => {
-                let a = lit_u32(a);
-                quote!(::core::option::Option::Some(#rt::OpId(#a)))
-            }
-            None => quote!(::core::option::Option::None),
-        };
-        quote!(#rt::EventDesc { stream: #rt::StreamId(#stream), after: #after })
+    let events = plan.events.iter().map(|e| match e.after {
+        Some(a) => {
+            let (stream, a) = (lit_u16(e.stream), lit_u32(a));
+            quote!(#rt::event(#stream, #a))
+        }
+        None => quote!(#rt::begin()),
     });
-    let final_waits = plan.final_waits.iter().map(|&e| {
-        let e = lit_u16(e);
-        quote!(#rt::EventId(#e))
-    });
+    let final_waits = plan.final_waits.iter().map(|&e| lit_u16(e));
     let path = |p: &[usize]| {
-        let ids = p.iter().map(|&o| {
-            let o = lit_u32(o);
-            quote!(#rt::OpId(#o))
-        });
-        quote!(&[#(#ids),*])
+        let ids = p.iter().map(|&o| lit_u32(o));
+        quote!(&#rt::ops([#(#ids),*]))
     };
     let critical = path(&plan.critical_path);
     let critical_cost = path(&plan.critical_path_by_cost);
     quote! {
-        /// The schedule of this step, planned at compile time: ops in program order with
-        /// their streams, buffer accesses, waits and records, the dependency edges, the
-        /// events, the final joins and the critical path. `println!("{}", PLAN)` prints it.
-        pub const PLAN: #rt::PlanDesc = #rt::PlanDesc {
-            step: #step_name,
-            streams: &[#(#streams),*],
-            buffers: &[#(#buffers),*],
-            ops: &[#(#ops),*],
-            edges: &[#(#edges),*],
-            events: &[#(#events),*],
-            final_waits: &[#(#final_waits),*],
-            critical_path: #critical,
-            critical_path_by_cost: #critical_cost,
-        };
+        /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
+        /// prints it.
+        pub const PLAN: #rt::PlanDesc = #rt::PlanDesc::new(#step_name)
+            .with_streams(&[#(#streams),*])
+            .with_buffers(&[#(#buffers),*])
+            .with_ops(__OPS)
+            .with_edges(__EDGES)
+            .with_events(&[#(#events),*])
+            .with_final_waits(&#rt::events([#(#final_waits),*]))
+            .with_critical_paths(#critical, #critical_cost);
+        const __OPS: &[#rt::OpDesc] = &[#(#ops),*];
+        const __EDGES: &[#rt::EdgeDesc] = &[#(#edges),*];
     }
+}
+
+/// Whether an item of the module is named `name` (which the expansion then must not
+/// define again: validation has reported the clash).
+fn defines(step: &Step, name: &str) -> bool {
+    step.other
+        .iter()
+        .filter_map(crate::validate::item_ident)
+        .any(|i| i == name)
 }
 
 /// `Buffers` and `Config`, or empty stand-ins when the step declares none.
@@ -167,6 +158,7 @@ fn structs(step: &Step) -> TokenStream {
             let item = &b.item;
             quote!(#item)
         }
+        None if defines(step, "Buffers") => quote!(),
         None => quote! {
             /// This step declares no buffers.
             #[derive(Debug, Default)]
@@ -178,6 +170,7 @@ fn structs(step: &Step) -> TokenStream {
             let item = &c.item;
             quote!(#item)
         }
+        None if defines(step, "Config") => quote!(),
         None => quote! {
             /// This step declares no config values.
             #[derive(Debug, Default, Clone, Copy)]
@@ -199,28 +192,79 @@ fn config_ident(step: &Step) -> Ident {
         .map_or_else(|| format_ident!("Config"), |c| c.item.ident.clone())
 }
 
-/// The public surface of `Step`, shared by the real expansion and the stand-in.
-struct Surface {
-    kernels_param: TokenStream,
-    kernels_arg: TokenStream,
-}
-
-fn surface(step: &Step) -> Surface {
+/// The kernels type the ops receive: the one `kernels = ..` names, or `()`.
+fn kernels_ty(step: &Step) -> TokenStream {
     match &step.kernels {
-        Some(k) => Surface {
-            kernels_param: quote!(kernels: ::std::sync::Arc<#k>,),
-            kernels_arg: quote!(kernels,),
-        },
-        None => Surface {
-            kernels_param: quote!(),
-            kernels_arg: quote!(),
-        },
+        Some(k) => quote!(#k),
+        None => quote!(()),
     }
 }
 
-/// The full expansion of a valid step.
+/// The module's `Step` alias and its `Spec`, whose `StepSpec` impl holds `body` (the
+/// associated items besides the types).
+fn spec(step: &Step, scratch_ty: TokenStream, body: TokenStream) -> TokenStream {
+    let rt = rt();
+    let buffers_ty = buffers_ident(step);
+    let config_ty = config_ident(step);
+    let kernels_ty = kernels_ty(step);
+    quote! {
+        /// This step, captured and replayed: see [`Step`](#rt::Step) for its methods.
+        pub type Step = #rt::Step<Spec>;
+
+        /// What [`Step`] runs: this module's plan, buffers, config, kernels and ops.
+        #[derive(Debug)]
+        pub struct Spec;
+
+        impl #rt::StepSpec for Spec {
+            type Buffers = #buffers_ty;
+            type Config = #config_ty;
+            type Kernels = #kernels_ty;
+            type Scratch = #scratch_ty;
+            const PLAN: &'static #rt::PlanDesc = &PLAN;
+            #body
+        }
+    }
+}
+
+/// One op instance's call: its function with each parameter bound, spanned on the op so
+/// that a type error in the call (a wrong return type, say) points at the op.
+fn op_call(step: &Step, inst: &crate::validate::Instance) -> TokenStream {
+    let rt = rt();
+    let op = &step.ops[inst.op];
+    let func = &op.name;
+    let args = inst.args.iter().map(|a| match a {
+        Arg::Stream => quote!(__st),
+        Arg::Blas => quote!(&__st.blas()),
+        Arg::Kernels => quote!(__k),
+        Arg::Index(i) => Literal::u32_unsuffixed(*i).into_token_stream(),
+        Arg::Config(f) => quote!(#rt::cfg(&__c.#f)),
+        Arg::Buffer { field, write, slot } => {
+            let place = match slot {
+                Slot::Field | Slot::Copy(0) => quote!(__b.#field),
+                Slot::Element(i) => {
+                    let i = Literal::usize_unsuffixed(*i as usize);
+                    quote!(__b.#field[#i])
+                }
+                Slot::Copy(c) => {
+                    let c = Literal::usize_unsuffixed(c - 1);
+                    quote!(__s.#field[#c])
+                }
+            };
+            if *write {
+                quote!(&mut #place)
+            } else {
+                quote!(&#place)
+            }
+        }
+    });
+    quote_spanned!(op.item.sig.ident.span()=> #func(#(#args),*))
+}
+
+/// The full expansion of a valid step: the module's items, its `PLAN`, and the spec that
+/// [`Step`](stepgraph::Step) runs. The step's methods live in the runtime, not here.
 pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let rt = rt();
+    let rt_use = rt_use(step);
     let vis = &step.vis;
     let name = &step.name;
     let attrs = &step.attrs;
@@ -235,17 +279,11 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let plan_const = plan_const(step, resolved, plan);
     let buffers_ty = buffers_ident(step);
     let config_ty = config_ident(step);
-    let Surface {
-        kernels_param,
-        kernels_arg,
-    } = surface(step);
-    let step_name = name.to_string();
-
+    let kernels_ty = kernels_ty(step);
     let fields: Vec<&crate::model::Buffer> = step.buffers.iter().flat_map(|b| &b.fields).collect();
 
     // Per-branch arrays must have one element per member of their group.
     let width_checks = fields.iter().enumerate().filter_map(|(i, b)| {
-        // Only per-branch arrays get a width.
         let w = resolved.branch_widths[i]?;
         let Type::Array(arr) = &b.ty else { return None };
         let len = &arr.len;
@@ -254,9 +292,7 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             "#[per_branch] buffer `{}` must have one element per branch of its stream group ({w})",
             b.name
         );
-        Some(quote!(
-            const _: () = ::core::assert!((#len) == #w, #msg);
-        ))
+        Some(quote_spanned!(b.name.span()=> const _: () = ::core::assert!((#len) == #w, #msg);))
     });
 
     // Scratch copies beyond the one the user supplies in the buffers struct.
@@ -273,59 +309,32 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         let s = n.to_string();
         quote!(#n: #rt::scratch_copies(&buffers.#n, device, #s, #count)?,)
     });
-
-    let (kernels_field, kernels_field_init, kernels_bind, kernels_pass, kernels_issue_param) =
-        match &step.kernels {
-            Some(k) => (
-                quote!(kernels: ::std::sync::Arc<#k>,),
-                quote!(kernels,),
-                quote!(kernels,),
-                quote!(kernels,),
-                quote!(__kernels: &#k,),
-            ),
-            None => (quote!(), quote!(), quote!(), quote!(), quote!()),
-        };
-
     let issue_ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
-        let func = &step.ops[inst.op].name;
         let id = lit_u32(k);
-        let needs_blas = inst.args.iter().any(|a| matches!(a, Arg::Blas));
-        let args = inst.args.iter().map(|a| match a {
-            Arg::Stream => quote!(__stream),
-            Arg::Blas => quote!(&__blas),
-            Arg::Kernels => quote!(__kernels),
-            Arg::Index(i) => {
-                let i = Literal::u32_unsuffixed(*i);
-                quote!(#i)
-            }
-            Arg::Config(f) => quote!(::core::clone::Clone::clone(&__config.#f)),
-            Arg::Buffer { field, write, slot } => {
-                let place = match slot {
-                    Slot::Field | Slot::Copy(0) => quote!(__buffers.#field),
-                    Slot::Element(i) => {
-                        let i = Literal::usize_unsuffixed(*i as usize);
-                        quote!(__buffers.#field[#i])
-                    }
-                    Slot::Copy(c) => {
-                        let c = Literal::usize_unsuffixed(c - 1);
-                        quote!(__scratch.#field[#c])
-                    }
-                };
-                if *write {
-                    quote!(&mut #place)
-                } else {
-                    quote!(&#place)
-                }
-            }
-        });
-        let blas = needs_blas.then(|| quote!(let __blas = __stream.blas();));
-        quote! {
-            __issue.op(#rt::OpId(#id), |__stream| {
-                #blas
-                #func(#(#args),*)
-            })?;
-        }
+        let call = op_call(step, inst);
+        quote!(__i.op(#rt::OpId(#id), |__st| #call)?;)
     });
+    let spec = spec(
+        step,
+        quote!(__Scratch),
+        quote! {
+            fn scratch(buffers: &#buffers_ty, device: &#rt::Device) -> #rt::Result<__Scratch> {
+                ::core::result::Result::Ok(__Scratch { #(#scratch_init)* })
+            }
+
+            #[allow(unused_variables, clippy::needless_borrow)]
+            fn issue(
+                __i: &#rt::Issue<'_>,
+                __b: &mut #buffers_ty,
+                __s: &mut __Scratch,
+                __c: &#config_ty,
+                __k: &#kernels_ty,
+            ) -> #rt::Result<()> {
+                #(#issue_ops)*
+                ::core::result::Result::Ok(())
+            }
+        },
+    );
 
     quote! {
         #(#attrs)*
@@ -333,181 +342,27 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             #(#other)*
             #structs
             #(#op_fns)*
+            #rt_use
             #plan_const
             #(#width_checks)*
 
-            /// Scratch copies beyond the one in the buffers struct, one per extra stream
-            /// or branch that uses the buffer.
+            /// Scratch copies beyond the one in the buffers struct.
             #[doc(hidden)]
             pub struct __Scratch {
                 #(#scratch_fields)*
             }
 
-            /// The captured step: owns its buffers, its streams, events and cuBLASLt
-            /// workspaces, and the graph. The executor is the first field, so it is dropped
-            /// (waiting for a replay in flight, destroying the graph) before any buffer.
-            pub struct Step {
-                exec: #rt::Executor,
-                buffers: #buffers_ty,
-                scratch: __Scratch,
-                config: #config_ty,
-                #kernels_field
-            }
-
-            impl ::core::fmt::Debug for Step {
-                fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                    f.debug_struct(#step_name).field("exec", &self.exec).finish_non_exhaustive()
-                }
-            }
-
-            impl Step {
-                /// Builds the step with the planned multi-stream schedule and captures it.
-                pub fn new(device: &#rt::Device, #kernels_param buffers: #buffers_ty, config: #config_ty) -> #rt::Result<Self> {
-                    Self::with_schedule(device, #kernels_arg buffers, config, #rt::Schedule::Planned)
-                }
-
-                /// Builds the step with the given schedule (`OneStream` is the one-stream
-                /// baseline) and captures it. Every stream, event, workspace and scratch
-                /// copy is created here, before capture.
-                pub fn with_schedule(device: &#rt::Device, #kernels_param buffers: #buffers_ty, config: #config_ty, schedule: #rt::Schedule) -> #rt::Result<Self> {
-                    let exec = #rt::Executor::new(device, &PLAN, schedule)?;
-                    let scratch = __Scratch { #(#scratch_init)* };
-                    let mut step = Step { exec, buffers, scratch, config, #kernels_field_init };
-                    step.capture()?;
-                    ::core::result::Result::Ok(step)
-                }
-
-                /// The compile-time plan.
-                pub const fn plan() -> &'static #rt::PlanDesc {
-                    &PLAN
-                }
-
-                /// Launches one replay of the graph (capturing again first if buffers
-                /// were rebound).
-                pub fn replay(&mut self) -> #rt::Result<()> {
-                    if self.exec.is_stale() {
-                        self.capture()?;
-                    }
-                    self.exec.replay()
-                }
-
-                /// Runs the ops once without a graph, issued as they come (the eager
-                /// baseline), on the same streams and events.
-                pub fn run_eager(&mut self) -> #rt::Result<()> {
-                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
-                    exec.run_eager(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
-                }
-
-                /// Waits for the last replay or eager run.
-                pub fn wait(&self) -> #rt::Result<()> {
-                    self.exec.wait()
-                }
-
-                /// Waits for the last replay and returns the proof that host values the
-                /// graph reads (device scalars) may be written.
-                pub fn host_access(&self) -> #rt::Result<#rt::HostAccess<'_>> {
-                    self.exec.host_access()
-                }
-
-                /// The buffers. Reading them on the host needs [`Step::wait`] first.
-                pub fn buffers(&self) -> &#buffers_ty {
-                    &self.buffers
-                }
-
-                /// The config values.
-                pub fn config(&self) -> &#config_ty {
-                    &self.config
-                }
-
-                /// Waits for the last replay and copies `data` into the buffer `select`
-                /// picks, in place: its address does not change, so the graph stays valid.
-                pub fn upload<T: #rt::DeviceRepr>(&mut self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>, data: &[T]) -> #rt::Result<()> {
-                    self.exec.upload(select(&self.buffers), data)
-                }
-
-                /// Waits for the last replay and copies the buffer `select` picks to the host.
-                pub fn download<T: #rt::DeviceRepr + ::core::clone::Clone + ::core::default::Default>(&self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>) -> #rt::Result<::std::vec::Vec<T>> {
-                    self.exec.download(select(&self.buffers))
-                }
-
-                /// The executor: streams, events, the graph.
-                pub fn executor(&self) -> &#rt::Executor {
-                    &self.exec
-                }
-
-                /// Waits for the last replay, lets `f` change the buffers (swap one for
-                /// another of the same shape, say), and captures again: the executable graph
-                /// is updated in place when the driver accepts it, instantiated anew otherwise.
-                pub fn rebind<R>(&mut self, f: impl ::core::ops::FnOnce(&mut #buffers_ty) -> R) -> #rt::Result<R> {
-                    self.exec.wait()?;
-                    let out = f(&mut self.buffers);
-                    self.exec.mark_stale();
-                    self.capture()?;
-                    ::core::result::Result::Ok(out)
-                }
-
-                /// Waits for the last replay, drops the graph, and returns the buffers and
-                /// config.
-                pub fn into_parts(self) -> #rt::Result<(#buffers_ty, #config_ty)> {
-                    self.exec.wait()?;
-                    let Step { exec, buffers, config, .. } = self;
-                    ::core::mem::drop(exec);
-                    ::core::result::Result::Ok((buffers, config))
-                }
-
-                /// Captures a second graph of the step with timing events around every op,
-                /// replays it `replays` times and returns the median timeline: per-op
-                /// durations, per-stream busy time, the measured critical path, the overlap.
-                /// The normal graph is untouched.
-                pub fn profile(&mut self, replays: usize) -> #rt::Result<#rt::Profile> {
-                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
-                    exec.profile(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass), replays)
-                }
-
-                /// Captures the step once more and measures its work bound: every kernel
-                /// timed alone, weighted by the share of the GPU its grid occupies. The
-                /// kernels run many times on this step's buffers (in-place updates
-                /// included): measure when the values no longer matter.
-                pub fn work_bound(&mut self) -> #rt::Result<#rt::WorkBound> {
-                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
-                    exec.work_bound(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
-                }
-
-                /// Captures the step again, reads the graph back from the driver and checks
-                /// it against the plan: every dependency ordered, nothing independent
-                /// ordered, each op's nodes what it issued. Debug builds do this at every
-                /// capture.
-                pub fn verify(&mut self) -> #rt::Result<#rt::VerifyReport> {
-                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
-                    exec.verify(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
-                }
-
-                fn capture(&mut self) -> #rt::Result<()> {
-                    let Step { exec, buffers, scratch, config, #kernels_bind } = self;
-                    exec.capture(&mut |__issue| Self::issue(__issue, buffers, scratch, config, #kernels_pass))
-                }
-
-                #[allow(unused_variables, clippy::needless_borrow)]
-                fn issue(
-                    __issue: &#rt::Issue<'_>,
-                    __buffers: &mut #buffers_ty,
-                    __scratch: &mut __Scratch,
-                    __config: &#config_ty,
-                    #kernels_issue_param
-                ) -> #rt::Result<()> {
-                    #(#issue_ops)*
-                    ::core::result::Result::Ok(())
-                }
-            }
+            #spec
         }
     }
 }
 
-/// What a step with errors expands to besides the errors: its items, and a `Step` with
-/// the same signatures, so that one mistake does not cascade into errors at every use
-/// and the IDE keeps working.
+/// What a step with errors expands to besides the errors: its items, an empty plan, and
+/// a spec with the same types, so that one mistake does not cascade into errors at every
+/// use and the IDE keeps working. Building such a step fails on its empty plan.
 pub fn stand_in(step: &Step) -> TokenStream {
     let rt = rt();
+    let rt_use = rt_use(step);
     let vis = &step.vis;
     let name = &step.name;
     let attrs = &step.attrs;
@@ -526,9 +381,40 @@ pub fn stand_in(step: &Step) -> TokenStream {
     let structs = structs(step);
     let buffers_ty = buffers_ident(step);
     let config_ty = config_ident(step);
-    let Surface { kernels_param, .. } = surface(step);
-    let msg = format!("stepgraph: step `{name}` did not compile");
+    let kernels_ty = kernels_ty(step);
     let step_name = name.to_string();
+    // An item named like the plan or the spec: leave both out, not to add a second error.
+    let clash = ["Step", "Spec", "PLAN", "__sg"]
+        .iter()
+        .any(|n| defines(step, n));
+    let rt_use = (!clash).then_some(rt_use);
+    let spec = (!clash).then(|| {
+        spec(
+            step,
+            quote!(()),
+            quote! {
+                fn scratch(_: &#buffers_ty, _: &#rt::Device) -> #rt::Result<()> {
+                    ::core::result::Result::Ok(())
+                }
+
+                fn issue(
+                    _: &#rt::Issue<'_>,
+                    _: &mut #buffers_ty,
+                    _: &mut (),
+                    _: &#config_ty,
+                    _: &#kernels_ty,
+                ) -> #rt::Result<()> {
+                    ::core::result::Result::Ok(())
+                }
+            },
+        )
+    });
+    let plan = (!clash).then(|| {
+        quote! {
+            /// Stand-in: the step has errors.
+            pub const PLAN: #rt::PlanDesc = #rt::PlanDesc::new(#step_name);
+        }
+    });
     quote! {
         #(#attrs)*
         #[allow(dead_code, unused)]
@@ -536,36 +422,9 @@ pub fn stand_in(step: &Step) -> TokenStream {
             #(#other)*
             #structs
             #(#op_fns)*
-
-            /// Stand-in: the step has errors.
-            pub const PLAN: #rt::PlanDesc = #rt::PlanDesc {
-                step: #step_name, streams: &[], buffers: &[], ops: &[], edges: &[],
-                events: &[], final_waits: &[], critical_path: &[], critical_path_by_cost: &[],
-            };
-
-            /// Stand-in: the step has errors.
-            #[derive(Debug)]
-            pub struct Step { _private: () }
-
-            impl Step {
-                pub fn new(device: &#rt::Device, #kernels_param buffers: #buffers_ty, config: #config_ty) -> #rt::Result<Self> { ::core::panic!(#msg) }
-                pub fn with_schedule(device: &#rt::Device, #kernels_param buffers: #buffers_ty, config: #config_ty, schedule: #rt::Schedule) -> #rt::Result<Self> { ::core::panic!(#msg) }
-                pub const fn plan() -> &'static #rt::PlanDesc { &PLAN }
-                pub fn replay(&mut self) -> #rt::Result<()> { ::core::panic!(#msg) }
-                pub fn run_eager(&mut self) -> #rt::Result<()> { ::core::panic!(#msg) }
-                pub fn wait(&self) -> #rt::Result<()> { ::core::panic!(#msg) }
-                pub fn host_access(&self) -> #rt::Result<#rt::HostAccess<'_>> { ::core::panic!(#msg) }
-                pub fn buffers(&self) -> &#buffers_ty { ::core::panic!(#msg) }
-                pub fn config(&self) -> &#config_ty { ::core::panic!(#msg) }
-                pub fn upload<T: #rt::DeviceRepr>(&mut self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>, data: &[T]) -> #rt::Result<()> { ::core::panic!(#msg) }
-                pub fn download<T: #rt::DeviceRepr + ::core::clone::Clone + ::core::default::Default>(&self, select: impl ::core::ops::FnOnce(&#buffers_ty) -> &#rt::DeviceBuffer<T>) -> #rt::Result<::std::vec::Vec<T>> { ::core::panic!(#msg) }
-                pub fn executor(&self) -> &#rt::Executor { ::core::panic!(#msg) }
-                pub fn rebind<R>(&mut self, f: impl ::core::ops::FnOnce(&mut #buffers_ty) -> R) -> #rt::Result<R> { ::core::panic!(#msg) }
-                pub fn into_parts(self) -> #rt::Result<(#buffers_ty, #config_ty)> { ::core::panic!(#msg) }
-                pub fn profile(&mut self, replays: usize) -> #rt::Result<#rt::Profile> { ::core::panic!(#msg) }
-                pub fn work_bound(&mut self) -> #rt::Result<#rt::WorkBound> { ::core::panic!(#msg) }
-                pub fn verify(&mut self) -> #rt::Result<#rt::VerifyReport> { ::core::panic!(#msg) }
-            }
+            #rt_use
+            #plan
+            #spec
         }
     }
 }

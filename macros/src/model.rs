@@ -11,6 +11,8 @@ pub struct Step {
     /// Declared streams, origin first.
     pub streams: Vec<StreamDecl>,
     pub kernels: Option<Path>,
+    /// `crate = path`: the runtime crate's path, `::stepgraph` by default.
+    pub krate: Option<Path>,
     pub buffers: Option<Struct<Buffer>>,
     pub config: Option<Struct<ConfigField>>,
     pub ops: Vec<Op>,

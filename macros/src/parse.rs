@@ -20,11 +20,13 @@ use crate::model::{
 /// The widest stream group `streams(.., name[N])` may declare.
 const MAX_GROUP_WIDTH: u32 = 1024;
 
-/// `#[step(streams(main, aux, branch[4]), kernels = path::Kernels)]`
+/// `#[step(streams(main, aux, branch[4]), kernels = path::Kernels, crate = path)]`
 pub struct StepArgs {
     pub streams: Vec<StreamDecl>,
     pub streams_span: Option<Span>,
     pub kernels: Option<Path>,
+    /// `crate = path`: where the runtime is, for crates that re-export stepgraph.
+    pub krate: Option<Path>,
     /// The arguments did not parse (and that error is reported): missing streams are a
     /// consequence, not a second mistake.
     pub unreadable: bool,
@@ -36,9 +38,26 @@ impl Parse for StepArgs {
             streams: Vec::new(),
             streams_span: None,
             kernels: None,
+            krate: None,
             unreadable: false,
         };
         while !input.is_empty() {
+            if input.peek(Token![crate]) {
+                let key: Token![crate] = input.parse()?;
+                input.parse::<Token![=]>()?;
+                if args.krate.is_some() {
+                    return Err(syn::Error::new(
+                        key.span,
+                        "`crate = ..` is given twice: give the runtime's path once",
+                    ));
+                }
+                args.krate = Some(input.parse()?);
+                if input.is_empty() {
+                    break;
+                }
+                input.parse::<Token![,]>()?;
+                continue;
+            }
             let key: Ident = input.parse()?;
             match key.to_string().as_str() {
                 "streams" => {
@@ -107,13 +126,19 @@ impl Parse for StepArgs {
                 }
                 "kernels" => {
                     input.parse::<Token![=]>()?;
+                    if args.kernels.is_some() {
+                        return Err(syn::Error::new(
+                            key.span(),
+                            "`kernels = ..` is given twice: a step has one kernels type (a struct of several registries if it needs more)",
+                        ));
+                    }
                     args.kernels = Some(input.parse()?);
                 }
                 other => {
                     return Err(syn::Error::new(
                         key.span(),
                         format!(
-                            "unknown step argument `{other}`: expected `streams(..)` or `kernels = Type`"
+                            "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type` or `crate = path`"
                         ),
                     ));
                 }
@@ -182,6 +207,7 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
         attrs: module.attrs,
         streams: args.streams,
         kernels: args.kernels,
+        krate: args.krate,
         buffers: None,
         config: None,
         ops: Vec::new(),
@@ -491,6 +517,7 @@ pub fn parse_args(tokens: TokenStream, errors: &Errors) -> StepArgs {
                 streams: Vec::new(),
                 streams_span: None,
                 kernels: None,
+                krate: None,
                 unreadable: true,
             }
         }

@@ -12,6 +12,8 @@
 //! it) needs no wait; of the rest, a wait implied by another wait of the same op is
 //! dropped. What remains is needed: removing it leaves a dependency unordered.
 
+use stepgraph_plan::dag;
+
 /// A stream index; 0 is the origin stream.
 pub type StreamIx = usize;
 /// An op index in program order.
@@ -279,92 +281,15 @@ pub fn plan(p: &Problem) -> Plan {
 
 /// Happens-before edges of the planned schedule: stream order and waits.
 pub fn schedule_edges(p: &Problem, plan: &Plan) -> Vec<(OpIx, OpIx)> {
-    let mut edges = Vec::new();
-    let mut last_on: Vec<Option<OpIx>> = vec![None; p.n_streams.max(1)];
-    for (b, op) in p.ops.iter().enumerate() {
-        if let Some(a) = last_on[op.stream] {
-            edges.push((a, b));
-        }
-        last_on[op.stream] = Some(b);
-        for &ev in &plan.waits[b] {
-            if let Some(a) = plan.events[ev].after {
-                edges.push((a, b));
-            }
-        }
-    }
-    edges
+    dag::schedule_edges(p.ops.iter().enumerate().map(|(b, op)| {
+        let waited = plan.waits[b].iter().filter_map(|&ev| plan.events[ev].after);
+        (Some(op.stream), waited)
+    }))
 }
 
 /// The longest path through the schedule, each op weighted by `cost`.
 fn longest_path(p: &Problem, plan: &Plan, cost: impl Fn(OpIx) -> f64) -> Vec<OpIx> {
-    let n = p.ops.len();
-    let mut preds: Vec<Vec<OpIx>> = vec![Vec::new(); n];
-    for (a, b) in schedule_edges(p, plan) {
-        preds[b].push(a);
-    }
-    let mut best = vec![0.0f64; n];
-    let mut from: Vec<Option<OpIx>> = vec![None; n];
-    for b in 0..n {
-        let mut start = 0.0;
-        for &a in &preds[b] {
-            if best[a] > start {
-                start = best[a];
-                from[b] = Some(a);
-            }
-        }
-        best[b] = start + cost(b);
-    }
-    // Ties go to the earliest end, for a stable answer.
-    let Some(mut at) = (0..n).reduce(|x, y| if best[y] > best[x] { y } else { x }) else {
-        return Vec::new();
-    };
-    let mut path = vec![at];
-    while let Some(a) = from[at] {
-        path.push(a);
-        at = a;
-    }
-    path.reverse();
-    path
-}
-
-/// A dense set of ops, for happens-before closures.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OpSet(Vec<u64>);
-
-impl OpSet {
-    pub fn new(n: usize) -> Self {
-        OpSet(vec![0; n.div_ceil(64)])
-    }
-    pub fn insert(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
-    }
-    pub fn contains(&self, i: usize) -> bool {
-        self.0[i / 64] & (1 << (i % 64)) != 0
-    }
-    pub fn union(&mut self, other: &OpSet) {
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
-            *a |= b;
-        }
-    }
-}
-
-/// `before[b]`: every op ordered before op `b` by `edges` (pairs `(a, b)` with `a < b`).
-pub fn closure(n: usize, edges: &[(OpIx, OpIx)]) -> Vec<OpSet> {
-    let mut preds: Vec<Vec<OpIx>> = vec![Vec::new(); n];
-    for &(a, b) in edges {
-        preds[b].push(a);
-    }
-    let mut before: Vec<OpSet> = Vec::with_capacity(n);
-    for (b, ps) in preds.iter().enumerate() {
-        let mut set = OpSet::new(n);
-        for &a in ps {
-            debug_assert!(a < b, "edges go forward in program order");
-            set.union(&before[a]);
-            set.insert(a);
-        }
-        before.push(set);
-    }
-    before
+    dag::longest_path(p.ops.len(), &schedule_edges(p, plan), cost).0
 }
 
 /// Pairs of writes to one resource from different streams that nothing orders except the
@@ -385,7 +310,7 @@ pub fn unordered_cross_stream_writes(p: &Problem) -> Vec<Dep> {
         }
         last_on[op.stream] = Some(b);
     }
-    let before = closure(p.ops.len(), &edges);
+    let before = dag::closure(p.ops.len(), &edges);
     deps.into_iter()
         .filter(|d| {
             d.kind == DepKind::WriteAfterWrite
@@ -416,7 +341,7 @@ mod tests {
     /// Every dependency is ordered by the schedule; every side stream reaches the end.
     fn check_sound(p: &Problem, plan: &Plan) {
         let n = p.ops.len();
-        let before = closure(n, &schedule_edges(p, plan));
+        let before = dag::closure(n, &schedule_edges(p, plan));
         for d in &plan.deps {
             assert!(before[d.to].contains(d.from), "dependency {d:?} unordered");
         }

@@ -1,9 +1,10 @@
 //! Property tests of the planner over random step definitions.
 
 use proptest::prelude::*;
+use stepgraph_plan::dag::{self, NodeSet};
 
 use crate::schedule::{
-    Access, DepKind, OpIx, OpNode, Plan, Problem, Resource, closure, plan, schedule_edges,
+    Access, DepKind, OpIx, OpNode, Plan, Problem, Resource, plan, schedule_edges,
 };
 
 /// Random problems: up to 6 streams, up to 40 ops, 6 buffers with up to 2 copies, random
@@ -49,7 +50,7 @@ fn problem() -> impl Strategy<Value = Problem> {
 
 /// Happens-before of the schedule, with one extra END node after every op on the origin
 /// stream and the final waits.
-fn before_with_end(p: &Problem, plan: &Plan) -> (Vec<crate::schedule::OpSet>, usize) {
+fn before_with_end(p: &Problem, plan: &Plan) -> (Vec<NodeSet>, usize) {
     let n = p.ops.len();
     let mut edges = schedule_edges(p, plan);
     let end = n;
@@ -61,7 +62,7 @@ fn before_with_end(p: &Problem, plan: &Plan) -> (Vec<crate::schedule::OpSet>, us
             edges.push((a, end));
         }
     }
-    (closure(n + 1, &edges), end)
+    (dag::closure(n + 1, &edges), end)
 }
 
 fn all_deps_ordered(p: &Problem, plan: &Plan) -> Result<(), String> {

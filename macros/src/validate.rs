@@ -179,6 +179,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         .map(|f| f.name.to_string())
         .collect();
 
+    check_reserved_names(step, errors);
+
     // --- op names ------------------------------------------------------------------
     if step.ops.is_empty() {
         // A graph with no nodes captures nothing and cannot be instantiated usefully.
@@ -692,6 +694,61 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         extra_copies,
         branch_widths,
     })
+}
+
+/// The names the expansion defines in the step's module, with what each is.
+const RESERVED: &[(&str, &str)] = &[
+    ("Step", "the step's type"),
+    ("Spec", "the spec `Step` runs"),
+    ("PLAN", "the compile-time plan"),
+    ("__Scratch", "the scratch copies"),
+    ("__OPS", "the plan's ops"),
+    ("__EDGES", "the plan's edges"),
+    ("__sg", "the path to the runtime"),
+];
+
+/// The identifier an item of the module defines, if it defines one.
+pub fn item_ident(item: &syn::Item) -> Option<&Ident> {
+    use syn::Item::*;
+    match item {
+        Const(i) => Some(&i.ident),
+        Enum(i) => Some(&i.ident),
+        Fn(i) => Some(&i.sig.ident),
+        Mod(i) => Some(&i.ident),
+        Static(i) => Some(&i.ident),
+        Struct(i) => Some(&i.ident),
+        Trait(i) => Some(&i.ident),
+        Type(i) => Some(&i.ident),
+        Union(i) => Some(&i.ident),
+        _ => None,
+    }
+}
+
+/// An item of the module named like one the expansion defines would clash with it, and
+/// rustc would report the clash at the attribute, not at the item.
+fn check_reserved_names(step: &Step, errors: &Errors) {
+    for ident in step.other.iter().filter_map(item_ident) {
+        let name = ident.to_string();
+        if let Some((_, what)) = RESERVED.iter().find(|(n, _)| *n == name) {
+            errors.spanned(
+                ident,
+                format!("`{name}` is defined by #[step] in this module ({what}): rename this item"),
+            );
+        }
+        let generated = match name.as_str() {
+            "Buffers" if step.buffers.is_none() => Some(("buffers", "#[buffers]")),
+            "Config" if step.config.is_none() => Some(("config", "#[config]")),
+            _ => None,
+        };
+        if let Some((what, attr)) = generated {
+            errors.spanned(
+                ident,
+                format!(
+                    "a step without a {attr} struct gets an empty `{name}`, which this item would clash with: mark this struct {attr} if it holds the step's {what}, or rename it"
+                ),
+            );
+        }
+    }
 }
 
 /// The rule only the plan can check: its events, numbered in 16 bits like the streams.

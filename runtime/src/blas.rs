@@ -1285,7 +1285,8 @@ impl Blas<'_> {
     /// Fails with [`Error::NoMatmulAlgorithm`] where cuBLASLt has no kernel for the spec.
     ///
     /// ```no_run
-    /// use stepgraph::{BlasSession, Device, Epilogue, Matmul, MatmulArgs, Mode, Precision};
+    /// use stepgraph::exec::{BlasSession, Mode};
+    /// use stepgraph::{Device, Epilogue, Matmul, MatmulArgs, Precision};
     ///
     /// let device = Device::new(0)?;
     /// let (batch, input, hidden) = (64, 128, 256);
@@ -1526,7 +1527,8 @@ impl Blas<'_> {
 /// [`Mode::Capture`] here only means "fail unless planned": nothing is being captured.
 ///
 /// ```no_run
-/// use stepgraph::{BlasSession, Device, Matmul, MatmulArgs, Mode};
+/// use stepgraph::exec::{BlasSession, Mode};
+/// use stepgraph::{Device, Matmul, MatmulArgs};
 ///
 /// let device = Device::new(0)?;
 /// let a = device.upload_new("a", &[1.0f32, 2.0, 3.0, 4.0])?; // 2 x 2

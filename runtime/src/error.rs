@@ -10,8 +10,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A CUDA driver call failed; the message is the driver's own.
-    #[error("CUDA driver call `{call}` failed: {source}")]
+    /// A CUDA driver call failed; the driver's status is the source.
+    #[error("CUDA driver call `{call}` failed")]
     Driver {
         /// The driver entry point or stepgraph operation that failed.
         call: &'static str,
@@ -20,7 +20,7 @@ pub enum Error {
         source: DriverError,
     },
     /// A cuBLASLt call failed.
-    #[error("cuBLASLt call `{call}` failed: {source}")]
+    #[error("cuBLASLt call `{call}` failed")]
     Blas {
         /// The cuBLASLt entry point that failed.
         call: &'static str,
@@ -97,7 +97,7 @@ pub enum Error {
         found: usize,
     },
     /// An op of a step returned an error.
-    #[error("op `{op}` on stream `{stream}` failed: {source}")]
+    #[error("op `{op}` on stream `{stream}` failed")]
     Op {
         /// The op's name (`branch_fwd[2]`).
         op: &'static str,
@@ -109,7 +109,7 @@ pub enum Error {
     },
     /// Capturing a step failed; the partial capture was discarded and the step keeps the
     /// graph it had before, if any.
-    #[error("capturing step `{step}` failed: {source}")]
+    #[error("capturing step `{step}` failed")]
     Capture {
         /// The step.
         step: &'static str,
@@ -133,7 +133,7 @@ pub enum Error {
         shape: String,
     },
     /// A kernel named by the registry is missing from its module.
-    #[error("kernel `{kernel}` not found in module `{module}`: {source}")]
+    #[error("kernel `{kernel}` not found in module `{module}`")]
     KernelMissing {
         /// The module.
         module: &'static str,
@@ -150,12 +150,41 @@ pub enum Error {
         /// What differs, naming the ops and their streams.
         what: String,
     },
+    /// A plan with an index out of range ([`PlanDesc::check`](crate::PlanDesc::check)).
+    #[error(transparent)]
+    Plan(#[from] stepgraph_plan::PlanError),
     /// An argument is outside what the call accepts.
     #[error("{0}")]
     Invalid(String),
 }
 
 impl Error {
+    /// The message of this error and of every error under it, outermost first, joined by
+    /// `: ` (what `anyhow`'s `{:#}` prints): for logs and tests that want the whole chain
+    /// in one line.
+    ///
+    /// ```
+    /// use stepgraph::Error;
+    ///
+    /// let e = Error::Op {
+    ///     op: "trunk",
+    ///     stream: "main",
+    ///     source: Box::new(Error::Invalid("expected 4 rows, found 3".into())),
+    /// };
+    /// assert_eq!(e.to_string(), "op `trunk` on stream `main` failed");
+    /// assert_eq!(e.chain(), "op `trunk` on stream `main` failed: expected 4 rows, found 3");
+    /// ```
+    pub fn chain(&self) -> String {
+        let mut msg = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            source = s.source();
+        }
+        msg
+    }
+
     /// Wraps a driver error with the call that produced it.
     pub fn driver(call: &'static str) -> impl FnOnce(DriverError) -> Error {
         move |source| Error::Driver { call, source }

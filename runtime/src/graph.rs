@@ -216,6 +216,7 @@ impl Graph {
 }
 
 /// Node counts of a captured graph by type.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeCounts {
     /// Kernel launches (cuBLASLt matmuls included).

@@ -3,68 +3,271 @@
 //!
 //! The [`step`] attribute reads a module that declares a step's buffers, its streams and
 //! its ops in program order. Each op's signature says what it reads (`&T`) and writes
-//! (`&mut T`); attributes say where it runs (`#[stream(aux_iqn)]`) and where it joins other
-//! streams (`#[join(main)]`). At compile time the macro plans the schedule, rejects
-//! schedule mistakes with errors at the offending token, and emits a `Step` type that
-//! creates its streams, events, per-stream cuBLASLt workspaces and scratch copies once,
-//! captures the ops in RELAXED mode, and replays the graph.
+//! (`&mut T`); attributes say where it runs (`#[stream(aux_iqn)]`) and where it waits for
+//! other streams (`#[join(main)]`). At compile time the macro plans the schedule, rejects
+//! schedule mistakes with errors at the offending token, and emits the module's `PLAN`
+//! and a `Spec` that [`Step`] runs: `module::Step` creates its streams, events,
+//! per-stream cuBLASLt workspaces and scratch copies once, captures the ops in RELAXED
+//! mode, and replays the graph.
 //!
-//! This crate is the runtime those steps call, over cudarc: [`Device`], [`DeviceBuffer`],
-//! [`CaptureStream`] (which has no way to synchronise, allocate or copy to the host),
-//! [`Blas`] for cuBLASLt, [`DeviceScalars`], and the graph machinery.
-#![doc = include_str!("../../README.md")]
+//! This crate is the runtime those steps call, over cudarc:
+//! - the step: [`Step`], [`Options`], [`Schedule`], [`Profile`], [`VerifyReport`],
+//!   [`WorkBound`];
+//! - what ops receive: [`CaptureStream`] (which has no way to synchronise, allocate or
+//!   copy to the host), [`Blas`] for cuBLASLt ([`Matmul`], [`MatmulArgs`]),
+//!   [`DeviceBuffer`], [`DeviceScalars`], [`Communicator`] for NCCL collectives, and
+//!   kernels ([`Module`], [`Kernel`], [`Launch`]);
+//! - the device: [`Device`], [`Error`];
+//! - the layer below: [`exec`] (the executor that runs a hand-built [`PlanDesc`], the
+//!   captured graph), [`plan`] (the plan's data and graph algorithms), [`stats`],
+//!   [`preflight`] and [`env`](mod@env).
 
 mod blas;
 mod comm;
 mod device;
 mod error;
-mod exec;
+mod executor;
 mod graph;
-mod picture;
-pub mod plan;
-mod profile;
+mod options;
 mod scalars;
+mod step;
 mod stream;
 mod timing;
 mod verify;
 mod work;
 
-pub use blas::{
-    BlasElem, BlasHandle, BlasSession, Epilogue, Matmul, MatmulArgs, Precision, WORKSPACE_BYTES,
-};
+pub use blas::{BlasElem, Epilogue, Matmul, MatmulArgs, Precision};
 pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
-pub use device::{
-    AllocLike, Device, DeviceBuffer, REQUIRED_COMPUTE_CAPABILITY, check_compute_capability,
-    check_libraries, require_library,
-};
+pub use device::{AllocLike, Device, DeviceBuffer};
 pub use error::{Error, Result};
-pub use exec::{Executor, GRAPH_DOT, Issue, MAX_PROFILE_REPLAYS, PRIORITY_OVERRIDE, Schedule};
-pub use graph::{Graph, NodeCounts, Refresh};
-pub use picture::PlanFormat;
-pub use plan::PlanDesc;
-pub use profile::{OpTiming, Profile, WaitEdge};
+pub use options::{Options, Schedule};
 pub use scalars::{DeviceScalars, HostAccess};
+pub use step::{Step, StepSpec};
+/// Plans a step's multi-stream capture at compile time.
+///
+/// It goes on an inline module that holds the step's buffers, its config and its ops in
+/// program order:
+///
+/// ```
+/// #[stepgraph::step(streams(main, side))]
+/// mod two_heads {
+///     use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///     #[buffers]
+///     pub struct Buffers {
+///         pub features: DeviceBuffer<f32>,
+///         pub a: DeviceBuffer<f32>,
+///         pub b: DeviceBuffer<f32>,
+///     }
+///
+///     // Runs on the origin stream (the first one declared).
+///     fn trunk(s: &CaptureStream<'_>, features: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.memset_zeros(features)
+///     }
+///
+///     // Reads what `trunk` wrote: the planner makes `side` wait for it.
+///     #[stream(side)]
+///     fn head_a(s: &CaptureStream<'_>, features: &DeviceBuffer<f32>, a: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.copy(features, a)
+///     }
+///
+///     // Independent of `head_a`: it runs beside it, on `main`.
+///     fn head_b(s: &CaptureStream<'_>, features: &DeviceBuffer<f32>, b: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.copy(features, b)
+///     }
+/// }
+///
+/// let plan = two_heads::Step::plan();
+/// assert_eq!(plan.ops[1].waits.len(), 1); // head_a waits once, for trunk
+/// assert_eq!(plan.final_waits.len(), 1); // side is joined back at the end
+/// println!("{plan}");
+/// ```
+///
+/// The module keeps its items (uses, helper types, consts) and gains `PLAN` (the
+/// [`PlanDesc`]), `Spec` (its [`StepSpec`]) and `Step` (`Step<Spec>`, built with
+/// [`Step::new`]); no item of its own may use those names.
+///
+/// # Arguments
+///
+/// - `streams(main, aux, branch[4], attn(high))`: the streams, origin first (capture
+///   begins and ends there, so it is a single stream). `name[N]` is a group of `N`
+///   streams, `name[0]` to `name[N-1]`; `(low)`, `(normal)` or `(high)` sets a stream's
+///   priority, which the graph keeps per kernel: where streams compete for the GPU, the
+///   blocks of higher-priority kernels are dispatched first. Every declared stream must
+///   run an op.
+/// - `kernels = path::Type`: the type of the loaded kernels that ops take as `&Type`;
+///   [`Step::new`] takes its value (or an `Arc` of it). Without it, pass `()`.
+/// - `crate = path`: where this crate is, for a crate that re-exports stepgraph; the
+///   generated code names the runtime only through `path::__rt_v1`.
+///
+/// # Items
+///
+/// - `#[buffers] struct`: the device memory the ops use, one field per buffer (a
+///   [`DeviceBuffer`], a struct of them, an array of them, [`DeviceScalars`], a
+///   [`Communicator`]). A field's sharing attribute:
+///   - none: one copy, shared by every op;
+///   - `#[per_branch]`: an array `[T; N]` with one element per member of the stream
+///     group of the ops that use it; a replicated op gets its own element, an op off the
+///     group the whole array;
+///   - `#[scratch(per_stream)]`: scratch that holds nothing between steps; each stream
+///     that uses it gets a copy of its own (the struct holds the first, the step
+///     allocates the others with [`AllocLike`]), so that streams never share it;
+///   - `#[scratch(per_branch)]`: the same, one copy per branch of a group.
+/// - `#[config] struct`: values the ops take by value (sizes, coefficients), cloned into
+///   each op.
+/// - every `fn` is an op, in program order. Its parameters, by name or by `#[buf(field)]`:
+///   - `&CaptureStream<'_>`: the stream it runs on; `&Blas<'_>`: that stream's cuBLASLt
+///     handle and workspace; `&Type`: the declared kernels;
+///   - `&T` reads the buffer of the same name, `&mut T` writes it;
+///   - a plain value is the config field of the same name;
+///   - in a replicated op, the index parameter named in `#[stream(group[d])]`.
+///
+/// # Op attributes
+///
+/// - `#[stream(aux)]`: the op runs on `aux` (without it, on the origin).
+///   `#[stream(branch[d])]` replicates it over the group, `d` being the index parameter;
+///   `#[stream(branch[2])]` places it on one member.
+/// - `#[join(a, branch)]`: the op also waits for everything issued so far on `a` and on
+///   every member of `branch`, even what it shares no buffer with.
+/// - `#[after(op)]`: the op runs after the (earlier) op `op`.
+/// - `#[cost(3.0)]`: a relative cost hint for the critical path by cost.
+///
+/// ```
+/// #[stepgraph::step(streams(main, branch[2], log(low)))]
+/// mod attributes {
+///     use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///     #[buffers]
+///     pub struct Buffers {
+///         pub x: DeviceBuffer<f32>,
+///         #[per_branch]
+///         pub lanes: [DeviceBuffer<f32>; 2],
+///         #[scratch(per_branch)]
+///         pub tmp: DeviceBuffer<f32>,
+///         pub total: DeviceBuffer<f32>,
+///         pub note: DeviceBuffer<f32>,
+///     }
+///
+///     #[config]
+///     #[derive(Clone, Copy)]
+///     pub struct Config {
+///         pub scale: f32,
+///     }
+///
+///     #[cost(2.0)]
+///     fn seed(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.memset_zeros(x)
+///     }
+///
+///     #[stream(branch[d])]
+///     fn lane(s: &CaptureStream<'_>, d: usize, scale: f32, x: &DeviceBuffer<f32>,
+///             tmp: &mut DeviceBuffer<f32>, lanes: &mut DeviceBuffer<f32>) -> Result<()> {
+///         let _ = (d, scale);
+///         s.copy(x, tmp)?;
+///         s.copy(tmp, lanes)
+///     }
+///
+///     #[join(branch)]
+///     fn total(s: &CaptureStream<'_>, lanes: &[DeviceBuffer<f32>; 2],
+///              #[buf(total)] out: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.copy(&lanes[1], out)
+///     }
+///
+///     #[stream(log)]
+///     #[after(total)]
+///     fn log(s: &CaptureStream<'_>, note: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.memset_zeros(note)
+///     }
+/// }
+///
+/// let plan = attributes::Step::plan();
+/// assert_eq!(plan.ops.iter().map(|o| o.name).collect::<Vec<_>>(),
+///            ["seed", "lane[0]", "lane[1]", "total", "log"]);
+/// assert_eq!(plan.ops[3].waits.len(), 2); // one per branch
+/// ```
+///
+/// Mistakes are compile errors at the token, all of them in one build: an unknown
+/// stream or buffer, a buffer written from two streams with nothing else ordering them,
+/// a replicated op writing a shared buffer, scratch read before it is written, a join
+/// that waits for nothing, a stream no op runs on, and more.
+///
+/// ```compile_fail
+/// #[stepgraph::step(streams(main, a, b))]
+/// mod racy {
+///     use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///     #[buffers]
+///     pub struct Buffers {
+///         pub tmp: DeviceBuffer<f32>,
+///     }
+///
+///     #[stream(a)]
+///     fn one(s: &CaptureStream<'_>, tmp: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.memset_zeros(tmp)
+///     }
+///
+///     // error: ops `one` (stream `a`) and `two` (stream `b`) both write the shared
+///     // buffer `tmp` and nothing else orders them
+///     #[stream(b)]
+///     fn two(s: &CaptureStream<'_>, tmp: &mut DeviceBuffer<f32>) -> Result<()> {
+///         s.memset_zeros(tmp)
+///     }
+/// }
+/// ```
 pub use stepgraph_macros::step;
-pub use stream::{Blas, CaptureStream, Kernel, Launch, Mode, Module};
-pub use timing::median;
-pub use verify::{OpCounts, VerifyReport};
-pub use work::{KernelWork, OpWork, WorkBound, grid_share, wave_share};
+pub use stepgraph_plan::{PlanDesc, Profile};
+pub use stream::{Blas, CaptureStream, Kernel, Launch, Module};
+pub use verify::VerifyReport;
+pub use work::WorkBound;
+
+/// The plan's data types and graph algorithms ([`stepgraph_plan`]): what `#[step]`
+/// emits as a module's `PLAN`, and what tools read from it.
+pub use stepgraph_plan as plan;
+
+/// The layer under [`Step`]: the executor that issues a plan's ops through a closure,
+/// the captured graph, per-op issue counts, cuBLASLt handles outside a step.
+pub mod exec {
+    pub use crate::blas::{BlasHandle, BlasSession, WORKSPACE_BYTES};
+    pub use crate::executor::{Executor, Issue, MAX_PROFILE_REPLAYS, run_once};
+    pub use crate::graph::{Graph, NodeCounts, Refresh};
+    pub use crate::stream::Mode;
+    pub use crate::verify::OpCounts;
+}
+
+/// The environment switches [`Options::from_env`] reads.
+pub mod env {
+    pub use crate::options::{GRAPH_DOT, STREAM_PRIORITIES, VERIFY};
+}
+
+/// Figures read off measurements: medians, the work bound's per-kernel and per-op parts
+/// and the grid shares it weights kernels by.
+pub mod stats {
+    pub use crate::timing::median;
+    pub use crate::work::{KernelWork, OpWork, grid_share, wave_share};
+}
+
+/// Checks a program runs before it touches a GPU: the CUDA libraries stepgraph loads at
+/// run time, and the compute capability its kernels are built for.
+pub mod preflight {
+    pub use crate::device::{
+        REQUIRED_COMPUTE_CAPABILITY, check_compute_capability, check_libraries, require_library,
+    };
+}
 
 /// What generated code calls. Hidden and versioned: a macro expansion from another
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
 #[doc(hidden)]
 pub mod __rt_v1 {
-    pub use crate::device::{AllocLike, Device, DeviceBuffer};
-    pub use crate::error::{Error, Result};
-    pub use crate::exec::{Executor, Issue, Schedule};
-    pub use crate::plan::*;
-    pub use crate::profile::Profile;
-    pub use crate::scalars::HostAccess;
+    pub use crate::device::{AllocLike, Device};
+    pub use crate::error::Result;
+    pub use crate::executor::Issue;
+    pub use crate::plan::{
+        AccessDesc, BufId, BufKind, BufferDesc, EdgeDesc, EdgeKind, EventDesc, EventId, OpDesc,
+        OpId, PlanDesc, StreamDesc, StreamId, StreamPriority,
+    };
+    pub use crate::step::{Step, StepSpec};
     pub use crate::stream::{Blas, CaptureStream};
-    pub use crate::verify::VerifyReport;
-    pub use crate::work::WorkBound;
-    pub use cudarc::driver::DeviceRepr;
 
     /// Allocates `count` more copies shaped like `first` (per-stream or per-branch
     /// scratch), naming each in an out-of-memory error.
@@ -73,9 +276,111 @@ pub mod __rt_v1 {
         device: &Device,
         buffer: &'static str,
         count: usize,
-    ) -> Result<Vec<T>> {
-        (1..=count)
-            .map(|i| first.alloc_like(device, &format!("scratch copy {i} of `{buffer}`")))
-            .collect()
+    ) -> Result<std::vec::Vec<T>> {
+        crate::step::scratch_copies(first, device, buffer, count)
+    }
+
+    /// A stream of the plan.
+    pub const fn stream(name: &'static str, priority: StreamPriority) -> StreamDesc {
+        StreamDesc::named(name).with_priority(priority)
+    }
+
+    /// Op `name` (an instance of `func`) on stream `stream` with its accesses.
+    pub const fn op(
+        name: &'static str,
+        func: &'static str,
+        stream: u16,
+        accesses: &'static [AccessDesc],
+    ) -> OpDesc {
+        OpDesc::new(name, StreamId(stream))
+            .with_func(func)
+            .with_accesses(accesses)
+    }
+
+    /// A config field's value for an op (a copy of it).
+    pub fn cfg<T: Clone>(value: &T) -> T {
+        value.clone()
+    }
+
+    /// A read of copy `copy` of buffer `buf`.
+    pub const fn read(buf: u16, copy: u16) -> AccessDesc {
+        AccessDesc::read(BufId(buf), copy)
+    }
+
+    /// A write of copy `copy` of buffer `buf`.
+    pub const fn write(buf: u16, copy: u16) -> AccessDesc {
+        AccessDesc::write(BufId(buf), copy)
+    }
+
+    /// Read after write of buffer `buf`: `to` after `from`.
+    pub const fn raw(from: u32, to: u32, buf: u16) -> EdgeDesc {
+        EdgeDesc::new(
+            OpId(from),
+            OpId(to),
+            EdgeKind::ReadAfterWrite,
+            Some(BufId(buf)),
+        )
+    }
+
+    /// Write after read of buffer `buf`.
+    pub const fn war(from: u32, to: u32, buf: u16) -> EdgeDesc {
+        EdgeDesc::new(
+            OpId(from),
+            OpId(to),
+            EdgeKind::WriteAfterRead,
+            Some(BufId(buf)),
+        )
+    }
+
+    /// Write after write of buffer `buf`.
+    pub const fn waw(from: u32, to: u32, buf: u16) -> EdgeDesc {
+        EdgeDesc::new(
+            OpId(from),
+            OpId(to),
+            EdgeKind::WriteAfterWrite,
+            Some(BufId(buf)),
+        )
+    }
+
+    /// An explicit `#[join(..)]`.
+    pub const fn join(from: u32, to: u32) -> EdgeDesc {
+        EdgeDesc::new(OpId(from), OpId(to), EdgeKind::Join, None)
+    }
+
+    /// An explicit `#[after(..)]`.
+    pub const fn after(from: u32, to: u32) -> EdgeDesc {
+        EdgeDesc::new(OpId(from), OpId(to), EdgeKind::After, None)
+    }
+
+    /// An event recorded on `stream` after op `op`.
+    pub const fn event(stream: u16, op: u32) -> EventDesc {
+        EventDesc::after(StreamId(stream), OpId(op))
+    }
+
+    /// The capture-begin fork event.
+    pub const fn begin() -> EventDesc {
+        EventDesc::at_capture_begin()
+    }
+
+    /// Event ids, for waits.
+    pub const fn events<const N: usize>(ids: [u16; N]) -> [EventId; N] {
+        let mut out = [EventId(0); N];
+        let mut i = 0;
+        while i < N {
+            out[i] = EventId(ids[i]);
+            i += 1;
+        }
+        out
+    }
+
+    /// Op ids, for the critical paths.
+    pub const fn ops<const N: usize>(ids: [u32; N]) -> [OpId; N] {
+        let mut out = [OpId(0); N];
+        let mut i = 0;
+        while i < N {
+            out[i] = OpId(ids[i]);
+            i += 1;
+        }
+        out
     }
 }

@@ -19,8 +19,10 @@ use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
 use crate::plan::PlanDesc;
+use crate::plan::dag::{self, NodeSet};
 
 /// What one op issued during a pass, counted by its capture stream.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpCounts {
     /// Kernel launches.
@@ -43,6 +45,7 @@ pub(crate) struct OpNodes {
 }
 
 /// What a successful verification covered.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifyReport {
     /// Ops checked.
@@ -242,60 +245,6 @@ pub(crate) struct OpShape {
     pub counts: OpCounts,
 }
 
-/// A dense bit set.
-#[derive(Clone)]
-struct Bits(Vec<u64>);
-impl Bits {
-    fn new(n: usize) -> Self {
-        Bits(vec![0; n.div_ceil(64)])
-    }
-    fn set(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
-    }
-    fn get(&self, i: usize) -> bool {
-        self.0[i / 64] & (1 << (i % 64)) != 0
-    }
-    fn or(&mut self, o: &Bits) {
-        for (a, b) in self.0.iter_mut().zip(&o.0) {
-            *a |= b;
-        }
-    }
-}
-
-/// `reach[a]`: every node reachable from `a` by one or more edges.
-fn reachability(n: usize, edges: &[(usize, usize)]) -> Result<Vec<Bits>> {
-    let mut succ = vec![Vec::new(); n];
-    let mut indeg = vec![0usize; n];
-    for &(a, b) in edges {
-        succ[a].push(b);
-        indeg[b] += 1;
-    }
-    let mut order = Vec::with_capacity(n);
-    let mut ready: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
-    while let Some(a) = ready.pop() {
-        order.push(a);
-        for &b in &succ[a] {
-            indeg[b] -= 1;
-            if indeg[b] == 0 {
-                ready.push(b);
-            }
-        }
-    }
-    if order.len() != n {
-        return Err(Error::Invalid("the captured graph has a cycle".into()));
-    }
-    let mut reach = vec![Bits::new(n); n];
-    for &a in order.iter().rev() {
-        let mut r = Bits::new(n);
-        for &b in &succ[a] {
-            r.set(b);
-            r.or(&reach[b]);
-        }
-        reach[a] = r;
-    }
-    Ok(reach)
-}
-
 fn name_pair(plan: &PlanDesc, a: usize, b: usize) -> (String, String) {
     let op = |i: usize| {
         let o = &plan.ops[i];
@@ -368,14 +317,15 @@ pub(crate) fn check(
         }
     }
 
-    let reach = reachability(n_nodes, edges)?;
+    let reach = dag::reachability(n_nodes, edges)
+        .map_err(|_| Error::Invalid("the captured graph has a cycle".into()))?;
     // What the union of an op's nodes reaches.
-    let reach_of: Vec<Bits> = ops
+    let reach_of: Vec<NodeSet> = ops
         .iter()
         .map(|op| {
-            let mut r = Bits::new(n_nodes);
+            let mut r = NodeSet::new(n_nodes);
             for &n in &op.nodes {
-                r.or(&reach[n]);
+                r.union(&reach[n]);
             }
             r
         })
@@ -384,9 +334,9 @@ pub(crate) fn check(
         ops[a]
             .nodes
             .iter()
-            .all(|&x| ops[b].nodes.iter().all(|&y| reach[x].get(y)))
+            .all(|&x| ops[b].nodes.iter().all(|&y| reach[x].contains(y)))
     };
-    let any_path = |a: usize, b: usize| ops[b].nodes.iter().any(|&y| reach_of[a].get(y));
+    let any_path = |a: usize, b: usize| ops[b].nodes.iter().any(|&y| reach_of[a].contains(y));
 
     // 1. Every dependency is a path in the graph.
     let mut ordered = 0;
@@ -412,16 +362,16 @@ pub(crate) fn check(
     }
 
     // 2. Nothing orders two ops that neither a dependency nor stream order orders.
-    let mut must: Vec<Bits> = vec![Bits::new(n_ops); n_ops];
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n_ops];
-    for e in plan.edges {
-        preds[e.to.index()].push(e.from.index());
-    }
+    let mut order: Vec<(usize, usize)> = plan
+        .edges
+        .iter()
+        .map(|e| (e.from.index(), e.to.index()))
+        .collect();
     let mut last_on: HashMap<usize, usize> = HashMap::new();
     for (b, op) in plan.ops.iter().enumerate() {
         let stream = if one_stream { 0 } else { op.stream.index() };
         if let Some(a) = last_on.insert(stream, b) {
-            preds[b].push(a);
+            order.push((a, b));
             if one_stream
                 && !ops[a].nodes.is_empty()
                 && !ops[b].nodes.is_empty()
@@ -434,19 +384,11 @@ pub(crate) fn check(
             }
         }
     }
-    for b in 0..n_ops {
-        let mut m = Bits::new(n_ops);
-        for &a in &preds[b] {
-            m.set(a);
-            let prev = must[a].clone();
-            m.or(&prev);
-        }
-        must[b] = m;
-    }
+    let must = dag::closure(n_ops, &order);
     let mut independent = 0;
     for b in 0..n_ops {
         for a in 0..b {
-            if must[b].get(a) || ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+            if must[b].contains(a) || ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
                 continue;
             }
             if any_path(a, b) || any_path(b, a) {
@@ -480,45 +422,27 @@ mod tests {
         waits: &'static [EventId],
         record: Option<EventId>,
     ) -> OpDesc {
-        OpDesc {
-            name,
-            func: name,
-            stream: StreamId(stream),
-            accesses: &[],
-            waits,
-            record,
-            cost: 1.0,
+        let op = OpDesc::new(name, StreamId(stream)).with_waits(waits);
+        match record {
+            Some(e) => op.with_record(e),
+            None => op,
         }
     }
     const STREAMS: &[StreamDesc] = &[StreamDesc::named("main"), StreamDesc::named("side")];
-    const BUFS: &[BufferDesc] = &[BufferDesc {
-        name: "x",
-        kind: BufKind::Shared,
-    }];
+    const BUFS: &[BufferDesc] = &[BufferDesc::new("x", BufKind::Shared)];
+    const A_TO_B: EdgeDesc =
+        EdgeDesc::new(OpId(0), OpId(1), EdgeKind::ReadAfterWrite, Some(BufId(0)));
     // a (main) writes x; b (side) reads x; c (side) independent of a.
-    const PLAN: PlanDesc = PlanDesc {
-        step: "t",
-        streams: STREAMS,
-        buffers: BUFS,
-        ops: &[
+    const PLAN: PlanDesc = PlanDesc::new("t")
+        .with_streams(STREAMS)
+        .with_buffers(BUFS)
+        .with_ops(&[
             op("a", 0, &[], Some(EventId(0))),
             op("b", 1, &[EventId(0)], None),
             op("c", 0, &[], None),
-        ],
-        edges: &[EdgeDesc {
-            from: OpId(0),
-            to: OpId(1),
-            kind: EdgeKind::ReadAfterWrite,
-            buf: Some(BufId(0)),
-        }],
-        events: &[EventDesc {
-            stream: StreamId(0),
-            after: Some(OpId(0)),
-        }],
-        final_waits: &[],
-        critical_path: &[],
-        critical_path_by_cost: &[],
-    };
+        ])
+        .with_edges(&[A_TO_B])
+        .with_events(&[EventDesc::after(StreamId(0), OpId(0))]);
 
     fn shapes() -> Vec<OpShape> {
         (0..3)
@@ -627,23 +551,11 @@ mod tests {
         use sys::CUgraphNodeType::*;
         // a (main) -> b (side) -> c (main); b's nodes: its kernel (1) and NCCL's event
         // record after it (3), a leaf that c does not wait for.
-        let plan = PlanDesc {
-            edges: &[
-                EdgeDesc {
-                    from: OpId(0),
-                    to: OpId(1),
-                    kind: EdgeKind::ReadAfterWrite,
-                    buf: Some(BufId(0)),
-                },
-                EdgeDesc {
-                    from: OpId(1),
-                    to: OpId(2),
-                    kind: EdgeKind::ReadAfterWrite,
-                    buf: Some(BufId(0)),
-                },
-            ],
-            ..PLAN
-        };
+        const CHAIN: PlanDesc = PLAN.with_edges(&[
+            A_TO_B,
+            EdgeDesc::new(OpId(1), OpId(2), EdgeKind::ReadAfterWrite, Some(BufId(0))),
+        ]);
+        let plan = CHAIN;
         let edges = [(0, 1), (1, 2), (1, 3)];
         let recorded = [
             (1, CU_GRAPH_NODE_TYPE_KERNEL),

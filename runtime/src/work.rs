@@ -44,6 +44,7 @@ pub const COPIES: usize = 20;
 pub const LAUNCHES: usize = 11;
 
 /// One kernel node of the step, as launched and as timed alone.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelWork {
     /// The kernel's (mangled) name, as the driver reports it.
@@ -70,6 +71,7 @@ impl KernelWork {
 }
 
 /// One op's kernels.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpWork {
     /// The op's name in the plan.
@@ -99,6 +101,7 @@ impl OpWork {
 }
 
 /// The work bound of a step.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkBound {
     /// The step's name.

@@ -10,13 +10,11 @@
 //! expected); bf16 2e-2 (bf16 output, unit roundoff 2⁻⁸ ≈ 3.9e-3, the references use the
 //! bf16-rounded inputs).
 
-use super::{ONE_OP_PLAN, Rng, nan_buffer};
+use super::{Rng, nan_buffer};
 use half::bf16;
-use stepgraph::plan::OpId;
-use stepgraph::{
-    BlasSession, Device, Epilogue, Error, Executor, Issue, Matmul, MatmulArgs, Mode, Precision,
-    Result, Schedule,
-};
+use stepgraph::exec::{BlasSession, Executor, Issue, Mode};
+use stepgraph::plan::{OpDesc, OpId, PlanDesc, StreamDesc, StreamId};
+use stepgraph::{Device, Epilogue, Error, Matmul, MatmulArgs, Precision, Result, Schedule};
 
 const F32_BOUND: f64 = 1e-5;
 const TF32_BOUND: f64 = 2e-3;
@@ -766,7 +764,11 @@ fn gpu_matmuls_captured_in_a_graph_keep_their_own_pointers_and_replay() -> Resul
     let mut d2_dev = nan_buffer(&device, "d2", m * n)?;
     let mut x1_dev = nan_buffer(&device, "x1", aux_len)?;
     let mut x2_dev = nan_buffer(&device, "x2", aux_len)?;
-    let mut exec = Executor::new(&device, &ONE_OP_PLAN, Schedule::Planned)?;
+    // One op on one stream: the matmuls captured as a graph outside any step.
+    static ONE_OP: PlanDesc = PlanDesc::new("one_op")
+        .with_streams(&[StreamDesc::named("main")])
+        .with_ops(&[OpDesc::new("one_op", StreamId::ORIGIN)]);
+    let mut exec = Executor::new(&device, &ONE_OP, Schedule::Planned)?;
 
     let mut issue = |issue: &Issue<'_>| -> Result<()> {
         issue.op(OpId(0), |stream| {

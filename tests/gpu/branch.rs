@@ -147,7 +147,7 @@ fn gpu_branch_head_kernels_refuse_sizes_past_their_registers() -> Result<()> {
     };
     let e = run(&device, &k, wide, &inputs(wide, 3))
         .unwrap_err()
-        .to_string();
+        .chain();
     assert!(e.contains("found 5 actions, width 65"), "{e}");
     let many = BranchHeadDims {
         batch: 4,
@@ -156,7 +156,7 @@ fn gpu_branch_head_kernels_refuse_sizes_past_their_registers() -> Result<()> {
     };
     let e = run_forward(&device, &k, many, &inputs(many, 4), &[0.5; 9], true)
         .unwrap_err()
-        .to_string();
+        .chain();
     assert!(e.contains("found 9 actions, width 8"), "{e}");
     Ok(())
 }

@@ -166,7 +166,7 @@ fn gpu_expectile_head_refuses_a_trunk_wider_than_its_registers() -> Result<()> {
     let x = inputs(dims, 5);
     let e = run(&device, &k, dims, Expectile::HIGH, &x)
         .unwrap_err()
-        .to_string();
+        .chain();
     assert!(e.contains("found width 257"), "{e}");
     Ok(())
 }

@@ -4,8 +4,9 @@
 //! `plan` asks the example itself for its compile-time plan (`--print-plan dot|svg`,
 //! which every example handles before it touches a GPU), so the picture is of the plan
 //! the macro really emitted. `render-profile` draws a profile recorded on a GPU host
-//! (`Profile::to_record`) as an SVG timeline and a Chrome/Perfetto trace; the
-//! documentation images in `docs/` are made this way.
+//! (a `.profile.json` record, as `stepgraph_picture::record::to_string` writes it) as an
+//! SVG timeline and a Chrome/Perfetto trace; the documentation images in `docs/` are made
+//! this way. Both draw with `stepgraph-picture`, which needs no CUDA.
 
 use std::fs;
 use std::io::ErrorKind;
@@ -14,7 +15,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use stepgraph::Profile;
+use stepgraph_picture::{record, timeline_svg, trace_json};
 
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
@@ -94,12 +95,12 @@ impl Plan {
 
 /// Draws a recorded profile as `<out>/<name>.timeline.svg` and `<out>/<name>.trace.json`
 /// (open the trace in ui.perfetto.dev or chrome://tracing), `<name>` being the record's
-/// file name without its extension. The documentation images are made with
-/// `cargo xtask render-profile tests/fixtures/fork_join.profile --out docs`.
+/// file name without `.profile.json` (or its extension). The documentation images are
+/// made with `cargo xtask render-profile tests/fixtures/fork_join.profile.json --out docs`.
 #[derive(Debug, Args)]
 pub struct RenderProfile {
-    /// A profile record, as `Profile::to_record` writes it
-    /// (`tests/fixtures/fork_join.profile`).
+    /// A profile record, as `stepgraph_picture::record::to_string` writes it
+    /// (`tests/fixtures/fork_join.profile.json`).
     pub record: PathBuf,
     /// The folder to write into [default: target/profile in the workspace].
     #[arg(long)]
@@ -113,24 +114,32 @@ impl RenderProfile {
     pub fn run(self, ws: &Workspace) -> Result<()> {
         let text = fs::read_to_string(&self.record)
             .with_context(|| format!("could not read {}", self.record.display()))?;
-        let profile = Profile::from_record(&text)
+        let profile = record::from_str(&text)
             .with_context(|| format!("could not read the profile {}", self.record.display()))?;
-        let name = self
-            .record
-            .file_stem()
-            .and_then(|s| s.to_str())
+        let name = record_name(&self.record)
             .with_context(|| format!("{} has no usable file name", self.record.display()))?;
         let out = self.out.unwrap_or_else(|| ws.root.join(PROFILE_OUT));
         let [svg, trace] = profile_outputs(&out, name);
         create_dir(&out, self.dry_run)?;
-        write(&svg, &profile.to_svg(), self.dry_run)?;
-        write(&trace, &profile.to_trace_json(), self.dry_run)
+        write(&svg, &timeline_svg(&profile), self.dry_run)?;
+        write(&trace, &trace_json(&profile), self.dry_run)
     }
 }
 
 /// The `.plan.dot`, `.plan.svg` and `.plan.graphviz.svg` of an example.
 pub fn plan_outputs(out: &Path, example: &str) -> [PathBuf; 3] {
     ["plan.dot", "plan.svg", "plan.graphviz.svg"].map(|ext| out.join(format!("{example}.{ext}")))
+}
+
+/// The name a record's pictures are called by: its file name without `.profile.json`
+/// (`fork_join.profile.json` draws `fork_join.timeline.svg`), or without its extension.
+pub fn record_name(record: &Path) -> Option<&str> {
+    let file = record.file_name()?.to_str()?;
+    let name = match file.strip_suffix(".profile.json") {
+        Some(name) => name,
+        None => record.file_stem()?.to_str()?,
+    };
+    (!name.is_empty()).then_some(name)
 }
 
 /// The `.timeline.svg` and `.trace.json` of a recorded profile.
@@ -219,14 +228,14 @@ mod tests {
             (p.example.as_str(), p.out),
             ("fork_join", Some("docs".into()))
         );
-        let cli =
-            Cli::try_parse_from(["xtask", "render-profile", "a.profile", "--dry-run"]).unwrap();
+        let cli = Cli::try_parse_from(["xtask", "render-profile", "a.profile.json", "--dry-run"])
+            .unwrap();
         let Command::RenderProfile(r) = cli.command else {
             panic!("parsed {cli:?}")
         };
         assert_eq!(
             (r.record, r.out, r.dry_run),
-            ("a.profile".into(), None, true)
+            ("a.profile.json".into(), None, true)
         );
     }
 
@@ -246,13 +255,23 @@ mod tests {
             profile_outputs(out, "fork_join"),
             ["docs/fork_join.timeline.svg", "docs/fork_join.trace.json"].map(PathBuf::from)
         );
+        fn name(path: &str) -> Option<&str> {
+            record_name(Path::new(path))
+        }
+        assert_eq!(
+            name("tests/fixtures/fork_join.profile.json"),
+            Some("fork_join")
+        );
+        assert_eq!(name("elsewhere/run.json"), Some("run"));
+        assert_eq!(name("no_extension"), Some("no_extension"));
+        assert_eq!(name(".profile.json"), None);
     }
 
     #[test]
     fn render_profile_draws_the_committed_fixture() {
         let ws = Workspace::locate();
         let out = scratch("render");
-        let record = ws.root.join("tests/fixtures/fork_join.profile");
+        let record = ws.root.join("tests/fixtures/fork_join.profile.json");
         RenderProfile {
             record: record.clone(),
             out: Some(out.clone()),
@@ -281,23 +300,42 @@ mod tests {
     }
 
     #[test]
-    fn render_profile_reports_a_bad_record_with_its_path_and_line() {
+    fn render_profile_reports_a_bad_record_with_its_path_and_where() {
         let ws = Workspace::locate();
         let dir = scratch("bad-record");
-        let record = dir.join("bad.profile");
-        fs::write(&record, "# stepgraph profile v1\nstep s\nbogus line\n").unwrap();
-        let e = RenderProfile {
-            record,
-            out: Some(dir.clone()),
-            dry_run: false,
+        let good =
+            fs::read_to_string(ws.root.join("tests/fixtures/fork_join.profile.json")).unwrap();
+        let cases = [
+            (
+                good.replacen("\"stream\": 1,", "\"stream\": 9,", 1),
+                "ops[1].stream (op `chain[0]`): expected a stream index below 5, found `9`",
+            ),
+            (
+                good.replacen("\"waits\"", "\"wait\"", 1),
+                "missing field `waits` at line 37",
+            ),
+            (
+                "# stepgraph profile v1\nstep s\n".to_string(),
+                "expected version 2, found the line-based text record of version 1",
+            ),
+        ];
+        for (text, message) in cases {
+            let record = dir.join("bad.profile.json");
+            fs::write(&record, text).unwrap();
+            let e = RenderProfile {
+                record,
+                out: Some(dir.clone()),
+                dry_run: false,
+            }
+            .run(&ws)
+            .unwrap_err();
+            let text = format!("{e:#}");
+            assert!(
+                text.contains("bad.profile.json") && text.contains(message),
+                "{text}\nexpected: {message}"
+            );
         }
-        .run(&ws)
-        .unwrap_err();
-        let text = format!("{e:#}");
-        assert!(
-            text.contains("bad.profile") && text.contains("line 3"),
-            "{text}"
-        );
+        assert!(!dir.join("bad.timeline.svg").exists(), "nothing drawn");
         let _ = fs::remove_dir_all(dir);
     }
 

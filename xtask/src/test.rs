@@ -1,14 +1,22 @@
-//! `cargo xtask test`: the whole test suite, with nvcc 13.0 so the kernels build.
+//! `cargo xtask test`: the whole test suite, with nvcc 13.0 so the kernels build, and the
+//! system tools the tests run (Chromium for the picture tests; sshd, ssh and rsync for the
+//! deploy tests). The tests themselves install nothing: they fail, naming what is
+//! missing and this command, when a tool is not there.
 
-use anyhow::Result;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::bundle;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
 
-/// Installs nvcc if needed, runs `cargo test --workspace`, compiles (does not run) the
-/// GPU tests, and runs the DQN results merger's tests (Python standard library only).
+/// Installs nvcc and the tests' system tools if needed ([`TEST_TOOLS`], with apt-get, as
+/// root), runs `cargo test --workspace`, compiles (does not run) the GPU tests, and runs
+/// the DQN results merger's tests (Python standard library only).
 #[derive(Debug, Args)]
 pub struct Test {
     /// Print the commands without running them.
@@ -23,6 +31,7 @@ pub struct Test {
 impl Test {
     pub fn run(self, ws: &Workspace) -> Result<()> {
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
+        install_tools(TEST_TOOLS, self.dry_run)?;
 
         let mut all = ws.cargo();
         all.args(["test", "--workspace"])
@@ -59,5 +68,249 @@ impl Test {
             ])
             .current_dir(&ws.root);
         cmd::run(&mut combine, self.dry_run)
+    }
+}
+
+/// A program some tests run, and the Debian packages that provide it.
+#[derive(Clone, Copy, Debug)]
+pub struct SystemTool {
+    /// A name looked up on `PATH`, or an absolute path.
+    pub program: &'static str,
+    /// What `apt-get install` needs for the tests to use it.
+    pub packages: &'static [&'static str],
+    /// The tests that run it, for messages.
+    pub needed_by: &'static str,
+}
+
+/// What the picture tests (`picture/tests/picture.rs`) run: headless Chromium, and the
+/// font the SVGs ask for first, so that the screenshots have glyphs.
+pub const PICTURE_TOOLS: &[SystemTool] = &[SystemTool {
+    program: "chromium",
+    packages: &["chromium", "fonts-dejavu-core"],
+    needed_by: "the picture tests",
+}];
+
+/// What the deploy tests (`xtask/tests/deploy.rs`) run: an sshd of their own, and the
+/// client side of a deploy.
+pub const DEPLOY_TOOLS: &[SystemTool] = &[
+    SystemTool {
+        program: SSHD,
+        packages: &["openssh-server"],
+        needed_by: "the deploy tests",
+    },
+    SystemTool {
+        program: "ssh",
+        packages: &["openssh-client"],
+        needed_by: "the deploy tests",
+    },
+    SystemTool {
+        program: "ssh-keygen",
+        packages: &["openssh-client"],
+        needed_by: "the deploy tests",
+    },
+    SystemTool {
+        program: "rsync",
+        packages: &["rsync"],
+        needed_by: "the deploy tests",
+    },
+];
+
+/// Everything `cargo xtask test` installs before it runs the tests.
+pub const TEST_TOOLS: &[&[SystemTool]] = &[PICTURE_TOOLS, DEPLOY_TOOLS];
+
+/// Where Debian's openssh-server puts sshd.
+pub const SSHD: &str = "/usr/sbin/sshd";
+
+/// The privilege separation folder sshd wants when root starts it. The service scripts
+/// make it at boot; the deploy tests start sshd without them, and `/run` is emptied at
+/// each boot, so [`install_tools`] makes it.
+pub const SSHD_PRIVSEP_DIR: &str = "/run/sshd";
+
+/// Where `program` is: itself when it is an absolute path that exists, else the first
+/// match on `PATH`.
+pub fn find(program: &str) -> Option<PathBuf> {
+    let path = Path::new(program);
+    if path.is_absolute() {
+        return path.is_file().then(|| path.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// The tools of `tools` that are not installed.
+pub fn missing(tools: &[SystemTool]) -> Vec<SystemTool> {
+    tools
+        .iter()
+        .filter(|t| find(t.program).is_none())
+        .copied()
+        .collect()
+}
+
+/// Whether this process runs as root (`id -u` says 0).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// What a test says when a tool it needs is missing: which, for what, and how to get it.
+pub fn missing_message(missing: &[SystemTool]) -> String {
+    format!(
+        "{}: run `cargo xtask test`, which installs {} with apt-get when run as root, or \
+         install the Debian packages yourself (`sudo apt-get install {}`)",
+        what_is_missing(missing),
+        if missing.len() == 1 { "it" } else { "them" },
+        packages_of(missing).join(" ")
+    )
+}
+
+/// `the deploy tests need ssh, rsync, which are not installed`.
+fn what_is_missing(missing: &[SystemTool]) -> String {
+    let programs: Vec<&str> = missing.iter().map(|t| t.program).collect();
+    let mut needed_by: Vec<&str> = missing.iter().map(|t| t.needed_by).collect();
+    needed_by.dedup();
+    format!(
+        "{} need {}, which {} not installed",
+        needed_by.join(" and "),
+        programs.join(", "),
+        if programs.len() == 1 { "is" } else { "are" },
+    )
+}
+
+/// The packages that provide `tools`, each once, in order.
+fn packages_of(tools: &[SystemTool]) -> Vec<&'static str> {
+    let mut packages: Vec<&'static str> = Vec::new();
+    for p in tools.iter().flat_map(|t| t.packages) {
+        if !packages.contains(p) {
+            packages.push(p);
+        }
+    }
+    packages
+}
+
+/// Installs the tools of `groups` that are missing, with apt-get (root only: otherwise
+/// the error says what to install), and makes sshd's privilege separation folder when
+/// root. In a dry run, prints what it would run.
+pub fn install_tools(groups: &[&[SystemTool]], dry_run: bool) -> Result<()> {
+    let tools: Vec<SystemTool> = groups.iter().flat_map(|g| g.iter().copied()).collect();
+    let absent = missing(&tools);
+    let root = is_root();
+    if absent.is_empty() {
+        let programs: Vec<&str> = tools.iter().map(|t| t.program).collect();
+        eprintln!("test tools are installed: {}", programs.join(", "));
+    } else if !root {
+        bail!(
+            "{}, and this command installs system packages only as root: install them \
+             (`sudo apt-get install {}`), or run it as root",
+            what_is_missing(&absent),
+            packages_of(&absent).join(" ")
+        );
+    } else {
+        let packages = packages_of(&absent);
+        let install = || {
+            let mut apt = Command::new("apt-get");
+            apt.args(["install", "-y", "--no-install-recommends"])
+                .args(&packages)
+                .env("DEBIAN_FRONTEND", "noninteractive");
+            apt
+        };
+        if dry_run {
+            cmd::run(&mut install(), true)?;
+        } else if cmd::run(&mut install(), false).is_err() {
+            // A fresh machine has no package lists yet.
+            let mut update = Command::new("apt-get");
+            update
+                .arg("update")
+                .env("DEBIAN_FRONTEND", "noninteractive");
+            cmd::run(&mut update, false)?;
+            cmd::run(&mut install(), false)?;
+        }
+        let still = if dry_run {
+            Vec::new()
+        } else {
+            missing(&absent)
+        };
+        if !still.is_empty() {
+            let programs: Vec<&str> = still.iter().map(|t| t.program).collect();
+            bail!(
+                "apt-get installed {}, but {} still cannot be found",
+                packages.join(" "),
+                programs.join(", ")
+            );
+        }
+    }
+    let wants_sshd = tools.iter().any(|t| t.program == SSHD);
+    if root && wants_sshd && !Path::new(SSHD_PRIVSEP_DIR).is_dir() {
+        eprintln!("$ mkdir -p {SSHD_PRIVSEP_DIR}");
+        if !dry_run {
+            fs::create_dir_all(SSHD_PRIVSEP_DIR)
+                .with_context(|| format!("could not create {SSHD_PRIVSEP_DIR}"))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_by_absolute_path_or_on_path() {
+        assert_eq!(find("/bin/sh"), Some(PathBuf::from("/bin/sh")));
+        assert!(find("sh").is_some_and(|p| p.ends_with("sh")));
+        assert_eq!(find("/no/such/program"), None);
+        assert_eq!(find("no-such-program-stepgraph"), None);
+    }
+
+    #[test]
+    fn a_missing_tool_is_named_with_its_tests_and_packages() {
+        let absent = [
+            SystemTool {
+                program: "no-such-program-stepgraph",
+                packages: &["a", "b"],
+                needed_by: "the picture tests",
+            },
+            SystemTool {
+                program: "/no/such/sshd",
+                packages: &["b", "c"],
+                needed_by: "the deploy tests",
+            },
+        ];
+        assert_eq!(missing(&absent).len(), 2);
+        assert_eq!(
+            missing_message(&absent),
+            "the picture tests and the deploy tests need no-such-program-stepgraph, \
+             /no/such/sshd, which are not installed: run `cargo xtask test`, which installs \
+             them with apt-get when run as root, or install the Debian packages yourself \
+             (`sudo apt-get install a b c`)"
+        );
+        let one = missing_message(&absent[..1]);
+        assert!(
+            one.contains("which is not installed") && one.contains("installs it"),
+            "{one}"
+        );
+    }
+
+    #[test]
+    fn every_tool_the_tests_run_has_a_package() {
+        for tool in TEST_TOOLS.iter().flat_map(|g| g.iter()) {
+            assert!(!tool.packages.is_empty(), "{tool:?}");
+        }
+        assert_eq!(
+            packages_of(DEPLOY_TOOLS),
+            ["openssh-server", "openssh-client", "rsync"]
+        );
+    }
+
+    #[test]
+    fn installed_tools_need_no_apt_get() {
+        let present = [SystemTool {
+            program: "/bin/sh",
+            packages: &["never-installed"],
+            needed_by: "this test",
+        }];
+        install_tools(&[&present], true).unwrap();
     }
 }

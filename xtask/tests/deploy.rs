@@ -3,9 +3,9 @@
 //! `nvidia-smi` script put first on the remote PATH, that answers the preflight's query
 //! with whatever GPU a test writes for it.
 //!
-//! Needs sshd, ssh, ssh-keygen and rsync. When they are missing and the tests run as root
-//! (as in CI), the setup installs them with apt-get; otherwise it fails saying what to
-//! install. Nothing is skipped.
+//! Needs sshd, ssh, ssh-keygen and rsync (`xtask::test::DEPLOY_TOOLS`), which
+//! `cargo xtask test` installs before it runs the tests; without them the tests fail saying
+//! what to install. Nothing is skipped, and nothing is installed here.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -13,15 +13,13 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use xtask::bundle::preflight_sh::GPU_QUERY;
 use xtask::bundle::{Artifact, Contents, Kind, Runner, build_info};
 use xtask::install_nvcc::Nvcc;
-
-const SSHD: &str = "/usr/sbin/sshd";
+use xtask::test;
 
 /// A GPU the preflight accepts, and one it refuses on every count.
 const GOOD_GPU: &str = "0, Stand-in H100 80GB HBM3, 9.0, 580.159.04";
@@ -63,80 +61,19 @@ cat "$(dirname "$0")/gpus"
 // ---------------------------------------------------------------------------------------
 // Setup: the tools, an sshd, a host folder, a bundle.
 
-fn missing_tools() -> Vec<&'static str> {
-    let mut missing = Vec::new();
-    if !Path::new(SSHD).exists() {
-        missing.push(SSHD);
-    }
-    for tool in ["ssh", "ssh-keygen", "rsync"] {
-        let found = Command::new("sh")
-            .args(["-c", "command -v \"$1\"", "sh", tool])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            missing.push(tool);
-        }
-    }
-    missing
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// Installs openssh-server, openssh-client and rsync when they are missing and we are
-/// root; fails naming what is missing otherwise. Runs once per test binary.
+/// Fails, naming what is missing and how to get it, when a tool the tests run is not
+/// installed. The tests install nothing: `cargo xtask test` does, before it runs them.
 fn ensure_tools() {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = DONE.get_or_init(|| {
-        let missing = missing_tools();
-        if !missing.is_empty() {
-            if !is_root() {
-                return Err(format!(
-                    "the deploy tests need {missing:?}: install openssh-server, openssh-client \
-                     and rsync (apt-get install openssh-server rsync), or run the tests as root \
-                     and they install them"
-                ));
-            }
-            eprintln!("deploy tests: {missing:?} missing; installing with apt-get");
-            let install = || {
-                Command::new("apt-get")
-                    .args(["install", "-y", "--no-install-recommends"])
-                    .args(["openssh-server", "openssh-client", "rsync"])
-                    .env("DEBIAN_FRONTEND", "noninteractive")
-                    .output()
-            };
-            let mut out = install().map_err(|e| format!("could not run apt-get: {e}"))?;
-            if !out.status.success() {
-                // A fresh machine has no package lists yet.
-                let _ = Command::new("apt-get").arg("update").output();
-                out = install().map_err(|e| format!("could not run apt-get: {e}"))?;
-            }
-            let still = missing_tools();
-            if !out.status.success() || !still.is_empty() {
-                return Err(format!(
-                    "apt-get install openssh-server openssh-client rsync failed ({}), {still:?} \
-                     still missing:\n{}{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-        }
-        // sshd started by root wants its privilege separation folder, which the service
-        // scripts (not run here) would make.
-        if is_root() {
-            fs::create_dir_all("/run/sshd").map_err(|e| format!("mkdir /run/sshd: {e}"))?;
-        }
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    let missing = test::missing(test::DEPLOY_TOOLS);
+    assert!(missing.is_empty(), "{}", test::missing_message(&missing));
+    // sshd started by root wants its privilege separation folder, which the service
+    // scripts (not run here) would make.
+    assert!(
+        !test::is_root() || Path::new(test::SSHD_PRIVSEP_DIR).is_dir(),
+        "sshd run as root needs {dir}, which is missing: run `cargo xtask test`, which makes \
+         it, or `sudo mkdir -p {dir}`",
+        dir = test::SSHD_PRIVSEP_DIR
+    );
 }
 
 fn keygen(path: &Path) {
@@ -209,7 +146,7 @@ impl Sshd {
         )
         .unwrap();
         let log = dir.join("sshd.log");
-        let mut child = Command::new(SSHD)
+        let mut child = Command::new(test::SSHD)
             .args(["-D", "-e", "-f"])
             .arg(&config)
             .stdin(Stdio::null())

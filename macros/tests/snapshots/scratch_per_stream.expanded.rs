@@ -36,372 +36,96 @@ pub mod heads {
         stream.copy(features, tmp)?;
         stream.copy(tmp, attn_out)
     }
-    /// The schedule of this step, planned at compile time: ops in program order with
-    /// their streams, buffer accesses, waits and records, the dependency edges, the
-    /// events, the final joins and the critical path. `println!("{}", PLAN)` prints it.
-    pub const PLAN: ::stepgraph::__rt_v1::PlanDesc = ::stepgraph::__rt_v1::PlanDesc {
-        step: "heads",
-        streams: &[
-            ::stepgraph::__rt_v1::StreamDesc {
-                name: "main",
-                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
-            },
-            ::stepgraph::__rt_v1::StreamDesc {
-                name: "iqn",
-                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
-            },
-            ::stepgraph::__rt_v1::StreamDesc {
-                name: "attn",
-                priority: ::stepgraph::__rt_v1::StreamPriority::Normal,
-            },
-        ],
-        buffers: &[
-            ::stepgraph::__rt_v1::BufferDesc {
-                name: "features",
-                kind: ::stepgraph::__rt_v1::BufKind::Shared,
-            },
-            ::stepgraph::__rt_v1::BufferDesc {
-                name: "tmp",
-                kind: ::stepgraph::__rt_v1::BufKind::ScratchPerStream,
-            },
-            ::stepgraph::__rt_v1::BufferDesc {
-                name: "iqn_out",
-                kind: ::stepgraph::__rt_v1::BufKind::Shared,
-            },
-            ::stepgraph::__rt_v1::BufferDesc {
-                name: "attn_out",
-                kind: ::stepgraph::__rt_v1::BufKind::Shared,
-            },
-        ],
-        ops: &[
-            ::stepgraph::__rt_v1::OpDesc {
-                name: "trunk",
-                func: "trunk",
-                stream: ::stepgraph::__rt_v1::StreamId(0),
-                accesses: &[
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(0),
-                        copy: 0,
-                        access: ::stepgraph::__rt_v1::Access::Write,
-                    },
-                ],
-                waits: &[],
-                record: ::core::option::Option::Some(::stepgraph::__rt_v1::EventId(0)),
-                cost: 2f64,
-            },
-            ::stepgraph::__rt_v1::OpDesc {
-                name: "iqn",
-                func: "iqn",
-                stream: ::stepgraph::__rt_v1::StreamId(1),
-                accesses: &[
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(0),
-                        copy: 0,
-                        access: ::stepgraph::__rt_v1::Access::Read,
-                    },
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(1),
-                        copy: 0,
-                        access: ::stepgraph::__rt_v1::Access::Write,
-                    },
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(2),
-                        copy: 0,
-                        access: ::stepgraph::__rt_v1::Access::Write,
-                    },
-                ],
-                waits: &[::stepgraph::__rt_v1::EventId(0)],
-                record: ::core::option::Option::Some(::stepgraph::__rt_v1::EventId(1)),
-                cost: 1f64,
-            },
-            ::stepgraph::__rt_v1::OpDesc {
-                name: "attn",
-                func: "attn",
-                stream: ::stepgraph::__rt_v1::StreamId(2),
-                accesses: &[
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(0),
-                        copy: 0,
-                        access: ::stepgraph::__rt_v1::Access::Read,
-                    },
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(1),
-                        copy: 1,
-                        access: ::stepgraph::__rt_v1::Access::Write,
-                    },
-                    ::stepgraph::__rt_v1::AccessDesc {
-                        buf: ::stepgraph::__rt_v1::BufId(3),
-                        copy: 0,
-                        access: ::stepgraph::__rt_v1::Access::Write,
-                    },
-                ],
-                waits: &[::stepgraph::__rt_v1::EventId(0)],
-                record: ::core::option::Option::Some(::stepgraph::__rt_v1::EventId(2)),
-                cost: 1f64,
-            },
-        ],
-        edges: &[
-            ::stepgraph::__rt_v1::EdgeDesc {
-                from: ::stepgraph::__rt_v1::OpId(0),
-                to: ::stepgraph::__rt_v1::OpId(1),
-                kind: ::stepgraph::__rt_v1::EdgeKind::ReadAfterWrite,
-                buf: ::core::option::Option::Some(::stepgraph::__rt_v1::BufId(0)),
-            },
-            ::stepgraph::__rt_v1::EdgeDesc {
-                from: ::stepgraph::__rt_v1::OpId(0),
-                to: ::stepgraph::__rt_v1::OpId(2),
-                kind: ::stepgraph::__rt_v1::EdgeKind::ReadAfterWrite,
-                buf: ::core::option::Option::Some(::stepgraph::__rt_v1::BufId(0)),
-            },
-        ],
-        events: &[
-            ::stepgraph::__rt_v1::EventDesc {
-                stream: ::stepgraph::__rt_v1::StreamId(0),
-                after: ::core::option::Option::Some(::stepgraph::__rt_v1::OpId(0)),
-            },
-            ::stepgraph::__rt_v1::EventDesc {
-                stream: ::stepgraph::__rt_v1::StreamId(1),
-                after: ::core::option::Option::Some(::stepgraph::__rt_v1::OpId(1)),
-            },
-            ::stepgraph::__rt_v1::EventDesc {
-                stream: ::stepgraph::__rt_v1::StreamId(2),
-                after: ::core::option::Option::Some(::stepgraph::__rt_v1::OpId(2)),
-            },
-        ],
-        final_waits: &[
-            ::stepgraph::__rt_v1::EventId(1),
-            ::stepgraph::__rt_v1::EventId(2),
-        ],
-        critical_path: &[::stepgraph::__rt_v1::OpId(0), ::stepgraph::__rt_v1::OpId(1)],
-        critical_path_by_cost: &[
-            ::stepgraph::__rt_v1::OpId(0),
-            ::stepgraph::__rt_v1::OpId(1),
-        ],
-    };
-    /// Scratch copies beyond the one in the buffers struct, one per extra stream
-    /// or branch that uses the buffer.
+    use ::stepgraph::__rt_v1 as __sg;
+    /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
+    /// prints it.
+    pub const PLAN: __sg::PlanDesc = __sg::PlanDesc::new("heads")
+        .with_streams(
+            &[
+                __sg::StreamDesc::named("main"),
+                __sg::StreamDesc::named("iqn"),
+                __sg::StreamDesc::named("attn"),
+            ],
+        )
+        .with_buffers(
+            &[
+                __sg::BufferDesc::new("features", __sg::BufKind::Shared),
+                __sg::BufferDesc::new("tmp", __sg::BufKind::ScratchPerStream),
+                __sg::BufferDesc::new("iqn_out", __sg::BufKind::Shared),
+                __sg::BufferDesc::new("attn_out", __sg::BufKind::Shared),
+            ],
+        )
+        .with_ops(__OPS)
+        .with_edges(__EDGES)
+        .with_events(&[__sg::event(0, 0), __sg::event(1, 1), __sg::event(2, 2)])
+        .with_final_waits(&__sg::events([1, 2]))
+        .with_critical_paths(&__sg::ops([0, 1]), &__sg::ops([0, 1]));
+    const __OPS: &[__sg::OpDesc] = &[
+        __sg::op("trunk", "trunk", 0, &[__sg::write(0, 0)])
+            .with_record(__sg::EventId(0))
+            .with_cost(2f64),
+        __sg::op(
+                "iqn",
+                "iqn",
+                1,
+                &[__sg::read(0, 0), __sg::write(1, 0), __sg::write(2, 0)],
+            )
+            .with_waits(&__sg::events([0]))
+            .with_record(__sg::EventId(1)),
+        __sg::op(
+                "attn",
+                "attn",
+                2,
+                &[__sg::read(0, 0), __sg::write(1, 1), __sg::write(3, 0)],
+            )
+            .with_waits(&__sg::events([0]))
+            .with_record(__sg::EventId(2)),
+    ];
+    const __EDGES: &[__sg::EdgeDesc] = &[__sg::raw(0, 1, 0), __sg::raw(0, 2, 0)];
+    /// Scratch copies beyond the one in the buffers struct.
     #[doc(hidden)]
     pub struct __Scratch {
         tmp: ::std::vec::Vec<DeviceBuffer<f32>>,
     }
-    /// The captured step: owns its buffers, its streams, events and cuBLASLt
-    /// workspaces, and the graph. The executor is the first field, so it is dropped
-    /// (waiting for a replay in flight, destroying the graph) before any buffer.
-    pub struct Step {
-        exec: ::stepgraph::__rt_v1::Executor,
-        buffers: Buffers,
-        scratch: __Scratch,
-        config: Config,
-    }
-    impl ::core::fmt::Debug for Step {
-        fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-            f.debug_struct("heads").field("exec", &self.exec).finish_non_exhaustive()
-        }
-    }
-    impl Step {
-        /// Builds the step with the planned multi-stream schedule and captures it.
-        pub fn new(
-            device: &::stepgraph::__rt_v1::Device,
-            buffers: Buffers,
-            config: Config,
-        ) -> ::stepgraph::__rt_v1::Result<Self> {
-            Self::with_schedule(
-                device,
-                buffers,
-                config,
-                ::stepgraph::__rt_v1::Schedule::Planned,
-            )
-        }
-        /// Builds the step with the given schedule (`OneStream` is the one-stream
-        /// baseline) and captures it. Every stream, event, workspace and scratch
-        /// copy is created here, before capture.
-        pub fn with_schedule(
-            device: &::stepgraph::__rt_v1::Device,
-            buffers: Buffers,
-            config: Config,
-            schedule: ::stepgraph::__rt_v1::Schedule,
-        ) -> ::stepgraph::__rt_v1::Result<Self> {
-            let exec = ::stepgraph::__rt_v1::Executor::new(device, &PLAN, schedule)?;
-            let scratch = __Scratch {
-                tmp: ::stepgraph::__rt_v1::scratch_copies(
-                    &buffers.tmp,
-                    device,
-                    "tmp",
-                    1usize,
-                )?,
-            };
-            let mut step = Step {
-                exec,
-                buffers,
-                scratch,
-                config,
-            };
-            step.capture()?;
-            ::core::result::Result::Ok(step)
-        }
-        /// The compile-time plan.
-        pub const fn plan() -> &'static ::stepgraph::__rt_v1::PlanDesc {
-            &PLAN
-        }
-        /// Launches one replay of the graph (capturing again first if buffers
-        /// were rebound).
-        pub fn replay(&mut self) -> ::stepgraph::__rt_v1::Result<()> {
-            if self.exec.is_stale() {
-                self.capture()?;
-            }
-            self.exec.replay()
-        }
-        /// Runs the ops once without a graph, issued as they come (the eager
-        /// baseline), on the same streams and events.
-        pub fn run_eager(&mut self) -> ::stepgraph::__rt_v1::Result<()> {
-            let Step { exec, buffers, scratch, config } = self;
-            exec.run_eager(&mut |__issue| Self::issue(__issue, buffers, scratch, config))
-        }
-        /// Waits for the last replay or eager run.
-        pub fn wait(&self) -> ::stepgraph::__rt_v1::Result<()> {
-            self.exec.wait()
-        }
-        /// Waits for the last replay and returns the proof that host values the
-        /// graph reads (device scalars) may be written.
-        pub fn host_access(
-            &self,
-        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::HostAccess<'_>> {
-            self.exec.host_access()
-        }
-        /// The buffers. Reading them on the host needs [`Step::wait`] first.
-        pub fn buffers(&self) -> &Buffers {
-            &self.buffers
-        }
-        /// The config values.
-        pub fn config(&self) -> &Config {
-            &self.config
-        }
-        /// Waits for the last replay and copies `data` into the buffer `select`
-        /// picks, in place: its address does not change, so the graph stays valid.
-        pub fn upload<T: ::stepgraph::__rt_v1::DeviceRepr>(
-            &mut self,
-            select: impl ::core::ops::FnOnce(
-                &Buffers,
-            ) -> &::stepgraph::__rt_v1::DeviceBuffer<T>,
-            data: &[T],
-        ) -> ::stepgraph::__rt_v1::Result<()> {
-            self.exec.upload(select(&self.buffers), data)
-        }
-        /// Waits for the last replay and copies the buffer `select` picks to the host.
-        pub fn download<
-            T: ::stepgraph::__rt_v1::DeviceRepr + ::core::clone::Clone
-                + ::core::default::Default,
-        >(
-            &self,
-            select: impl ::core::ops::FnOnce(
-                &Buffers,
-            ) -> &::stepgraph::__rt_v1::DeviceBuffer<T>,
-        ) -> ::stepgraph::__rt_v1::Result<::std::vec::Vec<T>> {
-            self.exec.download(select(&self.buffers))
-        }
-        /// The executor: streams, events, the graph.
-        pub fn executor(&self) -> &::stepgraph::__rt_v1::Executor {
-            &self.exec
-        }
-        /// Waits for the last replay, lets `f` change the buffers (swap one for
-        /// another of the same shape, say), and captures again: the executable graph
-        /// is updated in place when the driver accepts it, instantiated anew otherwise.
-        pub fn rebind<R>(
-            &mut self,
-            f: impl ::core::ops::FnOnce(&mut Buffers) -> R,
-        ) -> ::stepgraph::__rt_v1::Result<R> {
-            self.exec.wait()?;
-            let out = f(&mut self.buffers);
-            self.exec.mark_stale();
-            self.capture()?;
-            ::core::result::Result::Ok(out)
-        }
-        /// Waits for the last replay, drops the graph, and returns the buffers and
-        /// config.
-        pub fn into_parts(self) -> ::stepgraph::__rt_v1::Result<(Buffers, Config)> {
-            self.exec.wait()?;
-            let Step { exec, buffers, config, .. } = self;
-            ::core::mem::drop(exec);
-            ::core::result::Result::Ok((buffers, config))
-        }
-        /// Captures a second graph of the step with timing events around every op,
-        /// replays it `replays` times and returns the median timeline: per-op
-        /// durations, per-stream busy time, the measured critical path, the overlap.
-        /// The normal graph is untouched.
-        pub fn profile(
-            &mut self,
-            replays: usize,
-        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::Profile> {
-            let Step { exec, buffers, scratch, config } = self;
-            exec.profile(
-                &mut |__issue| Self::issue(__issue, buffers, scratch, config),
-                replays,
-            )
-        }
-        /// Captures the step once more and measures its work bound: every kernel
-        /// timed alone, weighted by the share of the GPU its grid occupies. The
-        /// kernels run many times on this step's buffers (in-place updates
-        /// included): measure when the values no longer matter.
-        pub fn work_bound(
-            &mut self,
-        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::WorkBound> {
-            let Step { exec, buffers, scratch, config } = self;
-            exec.work_bound(
-                &mut |__issue| Self::issue(__issue, buffers, scratch, config),
-            )
-        }
-        /// Captures the step again, reads the graph back from the driver and checks
-        /// it against the plan: every dependency ordered, nothing independent
-        /// ordered, each op's nodes what it issued. Debug builds do this at every
-        /// capture.
-        pub fn verify(
-            &mut self,
-        ) -> ::stepgraph::__rt_v1::Result<::stepgraph::__rt_v1::VerifyReport> {
-            let Step { exec, buffers, scratch, config } = self;
-            exec.verify(&mut |__issue| Self::issue(__issue, buffers, scratch, config))
-        }
-        fn capture(&mut self) -> ::stepgraph::__rt_v1::Result<()> {
-            let Step { exec, buffers, scratch, config } = self;
-            exec.capture(&mut |__issue| Self::issue(__issue, buffers, scratch, config))
+    /// This step, captured and replayed: see [`Step`](#rt::Step) for its methods.
+    pub type Step = __sg::Step<Spec>;
+    /// What [`Step`] runs: this module's plan, buffers, config, kernels and ops.
+    #[derive(Debug)]
+    pub struct Spec;
+    impl __sg::StepSpec for Spec {
+        type Buffers = Buffers;
+        type Config = Config;
+        type Kernels = ();
+        type Scratch = __Scratch;
+        const PLAN: &'static __sg::PlanDesc = &PLAN;
+        fn scratch(buffers: &Buffers, device: &__sg::Device) -> __sg::Result<__Scratch> {
+            ::core::result::Result::Ok(__Scratch {
+                tmp: __sg::scratch_copies(&buffers.tmp, device, "tmp", 1usize)?,
+            })
         }
         #[allow(unused_variables, clippy::needless_borrow)]
         fn issue(
-            __issue: &::stepgraph::__rt_v1::Issue<'_>,
-            __buffers: &mut Buffers,
-            __scratch: &mut __Scratch,
-            __config: &Config,
-        ) -> ::stepgraph::__rt_v1::Result<()> {
-            __issue
-                .op(
-                    ::stepgraph::__rt_v1::OpId(0),
-                    |__stream| { trunk(__stream, &mut __buffers.features) },
-                )?;
-            __issue
-                .op(
-                    ::stepgraph::__rt_v1::OpId(1),
-                    |__stream| {
-                        let __blas = __stream.blas();
-                        iqn(
-                            &__blas,
-                            &__buffers.features,
-                            &mut __buffers.tmp,
-                            &mut __buffers.iqn_out,
-                            ::core::clone::Clone::clone(&__config.spec),
-                        )
-                    },
-                )?;
-            __issue
-                .op(
-                    ::stepgraph::__rt_v1::OpId(2),
-                    |__stream| {
-                        attn(
-                            __stream,
-                            &__buffers.features,
-                            &mut __scratch.tmp[0],
-                            &mut __buffers.attn_out,
-                        )
-                    },
-                )?;
+            __i: &__sg::Issue<'_>,
+            __b: &mut Buffers,
+            __s: &mut __Scratch,
+            __c: &Config,
+            __k: &(),
+        ) -> __sg::Result<()> {
+            __i.op(__sg::OpId(0), |__st| trunk(__st, &mut __b.features))?;
+            __i.op(
+                __sg::OpId(1),
+                |__st| iqn(
+                    &__st.blas(),
+                    &__b.features,
+                    &mut __b.tmp,
+                    &mut __b.iqn_out,
+                    __sg::cfg(&__c.spec),
+                ),
+            )?;
+            __i.op(
+                __sg::OpId(2),
+                |__st| attn(__st, &__b.features, &mut __s.tmp[0], &mut __b.attn_out),
+            )?;
             ::core::result::Result::Ok(())
         }
     }

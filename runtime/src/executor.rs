@@ -13,8 +13,9 @@ use crate::blas::BlasHandle;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
-use crate::plan::{OpId, PlanDesc, StreamId, StreamPriority};
-use crate::profile::{OpTiming, Profile, WaitEdge};
+use crate::options::{Options, Schedule};
+use crate::plan::{OpDesc, OpId, PlanDesc, StreamDesc, StreamId, StreamPriority};
+use crate::plan::{OpTiming, Profile, WaitEdge};
 use crate::scalars::HostAccess;
 use crate::stream::{CaptureStream, Mode};
 use crate::timing::{elapsed_ms, event, median};
@@ -34,30 +35,13 @@ fn profile_replays(replays: usize) -> Result<usize> {
     Ok(replays.max(1))
 }
 
-/// Which streams a step's ops are issued on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// The plan: each op on its stream, with the planned events.
-    Planned,
-    /// Every op on the origin stream in program order: the baseline every comparison needs.
-    OneStream,
-    /// The plan with every stream at the same priority, whatever the step declares: the
-    /// baseline that shows what the declared priorities buy.
-    PlannedEqualPriority,
-}
-
-impl Schedule {
-    /// Whether ops run on their planned streams.
-    fn parallel(self) -> bool {
-        self != Schedule::OneStream
-    }
-}
-
-/// Streams, events and per-stream cuBLASLt handles of one step, and its graph.
+/// Streams, events and per-stream cuBLASLt handles of one step, and its graph: the layer
+/// under [`Step`](crate::Step), which owns one, and the way to run a hand-built
+/// [`PlanDesc`] whose ops are issued by a closure.
 ///
-/// Generated `Step` types own one, declared before their buffers so that it is dropped
-/// first: dropping it waits for a replay in flight and destroys the graph before any
-/// buffer the graph refers to is freed.
+/// Dropping it waits for a replay in flight and destroys the graph, so it must be dropped
+/// before any buffer the graph refers to is freed ([`Step`](crate::Step) declares it
+/// first for that reason).
 pub struct Executor {
     graph: Option<Graph>,
     /// Streams have priorities: graphs are instantiated to keep each kernel's.
@@ -79,6 +63,7 @@ pub struct Executor {
     /// Whether captures are read back and checked against the plan.
     verify: bool,
     last_verify: Option<VerifyReport>,
+    options: Options,
 }
 
 impl fmt::Debug for Executor {
@@ -102,23 +87,19 @@ impl Drop for Executor {
     }
 }
 
-/// The driver priority of each plan stream when the plan gives any stream other than the
-/// normal one (`None` otherwise, and for the one-stream baseline). The driver's range is
+/// The driver priority of each plan stream when the step is built with any stream other
+/// than the normal one (`None` otherwise, and for the baselines). The driver's range is
 /// `(least, greatest)`, `(0, -5)` on an H100, lower numbers first: low gets the least,
 /// high the greatest, normal the middle.
 fn stream_priorities(
     device: &Device,
     plan: &PlanDesc,
-    schedule: Schedule,
+    options: &Options,
 ) -> Result<Option<Vec<i32>>> {
-    if schedule != Schedule::Planned {
+    if options.schedule != Schedule::Planned {
         return Ok(None);
     }
-    let declared: Vec<StreamPriority> = plan.streams.iter().map(|s| s.priority).collect();
-    let wanted = match std::env::var(PRIORITY_OVERRIDE) {
-        Ok(text) => priority_override(plan, &text)?,
-        Err(_) => declared,
-    };
+    let wanted = options.priorities(plan)?;
     if wanted.iter().all(|&p| p == StreamPriority::Normal) {
         return Ok(None);
     }
@@ -141,71 +122,25 @@ fn stream_priorities(
     ))
 }
 
-/// Environment variable naming a file: every verified capture ([`Executor::verify`], and
-/// [`Executor::capture`] where it verifies) writes the graph it captured there as
-/// Graphviz DOT (every node's parameters) before checking it, for reading what a library
-/// such as NCCL or cuBLASLt added to the capture. In the name, `{step}` is replaced by the
-/// step's name and `{device}` by the GPU's ordinal, so that two steps, or the ranks of a
-/// data-parallel step (a thread per GPU), write a file each; a later capture of the same
-/// step on the same GPU overwrites its file.
-pub const GRAPH_DOT: &str = "STEPGRAPH_GRAPH_DOT";
-
-/// Environment variable that replaces the declared stream priorities of every planned
-/// step in the process, to try others without rebuilding:
-/// `STEPGRAPH_STREAM_PRIORITIES="aux_attn=high,branch=low"` (a group's name sets all its
-/// streams; streams not named are normal). Steps built with
-/// [`Schedule::PlannedEqualPriority`] ignore it.
-pub const PRIORITY_OVERRIDE: &str = "STEPGRAPH_STREAM_PRIORITIES";
-
-/// Parses [`PRIORITY_OVERRIDE`]'s value against the plan's streams.
-fn priority_override(plan: &PlanDesc, text: &str) -> Result<Vec<StreamPriority>> {
-    let mut out = vec![StreamPriority::Normal; plan.streams.len()];
-    let names = || {
-        plan.streams
-            .iter()
-            .map(|s| s.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let bad = |what: String| {
-            Error::Invalid(format!(
-                "{PRIORITY_OVERRIDE}: {what} in {item:?}: expected stream=low|normal|high with a stream of step `{}` ({}) or a group's name",
-                plan.step,
-                names()
-            ))
-        };
-        let (name, level) = item.split_once('=').ok_or_else(|| bad("no `=`".into()))?;
-        let level = match level.trim() {
-            "low" => StreamPriority::Low,
-            "normal" => StreamPriority::Normal,
-            "high" => StreamPriority::High,
-            other => return Err(bad(format!("unknown priority `{other}`"))),
-        };
-        let name = name.trim();
-        let mut found = false;
-        for (i, s) in plan.streams.iter().enumerate() {
-            let group = s.name.split_once('[').map_or(s.name, |(g, _)| g);
-            if s.name == name || group == name {
-                out[i] = level;
-                found = true;
-            }
-        }
-        if !found {
-            return Err(bad(format!("no stream `{name}`")));
-        }
-    }
-    Ok(out)
-}
-
 impl Executor {
     /// Creates every stream, event and cuBLASLt handle (with its workspace) the plan
-    /// needs under `schedule`. Nothing is created later, in particular not during capture.
+    /// needs under `schedule`, with the other options the environment sets
+    /// ([`Options::from_env`]). Nothing is created later, in particular not during capture.
+    pub fn new(device: &Device, plan: &'static PlanDesc, schedule: Schedule) -> Result<Executor> {
+        Self::with_options(device, plan, Options::from_env()?.with_schedule(schedule))
+    }
+
+    /// [`Executor::new`] with explicit options.
     ///
     /// The plan is checked first ([`PlanDesc::check`]): every index in it must be in range,
     /// since issuing it indexes the streams, events and ops by them.
-    pub fn new(device: &Device, plan: &'static PlanDesc, schedule: Schedule) -> Result<Executor> {
+    pub fn with_options(
+        device: &Device,
+        plan: &'static PlanDesc,
+        options: Options,
+    ) -> Result<Executor> {
         plan.check()?;
+        let schedule = options.schedule;
         let n_streams = if schedule.parallel() {
             plan.streams.len().max(1)
         } else {
@@ -213,7 +148,7 @@ impl Executor {
         };
         let mut streams = Vec::with_capacity(n_streams);
         let mut blas = Vec::with_capacity(n_streams);
-        let priorities = stream_priorities(device, plan, schedule)?;
+        let priorities = stream_priorities(device, plan, &options)?;
         for i in 0..n_streams {
             let stream = match priorities.as_ref().and_then(|p| p.get(i)) {
                 Some(&p) => device
@@ -256,8 +191,9 @@ impl Executor {
             events,
             abort_joins,
             last_refresh: None,
-            verify: cfg!(debug_assertions),
+            verify: options.verify,
             last_verify: None,
+            options,
         })
     }
 
@@ -269,6 +205,11 @@ impl Executor {
     /// The schedule it was built for.
     pub fn schedule(&self) -> Schedule {
         self.schedule
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &Options {
+        &self.options
     }
 
     /// The device.
@@ -393,11 +334,7 @@ impl Executor {
         };
         let captured = self.capture_graph(issue, extras).map_err(wrap)?;
         if tracker.is_some() {
-            if let Some(path) = std::env::var_os(GRAPH_DOT) {
-                let path = path
-                    .to_string_lossy()
-                    .replace("{step}", step)
-                    .replace("{device}", &self.device.ordinal().to_string());
+            if let Some(path) = self.options.graph_dot_path(step, self.device.ordinal()) {
                 captured.write_dot(&path).map_err(wrap)?;
             }
         }
@@ -743,6 +680,37 @@ impl Executor {
     }
 }
 
+/// The plan [`run_once`] runs: one op on one stream.
+static ONE_OP: PlanDesc = PlanDesc::new("run_once")
+    .with_streams(&[StreamDesc::named("main")])
+    .with_ops(&[OpDesc::new("run_once", StreamId::ORIGIN)])
+    .with_critical_paths(&[OpId(0)], &[OpId(0)]);
+
+/// Runs `body` once, eagerly (not captured), on a fresh stream with its own cuBLASLt
+/// workspace, and waits for it to finish: for checking kernels and matmuls against a
+/// reference outside any step. Errors come wrapped as those of an op named `run_once`.
+///
+/// ```no_run
+/// use stepgraph::Device;
+///
+/// let device = Device::new(0)?;
+/// let mut x = device.upload_new("x", &[1.0f32; 256])?;
+/// stepgraph::exec::run_once(&device, |stream| stream.memset_zeros(&mut x))?;
+/// assert!(device.download(&x)?.iter().all(|&v| v == 0.0));
+/// # Ok::<(), stepgraph::Error>(())
+/// ```
+pub fn run_once(
+    device: &Device,
+    body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
+) -> Result<()> {
+    let exec = Executor::with_options(device, &ONE_OP, Options::default())?;
+    let mut body = Some(body);
+    exec.run_eager(&mut |issue| {
+        issue.op(OpId(0), |stream| body.take().map_or(Ok(()), |b| b(stream)))
+    })?;
+    exec.wait()
+}
+
 /// One pass over a step's ops; generated code calls [`Issue::op`] for each op in program
 /// order.
 pub struct Issue<'a> {
@@ -875,34 +843,6 @@ impl Issue<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::StreamDesc;
-
-    const PLAN: PlanDesc = PlanDesc {
-        step: "s",
-        streams: &[
-            StreamDesc::named("main"),
-            StreamDesc::named("branch[0]"),
-            StreamDesc::named("branch[1]"),
-            StreamDesc::named("aux_attn"),
-        ],
-        buffers: &[],
-        ops: &[],
-        edges: &[],
-        events: &[],
-        final_waits: &[],
-        critical_path: &[],
-        critical_path_by_cost: &[],
-    };
-
-    #[test]
-    fn a_priority_override_names_streams_or_whole_groups() {
-        use StreamPriority::*;
-        let p = priority_override(&PLAN, "aux_attn=high, branch=low").unwrap();
-        assert_eq!(p, [Normal, Low, Low, High]);
-        let p = priority_override(&PLAN, "branch[1]=high").unwrap();
-        assert_eq!(p, [Normal, Normal, High, Normal]);
-        assert_eq!(priority_override(&PLAN, "").unwrap(), [Normal; 4]);
-    }
 
     #[test]
     fn profile_replays_are_capped_and_at_least_one() {
@@ -910,22 +850,5 @@ mod tests {
         assert_eq!(profile_replays(100_000).unwrap(), 100_000);
         let e = profile_replays(100_001).unwrap_err().to_string();
         assert_eq!(e, "profile: expected at most 100000 replays, found 100001");
-    }
-
-    #[test]
-    fn a_bad_priority_override_says_what_was_expected() {
-        let e = priority_override(&PLAN, "attn=high")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("no stream `attn`") && e.contains("main, branch[0]"),
-            "{e}"
-        );
-        let e = priority_override(&PLAN, "main=urgent")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown priority `urgent`"), "{e}");
-        let e = priority_override(&PLAN, "main").unwrap_err().to_string();
-        assert!(e.contains("no `=`"), "{e}");
     }
 }

@@ -1,34 +1,52 @@
-//! The timeline picture, looked at: a recorded profile (`tests/fixtures/*.profile`, no
-//! GPU needed) is drawn as SVG, rendered to PNG by headless Chromium, and the PNG is
-//! checked for what a reader needs: it is not blank, every lane's label is drawn where
-//! the SVG puts it, and every part's colour shows. Also checks that the committed
-//! documentation images in `docs/` are what the recorded profile draws today.
+//! The timeline picture, looked at: a recorded profile (the workspace's
+//! `tests/fixtures/*.profile.json`, no GPU needed) is drawn as SVG, rendered to PNG by
+//! headless Chromium, and the PNG is checked for what a reader needs: it is not blank,
+//! every lane's label is drawn where the SVG puts it, and every part's colour shows. Also
+//! checks that the committed documentation images in `docs/` are what the recorded
+//! profiles draw today, and that the records are in the form `record::to_string` writes.
 //!
-//! Needs Debian's `chromium` package: installed here with apt-get when missing and the
-//! test runs as root (as CI does), otherwise the test fails saying how to install it.
+//! Needs `chromium` on PATH (Debian's package), which `cargo xtask test` installs before
+//! it runs the tests; without it the browser test fails saying so. It installs nothing.
 
 use std::fs::{self, File};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use stepgraph::Profile;
+use stepgraph_picture::{Profile, record, timeline_svg, trace_json};
 
-const FIXTURE: &str = "tests/fixtures/fork_join.profile";
+/// Relative to the workspace root, as the messages show them.
+const FIXTURE: &str = "tests/fixtures/fork_join.profile.json";
+/// The recorded profiles whose pictures are committed in `docs/`.
+const RECORDED: [&str; 2] = ["fork_join", "dqn"];
 /// The screenshot's size: the SVG's width, and taller than its height.
 const WINDOW: (u32, u32) = (1200, 600);
 /// How long one Chromium screenshot may take before the test gives up on it.
 const CHROMIUM_LIMIT: Duration = Duration::from_secs(60);
 
+/// The workspace root: the fixtures and `docs/` are the workspace's.
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the picture crate sits one folder below the workspace root")
 }
 
-fn fixture() -> Profile {
-    let text = fs::read_to_string(root().join(FIXTURE)).expect("the fixture is committed");
-    Profile::from_record(&text).unwrap_or_else(|e| panic!("{FIXTURE}: {e}"))
+fn read_record(path: &str) -> (String, Profile) {
+    let text = fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let profile = record::from_str(&text).unwrap_or_else(|e| panic!("{path}: {}", chain(&e)));
+    (text, profile)
+}
+
+/// An error and its sources, one after the other.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
 }
 
 /// A fresh, empty folder for one test.
@@ -39,47 +57,19 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// Chromium, installed once per test run when missing (only one test installs; the
-/// others wait for it).
-fn chromium() -> &'static Path {
-    static CHROMIUM: OnceLock<PathBuf> = OnceLock::new();
-    CHROMIUM.get_or_init(|| {
-        if let Some(path) = on_path("chromium") {
-            return path;
-        }
-        assert!(
-            is_root(),
-            "this test renders SVG in headless Chromium, and `chromium` is not on PATH: install \
-             Debian's package with `sudo apt-get install -y chromium` (the test installs it \
-             itself when run as root)"
-        );
-        for args in [&["update"][..], &["install", "-y", "chromium"]] {
-            let status = Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdout(Stdio::null())
-                .status()
-                .expect("apt-get runs");
-            assert!(
-                status.success(),
-                "`apt-get {}` failed: {status}",
-                args.join(" ")
-            );
-        }
-        on_path("chromium").expect("`apt-get install chromium` put `chromium` on PATH")
+/// Chromium from PATH; the test fails saying how to get it when it is not there.
+fn chromium() -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("chromium"))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "this test renders SVG in headless Chromium, and `chromium` is not on PATH: run \
+             `cargo xtask test`, which installs it with apt-get when run as root, or install \
+             Debian's package yourself (`sudo apt-get install chromium fonts-dejavu-core`)"
+        )
     })
 }
 
@@ -195,8 +185,8 @@ fn attr(node: &roxmltree::Node<'_, '_>, name: &str) -> f64 {
 
 #[test]
 fn timeline_renders_in_headless_chromium_with_labelled_lanes() {
-    let profile = fixture();
-    let svg = profile.to_svg();
+    let (_, profile) = read_record(FIXTURE);
+    let svg = timeline_svg(&profile);
     let doc = roxmltree::Document::parse(&svg).expect("the SVG is well-formed XML");
     let height = attr(&doc.root_element(), "height");
     assert!(
@@ -279,21 +269,33 @@ fn timeline_renders_in_headless_chromium_with_labelled_lanes() {
 
 #[test]
 fn committed_documentation_images_are_what_the_recorded_profiles_draw() {
-    for name in ["fork_join", "dqn"] {
-        let record = format!("tests/fixtures/{name}.profile");
-        let text =
-            fs::read_to_string(root().join(&record)).unwrap_or_else(|e| panic!("{record}: {e}"));
-        let profile = Profile::from_record(&text).unwrap_or_else(|e| panic!("{record}: {e}"));
+    for name in RECORDED {
+        let path = format!("tests/fixtures/{name}.profile.json");
+        let (_, profile) = read_record(&path);
         let regenerate = format!(
-            "regenerate them with `cargo xtask render-profile {record} --out docs` and review the diff"
+            "regenerate them with `cargo xtask render-profile {path} --out docs` and review the diff"
         );
         for (file, want) in [
-            (format!("docs/{name}.timeline.svg"), profile.to_svg()),
-            (format!("docs/{name}.trace.json"), profile.to_trace_json()),
+            (format!("docs/{name}.timeline.svg"), timeline_svg(&profile)),
+            (format!("docs/{name}.trace.json"), trace_json(&profile)),
         ] {
             let have = fs::read_to_string(root().join(&file))
                 .unwrap_or_else(|e| panic!("{file}: {e}; {regenerate}"));
             assert!(have == want, "{file} is out of date; {regenerate}");
         }
+    }
+}
+
+#[test]
+fn committed_records_are_as_the_writer_writes_them() {
+    for name in RECORDED {
+        let path = format!("tests/fixtures/{name}.profile.json");
+        let (text, profile) = read_record(&path);
+        let written = record::to_string(&profile).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(
+            written == text,
+            "{path} reads back, but `record::to_string` writes it differently: rewrite it \
+             with the writer so that a new recording diffs against it line by line"
+        );
     }
 }

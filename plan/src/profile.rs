@@ -5,6 +5,7 @@
 use std::fmt;
 
 /// One op's measured interval in one profiled replay.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTiming {
     /// The op's name in the plan (`branch_fwd[2]`).
@@ -29,6 +30,7 @@ impl OpTiming {
 
 /// A cross-stream wait of the plan: op `to` waited for op `from` (indices into
 /// [`Profile::ops`]).
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitEdge {
     /// The op the event was recorded after.
@@ -38,6 +40,7 @@ pub struct WaitEdge {
 }
 
 /// A profiled replay of a step.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
     /// The step's name.

@@ -4,7 +4,27 @@
 
 use std::fmt;
 
-use crate::error::{Error, Result};
+use crate::dag;
+
+/// A plan that fails [`PlanDesc::check`], or an id outside it: the message names every
+/// index out of range and what was expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanError(String);
+
+impl PlanError {
+    /// The message, one line per problem.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlanError {}
 
 /// Index of a stream in [`PlanDesc::streams`]; stream 0 is the origin stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -50,6 +70,7 @@ impl EventId {
 }
 
 /// How a buffer is shared between streams.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufKind {
     /// One copy, shared by every op.
@@ -72,6 +93,7 @@ pub enum Access {
 }
 
 /// Why one op must run after another.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EdgeKind {
     /// Read after write of the buffer.
@@ -87,6 +109,7 @@ pub enum EdgeKind {
 }
 
 /// A stream of the step.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamDesc {
     /// `main`, `aux_iqn`, `branch[2]`.
@@ -102,6 +125,11 @@ impl StreamDesc {
             name,
             priority: StreamPriority::Normal,
         }
+    }
+
+    /// The same stream at `priority`.
+    pub const fn with_priority(self, priority: StreamPriority) -> StreamDesc {
+        StreamDesc { priority, ..self }
     }
 }
 
@@ -120,6 +148,7 @@ pub enum StreamPriority {
 }
 
 /// A buffer (a field of the step's buffers struct).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufferDesc {
     /// The field name.
@@ -130,6 +159,7 @@ pub struct BufferDesc {
 
 /// One access of an op to a buffer; `copy` says which copy of a per-branch or scratch
 /// buffer (0 for shared buffers).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AccessDesc {
     /// The buffer.
@@ -141,6 +171,7 @@ pub struct AccessDesc {
 }
 
 /// An op instance (a replicated op appears once per index).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OpDesc {
     /// `trunk_fwd`, `branch_fwd[2]`.
@@ -159,8 +190,80 @@ pub struct OpDesc {
     pub cost: f64,
 }
 
+impl BufferDesc {
+    /// Buffer `name`, shared as `kind` says.
+    pub const fn new(name: &'static str, kind: BufKind) -> BufferDesc {
+        BufferDesc { name, kind }
+    }
+}
+
+impl AccessDesc {
+    /// A read (`&T`) of copy `copy` of `buf`.
+    pub const fn read(buf: BufId, copy: u16) -> AccessDesc {
+        AccessDesc {
+            buf,
+            copy,
+            access: Access::Read,
+        }
+    }
+
+    /// A write (`&mut T`) of copy `copy` of `buf`.
+    pub const fn write(buf: BufId, copy: u16) -> AccessDesc {
+        AccessDesc {
+            buf,
+            copy,
+            access: Access::Write,
+        }
+    }
+}
+
+impl OpDesc {
+    /// Op `name` on `stream`, its own function, with no accesses, waits or record, and a
+    /// cost of 1.
+    pub const fn new(name: &'static str, stream: StreamId) -> OpDesc {
+        OpDesc {
+            name,
+            func: name,
+            stream,
+            accesses: &[],
+            waits: &[],
+            record: None,
+            cost: 1.0,
+        }
+    }
+
+    /// The function shared by the replicas of a replicated op.
+    pub const fn with_func(self, func: &'static str) -> OpDesc {
+        OpDesc { func, ..self }
+    }
+
+    /// Its buffer accesses.
+    pub const fn with_accesses(self, accesses: &'static [AccessDesc]) -> OpDesc {
+        OpDesc { accesses, ..self }
+    }
+
+    /// The events its stream waits on before it.
+    pub const fn with_waits(self, waits: &'static [EventId]) -> OpDesc {
+        OpDesc { waits, ..self }
+    }
+
+    /// The event recorded on its stream after it.
+    pub const fn with_record(self, record: EventId) -> OpDesc {
+        OpDesc {
+            record: Some(record),
+            ..self
+        }
+    }
+
+    /// Its cost hint.
+    pub const fn with_cost(self, cost: f64) -> OpDesc {
+        OpDesc { cost, ..self }
+    }
+}
+
 /// An event: recorded on `stream` after op `after`, or at capture begin when `after`
 /// is `None` (the fork point every side stream first waits on).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventDesc {
     /// The stream it is recorded on.
@@ -169,7 +272,26 @@ pub struct EventDesc {
     pub after: Option<OpId>,
 }
 
+impl EventDesc {
+    /// The capture-begin fork event, recorded on the origin stream.
+    pub const fn at_capture_begin() -> EventDesc {
+        EventDesc {
+            stream: StreamId::ORIGIN,
+            after: None,
+        }
+    }
+
+    /// An event recorded on `stream` right after op `op`.
+    pub const fn after(stream: StreamId, op: OpId) -> EventDesc {
+        EventDesc {
+            stream,
+            after: Some(op),
+        }
+    }
+}
+
 /// A dependency the planner inferred (or an explicit ordering).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeDesc {
     /// The earlier op.
@@ -182,7 +304,20 @@ pub struct EdgeDesc {
     pub buf: Option<BufId>,
 }
 
+impl EdgeDesc {
+    /// `to` runs after `from`, for `kind`, through `buf` for a data edge.
+    pub const fn new(from: OpId, to: OpId, kind: EdgeKind, buf: Option<BufId>) -> EdgeDesc {
+        EdgeDesc {
+            from,
+            to,
+            kind,
+            buf,
+        }
+    }
+}
+
 /// The whole plan of a step.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlanDesc {
     /// The step's name (its module).
@@ -205,6 +340,79 @@ pub struct PlanDesc {
     pub critical_path_by_cost: &'static [OpId],
 }
 
+impl PlanDesc {
+    /// The plan of step `step` with no streams, buffers, ops, edges or events yet: add
+    /// them with the `with_` methods, in a `const`.
+    ///
+    /// ```
+    /// use stepgraph_plan::{OpDesc, PlanDesc, StreamDesc, StreamId};
+    ///
+    /// const PLAN: PlanDesc = PlanDesc::new("one")
+    ///     .with_streams(&[StreamDesc::named("main")])
+    ///     .with_ops(&[OpDesc::new("a", StreamId::ORIGIN)]);
+    /// assert!(PLAN.check().is_ok());
+    /// ```
+    pub const fn new(step: &'static str) -> PlanDesc {
+        PlanDesc {
+            step,
+            streams: &[],
+            buffers: &[],
+            ops: &[],
+            edges: &[],
+            events: &[],
+            final_waits: &[],
+            critical_path: &[],
+            critical_path_by_cost: &[],
+        }
+    }
+
+    /// Its streams, origin first.
+    pub const fn with_streams(self, streams: &'static [StreamDesc]) -> PlanDesc {
+        PlanDesc { streams, ..self }
+    }
+
+    /// Its buffers.
+    pub const fn with_buffers(self, buffers: &'static [BufferDesc]) -> PlanDesc {
+        PlanDesc { buffers, ..self }
+    }
+
+    /// Its ops, in program order.
+    pub const fn with_ops(self, ops: &'static [OpDesc]) -> PlanDesc {
+        PlanDesc { ops, ..self }
+    }
+
+    /// Its dependency edges.
+    pub const fn with_edges(self, edges: &'static [EdgeDesc]) -> PlanDesc {
+        PlanDesc { edges, ..self }
+    }
+
+    /// Its events.
+    pub const fn with_events(self, events: &'static [EventDesc]) -> PlanDesc {
+        PlanDesc { events, ..self }
+    }
+
+    /// The events the origin stream waits on after the last op.
+    pub const fn with_final_waits(self, final_waits: &'static [EventId]) -> PlanDesc {
+        PlanDesc {
+            final_waits,
+            ..self
+        }
+    }
+
+    /// Its critical paths, by op count and by cost.
+    pub const fn with_critical_paths(
+        self,
+        critical_path: &'static [OpId],
+        critical_path_by_cost: &'static [OpId],
+    ) -> PlanDesc {
+        PlanDesc {
+            critical_path,
+            critical_path_by_cost,
+            ..self
+        }
+    }
+}
+
 /// How many problems [`PlanDesc::check`] lists before it says how many more there are.
 const PROBLEMS_LISTED: usize = 20;
 
@@ -214,26 +422,20 @@ impl PlanDesc {
     /// both critical paths) is in range, and that there is at least the origin stream.
     ///
     /// The `#[step]` macro only emits plans that pass; the fields are public, so a
-    /// hand-built plan may not. [`Executor::new`](crate::Executor::new) calls this, so
+    /// hand-built plan may not. The runtime's executor calls this when it is built, so
     /// that issuing a plan never indexes past its own tables. Every problem is listed,
     /// up to twenty.
     ///
     /// ```
-    /// use stepgraph::plan::{OpDesc, PlanDesc, StreamDesc, StreamId};
+    /// use stepgraph_plan::{OpDesc, PlanDesc, StreamDesc, StreamId};
     ///
-    /// const PLAN: PlanDesc = PlanDesc {
-    ///     step: "one",
-    ///     streams: &[StreamDesc::named("main")],
-    ///     buffers: &[],
-    ///     ops: &[OpDesc { name: "a", func: "a", stream: StreamId(1), accesses: &[],
-    ///                     waits: &[], record: None, cost: 1.0 }],
-    ///     edges: &[], events: &[], final_waits: &[],
-    ///     critical_path: &[], critical_path_by_cost: &[],
-    /// };
+    /// const PLAN: PlanDesc = PlanDesc::new("one")
+    ///     .with_streams(&[StreamDesc::named("main")])
+    ///     .with_ops(&[OpDesc::new("a", StreamId(1))]);
     /// let e = PLAN.check().unwrap_err().to_string();
     /// assert_eq!(e, "plan `one`: op 0 `a` is on stream 1; expected a stream index below 1");
     /// ```
-    pub fn check(&self) -> Result<()> {
+    pub fn check(&self) -> Result<(), PlanError> {
         let mut problems: Vec<String> = Vec::new();
         let (streams, buffers, ops, events) = (
             self.streams.len(),
@@ -340,13 +542,13 @@ impl PlanDesc {
         if more > 0 {
             msg.push_str(&format!("\n(and {more} more problems)"));
         }
-        Err(Error::Invalid(msg))
+        Err(PlanError(msg))
     }
 
     /// Op `id`, or an error saying how many ops there are.
-    pub fn op(&self, id: OpId) -> Result<&OpDesc> {
+    pub fn op(&self, id: OpId) -> Result<&OpDesc, PlanError> {
         self.ops.get(id.index()).ok_or_else(|| {
-            Error::Invalid(format!(
+            PlanError(format!(
                 "plan `{}`: expected an op id below {}, found {}",
                 self.step,
                 self.ops.len(),
@@ -364,61 +566,43 @@ impl PlanDesc {
     /// of a stream, and each wait (from the op the event follows to the waiting op).
     /// Waits on the capture-begin event order nothing and are left out.
     pub fn schedule_edges(&self) -> Vec<(OpId, OpId)> {
-        let mut edges = Vec::new();
-        let mut last_on: Vec<Option<OpId>> = vec![None; self.streams.len()];
-        for (i, op) in self.ops.iter().enumerate() {
-            let id = OpId(i as u32);
-            // A stream or event index out of range (a hand-built plan that would fail
-            // `check`) orders nothing, so that pictures of such a plan still draw.
-            if let Some(last) = last_on.get_mut(op.stream.index()) {
-                if let Some(prev) = last.replace(id) {
-                    edges.push((prev, id));
-                }
-            }
-            for ev in op.waits {
-                let after = self.events.get(ev.index()).and_then(|e| e.after);
-                if let Some(from) = after.filter(|o| o.index() < self.ops.len()) {
-                    edges.push((from, id));
-                }
-            }
-        }
-        edges
+        // A stream or event index out of range (a hand-built plan that would fail
+        // `check`) orders nothing, so that pictures of such a plan still draw.
+        let ops = self.ops.iter().map(|op| {
+            let stream = (op.stream.index() < self.streams.len()).then_some(op.stream.index());
+            let waited = op.waits.iter().filter_map(|ev| {
+                let after = self.events.get(ev.index()).and_then(|e| e.after)?;
+                (after.index() < self.ops.len()).then_some(after.index())
+            });
+            (stream, waited)
+        });
+        dag::schedule_edges(ops)
+            .into_iter()
+            .map(|(a, b)| (OpId(a as u32), OpId(b as u32)))
+            .collect()
+    }
+
+    fn schedule_edges_ix(&self) -> Vec<(usize, usize)> {
+        self.schedule_edges()
+            .into_iter()
+            .map(|(a, b)| (a.index(), b.index()))
+            .collect()
     }
 
     /// The longest path through the schedule with the given per-op costs (for example
-    /// times measured in isolation): its ops and its total. `costs` has one entry per op.
+    /// times measured in isolation): its ops and its total. `costs` has one entry per op;
+    /// ties go to the earliest op ([`dag::longest_path`]).
     pub fn longest_path(&self, costs: &[f64]) -> (Vec<OpId>, f64) {
         let n = self.ops.len().min(costs.len());
-        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (a, b) in self.schedule_edges() {
-            if a.index() < n && b.index() < n {
-                preds[b.index()].push(a.index());
-            }
-        }
-        // Ops are in program order, which is a topological order of the schedule.
-        let mut best = vec![0.0f64; n];
-        let mut from = vec![usize::MAX; n];
-        for i in 0..n {
-            let mut start = 0.0;
-            for &p in &preds[i] {
-                if best[p] > start {
-                    start = best[p];
-                    from[i] = p;
-                }
-            }
-            best[i] = start + costs[i];
-        }
-        let Some(end) = (0..n).max_by(|&a, &b| best[a].total_cmp(&best[b])) else {
-            return (Vec::new(), 0.0);
-        };
-        let mut path = vec![OpId(end as u32)];
-        let mut at = end;
-        while from[at] != usize::MAX {
-            at = from[at];
-            path.push(OpId(at as u32));
-        }
-        path.reverse();
-        (path, best[end])
+        let (path, total) = dag::longest_path(n, &self.schedule_edges_ix(), |i| costs[i]);
+        (path.into_iter().map(|o| OpId(o as u32)).collect(), total)
+    }
+
+    /// Each op's level in the schedule: 0 for an op nothing orders before, otherwise one
+    /// more than the highest level among the ops that [`schedule_edges`](Self::schedule_edges)
+    /// orders before it.
+    pub fn levels(&self) -> Vec<usize> {
+        dag::levels(self.ops.len(), &self.schedule_edges_ix())
     }
 }
 
@@ -645,8 +829,8 @@ mod tests {
 
     fn check_err(plan: &PlanDesc) -> String {
         match plan.check() {
-            Err(Error::Invalid(msg)) => msg,
-            other => panic!("expected Invalid, got {other:?}"),
+            Err(e) => e.message().to_string(),
+            Ok(()) => panic!("expected the check to fail"),
         }
     }
 

@@ -1,0 +1,330 @@
+//! The step type every `#[step]` module runs: [`Step`], generic over the [`StepSpec`] the
+//! macro emits for the module.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::DeviceRepr;
+
+use crate::device::{Device, DeviceBuffer};
+use crate::error::Result;
+use crate::executor::{Executor, Issue};
+use crate::options::{Options, Schedule};
+use crate::plan::{PlanDesc, Profile};
+use crate::scalars::HostAccess;
+use crate::verify::VerifyReport;
+use crate::work::WorkBound;
+
+/// What `#[step]` emits for a step module, and all [`Step`] needs to run it: the plan, the
+/// types of the step's buffers, config and kernels, how to allocate its scratch copies
+/// and how to issue its ops.
+///
+/// Implemented by the macro for the module's `Spec` type; not meant to be implemented by
+/// hand (a hand-written plan runs on an [`Executor`](crate::exec::Executor) instead).
+pub trait StepSpec: 'static {
+    /// The module's `#[buffers]` struct.
+    type Buffers;
+    /// The module's `#[config]` struct.
+    type Config;
+    /// The type named by `kernels = ..`, or `()`.
+    type Kernels;
+    /// The scratch copies beyond the one in the buffers, one per extra stream or branch
+    /// that uses a scratch buffer.
+    #[doc(hidden)]
+    type Scratch;
+    /// The compile-time plan.
+    const PLAN: &'static PlanDesc;
+
+    /// Allocates the scratch copies, shaped like the buffers' own.
+    #[doc(hidden)]
+    fn scratch(buffers: &Self::Buffers, device: &Device) -> Result<Self::Scratch>;
+
+    /// Issues every op once, in program order.
+    #[doc(hidden)]
+    fn issue(
+        issue: &Issue<'_>,
+        buffers: &mut Self::Buffers,
+        scratch: &mut Self::Scratch,
+        config: &Self::Config,
+        kernels: &Self::Kernels,
+    ) -> Result<()>;
+}
+
+/// A captured step: its buffers, config and kernels, its streams, events and cuBLASLt
+/// workspaces, and the graph.
+///
+/// Each `#[step]` module names its own as `module::Step` (`Step<module::Spec>`), built
+/// with [`Step::new`]; every stream, event, workspace and scratch copy is created there,
+/// before the first capture, and never during one.
+///
+/// ```no_run
+/// #[stepgraph::step(streams(main))]
+/// mod zero {
+///     use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///     #[buffers]
+///     pub struct Buffers {
+///         pub x: DeviceBuffer<f32>,
+///     }
+///
+///     fn clear(stream: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+///         stream.memset_zeros(x)
+///     }
+/// }
+///
+/// let device = stepgraph::Device::new(0)?;
+/// let buffers = zero::Buffers { x: device.alloc_zeros("x", 1024)? };
+/// let mut step = zero::Step::new(&device, (), buffers, zero::Config {})?;
+/// step.replay()?;
+/// let x = step.download(|b| &b.x)?;
+/// assert!(x.iter().all(|&v| v == 0.0));
+/// # Ok::<(), stepgraph::Error>(())
+/// ```
+pub struct Step<S: StepSpec> {
+    /// First, so that it is dropped first: dropping it waits for a replay in flight and
+    /// destroys the graph before any buffer the graph refers to is freed.
+    exec: Executor,
+    buffers: S::Buffers,
+    scratch: S::Scratch,
+    config: S::Config,
+    kernels: Arc<S::Kernels>,
+}
+
+impl<S: StepSpec> fmt::Debug for Step<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Step")
+            .field("step", &S::PLAN.step)
+            .field("exec", &self.exec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: StepSpec> Step<S> {
+    /// Builds the step with the planned multi-stream schedule and the options the
+    /// environment sets ([`Options::from_env`]), and captures it.
+    ///
+    /// `kernels` is the value of the type the step declares with `kernels = ..` (or an
+    /// `Arc` of it, to share it between steps), or `()` for a step that declares none.
+    pub fn new(
+        device: &Device,
+        kernels: impl Into<Arc<S::Kernels>>,
+        buffers: S::Buffers,
+        config: S::Config,
+    ) -> Result<Self> {
+        Self::with_options(device, kernels, buffers, config, Options::from_env()?)
+    }
+
+    /// [`Step::new`] with another schedule: [`Schedule::OneStream`] is the one-stream
+    /// baseline that every comparison needs.
+    pub fn with_schedule(
+        device: &Device,
+        kernels: impl Into<Arc<S::Kernels>>,
+        buffers: S::Buffers,
+        config: S::Config,
+        schedule: Schedule,
+    ) -> Result<Self> {
+        let options = Options::from_env()?.with_schedule(schedule);
+        Self::with_options(device, kernels, buffers, config, options)
+    }
+
+    /// [`Step::new`] with explicit options (schedule, verification, graph dumps, stream
+    /// priorities), whatever the environment says.
+    pub fn with_options(
+        device: &Device,
+        kernels: impl Into<Arc<S::Kernels>>,
+        buffers: S::Buffers,
+        config: S::Config,
+        options: Options,
+    ) -> Result<Self> {
+        let exec = Executor::with_options(device, S::PLAN, options)?;
+        let scratch = S::scratch(&buffers, device)?;
+        let mut step = Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels: kernels.into(),
+        };
+        step.capture()?;
+        Ok(step)
+    }
+
+    /// The compile-time plan (the module's `PLAN`).
+    pub const fn plan() -> &'static PlanDesc {
+        S::PLAN
+    }
+
+    /// Launches one replay of the graph (capturing it again first if buffers were
+    /// rebound). Returns once the launch is queued; [`Step::wait`] waits for it.
+    pub fn replay(&mut self) -> Result<()> {
+        if self.exec.is_stale() {
+            self.capture()?;
+        }
+        self.exec.replay()
+    }
+
+    /// Runs the ops once without a graph, issued as they come (the eager baseline), on
+    /// the same streams and events.
+    pub fn run_eager(&mut self) -> Result<()> {
+        let Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels,
+        } = self;
+        exec.run_eager(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+    }
+
+    /// Waits for the last replay or eager run.
+    pub fn wait(&self) -> Result<()> {
+        self.exec.wait()
+    }
+
+    /// Waits for the last replay and returns the proof that host values the graph reads
+    /// (device scalars) may be written; while it lives the step cannot be replayed.
+    pub fn host_access(&self) -> Result<HostAccess<'_>> {
+        self.exec.host_access()
+    }
+
+    /// The buffers. Reading them on the host needs [`Step::wait`] first.
+    pub fn buffers(&self) -> &S::Buffers {
+        &self.buffers
+    }
+
+    /// The config values.
+    pub fn config(&self) -> &S::Config {
+        &self.config
+    }
+
+    /// The kernels the ops receive.
+    pub fn kernels(&self) -> &Arc<S::Kernels> {
+        &self.kernels
+    }
+
+    /// Waits for the last replay and copies `data` into the buffer `select` picks, in
+    /// place: its address does not change, so the graph stays valid.
+    pub fn upload<T: DeviceRepr>(
+        &mut self,
+        select: impl FnOnce(&S::Buffers) -> &DeviceBuffer<T>,
+        data: &[T],
+    ) -> Result<()> {
+        self.exec.upload(select(&self.buffers), data)
+    }
+
+    /// Waits for the last replay and copies the buffer `select` picks to the host.
+    pub fn download<T: DeviceRepr + Clone + Default>(
+        &self,
+        select: impl FnOnce(&S::Buffers) -> &DeviceBuffer<T>,
+    ) -> Result<Vec<T>> {
+        self.exec.download(select(&self.buffers))
+    }
+
+    /// The executor: streams, events, the graph. The way down to the layer below.
+    pub fn executor(&self) -> &Executor {
+        &self.exec
+    }
+
+    /// Device time of `iters` replays after `warmup` unmeasured ones, in milliseconds
+    /// each, from CUDA events recorded around each replay.
+    pub fn time_replays(&mut self, warmup: usize, iters: usize) -> Result<Vec<f64>> {
+        if self.exec.is_stale() {
+            self.capture()?;
+        }
+        self.exec.time_replays(warmup, iters)
+    }
+
+    /// Waits for the last replay, lets `f` change the buffers (swap one for another of
+    /// the same shape, say), and captures again: the executable graph is updated in place
+    /// when the driver accepts it, instantiated anew otherwise.
+    pub fn rebind<R>(&mut self, f: impl FnOnce(&mut S::Buffers) -> R) -> Result<R> {
+        self.exec.wait()?;
+        let out = f(&mut self.buffers);
+        self.exec.mark_stale();
+        self.capture()?;
+        Ok(out)
+    }
+
+    /// Waits for the last replay, drops the graph, and returns the buffers and config.
+    pub fn into_parts(self) -> Result<(S::Buffers, S::Config)> {
+        self.exec.wait()?;
+        let Step {
+            exec,
+            buffers,
+            config,
+            ..
+        } = self;
+        drop(exec);
+        Ok((buffers, config))
+    }
+
+    /// Captures a second graph of the step with timing events around every op, replays
+    /// it `replays` times and returns the median timeline: per-op durations, per-stream
+    /// busy time, the measured critical path, the overlap. The normal graph is untouched.
+    pub fn profile(&mut self, replays: usize) -> Result<Profile> {
+        let Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels,
+        } = self;
+        exec.profile(
+            &mut |issue| S::issue(issue, buffers, scratch, config, kernels),
+            replays,
+        )
+    }
+
+    /// Captures the step once more and measures its work bound: every kernel timed alone,
+    /// weighted by the share of the GPU its grid occupies. The kernels run many times on
+    /// this step's buffers (in-place updates included): measure when the values no longer
+    /// matter.
+    pub fn work_bound(&mut self) -> Result<WorkBound> {
+        let Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels,
+        } = self;
+        exec.work_bound(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+    }
+
+    /// Captures the step again, reads the graph back from the driver and checks it
+    /// against the plan: every dependency ordered, nothing independent ordered, each op's
+    /// nodes what it issued. Debug builds do this at every capture.
+    pub fn verify(&mut self) -> Result<VerifyReport> {
+        let Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels,
+        } = self;
+        exec.verify(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+    }
+
+    fn capture(&mut self) -> Result<()> {
+        let Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels,
+        } = self;
+        exec.capture(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+    }
+}
+
+/// Allocates `count` more copies shaped like `first` (per-stream or per-branch scratch),
+/// naming each in an out-of-memory error.
+pub(crate) fn scratch_copies<T: crate::device::AllocLike>(
+    first: &T,
+    device: &Device,
+    buffer: &'static str,
+    count: usize,
+) -> Result<Vec<T>> {
+    (1..=count)
+        .map(|i| first.alloc_like(device, &format!("scratch copy {i} of `{buffer}`")))
+        .collect()
+}
