@@ -27,7 +27,7 @@ use std::sync::Arc;
 use stepgraph::exec::{Mode, Refresh};
 use stepgraph::{CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Result, Schedule};
 use stepgraph_kernels::Kernels;
-use stepgraph_testkit::{Rng, bits, check_within, max_err, nan_buffer, rms};
+use stepgraph_testkit::{Rng, bits, check_within, nan_buffer, rms};
 
 /// Runs `body` once, eagerly, on a fresh stream, and waits for it.
 fn run_one_op(device: &Device, body: impl FnOnce(&CaptureStream<'_>) -> Result<()>) -> Result<()> {

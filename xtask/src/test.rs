@@ -14,8 +14,10 @@ use crate::bundle;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
 
-/// Installs nvcc and the tests' system tools if needed ([`TEST_TOOLS`], with apt-get, as
-/// root), runs `cargo test --workspace`, compiles (does not run) the GPU tests, and runs
+/// Installs nvcc, rustfmt and clippy and the tests' system tools if needed
+/// ([`TEST_TOOLS`], with apt-get, as root); checks the formatting; runs
+/// `cargo test --workspace`; compiles (does not run) the GPU tests; runs clippy on every
+/// target, GPU tests included, and builds the docs, both with warnings denied; and runs
 /// the DQN results merger's tests (Python standard library only).
 #[derive(Debug, Args)]
 pub struct Test {
@@ -32,6 +34,14 @@ impl Test {
     pub fn run(self, ws: &Workspace) -> Result<()> {
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
         install_tools(TEST_TOOLS, self.dry_run)?;
+        for component in RUST_COMPONENTS {
+            ensure_component(ws, component, self.dry_run)?;
+        }
+
+        // What a reviewer checks first, and the cheapest: formatting.
+        let mut fmt = ws.cargo();
+        fmt.args(["fmt", "--all", "--check"]);
+        cmd::run(&mut fmt, self.dry_run)?;
 
         let mut all = ws.cargo();
         all.args(["test", "--workspace"])
@@ -55,6 +65,23 @@ impl Test {
         .env("NVCC", &nvcc.path);
         cmd::run(&mut gpu, self.dry_run)?;
 
+        // Lints on every target, the GPU tests' code included, and docs whose links and
+        // examples hold: both with warnings denied, as a reviewer would read them.
+        for features in [&[][..], &["--features", "stepgraph-suite/gpu-tests"][..]] {
+            let mut clippy = ws.cargo();
+            clippy
+                .args(["clippy", "--workspace", "--all-targets"])
+                .args(features)
+                .args(["--", "-D", "warnings"])
+                .env("NVCC", &nvcc.path);
+            cmd::run(&mut clippy, self.dry_run)?;
+        }
+        let mut doc = ws.cargo();
+        doc.args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .env("NVCC", &nvcc.path);
+        cmd::run(&mut doc, self.dry_run)?;
+
         // The PyTorch oracle's own tests need torch and run on the GPU host; the results
         // merger needs only python3, which every machine here has.
         let mut combine = std::process::Command::new("python3");
@@ -69,6 +96,39 @@ impl Test {
             .current_dir(&ws.root);
         cmd::run(&mut combine, self.dry_run)
     }
+}
+
+/// The toolchain components the checks run (`cargo fmt`, `cargo clippy`).
+pub const RUST_COMPONENTS: &[(&str, &str)] = &[("fmt", "rustfmt"), ("clippy", "clippy")];
+
+/// Makes sure `cargo <subcommand>` runs, adding its rustup component when it does not.
+fn ensure_component(
+    ws: &Workspace,
+    (subcommand, component): &(&str, &str),
+    dry_run: bool,
+) -> Result<()> {
+    let mut probe = ws.cargo();
+    probe.args([subcommand, "--version"]);
+    if dry_run {
+        eprintln!(
+            "$ {} (else `rustup component add {component}`)",
+            cmd::display(&probe)
+        );
+        return Ok(());
+    }
+    let present = probe
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    let mut add = Command::new("rustup");
+    add.args(["component", "add", component]);
+    cmd::run(&mut add, false).with_context(|| {
+        format!("`cargo {subcommand}` is not installed and `rustup component add {component}` failed: install the {component} component of the toolchain")
+    })
 }
 
 /// A program some tests run, and the Debian packages that provide it.
