@@ -248,7 +248,10 @@ fn run(device: &Device, quick: bool) -> Result<()> {
             Err(e) => eprintln!("  could not record the profile: {e}"),
         }
         write("fork_join.timeline.svg", timeline_svg(&profile));
-        write("fork_join.trace.json", trace_json(&profile));
+        match trace_json(&profile) {
+            Ok(text) => write("fork_join.trace.json", text),
+            Err(e) => eprintln!("  could not write the trace: {e}"),
+        }
     }
     Ok(())
 }

@@ -798,10 +798,12 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
         dir.join("dqn.timeline.svg"),
         stepgraph_picture::timeline_svg(&profile),
     );
-    let _ = std::fs::write(
-        dir.join("dqn.trace.json"),
-        stepgraph_picture::trace_json(&profile),
-    );
+    match stepgraph_picture::trace_json(&profile) {
+        Ok(text) => {
+            let _ = std::fs::write(dir.join("dqn.trace.json"), text);
+        }
+        Err(e) => eprintln!("dqn: could not write the trace: {e}"),
+    }
     Ok(())
 }
 

@@ -31,6 +31,10 @@ pub enum Error {
         /// What the record has instead: the field's JSON, or that it has none.
         found: String,
     },
+    /// serde_json could not write a trace or a record (its own error is the source; a
+    /// profile of strings, integers and finite numbers always serialises).
+    #[error("writing JSON failed")]
+    Write(#[source] serde_json::Error),
     /// A value breaks a rule of the record: an index out of range, a time that is not
     /// finite, an op that ends before it starts.
     #[error("profile record: {at}: expected {expected}, found `{found}`")]

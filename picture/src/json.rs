@@ -20,8 +20,9 @@ pub(crate) fn to_string<T: Serialize>(value: &T) -> serde_json::Result<String> {
     let mut ser = serde_json::Serializer::with_formatter(&mut out, Lines::default());
     value.serialize(&mut ser)?;
     out.push(b'\n');
-    // serde_json writes only UTF-8: the strings it is given and its own ASCII.
-    Ok(String::from_utf8(out).expect("serde_json writes UTF-8"))
+    // serde_json writes only UTF-8 (the strings it is given and its own ASCII), so
+    // nothing is replaced here.
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A [`Formatter`] that spreads the containers down to [`SPREAD_DEPTH`] over lines, like

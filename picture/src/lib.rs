@@ -23,7 +23,7 @@
 //!     "waits": [], "critical_path": [0], "total_ms": 0.25}"#;
 //! let profile = record::from_str(text)?;
 //! assert!(timeline_svg(&profile).contains(">main</text>"));
-//! assert!(trace_json(&profile).contains(r#""name": "a""#));
+//! assert!(trace_json(&profile)?.contains(r#""name": "a""#));
 //! # Ok::<(), stepgraph_picture::Error>(())
 //! ```
 

@@ -83,8 +83,7 @@ pub fn to_string(profile: &Profile) -> Result<String, Error> {
         version: VERSION,
         profile,
     };
-    // A struct of strings, integers and (checked) finite numbers always serialises.
-    Ok(json::to_string(&record).expect("a checked profile serialises"))
+    json::to_string(&record).map_err(Error::Write)
 }
 
 /// Reads a record written by [`to_string`] (see the [module](self) documentation for the

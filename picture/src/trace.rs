@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use serde::Serialize;
 use stepgraph_plan::{OpTiming, Profile};
 
-use crate::json;
 use crate::timeline::stream_name;
+use crate::{Error, json};
 
 /// The profile in the Chrome trace event format (the JSON object form): one track per
 /// stream (process 1, thread id = stream index, named by `thread_name` metadata and kept
@@ -32,15 +32,14 @@ use crate::timeline::stream_name;
 ///     critical_path: vec![0],
 ///     total_ms: 0.75,
 /// };
-/// let trace: serde_json::Value = serde_json::from_str(&trace_json(&profile)).unwrap();
+/// let trace: serde_json::Value = serde_json::from_str(&trace_json(&profile)?).unwrap();
 /// let op = &trace["traceEvents"][3];
 /// assert_eq!((op["ph"].as_str(), op["ts"].as_f64(), op["dur"].as_f64()),
 ///            (Some("X"), Some(500.0), Some(250.0)));
+/// # Ok::<(), stepgraph_picture::Error>(())
 /// ```
-pub fn trace_json(profile: &Profile) -> String {
-    // Plain structs, strings and finite-or-null numbers: nothing here can fail to
-    // serialise.
-    json::to_string(&Trace::of(profile)).expect("a trace always serialises")
+pub fn trace_json(profile: &Profile) -> Result<String, Error> {
+    json::to_string(&Trace::of(profile)).map_err(Error::Write)
 }
 
 /// The JSON object form of a trace.
@@ -232,8 +231,8 @@ mod tests {
     #[test]
     fn trace_json_has_a_track_per_stream_an_event_per_op_and_a_flow_per_wait() {
         let p = fork_join();
-        let text = trace_json(&p);
-        assert_eq!(text, trace_json(&p), "same profile, same bytes");
+        let text = trace_json(&p).unwrap();
+        assert_eq!(text, trace_json(&p).unwrap(), "same profile, same bytes");
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["displayTimeUnit"], "ms");
         let events = json["traceEvents"].as_array().unwrap();
@@ -298,7 +297,7 @@ mod tests {
         p.step = odd.into();
         p.streams[1] = odd.into();
         p.ops[1] = op(odd, odd, 1, 0.008, 0.35);
-        let json: serde_json::Value = serde_json::from_str(&trace_json(&p)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&trace_json(&p).unwrap()).unwrap();
         let events = json["traceEvents"].as_array().unwrap();
         assert_eq!(events[0]["args"]["name"], format!("{odd} on {}", p.device));
         assert_eq!(events[3]["args"]["name"], odd);
@@ -314,7 +313,7 @@ mod tests {
         p.ops[0].end_ms = f64::NAN;
         p.total_ms = f64::INFINITY;
         p.waits.push(stepgraph_plan::WaitEdge { from: 9, to: 0 });
-        let json: serde_json::Value = serde_json::from_str(&trace_json(&p)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&trace_json(&p).unwrap()).unwrap();
         let events = json["traceEvents"].as_array().unwrap();
         let seed = events.iter().find(|e| e["name"] == "seed").unwrap();
         assert!(seed["dur"].is_null(), "{seed}");

@@ -277,7 +277,10 @@ fn committed_documentation_images_are_what_the_recorded_profiles_draw() {
         );
         for (file, want) in [
             (format!("docs/{name}.timeline.svg"), timeline_svg(&profile)),
-            (format!("docs/{name}.trace.json"), trace_json(&profile)),
+            (
+                format!("docs/{name}.trace.json"),
+                trace_json(&profile).expect("a fixture's trace is written"),
+            ),
         ] {
             let have = fs::read_to_string(root().join(&file))
                 .unwrap_or_else(|e| panic!("{file}: {e}; {regenerate}"));

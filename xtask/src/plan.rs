@@ -122,7 +122,9 @@ impl RenderProfile {
         let [svg, trace] = profile_outputs(&out, name);
         create_dir(&out, self.dry_run)?;
         write(&svg, &timeline_svg(&profile), self.dry_run)?;
-        write(&trace, &trace_json(&profile), self.dry_run)
+        let trace_text = trace_json(&profile)
+            .with_context(|| format!("could not write the trace of {}", self.record.display()))?;
+        write(&trace, &trace_text, self.dry_run)
     }
 }
 
