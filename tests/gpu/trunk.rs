@@ -9,7 +9,7 @@
 //! square, to that (cancellation dominates there): [`DZ2_BOUND`] for `dz2`, a sum of
 //! `D + 4` f32 terms, and [`SUM_BOUND`] for the sums over up to 16384 rows, which the
 //! kernels add in f32 in chunks. An f32 model of the kernels' order at the step's sizes
-//! (`results/2026-11-30-h200-dqn/join_model.py`) is within 5.3e-7 of the f64 reference
+//! (`examples/dqn/join_model.py`) is within 5.3e-7 of the f64 reference
 //! by this measure for `dz2` and the sums. An indexing mistake is of order 1.
 //!
 //! Also the trunk's first layer backward (`Kernels::trunk_l1_grad`), below.
