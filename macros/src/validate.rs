@@ -180,6 +180,9 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         .collect();
 
     check_reserved_names(step, errors);
+    for op in &step.ops {
+        check_op_signature(op, errors);
+    }
 
     // --- op names ------------------------------------------------------------------
     if step.ops.is_empty() {
@@ -694,6 +697,43 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         extra_copies,
         branch_widths,
     })
+}
+
+/// An op is called by the expansion as `op(args..)?` inside the capture, in program
+/// order: what its signature must be for that call to mean what the plan says.
+fn check_op_signature(op: &Op, errors: &Errors) {
+    let sig = &op.item.sig;
+    let name = &op.name;
+    // The capture issues work as the op runs; a future would run it later, outside it.
+    if let Some(a) = &sig.asyncness {
+        errors.spanned(
+            a,
+            format!("op `{name}` is `async`: ops issue their work on the capture stream as they run, so an op is a plain `fn`; remove `async`"),
+        );
+    }
+    // The expansion calls the op from safe code; the unsafe part belongs inside it.
+    if let Some(u) = &sig.unsafety {
+        errors.spanned(
+            u,
+            format!("op `{name}` is an `unsafe fn`: the step calls it from safe code; make it a safe `fn` with an `unsafe {{ .. }}` block inside, stating why it holds"),
+        );
+    }
+    // Each op is called once per instance with its parameters bound to buffers: there is
+    // nothing to infer a type parameter from.
+    if !sig.generics.params.is_empty() {
+        errors.spanned(
+            &sig.generics,
+            format!("op `{name}` has generic parameters: an op's parameters bind this step's buffers and config, whose types are fixed; write the concrete types"),
+        );
+    }
+    // A failed launch or matmul must stop the capture (which is then discarded): an op
+    // says so by returning the error.
+    if let syn::ReturnType::Default = sig.output {
+        errors.spanned(
+            name,
+            format!("op `{name}` returns nothing: an op returns `stepgraph::Result<()>`, so that a failed launch stops the capture; add `-> Result<()>` and end with `Ok(())`"),
+        );
+    }
 }
 
 /// The names the expansion defines in the step's module, with what each is.
