@@ -1,3 +1,2 @@
-//! Examples and cross-crate tests of stepgraph, and the small pieces the examples share.
-
-pub mod npy;
+//! The workspace's small examples (`examples/fork_join.rs`, `examples/capture_cost.rs`)
+//! and cross-crate tests (`tests/`); this package has no library code of its own.

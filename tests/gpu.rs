@@ -1,26 +1,16 @@
-//! GPU tests: they need a CUDA GPU of compute capability 9.0 and run only with the
-//! `gpu-tests` feature (`cargo xtask bundle --gpu-tests` builds them for the H100 host).
-//! Every test uses random data and compares against a reference computed another way.
+//! GPU tests of the runtime and the generic kernels: they need a CUDA GPU of compute
+//! capability 9.0 and run only with the `gpu-tests` feature (`cargo xtask bundle
+//! --gpu-tests` builds them for the GPU host). Every test uses random data and compares
+//! against a reference computed another way. The DQN trainer's kernels have their own,
+//! in `examples/dqn/tests/gpu.rs`.
 #![cfg(feature = "gpu-tests")]
 
-#[path = "gpu/attention.rs"]
-mod attention;
 #[path = "gpu/blas.rs"]
 mod blas;
-#[path = "gpu/branch.rs"]
-mod branch;
 #[path = "gpu/comm.rs"]
 mod comm;
-#[path = "gpu/dueling.rs"]
-mod dueling;
-#[path = "gpu/iql.rs"]
-mod iql;
-#[path = "gpu/iqn.rs"]
-mod iqn;
 #[path = "gpu/optim.rs"]
 mod optim;
-#[path = "gpu/trunk.rs"]
-mod trunk;
 
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@ numpy's float32, in that order, at the step's sizes (B = 16384, H = 256, D = 4),
 compares them with float64 by the GPU test's measure,
 max |got - want| / max(|want|, rms(want)).
 
-The bounds of tests/gpu/trunk.rs (1e-5 for dz2, 1e-4 for the sums) rest on it. Run as
+The bounds of examples/dqn/tests/gpu/trunk.rs (1e-5 for dz2, 1e-4 for the sums) rest on it. Run as
 `python3 examples/dqn/join_model.py` (numpy only, CPU); it printed, on 2026-12-01
 (bench/BENCHMARKS.md, run join-model):
 

@@ -1,21 +1,20 @@
-//! `cargo xtask demo`: builds and runs the demo example (needs a GPU).
+//! `cargo xtask demo`: builds and runs the main job, the DQN trainer (it needs a GPU
+//! to train; without one it prints its plan and says so).
 
 use anyhow::Result;
 use clap::Args;
 
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
+use crate::programs::{DEMO, Program};
 
-/// The example `demo` runs.
-pub const DEMO_EXAMPLE: &str = "dqn";
-
-/// Installs nvcc if needed and runs the demo example in release mode.
+/// Installs nvcc if needed and runs the main job (the DQN trainer) in release mode.
 #[derive(Debug, Args)]
 pub struct Demo {
     /// Print the commands without running them.
     #[arg(long)]
     pub dry_run: bool,
-    /// Passed to the example (`cargo xtask demo -- --quick`).
+    /// Passed to the program (`cargo xtask demo -- --steps 50`).
     #[arg(last = true)]
     pub args: Vec<String>,
 }
@@ -24,7 +23,9 @@ impl Demo {
     pub fn run(self, ws: &Workspace) -> Result<()> {
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
         let mut run = ws.cargo();
-        run.args(["run", "--release", "--example", DEMO_EXAMPLE, "--"])
+        run.args(["run", "--release"])
+            .args(Program::find(DEMO)?.cargo_args())
+            .arg("--")
             .args(&self.args)
             .env("NVCC", &nvcc.path);
         cmd::run(&mut run, self.dry_run)

@@ -14,4 +14,5 @@ pub mod demo;
 pub mod deploy;
 pub mod install_nvcc;
 pub mod plan;
+pub mod programs;
 pub mod test;

@@ -1,8 +1,8 @@
-//! `cargo xtask plan <example>` and `cargo xtask render-profile <record>`: pictures of a
+//! `cargo xtask plan <program>` and `cargo xtask render-profile <record>`: pictures of a
 //! step, with no GPU needed.
 //!
-//! `plan` asks the example itself for its compile-time plan (`--print-plan dot|svg`,
-//! which every example handles before it touches a GPU), so the picture is of the plan
+//! `plan` asks the program itself for its compile-time plan (`--print-plan dot|svg`,
+//! which every program handles before it touches a GPU), so the picture is of the plan
 //! the macro really emitted. `render-profile` draws a profile recorded on a GPU host
 //! (a `.profile.json` record, as `stepgraph_picture::record::to_string` writes it) as an
 //! SVG timeline and a Chrome/Perfetto trace; the documentation images in `docs/` are made
@@ -19,6 +19,7 @@ use stepgraph_picture::{record, timeline_svg, trace_json};
 
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
+use crate::programs::Program;
 
 /// Where `plan` writes without `--out`, relative to the workspace root.
 pub const PLAN_OUT: &str = "target/plan";
@@ -31,7 +32,7 @@ pub const PROFILE_OUT: &str = "target/profile";
 /// if needed) but runs it only with `--print-plan`: no GPU needed.
 #[derive(Debug, Args)]
 pub struct Plan {
-    /// The example whose plan to draw (`fork_join`, `dqn`).
+    /// The program whose plan to draw (`fork_join`, `dqn`, `capture_cost`).
     pub example: String,
     /// The folder to write into [default: target/plan in the workspace].
     #[arg(long)]
@@ -43,7 +44,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn run(self, ws: &Workspace) -> Result<()> {
-        check_example(ws, &self.example)?;
+        let program = Program::find(&self.example)?;
         let out = self.out.unwrap_or_else(|| ws.root.join(PLAN_OUT));
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
         let [dot_path, svg_path, graphviz_path] = plan_outputs(&out, &self.example);
@@ -51,7 +52,9 @@ impl Plan {
         for (format, path) in [("dot", &dot_path), ("svg", &svg_path)] {
             let mut print = ws.cargo();
             print
-                .args(["run", "--release", "--example", &self.example, "--"])
+                .args(["run", "--release"])
+                .args(program.cargo_args())
+                .arg("--")
                 .args(["--print-plan", format])
                 .env("NVCC", &nvcc.path);
             if self.dry_run {
@@ -147,33 +150,6 @@ pub fn record_name(record: &Path) -> Option<&str> {
 /// The `.timeline.svg` and `.trace.json` of a recorded profile.
 pub fn profile_outputs(out: &Path, name: &str) -> [PathBuf; 2] {
     ["timeline.svg", "trace.json"].map(|ext| out.join(format!("{name}.{ext}")))
-}
-
-/// Fails early, listing the examples there are, when `example` is not one of them:
-/// cheaper than a release build that cargo then refuses.
-fn check_example(ws: &Workspace, example: &str) -> Result<()> {
-    let dir = ws.root.join("examples");
-    // An example is a file (`examples/fork_join.rs`) or a folder with a main
-    // (`examples/dqn/main.rs`), as cargo finds them.
-    if dir.join(format!("{example}.rs")).is_file() || dir.join(example).join("main.rs").is_file() {
-        return Ok(());
-    }
-    let mut names: Vec<String> = fs::read_dir(&dir)
-        .with_context(|| format!("could not list {}", dir.display()))?
-        .filter_map(|e| {
-            let path = e.ok()?.path();
-            if path.join("main.rs").is_file() {
-                return path.file_name()?.to_str().map(String::from);
-            }
-            (path.extension()? == "rs").then(|| path.file_stem()?.to_str().map(String::from))?
-        })
-        .collect();
-    names.sort();
-    bail!(
-        "no example `{example}` in {}; the examples are: {}",
-        dir.display(),
-        names.join(", ")
-    )
 }
 
 fn create_dir(dir: &Path, dry_run: bool) -> Result<()> {
@@ -352,7 +328,7 @@ mod tests {
         .run(&ws)
         .unwrap_err()
         .to_string();
-        assert!(e.contains("no example `no_such_example`"), "{e}");
+        assert!(e.contains("no program `no_such_example`"), "{e}");
         assert!(e.contains("fork_join"), "{e}");
     }
 }

@@ -10,9 +10,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::bundle;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
+use crate::programs::{GPU_TEST_PACKAGES, GPU_TESTS};
 
 /// Installs nvcc, rustfmt and clippy and the tests' system tools if needed
 /// ([`TEST_TOOLS`], with apt-get, as root); checks the formatting; runs
@@ -50,28 +50,27 @@ impl Test {
         cmd::run(&mut all, self.dry_run)?;
 
         // GPU tests cannot run without a GPU; this proves they compile. Only the GPU test
-        // binaries read the feature: the suite's other targets were built above.
-        let mut gpu = ws.cargo();
-        gpu.args([
-            "test",
-            "-p",
-            bundle::SUITE,
-            "--features",
-            "gpu-tests",
-            "--no-run",
-            "--test",
-            bundle::GPU_TESTS,
-        ])
-        .env("NVCC", &nvcc.path);
-        cmd::run(&mut gpu, self.dry_run)?;
+        // binaries read the feature: the packages' other targets were built above.
+        for package in GPU_TEST_PACKAGES {
+            let mut gpu = ws.cargo();
+            gpu.args(["test", "-p", package, "--features", "gpu-tests", "--no-run"])
+                .args(["--test", GPU_TESTS])
+                .env("NVCC", &nvcc.path);
+            cmd::run(&mut gpu, self.dry_run)?;
+        }
 
         // Lints on every target, the GPU tests' code included, and docs whose links and
         // examples hold: both with warnings denied, as a reviewer would read them.
-        for features in [&[][..], &["--features", "stepgraph-suite/gpu-tests"][..]] {
+        let gpu_features = GPU_TEST_PACKAGES
+            .iter()
+            .map(|p| format!("{p}/gpu-tests"))
+            .collect::<Vec<_>>()
+            .join(",");
+        for features in [vec![], vec!["--features".to_string(), gpu_features]] {
             let mut clippy = ws.cargo();
             clippy
                 .args(["clippy", "--workspace", "--all-targets"])
-                .args(features)
+                .args(&features)
                 .args(["--", "-D", "warnings"])
                 .env("NVCC", &nvcc.path);
             cmd::run(&mut clippy, self.dry_run)?;

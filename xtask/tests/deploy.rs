@@ -267,7 +267,7 @@ impl Host {
         let bins = BTreeMap::from([(
             "job".to_string(),
             Artifact {
-                kind: Kind::Example,
+                kind: Kind::Program,
                 target: "job".into(),
                 path: job,
             },

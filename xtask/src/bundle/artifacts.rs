@@ -8,8 +8,9 @@ pub enum Kind {
     /// A test harness binary (`profile.test == true`): unit tests of a library or an
     /// integration test file.
     Test,
-    /// An example (`target.kind` holds `example`, not built as a test).
-    Example,
+    /// A program run as it is: an example or a binary (`target.kind` holds `example` or
+    /// `bin`, not built as a test).
+    Program,
 }
 
 /// One executable cargo built.
@@ -64,9 +65,9 @@ pub fn parse_line(line: &str) -> Option<Artifact> {
         Kind::Test
     } else if msg["target"]["kind"]
         .as_array()
-        .is_some_and(|kinds| kinds.iter().any(|k| k == "example"))
+        .is_some_and(|kinds| kinds.iter().any(|k| k == "example" || k == "bin"))
     {
-        Kind::Example
+        Kind::Program
     } else {
         return None;
     };
@@ -112,7 +113,7 @@ mod tests {
         .join("\n");
         let found = parse_stream(&out);
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].kind, Kind::Example);
+        assert_eq!(found[0].kind, Kind::Program);
         assert_eq!(found[0].stable_name(), "fork_join");
     }
 

@@ -86,7 +86,7 @@ impl Contents<'_> {
                 name: name.clone(),
                 kind: match artifact.kind {
                     Kind::Test => "test",
-                    Kind::Example => "example",
+                    Kind::Program => "program",
                 },
                 bytes,
             });
@@ -101,7 +101,7 @@ impl Contents<'_> {
                         .map(|(n, _)| n.clone())
                         .collect()
                 };
-                let (tests, examples) = (names(Kind::Test), names(Kind::Example));
+                let (tests, examples) = (names(Kind::Test), names(Kind::Program));
                 if let Some(s) = sanitize
                     && !dry_run
                     && !examples.contains(&s.example)
@@ -222,7 +222,7 @@ mod tests {
         let bins = BTreeMap::from([(
             "job".to_string(),
             Artifact {
-                kind: Kind::Example,
+                kind: Kind::Program,
                 target: "job".into(),
                 path: job,
             },

@@ -2,9 +2,9 @@
 //! `build-info.json` and a `SHA256SUMS` manifest in one small folder that is copied to the
 //! GPU host and run there unchanged.
 //!
-//! Two kinds of bundle: a job (`cargo xtask bundle fork_join`: one example, which `run.sh`
+//! Two kinds of bundle: a job (`cargo xtask bundle fork_join`: one program, which `run.sh`
 //! runs in a fresh results folder; what `cargo xtask deploy` ships) and the GPU tests
-//! (`--gpu-tests`: every GPU test binary and example, run one after the other).
+//! (`--gpu-tests`: every GPU test binary and program, run one after the other).
 //!
 //! [`Plan`] is the reusable part: which cargo builds to run, which of their executables
 //! to keep, what `run.sh` runs, and where the bundle goes. The command only chooses a
@@ -30,32 +30,24 @@ pub use self::artifacts::{Artifact, Kind};
 pub use self::contents::Contents;
 use self::preflight_sh::CUDA_LIBRARIES;
 use crate::cmd::{self, Workspace};
-use crate::demo::DEMO_EXAMPLE;
 use crate::install_nvcc::{InstallNvcc, Nvcc};
-
-/// The package that holds the examples and the GPU tests.
-pub const SUITE: &str = "stepgraph-suite";
-
-/// The integration tests that need a GPU, by name (a cargo target pattern, passed as is:
-/// no shell expands it). The suite's other test binaries stay home: `ui` runs trybuild,
-/// which needs the Rust toolchain the GPU host lacks.
-pub const GPU_TESTS: &str = "gpu*";
+use crate::programs::{DEMO, GPU_TEST_PACKAGES, GPU_TESTS, PROGRAMS, Program};
 
 /// Where the GPU-test bundle goes by default, relative to the workspace root
 /// (git-ignored); a job bundle goes to `.device/bundle-<example>`.
 pub const DEFAULT_OUT: &str = ".device/bundle";
 
-/// Builds an example (the job) or the GPU tests and the examples in release mode and
+/// Builds a program (the job) or the GPU tests and the programs in release mode and
 /// writes them, with `run.sh`, `preflight.sh`, `build-info.json` and `SHA256SUMS`, to a
 /// bundle folder for the GPU host.
 #[derive(Debug, Args)]
 pub struct Bundle {
-    /// The example to bundle as the job (`fork_join`): `run.sh ARGS` runs it in a fresh
-    /// results folder.
+    /// The program to bundle as the job (`dqn`, `fork_join`, `capture_cost`): `run.sh
+    /// ARGS` runs it in a fresh results folder.
     #[arg(required_unless_present = "gpu_tests", conflicts_with = "gpu_tests")]
     pub example: Option<String>,
-    /// Bundle the GPU test binaries (`tests/gpu*.rs`) and every example, built with
-    /// `--features gpu-tests`, instead of one job.
+    /// Bundle the GPU test binaries (`tests/gpu*.rs` of the suite and of the DQN crate)
+    /// and every program, built with `--features gpu-tests`, instead of one job.
     #[arg(long)]
     pub gpu_tests: bool,
     /// The bundle folder (relative paths are taken from the workspace root; default:
@@ -94,12 +86,14 @@ impl Bundle {
     fn plan(&self, ws: &Workspace) -> Result<Plan> {
         let out = self.out(ws);
         if self.gpu_tests {
+            let mut builds: Vec<CargoBuild> = GPU_TEST_PACKAGES
+                .iter()
+                .map(|p| CargoBuild::gpu_tests(p))
+                .collect();
+            builds.extend(PROGRAMS.iter().map(CargoBuild::program));
             return Ok(Plan {
                 out,
-                builds: vec![
-                    CargoBuild::gpu_tests(),
-                    CargoBuild::examples(&["gpu-tests"]),
-                ],
+                builds,
                 runner: Runner::Suite {
                     sanitize: Some(SanitizeTarget {
                         example: SANITIZE_EXAMPLE.to_string(),
@@ -108,15 +102,12 @@ impl Bundle {
                 },
             });
         }
-        let example = self.example.as_deref().unwrap_or(DEMO_EXAMPLE);
-        if !is_plain_name(example) {
-            bail!("`{example}` is not an example name: expected letters, digits, `_` and `-`");
-        }
+        let program = Program::find(self.example.as_deref().unwrap_or(DEMO))?;
         Ok(Plan {
             out,
-            builds: vec![CargoBuild::example(example)],
+            builds: vec![CargoBuild::program(program)],
             runner: Runner::Job {
-                job: example.to_string(),
+                job: program.name.to_string(),
             },
         })
     }
@@ -131,15 +122,15 @@ pub struct CargoBuild {
 }
 
 impl CargoBuild {
-    /// The suite's GPU test binaries (integration tests named [`GPU_TESTS`]), with the
+    /// A package's GPU test binaries (integration tests named [`GPU_TESTS`]), with the
     /// GPU tests compiled in.
-    pub fn gpu_tests() -> CargoBuild {
+    pub fn gpu_tests(package: &str) -> CargoBuild {
         CargoBuild {
             args: strings(&[
                 "test",
                 "--release",
                 "-p",
-                SUITE,
+                package,
                 "--features",
                 "gpu-tests",
                 "--no-run",
@@ -150,23 +141,13 @@ impl CargoBuild {
         }
     }
 
-    /// One example of the suite, the job of a job bundle.
-    pub fn example(name: &str) -> CargoBuild {
-        CargoBuild {
-            args: strings(&["build", "--release", "-p", SUITE, "--example", name]),
-            keep: Kind::Example,
-        }
-    }
-
-    /// Every example of the suite, with `features` on.
-    pub fn examples(features: &[&str]) -> CargoBuild {
-        let mut args = strings(&["build", "--release", "-p", SUITE, "--examples"]);
-        if !features.is_empty() {
-            args.extend(["--features".to_string(), features.join(",")]);
-        }
+    /// One program, the job of a job bundle or one of a GPU-test bundle's.
+    pub fn program(program: &Program) -> CargoBuild {
+        let mut args = strings(&["build", "--release"]);
+        args.extend(program.cargo_args());
         CargoBuild {
             args,
-            keep: Kind::Example,
+            keep: Kind::Program,
         }
     }
 
@@ -311,9 +292,9 @@ mod tests {
     #[test]
     fn the_same_file_named_twice_is_kept_once() {
         let bins = by_stable_name(vec![
-            artifact(Kind::Example, "/t/release/examples/fork_join"),
+            artifact(Kind::Program, "/t/release/examples/fork_join"),
             artifact(Kind::Test, "/t/release/deps/gpu-0123456789abcdef"),
-            artifact(Kind::Example, "/t/release/examples/fork_join"),
+            artifact(Kind::Program, "/t/release/examples/fork_join"),
         ])
         .unwrap();
         assert_eq!(bins.keys().collect::<Vec<_>>(), ["fork_join", "gpu"]);
@@ -323,7 +304,7 @@ mod tests {
     fn two_files_with_one_stable_name_are_refused() {
         let err = by_stable_name(vec![
             artifact(Kind::Test, "/t/release/deps/gpu-0123456789abcdef"),
-            artifact(Kind::Example, "/t/release/examples/gpu"),
+            artifact(Kind::Program, "/t/release/examples/gpu"),
         ])
         .unwrap_err();
         assert!(err.to_string().contains("bin/gpu"), "{err}");
@@ -331,15 +312,16 @@ mod tests {
 
     #[test]
     fn gpu_test_build_is_a_release_no_run_with_the_feature() {
-        let b = CargoBuild::gpu_tests();
+        let b = CargoBuild::gpu_tests("stepgraph-dqn");
         assert_eq!(
             b.args.join(" "),
-            "test --release -p stepgraph-suite --features gpu-tests --no-run --test gpu*"
+            "test --release -p stepgraph-dqn --features gpu-tests --no-run --test gpu*"
         );
         assert_eq!(b.keep, Kind::Test);
+        let dqn = Program::find("dqn").unwrap();
         assert_eq!(
-            CargoBuild::examples(&["gpu-tests"]).args.join(" "),
-            "build --release -p stepgraph-suite --examples --features gpu-tests"
+            CargoBuild::program(dqn).args.join(" "),
+            "build --release -p stepgraph-dqn --bin dqn"
         );
     }
 
@@ -371,6 +353,16 @@ mod tests {
             dry_run: true,
         };
         assert_eq!(gpu.out(&ws), PathBuf::from("/ws/.device/bundle"));
+        // Both packages' GPU tests, then every program.
+        let builds: Vec<String> = gpu
+            .plan(&ws)
+            .unwrap()
+            .builds
+            .iter()
+            .map(|b| b.args.join(" "))
+            .collect();
+        assert_eq!(builds.len(), GPU_TEST_PACKAGES.len() + PROGRAMS.len());
+        assert!(builds[1].contains("-p stepgraph-dqn"), "{builds:?}");
         let odd = Bundle {
             example: Some("a b".into()),
             gpu_tests: false,

@@ -41,7 +41,7 @@ use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::{DEFAULT_MIN_FREE_MIB, FAIL_PREFIX};
 use crate::bundle::{Bundle, build_info};
 use crate::cmd::{self, Workspace};
-use crate::demo::DEMO_EXAMPLE;
+use crate::programs::DEMO;
 
 /// How many of the job's last lines a failure shows.
 const TAIL_LINES: usize = 15;
@@ -53,8 +53,8 @@ pub struct Deploy {
     /// The GPU host: `user@host`, `user@host:port`, or `user@[ipv6]:port`.
     #[arg(long, value_name = "USER@HOST[:PORT]")]
     pub host: Target,
-    /// The example to bundle and run.
-    #[arg(long, default_value = DEMO_EXAMPLE, conflicts_with_all = ["bundle", "gpu_tests"])]
+    /// The program to bundle and run (`dqn`, `fork_join`, `capture_cost`).
+    #[arg(long, default_value = DEMO, conflicts_with_all = ["bundle", "gpu_tests"])]
     pub example: String,
     /// Bundle and run the GPU tests (`cargo xtask bundle --gpu-tests`) instead.
     #[arg(long, conflicts_with = "bundle")]

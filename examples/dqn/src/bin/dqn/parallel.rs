@@ -19,7 +19,7 @@ use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
 use super::{
     Options, Rng, Transitions, build, build_rank, check_finite, initialise, losses, set_step_count,
 };
-use crate::model::dqn;
+use stepgraph_dqn::model::dqn;
 
 /// Relative-error bounds of the check, as in reference.py.
 const GRAD_BOUND: f64 = 1e-2;
@@ -363,7 +363,7 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layers::Sizes;
+    use stepgraph_dqn::layers::Sizes;
 
     #[test]
     fn a_rendezvous_releases_everyone_when_all_are_ready_or_one_failed() {

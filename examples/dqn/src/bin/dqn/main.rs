@@ -3,15 +3,13 @@
 //! an agreement term, global-norm clipping and Adam (MODEL.md has the exact math).
 //!
 //! ```text
-//! cargo run --release --example dqn -- [--steps N] [--batch B] [--hidden H] ...
-//! cargo run --release --example dqn -- --check DIR [--steps 3]   # for reference.py check DIR
-//! cargo run --release --example dqn -- --gpus N [--steps N]    # data parallel, NCCL
-//! cargo run --release --example dqn -- --print-plan dot|svg
+//! cargo run --release -p stepgraph-dqn -- [--steps N] [--batch B] [--hidden H] ...
+//! cargo run --release -p stepgraph-dqn -- --check DIR [--steps 3]   # for reference.py check DIR
+//! cargo run --release -p stepgraph-dqn -- --gpus N [--steps N]    # data parallel, NCCL
+//! cargo run --release -p stepgraph-dqn -- --print-plan dot|svg
 //! ```
 //! With no GPU it prints the plan and says what the timed run needs.
 
-mod layers;
-mod model;
 mod parallel;
 
 use std::path::{Path, PathBuf};
@@ -19,11 +17,10 @@ use std::time::Instant;
 
 use stepgraph::stats::median;
 use stepgraph::{Communicator, Device, Result, Schedule};
+use stepgraph_dqn::layers::{D, Sizes};
+use stepgraph_dqn::model::{self, dqn};
+use stepgraph_dqn::npy;
 use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels, LossSlot};
-use stepgraph_suite::npy;
-
-use layers::{D, Sizes};
-use model::dqn;
 
 const LR: f32 = 3e-4;
 const GAMMA: f32 = 0.99;
@@ -953,7 +950,7 @@ mod tests {
     fn breakdown_of_the_recorded_profile_covers_every_op() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/dqn.profile.json"
+            "/../../tests/fixtures/dqn.profile.json"
         );
         let text = std::fs::read_to_string(path).unwrap();
         let profile = stepgraph_picture::record::from_str(&text).unwrap();

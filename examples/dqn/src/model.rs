@@ -292,6 +292,7 @@ pub mod dqn {
     use super::*;
 
     #[buffers]
+    #[derive(Debug)]
     pub struct Buffers {
         pub batch: Batch,
         pub params: Model,

@@ -1,0 +1,14 @@
+//! The DQN trainer of the mission, as a crate of its own built the way a user's would
+//! be: a trunk, four dueling GLU branches on four streams, the double-DQN target, IQL,
+//! IQN and Attention heads, CQL and an agreement term, global-norm clipping and Adam
+//! (`MODEL.md` states the math exactly; `reference.py` checks the step against PyTorch).
+//!
+//! - [`model`]: the step (`model::dqn`), its parameters and activations;
+//! - [`layers`]: the sizes and the linear layers the step is built from;
+//! - [`npy`]: NumPy files, the exchange format with `reference.py`.
+//!
+//! The `dqn` binary trains, benchmarks and writes the check's tensors.
+
+pub mod layers;
+pub mod model;
+pub mod npy;
