@@ -70,6 +70,15 @@ pub struct Resolved {
     pub branch_widths: Vec<Option<u32>>,
 }
 
+struct OpInfo {
+    /// Physical streams, one per instance, with the instance's index.
+    instances: Vec<(usize, Option<u32>)>,
+    group_width: Option<u32>,
+    /// (stream, which `#[join]` entry, its span)
+    joins: Vec<(usize, usize, Span)>,
+    after: Vec<usize>,
+}
+
 /// What each rule protects against is said where it is checked.
 pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     if step.streams.is_empty() {
@@ -212,14 +221,6 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     let op_names: Vec<String> = ops.iter().map(|o| o.name.to_string()).collect();
 
     // --- per op: placement, parameters, joins, orderings ---------------------------
-    struct OpInfo {
-        /// Physical streams, one per instance, with the instance's index.
-        instances: Vec<(usize, Option<u32>)>,
-        group_width: Option<u32>,
-        /// (stream, which `#[join]` entry, its span)
-        joins: Vec<(usize, usize, Span)>,
-        after: Vec<usize>,
-    }
     let mut infos: Vec<OpInfo> = Vec::new();
     let mut branch_widths: Vec<Option<u32>> = vec![None; buffers.len()];
     // An op whose stream did not resolve would also make the stream it meant look
@@ -396,6 +397,40 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                 );
                 continue;
             }
+            if let Some(message) = own_group_join(op, j, &info, &streams, &targets) {
+                errors.spanned(&j.name, message);
+                continue;
+            }
+            // Each stream once: a second mention waits for nothing more, and usually
+            // stands for a stream that was meant instead.
+            let named = |t: usize| streams[t].name.clone();
+            if let Some(&(t, first, _)) = info.joins.iter().find(|(t, _, _)| targets.contains(t)) {
+                let is_group = |r: &crate::model::StreamRef| {
+                    r.index.is_none()
+                        && decl_of
+                            .get(&r.name.to_string())
+                            .is_some_and(|&g| step.streams[g].width.is_some())
+                };
+                let earlier = &op.joins[first];
+                let already = if is_group(earlier) {
+                    format!("the group `{}` joined before holds it", earlier.name)
+                } else {
+                    format!("`{}` is joined before", earlier.name)
+                };
+                let what = if is_group(j) {
+                    format!("the group `{}`, which holds `{}`,", j.name, named(t))
+                } else {
+                    format!("`{}`", named(t))
+                };
+                errors.spanned(
+                    &j.name,
+                    format!(
+                        "op `{}` joins {what} twice ({already}): name each stream once; was another stream meant?",
+                        op.name
+                    ),
+                );
+                continue;
+            }
             for t in targets {
                 info.joins.push((t, ji, j.name.span()));
             }
@@ -561,48 +596,52 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     }
 
     // --- joins with nothing pending ------------------------------------------------
-    // A join of a stream that has done nothing since it was last joined waits for nothing:
-    // it is dead code at best and a misplaced join at worst.
+    // A join of a stream that has done nothing since the joining stream last joined it
+    // waits for nothing: dead code at best, a misplaced join at worst. Joins are kept per
+    // pair of streams: another stream joining the same op still waits for it.
     {
         let mut last_op: Vec<Option<usize>> = vec![None; streams.len()];
-        let mut joined_upto: Vec<Option<usize>> = vec![None; streams.len()];
+        // (joining stream, joined stream) -> the joined stream's last op then.
+        let mut joined_upto: HashMap<(usize, usize), usize> = HashMap::new();
+        // Per op: for each #[join] entry, its span and whether any instance waited for
+        // something through it (a replicated op's instances are judged together).
+        let mut entries: Vec<Vec<(usize, Span, bool)>> = vec![Vec::new(); ops.len()];
         for (k, inst) in instances.iter().enumerate() {
-            let op = ops[inst.op];
-            let joins = &infos[inst.op].joins;
-            // Group joins are checked as a whole: pending if any member is.
-            let mut by_entry: Vec<(usize, Span, bool)> = Vec::new();
-            for &(s, entry, span) in joins {
-                if s == inst.stream {
+            let t = inst.stream;
+            for &(s, entry, span) in &infos[inst.op].joins {
+                if s == t {
                     continue;
                 }
-                let pending = match (last_op[s], joined_upto[s]) {
+                let pending = match (last_op[s], joined_upto.get(&(t, s))) {
                     (None, _) => false,
-                    (Some(l), Some(j)) => l > j,
+                    (Some(l), Some(&j)) => l > j,
                     (Some(_), None) => true,
                 };
-                match by_entry.iter_mut().find(|(e, _, _)| *e == entry) {
+                let op_entries = &mut entries[inst.op];
+                match op_entries.iter_mut().find(|(e, _, _)| *e == entry) {
                     Some(e) => e.2 |= pending,
-                    None => by_entry.push((entry, span, pending)),
+                    None => op_entries.push((entry, span, pending)),
                 }
             }
-            // Report once per op, on its first instance.
-            if k == first_instance[inst.op] {
-                for (_, span, pending) in &by_entry {
-                    if !pending {
-                        errors.at(
-                            *span,
-                            format!(
-                                "#[join] on op `{}`: this stream has no op pending since it was last joined, so the join waits for nothing; remove it or move it below the op it should wait for",
-                                op.name
-                            ),
-                        );
-                    }
+            for &(s, _, _) in &infos[inst.op].joins {
+                if let Some(l) = last_op[s] {
+                    joined_upto.insert((t, s), l);
                 }
             }
-            for &(s, _, _) in joins {
-                joined_upto[s] = last_op[s];
+            last_op[t] = Some(k);
+        }
+        for (i, op_entries) in entries.iter().enumerate() {
+            for (_, span, pending) in op_entries {
+                if !pending {
+                    errors.at(
+                        *span,
+                        format!(
+                            "#[join] on op `{}`: this stream has no op pending since this op's stream last joined it, so the join waits for nothing; remove it or move it below the op it should wait for",
+                            ops[i].name
+                        ),
+                    );
+                }
             }
-            last_op[inst.stream] = Some(k);
         }
     }
 
@@ -696,6 +735,56 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         problem,
         extra_copies,
         branch_widths,
+    })
+}
+
+/// A join that names the op's own stream through a group (the group, or its own member
+/// of it): what is wrong with it, if anything. `info` holds the op's placement, `group`
+/// the streams the join names.
+fn own_group_join(
+    op: &Op,
+    join: &crate::model::StreamRef,
+    info: &OpInfo,
+    streams: &[PhysStream],
+    group: &[usize],
+) -> Option<String> {
+    let own: Vec<usize> = info.instances.iter().map(|&(s, _)| s).collect();
+    if !own.iter().any(|s| group.contains(s)) {
+        return None;
+    }
+    let name = &op.name;
+    let replicated = matches!(
+        op.placement.as_ref().and_then(|p| p.index.as_ref()),
+        Some(IndexSpec::Each(_))
+    );
+    Some(match (replicated, join.index) {
+        // Each replica would wait for the replicas issued before it: the group would run
+        // one stream after another, which is what a group is there to avoid.
+        (true, None) => format!(
+            "op `{name}` runs on every stream of `{g}`, and joining `{g}` would make each replica wait for the ones before it, serialising the group; join `{g}` from an op after it (on another stream), or name other streams",
+            g = join.name
+        ),
+        (true, Some((k, _))) => format!(
+            "op `{name}` runs on every stream of `{g}`, `{g}[{k}]` included: joining `{g}[{k}]` would make the other replicas wait for that one; join it from an op after the group, or name another stream",
+            g = join.name
+        ),
+        (false, Some(_)) => format!(
+            "op `{name}` runs on `{}` already: a stream cannot join itself",
+            streams[own[0]].name
+        ),
+        (false, None) => {
+            let others: Vec<String> = group
+                .iter()
+                .filter(|s| !own.contains(s))
+                .map(|&s| streams[s].name.clone())
+                .collect();
+            format!(
+                "op `{name}` runs on `{}`, a member of `{}`: a stream cannot join itself; to wait for the other members, name them: #[join({})]",
+                streams[own[0]].name,
+                join.name,
+                others.join(", ")
+            )
+        }
     })
 }
 
