@@ -647,30 +647,35 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
 
     // --- scratch read before written -----------------------------------------------
     // Scratch holds nothing between steps; reading it first reads last step's garbage.
+    // Each stream (or branch) has its own copy, so a write on another copy does not count.
     {
-        let mut written: HashMap<Resource, bool> = HashMap::new();
+        // Per resource (a buffer's copy): the instance that wrote it first.
+        let mut writer: HashMap<Resource, usize> = HashMap::new();
         let mut reported: Vec<(usize, String)> = Vec::new();
         for (k, node) in problem.ops.iter().enumerate() {
             for &(res, acc) in &node.accesses {
                 let buf = buffers[res.buf];
-                let seen = written.entry(res).or_insert(false);
-                if buf.is_scratch() && acc == Access::Read && !*seen {
+                if buf.is_scratch() && acc == Access::Read && !writer.contains_key(&res) {
                     let op = ops[instances[k].op];
                     let key = (instances[k].op, buf.name.to_string());
                     if !reported.contains(&key) {
-                        let span = param_span(op, &buf.name);
-                        errors.at(
-                            span,
-                            format!(
-                                "scratch buffer `{}` is read by op `{}` before any op of the step wrote it: scratch holds nothing between steps; write it first or drop #[scratch]",
-                                buf.name, instances[k].name
-                            ),
+                        let other = writer
+                            .iter()
+                            .filter(|(r, _)| r.buf == res.buf)
+                            .map(|(_, &w)| w)
+                            .min();
+                        let message = scratch_read_message(
+                            buf,
+                            &instances[k],
+                            other.map(|w| &instances[w]),
+                            &streams,
                         );
+                        errors.at(param_span(op, &buf.name), message);
                         reported.push(key);
                     }
                 }
                 if acc == Access::Write {
-                    *seen = true;
+                    writer.entry(res).or_insert(k);
                 }
             }
         }
@@ -718,12 +723,25 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             let buf = buffers[res.buf];
             let op = ops[b.op];
             let span = param_span(op, &buf.name);
+            let joined = &step.streams[streams[a.stream].decl].name;
+            let advice = if last_segment_is(&buf.ty, "Communicator") {
+                // Every rank must issue a communicator's collectives in one order.
+                format!(
+                    "Collectives on one communicator must run in one order on every rank: issue both on one stream (a `comm` stream, say), or order them with #[join({joined})] on `{}`",
+                    b.name
+                )
+            } else {
+                format!(
+                    "If `{name}` holds nothing between steps (scratch), give each stream its own copy with #[scratch(per_stream)]; if it holds state (parameters, optimizer moments), copies would diverge: run both ops on one stream, or order them with #[join({joined})] on `{}`",
+                    b.name,
+                    name = buf.name
+                )
+            };
             errors.at(
                 span,
                 format!(
-                    "ops `{}` (stream `{}`) and `{}` (stream `{}`) both write the shared buffer `{}` and nothing else orders them; the plan would serialise the two streams through it. Give each stream its own copy with #[scratch(per_stream)], run both ops on one stream, or order them explicitly with #[join({})]",
+                    "ops `{}` (stream `{}`) and `{}` (stream `{}`) both write the shared buffer `{}` and nothing else orders them; the plan would serialise the two streams through it. {advice}",
                     a.name, streams[a.stream].name, b.name, streams[b.stream].name, buf.name,
-                    step.streams[streams[a.stream].decl].name
                 ),
             );
         }
@@ -892,6 +910,44 @@ pub fn check_plan(step: &Step, plan: &schedule::Plan, errors: &Errors) {
                 plan.events.len()
             ),
         );
+    }
+}
+
+/// Why reading a scratch copy that nothing wrote is wrong, naming the copy: `other` is
+/// the instance that wrote another copy of the same buffer, if one did.
+fn scratch_read_message(
+    buf: &crate::model::Buffer,
+    reader: &Instance,
+    other: Option<&Instance>,
+    streams: &[PhysStream],
+) -> String {
+    let name = &buf.name;
+    let stream = &streams[reader.stream].name;
+    let Some(other) = other else {
+        return format!(
+            "scratch buffer `{name}` is read by op `{}` before any op of the step wrote it: scratch holds nothing between steps; write it first or drop #[scratch]",
+            reader.name
+        );
+    };
+    let kind = match buf.kind {
+        BufKind::ScratchPerBranch => "#[scratch(per_branch)] gives each branch",
+        _ => "#[scratch(per_stream)] gives each stream that uses it",
+    };
+    format!(
+        "op `{}` reads `{stream}`'s copy of scratch buffer `{name}`, which no op wrote earlier in this step; op `{}` wrote the copy of `{}`, but {kind} a copy of its own and scratch holds nothing between steps: write `{name}` on `{stream}` first, or make it a shared buffer ordered by a join",
+        reader.name, other.name, streams[other.stream].name
+    )
+}
+
+/// Whether `ty` names a type whose last path segment is `name` (`Communicator`,
+/// `stepgraph::Communicator`), behind references and parentheses.
+fn last_segment_is(ty: &syn::Type, name: &str) -> bool {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == name),
+        syn::Type::Reference(r) => last_segment_is(&r.elem, name),
+        syn::Type::Paren(p) => last_segment_is(&p.elem, name),
+        syn::Type::Group(g) => last_segment_is(&g.elem, name),
+        _ => false,
     }
 }
 
