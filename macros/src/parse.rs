@@ -213,6 +213,7 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
         ops: Vec::new(),
         other: Vec::new(),
     };
+    let names = SpecialNames::of(&items);
     for item in items {
         match item {
             Item::Struct(s) if s.attrs.iter().any(|a| is(a, "buffers")) => {
@@ -235,8 +236,8 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
                 }
                 step.config = Some(parse_config(s, errors));
             }
-            Item::Fn(f) => {
-                if let Some(op) = parse_op(f, &step, errors) {
+            Item::Fn(f) if is_op(&f, &names) => {
+                if let Some(op) = parse_op(f, &step, &names, errors) {
                     step.ops.push(op);
                 }
             }
@@ -340,7 +341,72 @@ fn last_segment(ty: &Type) -> Option<&Ident> {
     }
 }
 
-fn parse_op(mut f: ItemFn, step: &Step, errors: &Errors) -> Option<Op> {
+/// The names under which the module's items refer to the capture stream and the cuBLASLt
+/// handle: `CaptureStream` and `Blas`, and the names a `use .. as ..` of the module gives
+/// them. (Aliases made outside the module cannot be seen by the macro.)
+pub struct SpecialNames {
+    stream: Vec<String>,
+    blas: Vec<String>,
+}
+
+impl SpecialNames {
+    fn of(items: &[Item]) -> SpecialNames {
+        let mut names = SpecialNames {
+            stream: vec!["CaptureStream".into()],
+            blas: vec!["Blas".into()],
+        };
+        for item in items {
+            if let Item::Use(u) = item {
+                names.collect(&u.tree);
+            }
+        }
+        names
+    }
+
+    fn collect(&mut self, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => self.collect(&p.tree),
+            syn::UseTree::Group(g) => g.items.iter().for_each(|t| self.collect(t)),
+            syn::UseTree::Rename(r) if r.ident == "CaptureStream" => {
+                self.stream.push(r.rename.to_string())
+            }
+            syn::UseTree::Rename(r) if r.ident == "Blas" => self.blas.push(r.rename.to_string()),
+            _ => {}
+        }
+    }
+
+    fn kind(&self, name: &str) -> Option<ParamKind> {
+        if self.stream.iter().any(|n| n == name) {
+            Some(ParamKind::Stream)
+        } else if self.blas.iter().any(|n| n == name) {
+            Some(ParamKind::Blas)
+        } else {
+            None
+        }
+    }
+}
+
+/// Which `fn`s of the module are ops: those that take the capture stream or its cuBLASLt
+/// handle (there is no other way to put work into the step), and those that carry an op
+/// attribute. Every other `fn` is a helper the ops may call, kept as it is.
+fn is_op(f: &ItemFn, names: &SpecialNames) -> bool {
+    let attributed = f
+        .attrs
+        .iter()
+        .any(|a| ["stream", "join", "after", "cost"].iter().any(|n| is(a, n)));
+    attributed
+        || f.sig.inputs.iter().any(|input| match input {
+            FnArg::Typed(pt) => match &*pt.ty {
+                Type::Reference(r) => {
+                    last_segment(&r.elem).is_some_and(|s| names.kind(&s.to_string()).is_some())
+                }
+                _ => false,
+            },
+            FnArg::Receiver(_) => false,
+        })
+}
+
+fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -> Option<Op> {
     let mut placement = None;
     let mut joins = Vec::new();
     let mut after = Vec::new();
@@ -456,8 +522,7 @@ fn parse_op(mut f: ItemFn, step: &Step, errors: &Errors) -> Option<Op> {
             Type::Reference(r) => {
                 let seg = last_segment(&r.elem).map(Ident::to_string);
                 let special = match seg.as_deref() {
-                    Some("CaptureStream") => Some(ParamKind::Stream),
-                    Some("Blas") => Some(ParamKind::Blas),
+                    Some(s) if names.kind(s).is_some() => names.kind(s),
                     Some(s) if kernels_name.as_deref() == Some(s) => Some(ParamKind::Kernels),
                     _ => None,
                 };

@@ -198,7 +198,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         // A graph with no nodes captures nothing and cannot be instantiated usefully.
         errors.spanned(
             &step.name,
-            "this step has no ops: add at least one `fn` to the module",
+            "this step has no ops: an op is a `fn` of the module that takes the capture stream (`&CaptureStream<'_>`) or its cuBLASLt handle (`&Blas<'_>`); other `fn`s are helpers",
         );
         return None;
     }

@@ -116,9 +116,12 @@ pub use step::{Step, StepSpec};
 ///   - `#[scratch(per_branch)]`: the same, one copy per branch of a group.
 /// - `#[config] struct`: values the ops take by value (sizes, coefficients), cloned into
 ///   each op.
-/// - every `fn` is an op, in program order. Its parameters, by name or by `#[buf(field)]`:
+/// - ops, in program order: every `fn` that takes the capture stream or its cuBLASLt
+///   handle, or carries an op attribute. Any other `fn` is a helper the ops may call. An
+///   op's parameters, by name or by `#[buf(field)]`:
 ///   - `&CaptureStream<'_>`: the stream it runs on; `&Blas<'_>`: that stream's cuBLASLt
-///     handle and workspace; `&Type`: the declared kernels;
+///     handle and workspace (both also under a `use .. as ..` alias made in the module);
+///     `&Type`: the declared kernels;
 ///   - `&T` reads the buffer of the same name, `&mut T` writes it;
 ///   - a plain value is the config field of the same name;
 ///   - in a replicated op, the index parameter named in `#[stream(group[d])]`.
