@@ -2,13 +2,15 @@
 //! capability 9.0 and run only with the `gpu-tests` feature (`cargo xtask bundle
 //! --gpu-tests` builds them for the GPU host). Every test uses random data and compares
 //! against a reference computed another way. The DQN trainer's kernels have their own,
-//! in `examples/dqn/tests/gpu.rs`.
+//! in `examples/dqn/tests/gpu_dqn.rs`.
 #![cfg(feature = "gpu-tests")]
 
 #[path = "gpu/blas.rs"]
 mod blas;
 #[path = "gpu/comm.rs"]
 mod comm;
+#[path = "gpu/launch.rs"]
+mod launch;
 #[path = "gpu/optim.rs"]
 mod optim;
 

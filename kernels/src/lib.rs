@@ -1,4 +1,4 @@
-//! stepgraph's CUDA kernels: CUDA C in `cuda/*.cu`, compiled by nvcc 13.0 when this crate
+//! stepgraph's CUDA kernels: CUDA C in `cuda/*.cu`, compiled by nvcc when this crate
 //! builds, embedded in the binary, and loaded once per device by [`Kernels::load`].
 //!
 //! # Why embedded cubins
@@ -16,18 +16,22 @@
 //!   time; a module loaded through that same driver keeps it that way.
 //! - **One binary, unchanged on the host.** Built on a development machine without a GPU
 //!   (glibc 2.36), it runs on the H100 host as is: the kernels travel inside it, compiled
-//!   by the same nvcc 13.0 that matches the host's driver.
+//!   by the nvcc 13.0 that `cargo xtask` installs and builds with (a unit test checks that
+//!   the PTX is one a 13.0 driver reads; the bundle's preflight checks the driver).
 //! - **Graph capture works directly.** Launches are `cuLaunchKernel` on the capture stream
 //!   of [`stepgraph::CaptureStream`], which stream capture records as kernel nodes; no
 //!   runtime-API launcher stands between the op and the stream.
 //!
 //! # Layout
 //!
-//! A registry in the style of candle-kernels: [`ModuleId`] (generated, one per `.cu`
-//! file), [`KernelId`] (one per kernel, with its module and `extern "C"` name), and
-//! [`Kernels`], which holds the loaded modules and kernels in fixed slots and has a typed
-//! launch wrapper per kernel. Each wrapper checks sizes before launching and states, in
-//! its `SAFETY` comment, why its arguments match the kernel's signature.
+//! `build.rs` runs `stepgraph_build::Builder`, which compiles each file and generates the
+//! registry in the style of candle-kernels: [`ModuleId`] (one per `.cu` file), [`KernelId`]
+//! (one per `extern "C"` kernel, with its module and name), the modules' declarations (each
+//! kernel's parameters, read from its CUDA signature and checked against the PTX), and a
+//! typed but `unsafe` launcher per kernel. [`Kernels`] holds the loaded modules and kernels
+//! in fixed slots (each kernel's parameter list checked against the loaded module) and has
+//! a safe wrapper per kernel: it checks sizes before launching and states, in its `SAFETY`
+//! comment, why the grid and the sizes keep the kernel inside the buffers.
 //!
 //! The DQN example's step (`examples/dqn/MODEL.md`) has its own kernels, one section per
 //! file: the heads (`cuda/dqn_heads.cu`: GLU, double-DQN target, dueling losses,
@@ -52,10 +56,12 @@ use stepgraph::{
     CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Kernel, LaunchConfig, Module, Result,
 };
 
-mod registry {
-    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+/// The registry stepgraph-build generated from `cuda/*.cu`: ids, declarations, and the
+/// typed launchers that the wrappers of [`Kernels`] call.
+mod raw {
+    stepgraph::include_kernels!();
 }
-pub use registry::*;
+pub use raw::{KernelId, ModuleId, NVCC_RELEASE, NVCC_VERSION};
 
 mod dqn_reference;
 pub use dqn_reference::*;
@@ -69,207 +75,6 @@ pub const CHAIN_STEP_BLOCKS: u32 = 16;
 
 /// Threads per block of a [`Kernels::chain_step`] launch.
 pub const CHAIN_STEP_THREADS: u32 = 256;
-
-/// A kernel of this crate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KernelId {
-    /// `chain_step` in `cuda/chain.cu`.
-    ChainStep,
-    /// `axpby` in `cuda/elementwise.cu`.
-    Axpby,
-    /// `scale_by_scalar` in `cuda/elementwise.cu`.
-    ScaleByScalar,
-    /// `fill_affine` in `cuda/elementwise.cu`.
-    FillAffine,
-    /// `glu_forward` in `cuda/dqn_heads.cu`.
-    GluForward,
-    /// `glu_backward` in `cuda/dqn_heads.cu`.
-    GluBackward,
-    /// `ddqn_target` in `cuda/dqn_heads.cu`.
-    DdqnTarget,
-    /// `dueling_losses` in `cuda/dqn_heads.cu`.
-    DuelingLosses,
-    /// `expectile_loss` in `cuda/dqn_heads.cu`.
-    ExpectileLoss,
-    /// `trunk_grad_join_partial` in `cuda/dqn_heads.cu`.
-    TrunkGradJoinPartial,
-    /// `trunk_grad_join_finish` in `cuda/dqn_heads.cu`.
-    TrunkGradJoinFinish,
-    /// `trunk_l1_grad_partial` in `cuda/dqn_heads.cu`.
-    TrunkL1GradPartial,
-    /// `trunk_l1_grad_finish` in `cuda/dqn_heads.cu`.
-    TrunkL1GradFinish,
-    /// `expectile_head_partial` in `cuda/dqn_heads.cu`.
-    ExpectileHeadPartial,
-    /// `expectile_head_finish` in `cuda/dqn_heads.cu`.
-    ExpectileHeadFinish,
-    /// `branch_head_forward` in `cuda/dqn_heads.cu`.
-    BranchHeadForward,
-    /// `branch_head_backward_partial` in `cuda/dqn_heads.cu`.
-    BranchHeadBackwardPartial,
-    /// `branch_head_backward_finish` in `cuda/dqn_heads.cu`.
-    BranchHeadBackwardFinish,
-    /// `iqn_cos_features` in `cuda/dqn_iqn.cu`.
-    IqnCosFeatures,
-    /// `iqn_forward_backward_v2` in `cuda/dqn_iqn.cu` (`H % 4 == 0`, `H <= 256`).
-    IqnForwardBackwardV2,
-    /// `iqn_forward_backward_v4` in `cuda/dqn_iqn.cu` (`H % 4 == 0`, `256 < H <= 512`).
-    IqnForwardBackwardV4,
-    /// `iqn_forward_backward_generic` in `cuda/dqn_iqn.cu` (any other `H`).
-    IqnForwardBackwardGeneric,
-    /// `iqn_finish` in `cuda/dqn_iqn.cu`.
-    IqnFinish,
-    /// `iqn_fused` in `cuda/dqn_iqn.cu` (the whole head, `H <= 256`, `C <= 64`).
-    IqnFused,
-    /// `iqn_fused_finish` in `cuda/dqn_iqn.cu`.
-    IqnFusedFinish,
-    /// `attention_forward` in `cuda/dqn_attention.cu`.
-    AttentionForward,
-    /// `attention_backward` in `cuda/dqn_attention.cu`.
-    AttentionBackward,
-    /// `attn_pool_loss` in `cuda/dqn_attention.cu`.
-    AttnPoolLoss,
-    /// `attn_pool_finish` in `cuda/dqn_attention.cu`.
-    AttnPoolFinish,
-    /// `grad_sq_norm_partial` in `cuda/dqn_optim.cu`.
-    GradSqNormPartial,
-    /// `grad_sq_norm_finish` in `cuda/dqn_optim.cu`.
-    GradSqNormFinish,
-    /// `adam_clip_update` in `cuda/dqn_optim.cu`.
-    AdamClipUpdate,
-    /// `column_sums_partial` in `cuda/dqn_optim.cu`.
-    ColumnSumsPartial,
-    /// `column_sums_finish` in `cuda/dqn_optim.cu`.
-    ColumnSumsFinish,
-}
-
-impl KernelId {
-    /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 34] = [
-        KernelId::ChainStep,
-        KernelId::Axpby,
-        KernelId::ScaleByScalar,
-        KernelId::FillAffine,
-        KernelId::GluForward,
-        KernelId::GluBackward,
-        KernelId::DdqnTarget,
-        KernelId::DuelingLosses,
-        KernelId::ExpectileLoss,
-        KernelId::TrunkGradJoinPartial,
-        KernelId::TrunkGradJoinFinish,
-        KernelId::TrunkL1GradPartial,
-        KernelId::TrunkL1GradFinish,
-        KernelId::ExpectileHeadPartial,
-        KernelId::ExpectileHeadFinish,
-        KernelId::BranchHeadForward,
-        KernelId::BranchHeadBackwardPartial,
-        KernelId::BranchHeadBackwardFinish,
-        KernelId::IqnCosFeatures,
-        KernelId::IqnForwardBackwardV2,
-        KernelId::IqnForwardBackwardV4,
-        KernelId::IqnForwardBackwardGeneric,
-        KernelId::IqnFinish,
-        KernelId::IqnFused,
-        KernelId::IqnFusedFinish,
-        KernelId::AttentionForward,
-        KernelId::AttentionBackward,
-        KernelId::AttnPoolLoss,
-        KernelId::AttnPoolFinish,
-        KernelId::GradSqNormPartial,
-        KernelId::GradSqNormFinish,
-        KernelId::AdamClipUpdate,
-        KernelId::ColumnSumsPartial,
-        KernelId::ColumnSumsFinish,
-    ];
-
-    /// How many kernels there are.
-    pub const COUNT: usize = KernelId::ALL.len();
-
-    /// The kernel's slot in [`KernelId::ALL`].
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The module that defines it.
-    pub const fn module(self) -> ModuleId {
-        match self {
-            KernelId::ChainStep => ModuleId::Chain,
-            KernelId::Axpby | KernelId::ScaleByScalar | KernelId::FillAffine => {
-                ModuleId::Elementwise
-            }
-            KernelId::GluForward
-            | KernelId::GluBackward
-            | KernelId::DdqnTarget
-            | KernelId::DuelingLosses
-            | KernelId::ExpectileLoss
-            | KernelId::TrunkGradJoinPartial
-            | KernelId::TrunkGradJoinFinish
-            | KernelId::TrunkL1GradPartial
-            | KernelId::TrunkL1GradFinish
-            | KernelId::ExpectileHeadPartial
-            | KernelId::ExpectileHeadFinish
-            | KernelId::BranchHeadForward
-            | KernelId::BranchHeadBackwardPartial
-            | KernelId::BranchHeadBackwardFinish => ModuleId::DqnHeads,
-            KernelId::IqnCosFeatures
-            | KernelId::IqnForwardBackwardV2
-            | KernelId::IqnForwardBackwardV4
-            | KernelId::IqnForwardBackwardGeneric
-            | KernelId::IqnFinish
-            | KernelId::IqnFused
-            | KernelId::IqnFusedFinish => ModuleId::DqnIqn,
-            KernelId::AttentionForward
-            | KernelId::AttentionBackward
-            | KernelId::AttnPoolLoss
-            | KernelId::AttnPoolFinish => ModuleId::DqnAttention,
-            KernelId::GradSqNormPartial
-            | KernelId::GradSqNormFinish
-            | KernelId::AdamClipUpdate
-            | KernelId::ColumnSumsPartial
-            | KernelId::ColumnSumsFinish => ModuleId::DqnOptim,
-        }
-    }
-
-    /// Its `extern "C"` name in the `.cu` file.
-    pub const fn name(self) -> &'static str {
-        match self {
-            KernelId::ChainStep => "chain_step",
-            KernelId::Axpby => "axpby",
-            KernelId::ScaleByScalar => "scale_by_scalar",
-            KernelId::FillAffine => "fill_affine",
-            KernelId::GluForward => "glu_forward",
-            KernelId::GluBackward => "glu_backward",
-            KernelId::DdqnTarget => "ddqn_target",
-            KernelId::DuelingLosses => "dueling_losses",
-            KernelId::ExpectileLoss => "expectile_loss",
-            KernelId::TrunkGradJoinPartial => "trunk_grad_join_partial",
-            KernelId::TrunkGradJoinFinish => "trunk_grad_join_finish",
-            KernelId::TrunkL1GradPartial => "trunk_l1_grad_partial",
-            KernelId::TrunkL1GradFinish => "trunk_l1_grad_finish",
-            KernelId::ExpectileHeadPartial => "expectile_head_partial",
-            KernelId::ExpectileHeadFinish => "expectile_head_finish",
-            KernelId::BranchHeadForward => "branch_head_forward",
-            KernelId::BranchHeadBackwardPartial => "branch_head_backward_partial",
-            KernelId::BranchHeadBackwardFinish => "branch_head_backward_finish",
-            KernelId::IqnCosFeatures => "iqn_cos_features",
-            KernelId::IqnForwardBackwardV2 => "iqn_forward_backward_v2",
-            KernelId::IqnForwardBackwardV4 => "iqn_forward_backward_v4",
-            KernelId::IqnForwardBackwardGeneric => "iqn_forward_backward_generic",
-            KernelId::IqnFinish => "iqn_finish",
-            KernelId::IqnFused => "iqn_fused",
-            KernelId::IqnFusedFinish => "iqn_fused_finish",
-            KernelId::AttentionForward => "attention_forward",
-            KernelId::AttentionBackward => "attention_backward",
-            KernelId::AttnPoolLoss => "attn_pool_loss",
-            KernelId::AttnPoolFinish => "attn_pool_finish",
-            KernelId::GradSqNormPartial => "grad_sq_norm_partial",
-            KernelId::GradSqNormFinish => "grad_sq_norm_finish",
-            KernelId::AdamClipUpdate => "adam_clip_update",
-            KernelId::ColumnSumsPartial => "column_sums_partial",
-            KernelId::ColumnSumsFinish => "column_sums_finish",
-        }
-    }
-}
 
 /// The loaded modules and kernels of this crate, with a typed launch wrapper per kernel.
 ///
@@ -286,8 +91,7 @@ impl KernelId {
 /// ```
 #[derive(Debug)]
 pub struct Kernels {
-    modules: [Module; ModuleId::COUNT],
-    kernels: [Kernel; KernelId::COUNT],
+    raw: raw::Kernels,
 }
 
 impl Kernels {
@@ -295,26 +99,21 @@ impl Kernels {
     ///
     /// Each module's sm_90 cubin is loaded; if the driver refuses it (a GPU newer than
     /// Hopper cannot run sm_90 machine code), its PTX is JIT-compiled instead. If both
-    /// fail, the cubin's error is returned.
+    /// fail, the cubin's error is returned. Each kernel's parameter list, as the driver
+    /// reports it, is checked against its CUDA signature ([`Error::KernelSignature`]).
     pub fn load(device: &Device) -> Result<Kernels> {
-        let modules = fixed_slots(ModuleId::ALL.map(|id| {
-            Module::load(device, id.name(), id.image()).or_else(|cubin_err| {
-                Module::load(device, id.name(), id.ptx()).map_err(|_| cubin_err)
-            })
-        }))?;
-        let kernels =
-            fixed_slots(KernelId::ALL.map(|k| modules[k.module().index()].kernel(k.name())))?;
-        Ok(Kernels { modules, kernels })
+        raw::Kernels::load(device).map(|raw| Kernels { raw })
     }
 
     /// A loaded module.
     pub fn module(&self, id: ModuleId) -> &Module {
-        &self.modules[id.index()]
+        self.raw.module(id)
     }
 
-    /// A kernel, for launches without a wrapper.
+    /// A kernel, for launches without a wrapper (checked against its parameter list when
+    /// launched).
     pub fn kernel(&self, id: KernelId) -> &Kernel {
-        &self.kernels[id.index()]
+        self.raw.kernel(id)
     }
 
     /// `x[i] <- x[i] * a + b`, repeated `iters` times per element (one fused multiply-add
@@ -333,12 +132,11 @@ impl Kernels {
         b: f32,
     ) -> Result<()> {
         let n = len_u32("chain_step: x", x.len())?;
-        let mut launch = stream.launch(self.kernel(KernelId::ChainStep));
-        launch.buf_mut(x).arg(&n).arg(&iters).arg(&a).arg(&b);
-        // SAFETY: the arguments match `chain_step(float* x, unsigned n, unsigned iters,
-        // float a, float b)` in cuda/chain.cu in number, order and type; its grid-stride
-        // loop touches x[i] only for i < n = x.len().
-        unsafe { launch.launch(chain_step_config()) }
+        // SAFETY: the grid-stride loop touches x[i] only for i < n = x.len().
+        unsafe {
+            self.raw
+                .chain_step(stream, chain_step_config(), x, n, iters, a, b)
+        }
     }
 
     /// `y <- a * x + b * y`, elementwise (`fmaf(a, x, b * y)`).
@@ -354,12 +152,9 @@ impl Kernels {
     ) -> Result<()> {
         same_len("axpby: y (the length of x)", x.len(), y.len())?;
         let n = len_u32("axpby: y", y.len())?;
-        let mut launch = stream.launch(self.kernel(KernelId::Axpby));
-        launch.buf(x).buf_mut(y).arg(&n).arg(&a).arg(&b);
-        // SAFETY: the arguments match `axpby(const float* x, float* y, unsigned n, float a,
-        // float b)` in cuda/elementwise.cu; threads with i >= n return, and x and y both
-        // hold n elements (checked above).
-        unsafe { launch.launch(elementwise_config(n)) }
+        // SAFETY: threads with i >= n return, and x and y both hold n elements (checked
+        // above).
+        unsafe { self.raw.axpby(stream, elementwise_config(n), x, y, n, a, b) }
     }
 
     /// `y <- y * s`, elementwise, where `s` is device scalar `index` of `scalars`, read
@@ -385,16 +180,13 @@ impl Kernels {
         let index = index as u32;
         debug_assert!(index < count);
         let n = len_u32("scale_by_scalar: y", y.len())?;
-        let mut launch = stream.launch(self.kernel(KernelId::ScaleByScalar));
-        launch
-            .buf(scalars.on_device())
-            .arg(&index)
-            .buf_mut(y)
-            .arg(&n);
-        // SAFETY: the arguments match `scale_by_scalar(const float* scalars, unsigned
-        // index, float* y, unsigned n)` in cuda/elementwise.cu; index < scalars.len()
-        // (checked above) and threads with i >= n = y.len() return.
-        unsafe { launch.launch(elementwise_config(n)) }
+        let config = elementwise_config(n);
+        // SAFETY: index < scalars.len() (checked above) and threads with i >= n = y.len()
+        // return.
+        unsafe {
+            self.raw
+                .scale_by_scalar(stream, config, scalars.on_device(), index, y, n)
+        }
     }
 
     /// `y[i] <- start + i * step` (`fmaf(i, step, start)`).
@@ -406,11 +198,11 @@ impl Kernels {
         step: f32,
     ) -> Result<()> {
         let n = len_u32("fill_affine: y", y.len())?;
-        let mut launch = stream.launch(self.kernel(KernelId::FillAffine));
-        launch.buf_mut(y).arg(&n).arg(&start).arg(&step);
-        // SAFETY: the arguments match `fill_affine(float* y, unsigned n, float start, float
-        // step)` in cuda/elementwise.cu; threads with i >= n = y.len() return.
-        unsafe { launch.launch(elementwise_config(n)) }
+        // SAFETY: threads with i >= n = y.len() return.
+        unsafe {
+            self.raw
+                .fill_affine(stream, elementwise_config(n), y, n, start, step)
+        }
     }
 }
 
@@ -770,12 +562,11 @@ impl Kernels {
         )?;
         check_len("glu_forward: g ([rows, width])", g.len(), n)?;
         let n32 = len_u32("glu_forward: g", n)?;
-        let mut launch = stream.launch(self.kernel(KernelId::GluForward));
-        launch.buf(u).buf_mut(g).arg(&n32).arg(&width32);
-        // SAFETY: the arguments match `glu_forward(const float* u, float* g, unsigned n,
-        // unsigned G)` in cuda/dqn_heads.cu; threads with i >= n return, and u holds 2n,
-        // g n elements (checked above).
-        unsafe { launch.launch(elementwise_config(n32)) }
+        // SAFETY: threads with i >= n return, and u holds 2n, g n elements (checked above).
+        unsafe {
+            self.raw
+                .glu_forward(stream, elementwise_config(n32), u, g, n32, width32)
+        }
     }
 
     /// GLU, backward: `du[rows, 2G]` from `u[rows, 2G]` and `dg[rows, G]` (see
@@ -797,12 +588,12 @@ impl Kernels {
         check_len("glu_backward: dg ([rows, width])", dg.len(), n)?;
         check_len("glu_backward: du ([rows, 2 width])", du.len(), n2)?;
         let n32 = len_u32("glu_backward: dg", n)?;
-        let mut launch = stream.launch(self.kernel(KernelId::GluBackward));
-        launch.buf(u).buf(dg).buf_mut(du).arg(&n32).arg(&width32);
-        // SAFETY: the arguments match `glu_backward(const float* u, const float* dg, float*
-        // du, unsigned n, unsigned G)`; threads with i >= n return; u and du hold 2n, dg n
-        // elements (checked above).
-        unsafe { launch.launch(elementwise_config(n32)) }
+        // SAFETY: threads with i >= n return; u and du hold 2n, dg n elements (checked
+        // above).
+        unsafe {
+            self.raw
+                .glu_backward(stream, elementwise_config(n32), u, dg, du, n32, width32)
+        }
     }
 
     /// The double-DQN target: `y[B, D]` and `ybar[B] = mean_d y` (formula in
@@ -840,25 +631,26 @@ impl Kernels {
         check_len("ddqn_target: done ([B])", inputs.done.len(), dims.batch)?;
         check_len("ddqn_target: y ([B, D])", y.len(), by)?;
         check_len("ddqn_target: ybar ([B])", ybar.len(), dims.batch)?;
-        let mut launch = stream.launch(self.kernel(KernelId::DdqnTarget));
-        launch
-            .buf(inputs.v2)
-            .arg(&adv2)
-            .buf(inputs.vt)
-            .arg(&advt)
-            .buf(inputs.r)
-            .buf(inputs.done)
-            .buf_mut(y)
-            .buf_mut(ybar)
-            .arg(&b)
-            .arg(&d)
-            .arg(&a)
-            .arg(&gamma);
-        // SAFETY: the arguments match `ddqn_target(const float* v2, BranchIn adv2, const
-        // float* vt, BranchIn advt, const float* r, const float* done, float* y, float*
-        // ybar, unsigned B, unsigned D, unsigned A, float gamma)`; threads with b >= B
-        // return, and every buffer holds what its shape in B, D, A says (checked above).
-        unsafe { launch.launch(elementwise_config(b)) }
+        // SAFETY: threads with b >= B return, and every buffer holds what its shape in B,
+        // D, A says (checked above).
+        unsafe {
+            self.raw.ddqn_target(
+                stream,
+                elementwise_config(b),
+                inputs.v2,
+                adv2,
+                inputs.vt,
+                advt,
+                inputs.r,
+                inputs.done,
+                y,
+                ybar,
+                b,
+                d,
+                a,
+                gamma,
+            )
+        }
     }
 
     /// The dueling losses `L_td`, `L_cql`, `L_conf`, forward and backward in one pass:
@@ -899,29 +691,29 @@ impl Kernels {
         )?;
         check_len("dueling_losses: qbar ([B])", out.qbar.len(), dims.batch)?;
         check_losses("dueling_losses: losses", out.losses)?;
-        let mut launch = stream.launch(self.kernel(KernelId::DuelingLosses));
-        launch
-            .buf(inputs.v)
-            .arg(&adv_ptrs)
-            .buf(inputs.act)
-            .buf(inputs.y)
-            .buf_mut(out.dv)
-            .arg(&dadv_ptrs)
-            .buf_mut(out.qbar)
-            .buf_mut(out.losses)
-            .arg(&b)
-            .arg(&d)
-            .arg(&a)
-            .arg(&coef.td)
-            .arg(&coef.cql)
-            .arg(&coef.conf);
-        // SAFETY: the arguments match `dueling_losses(const float* v, BranchIn adv, const
-        // int* act, const float* y, float* dv, BranchOut dadv, float* qbar, float* losses,
-        // unsigned B, unsigned D, unsigned A, float c_td, float c_cql, float c_conf)`; only
-        // threads with b < B touch the per-sample buffers (sized by B, D, A, checked above),
-        // an action outside 0..A is never used as an index, and thread 0 of each block adds
-        // into slots below LOSS_SLOTS = losses.len().
-        unsafe { launch.launch(elementwise_config(b)) }
+        // SAFETY: only threads with b < B touch the per-sample buffers (sized by B, D, A,
+        // checked above), an action outside 0..A is never used as an index, and thread 0 of
+        // each block adds into slots below LOSS_SLOTS = losses.len().
+        unsafe {
+            self.raw.dueling_losses(
+                stream,
+                elementwise_config(b),
+                inputs.v,
+                adv_ptrs,
+                inputs.act,
+                inputs.y,
+                out.dv,
+                dadv_ptrs,
+                out.qbar,
+                out.losses,
+                b,
+                d,
+                a,
+                coef.td,
+                coef.cql,
+                coef.conf,
+            )
+        }
     }
 
     /// One IQL expectile head: `de[B]`, the gradient of `coef · mean_b |τ − 1(u < 0)| u²`
@@ -943,20 +735,21 @@ impl Kernels {
         check_len("expectile_loss: qbar ([B])", qbar.len(), e.len())?;
         check_len("expectile_loss: de ([B])", de.len(), e.len())?;
         check_losses("expectile_loss: losses", losses)?;
-        let mut launch = stream.launch(self.kernel(KernelId::ExpectileLoss));
-        launch
-            .buf(e)
-            .buf(qbar)
-            .buf_mut(de)
-            .buf_mut(losses)
-            .arg(&b)
-            .arg(&expectile.tau)
-            .arg(&expectile.coef);
-        // SAFETY: the arguments match `expectile_loss(const float* e, const float* qbar,
-        // float* de, float* losses, unsigned B, float tau, float coef)`; threads with b >= B
-        // skip the per-sample buffers (all B long, checked above) and thread 0 adds into
-        // slots below losses.len().
-        unsafe { launch.launch(elementwise_config(b)) }
+        // SAFETY: threads with b >= B skip the per-sample buffers (all B long, checked
+        // above) and thread 0 adds into slots below losses.len().
+        unsafe {
+            self.raw.expectile_loss(
+                stream,
+                elementwise_config(b),
+                e,
+                qbar,
+                de,
+                losses,
+                b,
+                expectile.tau,
+                expectile.coef,
+            )
+        }
     }
 
     /// The trunk's gradient join: `dz2[B, H]`, the sum of everything that flows into the
@@ -1019,55 +812,55 @@ impl Kernels {
             2 * dims.hidden + 1,
         )?;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::TrunkGradJoinPartial));
-            launch
-                .buf(inputs.h_out)
-                .buf(inputs.dv)
-                .buf(inputs.wv)
-                .arg(&dh_branch)
-                .buf(inputs.de_hi)
-                .buf(inputs.we_hi)
-                .buf(inputs.de_lo)
-                .buf(inputs.we_lo)
-                .buf(inputs.dh_iqn)
-                .buf_mut(dz2)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&h)
-                .arg(&d)
-                .arg(&per_chunk);
             let config = LaunchConfig {
                 grid_dim: (col_blocks, chunks32, 1),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: the arguments match `trunk_grad_join_partial(const float* h_out,
-            // const float* dv, const float* wv, BranchIn dh_branch, const float* de_hi,
-            // const float* we_hi, const float* de_lo, const float* we_lo, const float*
-            // dh_iqn, float* dz2, float* partials, unsigned B, unsigned H, unsigned D,
-            // unsigned rows_per_chunk)`; block (x, y) touches columns < H of rows
-            // [y rows_per_chunk, B) of the [B, H] buffers and [B] entries of those rows,
-            // and writes partials[y (2H + 1) + j] for y < chunks, j < 2H + 1: inside
-            // scratch (checked above). Every buffer holds what its shape says.
-            unsafe { launch.launch(config)? };
+            // SAFETY: block (x, y) touches columns < H of rows [y rows_per_chunk, B) of the
+            // [B, H] buffers and [B] entries of those rows, and writes partials[y (2H + 1)
+            // + j] for y < chunks, j < 2H + 1: inside scratch (checked above). Every buffer
+            // holds what its shape says.
+            unsafe {
+                self.raw.trunk_grad_join_partial(
+                    stream,
+                    config,
+                    inputs.h_out,
+                    inputs.dv,
+                    inputs.wv,
+                    dh_branch,
+                    inputs.de_hi,
+                    inputs.we_hi,
+                    inputs.de_lo,
+                    inputs.we_lo,
+                    inputs.dh_iqn,
+                    dz2,
+                    &mut *scratch,
+                    b,
+                    h,
+                    d,
+                    per_chunk,
+                )?
+            };
         }
         let finish_blocks = len_u32(
             "trunk_grad_join: finish blocks",
             (2 * dims.hidden + 1).div_ceil(32),
         )?;
-        let mut launch = stream.launch(self.kernel(KernelId::TrunkGradJoinFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&chunks32)
-            .arg(&h)
-            .buf_mut(out.db2)
-            .buf_mut(out.dwv)
-            .buf_mut(out.dbv);
-        // SAFETY: the arguments match `trunk_grad_join_finish(const float* partials,
-        // unsigned chunks, unsigned H, float* db2, float* dwv, float* dbv)`; it reads
-        // chunks (2H + 1) floats of scratch and writes db2[0..H), dwv[0..H) and dbv[0],
-        // whose lengths are checked above.
-        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+        // SAFETY: the kernel reads chunks (2H + 1) floats of scratch and writes db2[0..H),
+        // dwv[0..H) and dbv[0], whose lengths are checked above.
+        unsafe {
+            self.raw.trunk_grad_join_finish(
+                stream,
+                tile_config(finish_blocks, 1),
+                &*scratch,
+                chunks32,
+                h,
+                out.db2,
+                out.dwv,
+                out.dbv,
+            )
+        }
     }
 }
 
@@ -1237,47 +1030,50 @@ impl Kernels {
         let chunks32 = len_u32("trunk_l1_grad: row chunks", chunks)?;
         let per_chunk = len_u32("trunk_l1_grad: rows per chunk", rows_per_chunk)?;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::TrunkL1GradPartial));
-            launch
-                .buf(inputs.dh1)
-                .buf(inputs.h1)
-                .buf(inputs.s)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&h)
-                .arg(&st)
-                .arg(&per_chunk);
             let unit_blocks = dims.hidden.div_ceil(TRUNK_L1_UNITS) as u32; // 1 or 2
             let config = LaunchConfig {
                 grid_dim: (chunks32, unit_blocks, 1),
                 block_dim: (BLOCK_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: the arguments match `trunk_l1_grad_partial(const float* dh1, const
-            // float* h1, const float* s, float* partials, unsigned B, unsigned H, unsigned
-            // S, unsigned rows_per_chunk)`; block (x, y) reads rows [x rows_per_chunk, B)
-            // of the three inputs, columns below H and S (within the kernel's tiles and
-            // register arrays: `supported`, checked above), and writes partials[x (H S + H)
-            // + c] for x < chunks, c < H S + H: inside scratch (checked above). Every
-            // buffer holds what its shape says (checked above).
-            unsafe { launch.launch(config)? };
+            // SAFETY: block (x, y) reads rows [x rows_per_chunk, B) of the three inputs,
+            // columns below H and S (within the kernel's tiles and register arrays:
+            // `supported`, checked above), and writes partials[x (H S + H) + c] for x <
+            // chunks, c < H S + H: inside scratch (checked above). Every buffer holds what
+            // its shape says (checked above).
+            unsafe {
+                self.raw.trunk_l1_grad_partial(
+                    stream,
+                    config,
+                    inputs.dh1,
+                    inputs.h1,
+                    inputs.s,
+                    &mut *scratch,
+                    b,
+                    h,
+                    st,
+                    per_chunk,
+                )?
+            };
         }
         let finish_blocks = len_u32(
             "trunk_l1_grad: finish blocks",
             (dims.hidden * dims.state + dims.hidden).div_ceil(32),
         )?;
-        let mut launch = stream.launch(self.kernel(KernelId::TrunkL1GradFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&chunks32)
-            .arg(&h)
-            .arg(&st)
-            .buf_mut(out.dw1)
-            .buf_mut(out.db1);
-        // SAFETY: the arguments match `trunk_l1_grad_finish(const float* partials, unsigned
-        // chunks, unsigned H, unsigned S, float* dw1, float* db1)`; it reads chunks (H S +
-        // H) floats of scratch and writes dw1[0..H S) and db1[0..H) (lengths checked above).
-        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+        // SAFETY: the kernel reads chunks (H S + H) floats of scratch and writes dw1[0..H S) and
+        // db1[0..H) (lengths checked above).
+        unsafe {
+            self.raw.trunk_l1_grad_finish(
+                stream,
+                tile_config(finish_blocks, 1),
+                &*scratch,
+                chunks32,
+                h,
+                st,
+                out.dw1,
+                out.db1,
+            )
+        }
     }
 }
 
@@ -1400,49 +1196,50 @@ impl Kernels {
         let chunks32 = len_u32("expectile_head: row chunks", chunks)?;
         let per_chunk = len_u32("expectile_head: rows per chunk", rows_per_chunk)?;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::ExpectileHeadPartial));
-            launch
-                .buf(inputs.h)
-                .buf(inputs.we)
-                .buf(inputs.be)
-                .buf(inputs.qbar)
-                .buf_mut(out.e)
-                .buf_mut(out.de)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&h)
-                .arg(&expectile.tau)
-                .arg(&expectile.coef)
-                .arg(&per_chunk);
             let config = warp_rows_config(chunks32);
-            // SAFETY: the arguments match `expectile_head_partial(const float* h, const
-            // float* we, const float* be, const float* qbar, float* e, float* de, float*
-            // partials, unsigned B, unsigned H, float tau, float coef, unsigned
-            // rows_per_chunk)`; block y touches rows [y rows_per_chunk, B) and units below
-            // H (within the kernel's register arrays: `supported`, checked above), and
-            // writes partials[y (H + 2) + c] for y < chunks, c < H + 2: inside scratch
-            // (checked above). Every buffer holds what its shape says.
-            unsafe { launch.launch(config)? };
+            // SAFETY: block y touches rows [y rows_per_chunk, B) and units below H (within
+            // the kernel's register arrays: `supported`, checked above), and writes
+            // partials[y (H + 2) + c] for y < chunks, c < H + 2: inside scratch (checked
+            // above). Every buffer holds what its shape says.
+            unsafe {
+                self.raw.expectile_head_partial(
+                    stream,
+                    config,
+                    inputs.h,
+                    inputs.we,
+                    inputs.be,
+                    inputs.qbar,
+                    out.e,
+                    out.de,
+                    &mut *scratch,
+                    b,
+                    h,
+                    expectile.tau,
+                    expectile.coef,
+                    per_chunk,
+                )?
+            };
         }
         let finish_blocks = len_u32(
             "expectile_head: finish blocks",
             (dims.hidden + 2).div_ceil(32),
         )?;
-        let mut launch = stream.launch(self.kernel(KernelId::ExpectileHeadFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&chunks32)
-            .arg(&h)
-            .buf_mut(out.dwe)
-            .buf_mut(out.dbe)
-            .buf_mut(out.losses)
-            .arg(&b)
-            .arg(&expectile.coef);
-        // SAFETY: the arguments match `expectile_head_finish(const float* partials, unsigned
-        // chunks, unsigned H, float* dwe, float* dbe, float* losses, unsigned B, float
-        // coef)`; it reads chunks (H + 2) floats of scratch, writes dwe[0..H) and dbe[0] and
-        // adds into two slots below LOSS_SLOTS = losses.len() (lengths checked above).
-        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+        // SAFETY: the kernel reads chunks (H + 2) floats of scratch, writes dwe[0..H) and dbe[0]
+        // and adds into two slots below LOSS_SLOTS = losses.len() (lengths checked above).
+        unsafe {
+            self.raw.expectile_head_finish(
+                stream,
+                tile_config(finish_blocks, 1),
+                &*scratch,
+                chunks32,
+                h,
+                out.dwe,
+                out.dbe,
+                out.losses,
+                b,
+                expectile.coef,
+            )
+        }
     }
 }
 
@@ -1608,6 +1405,8 @@ impl Kernels {
         )?;
         let null: u64 = 0;
         let write_g: u32 = g.is_some().into();
+        // A null `g` has no `DeviceBuffer`, so this launch is assembled by hand (and checked
+        // against the kernel's parameter list when launched).
         let mut launch = stream.launch(self.kernel(KernelId::BranchHeadForward));
         launch.buf(u).buf(wa).buf(ba);
         match g {
@@ -1688,46 +1487,48 @@ impl Kernels {
         let chunks32 = len_u32("branch_head_backward: row chunks", chunks)?;
         let per_chunk = len_u32("branch_head_backward: rows per chunk", rows_per_chunk)?;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::BranchHeadBackwardPartial));
-            launch
-                .buf(inputs.dadv)
-                .buf(inputs.u)
-                .buf(inputs.g)
-                .buf(inputs.wa)
-                .buf_mut(out.du)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&g)
-                .arg(&a)
-                .arg(&per_chunk);
             let config = warp_rows_config(chunks32);
-            // SAFETY: the arguments match `branch_head_backward_partial(const float* dadv,
-            // const float* u, const float* g, const float* wa, float* du, float* partials,
-            // unsigned B, unsigned G, unsigned A, unsigned rows_per_chunk)`; block y touches
-            // rows [y rows_per_chunk, B) of the [B, ·] buffers, units below G and actions
-            // below A (A and G within the kernel's register arrays: `supported`, checked
-            // above), and writes partials[y cols + c] for y < chunks, c < cols: inside
-            // scratch (checked above). Every buffer holds what its shape says.
-            unsafe { launch.launch(config)? };
+            // SAFETY: block y touches rows [y rows_per_chunk, B) of the [B, ·] buffers,
+            // units below G and actions below A (A and G within the kernel's register
+            // arrays: `supported`, checked above), and writes partials[y cols + c] for y <
+            // chunks, c < cols: inside scratch (checked above). Every buffer holds what its
+            // shape says.
+            unsafe {
+                self.raw.branch_head_backward_partial(
+                    stream,
+                    config,
+                    inputs.dadv,
+                    inputs.u,
+                    inputs.g,
+                    inputs.wa,
+                    out.du,
+                    &mut *scratch,
+                    b,
+                    g,
+                    a,
+                    per_chunk,
+                )?
+            };
         }
         let finish_blocks = len_u32(
             "branch_head_backward: finish blocks",
             dims.partial_cols().div_ceil(32),
         )?;
-        let mut launch = stream.launch(self.kernel(KernelId::BranchHeadBackwardFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&chunks32)
-            .arg(&g)
-            .arg(&a)
-            .buf_mut(out.dwa)
-            .buf_mut(out.dba)
-            .buf_mut(out.dbg);
-        // SAFETY: the arguments match `branch_head_backward_finish(const float* partials,
-        // unsigned chunks, unsigned G, unsigned A, float* dwa, float* dba, float* dbg)`; it
-        // reads chunks (A G + A + 2G) floats of scratch and writes dwa[0..A G), dba[0..A)
-        // and dbg[0..2G), whose lengths are checked above.
-        unsafe { launch.launch(tile_config(finish_blocks, 1)) }
+        // SAFETY: the kernel reads chunks (A G + A + 2G) floats of scratch and writes dwa[0..A G),
+        // dba[0..A) and dbg[0..2G), whose lengths are checked above.
+        unsafe {
+            self.raw.branch_head_backward_finish(
+                stream,
+                tile_config(finish_blocks, 1),
+                &*scratch,
+                chunks32,
+                g,
+                a,
+                out.dwa,
+                out.dba,
+                out.dbg,
+            )
+        }
     }
 }
 
@@ -1886,12 +1687,12 @@ impl Kernels {
         let rows = len_u32("iqn_cos_features: tau", tau.len())?;
         let n = product("iqn_cos_features: cosf", &[tau.len(), features])?;
         check_len("iqn_cos_features: cosf ([B N, C])", cosf.len(), n)?;
-        let mut launch = stream.launch(self.kernel(KernelId::IqnCosFeatures));
-        launch.buf(tau).buf_mut(cosf).arg(&rows).arg(&c);
-        // SAFETY: the arguments match `iqn_cos_features(const float* tau, float* cosf,
-        // unsigned rows, unsigned C)`; threads start at 4i < rows C = cosf.len() and stop
-        // there, and read tau below rows = tau.len().
-        unsafe { launch.launch(quad_config(n)) }
+        // SAFETY: threads start at 4i < rows C = cosf.len() and stop there, and read tau
+        // below rows = tau.len().
+        unsafe {
+            self.raw
+                .iqn_cos_features(stream, quad_config(n), tau, cosf, rows, c)
+        }
     }
 
     /// The IQN head, forward and backward, fused: the quantile Huber loss against `ybar`
@@ -1961,50 +1762,62 @@ impl Kernels {
             scratch.len(),
             plan.scratch_len,
         )?;
-        {
-            let mut launch = stream.launch(self.kernel(plan.kernel));
-            launch
-                .buf(inputs.h)
-                .buf(inputs.phi)
-                .buf(inputs.wq)
-                .buf(inputs.bq)
-                .buf(inputs.ybar)
-                .buf(inputs.tau)
-                .buf_mut(&mut *out.dphi_pre)
-                .buf_mut(&mut *out.dh)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&n)
-                .arg(&h)
-                .arg(&coef);
-            // SAFETY: the arguments match `iqn_forward_backward_{v2,v4,generic}(const float*
-            // h, const float* phi, const float* wq, const float* bq, const float* ybar, const
-            // float* tau, float* dphi_pre, float* dh, float* partials, unsigned B, unsigned
-            // N, unsigned H, float coef)`; the plan picks v2/v4 only for H % 4 == 0 and H <=
-            // 128 VPL (the columns the lanes own), warps stop at b >= B, every buffer holds
-            // what its shape says, scratch holds gridDim.x rows of 2H + 2 (checked above),
-            // and the generic kernel gets N floats of dynamic shared memory.
-            unsafe { launch.launch(plan.config)? };
-        }
+        // The three kernels take the same parameters; the plan picks one by H.
+        let launcher = match plan.kernel {
+            KernelId::IqnForwardBackwardV2 => raw::Kernels::iqn_forward_backward_v2,
+            KernelId::IqnForwardBackwardV4 => raw::Kernels::iqn_forward_backward_v4,
+            KernelId::IqnForwardBackwardGeneric => raw::Kernels::iqn_forward_backward_generic,
+            other => {
+                return Err(Error::Invalid(format!(
+                    "iqn_forward_backward: the plan picked {other:?}, which is not one of its \
+                     kernels"
+                )));
+            }
+        };
+        // SAFETY: the plan picks v2/v4 only for H % 4 == 0 and H <= 128 VPL (the columns the
+        // lanes own), warps stop at b >= B, every buffer holds what its shape says, scratch
+        // holds gridDim.x rows of 2H + 2 (checked above), and the generic kernel gets N
+        // floats of dynamic shared memory.
+        unsafe {
+            launcher(
+                &self.raw,
+                stream,
+                plan.config,
+                inputs.h,
+                inputs.phi,
+                inputs.wq,
+                inputs.bq,
+                inputs.ybar,
+                inputs.tau,
+                &mut *out.dphi_pre,
+                &mut *out.dh,
+                &mut *scratch,
+                b,
+                n,
+                h,
+                coef,
+            )?
+        };
         let cols = plan.cols;
-        let mut launch = stream.launch(self.kernel(KernelId::IqnFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&plan.rows)
-            .arg(&h)
-            .buf_mut(out.dwq)
-            .buf_mut(out.dbphi)
-            .buf_mut(out.dbq)
-            .buf_mut(out.losses)
-            .arg(&b)
-            .arg(&n)
-            .arg(&coef);
-        // SAFETY: the arguments match `iqn_finish(const float* partials, unsigned rows,
-        // unsigned H, float* dwq, float* dbphi, float* dbq, float* losses, unsigned B,
-        // unsigned N, float coef)`; it reads rows (2H + 2) floats of scratch (checked above)
-        // and writes only columns c < 2H + 2: dwq[c < H], dbphi[c - H < H], dbq[0], and
-        // losses slots below LOSS_SLOTS.
-        unsafe { launch.launch(tile_config(cols.div_ceil(32), 1)) }
+        // SAFETY: the kernel reads rows (2H + 2) floats of scratch (checked above) and writes only
+        // columns c < 2H + 2: dwq[c < H], dbphi[c - H < H], dbq[0], and losses slots below
+        // LOSS_SLOTS.
+        unsafe {
+            self.raw.iqn_finish(
+                stream,
+                tile_config(cols.div_ceil(32), 1),
+                &*scratch,
+                plan.rows,
+                h,
+                out.dwq,
+                out.dbphi,
+                out.dbq,
+                out.losses,
+                b,
+                n,
+                coef,
+            )
+        }
     }
 }
 
@@ -2224,53 +2037,53 @@ impl Kernels {
             plan.scratch_len,
         )?;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::IqnFused));
-            launch
-                .buf(inputs.h)
-                .buf(inputs.tau)
-                .buf(inputs.ybar)
-                .buf(inputs.wphi)
-                .buf(inputs.bphi)
-                .buf(inputs.wq)
-                .buf(inputs.bq)
-                .buf_mut(&mut *out.dh)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&n)
-                .arg(&h)
-                .arg(&c)
-                .arg(&coef);
-            // SAFETY: the arguments match `iqn_fused(const float* h, const float* tau, const
-            // float* ybar, const float* wphi, const float* bphi, const float* wq, const
-            // float* bq, float* dh, float* partials, unsigned B, unsigned N, unsigned H,
-            // unsigned C, float coef)`; the plan admits only H <= 16 x IQN_FUSED_MAX_WARPS
-            // with ceil(H / 16) warps per block (each warp's units below 16 warps) and C <=
-            // IQN_FUSED_C, the kernel reads and writes units < H, features < C, quantiles <
-            // N and samples < B only, every buffer holds what its shape says, and scratch
-            // holds gridDim.x rows of 2H + 2 + H C (checked above).
-            unsafe { launch.launch(plan.config)? };
+            // SAFETY: the plan admits only H <= 16 x IQN_FUSED_MAX_WARPS with ceil(H / 16)
+            // warps per block (each warp's units below 16 warps) and C <= IQN_FUSED_C, the
+            // kernel reads and writes units < H, features < C, quantiles < N and samples <
+            // B only, every buffer holds what its shape says, and scratch holds gridDim.x
+            // rows of 2H + 2 + H C (checked above).
+            unsafe {
+                self.raw.iqn_fused(
+                    stream,
+                    plan.config,
+                    inputs.h,
+                    inputs.tau,
+                    inputs.ybar,
+                    inputs.wphi,
+                    inputs.bphi,
+                    inputs.wq,
+                    inputs.bq,
+                    &mut *out.dh,
+                    &mut *scratch,
+                    b,
+                    n,
+                    h,
+                    c,
+                    coef,
+                )?
+            };
         }
-        let mut launch = stream.launch(self.kernel(KernelId::IqnFusedFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&plan.rows)
-            .arg(&h)
-            .arg(&c)
-            .buf_mut(out.dwphi)
-            .buf_mut(out.dwq)
-            .buf_mut(out.dbphi)
-            .buf_mut(out.dbq)
-            .buf_mut(out.losses)
-            .arg(&b)
-            .arg(&n)
-            .arg(&coef);
-        // SAFETY: the arguments match `iqn_fused_finish(const float* partials, unsigned
-        // rows, unsigned H, unsigned C, float* dwphi, float* dwq, float* dbphi, float* dbq,
-        // float* losses, unsigned B, unsigned N, float coef)`; it reads rows (2H + 2 + H C)
-        // floats of scratch (checked above) and writes only columns c < 2H + 2 + H C:
-        // dwq[c < H], dbphi[c - H < H], dbq[0], losses slots below LOSS_SLOTS and
-        // dwphi[c - 2H - 2 < H C].
-        unsafe { launch.launch(plan.finish) }
+        // SAFETY: the kernel reads rows (2H + 2 + H C) floats of scratch (checked above) and writes
+        // only columns c < 2H + 2 + H C: dwq[c < H], dbphi[c - H < H], dbq[0], losses slots
+        // below LOSS_SLOTS and dwphi[c - 2H - 2 < H C].
+        unsafe {
+            self.raw.iqn_fused_finish(
+                stream,
+                plan.finish,
+                &*scratch,
+                plan.rows,
+                h,
+                c,
+                out.dwphi,
+                out.dwq,
+                out.dbphi,
+                out.dbq,
+                out.losses,
+                b,
+                n,
+                coef,
+            )
+        }
     }
 }
 
@@ -2539,26 +2352,27 @@ impl Kernels {
         );
         let scale = dims.scale();
         let warp_path = u32::from(plan.path == AttentionPath::WarpPerSample);
-        let mut launch = stream.launch(self.kernel(KernelId::AttentionForward));
-        launch
-            .buf(qkv)
-            .buf_mut(att)
-            .buf_mut(probs)
-            .arg(&b)
-            .arg(&w)
-            .arg(&e)
-            .arg(&hh)
-            .arg(&plan.spb)
-            .arg(&plan.ld)
-            .arg(&warp_path)
-            .arg(&scale);
-        // SAFETY: the arguments match `attention_forward(const float* qkv, float* att, float*
-        // probs, unsigned B, unsigned W, unsigned E, unsigned heads, unsigned spb, unsigned
-        // ld, unsigned warp_path, float scale)`; block x touches samples [x spb, min(B, x spb
-        // + spb)) of buffers sized by B, W, E, heads (checked above). Its dynamic shared
-        // memory is what the path lays out: on the warp path (E / heads == 16, W <= 8, ld =
-        // 3E + 4, 32 spb threads) spb W ld floats, else (spb W ld + spb heads W W) floats.
-        unsafe { launch.launch(plan.config) }
+        // SAFETY: block x touches samples [x spb, min(B, x spb + spb)) of buffers sized by
+        // B, W, E, heads (checked above). Its dynamic shared memory is what the path lays
+        // out: on the warp path (E / heads == 16, W <= 8, ld = 3E + 4, 32 spb threads) spb
+        // W ld floats, else (spb W ld + spb heads W W) floats.
+        unsafe {
+            self.raw.attention_forward(
+                stream,
+                plan.config,
+                qkv,
+                att,
+                probs,
+                b,
+                w,
+                e,
+                hh,
+                plan.spb,
+                plan.ld,
+                warp_path,
+                scale,
+            )
+        }
     }
 
     /// Window self-attention, backward: `dqkv[B W, 3E]` from `qkv`, the saved `probs` and
@@ -2601,30 +2415,30 @@ impl Kernels {
         );
         let scale = dims.scale();
         let warp_path = u32::from(plan.path == AttentionPath::WarpPerSample);
-        let mut launch = stream.launch(self.kernel(KernelId::AttentionBackward));
-        launch
-            .buf(qkv)
-            .buf(probs)
-            .buf(datt)
-            .buf_mut(dqkv)
-            .arg(&b)
-            .arg(&w)
-            .arg(&e)
-            .arg(&hh)
-            .arg(&plan.spb)
-            .arg(&plan.ld)
-            .arg(&plan.lda)
-            .arg(&warp_path)
-            .arg(&scale);
-        // SAFETY: the arguments match `attention_backward(const float* qkv, const float*
-        // probs, const float* datt, float* dqkv, unsigned B, unsigned W, unsigned E, unsigned
-        // heads, unsigned spb, unsigned ld, unsigned lda, unsigned warp_path, float scale)`;
-        // block x touches samples [x spb, min(B, x spb + spb)) of buffers sized by B, W, E,
-        // heads (checked above). Its dynamic shared memory is what the path lays out: on
-        // the warp path (E / heads == 16, W <= 8, ld = 3E + 4, lda = E + 4, 32 spb threads)
-        // spb (W (ld + lda) + 4 ceil(W heads (W + 1) / 2)) floats, else (spb W (ld + lda) +
-        // 2 spb heads W W) floats.
-        unsafe { launch.launch(plan.config) }
+        // SAFETY: block x touches samples [x spb, min(B, x spb + spb)) of buffers sized by
+        // B, W, E, heads (checked above). Its dynamic shared memory is what the path lays
+        // out: on the warp path (E / heads == 16, W <= 8, ld = 3E + 4, lda = E + 4, 32 spb
+        // threads) spb (W (ld + lda) + 4 ceil(W heads (W + 1) / 2)) floats, else (spb W (ld
+        // + lda) + 2 spb heads W W) floats.
+        unsafe {
+            self.raw.attention_backward(
+                stream,
+                plan.config,
+                qkv,
+                probs,
+                datt,
+                dqkv,
+                b,
+                w,
+                e,
+                hh,
+                plan.spb,
+                plan.ld,
+                plan.lda,
+                warp_path,
+                scale,
+            )
+        }
     }
 
     /// The pooled reward prediction and its loss: `pred[B]`, `L_attn = mean_b (pred −
@@ -2669,46 +2483,47 @@ impl Kernels {
             needed,
         )?;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::AttnPoolLoss));
-            launch
-                .buf(inputs.o)
-                .buf(inputs.wp)
-                .buf(inputs.bp)
-                .buf(inputs.r)
-                .buf_mut(&mut *out.pred)
-                .buf_mut(&mut *out.d_o)
-                .buf_mut(&mut *scratch)
-                .arg(&b)
-                .arg(&w)
-                .arg(&e)
-                .arg(&coef);
             let config = LaunchConfig {
                 grid_dim: (rows, 1, 1),
                 block_dim: (32, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: the arguments match `attn_pool_loss(const float* o, const float* wp,
-            // const float* bp, const float* r, float* pred, float* d_o, float* partials,
-            // unsigned B, unsigned W, unsigned E, float coef)`; block x takes samples b < B
-            // only, every buffer holds what its shape says, and scratch holds gridDim.x rows
-            // of E + 2 floats (checked above).
-            unsafe { launch.launch(config)? };
+            // SAFETY: block x takes samples b < B only, every buffer holds what its shape
+            // says, and scratch holds gridDim.x rows of E + 2 floats (checked above).
+            unsafe {
+                self.raw.attn_pool_loss(
+                    stream,
+                    config,
+                    inputs.o,
+                    inputs.wp,
+                    inputs.bp,
+                    inputs.r,
+                    &mut *out.pred,
+                    &mut *out.d_o,
+                    &mut *scratch,
+                    b,
+                    w,
+                    e,
+                    coef,
+                )?
+            };
         }
-        let mut launch = stream.launch(self.kernel(KernelId::AttnPoolFinish));
-        launch
-            .buf(&*scratch)
-            .arg(&rows)
-            .arg(&e)
-            .buf_mut(out.dwp)
-            .buf_mut(out.dbp)
-            .buf_mut(out.losses)
-            .arg(&b)
-            .arg(&coef);
-        // SAFETY: the arguments match `attn_pool_finish(const float* partials, unsigned rows,
-        // unsigned E, float* dwp, float* dbp, float* losses, unsigned B, float coef)`; it
-        // reads rows (E + 2) floats of scratch and writes dwp[c < E], dbp[0] and loss slots
-        // below LOSS_SLOTS (all checked above).
-        unsafe { launch.launch(tile_config(cols.div_ceil(32), 1)) }
+        // SAFETY: the kernel reads rows (E + 2) floats of scratch and writes dwp[c < E], dbp[0] and
+        // loss slots below LOSS_SLOTS (all checked above).
+        unsafe {
+            self.raw.attn_pool_finish(
+                stream,
+                tile_config(cols.div_ceil(32), 1),
+                &*scratch,
+                rows,
+                e,
+                out.dwp,
+                out.dbp,
+                out.losses,
+                b,
+                coef,
+            )
+        }
     }
 }
 
@@ -3033,30 +2848,32 @@ impl Kernels {
         let count = table.entries.len() as u32;
         let total = table.total as u64;
         {
-            let mut launch = stream.launch(self.kernel(KernelId::GradSqNormPartial));
-            launch
-                .buf(&table.table)
-                .arg(&count)
-                .arg(&total)
-                .buf_mut(&mut *scratch);
-            // SAFETY: the arguments match `grad_sq_norm_partial(const u64* table, unsigned T,
-            // u64 total, float* partials)`; the table's T entries are the gradients passed
-            // in (same addresses and lengths, checked above, so alive and borrowed for this
-            // call), block x reads elements [x OPTIM_CHUNK, ..) < total of them and writes
-            // partials[x] with x < blocks <= scratch.len().
-            unsafe { launch.launch(table.config())? };
+            // SAFETY: the table's T entries are the gradients passed in (same addresses and
+            // lengths, checked above, so alive and borrowed for this call), block x reads
+            // elements [x OPTIM_CHUNK, ..) < total of them and writes partials[x] with x <
+            // blocks <= scratch.len().
+            unsafe {
+                self.raw.grad_sq_norm_partial(
+                    stream,
+                    table.config(),
+                    &table.table,
+                    count,
+                    total,
+                    &mut *scratch,
+                )?
+            };
         }
-        let mut launch = stream.launch(self.kernel(KernelId::GradSqNormFinish));
-        launch.buf(&*scratch).arg(&blocks).buf_mut(sq_norm);
         let config = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (1024, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the arguments match `grad_sq_norm_finish(const float* partials, unsigned
-        // n, float* out)`; it reads partials[0..blocks) (scratch holds at least that many)
-        // and writes out[0] (sq_norm holds 1, checked above).
-        unsafe { launch.launch(config) }
+        // SAFETY: the kernel reads partials[0..blocks) (scratch holds at least that many) and
+        // writes out[0] (sq_norm holds 1, checked above).
+        unsafe {
+            self.raw
+                .grad_sq_norm_finish(stream, config, &*scratch, blocks, sq_norm)
+        }
     }
 
     /// Adam with global-norm clipping, in place, over every tensor of `table` in one
@@ -3099,26 +2916,27 @@ impl Kernels {
         let count = table.entries.len() as u32;
         let total = table.total as u64;
         let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
-        let mut launch = stream.launch(self.kernel(KernelId::AdamClipUpdate));
-        launch
-            .buf(&table.table)
-            .arg(&count)
-            .arg(&total)
-            .buf(sq_norm)
-            .buf(scalars.on_device())
-            .arg(&max_norm)
-            .arg(&beta1)
-            .arg(&beta2)
-            .arg(&omb1)
-            .arg(&omb2)
-            .arg(&eps);
-        // SAFETY: the arguments match `adam_clip_update(const u64* table, unsigned T, u64
-        // total, const float* sq_norm, const float* scalars, float max_norm, float beta1,
-        // float beta2, float one_minus_beta1, float one_minus_beta2, float eps)`; every address in the table is one of the buffers in
-        // `slots` (checked above, with its length), which this call borrows (the params and
-        // moments mutably), block x touches elements [x OPTIM_CHUNK, ..) < total only, and
-        // scalars holds indices 0..=2 (checked above).
-        unsafe { launch.launch(table.config()) }
+        // SAFETY: every address in the table is one of the buffers in `slots` (checked
+        // above, with its length), which this call borrows (the params and moments
+        // mutably), block x touches elements [x OPTIM_CHUNK, ..) < total only, and scalars
+        // holds indices 0..=2 (checked above).
+        unsafe {
+            self.raw.adam_clip_update(
+                stream,
+                table.config(),
+                &table.table,
+                count,
+                total,
+                sq_norm,
+                scalars.on_device(),
+                max_norm,
+                beta1,
+                beta2,
+                omb1,
+                omb2,
+                eps,
+            )
+        }
     }
 
     /// `out[c] = Σ_r x[r, c]` for `x[rows, cols]`, two-pass and deterministic:
@@ -3154,25 +2972,33 @@ impl Kernels {
         let (col_blocks, chunks32, per_chunk) =
             (col_blocks as u32, chunks as u32, rows_per_chunk as u32);
         {
-            let mut launch = stream.launch(self.kernel(KernelId::ColumnSumsPartial));
-            launch
-                .buf(x)
-                .arg(&r)
-                .arg(&c)
-                .arg(&per_chunk)
-                .buf_mut(&mut *scratch);
-            // SAFETY: the arguments match `column_sums_partial(const float* x, unsigned rows,
-            // unsigned cols, unsigned rows_per_chunk, float* partials)`; block (i, y) reads
-            // columns < cols of rows [y rows_per_chunk, rows) of x (rows cols floats, checked)
-            // and writes partials[y cols + c] with y < chunks, c < cols: inside scratch.
-            unsafe { launch.launch(tile_config(col_blocks, chunks32))? };
+            // SAFETY: block (i, y) reads columns < cols of rows [y rows_per_chunk, rows) of
+            // x (rows cols floats, checked) and writes partials[y cols + c] with y <
+            // chunks, c < cols: inside scratch.
+            unsafe {
+                self.raw.column_sums_partial(
+                    stream,
+                    tile_config(col_blocks, chunks32),
+                    x,
+                    r,
+                    c,
+                    per_chunk,
+                    &mut *scratch,
+                )?
+            };
         }
-        let mut launch = stream.launch(self.kernel(KernelId::ColumnSumsFinish));
-        launch.buf(&*scratch).arg(&chunks32).arg(&c).buf_mut(out);
-        // SAFETY: the arguments match `column_sums_finish(const float* partials, unsigned
-        // chunks, unsigned cols, float* out)`; it reads chunks cols floats of scratch and
-        // writes out[c] for c < cols = out.len() (checked above).
-        unsafe { launch.launch(tile_config(col_blocks, 1)) }
+        // SAFETY: the kernel reads chunks cols floats of scratch and writes out[c] for c < cols =
+        // out.len() (checked above).
+        unsafe {
+            self.raw.column_sums_finish(
+                stream,
+                tile_config(col_blocks, 1),
+                &*scratch,
+                chunks32,
+                c,
+                out,
+            )
+        }
     }
 }
 
@@ -3208,16 +3034,6 @@ pub fn fill_affine_reference(y: &mut [f32], start: f32, step: f32) {
     for (i, y) in y.iter_mut().enumerate() {
         *y = (i as f32).mul_add(step, start);
     }
-}
-
-/// Collects one result per slot into a fixed array, stopping at the first error.
-fn fixed_slots<T, const N: usize>(results: [Result<T>; N]) -> Result<[T; N]> {
-    let items = results.into_iter().collect::<Result<Vec<T>>>()?;
-    // N results collect into N items, so the conversion cannot fail; the error keeps the
-    // library free of a panic path all the same.
-    items
-        .try_into()
-        .map_err(|_| Error::Invalid("kernel registry: a slot went missing".into()))
 }
 
 /// The kernels index with 32-bit unsigned integers.
@@ -3288,10 +3104,90 @@ mod tests {
         }
     }
 
+    /// The kernels the wrappers launch, module by module (the list this crate kept by hand
+    /// before the registry was generated from the sources).
+    #[test]
+    fn the_generated_registry_has_every_kernel_in_source_order() {
+        let names: Vec<(&str, &str)> = KernelId::ALL
+            .iter()
+            .map(|k| (k.module().name(), k.name()))
+            .collect();
+        let want = [
+            ("chain", "chain_step"),
+            ("dqn_attention", "attention_forward"),
+            ("dqn_attention", "attention_backward"),
+            ("dqn_attention", "attn_pool_loss"),
+            ("dqn_attention", "attn_pool_finish"),
+            ("dqn_heads", "glu_forward"),
+            ("dqn_heads", "glu_backward"),
+            ("dqn_heads", "branch_head_forward"),
+            ("dqn_heads", "branch_head_backward_partial"),
+            ("dqn_heads", "branch_head_backward_finish"),
+            ("dqn_heads", "ddqn_target"),
+            ("dqn_heads", "dueling_losses"),
+            ("dqn_heads", "expectile_loss"),
+            ("dqn_heads", "expectile_head_partial"),
+            ("dqn_heads", "expectile_head_finish"),
+            ("dqn_heads", "trunk_grad_join_partial"),
+            ("dqn_heads", "trunk_grad_join_finish"),
+            ("dqn_heads", "trunk_l1_grad_partial"),
+            ("dqn_heads", "trunk_l1_grad_finish"),
+            ("dqn_iqn", "iqn_cos_features"),
+            ("dqn_iqn", "iqn_forward_backward_v2"),
+            ("dqn_iqn", "iqn_forward_backward_v4"),
+            ("dqn_iqn", "iqn_forward_backward_generic"),
+            ("dqn_iqn", "iqn_finish"),
+            ("dqn_iqn", "iqn_fused"),
+            ("dqn_iqn", "iqn_fused_finish"),
+            ("dqn_optim", "grad_sq_norm_partial"),
+            ("dqn_optim", "grad_sq_norm_finish"),
+            ("dqn_optim", "adam_clip_update"),
+            ("dqn_optim", "column_sums_partial"),
+            ("dqn_optim", "column_sums_finish"),
+            ("elementwise", "axpby"),
+            ("elementwise", "scale_by_scalar"),
+            ("elementwise", "fill_affine"),
+        ];
+        assert_eq!(names, want);
+        let axpby = KernelId::Axpby.decl();
+        let params: Vec<(&str, &str, usize)> = axpby
+            .params
+            .iter()
+            .map(|p| (p.name, p.c_type, p.size))
+            .collect();
+        assert_eq!(
+            params,
+            [
+                ("x", "const float*", 8),
+                ("y", "float*", 8),
+                ("n", "unsigned", 4),
+                ("a", "float", 4),
+                ("b", "float", 4)
+            ]
+        );
+        // A struct passed by value: its size is the PTX's.
+        let adv2 = KernelId::DdqnTarget.decl().params[1];
+        assert_eq!(
+            (adv2.name, adv2.c_type, adv2.size),
+            ("adv2", "const BranchIn", 64)
+        );
+        assert_eq!(NVCC_RELEASE, NVCC_VERSION[1..].rsplit_once('.').unwrap().0);
+    }
+
+    /// The embedded image of `kind` of a module.
+    fn image(id: ModuleId, kind: stepgraph::kernel::ImageKind) -> &'static [u8] {
+        id.decl()
+            .images
+            .iter()
+            .find(|i| i.kind == kind)
+            .unwrap_or_else(|| panic!("{id:?}: no {kind:?} image"))
+            .bytes
+    }
+
     #[test]
     fn every_cubin_is_a_cuda_elf_image() {
         for id in ModuleId::ALL {
-            let cubin = id.image();
+            let cubin = image(id, stepgraph::kernel::ImageKind::Cubin);
             assert!(cubin.starts_with(b"\x7fELF"), "{id:?}: not an ELF image");
             // e_machine (little-endian u16 at offset 18) is EM_CUDA = 190.
             assert_eq!(u16::from_le_bytes([cubin[18], cubin[19]]), 190, "{id:?}");
@@ -3301,7 +3197,7 @@ mod tests {
     #[test]
     fn every_ptx_targets_sm_90_with_an_isa_a_cuda_13_0_driver_reads() {
         for id in ModuleId::ALL {
-            let bytes = id.ptx();
+            let bytes = image(id, stepgraph::kernel::ImageKind::Ptx);
             assert_eq!(bytes.last(), Some(&0), "{id:?}: PTX must be NUL-terminated");
             let text = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
             assert!(
@@ -3324,7 +3220,7 @@ mod tests {
     #[test]
     fn every_kernel_is_an_entry_of_its_module() {
         for k in KernelId::ALL {
-            let ptx = String::from_utf8_lossy(k.module().ptx());
+            let ptx = String::from_utf8_lossy(image(k.module(), stepgraph::kernel::ImageKind::Ptx));
             let entry = format!(".entry {}(", k.name());
             assert!(
                 ptx.contains(&entry),

@@ -28,6 +28,7 @@ mod device;
 mod error;
 mod executor;
 mod graph;
+pub mod kernel;
 mod options;
 mod scalars;
 mod step;
@@ -41,6 +42,7 @@ pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{AllocLike, Device, DeviceBuffer};
 pub use error::{Error, Result};
+pub use kernel::{Kernel, Module};
 pub use options::{Options, Schedule};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use step::{Step, StepSpec};
@@ -220,7 +222,7 @@ pub use step::{Step, StepSpec};
 /// ```
 pub use stepgraph_macros::step;
 pub use stepgraph_plan::{PlanDesc, Profile};
-pub use stream::{Blas, CaptureStream, Kernel, Launch, Module};
+pub use stream::{Blas, CaptureStream, Launch};
 pub use verify::VerifyReport;
 pub use work::WorkBound;
 
@@ -262,15 +264,19 @@ pub mod preflight {
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
 #[doc(hidden)]
 pub mod __rt_v1 {
-    pub use crate::device::{AllocLike, Device};
-    pub use crate::error::Result;
+    pub use crate::device::{AllocLike, Device, DeviceBuffer};
+    pub use crate::error::{Error, Result};
     pub use crate::executor::Issue;
+    pub use crate::kernel::{
+        Image, Kernel, KernelDecl, Module, ModuleDecl, ParamDecl, Registry, bf16, f16,
+    };
     pub use crate::plan::{
         AccessDesc, BufId, BufKind, BufferDesc, EdgeDesc, EdgeKind, EventDesc, EventId, OpDesc,
         OpId, PlanDesc, StreamDesc, StreamId, StreamPriority,
     };
     pub use crate::step::{Step, StepSpec};
     pub use crate::stream::{Blas, CaptureStream};
+    pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 
     /// Allocates `count` more copies shaped like `first` (per-stream or per-branch
     /// scratch), naming each in an out-of-memory error.
@@ -386,4 +392,42 @@ pub mod __rt_v1 {
         }
         out
     }
+}
+
+/// Includes the kernel registry that `stepgraph-build` wrote for this crate (the file
+/// `$OUT_DIR/stepgraph_kernels.rs`, or the name given, for a build script that set
+/// `Builder::out_file`).
+///
+/// Put it in a module of its own: it defines `ModuleId`, `KernelId`, `MODULES`,
+/// `NVCC_RELEASE`, `NVCC_VERSION` and `Kernels`, whose `load` loads every module once per
+/// device (checking each kernel's declared parameters against the loaded module) and which
+/// has one typed launcher per kernel. A kernel `scale(float* x, unsigned n, float s)`:
+///
+/// ```ignore
+/// // build.rs: fn main() { stepgraph_build::Builder::new().run(); }
+/// mod kernels {
+///     stepgraph::include_kernels!();
+/// }
+/// use kernels::Kernels;
+/// use stepgraph::{CaptureStream, DeviceBuffer, Error, LaunchConfig, Result};
+///
+/// fn double(k: &Kernels, stream: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+///     let n = u32::try_from(x.len()).map_err(|_| Error::Invalid("x: too long".into()))?;
+///     // SAFETY: one thread per element, and the kernel returns for i >= n = x.len().
+///     unsafe { k.scale(stream, LaunchConfig::for_num_elems(n), x, n, 2.0) }
+/// }
+/// ```
+///
+/// (Not compiled here, for want of a build script's output: `stepgraph-build`'s tests build
+/// a crate outside the workspace that does exactly this.) The kernels' own obligations
+/// (that the grid and the size arguments keep accesses in bounds) are all that keeps the
+/// launchers `unsafe`: the arguments' number, order and types are the compiler's to check.
+#[macro_export]
+macro_rules! include_kernels {
+    () => {
+        include!(concat!(env!("OUT_DIR"), "/stepgraph_kernels.rs"));
+    };
+    ($file:literal) => {
+        include!(concat!(env!("OUT_DIR"), "/", $file));
+    };
 }

@@ -1,0 +1,673 @@
+//! Tests of the whole pipeline (with a stand-in nvcc where one runs) and of the generated
+//! code. The real nvcc runs in `tests/user_crate.rs`.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn param(c_name: &str, c_type: &str, size: usize, rust: &str, pass: Pass) -> ParamModel {
+    ParamModel {
+        c_name: c_name.into(),
+        rust_name: c_name.into(),
+        c_type: c_type.into(),
+        size,
+        rust: rust.into(),
+        pass,
+        mapped_value: false,
+    }
+}
+
+/// The registry of a small crate: an elementwise module like stepgraph-kernels' own, and
+/// a module with a struct by value, a renamed parameter and a kernel called `load`.
+fn sample() -> Registry {
+    let axpby = KernelModel {
+        name: "axpby".into(),
+        variant: "Axpby".into(),
+        launcher: "axpby".into(),
+        line: 10,
+        signature: "__global__ void axpby(const float* __restrict__ x, float* __restrict__ y, unsigned n, float a, float b)".into(),
+        comment: Some("y[i] <- a * x[i] + b * y[i]".into()),
+        params: vec![
+            param("x", "const float*", 8, "f32", Pass::Buf),
+            param("y", "float*", 8, "f32", Pass::BufMut),
+            param("n", "unsigned", 4, "u32", Pass::Value),
+            param("a", "float", 4, "f32", Pass::Value),
+            param("b", "float", 4, "f32", Pass::Value),
+        ],
+    };
+    let fill = KernelModel {
+        name: "fill_affine".into(),
+        variant: "FillAffine".into(),
+        launcher: "fill_affine".into(),
+        line: 29,
+        signature: "__global__ void fill_affine(float* y, unsigned n, float start, float step)"
+            .into(),
+        comment: None,
+        params: vec![
+            param("y", "float*", 8, "f32", Pass::BufMut),
+            param("n", "unsigned", 4, "u32", Pass::Value),
+            param("start", "float", 4, "f32", Pass::Value),
+            param("step", "float", 4, "f32", Pass::Value),
+        ],
+    };
+    let mut adv = param(
+        "adv",
+        "const BranchIn",
+        64,
+        "crate::BranchPtrs",
+        Pass::Value,
+    );
+    adv.mapped_value = true;
+    let mut stream = param("stream", "int", 4, "i32", Pass::Value);
+    stream.rust_name = "stream_".into();
+    let load = KernelModel {
+        name: "load".into(),
+        variant: "Load".into(),
+        launcher: "launch_load".into(),
+        line: 3,
+        signature: "__global__ void load(const BranchIn adv, int stream)".into(),
+        comment: None,
+        params: vec![adv, stream],
+    };
+    let image = |kind, target: &str, stem: &str, ext: &str| ImageModel {
+        kind,
+        target: target.into(),
+        file: format!("/stepgraph_kernels/{stem}.{target}.{ext}"),
+    };
+    Registry {
+        rt: "::stepgraph".into(),
+        kernel_dir: "cuda".into(),
+        nvcc_release: "13.0".into(),
+        nvcc_version: "V13.0.88".into(),
+        modules: vec![
+            ModuleModel {
+                name: "elementwise".into(),
+                variant: "Elementwise".into(),
+                source: "cuda/elementwise.cu".into(),
+                images: vec![
+                    image(Kind::Cubin, "sm_90", "elementwise", "cubin"),
+                    image(Kind::Ptx, "compute_90", "elementwise", "ptx"),
+                ],
+                kernels: vec![axpby, fill],
+            },
+            ModuleModel {
+                name: "heads".into(),
+                variant: "Heads".into(),
+                source: "cuda/heads.cu".into(),
+                images: vec![image(Kind::Cubin, "sm_90", "heads", "cubin")],
+                kernels: vec![load],
+            },
+        ],
+    }
+}
+
+fn items(file: &syn::File) -> BTreeMap<String, &syn::Item> {
+    let mut out = BTreeMap::new();
+    for item in &file.items {
+        let name = match item {
+            syn::Item::Const(c) => c.ident.to_string(),
+            syn::Item::Enum(e) => e.ident.to_string(),
+            syn::Item::Static(s) => s.ident.to_string(),
+            syn::Item::Struct(s) => s.ident.to_string(),
+            _ => continue,
+        };
+        out.insert(name, item);
+    }
+    out
+}
+
+fn launcher<'f>(file: &'f syn::File, name: &str) -> &'f syn::ImplItemFn {
+    file.items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Impl(imp) => Some(imp),
+            _ => None,
+        })
+        .flat_map(|imp| &imp.items)
+        .find_map(|i| match i {
+            syn::ImplItem::Fn(f) if f.sig.ident == name => Some(f),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no method `{name}`"))
+}
+
+fn tokens(t: &impl quote_free::ToText) -> String {
+    t.text()
+}
+
+/// `syn` without `quote`: enough to print a type or a signature for a comparison.
+mod quote_free {
+    pub trait ToText {
+        fn text(&self) -> String;
+    }
+    impl ToText for syn::Type {
+        fn text(&self) -> String {
+            match self {
+                syn::Type::Path(p) => path(&p.path),
+                syn::Type::Reference(r) => format!(
+                    "&{}{}",
+                    if r.mutability.is_some() { "mut " } else { "" },
+                    r.elem.text()
+                ),
+                other => format!("{other:?}"),
+            }
+        }
+    }
+    fn path(p: &syn::Path) -> String {
+        let segs: Vec<String> = p
+            .segments
+            .iter()
+            .map(|s| {
+                let args = match &s.arguments {
+                    syn::PathArguments::AngleBracketed(a) => {
+                        let inner: Vec<String> = a
+                            .args
+                            .iter()
+                            .map(|g| match g {
+                                syn::GenericArgument::Type(t) => t.text(),
+                                syn::GenericArgument::Lifetime(l) => format!("'{}", l.ident),
+                                other => format!("{other:?}"),
+                            })
+                            .collect();
+                        format!("<{}>", inner.join(", "))
+                    }
+                    _ => String::new(),
+                };
+                format!("{}{args}", s.ident)
+            })
+            .collect();
+        format!(
+            "{}{}",
+            if p.leading_colon.is_some() { "::" } else { "" },
+            segs.join("::")
+        )
+    }
+}
+
+#[test]
+fn generated_code_parses_and_has_the_registry_and_a_typed_launcher_per_kernel() {
+    let code = codegen::generate(&sample());
+    let file = syn::parse_file(&code).unwrap_or_else(|e| panic!("{e}\n{code}"));
+    let items = items(&file);
+    for name in [
+        "NVCC_RELEASE",
+        "NVCC_VERSION",
+        "ModuleId",
+        "KernelId",
+        "MODULES",
+        "Kernels",
+    ] {
+        assert!(items.contains_key(name), "no `{name}`");
+    }
+    let syn::Item::Enum(kernel_id) = items["KernelId"] else {
+        panic!()
+    };
+    let variants: Vec<String> = kernel_id
+        .variants
+        .iter()
+        .map(|v| v.ident.to_string())
+        .collect();
+    assert_eq!(variants, ["Axpby", "FillAffine", "Load"]);
+    let syn::Item::Enum(module_id) = items["ModuleId"] else {
+        panic!()
+    };
+    let variants: Vec<String> = module_id
+        .variants
+        .iter()
+        .map(|v| v.ident.to_string())
+        .collect();
+    assert_eq!(variants, ["Elementwise", "Heads"]);
+
+    let axpby = launcher(&file, "axpby");
+    assert!(axpby.sig.unsafety.is_some(), "launchers are unsafe");
+    let params: Vec<(String, String)> = axpby
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|i| match i {
+            syn::FnArg::Typed(t) => {
+                let syn::Pat::Ident(id) = &*t.pat else {
+                    panic!()
+                };
+                Some((id.ident.to_string(), tokens(&*t.ty)))
+            }
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let want = [
+        ("stream", "&::stepgraph::__rt_v1::CaptureStream<'_>"),
+        ("config", "::stepgraph::__rt_v1::LaunchConfig"),
+        ("x", "&::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("y", "&mut ::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("n", "u32"),
+        ("a", "f32"),
+        ("b", "f32"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(params, want);
+    let docs: Vec<String> = axpby
+        .attrs
+        .iter()
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) if nv.path.is_ident("doc") => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let docs = docs.join("\n");
+    assert!(docs.contains("# Safety"), "{docs}");
+    assert!(docs.contains("y[i] <- a * x[i] + b * y[i]"), "{docs}");
+    assert!(
+        docs.contains("__global__ void axpby(const float* __restrict__ x"),
+        "{docs}"
+    );
+    assert!(
+        docs.contains("Launches `axpby` (`cuda/elementwise.cu`, line 10)"),
+        "{docs}"
+    );
+
+    // `load` is taken by `Kernels::load`; `stream` by the launcher's own parameter.
+    let load = launcher(&file, "launch_load");
+    let names: Vec<String> = load
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|i| match i {
+            syn::FnArg::Typed(t) => match &*t.pat {
+                syn::Pat::Ident(id) => Some(id.ident.to_string()),
+                _ => None,
+            },
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect();
+    assert_eq!(names, ["stream", "config", "adv", "stream_"]);
+    assert!(
+        code.contains(".arg(&adv)\n                .arg(&stream_)\n"),
+        "{code}"
+    );
+    // The mapped struct's size is asserted at compile time.
+    assert!(
+        code.contains("::core::mem::size_of::<crate::BranchPtrs>() == 64"),
+        "{code}"
+    );
+    // Every runtime item goes through the configured path's hidden, versioned module.
+    for line in code.lines().filter(|l| l.contains("stepgraph")) {
+        let ok = !line.contains("::stepgraph::") || line.contains("::stepgraph::__rt_v1::");
+        assert!(ok || line.trim_start().starts_with("//"), "{line}");
+    }
+}
+
+#[test]
+fn the_runtime_path_is_configurable() {
+    let mut r = sample();
+    r.rt = "::my_framework::stepgraph".into();
+    let code = codegen::generate(&r);
+    syn::parse_file(&code).unwrap();
+    assert!(code.contains("&::my_framework::stepgraph::__rt_v1::CaptureStream<'_>"));
+    assert!(!code.contains(" ::stepgraph::"), "{code}");
+}
+
+/// The generated file for [`sample`], reviewed like code. Regenerate with
+/// `STEPGRAPH_BLESS=1 cargo test -p stepgraph-build` and review the diff.
+#[test]
+fn generated_code_snapshot() {
+    let code = codegen::generate(&sample());
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/registry.rs");
+    if std::env::var_os("STEPGRAPH_BLESS").is_some() {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &code).unwrap();
+        return;
+    }
+    let expected = fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "no snapshot at {}: run with STEPGRAPH_BLESS=1 and review it",
+            path.display()
+        )
+    });
+    if expected != code {
+        let first = expected
+            .lines()
+            .zip(code.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(code.lines().count()));
+        panic!(
+            "the generated code changed from line {}:\n  expected: {:?}\n  found:    {:?}\nrun with STEPGRAPH_BLESS=1 and review the diff",
+            first + 1,
+            expected.lines().nth(first),
+            code.lines().nth(first)
+        );
+    }
+}
+
+/// A crate layout in a temporary folder: `cuda/` with the given files.
+struct Crate {
+    dir: tempfile::TempDir,
+}
+
+impl Crate {
+    fn new(files: &[(&str, &str)]) -> Crate {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        fs::create_dir_all(dir.path().join("out")).unwrap();
+        Crate { dir }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn vars(&self, extra: &[(&str, &Path)]) -> BTreeMap<String, OsString> {
+        let mut vars: BTreeMap<String, OsString> = BTreeMap::new();
+        vars.insert("CARGO_MANIFEST_DIR".into(), self.root().into());
+        vars.insert("OUT_DIR".into(), self.root().join("out").into());
+        vars.insert("NUM_JOBS".into(), "2".into());
+        for (k, v) in extra {
+            vars.insert(k.to_string(), v.into());
+        }
+        vars
+    }
+}
+
+#[test]
+fn a_struct_without_a_mapping_fails_before_nvcc_naming_file_line_kernel_parameter_and_fix() {
+    let krate = Crate::new(&[
+        (
+            "cuda/common.cuh",
+            "#pragma once\nstruct BranchIn {\n    const float* p[8];\n};\n",
+        ),
+        (
+            "cuda/heads.cu",
+            "#include \"common.cuh\"\n\n// Sums the branches.\nextern \"C\" __global__ void sum_branches(const BranchIn adv,\n                                         float* out, unsigned n) {}\n",
+        ),
+    ]);
+    // No nvcc anywhere: the signature is refused before one is looked for.
+    let vars = krate.vars(&[("NVCC", &krate.root().join("no-nvcc"))]);
+    let cargo = Cargo::with_vars(&vars);
+    let errors = Builder::new().run_with(&cargo).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "cuda/heads.cu:4: kernel `sum_branches`, parameter 0 `adv` (`const BranchIn adv`): \
+             `BranchIn` is a struct (cuda/common.cuh:2) passed by value"
+        ),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].ends_with("`Builder::new().rust_type(\"BranchIn\", \"crate::BranchIn\")`"),
+        "{}",
+        errors[0]
+    );
+    let d = cargo.directives();
+    for path in ["cuda", "cuda/heads.cu", "cuda/common.cuh"] {
+        let line = format!(
+            "cargo::rerun-if-changed={}",
+            krate.root().join(path).display()
+        );
+        assert!(d.contains(&line), "{line} not in {d:?}");
+    }
+}
+
+#[cfg(unix)]
+mod with_a_stand_in_nvcc {
+    use super::*;
+
+    /// A shell script that answers `--version` and writes `ptx` (or a fake cubin) to
+    /// `-o`, a dependency file naming `header` to `-MF`, and a warning.
+    fn fake_nvcc(dir: &Path, ptx: &str, header: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let ptx_file = dir.join("canned.ptx");
+        fs::write(&ptx_file, ptx).unwrap();
+        let script = format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = \"--version\" ]; then echo 'Cuda compilation tools, release 12.4, V12.4.131'; exit 0; fi\n\
+             out=''; dep=''; src=''\n\
+             while [ $# -gt 0 ]; do case \"$1\" in -o) out=\"$2\"; shift;; -MF) dep=\"$2\"; shift;; *) src=\"$1\";; esac; shift; done\n\
+             case \"$out\" in *.ptx) cat '{}' > \"$out\";; *) printf 'CUBIN' > \"$out\";; esac\n\
+             if [ -n \"$dep\" ]; then printf '%s : %s \\\\\\n  %s\\n' \"$out\" \"$src\" '{}' > \"$dep\"; fi\n\
+             echo \"$src(3): warning: something to say\" >&2\n",
+            ptx_file.display(),
+            header.display()
+        );
+        let path = dir.join("nvcc");
+        fs::write(&path, script).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    const SOURCE: &str = "#include \"common.cuh\"\n// y <- 2 y\nextern \"C\" __global__ void twice(float* y, unsigned n) {}\n";
+    const PTX: &str = ".version 8.4\n.target sm_90\n.visible .entry twice(\n\t.param .u64 twice_param_0,\n\t.param .u32 twice_param_1\n)\n{\n}\n";
+
+    #[test]
+    fn compiles_embeds_nul_terminated_ptx_tracks_headers_and_forwards_warnings() {
+        let krate = Crate::new(&[
+            ("cuda/common.cuh", "#pragma once\n"),
+            ("cuda/ops.cu", SOURCE),
+        ]);
+        let header = krate.root().join("cuda/common.cuh");
+        let nvcc = fake_nvcc(krate.root(), PTX, &header);
+        let vars = krate.vars(&[("NVCC", &nvcc)]);
+        let cargo = Cargo::with_vars(&vars);
+        Builder::new().run_with(&cargo).unwrap();
+        let out = krate.root().join("out");
+        let code = fs::read_to_string(out.join("stepgraph_kernels.rs")).unwrap();
+        syn::parse_file(&code).unwrap();
+        assert!(
+            code.contains("pub const NVCC_RELEASE: &str = \"12.4\";"),
+            "{code}"
+        );
+        assert!(code.contains("pub const NVCC_VERSION: &str = \"V12.4.131\";"));
+        assert!(
+            code.contains("\"/stepgraph_kernels/ops.sm_90.cubin\""),
+            "{code}"
+        );
+        assert!(
+            code.contains("ParamDecl::new(\"n\", \"unsigned\", 4)"),
+            "{code}"
+        );
+        let ptx = fs::read(out.join("stepgraph_kernels/ops.compute_90.ptx")).unwrap();
+        assert_eq!(ptx.last(), Some(&0), "PTX is NUL-terminated");
+        assert_eq!(ptx.iter().filter(|&&b| b == 0).count(), 1);
+        let d = cargo.directives();
+        let has = |s: &str| d.iter().any(|l| l == s);
+        assert!(
+            has(&format!("cargo::rerun-if-changed={}", header.display())),
+            "{d:?}"
+        );
+        assert!(
+            has(&format!("cargo::rerun-if-changed={}", nvcc.display())),
+            "{d:?}"
+        );
+        assert!(has("cargo::rerun-if-env-changed=NVCC"));
+        assert!(has("cargo::rerun-if-env-changed=NVCC_CCBIN"));
+        assert!(has("cargo::rerun-if-env-changed=STEPGRAPH_CUDA_ARCH"));
+        // The same warning from the cubin and the PTX run is forwarded once.
+        let warnings: Vec<&String> = d
+            .iter()
+            .filter(|l| l.starts_with("cargo::warning="))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].ends_with("ops.cu(3): warning: something to say"));
+
+        // The environment variable replaces the targets; a cubin-only build still checks
+        // against PTX it does not embed.
+        let vars = krate.vars(&[
+            ("NVCC", &nvcc),
+            ("STEPGRAPH_CUDA_ARCH", Path::new("sm_80,sm_90")),
+        ]);
+        Builder::new().run_with(&Cargo::with_vars(&vars)).unwrap();
+        let code = fs::read_to_string(out.join("stepgraph_kernels.rs")).unwrap();
+        let images: Vec<&str> = code.lines().filter(|l| l.contains("Image::")).collect();
+        assert_eq!(images.len(), 2, "{images:?}");
+        assert!(code.find("\"sm_90\"").unwrap() < code.find("\"sm_80\"").unwrap());
+        assert!(
+            out.join("stepgraph_kernels/ops.compute_90.check.ptx")
+                .is_file()
+        );
+        let vars = krate.vars(&[("NVCC", &nvcc), ("STEPGRAPH_CUDA_ARCH", Path::new("sm90"))]);
+        let e = Builder::new()
+            .run_with(&Cargo::with_vars(&vars))
+            .unwrap_err();
+        assert!(
+            e[0].starts_with("STEPGRAPH_CUDA_ARCH: `sm90` is not a CUDA target"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_size_the_ptx_disagrees_with_is_an_error_naming_kernel_and_parameter() {
+        // `u32` is a macro that nvcc expands to a 64-bit type: the scan cannot know.
+        let src = "#define u32 unsigned long long\nextern \"C\" __global__ void twice(float* y, u32 n) {}\n";
+        let krate = Crate::new(&[("cuda/ops.cu", src)]);
+        let nvcc = fake_nvcc(
+            krate.root(),
+            &PTX.replace(".u32 twice_param_1", ".u64 twice_param_1"),
+            &krate.root().join("cuda/ops.cu"),
+        );
+        let vars = krate.vars(&[("NVCC", &nvcc)]);
+        // A mapped type's size comes from the PTX, and a compile-time assertion in the
+        // generated code checks the Rust type against it.
+        let map = Builder::new().rust_type("u32", "u64");
+        map.run_with(&Cargo::with_vars(&vars)).unwrap();
+        let code = fs::read_to_string(krate.root().join("out/stepgraph_kernels.rs")).unwrap();
+        assert!(
+            code.contains("::core::mem::size_of::<u64>() == 8"),
+            "{code}"
+        );
+        assert!(code.contains("ParamDecl::new(\"n\", \"u32\", 8)"), "{code}");
+
+        // A built-in type whose size the PTX disagrees with.
+        let src = "extern \"C\" __global__ void twice(float* y, unsigned n) {}\n";
+        fs::write(krate.root().join("cuda/ops.cu"), src).unwrap();
+        let e = Builder::new()
+            .run_with(&Cargo::with_vars(&vars))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            [
+                "cuda/ops.cu:1: kernel `twice`, parameter 1 `n` (`unsigned n`): stepgraph-build \
+              reads `unsigned` as 4 bytes, and the PTX nvcc wrote has 8. Map the type to a Rust \
+              type of 8 bytes with `Builder::rust_type`."
+            ]
+        );
+    }
+
+    #[test]
+    fn a_parameter_count_the_ptx_disagrees_with_is_an_error() {
+        let krate = Crate::new(&[(
+            "cuda/ops.cu",
+            "extern \"C\" __global__ void twice(float* y, unsigned n, float s) {}\n",
+        )]);
+        let nvcc = fake_nvcc(krate.root(), PTX, &krate.root().join("cuda/ops.cu"));
+        let vars = krate.vars(&[("NVCC", &nvcc)]);
+        let e = Builder::new()
+            .run_with(&Cargo::with_vars(&vars))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            [
+                "cuda/ops.cu:1: kernel `twice` has 3 parameters in the source as stepgraph-build \
+              reads it, and 2 in the PTX nvcc wrote (a macro in the parameter list?)"
+            ]
+        );
+    }
+
+    #[test]
+    fn kernels_nvcc_leaves_out_or_the_scan_misses_are_warnings() {
+        let src = "#if 0\nextern \"C\" __global__ void old(float* y) {}\n#endif\n\
+                   extern \"C\" __global__ void twice(float* y, unsigned n) {}\n";
+        let krate = Crate::new(&[("cuda/ops.cu", src)]);
+        let ptx = format!("{PTX}.visible .entry from_macro(\n)\n{{\n}}\n");
+        let nvcc = fake_nvcc(krate.root(), &ptx, &krate.root().join("cuda/ops.cu"));
+        let vars = krate.vars(&[("NVCC", &nvcc)]);
+        let cargo = Cargo::with_vars(&vars);
+        Builder::new().run_with(&cargo).unwrap();
+        let code = fs::read_to_string(krate.root().join("out/stepgraph_kernels.rs")).unwrap();
+        assert!(code.contains("pub unsafe fn twice("));
+        assert!(!code.contains("fn old(") && !code.contains("fn from_macro("));
+        let warnings: Vec<String> = cargo
+            .directives()
+            .into_iter()
+            .filter(|d| d.starts_with("cargo::warning=cuda/"))
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "cargo::warning=cuda/ops.cu:2: kernel `old` is not in the module nvcc compiled \
+                 (inside an `#if` that is off?): it gets no KernelId or launcher",
+                "cargo::warning=cuda/ops.cu: the compiled module has a kernel `from_macro` that \
+                 stepgraph-build did not find in the source (declared through a macro?): it has \
+                 no KernelId or launcher; look it up with `Module::kernel`"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_nvcc_older_than_the_minimum_is_refused() {
+        let krate = Crate::new(&[("cuda/ops.cu", SOURCE)]);
+        let nvcc = fake_nvcc(krate.root(), PTX, &krate.root().join("cuda/ops.cu"));
+        let vars = krate.vars(&[("NVCC", &nvcc)]);
+        let e = Builder::new()
+            .min_nvcc_version(12, 8)
+            .run_with(&Cargo::with_vars(&vars))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            [format!(
+                "{} (found through NVCC) is nvcc 12.4; this crate's kernels need nvcc 12.8 or \
+                 newer (`Builder::min_nvcc_version`). Point NVCC at a newer nvcc.",
+                nvcc.display()
+            )]
+        );
+    }
+
+    #[test]
+    fn headers_exported_by_dependencies_are_on_the_include_path() {
+        let krate = Crate::new(&[("cuda/ops.cu", SOURCE)]);
+        let nvcc = fake_nvcc(krate.root(), PTX, &krate.root().join("cuda/ops.cu"));
+        let dep = krate.root().join("dep/cuda");
+        fs::create_dir_all(&dep).unwrap();
+        fs::write(dep.join("common.cuh"), "typedef unsigned my_u32;\n").unwrap();
+        let vars = krate.vars(&[("NVCC", &nvcc), ("DEP_MY_KERNELS_CUDA_INCLUDE", &dep)]);
+        let cargo = Cargo::with_vars(&vars);
+        Builder::new().run_with(&cargo).unwrap();
+        // Found through the exported folder: its header is tracked.
+        let line = format!(
+            "cargo::rerun-if-changed={}",
+            dep.join("common.cuh").display()
+        );
+        assert!(
+            cargo.directives().contains(&line),
+            "{:?}",
+            cargo.directives()
+        );
+        // And a crate with `links` exports its own folder.
+        let mut vars = vars.clone();
+        vars.insert("CARGO_MANIFEST_LINKS".into(), "mine".into());
+        let cargo = Cargo::with_vars(&vars);
+        Builder::new().run_with(&cargo).unwrap();
+        let line = format!(
+            "cargo::metadata=cuda_include={}",
+            krate.root().join("cuda").display()
+        );
+        assert!(
+            cargo.directives().contains(&line),
+            "{:?}",
+            cargo.directives()
+        );
+    }
+}

@@ -1,0 +1,767 @@
+//! Modules and kernels: loading images, each kernel's parameter list as the driver reports
+//! it, and the declarations that `stepgraph-build` generates for a crate's kernels.
+//!
+//! A crate's build script runs `stepgraph_build::Builder` (see that crate), which compiles
+//! its `cuda/*.cu` and writes a registry that [`include_kernels!`](crate::include_kernels)
+//! includes: a [`ModuleDecl`] per file, with its [`Image`]s and a [`KernelDecl`] (name and
+//! [`ParamDecl`]s) per kernel, loaded into a [`Registry`] by the generated
+//! `Kernels::load`. Loading compares every declared parameter list with the loaded
+//! kernel's; every launch through [`CaptureStream::launch`](crate::CaptureStream::launch)
+//! is compared with the kernel's [`Param`]s before the driver sees it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
+
+/// The half-precision types of the `half` crate, which launchers take for `__half` and
+/// `__nv_bfloat16` parameters (re-exported so that a kernel crate needs no `half` of its
+/// own).
+pub use half::{bf16, f16};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+/// What an image holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImageKind {
+    /// Machine code for one GPU generation (an ELF cubin).
+    Cubin,
+    /// PTX, NUL-terminated, that the driver JIT-compiles for the GPU it loads on.
+    Ptx,
+}
+
+/// A compiled image of a module, embedded in the binary.
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub struct Image {
+    /// A cubin or PTX.
+    pub kind: ImageKind,
+    /// The target it was compiled for: `sm_90`, `compute_90`.
+    pub target: &'static str,
+    /// The bytes `cuModuleLoadData` reads.
+    pub bytes: &'static [u8],
+}
+
+impl Image {
+    /// A cubin for `target` (`sm_90`).
+    pub const fn cubin(target: &'static str, bytes: &'static [u8]) -> Image {
+        Image {
+            kind: ImageKind::Cubin,
+            target,
+            bytes,
+        }
+    }
+
+    /// PTX for `target` (`compute_90`), NUL-terminated.
+    pub const fn ptx(target: &'static str, bytes: &'static [u8]) -> Image {
+        Image {
+            kind: ImageKind::Ptx,
+            target,
+            bytes,
+        }
+    }
+}
+
+impl fmt::Debug for Image {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Image")
+            .field("kind", &self.kind)
+            .field("target", &self.target)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// A declared kernel parameter: its name and C type as written, and its size in bytes as
+/// compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ParamDecl {
+    /// The name in the CUDA signature; empty for an unnamed parameter.
+    pub name: &'static str,
+    /// The C type: `const float*`, `unsigned`.
+    pub c_type: &'static str,
+    /// Bytes in the kernel's parameter buffer.
+    pub size: usize,
+}
+
+impl ParamDecl {
+    /// A parameter `c_type name` of `size` bytes.
+    pub const fn new(name: &'static str, c_type: &'static str, size: usize) -> ParamDecl {
+        ParamDecl { name, c_type, size }
+    }
+}
+
+/// A declared kernel: its `extern "C"` name and its parameters in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelDecl {
+    /// The name the module exports.
+    pub name: &'static str,
+    /// Its parameters, in order.
+    pub params: &'static [ParamDecl],
+}
+
+impl KernelDecl {
+    /// A kernel `name(params)`.
+    pub const fn new(name: &'static str, params: &'static [ParamDecl]) -> KernelDecl {
+        KernelDecl { name, params }
+    }
+}
+
+/// A declared module: one `.cu` file, its images and its kernels.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct ModuleDecl {
+    /// The module's name (the file's stem).
+    pub name: &'static str,
+    /// The source, for messages: `cuda/elementwise.cu`.
+    pub source: &'static str,
+    /// The images, in the order they are tried.
+    pub images: &'static [Image],
+    /// The kernels.
+    pub kernels: &'static [KernelDecl],
+}
+
+impl ModuleDecl {
+    /// A module `name` compiled from `source`.
+    pub const fn new(
+        name: &'static str,
+        source: &'static str,
+        images: &'static [Image],
+        kernels: &'static [KernelDecl],
+    ) -> ModuleDecl {
+        ModuleDecl {
+            name,
+            source,
+            images,
+            kernels,
+        }
+    }
+}
+
+/// A parameter of a loaded kernel: where and how large it is in the kernel's parameter
+/// buffer (from the driver), and its name and C type where a declaration gave them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Param {
+    /// Byte offset in the parameter buffer.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+    /// Declared name.
+    pub name: Option<&'static str>,
+    /// Declared C type.
+    pub c_type: Option<&'static str>,
+}
+
+impl Param {
+    /// ` `n``, or nothing for a parameter without a declared name.
+    fn named(&self) -> String {
+        match self.name {
+            Some(n) if !n.is_empty() => format!(" `{n}`"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// How a declared parameter list differs from the loaded kernel's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignatureMismatch {
+    /// Different numbers of parameters.
+    Count {
+        /// Parameters declared.
+        declared: usize,
+        /// Parameters of the loaded kernel.
+        loaded: usize,
+    },
+    /// A parameter of a different size.
+    Size {
+        /// Its position.
+        index: usize,
+        /// Its declared name (empty if unnamed).
+        name: &'static str,
+        /// Its declared C type.
+        c_type: &'static str,
+        /// Its declared size.
+        declared: usize,
+        /// Its size in the loaded kernel.
+        loaded: usize,
+    },
+}
+
+impl fmt::Display for SignatureMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SignatureMismatch::Count { declared, loaded } => write!(
+                f,
+                "declared with {declared} parameters, the loaded kernel takes {loaded}"
+            ),
+            SignatureMismatch::Size {
+                index,
+                name,
+                c_type,
+                declared,
+                loaded,
+            } => {
+                let name = if name.is_empty() {
+                    String::new()
+                } else {
+                    format!(" `{name}`")
+                };
+                write!(
+                    f,
+                    "parameter {index}{name} is declared {c_type} ({declared} bytes), the loaded \
+                     kernel takes {loaded} bytes"
+                )
+            }
+        }
+    }
+}
+
+/// How a launch's arguments differ from its kernel's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ArgMismatch {
+    /// A different number of arguments.
+    Count {
+        /// Parameters the kernel takes.
+        expected: usize,
+        /// Arguments pushed.
+        found: usize,
+        /// The first parameter without an argument, if there were too few.
+        missing: Option<Param>,
+    },
+    /// An argument of a different size than its parameter (the first such).
+    Size {
+        /// Its position.
+        index: usize,
+        /// The parameter.
+        param: Param,
+        /// The argument's size in bytes.
+        found: usize,
+    },
+}
+
+impl fmt::Display for ArgMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ArgMismatch::Count {
+                expected,
+                found,
+                missing,
+            } => {
+                write!(
+                    f,
+                    "it takes {expected} arguments, the launch passed {found}"
+                )?;
+                if let Some(p) = missing {
+                    write!(f, " (the first missing is argument {found}{}", p.named())?;
+                    if let Some(t) = p.c_type {
+                        write!(f, ", {t}")?;
+                    }
+                    write!(f, ")")?;
+                }
+                Ok(())
+            }
+            ArgMismatch::Size {
+                index,
+                param,
+                found,
+            } => match param.c_type {
+                Some(t) => write!(
+                    f,
+                    "argument {index}{} is {t} ({} bytes), the launch passed {found} bytes",
+                    param.named(),
+                    param.size
+                ),
+                None => write!(
+                    f,
+                    "argument {index} takes {} bytes, the launch passed {found}",
+                    param.size
+                ),
+            },
+        }
+    }
+}
+
+/// A loaded module (a cubin or PTX image).
+#[derive(Clone)]
+pub struct Module {
+    name: &'static str,
+    ctx: Arc<CudaContext>,
+    inner: Arc<CudaModule>,
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module").field("name", &self.name).finish()
+    }
+}
+
+impl Module {
+    /// Loads a cubin (or PTX text, NUL-terminated) image, with
+    /// [`cuModuleLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html).
+    pub fn load(device: &Device, name: &'static str, image: &[u8]) -> Result<Module> {
+        let ctx = device.context().clone();
+        let inner = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
+            .map_err(Error::driver("cuModuleLoadData"))?;
+        Ok(Module { name, ctx, inner })
+    }
+
+    /// Loads a declared module: its images in turn until the driver accepts one (a cubin
+    /// is refused on a GPU it was not built for; PTX is then JIT-compiled). If the driver
+    /// refuses every image, the error is the first one's.
+    pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
+        let mut first = None;
+        for image in decl.images {
+            match Module::load(device, decl.name, image.bytes) {
+                Ok(module) => return Ok(module),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(first.unwrap_or_else(|| {
+            Error::Invalid(format!(
+                "module `{}` ({}) declares no image to load",
+                decl.name, decl.source
+            ))
+        }))
+    }
+
+    /// The module's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Looks up a kernel by its (`extern "C"`) name. Its parameter list is read from the
+    /// driver, so that launches are checked against it; without a declaration it has sizes
+    /// but no names or types.
+    pub fn kernel(&self, name: &'static str) -> Result<Kernel> {
+        let func = self.function(name)?;
+        let params = driver_params(&self.ctx, &func)?
+            .into_iter()
+            .map(|(offset, size)| Param {
+                offset,
+                size,
+                name: None,
+                c_type: None,
+            })
+            .collect();
+        Ok(Kernel {
+            name,
+            module: self.name,
+            func,
+            params,
+        })
+    }
+
+    /// Looks up a declared kernel and checks its declaration against the driver's
+    /// parameter list: a different count or size is [`Error::KernelSignature`].
+    pub fn declared_kernel(&self, decl: &'static KernelDecl) -> Result<Kernel> {
+        let func = self.function(decl.name)?;
+        let params = check_declared(self.name, decl, &driver_params(&self.ctx, &func)?)?;
+        Ok(Kernel {
+            name: decl.name,
+            module: self.name,
+            func,
+            params,
+        })
+    }
+
+    fn function(&self, name: &'static str) -> Result<CudaFunction> {
+        check_kernel_name(self.name, name)?;
+        self.inner
+            .load_function(name)
+            .map_err(|source| Error::KernelMissing {
+                module: self.name,
+                kernel: name,
+                source,
+            })
+    }
+}
+
+/// The driver takes the name as a C string: cudarc makes one with
+/// `CString::new(..).unwrap()`, which panics on a NUL byte inside the name.
+fn check_kernel_name(module: &str, name: &str) -> Result<()> {
+    match name.find('\0') {
+        Some(at) => Err(Error::Invalid(format!(
+            "kernel name {name:?} in module `{module}`: expected a name without NUL bytes \
+             (the driver takes a C string), found one at byte {at}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The most parameters a kernel can have: its parameter buffer holds 32764 bytes.
+const MAX_PARAMS: usize = 32_764;
+
+/// The oldest driver with `cuFuncGetParamInfo`.
+const PARAM_INFO_DRIVER: i32 = 12_040;
+
+/// Each parameter's offset and size, from
+/// [`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
+/// The count is the first index the driver refuses: `cuFuncGetParamCount` arrived with
+/// CUDA 13.2, newer than the 13.0 drivers this crate targets (and cudarc binds it only for
+/// 13.2).
+fn driver_params(ctx: &CudaContext, func: &CudaFunction) -> Result<Vec<(usize, usize)>> {
+    let mut version = 0;
+    // SAFETY: cuDriverGetVersion writes one int through a pointer to a local.
+    let status = unsafe { sys::cuDriverGetVersion(&mut version) };
+    if status != CUresult::CUDA_SUCCESS {
+        return Err(Error::Driver {
+            call: "cuDriverGetVersion",
+            source: DriverError(status),
+        });
+    }
+    // cudarc panics on a symbol the driver lacks: refuse an old driver by name instead.
+    if version < PARAM_INFO_DRIVER {
+        return Err(Error::Invalid(format!(
+            "the CUDA driver is {}.{}; stepgraph checks kernel parameter lists with \
+             cuFuncGetParamInfo, which needs driver 12.4 or newer",
+            version / 1000,
+            version % 1000 / 10
+        )));
+    }
+    ctx.bind_to_thread()
+        .map_err(Error::driver("cuCtxSetCurrent"))?;
+    let f = func.cu_function();
+    let mut params = Vec::new();
+    while params.len() <= MAX_PARAMS {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `f` belongs to a module that `func` keeps loaded, and the out-pointers
+        // point at locals that outlive the call.
+        let status = unsafe { sys::cuFuncGetParamInfo(f, params.len(), &mut offset, &mut size) };
+        match status {
+            CUresult::CUDA_SUCCESS => params.push((offset, size)),
+            // The index is one past the last parameter.
+            CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(params),
+            other => {
+                return Err(Error::Driver {
+                    call: "cuFuncGetParamInfo",
+                    source: DriverError(other),
+                });
+            }
+        }
+    }
+    Err(Error::Invalid(format!(
+        "cuFuncGetParamInfo reports more than {MAX_PARAMS} parameters for a kernel"
+    )))
+}
+
+/// The declared parameters, if they agree with the driver's in count and size.
+fn check_declared(
+    module: &'static str,
+    decl: &'static KernelDecl,
+    loaded: &[(usize, usize)],
+) -> Result<Arc<[Param]>> {
+    let mismatch = |mismatch| Error::KernelSignature {
+        module,
+        kernel: decl.name,
+        mismatch,
+    };
+    if loaded.len() != decl.params.len() {
+        return Err(mismatch(SignatureMismatch::Count {
+            declared: decl.params.len(),
+            loaded: loaded.len(),
+        }));
+    }
+    let mut params = Vec::with_capacity(loaded.len());
+    for (index, (p, &(offset, size))) in decl.params.iter().zip(loaded).enumerate() {
+        if p.size != size {
+            return Err(mismatch(SignatureMismatch::Size {
+                index,
+                name: p.name,
+                c_type: p.c_type,
+                declared: p.size,
+                loaded: size,
+            }));
+        }
+        params.push(Param {
+            offset,
+            size,
+            name: Some(p.name).filter(|n| !n.is_empty()),
+            c_type: Some(p.c_type),
+        });
+    }
+    Ok(params.into())
+}
+
+/// A kernel function of a loaded module, with its parameter list. It keeps its module
+/// loaded, so a graph that captured a launch of it stays valid while the kernel is alive.
+#[derive(Clone)]
+pub struct Kernel {
+    name: &'static str,
+    module: &'static str,
+    func: CudaFunction,
+    params: Arc<[Param]>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("module", &self.module)
+            .field("params", &self.params.len())
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name of its module.
+    pub fn module(&self) -> &'static str {
+        self.module
+    }
+
+    /// Its parameters, in order, as the driver reports them (names and types where
+    /// declared).
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The cudarc function, the way down.
+    pub fn function(&self) -> &CudaFunction {
+        &self.func
+    }
+}
+
+/// What a launch has pushed so far, against the kernel's parameters: the count, and the
+/// first argument whose size differs from its parameter's.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ArgCheck {
+    pushed: usize,
+    first_wrong: Option<(usize, usize)>,
+}
+
+impl ArgCheck {
+    pub(crate) fn push(&mut self, params: &[Param], size: usize) {
+        if self.first_wrong.is_none() && params.get(self.pushed).is_some_and(|p| p.size != size) {
+            self.first_wrong = Some((self.pushed, size));
+        }
+        self.pushed += 1;
+    }
+
+    pub(crate) fn finish(&self, params: &[Param]) -> Result<(), ArgMismatch> {
+        if let Some((index, found)) = self.first_wrong
+            && let Some(&param) = params.get(index)
+        {
+            return Err(ArgMismatch::Size {
+                index,
+                param,
+                found,
+            });
+        }
+        if self.pushed != params.len() {
+            return Err(ArgMismatch::Count {
+                expected: params.len(),
+                found: self.pushed,
+                missing: params.get(self.pushed).copied(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A crate's modules loaded into fixed slots: `M` modules and `K` kernels, in declaration
+/// order (module by module, kernels in each module's order). The generated `Kernels`
+/// wraps one, and indexes it with its `ModuleId` and `KernelId`.
+pub struct Registry<const M: usize, const K: usize> {
+    modules: [Module; M],
+    kernels: [Kernel; K],
+}
+
+impl<const M: usize, const K: usize> fmt::Debug for Registry<M, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field(
+                "modules",
+                &self.modules.iter().map(Module::name).collect::<Vec<_>>(),
+            )
+            .field("kernels", &K)
+            .finish()
+    }
+}
+
+impl<const M: usize, const K: usize> Registry<M, K> {
+    /// Loads every declared module ([`Module::load_declared`]) and looks up every kernel
+    /// with its declaration checked ([`Module::declared_kernel`]); the first failure is
+    /// the error.
+    pub fn load(device: &Device, decls: &'static [ModuleDecl; M]) -> Result<Self> {
+        let total: usize = decls.iter().map(|m| m.kernels.len()).sum();
+        if total != K {
+            return Err(Error::Invalid(format!(
+                "kernel registry: the declarations hold {total} kernels, the registry has {K} \
+                 slots"
+            )));
+        }
+        let mut modules = Vec::with_capacity(M);
+        let mut kernels = Vec::with_capacity(K);
+        for decl in decls {
+            let module = Module::load_declared(device, decl)?;
+            for k in decl.kernels {
+                kernels.push(module.declared_kernel(k)?);
+            }
+            modules.push(module);
+        }
+        // The counts were checked above, so neither conversion fails; the error keeps the
+        // library free of a panic path all the same.
+        let slots = || Error::Invalid("kernel registry: a slot went missing".into());
+        Ok(Registry {
+            modules: modules.try_into().map_err(|_| slots())?,
+            kernels: kernels.try_into().map_err(|_| slots())?,
+        })
+    }
+
+    /// Module `index`, in declaration order.
+    ///
+    /// # Panics
+    /// If `index >= M`; a generated `ModuleId::index` never is.
+    pub fn module(&self, index: usize) -> &Module {
+        &self.modules[index]
+    }
+
+    /// Kernel `index`, in declaration order.
+    ///
+    /// # Panics
+    /// If `index >= K`; a generated `KernelId::index` never is.
+    pub fn kernel(&self, index: usize) -> &Kernel {
+        &self.kernels[index]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static AXPBY: KernelDecl = KernelDecl::new(
+        "axpby",
+        &[
+            ParamDecl::new("x", "const float*", 8),
+            ParamDecl::new("y", "float*", 8),
+            ParamDecl::new("n", "unsigned", 4),
+            ParamDecl::new("a", "float", 4),
+            ParamDecl::new("b", "float", 4),
+        ],
+    );
+
+    const LOADED: [(usize, usize); 5] = [(0, 8), (8, 8), (16, 4), (20, 4), (24, 4)];
+
+    #[test]
+    fn a_kernel_name_with_a_nul_byte_is_refused_before_the_driver() {
+        check_kernel_name("dqn", "adam_update").unwrap();
+        let e = check_kernel_name("dqn", "adam\0update").unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)));
+        assert_eq!(
+            e.to_string(),
+            "kernel name \"adam\\0update\" in module `dqn`: expected a name without NUL \
+             bytes (the driver takes a C string), found one at byte 4"
+        );
+    }
+
+    #[test]
+    fn a_declaration_that_matches_the_driver_gives_named_parameters() {
+        let params = check_declared("elementwise", &AXPBY, &LOADED).unwrap();
+        assert_eq!(params.len(), 5);
+        assert_eq!(
+            params[2],
+            Param {
+                offset: 16,
+                size: 4,
+                name: Some("n"),
+                c_type: Some("unsigned")
+            }
+        );
+    }
+
+    #[test]
+    fn a_declaration_of_another_count_or_size_is_an_error_naming_kernel_and_parameter() {
+        let mut loaded = LOADED.to_vec();
+        loaded[2] = (16, 8);
+        let e = check_declared("elementwise", &AXPBY, &loaded).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kernel `axpby` in module `elementwise`: parameter 2 `n` is declared unsigned (4 \
+             bytes), the loaded kernel takes 8 bytes"
+        );
+        let e = check_declared("elementwise", &AXPBY, &LOADED[..4]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kernel `axpby` in module `elementwise`: declared with 5 parameters, the loaded \
+             kernel takes 4"
+        );
+        assert!(matches!(
+            e,
+            Error::KernelSignature {
+                mismatch: SignatureMismatch::Count {
+                    declared: 5,
+                    loaded: 4
+                },
+                ..
+            }
+        ));
+    }
+
+    fn launch_error(sizes: &[usize], params: &[Param]) -> Option<String> {
+        let mut check = ArgCheck::default();
+        for &s in sizes {
+            check.push(params, s);
+        }
+        check.finish(params).err().map(|mismatch| {
+            Error::LaunchArguments {
+                kernel: "axpby",
+                mismatch,
+            }
+            .to_string()
+        })
+    }
+
+    #[test]
+    fn launches_are_checked_in_count_and_size() {
+        let declared = check_declared("elementwise", &AXPBY, &LOADED).unwrap();
+        assert_eq!(launch_error(&[8, 8, 4, 4, 4], &declared), None);
+        assert_eq!(
+            launch_error(&[8, 8, 4, 4], &declared).unwrap(),
+            "kernel `axpby` was not launched: it takes 5 arguments, the launch passed 4 (the \
+             first missing is argument 4 `b`, float)"
+        );
+        assert_eq!(
+            launch_error(&[8, 8, 8, 4, 4], &declared).unwrap(),
+            "kernel `axpby` was not launched: argument 2 `n` is unsigned (4 bytes), the launch \
+             passed 8 bytes"
+        );
+        assert_eq!(
+            launch_error(&[8, 8, 4, 4, 4, 4], &declared).unwrap(),
+            "kernel `axpby` was not launched: it takes 5 arguments, the launch passed 6"
+        );
+        // Looked up by name only: sizes from the driver, no names.
+        let bare: Vec<Param> = LOADED
+            .iter()
+            .map(|&(offset, size)| Param {
+                offset,
+                size,
+                name: None,
+                c_type: None,
+            })
+            .collect();
+        assert_eq!(
+            launch_error(&[8, 4, 4, 4, 4], &bare).unwrap(),
+            "kernel `axpby` was not launched: argument 1 takes 8 bytes, the launch passed 4"
+        );
+        assert_eq!(
+            launch_error(&[8, 8, 4], &bare).unwrap(),
+            "kernel `axpby` was not launched: it takes 5 arguments, the launch passed 3 (the \
+             first missing is argument 3)"
+        );
+    }
+}
