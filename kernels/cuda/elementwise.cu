@@ -4,7 +4,7 @@
 // CPU references in lib.rs (f32::mul_add) match bit for bit whatever nvcc's contraction
 // flags are.
 
-#include "common.cuh"
+#include "stepgraph/common.cuh"
 
 // y[i] <- a * x[i] + b * y[i]
 extern "C" __global__ void axpby(const float* __restrict__ x, float* __restrict__ y, unsigned n,

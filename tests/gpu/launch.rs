@@ -47,8 +47,6 @@ fn gpu_the_loaded_kernels_carry_the_drivers_parameter_list_with_declared_names()
             (24, 4, Some("b"), Some("float")),
         ]
     );
-    // A struct by value: 64 bytes (eight device addresses), as the declaration says.
-    assert_eq!(k.kernel(KernelId::DdqnTarget).params()[1].size, 64);
     // Looked up by name alone, a kernel still gets its sizes from the driver.
     let bare = k.module(KernelId::Axpby.module()).kernel("axpby").unwrap();
     let sizes: Vec<usize> = bare.params().iter().map(|p| p.size).collect();

@@ -2,12 +2,12 @@
 //! gradients and Adam moments, which have the same shapes), activations, and the linear
 //! layers' forward and backward as cuBLASLt matmuls.
 
+use crate::kernels::{
+    BranchHeadDims, ExpectileHeadDims, Kernels, TrunkL1Dims, branch_head_backward_scratch_len,
+};
 use stepgraph::{
     AllocLike, Blas, CaptureStream, Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision,
     Result,
-};
-use stepgraph_kernels::{
-    BranchHeadDims, ExpectileHeadDims, Kernels, TrunkL1Dims, branch_head_backward_scratch_len,
 };
 
 /// f32 device buffer.
@@ -180,7 +180,8 @@ pub fn param_grads_wide(
 ) -> Result<()> {
     let spec = weight_only_grad_spec(rows, inp, out);
     blas.matmul(&spec, dy, x, &mut grad.w, MatmulArgs::new())?;
-    k.column_sums(stream, dy, rows, out, scratch, &mut grad.b)
+    k.generic
+        .column_sums(stream, dy, rows, out, scratch, &mut grad.b)
 }
 
 /// Allocates a zeroed copy shaped like each field: per-branch scratch.

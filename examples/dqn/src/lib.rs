@@ -5,10 +5,17 @@
 //!
 //! - [`model`]: the step (`model::dqn`), its parameters and activations;
 //! - [`layers`]: the sizes and the linear layers the step is built from;
+//! - [`kernels`]: the step's own CUDA kernels (`cuda/*.cu`, built by `stepgraph-build`),
+//!   each behind a wrapper that checks sizes, beside the generic ones of
+//!   `stepgraph-kernels`;
+//! - [`reference`](mod@reference): a CPU reference of every kernel, whose gradients the unit tests check
+//!   against finite differences;
 //! - [`npy`]: NumPy files, the exchange format with `reference.py`.
 //!
 //! The `dqn` binary trains, benchmarks and writes the check's tensors.
 
+pub mod kernels;
 pub mod layers;
 pub mod model;
 pub mod npy;
+pub mod reference;

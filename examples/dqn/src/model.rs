@@ -6,14 +6,15 @@ use stepgraph::{
     CaptureStream, Communicator, Device, DeviceBuffer, DeviceScalars, Epilogue, MatmulArgs,
     ReduceOp, Result,
 };
-use stepgraph_kernels::{
-    AdamHyper, AdamSlot, AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs,
-    BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims,
-    DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadInputs, ExpectileHeadOutputs,
-    IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    ParamEntry, ParamTable, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs,
-    column_sums_scratch_len, expectile_head_scratch_len, trunk_grad_join_scratch_len,
-    trunk_l1_grad_scratch_len,
+use stepgraph_kernels::{AdamHyper, AdamSlot, ParamEntry, ParamTable, column_sums_scratch_len};
+
+use crate::kernels::{
+    AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs,
+    BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs,
+    DuelingOutputs, Expectile, ExpectileHeadInputs, ExpectileHeadOutputs, IqnFusedDims,
+    IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims,
+    TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs, expectile_head_scratch_len,
+    trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
 };
 
 use crate::layers::{
@@ -1040,7 +1041,8 @@ pub mod dqn {
             scratch,
             scalars,
         } = optim;
-        k.grad_sq_norm(stream, table, &grad_refs, scratch, sq_norm)?;
+        k.generic
+            .grad_sq_norm(stream, table, &grad_refs, scratch, sq_norm)?;
         let mut slots: Vec<AdamSlot<'_>> = params
             .named_mut()
             .into_iter()
@@ -1048,7 +1050,8 @@ pub mod dqn {
             .zip(m.named_mut().into_iter().zip(v.named_mut()))
             .map(|(((_, param), grad), ((_, m), (_, v)))| AdamSlot { param, grad, m, v })
             .collect();
-        k.adam_clip_update(stream, table, &mut slots, sq_norm, scalars, hyper)
+        k.generic
+            .adam_clip_update(stream, table, &mut slots, sq_norm, scalars, hyper)
     }
 }
 

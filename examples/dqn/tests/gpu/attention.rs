@@ -19,9 +19,8 @@
 
 use super::{Rng, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
-use stepgraph_kernels::{
-    AttentionDims, Kernels, attention_backward_reference, attention_forward_reference,
-};
+use stepgraph_dqn::kernels::{AttentionDims, Kernels};
+use stepgraph_dqn::reference::{attention_backward_reference, attention_forward_reference};
 
 /// Largest elementwise error (see the module's documentation).
 const BOUND: f64 = 1e-5;

@@ -16,10 +16,11 @@
 
 use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, Result};
-use stepgraph_kernels::{
-    BranchHeadDims, BranchHeadInputs, BranchHeadOutputs, BranchHeadReference, Kernels,
-    branch_head_backward_reference, branch_head_backward_scratch_len,
-    branch_head_forward_reference,
+use stepgraph_dqn::kernels::{
+    BranchHeadDims, BranchHeadInputs, BranchHeadOutputs, Kernels, branch_head_backward_scratch_len,
+};
+use stepgraph_dqn::reference::{
+    BranchHeadReference, branch_head_backward_reference, branch_head_forward_reference,
 };
 
 const DU_BOUND: f64 = 1e-5;

@@ -13,10 +13,11 @@
 
 use super::{Rng, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
-use stepgraph_kernels::{
+use stepgraph_dqn::kernels::{
     DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Kernels,
-    LOSS_SLOTS, LossSlot, ddqn_target_reference, dueling_losses_reference,
+    LOSS_SLOTS, LossSlot,
 };
+use stepgraph_dqn::reference::{ddqn_target_reference, dueling_losses_reference};
 
 const ROW_BOUND: f64 = 1e-5;
 const SUM_BOUND: f64 = 1e-4;

@@ -15,10 +15,11 @@
 
 use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, Result};
-use stepgraph_kernels::{
+use stepgraph_dqn::kernels::{
     Expectile, ExpectileHeadDims, ExpectileHeadInputs, ExpectileHeadOutputs, Kernels, LOSS_SLOTS,
-    LossSlot, expectile_head_reference, expectile_head_scratch_len,
+    LossSlot, expectile_head_scratch_len,
 };
+use stepgraph_dqn::reference::expectile_head_reference;
 
 const ROW_BOUND: f64 = 1e-5;
 const SUM_BOUND: f64 = 1e-4;

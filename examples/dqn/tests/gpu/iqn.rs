@@ -29,10 +29,11 @@
 
 use super::{Rng, nan_buffer, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision, Result};
-use stepgraph_kernels::{
-    GemmOperands, IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels,
-    LOSS_SLOTS, LossSlot, iqn_fused_reference,
+use stepgraph_dqn::kernels::{
+    IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
+    LossSlot,
 };
+use stepgraph_dqn::reference::{GemmOperands, iqn_fused_reference};
 
 /// Every output against the reference with TF32 operands (see the module's documentation).
 const TF32_OPERANDS_BOUND: f64 = 1e-3;

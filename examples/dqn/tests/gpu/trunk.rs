@@ -16,10 +16,12 @@
 
 use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Result};
-use stepgraph_kernels::{
-    Kernels, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkJoinReference, TrunkL1Dims,
-    TrunkL1Inputs, TrunkL1Outputs, trunk_grad_join_reference, trunk_grad_join_scratch_len,
-    trunk_l1_grad_reference, trunk_l1_grad_scratch_len,
+use stepgraph_dqn::kernels::{
+    Kernels, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Dims, TrunkL1Inputs, TrunkL1Outputs,
+    trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
+};
+use stepgraph_dqn::reference::{
+    TrunkJoinReference, trunk_grad_join_reference, trunk_l1_grad_reference,
 };
 
 const DZ2_BOUND: f64 = 1e-5;

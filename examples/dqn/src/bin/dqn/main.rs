@@ -17,10 +17,11 @@ use std::time::Instant;
 
 use stepgraph::stats::median;
 use stepgraph::{Communicator, Device, Result, Schedule};
+use stepgraph_dqn::kernels::{Kernels, LossSlot};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::npy;
-use stepgraph_kernels::{AdamHyper, AdamScalars, Kernels, LossSlot};
+use stepgraph_kernels::{AdamHyper, AdamScalars};
 
 const LR: f32 = 3e-4;
 const GAMMA: f32 = 0.99;

@@ -7,7 +7,7 @@
 // (134M elements at the default sizes), so the fused kernel reads phi once and writes
 // dphi_pre once, and never materialises h * phi.
 
-#include "dqn_common.cuh"
+#include "dqn.cuh"
 
 // cosf[r, i] = cos(pi (i + 1) tau[r]) for r < rows (= B N), i < C; tau is [B, N] read as
 // [rows], cosf is [rows, C], n = rows * C. Grid: one thread per 4 consecutive elements,

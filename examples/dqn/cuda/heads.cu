@@ -7,7 +7,7 @@
 // packed as [D, B, X]. Every kernel takes its sizes as arguments and is launched by a
 // wrapper in lib.rs that checks buffer lengths against them first.
 
-#include "dqn_common.cuh"
+#include "dqn.cuh"
 
 __device__ __forceinline__ float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));

@@ -29,7 +29,7 @@
 // vector stores, and a stride of 4 mod 32 banks keeps the 8 rows a warp reads at once in
 // distinct banks), else 3E + 1 and E + 1.
 
-#include "dqn_common.cuh"
+#include "dqn.cuh"
 
 // ---- Block of samples (the general path) ----
 

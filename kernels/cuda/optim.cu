@@ -1,12 +1,14 @@
-// The DQN step's update and its reductions (examples/dqn/MODEL.md, "Update"): the global
-// gradient norm, Adam with global-norm clipping over every parameter in one launch, and
-// deterministic column sums.
+// An optimizer step over every parameter of a model and the reductions it needs: the global
+// gradient norm, Adam with global-norm clipping over a table of parameters in one launch
+// (the DQN example's update, examples/dqn/MODEL.md "Update"), and deterministic column
+// sums (bias gradients).
 //
 // Every reduction here is two-pass: a first kernel writes one partial per block, each a
 // fixed-order sum; a finishing kernel adds the partials in order. The grid depends only on
 // the sizes, so the same inputs give the same bits on every run and every GPU.
 
-#include "dqn_common.cuh"
+#include "stepgraph/common.cuh"
+#include "stepgraph/reduce.cuh"
 
 // The parameter table (built once on the host by `stepgraph_kernels::ParamTable`): T
 // entries of PARAM_TABLE_WORDS u64 each, entry k at words [6k, 6k + 6):

@@ -1,4 +1,5 @@
-// Shared by the kernels of this crate.
+// Shared by the kernels of this crate, and exported to kernel crates that depend on it
+// (`#include "stepgraph/common.cuh"`).
 #pragma once
 
 // This thread's index in a 1-D grid. The Rust wrappers launch at most ceil(n / 256)

@@ -1,0 +1,469 @@
+//! An optimizer step over a whole model: the global gradient norm, Adam with global-norm
+//! clipping over a table of parameters in one launch, and deterministic column sums
+//! (`cuda/optim.cu`).
+
+use stepgraph::{CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, LaunchConfig, Result};
+
+use crate::Kernels;
+use crate::launch::{
+    BLOCK_THREADS, check_len, check_scratch, len_u32, positive, product, row_chunk_plan, same_len,
+    tile_config,
+};
+
+/// Elements of the concatenated parameters that one block of the optimizer kernels takes
+/// (`OPTIM_CHUNK` in `cuda/optim.cu`): two per thread. The update ends the step with
+/// nothing beside it, so its latency counts whole: at 2048 (eight per thread) the DQN
+/// step's 188k parameters made 92 blocks, fewer than the SMs, each thread a chain of eight
+/// dependent loads.
+pub const OPTIM_CHUNK: usize = 512;
+
+/// Words (`u64`) per entry of the device parameter table (`PARAM_TABLE_WORDS`).
+pub const PARAM_TABLE_WORDS: usize = 6;
+
+/// Index of the learning rate in the device scalars [`Kernels::adam_clip_update`] reads.
+pub const ADAM_LR: usize = 0;
+/// Index of `1 − β1ᵗ` in those scalars.
+pub const ADAM_BIAS1: usize = 1;
+/// Index of `1 − β2ᵗ` in those scalars.
+pub const ADAM_BIAS2: usize = 2;
+/// Device scalars [`Kernels::adam_clip_update`] reads (indices `0..ADAM_SCALARS`).
+pub const ADAM_SCALARS: usize = 3;
+
+/// One parameter tensor of the optimizer's table: the device addresses of the parameter,
+/// its gradient and its two Adam moments, all `len` floats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamEntry {
+    /// Address of the parameter (`float*`).
+    pub param: u64,
+    /// Address of its gradient (`const float*`).
+    pub grad: u64,
+    /// Address of Adam's first moment (`float*`).
+    pub m: u64,
+    /// Address of Adam's second moment (`float*`).
+    pub v: u64,
+    /// Elements of each.
+    pub len: usize,
+}
+
+impl ParamEntry {
+    /// The entry for four buffers of the same length.
+    pub fn of(
+        param: &DeviceBuffer<f32>,
+        grad: &DeviceBuffer<f32>,
+        m: &DeviceBuffer<f32>,
+        v: &DeviceBuffer<f32>,
+    ) -> Result<ParamEntry> {
+        same_len(
+            "ParamEntry: grad (the length of param)",
+            param.len(),
+            grad.len(),
+        )?;
+        same_len("ParamEntry: m (the length of param)", param.len(), m.len())?;
+        same_len("ParamEntry: v (the length of param)", param.len(), v.len())?;
+        Ok(ParamEntry {
+            param: param.device_address(),
+            grad: grad.device_address(),
+            m: m.device_address(),
+            v: v.device_address(),
+            len: param.len(),
+        })
+    }
+}
+
+/// The optimizer's parameter table: built once on the host, uploaded once, read by
+/// [`Kernels::grad_sq_norm`] and [`Kernels::adam_clip_update`], which then cover every
+/// parameter in one launch each.
+///
+/// Device layout ([`ParamTable::words`]): `T` entries of [`PARAM_TABLE_WORDS`] `u64`s,
+/// entry `k` at words `6k .. 6k + 6`: `[param, grad, m, v, len, start]`, the four
+/// addresses of [`ParamEntry`], its length, and `start`, the sum of the lengths of entries
+/// `0..k` (the entry's offset in the concatenation of all parameters).
+///
+/// The kernels reach the buffers through these addresses, so the wrappers take the
+/// buffers themselves too and check, entry by entry, that they are the table's: a launch
+/// only touches buffers that its caller holds borrows of.
+#[derive(Debug)]
+pub struct ParamTable {
+    table: DeviceBuffer<u64>,
+    entries: Vec<ParamEntry>,
+    total: usize,
+}
+
+impl ParamTable {
+    /// The table's words, as uploaded (see the layout above). Fails when the lengths
+    /// add up past `u64::MAX`: the entries are plain values, and a wrapped `start` would
+    /// send the kernels to the wrong element.
+    pub fn words(entries: &[ParamEntry]) -> Result<Vec<u64>> {
+        let mut start = 0u64;
+        let mut words = Vec::with_capacity(entries.len() * PARAM_TABLE_WORDS);
+        for (k, e) in entries.iter().enumerate() {
+            let len = e.len as u64;
+            words.extend_from_slice(&[e.param, e.grad, e.m, e.v, len, start]);
+            start = start.checked_add(len).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "ParamTable: expected entry lengths that add up to at most {}, found a \
+                     sum past it at entry {k} (length {len})",
+                    u64::MAX
+                ))
+            })?;
+        }
+        Ok(words)
+    }
+
+    /// Builds and uploads the table (blocking: call it when building the step, not in an
+    /// op). Fails if there are no elements at all.
+    pub fn new(device: &Device, entries: Vec<ParamEntry>) -> Result<ParamTable> {
+        let total = entries
+            .iter()
+            .try_fold(0usize, |acc, e| acc.checked_add(e.len))
+            .ok_or_else(|| Error::Invalid("ParamTable: the total length overflows".into()))?;
+        if total == 0 {
+            return Err(Error::Invalid("ParamTable: there are no parameters".into()));
+        }
+        len_u32("ParamTable: entries", entries.len())?;
+        len_u32("ParamTable: blocks", total.div_ceil(OPTIM_CHUNK))?;
+        let table = device.upload_new("parameter table", &ParamTable::words(&entries)?)?;
+        Ok(ParamTable {
+            table,
+            entries,
+            total,
+        })
+    }
+
+    /// The entries, in table order.
+    pub fn entries(&self) -> &[ParamEntry] {
+        &self.entries
+    }
+
+    /// Elements of all parameters together.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Blocks of the optimizer kernels, and the length of [`Kernels::grad_sq_norm`]'s
+    /// scratch buffer: one partial sum per block.
+    pub fn blocks(&self) -> usize {
+        self.total.div_ceil(OPTIM_CHUNK)
+    }
+
+    fn config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (self.blocks() as u32, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    fn check_count(&self, what: &str, found: usize) -> Result<()> {
+        same_len(what, self.entries.len(), found)
+    }
+
+    fn check(
+        &self,
+        what: &str,
+        k: usize,
+        field: &str,
+        expected: u64,
+        buf: &DeviceBuffer<f32>,
+    ) -> Result<()> {
+        if buf.device_address() != expected || buf.len() != self.entries[k].len {
+            return Err(Error::Invalid(format!(
+                "{what}: the {field} buffer given for table entry {k} is not the one in the \
+                 table (address or length differs)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The buffers of one table entry, borrowed for [`Kernels::adam_clip_update`].
+#[derive(Debug)]
+pub struct AdamSlot<'a> {
+    /// The parameter, updated in place.
+    pub param: &'a mut DeviceBuffer<f32>,
+    /// Its gradient.
+    pub grad: &'a DeviceBuffer<f32>,
+    /// Adam's first moment, updated in place.
+    pub m: &'a mut DeviceBuffer<f32>,
+    /// Adam's second moment, updated in place.
+    pub v: &'a mut DeviceBuffer<f32>,
+}
+
+/// Adam's and the clipping's constants (the step-dependent ones are device scalars).
+///
+/// Held in f64 and rounded to f32 at launch; `1 − β1` and `1 − β2` are computed in f64
+/// first (in f32, `1 − 0.999` is 1.3e-5 off 0.001), as PyTorch does with its Python floats.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamHyper {
+    /// Global-norm clipping threshold.
+    pub max_norm: f64,
+    /// `β1`.
+    pub beta1: f64,
+    /// `β2`.
+    pub beta2: f64,
+    /// `ε`.
+    pub eps: f64,
+}
+
+impl AdamHyper {
+    /// `[max_norm, β1, β2, 1 − β1, 1 − β2, ε]` as the kernel takes them.
+    pub fn kernel_args(&self) -> [f32; 6] {
+        [
+            self.max_norm as f32,
+            self.beta1 as f32,
+            self.beta2 as f32,
+            (1.0 - self.beta1) as f32,
+            (1.0 - self.beta2) as f32,
+            self.eps as f32,
+        ]
+    }
+}
+
+impl Default for AdamHyper {
+    /// MODEL.md's: max_norm 10, β1 0.9, β2 0.999, ε 1e-8.
+    fn default() -> Self {
+        AdamHyper {
+            max_norm: 10.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// The step-dependent values [`Kernels::adam_clip_update`] reads from device scalars,
+/// in index order ([`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`]).
+///
+/// ```
+/// use stepgraph_kernels::{AdamHyper, AdamScalars};
+///
+/// let s = AdamScalars::at_step(3e-4, &AdamHyper::default(), 1);
+/// assert_eq!((s.bias1, s.bias2), (0.1, 0.001));
+/// assert_eq!(s.values(), [s.lr, s.bias1, s.bias2]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamScalars {
+    /// The learning rate.
+    pub lr: f32,
+    /// `1 − β1ᵗ`.
+    pub bias1: f32,
+    /// `1 − β2ᵗ`.
+    pub bias2: f32,
+}
+
+impl AdamScalars {
+    /// The values for step `t` (counting from 1), the bias corrections computed in f64.
+    pub fn at_step(lr: f32, hyper: &AdamHyper, t: u32) -> AdamScalars {
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        AdamScalars {
+            lr,
+            bias1: (1.0 - hyper.beta1.powi(t)) as f32,
+            bias2: (1.0 - hyper.beta2.powi(t)) as f32,
+        }
+    }
+
+    /// The values at their device-scalar indices, for `DeviceScalars::new` or `set`.
+    pub fn values(self) -> [f32; ADAM_SCALARS] {
+        let mut v = [0.0; ADAM_SCALARS];
+        v[ADAM_LR] = self.lr;
+        v[ADAM_BIAS1] = self.bias1;
+        v[ADAM_BIAS2] = self.bias2;
+        v
+    }
+}
+
+/// How [`Kernels::column_sums`] splits the rows: `(column blocks, row chunks, rows per
+/// chunk)`. Depends on the sizes only, so the sums' bits do too.
+pub(crate) fn column_sums_plan(rows: usize, cols: usize) -> (usize, usize, usize) {
+    row_chunk_plan(rows, cols, 256)
+}
+
+/// Length of the scratch buffer [`Kernels::column_sums`] needs for an `[rows, cols]` input.
+pub fn column_sums_scratch_len(rows: usize, cols: usize) -> usize {
+    let (_, chunks, _) = column_sums_plan(rows, cols);
+    chunks.saturating_mul(cols)
+}
+
+impl Kernels {
+    /// `sq_norm[0] = ‖g‖²` over every gradient of `table`, two-pass and deterministic:
+    /// `grad_sq_norm_partial` (one block of 256 per [`OPTIM_CHUNK`] elements) writes one
+    /// partial sum per block into `scratch` (at least [`ParamTable::blocks`] floats), then
+    /// `grad_sq_norm_finish` (one block of 1024) adds them in order.
+    ///
+    /// `grads` must be the table's gradient buffers, in table order (checked by address
+    /// and length). [`grad_sq_norm_reference`](crate::grad_sq_norm_reference) is the CPU version.
+    pub fn grad_sq_norm(
+        &self,
+        stream: &CaptureStream<'_>,
+        table: &ParamTable,
+        grads: &[&DeviceBuffer<f32>],
+        scratch: &mut DeviceBuffer<f32>,
+        sq_norm: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        table.check_count("grad_sq_norm: gradients (one per table entry)", grads.len())?;
+        for (k, (g, e)) in grads.iter().zip(&table.entries).enumerate() {
+            table.check("grad_sq_norm", k, "grad", e.grad, g)?;
+        }
+        let blocks = len_u32("grad_sq_norm: blocks", table.blocks())?;
+        check_scratch(
+            "grad_sq_norm: scratch (at least ParamTable::blocks)",
+            scratch.len(),
+            table.blocks(),
+        )?;
+        check_len("grad_sq_norm: sq_norm ([1])", sq_norm.len(), 1)?;
+        let count = table.entries.len() as u32;
+        let total = table.total as u64;
+        {
+            // SAFETY: the table's T entries are the gradients passed in (same addresses and
+            // lengths, checked above, so alive and borrowed for this call), block x reads
+            // elements [x OPTIM_CHUNK, ..) < total of them and writes partials[x] with x <
+            // blocks <= scratch.len().
+            unsafe {
+                self.raw.grad_sq_norm_partial(
+                    stream,
+                    table.config(),
+                    &table.table,
+                    count,
+                    total,
+                    &mut *scratch,
+                )?
+            };
+        }
+        let config = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel reads partials[0..blocks) (scratch holds at least that many) and
+        // writes out[0] (sq_norm holds 1, checked above).
+        unsafe {
+            self.raw
+                .grad_sq_norm_finish(stream, config, &*scratch, blocks, sq_norm)
+        }
+    }
+
+    /// Adam with global-norm clipping, in place, over every tensor of `table` in one
+    /// launch (formulas in `cuda/optim.cu` and MODEL.md). Reads `sq_norm[0]`
+    /// ([`Kernels::grad_sq_norm`]) and, from device memory at run time, the learning rate
+    /// and the bias corrections at [`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`] of
+    /// `scalars`.
+    ///
+    /// A non-finite `sq_norm[0]` (a NaN or infinite gradient, or a sum of squares that
+    /// overflows) skips the update: parameters and moments keep their values, so one bad
+    /// element is not trained into every parameter and the host can report the step.
+    ///
+    /// `slots` must be the table's buffers, in table order (checked by address and
+    /// length). One block of 256 per [`OPTIM_CHUNK`] elements.
+    /// [`adam_clip_update_reference`](crate::adam_clip_update_reference) is the CPU version.
+    pub fn adam_clip_update(
+        &self,
+        stream: &CaptureStream<'_>,
+        table: &ParamTable,
+        slots: &mut [AdamSlot<'_>],
+        sq_norm: &DeviceBuffer<f32>,
+        scalars: &DeviceScalars<f32>,
+        hyper: AdamHyper,
+    ) -> Result<()> {
+        table.check_count("adam_clip_update: slots (one per table entry)", slots.len())?;
+        for (k, (s, e)) in slots.iter().zip(&table.entries).enumerate() {
+            table.check("adam_clip_update", k, "param", e.param, s.param)?;
+            table.check("adam_clip_update", k, "grad", e.grad, s.grad)?;
+            table.check("adam_clip_update", k, "m", e.m, s.m)?;
+            table.check("adam_clip_update", k, "v", e.v, s.v)?;
+        }
+        check_len("adam_clip_update: sq_norm ([1])", sq_norm.len(), 1)?;
+        if scalars.len() < ADAM_SCALARS {
+            return Err(Error::Invalid(format!(
+                "adam_clip_update: the device scalars hold {} values; the kernel reads indices \
+                 {ADAM_LR} (lr), {ADAM_BIAS1} (1 - beta1^t) and {ADAM_BIAS2} (1 - beta2^t)",
+                scalars.len()
+            )));
+        }
+        let count = table.entries.len() as u32;
+        let total = table.total as u64;
+        let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
+        // SAFETY: every address in the table is one of the buffers in `slots` (checked
+        // above, with its length), which this call borrows (the params and moments
+        // mutably), block x touches elements [x OPTIM_CHUNK, ..) < total only, and scalars
+        // holds indices 0..=2 (checked above).
+        unsafe {
+            self.raw.adam_clip_update(
+                stream,
+                table.config(),
+                &table.table,
+                count,
+                total,
+                sq_norm,
+                scalars.on_device(),
+                max_norm,
+                beta1,
+                beta2,
+                omb1,
+                omb2,
+                eps,
+            )
+        }
+    }
+
+    /// `out[c] = Σ_r x[r, c]` for `x[rows, cols]`, two-pass and deterministic:
+    /// `column_sums_partial` (`(ceil(cols / 32), chunks)` blocks of 32 × 32, each summing
+    /// a chunk of rows) writes `[chunks, cols]` partial sums into `scratch` (at least
+    /// [`column_sums_scratch_len`] floats), then `column_sums_finish` (`ceil(cols / 32)`
+    /// blocks of 32 × 32) adds them in order. For bias gradients that a cuBLASLt epilogue
+    /// does not give. [`column_sums_reference`](crate::column_sums_reference) is the CPU version.
+    pub fn column_sums(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &DeviceBuffer<f32>,
+        rows: usize,
+        cols: usize,
+        scratch: &mut DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let r = positive("column_sums: rows", rows)?;
+        let c = positive("column_sums: cols", cols)?;
+        check_len(
+            "column_sums: x ([rows, cols])",
+            x.len(),
+            product("column_sums", &[rows, cols])?,
+        )?;
+        check_len("column_sums: out ([cols])", out.len(), cols)?;
+        let (col_blocks, chunks, rows_per_chunk) = column_sums_plan(rows, cols);
+        let needed = chunks * cols;
+        check_scratch(
+            "column_sums: scratch (at least column_sums_scratch_len)",
+            scratch.len(),
+            needed,
+        )?;
+        let (col_blocks, chunks32, per_chunk) =
+            (col_blocks as u32, chunks as u32, rows_per_chunk as u32);
+        {
+            // SAFETY: block (i, y) reads columns < cols of rows [y rows_per_chunk, rows) of
+            // x (rows cols floats, checked) and writes partials[y cols + c] with y <
+            // chunks, c < cols: inside scratch.
+            unsafe {
+                self.raw.column_sums_partial(
+                    stream,
+                    tile_config(col_blocks, chunks32),
+                    x,
+                    r,
+                    c,
+                    per_chunk,
+                    &mut *scratch,
+                )?
+            };
+        }
+        // SAFETY: the kernel reads chunks cols floats of scratch and writes out[c] for c < cols =
+        // out.len() (checked above).
+        unsafe {
+            self.raw.column_sums_finish(
+                stream,
+                tile_config(col_blocks, 1),
+                &*scratch,
+                chunks32,
+                c,
+                out,
+            )
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! CPU references of this crate's kernels: the elementwise ones bit for bit, the
+//! optimizer's with the kernel's f32 operations in the kernel's order, the reductions in
+//! f64. The GPU tests compare the kernels with these.
+
+use crate::{ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars};
+
+fn check(what: &str, found: usize, expected: usize) {
+    assert_eq!(found, expected, "{what}: wrong length");
+}
+
+/// What [`Kernels::chain_step`](crate::Kernels::chain_step) computes, on the CPU, bit for bit.
+///
+/// The kernel does one `fmaf(v, a, b)` per step, rounded once; `f32::mul_add` rounds the
+/// same way, whereas `v * a + b` here would round twice and drift from the GPU's result.
+pub fn chain_step_reference(x: &mut [f32], iters: u32, a: f32, b: f32) {
+    for v in x {
+        for _ in 0..iters {
+            *v = v.mul_add(a, b);
+        }
+    }
+}
+
+/// What [`Kernels::axpby`](crate::Kernels::axpby) computes, on the CPU, bit for bit (`a.mul_add(x, b * y)`).
+///
+/// # Panics
+/// If `x` and `y` differ in length.
+pub fn axpby_reference(x: &[f32], y: &mut [f32], a: f32, b: f32) {
+    assert_eq!(
+        x.len(),
+        y.len(),
+        "axpby_reference: x and y differ in length"
+    );
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = a.mul_add(*x, b * *y);
+    }
+}
+
+/// What [`Kernels::fill_affine`](crate::Kernels::fill_affine) computes, on the CPU, bit for bit.
+pub fn fill_affine_reference(y: &mut [f32], start: f32, step: f32) {
+    for (i, y) in y.iter_mut().enumerate() {
+        *y = (i as f32).mul_add(step, start);
+    }
+}
+
+/// What [`Kernels::grad_sq_norm`](crate::Kernels::grad_sq_norm) computes: `‖g‖²` over
+/// every gradient (summed in f64).
+pub fn grad_sq_norm_reference(grads: &[&[f32]]) -> f32 {
+    grads
+        .iter()
+        .flat_map(|g| g.iter())
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>() as f32
+}
+
+/// What [`Kernels::adam_clip_update`](crate::Kernels::adam_clip_update) does to one
+/// tensor, in f32 with the kernel's operations in the kernel's order (the kernel may fuse
+/// a multiply and an add where this rounds twice: compare with a tolerance of a few ulps).
+pub fn adam_clip_update_reference(
+    param: &mut [f32],
+    grad: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    sq_norm: f32,
+    scalars: AdamScalars,
+    hyper: AdamHyper,
+) {
+    check("adam_clip_update_reference: grad", grad.len(), param.len());
+    check("adam_clip_update_reference: m", m.len(), param.len());
+    check("adam_clip_update_reference: v", v.len(), param.len());
+    if !sq_norm.is_finite() {
+        return; // the kernel skips the step, leaving everything as it was
+    }
+    let values = scalars.values();
+    let (lr, bias1, bias2) = (values[ADAM_LR], values[ADAM_BIAS1], values[ADAM_BIAS2]);
+    let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
+    let clip = (max_norm / (sq_norm.sqrt() + 1e-6)).min(1.0);
+    for j in 0..param.len() {
+        let g = clip * grad[j];
+        m[j] = beta1 * m[j] + omb1 * g;
+        v[j] = beta2 * v[j] + omb2 * g * g;
+        param[j] -= lr * (m[j] / bias1) / ((v[j] / bias2).sqrt() + eps);
+    }
+}
+
+/// What [`Kernels::column_sums`](crate::Kernels::column_sums) computes: `out[c] = Σ_r x[r,
+/// c]` (summed in f64).
+pub fn column_sums_reference(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    check("column_sums_reference: x", x.len(), rows * cols);
+    let mut out = vec![0.0f64; cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c] += f64::from(x[r * cols + c]);
+        }
+    }
+    out.iter().map(|&v| v as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adam_first_step_moves_each_parameter_by_about_lr() {
+        // At t = 1 with zero moments, m / (1 - b1) = g and v / (1 - b2) = g^2, so the step
+        // is lr g / (|g| + eps).
+        let hyper = AdamHyper::default();
+        let scalars = AdamScalars::at_step(0.01, &hyper, 1);
+        let grad = [0.5f32, -2.0, 0.0];
+        let mut param = [1.0f32, 1.0, 1.0];
+        let (mut m, mut v) = ([0.0f32; 3], [0.0f32; 3]);
+        adam_clip_update_reference(&mut param, &grad, &mut m, &mut v, 4.25, scalars, hyper);
+        assert!((param[0] - 0.99).abs() < 1e-5, "{param:?}");
+        assert!((param[1] - 1.01).abs() < 1e-5, "{param:?}");
+        assert_eq!(param[2], 1.0);
+    }
+
+    #[test]
+    fn adam_clips_by_the_global_norm() {
+        // ‖g‖ = 100 > max_norm = 10: g is scaled by 1/10 before the moments see it.
+        let hyper = AdamHyper::default();
+        let scalars = AdamScalars::at_step(0.01, &hyper, 1);
+        let grad = [100.0f32];
+        let (mut param, mut m, mut v) = ([0.0f32], [0.0f32], [0.0f32]);
+        adam_clip_update_reference(&mut param, &grad, &mut m, &mut v, 1e4, scalars, hyper);
+        let g = 100.0 * (10.0 / (100.0 + 1e-6));
+        assert!((m[0] - 0.1 * g as f32).abs() < 1e-4, "{m:?}");
+        assert!((v[0] - 0.001 * (g * g) as f32).abs() < 1e-3, "{v:?}");
+    }
+
+    #[test]
+    fn adam_skips_a_step_whose_norm_is_not_finite() {
+        let hyper = AdamHyper::default();
+        let scalars = AdamScalars::at_step(0.01, &hyper, 2);
+        for sq_norm in [f32::NAN, f32::INFINITY] {
+            let grad = [0.5f32, f32::NAN];
+            let (mut param, mut m, mut v) = ([1.0f32, 2.0], [0.1f32, 0.2], [0.01f32, 0.02]);
+            adam_clip_update_reference(&mut param, &grad, &mut m, &mut v, sq_norm, scalars, hyper);
+            assert_eq!(
+                (param, m, v),
+                ([1.0, 2.0], [0.1, 0.2], [0.01, 0.02]),
+                "{sq_norm}"
+            );
+        }
+    }
+
+    #[test]
+    fn sums() {
+        let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(column_sums_reference(&x, 2, 3), vec![5.0, 7.0, 9.0]);
+        assert_eq!(column_sums_reference(&x, 3, 2), vec![9.0, 12.0]);
+        assert_eq!(grad_sq_norm_reference(&[&x[..2], &x[2..3]]), 14.0);
+    }
+}
