@@ -10,7 +10,7 @@
 //! is compared with the kernel's [`Param`]s before the driver sees it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
@@ -343,9 +343,13 @@ impl Module {
     /// Looks up a kernel by its (`extern "C"`) name. Its parameter list is read from the
     /// driver, so that launches are checked against it; without a declaration it has sizes
     /// but no names or types.
+    ///
+    /// On a driver older than CUDA 13.2 the count is found by asking for the parameter
+    /// past the last one, which the driver refuses: compute-sanitizer reports that refusal
+    /// as an API error. Declared kernels ([`Module::declared_kernel`]) need no such query.
     pub fn kernel(&self, name: &'static str) -> Result<Kernel> {
         let func = self.function(name)?;
-        let params = driver_params(&self.ctx, &func)?
+        let params = driver_params(&self.ctx, &func, None)?
             .into_iter()
             .map(|(offset, size)| Param {
                 offset,
@@ -366,7 +370,8 @@ impl Module {
     /// parameter list: a different count or size is [`Error::KernelSignature`].
     pub fn declared_kernel(&self, decl: &'static KernelDecl) -> Result<Kernel> {
         let func = self.function(decl.name)?;
-        let params = check_declared(self.name, decl, &driver_params(&self.ctx, &func)?)?;
+        let loaded = driver_params(&self.ctx, &func, Some(decl.params.len()))?;
+        let params = check_declared(self.name, decl, &loaded)?;
         Ok(Kernel {
             name: decl.name,
             module: self.name,
@@ -405,12 +410,44 @@ const MAX_PARAMS: usize = 32_764;
 /// The oldest driver with `cuFuncGetParamInfo`.
 const PARAM_INFO_DRIVER: i32 = 12_040;
 
+/// `cuFuncGetParamCount`, where the driver has it (CUDA 13.2 and newer): cudarc binds it
+/// only for those versions, and on the 13.0 drivers this crate targets it is absent, so it
+/// is looked up in the driver library at run time.
+type ParamCountFn = unsafe extern "C" fn(sys::CUfunction, *mut usize) -> CUresult;
+
+fn param_count_fn() -> Option<ParamCountFn> {
+    static FOUND: OnceLock<Option<ParamCountFn>> = OnceLock::new();
+    *FOUND.get_or_init(|| {
+        cudarc::get_lib_name_candidates("cuda")
+            .iter()
+            .find_map(|name| {
+                // SAFETY: the CUDA driver library is loaded already (the context exists);
+                // opening it again runs no initialiser. The handle is leaked, so the
+                // symbol stays valid for the life of the process.
+                let lib = unsafe { libloading::Library::new(name) }.ok()?;
+                let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+                // SAFETY: the symbol, where the driver has it, has this signature
+                // (cuda.h of CUDA 13.2).
+                let f = unsafe { lib.get::<ParamCountFn>(b"cuFuncGetParamCount\0") }.ok()?;
+                Some(*f)
+            })
+    })
+}
+
 /// Each parameter's offset and size, from
 /// [`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
-/// The count is the first index the driver refuses: `cuFuncGetParamCount` arrived with
-/// CUDA 13.2, newer than the 13.0 drivers this crate targets (and cudarc binds it only for
-/// 13.2).
-fn driver_params(ctx: &CudaContext, func: &CudaFunction) -> Result<Vec<(usize, usize)>> {
+///
+/// The count comes from `cuFuncGetParamCount` where the driver has it. Otherwise, for a
+/// declared kernel (`declared`: its count) the declared parameters are read and no
+/// further: stepgraph-build checked the count against the PTX that the loaded image was
+/// compiled from, and asking for one past the end would be a refused call, which
+/// compute-sanitizer reports as an error. For a kernel looked up by name alone, the count
+/// is the first index the driver refuses.
+fn driver_params(
+    ctx: &CudaContext,
+    func: &CudaFunction,
+    declared: Option<usize>,
+) -> Result<Vec<(usize, usize)>> {
     let mut version = 0;
     // SAFETY: cuDriverGetVersion writes one int through a pointer to a local.
     let status = unsafe { sys::cuDriverGetVersion(&mut version) };
@@ -432,15 +469,32 @@ fn driver_params(ctx: &CudaContext, func: &CudaFunction) -> Result<Vec<(usize, u
     ctx.bind_to_thread()
         .map_err(Error::driver("cuCtxSetCurrent"))?;
     let f = func.cu_function();
+    let count = match param_count_fn() {
+        Some(count_fn) => {
+            let mut n = 0usize;
+            // SAFETY: `f` belongs to a module that `func` keeps loaded; `n` is a local.
+            let status = unsafe { count_fn(f, &mut n) };
+            if status != CUresult::CUDA_SUCCESS {
+                return Err(Error::Driver {
+                    call: "cuFuncGetParamCount",
+                    source: DriverError(status),
+                });
+            }
+            Some(n)
+        }
+        None => declared,
+    };
+    let limit = count.unwrap_or(MAX_PARAMS + 1).min(MAX_PARAMS + 1);
     let mut params = Vec::new();
-    while params.len() <= MAX_PARAMS {
+    while params.len() < limit {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: `f` belongs to a module that `func` keeps loaded, and the out-pointers
         // point at locals that outlive the call.
         let status = unsafe { sys::cuFuncGetParamInfo(f, params.len(), &mut offset, &mut size) };
         match status {
             CUresult::CUDA_SUCCESS => params.push((offset, size)),
-            // The index is one past the last parameter.
+            // The index is one past the last parameter: fewer than declared, or the end
+            // of a kernel looked up by name.
             CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(params),
             other => {
                 return Err(Error::Driver {
@@ -450,9 +504,12 @@ fn driver_params(ctx: &CudaContext, func: &CudaFunction) -> Result<Vec<(usize, u
             }
         }
     }
-    Err(Error::Invalid(format!(
-        "cuFuncGetParamInfo reports more than {MAX_PARAMS} parameters for a kernel"
-    )))
+    if params.len() > MAX_PARAMS {
+        return Err(Error::Invalid(format!(
+            "cuFuncGetParamInfo reports more than {MAX_PARAMS} parameters for a kernel"
+        )));
+    }
+    Ok(params)
 }
 
 /// The declared parameters, if they agree with the driver's in count and size.
