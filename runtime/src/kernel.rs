@@ -20,6 +20,9 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 /// own).
 pub use half::{bf16, f16};
 
+/// A launch assembled by hand, argument by argument ([`CaptureStream::launch`](crate::CaptureStream::launch)).
+pub use crate::stream::Launch;
+
 use crate::device::Device;
 use crate::error::{Error, Result};
 

@@ -16,7 +16,7 @@
 //! - what ops receive: [`CaptureStream`] (which has no way to synchronise, allocate or
 //!   copy to the host), [`Blas`] for cuBLASLt ([`Matmul`], [`MatmulArgs`]),
 //!   [`DeviceBuffer`], [`DeviceScalars`], [`Communicator`] for NCCL collectives, and
-//!   kernels ([`Module`], [`Kernel`], [`Launch`]);
+//!   kernels ([`Module`], [`Kernel`], [`kernel::Launch`]);
 //! - the device: [`Device`], [`Error`];
 //! - the layer below: [`exec`] (the executor that runs a hand-built [`PlanDesc`], the
 //!   captured graph), [`plan`] (the plan's data and graph algorithms), [`stats`],
@@ -222,7 +222,7 @@ pub use step::{Step, StepSpec};
 /// ```
 pub use stepgraph_macros::step;
 pub use stepgraph_plan::{PlanDesc, Profile};
-pub use stream::{Blas, CaptureStream, Launch};
+pub use stream::{Blas, CaptureStream};
 pub use verify::VerifyReport;
 pub use work::WorkBound;
 
