@@ -9,6 +9,8 @@
 mod blas;
 #[path = "gpu/comm.rs"]
 mod comm;
+#[path = "gpu/guard.rs"]
+mod guard;
 #[path = "gpu/launch.rs"]
 mod launch;
 #[path = "gpu/optim.rs"]

@@ -89,6 +89,10 @@ pub struct ParamTable {
     total: usize,
 }
 
+// SAFETY: device memory (the table's words) and the host's copy of the entries, plain
+// data that only `new` writes; an op reaches the table through the borrow it is given.
+unsafe impl stepgraph::StepBuffer for ParamTable {}
+
 impl ParamTable {
     /// The table's words, as uploaded (see the layout above). Fails when the lengths
     /// add up past `u64::MAX`: the entries are plain values, and a wrapped `start` would

@@ -4,6 +4,7 @@
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
 use crate::model::{BufKind, Priority, Step};
@@ -295,6 +296,19 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         Some(quote_spanned!(b.name.span()=> const _: () = ::core::assert!((#len) == #w, #msg);))
     });
 
+    // What the ops may receive: device memory the plan orders, and plain data. Each
+    // field's type is checked where it is written, so that a host handle or a cell is
+    // reported at the field.
+    let buffer_checks = fields.iter().map(|b| {
+        let ty = &b.ty;
+        quote_spanned!(ty.span()=> #rt::assert_buffer::<#ty>();)
+    });
+    let config_checks = step.config.iter().flat_map(|c| &c.fields).map(|f| {
+        let ty = &f.ty;
+        quote_spanned!(ty.span()=> #rt::assert_config::<#ty>();)
+    });
+    let type_checks = quote!(const _: () = { #(#buffer_checks)* #(#config_checks)* };);
+
     // Scratch copies beyond the one the user supplies in the buffers struct.
     let scratch: Vec<(&Ident, &Type, usize)> = fields
         .iter()
@@ -345,6 +359,7 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             #rt_use
             #plan_const
             #(#width_checks)*
+            #type_checks
 
             /// Scratch copies beyond the one in the buffers struct.
             #[doc(hidden)]

@@ -5,6 +5,7 @@
 //! `schedule` (the planner, plain Rust) and `codegen` (the only stage that quotes).
 
 mod codegen;
+mod derive;
 mod errors;
 mod model;
 mod parse;
@@ -24,6 +25,16 @@ pub fn step(
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
     expand(attr.into(), item.into()).into()
+}
+
+/// Makes a struct of step buffers a step buffer, with each field checked where it is
+/// written. See `stepgraph::StepBuffer`.
+#[proc_macro_derive(StepBuffer, attributes(step_buffer))]
+pub fn derive_step_buffer(item: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    match syn::parse::<syn::DeriveInput>(item) {
+        Ok(input) => derive::step_buffer(input).into(),
+        Err(e) => e.to_compile_error().into(),
+    }
 }
 
 /// The whole macro: every error of the definition as a `compile_error!`, next to a

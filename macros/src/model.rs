@@ -71,6 +71,7 @@ impl Buffer {
 
 pub struct ConfigField {
     pub name: Ident,
+    pub ty: Type,
 }
 
 /// Where an op runs: `#[stream(name)]`, `#[stream(group[d])]` or `#[stream(group[2])]`.

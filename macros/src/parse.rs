@@ -325,8 +325,12 @@ fn parse_config(mut s: ItemStruct, errors: &Errors) -> Struct<ConfigField> {
     s.attrs.retain(|a| !is(a, "config"));
     let fields = named_fields(&s, "#[config]", errors)
         .into_iter()
-        .filter_map(|f| f.ident.clone())
-        .map(|name| ConfigField { name })
+        .filter_map(|f| {
+            Some(ConfigField {
+                name: f.ident.clone()?,
+                ty: f.ty.clone(),
+            })
+        })
         .collect();
     Struct { item: s, fields }
 }

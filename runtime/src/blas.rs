@@ -1142,6 +1142,7 @@ impl BlasHandle {
     /// Creates the handle and allocates its workspace (`what` names it in an
     /// out-of-memory error).
     pub(crate) fn new(device: &Device, stream: &Arc<CudaStream>, what: &str) -> Result<Self> {
+        crate::guard::check("BlasHandle::new")?;
         // SAFETY: uninitialised bytes are fine for a scratch workspace cuBLASLt writes
         // before it reads.
         let workspace = unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }
@@ -1584,6 +1585,7 @@ impl BlasSession {
 
     /// Waits for the work issued on the session's stream.
     pub fn synchronize(&self) -> Result<()> {
+        crate::guard::check("BlasSession::synchronize")?;
         self.stream
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))

@@ -81,6 +81,7 @@ impl fmt::Debug for CommId {
 impl CommId {
     /// A fresh id (`ncclGetUniqueId`).
     pub fn new() -> Result<CommId> {
+        crate::guard::check("CommId::new")?;
         require_nccl()?;
         nccl::get_uniqueid()
             .map(CommId)
@@ -197,6 +198,7 @@ impl Communicator {
     /// rank has joined, so the ranks must join at the same time (one thread or process
     /// each). A world of one is a real NCCL communicator too.
     pub fn join(device: &Device, id: CommId, rank: usize, world: usize) -> Result<Communicator> {
+        crate::guard::check("Communicator::join")?;
         check_rank(rank, world)?;
         let ranks = |n: usize| {
             i32::try_from(n).map_err(|_| Error::Invalid(format!("{n} ranks are too many for NCCL")))

@@ -97,6 +97,7 @@ impl Device {
 
     /// Opens GPU `ordinal` after checking the libraries and the compute capability.
     pub fn new(ordinal: usize) -> Result<Device> {
+        crate::guard::check("Device::new")?;
         check_libraries()?;
         let count = CudaContext::device_count().map_err(Error::driver("cuDeviceGetCount"))?;
         if ordinal >= count.max(0) as usize {
@@ -181,6 +182,7 @@ impl Device {
         what: &str,
         len: usize,
     ) -> Result<DeviceBuffer<T>> {
+        crate::guard::check("Device::alloc_zeros")?;
         let bytes = byte_len::<T>(what, len)?;
         let slice = self
             .host_stream
@@ -194,6 +196,7 @@ impl Device {
 
     /// Allocates a buffer holding a copy of `data`.
     pub fn upload_new<T: DeviceRepr>(&self, what: &str, data: &[T]) -> Result<DeviceBuffer<T>> {
+        crate::guard::check("Device::upload_new")?;
         let bytes = std::mem::size_of_val(data);
         let slice = self
             .host_stream
@@ -218,6 +221,7 @@ impl Device {
         buf: &DeviceBuffer<T>,
         data: &[T],
     ) -> Result<()> {
+        crate::guard::check("Device::upload")?;
         if buf.len() != data.len() {
             return Err(Error::LengthMismatch {
                 what: "upload into a device buffer".into(),
@@ -249,6 +253,7 @@ impl Device {
         &self,
         buf: &DeviceBuffer<T>,
     ) -> Result<Vec<T>> {
+        crate::guard::check("Device::download")?;
         let out = self
             .host_stream
             .clone_dtoh(&buf.slice)
@@ -261,6 +266,7 @@ impl Device {
 
     /// Waits for all work on the device.
     pub fn synchronize(&self) -> Result<()> {
+        crate::guard::check("Device::synchronize")?;
         self.ctx
             .synchronize()
             .map_err(Error::driver("cuCtxSynchronize"))

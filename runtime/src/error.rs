@@ -172,6 +172,22 @@ pub enum Error {
         /// What differs, naming the ops and their streams.
         what: String,
     },
+    /// A host-side call (a synchronise, an allocation, a copy to or from the host, a new
+    /// stream or session, a replay of a step) made from inside an op while it was being
+    /// issued: it would break the capture or escape it.
+    #[error(
+        "op `{op}` of step `{step}` called `{call}` while it was being issued: a host-side \
+         call inside an op breaks or escapes the capture; make it before or after the \
+         step's replay"
+    )]
+    HostCallInOp {
+        /// The step.
+        step: &'static str,
+        /// The op.
+        op: &'static str,
+        /// The call (`Device::download`, `Step::replay`).
+        call: &'static str,
+    },
     /// A plan with an index out of range ([`PlanDesc::check`](crate::PlanDesc::check)).
     #[error(transparent)]
     Plan(#[from] stepgraph_plan::PlanError),

@@ -139,6 +139,7 @@ impl Executor {
         plan: &'static PlanDesc,
         options: Options,
     ) -> Result<Executor> {
+        crate::guard::check("Executor::new")?;
         plan.check()?;
         let schedule = options.schedule;
         let n_streams = if schedule.parallel() {
@@ -312,6 +313,7 @@ impl Executor {
     /// the captured graph is read back and checked against the plan before it is
     /// instantiated.
     pub fn capture(&mut self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
+        crate::guard::check("Step::capture")?;
         let tracker = self.verify.then(|| Tracker::new(self.plan.ops.len()));
         self.capture_tracked(issue, tracker.as_ref()).map(|_| ())
     }
@@ -386,6 +388,7 @@ impl Executor {
         &mut self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<VerifyReport> {
+        crate::guard::check("Step::verify")?;
         let tracker = Tracker::new(self.plan.ops.len());
         self.capture_tracked(issue, Some(&tracker))?
             .ok_or_else(|| Error::Invalid("verification produced no report".into()))
@@ -445,6 +448,7 @@ impl Executor {
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
         replays: usize,
     ) -> Result<Profile> {
+        crate::guard::check("Step::profile")?;
         let replays = profile_replays(replays)?;
         let timing = || event(&self.device, true);
         let n = self.plan.ops.len();
@@ -550,6 +554,7 @@ impl Executor {
         &self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<crate::WorkBound> {
+        crate::guard::check("Step::work_bound")?;
         let tracker = Tracker::new(self.plan.ops.len());
         let extras = Extras {
             tracker: Some(&tracker),
@@ -588,6 +593,7 @@ impl Executor {
     /// Runs the ops once without capture, as they are issued: the eager baseline. Uses
     /// the same streams and events as the capture.
     pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
+        crate::guard::check("Step::run_eager")?;
         self.record_fork_events()?;
         self.pass(Mode::Eager, issue, Extras::default())?;
         self.final_joins()
@@ -605,6 +611,7 @@ impl Executor {
 
     /// Launches one replay of the graph on the origin stream.
     pub fn replay(&self) -> Result<()> {
+        crate::guard::check("Step::replay")?;
         let Some(graph) = self.graph.as_ref().filter(|_| !self.stale) else {
             return Err(Error::Invalid(format!(
                 "step `{}` must be captured (again) before it is replayed",
@@ -620,6 +627,7 @@ impl Executor {
     /// joined into the origin stream at the end of a step, so the origin stream's
     /// completion is the step's.
     pub fn wait(&self) -> Result<()> {
+        crate::guard::check("Step::wait")?;
         self.origin()
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))
@@ -639,6 +647,7 @@ impl Executor {
         buf: &crate::DeviceBuffer<T>,
         data: &[T],
     ) -> Result<()> {
+        crate::guard::check("Step::upload")?;
         self.wait()?;
         self.device.write_in_place(buf, data)
     }
@@ -648,6 +657,7 @@ impl Executor {
         &self,
         buf: &crate::DeviceBuffer<T>,
     ) -> Result<Vec<T>> {
+        crate::guard::check("Step::download")?;
         self.wait()?;
         self.device.download(buf)
     }
@@ -655,6 +665,7 @@ impl Executor {
     /// Device time of `iters` replays after `warmup` unmeasured ones, in milliseconds
     /// each, from timing events recorded around each replay on the origin stream.
     pub fn time_replays(&self, warmup: usize, iters: usize) -> Result<Vec<f64>> {
+        crate::guard::check("Step::time_replays")?;
         for _ in 0..warmup {
             self.replay()?;
         }
@@ -703,6 +714,7 @@ pub fn run_once(
     device: &Device,
     body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
 ) -> Result<()> {
+    crate::guard::check("exec::run_once")?;
     let exec = Executor::with_options(device, &ONE_OP, Options::default())?;
     let mut body = Some(body);
     exec.run_eager(&mut |issue| {
@@ -812,7 +824,11 @@ impl Issue<'_> {
             blas: &exec.blas[phys],
             counts: Default::default(),
         };
-        body(&cs).map_err(named)?;
+        {
+            // Host-side calls from the body fail, naming the op, until it returns.
+            let _issuing = crate::guard::IssuingOp::enter(exec.plan.step, op.name);
+            body(&cs).map_err(named)?;
+        }
         if capturing {
             if let Some(t) = self.extras.timers {
                 record_external(&t.end[id.index()], stream).map_err(named)?;

@@ -310,6 +310,7 @@ impl Module {
     /// Loads a cubin (or PTX text, NUL-terminated) image, with
     /// [`cuModuleLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html).
     pub fn load(device: &Device, name: &'static str, image: &[u8]) -> Result<Module> {
+        crate::guard::check("Module::load")?;
         let ctx = device.context().clone();
         let inner = ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
@@ -321,6 +322,7 @@ impl Module {
     /// is refused on a GPU it was not built for; PTX is then JIT-compiled). If the driver
     /// refuses every image, the error is the first one's.
     pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
+        crate::guard::check("Module::load")?;
         let mut first = None;
         for image in decl.images {
             match Module::load(device, decl.name, image.bytes) {

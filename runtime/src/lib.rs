@@ -23,11 +23,13 @@
 //!   [`preflight`] and [`env`](mod@env).
 
 mod blas;
+mod buffer;
 mod comm;
 mod device;
 mod error;
 mod executor;
 mod graph;
+mod guard;
 pub mod kernel;
 mod options;
 mod scalars;
@@ -38,6 +40,7 @@ mod verify;
 mod work;
 
 pub use blas::{BlasElem, Epilogue, Matmul, MatmulArgs, Precision};
+pub use buffer::{ConfigValue, StepBuffer};
 pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{AllocLike, Device, DeviceBuffer};
@@ -46,6 +49,9 @@ pub use kernel::{Kernel, Module};
 pub use options::{Options, Schedule};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use step::{Step, StepSpec};
+/// `#[derive(StepBuffer)]`: a struct whose fields are all step buffers is one. See
+/// [`StepBuffer`](trait@StepBuffer).
+pub use stepgraph_macros::StepBuffer;
 /// Plans a step's multi-stream capture at compile time.
 ///
 /// It goes on an inline module that holds the step's buffers, its config and its ops in
@@ -264,6 +270,7 @@ pub mod preflight {
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
 #[doc(hidden)]
 pub mod __rt_v1 {
+    pub use crate::buffer::{ConfigValue, StepBuffer, assert_buffer, assert_config};
     pub use crate::device::{AllocLike, Device, DeviceBuffer};
     pub use crate::error::{Error, Result};
     pub use crate::executor::Issue;

@@ -60,6 +60,7 @@ impl<T> Drop for DeviceScalars<T> {
 impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     /// Allocates the pinned host values and their device copy, both set to `init`.
     pub fn new(device: &Device, what: &str, init: &[T]) -> Result<Self> {
+        crate::guard::check("DeviceScalars::new")?;
         let bytes = std::mem::size_of_val(init);
         let ctx = device.context().clone();
         ctx.bind_to_thread()
@@ -105,6 +106,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     /// Sets the host value at `index`; the next replay's refresh copies it to the device.
     /// The proof says no replay is reading the host values now.
     pub fn set(&self, _no_replay_in_flight: &HostAccess<'_>, index: usize, value: T) -> Result<()> {
+        crate::guard::check("DeviceScalars::set")?;
         self.check(index)?;
         // SAFETY: in bounds; `HostAccess` guarantees no copy of these values is in flight,
         // and this value is not shared between threads (it is not Sync).

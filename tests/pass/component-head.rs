@@ -3,6 +3,7 @@
 use stepgraph::{CaptureStream, DeviceBuffer, Result};
 
 /// A head with its own buffers.
+#[derive(stepgraph::StepBuffer)]
 pub struct Head {
     pub weights: DeviceBuffer<f32>,
     pub out: DeviceBuffer<f32>,

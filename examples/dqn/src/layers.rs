@@ -7,7 +7,7 @@ use crate::kernels::{
 };
 use stepgraph::{
     AllocLike, Blas, CaptureStream, Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision,
-    Result,
+    Result, StepBuffer,
 };
 
 /// f32 device buffer.
@@ -81,7 +81,7 @@ impl Sizes {
 pub const D: usize = 4;
 
 /// A linear layer `y = x wᵀ + b`, `w[out, in]`.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Linear {
     pub w: Buf,
     pub b: Buf,
@@ -196,14 +196,14 @@ macro_rules! alloc_like_fields {
 }
 
 /// A branch's parameters: the GLU layer (`wg[2G, H]`) and the advantage head (`wa[A, G]`).
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Branch {
     pub gate: Linear,
     pub adv: Linear,
 }
 
 /// A branch's forward activations for one batch of states.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct BranchAct {
     /// `h wgᵀ + bg`, `[B, 2G]`.
     pub u: Buf,
@@ -214,7 +214,7 @@ pub struct BranchAct {
 }
 
 /// A branch's backward scratch: reused by every step, one copy per branch.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct BranchBack {
     /// `[B, G]`: the GLU's output gradient, on the GEMM path only (sizes that
     /// [`Kernels::branch_head_backward`] does not take); one element otherwise.
@@ -263,7 +263,7 @@ impl BranchBack {
 }
 
 /// The trunk and the value head: `w1[H, S]`, `w2[H, H]`, `wv[1, H]`.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Trunk {
     pub l1: Linear,
     pub l2: Linear,
@@ -281,7 +281,7 @@ impl Trunk {
 }
 
 /// A forward pass of the trunk over one batch of states.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct TrunkAct {
     pub h1: Buf,
     pub h: Buf,

@@ -4,7 +4,7 @@
 
 use stepgraph::{
     CaptureStream, Communicator, Device, DeviceBuffer, DeviceScalars, Epilogue, MatmulArgs,
-    ReduceOp, Result,
+    ReduceOp, Result, StepBuffer,
 };
 use stepgraph_kernels::{AdamHyper, AdamSlot, ParamEntry, ParamTable, column_sums_scratch_len};
 
@@ -24,14 +24,14 @@ use crate::layers::{
 };
 
 /// The expectile (IQL) value heads, high then low: `we[1, H]`.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Iql {
     pub hi: Linear,
     pub lo: Linear,
 }
 
 /// The IQN head: the cosine embedding `wphi[H, C]` and the quantile output `wq[1, H]`.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Iqn {
     pub phi: Linear,
     pub q: Linear,
@@ -39,7 +39,7 @@ pub struct Iqn {
 
 /// The attention head: embedding `wemb[E, S]`, fused `wqkv[3E, E]`, output `wo[E, E]`,
 /// prediction `wp[1, E]`.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Attn {
     pub emb: Linear,
     pub qkv: Buf,
@@ -48,7 +48,7 @@ pub struct Attn {
 }
 
 /// Every online parameter; also the shape of the gradients and of Adam's moments.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Model {
     pub trunk: Trunk,
     pub branch: [Branch; D],
@@ -179,7 +179,7 @@ pub fn named<'a>(
 }
 
 /// One batch of transitions (MODEL.md's inputs).
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Batch {
     pub s: Buf,
     pub s2: Buf,
@@ -191,7 +191,7 @@ pub struct Batch {
 }
 
 /// Scratch of a branch's next-state forward passes (online, then target).
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct GluTmp {
     /// `[B, 2G]`, the gate layer's output.
     pub u: Buf,
@@ -209,21 +209,21 @@ impl stepgraph::AllocLike for GluTmp {
 }
 
 /// The double-DQN targets `[B, D]` and their mean `[B]` (IQN's target).
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Targets {
     pub y: Buf,
     pub ybar: Buf,
 }
 
 /// From the dueling losses: dL/dv `[B]` and the mean taken Q `[B]` (IQL's target).
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Dueling {
     pub dv: Buf,
     pub qbar: Buf,
 }
 
 /// The IQL heads' outputs and their gradients, `[B]` each.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct IqlAct {
     pub e_hi: Buf,
     pub e_lo: Buf,
@@ -237,7 +237,7 @@ pub struct IqlAct {
 /// The IQN head's activations. `cosf`, `phi` and `dphi_pre` (`[B N, C]`, `[B N, H]`,
 /// `[B N, H]`) are used only by the unfused path, for sizes the fused kernel does not take
 /// ([`IqnFusedDims::supported`]); with the fused kernel they are one-element stand-ins.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct IqnAct {
     pub cosf: Buf,
     pub phi: Buf,
@@ -247,7 +247,7 @@ pub struct IqnAct {
 }
 
 /// The attention head's activations.
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct AttnAct {
     pub emb: Buf,
     pub qkv: Buf,
@@ -266,7 +266,7 @@ pub struct AttnAct {
 
 /// The optimizer's state: Adam's moments, the pointer table, the norm, the device
 /// scalars (lr and the bias corrections, refreshed every step).
-#[derive(Debug)]
+#[derive(Debug, StepBuffer)]
 pub struct Optim {
     pub m: Model,
     pub v: Model,

@@ -130,6 +130,12 @@ mod fork_join {
         (4) == 4,
         "#[per_branch] buffer `lanes` must have one element per branch of its stream group (4)"
     );
+    const _: () = {
+        __sg::assert_buffer::<DeviceBuffer<f32>>();
+        __sg::assert_buffer::<[DeviceBuffer<f32>; 4]>();
+        __sg::assert_buffer::<DeviceBuffer<f32>>();
+        __sg::assert_config::<u32>();
+    };
     /// Scratch copies beyond the one in the buffers struct.
     #[doc(hidden)]
     pub struct __Scratch {}

@@ -82,6 +82,13 @@ pub mod heads {
             .with_record(__sg::EventId(2)),
     ];
     const __EDGES: &[__sg::EdgeDesc] = &[__sg::raw(0, 1, 0), __sg::raw(0, 2, 0)];
+    const _: () = {
+        __sg::assert_buffer::<DeviceBuffer<f32>>();
+        __sg::assert_buffer::<DeviceBuffer<f32>>();
+        __sg::assert_buffer::<DeviceBuffer<f32>>();
+        __sg::assert_buffer::<DeviceBuffer<f32>>();
+        __sg::assert_config::<Matmul>();
+    };
     /// Scratch copies beyond the one in the buffers struct.
     #[doc(hidden)]
     pub struct __Scratch {

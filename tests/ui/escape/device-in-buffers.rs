@@ -1,0 +1,20 @@
+// A `Device` in the buffers would let an op synchronise, allocate or download inside the capture.
+use stepgraph::Device;
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+        pub device: Device,
+    }
+
+    fn clear(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(x)
+    }
+}
+
+fn main() {}
