@@ -413,6 +413,17 @@ impl PlanDesc {
     }
 }
 
+/// What [`PlanDesc::audit`] checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Audit {
+    /// Pairs of ops whose accesses conflict, each found ordered by the schedule.
+    pub conflicts_ordered: usize,
+    /// Pairs of ops on different streams that nothing requires to be ordered, each found
+    /// unordered.
+    pub independent_pairs: usize,
+}
+
 /// How many problems [`PlanDesc::check`] lists before it says how many more there are.
 const PROBLEMS_LISTED: usize = 20;
 
@@ -555,6 +566,100 @@ impl PlanDesc {
                 id.0
             ))
         })
+    }
+
+    /// Checks the schedule against the accesses it was planned from, without a GPU: every
+    /// two ops whose accesses conflict (one copy of a buffer, a write among them) are
+    /// ordered by the schedule (stream order and waits), every dependency edge is, and
+    /// the schedule orders nothing that the edges and stream order do not (no false
+    /// serialisation). Returns how many conflicting pairs and independent cross-stream
+    /// pairs it checked; an error names the first two ops at fault.
+    ///
+    /// ```
+    /// use stepgraph_plan::{AccessDesc, BufId, BufKind, BufferDesc, OpDesc, PlanDesc, StreamDesc, StreamId};
+    ///
+    /// // Two ops on two streams write one buffer, and nothing orders them: a race.
+    /// const RACY: PlanDesc = PlanDesc::new("racy")
+    ///     .with_streams(&[StreamDesc::named("main"), StreamDesc::named("side")])
+    ///     .with_buffers(&[BufferDesc::new("x", BufKind::Shared)])
+    ///     .with_ops(&[
+    ///         OpDesc::new("a", StreamId(0)).with_accesses(&[AccessDesc::write(BufId(0), 0)]),
+    ///         OpDesc::new("b", StreamId(1)).with_accesses(&[AccessDesc::write(BufId(0), 0)]),
+    ///     ]);
+    /// let e = RACY.audit().unwrap_err().to_string();
+    /// assert!(e.contains("`a` and `b` both access `x`"), "{e}");
+    /// ```
+    pub fn audit(&self) -> Result<Audit, PlanError> {
+        self.check()?;
+        let n = self.ops.len();
+        let ordered = dag::closure(n, &self.schedule_edges_ix());
+        let before = |a: usize, b: usize| ordered[b].contains(a);
+        let name = |i: usize| self.ops[i].name;
+        let mut audit = Audit::default();
+        for b in 0..n {
+            for a in 0..b {
+                let conflict = self.ops[a].accesses.iter().find(|x| {
+                    self.ops[b].accesses.iter().any(|y| {
+                        x.buf == y.buf
+                            && x.copy == y.copy
+                            && (x.access == Access::Write || y.access == Access::Write)
+                    })
+                });
+                if let Some(x) = conflict {
+                    if !before(a, b) {
+                        let buf = self.buffers[x.buf.index()].name;
+                        return Err(PlanError(format!(
+                            "plan `{}`: ops `{}` and `{}` both access `{buf}` (a write among them), but the schedule does not order them",
+                            self.step,
+                            name(a),
+                            name(b)
+                        )));
+                    }
+                    audit.conflicts_ordered += 1;
+                }
+            }
+        }
+        let mut required: Vec<(usize, usize)> = self
+            .edges
+            .iter()
+            .map(|e| (e.from.index(), e.to.index()))
+            .collect();
+        for e in self.edges {
+            let (a, b) = (e.from.index(), e.to.index());
+            if a >= b || !before(a, b) {
+                return Err(PlanError(format!(
+                    "plan `{}`: op `{}` depends on `{}` ({:?}), but the schedule does not order them",
+                    self.step,
+                    name(b),
+                    name(a),
+                    e.kind
+                )));
+            }
+        }
+        // What may be ordered: the dependencies and each stream's order.
+        let stream_order = dag::schedule_edges(
+            self.ops
+                .iter()
+                .map(|op| (Some(op.stream.index()), std::iter::empty())),
+        );
+        required.extend(stream_order);
+        let allowed = dag::closure(n, &required);
+        for (b, may_precede) in allowed.iter().enumerate() {
+            for a in 0..b {
+                if before(a, b) && !may_precede.contains(a) {
+                    return Err(PlanError(format!(
+                        "plan `{}`: the schedule orders `{}` before `{}`, which no dependency and no stream order requires",
+                        self.step,
+                        name(a),
+                        name(b)
+                    )));
+                }
+                if !may_precede.contains(a) && self.ops[a].stream != self.ops[b].stream {
+                    audit.independent_pairs += 1;
+                }
+            }
+        }
+        Ok(audit)
     }
 
     /// Number of cross-stream waits, the final joins included.
@@ -832,6 +937,30 @@ mod tests {
             Err(e) => e.message().to_string(),
             Ok(()) => panic!("expected the check to fail"),
         }
+    }
+
+    #[test]
+    fn a_sound_schedule_passes_the_audit_and_a_racy_or_serialised_one_does_not() {
+        // GOOD: a writes x, b (side) reads it after a wait; c is independent of both.
+        let audit = GOOD.audit().unwrap();
+        assert_eq!(audit.conflicts_ordered, 1);
+        // c is on its own stream: independent of a, b and d; b and d are joined.
+        assert_eq!(audit.independent_pairs, 3);
+        // Without b's wait the read of x races the write.
+        const READ_X: &[AccessDesc] = &[access(0, 0, Access::Read)];
+        let racy = PlanDesc {
+            ops: with_op(1, op("b", 1, READ_X, &[EventId(0)], None)),
+            ..GOOD
+        };
+        let e = racy.audit().unwrap_err().to_string();
+        assert!(e.contains("`a` and `b` both access `x`"), "{e}");
+        // c waiting on a orders what nothing requires.
+        let serialised = PlanDesc {
+            ops: with_op(2, op("c", 2, &[], &[EventId(1)], Some(EventId(3)))),
+            ..GOOD
+        };
+        let e = serialised.audit().unwrap_err().to_string();
+        assert!(e.contains("orders `a` before `c`"), "{e}");
     }
 
     #[test]

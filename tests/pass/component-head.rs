@@ -47,6 +47,9 @@ mod step {
 
 fn main() {
     let plan = step::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    assert!(audit.conflicts_ordered > 0, "{audit:?}");
     assert_eq!(plan.ops.len(), 3);
     assert_eq!(plan.streams.len(), 2);
     println!("{plan}");

@@ -65,6 +65,9 @@ mod step {
 
 fn main() {
     let plan = step::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    assert!(audit.conflicts_ordered > 0, "{audit:?}");
     let op = |name: &str| plan.ops.iter().position(|o| o.name == name).unwrap();
     let stream_of = |name: &str| plan.streams[plan.ops[op(name)].stream.index()].name;
     for reduce in ["reduce_iqn", "reduce_attn", "reduce_trunk"] {

@@ -35,6 +35,9 @@ mod step {
 
 fn main() {
     let plan = step::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    assert!(audit.conflicts_ordered > 0, "{audit:?}");
     plan.check().unwrap();
     // Two ops; the helper is not one of them.
     let names: Vec<&str> = plan.ops.iter().map(|o| o.name).collect();

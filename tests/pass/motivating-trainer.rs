@@ -100,6 +100,9 @@ mod dqn {
 
 fn main() {
     let plan = dqn::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    assert!(audit.conflicts_ordered > 0, "{audit:?}");
     // What the macro emits passes the executor's check of a plan.
     plan.check().unwrap();
     let op = |name: &str| plan.ops.iter().position(|o| o.name == name).unwrap();

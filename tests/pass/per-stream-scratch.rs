@@ -36,6 +36,9 @@ mod step {
 
 fn main() {
     let plan = step::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    assert!(audit.conflicts_ordered > 0, "{audit:?}");
     // What the macro emits passes the executor's check of a plan.
     plan.check().unwrap();
     // The two heads write different copies of `tmp`.

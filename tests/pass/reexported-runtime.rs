@@ -35,6 +35,9 @@ fn main() {
     let _: fn(&facade::Device, (), step::Buffers, step::Config) -> Result<step::Step> =
         |d, k, b, c| facade::Step::<step::Spec>::new(d, k, b, c);
     let plan = step::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    assert!(audit.conflicts_ordered > 0, "{audit:?}");
     plan.check().unwrap();
     // `second` reads what `first` wrote on another stream: one wait, one final join.
     assert_eq!(plan.ops[1].waits.len(), 1);

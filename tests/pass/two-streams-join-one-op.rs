@@ -35,6 +35,11 @@ mod step {
 fn main() {
     use stepgraph::plan::{EdgeKind, OpId};
     let plan = step::Step::plan();
+    // Every conflicting access ordered, nothing independent ordered, without a GPU.
+    let audit = plan.audit().unwrap();
+    // No buffer is shared: the joins are the only orderings, and `first` and `second`
+    // are the one independent pair.
+    assert_eq!((audit.conflicts_ordered, audit.independent_pairs), (0, 1));
     plan.check().unwrap();
     // Both joiners wait on the event recorded after `produce`, and on nothing else.
     let after_produce = plan.ops[0].record.expect("produce records an event");

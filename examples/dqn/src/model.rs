@@ -1398,3 +1398,17 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::dqn;
+
+    /// The step's plan, checked without a GPU: every conflicting access of the 29 ops
+    /// ordered, nothing independent ordered.
+    #[test]
+    fn the_plan_orders_every_conflict_and_nothing_else() {
+        let audit = dqn::PLAN.audit().unwrap();
+        assert!(audit.conflicts_ordered > 0, "{audit:?}");
+        assert!(audit.independent_pairs > 0, "{audit:?}");
+    }
+}
