@@ -105,9 +105,10 @@ pub enum Error {
         op: &'static str,
         /// The stream it was issued on.
         stream: &'static str,
-        /// What went wrong.
+        /// What went wrong: an [`Error`] (boxed as a trait object, so that walking the
+        /// chain with [`source`](std::error::Error::source) and downcasting finds it).
         #[source]
-        source: Box<Error>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Capturing a step failed; the partial capture was discarded and the step keeps the
     /// graph it had before, if any.
@@ -115,9 +116,9 @@ pub enum Error {
     Capture {
         /// The step.
         step: &'static str,
-        /// What went wrong.
+        /// What went wrong: an [`Error`], boxed as for [`Error::Op`].
         #[source]
-        source: Box<Error>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A matmul ran inside capture with a shape that was not planned before capture.
     #[error(
@@ -221,6 +222,36 @@ impl Error {
             source = s.source();
         }
         msg
+    }
+
+    /// This error and every [`Error`] under it, outermost first: the way to find, say,
+    /// the [`Error::HostCallInOp`] under a failed capture.
+    ///
+    /// ```
+    /// use stepgraph::Error;
+    ///
+    /// let e = Error::Capture {
+    ///     step: "dqn",
+    ///     source: Box::new(Error::Op {
+    ///         op: "trunk",
+    ///         stream: "main",
+    ///         source: Box::new(Error::Invalid("expected 4 rows, found 3".into())),
+    ///     }),
+    /// };
+    /// let innermost = e.errors().last().unwrap();
+    /// assert!(matches!(innermost, Error::Invalid(m) if m.contains("4 rows")));
+    /// ```
+    pub fn errors(&self) -> impl Iterator<Item = &Error> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        std::iter::from_fn(move || {
+            while let Some(e) = next {
+                next = e.source();
+                if let Some(ours) = e.downcast_ref::<Error>() {
+                    return Some(ours);
+                }
+            }
+            None
+        })
     }
 
     /// Wraps a driver error with the call that produced it.

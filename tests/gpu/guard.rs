@@ -82,14 +82,10 @@ fn host_call(e: &Escape, case: usize) -> Result<()> {
 
 /// The `HostCallInOp` under `err`, if any.
 fn host_call_in(err: &Error) -> Option<(&'static str, &'static str, &'static str)> {
-    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = at {
-        if let Some(Error::HostCallInOp { step, op, call }) = e.downcast_ref::<Error>() {
-            return Some((step, op, call));
-        }
-        at = e.source();
-    }
-    None
+    err.errors().find_map(|e| match e {
+        Error::HostCallInOp { step, op, call } => Some((*step, *op, *call)),
+        _ => None,
+    })
 }
 
 #[test]

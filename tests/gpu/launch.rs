@@ -23,7 +23,10 @@ fn config() -> LaunchConfig {
 /// The op's own error, out of the executor's `Error::Op`.
 fn inner(e: Error) -> Error {
     match e {
-        Error::Op { source, .. } => *source,
+        Error::Op { source, .. } => match source.downcast::<Error>() {
+            Ok(inner) => *inner,
+            Err(other) => Error::Invalid(other.to_string()),
+        },
         other => other,
     }
 }
