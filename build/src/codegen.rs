@@ -448,8 +448,8 @@ fn launcher(w: &mut String, m: &ModuleModel, k: &KernelModel, rt: &str) {
     ];
     for p in &k.params {
         let ty = match p.pass {
-            Pass::Buf => format!("&{rt}::DeviceBuffer<{}>", p.rust),
-            Pass::BufMut => format!("&mut {rt}::DeviceBuffer<{}>", p.rust),
+            Pass::Buf => format!("&impl {rt}::DeviceMem<{}>", p.rust),
+            Pass::BufMut => format!("&mut impl {rt}::DeviceMemMut<{}>", p.rust),
             Pass::Value => p.rust.clone(),
         };
         params.push(format!("{}: {ty}", p.rust_name));

@@ -47,9 +47,10 @@
 //!   driver reports it, with its declaration. `kernel(KernelId)` gives the loaded kernel for
 //!   a launch built by hand.
 //! - One launcher per kernel: `unsafe fn <kernel>(&self, stream, config, <one argument per
-//!   CUDA parameter>)`. `const T*` becomes `&DeviceBuffer<T>`, `T*` `&mut DeviceBuffer<T>`,
-//!   scalars and mapped structs are passed by value. The number, order and types of the
-//!   arguments are the compiler's business; what stays `unsafe` is the kernel's own
+//!   CUDA parameter>)`. `const T*` becomes `&impl DeviceMem<T>` (a buffer or a view), `T*`
+//!   `&mut impl DeviceMemMut<T>`, scalars and mapped structs are passed by value. A view at
+//!   an odd offset is aligned to its element only: a kernel with wider loads must not be
+//!   given one. The number, order and types of the arguments are the compiler's business; what stays `unsafe` is the kernel's own
 //!   contract: that the grid and the size arguments keep every access inside the buffers.
 //!
 //! # Finding nvcc
@@ -73,7 +74,7 @@
 //! | `size_t`, `int8_t` ... `uint64_t` | `usize`, `i8` ... `u64` |
 //! | `__half`, `__nv_bfloat16` | `stepgraph::kernel::f16`, `bf16` (the `half` crate's, re-exported) |
 //! | a typedef of one of these, in the source or a quoted include | that type |
-//! | `const T*` / `T*` | `&DeviceBuffer<T>` / `&mut DeviceBuffer<T>` |
+//! | `const T*` / `T*` | `&impl DeviceMem<T>` / `&mut impl DeviceMemMut<T>`: a `DeviceBuffer<T>`, or a `View`/`ViewMut` of one |
 //! | anything else (a struct by value) | what [`Builder::rust_type`] maps it to |
 //!
 //! `__restrict__`, `volatile`, `__grid_constant__` and a `const` on the pointer itself

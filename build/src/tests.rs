@@ -151,6 +151,17 @@ mod quote_free {
                     if r.mutability.is_some() { "mut " } else { "" },
                     r.elem.text()
                 ),
+                syn::Type::ImplTrait(t) => {
+                    let bounds: Vec<String> = t
+                        .bounds
+                        .iter()
+                        .map(|b| match b {
+                            syn::TypeParamBound::Trait(tb) => path(&tb.path),
+                            other => format!("{other:?}"),
+                        })
+                        .collect();
+                    format!("impl {}", bounds.join(" + "))
+                }
                 other => format!("{other:?}"),
             }
         }
@@ -239,8 +250,8 @@ fn generated_code_parses_and_has_the_registry_and_a_typed_launcher_per_kernel() 
     let want = [
         ("stream", "&::stepgraph::__rt_v1::CaptureStream<'_>"),
         ("config", "::stepgraph::__rt_v1::LaunchConfig"),
-        ("x", "&::stepgraph::__rt_v1::DeviceBuffer<f32>"),
-        ("y", "&mut ::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("x", "&impl ::stepgraph::__rt_v1::DeviceMem<f32>"),
+        ("y", "&mut impl ::stepgraph::__rt_v1::DeviceMemMut<f32>"),
         ("n", "u32"),
         ("a", "f32"),
         ("b", "f32"),

@@ -7,9 +7,9 @@ use crate::parse::{BUILTIN_WORDS, ParamSig, Typedef};
 /// How a launcher passes an argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pass {
-    /// `const T*`: `&DeviceBuffer<T>`.
+    /// `const T*`: `&impl DeviceMem<T>` (a buffer or a view).
     Buf,
-    /// `T*`: `&mut DeviceBuffer<T>`.
+    /// `T*`: `&mut impl DeviceMemMut<T>`.
     BufMut,
     /// By value.
     Value,

@@ -32,7 +32,8 @@
 //! ```
 
 use stepgraph::{
-    CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, Kernel, LaunchConfig, Module, Result,
+    CaptureStream, Device, DeviceMem, DeviceMemMut, DeviceScalars, Error, Kernel, LaunchConfig,
+    Module, Result,
 };
 
 /// The registry stepgraph-build generated from `cuda/*.cu`: ids, declarations, and the
@@ -108,7 +109,7 @@ impl Kernels {
     pub fn chain_step(
         &self,
         stream: &CaptureStream<'_>,
-        x: &mut DeviceBuffer<f32>,
+        x: &mut impl DeviceMemMut<f32>,
         iters: u32,
         a: f32,
         b: f32,
@@ -127,8 +128,8 @@ impl Kernels {
     pub fn axpby(
         &self,
         stream: &CaptureStream<'_>,
-        x: &DeviceBuffer<f32>,
-        y: &mut DeviceBuffer<f32>,
+        x: &impl DeviceMem<f32>,
+        y: &mut impl DeviceMemMut<f32>,
         a: f32,
         b: f32,
     ) -> Result<()> {
@@ -149,7 +150,7 @@ impl Kernels {
         stream: &CaptureStream<'_>,
         scalars: &DeviceScalars<f32>,
         index: usize,
-        y: &mut DeviceBuffer<f32>,
+        y: &mut impl DeviceMemMut<f32>,
     ) -> Result<()> {
         if index >= scalars.len() {
             return Err(Error::Invalid(format!(
@@ -175,7 +176,7 @@ impl Kernels {
     pub fn fill_affine(
         &self,
         stream: &CaptureStream<'_>,
-        y: &mut DeviceBuffer<f32>,
+        y: &mut impl DeviceMemMut<f32>,
         start: f32,
         step: f32,
     ) -> Result<()> {

@@ -73,7 +73,14 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             BufKind::ScratchPerStream => quote!(ScratchPerStream),
             BufKind::ScratchPerBranch => quote!(ScratchPerBranch),
         };
-        quote!(#rt::BufferDesc::new(#name, #rt::BufKind::#kind))
+        let desc = quote!(#rt::BufferDesc::new(#name, #rt::BufKind::#kind));
+        match parent_index(step, b) {
+            Some(p) => {
+                let p = lit_u16(p);
+                quote!(#desc.with_view_of(#rt::BufId(#p)))
+            }
+            None => desc,
+        }
     });
     let ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
         let name = &inst.name;
@@ -141,6 +148,15 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         const __OPS: &[#rt::OpDesc] = &[#(#ops),*];
         const __EDGES: &[#rt::EdgeDesc] = &[#(#edges),*];
     }
+}
+
+/// The index of a view's parent among the buffers (validation resolved it).
+fn parent_index(step: &Step, b: &crate::model::Buffer) -> Option<usize> {
+    let parent = b.view_of.as_ref()?;
+    step.buffers
+        .iter()
+        .flat_map(|s| &s.fields)
+        .position(|f| f.name == *parent)
 }
 
 /// Whether an item of the module is named `name` (which the expansion then must not
@@ -240,6 +256,29 @@ fn op_call(step: &Step, inst: &crate::validate::Instance) -> TokenStream {
         Arg::Index(i) => Literal::u32_unsuffixed(*i).into_token_stream(),
         Arg::Config(f) => quote!(#rt::cfg(&__c.#f)),
         Arg::Buffer { field, write, slot } => {
+            let buf = step
+                .buffers
+                .iter()
+                .flat_map(|b| &b.fields)
+                .find(|b| b.name == *field);
+            if let Some(parent) = buf.and_then(|b| b.view_of.as_ref()) {
+                // A declared view: the op gets a view of the parent over the field's span.
+                let (span, what) = match slot {
+                    Slot::Element(i) => {
+                        let ix = Literal::usize_unsuffixed(*i as usize);
+                        (
+                            quote!(__b.#field[#ix]),
+                            format!("view `{field}[{i}]` of `{parent}`"),
+                        )
+                    }
+                    _ => (quote!(__b.#field), format!("view `{field}` of `{parent}`")),
+                };
+                return if *write {
+                    quote!(&mut #rt::declared_view_mut(&mut __b.#parent, #span, #what)?)
+                } else {
+                    quote!(&#rt::declared_view(&__b.#parent, #span, #what)?)
+                };
+            }
             let place = match slot {
                 Slot::Field | Slot::Copy(0) => quote!(__b.#field),
                 Slot::Element(i) => {
@@ -301,7 +340,29 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     // reported at the field.
     let buffer_checks = fields.iter().map(|b| {
         let ty = &b.ty;
-        quote_spanned!(ty.span()=> #rt::assert_buffer::<#ty>();)
+        if b.view_of.is_some() {
+            quote_spanned!(ty.span()=> #rt::assert_view::<#ty>();)
+        } else {
+            quote_spanned!(ty.span()=> #rt::assert_buffer::<#ty>();)
+        }
+    });
+    // Where each declared view lies, for the step to order views that overlap.
+    let views: Vec<TokenStream> = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.view_of.is_some())
+        .map(|(i, b)| {
+            let (i, name) = (lit_u16(i), &b.name);
+            quote!((#rt::BufId(#i), #rt::ViewSpans::spans(&__b.#name)))
+        })
+        .collect();
+    // A step without views keeps the trait's default (none).
+    let views_fn = (!views.is_empty()).then(|| {
+        quote! {
+            fn views(__b: &#buffers_ty) -> ::std::vec::Vec<(#rt::BufId, &[#rt::Span])> {
+                ::std::vec![#(#views),*]
+            }
+        }
     });
     let config_checks = step.config.iter().flat_map(|c| &c.fields).map(|f| {
         let ty = &f.ty;
@@ -335,6 +396,8 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             fn scratch(buffers: &#buffers_ty, device: &#rt::Device) -> #rt::Result<__Scratch> {
                 ::core::result::Result::Ok(__Scratch { #(#scratch_init)* })
             }
+
+            #views_fn
 
             #[allow(unused_variables, clippy::needless_borrow)]
             fn issue(

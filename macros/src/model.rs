@@ -58,6 +58,9 @@ pub struct Buffer {
     pub kind: BufKind,
     /// The attribute that set the kind, or the field name for shared buffers.
     pub kind_span: Span,
+    /// `#[view(of = parent)]`: the field holds where a view lies in `parent` (a `Span`, or
+    /// an array of them with `#[per_branch]`), and ops that name it get a view of `parent`.
+    pub view_of: Option<Ident>,
 }
 
 impl Buffer {

@@ -266,7 +266,19 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
         };
         let mut kind = BufKind::Shared;
         let mut kind_span = name.span();
+        let mut view_of: Option<Ident> = None;
         for attr in &field.attrs {
+            if is(attr, "view") {
+                match parse_view(attr) {
+                    Ok(parent) if view_of.is_some() => errors.spanned(
+                        &parent,
+                        format!("buffer `{name}` already has a #[view(of = ..)]"),
+                    ),
+                    Ok(parent) => view_of = Some(parent),
+                    Err(e) => errors.push(e),
+                }
+                continue;
+            }
             let new_kind = if is(attr, "per_branch") {
                 Some(BufKind::PerBranch)
             } else if is(attr, "scratch") {
@@ -309,16 +321,46 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
             ty: field.ty.clone(),
             kind,
             kind_span,
+            view_of,
         });
     }
     if let syn::Fields::Named(f) = &mut s.fields {
         for field in f.named.iter_mut() {
             field
                 .attrs
-                .retain(|a| !is(a, "per_branch") && !is(a, "scratch"));
+                .retain(|a| !is(a, "per_branch") && !is(a, "scratch") && !is(a, "view"));
         }
     }
     Struct { item: s, fields }
+}
+
+/// `#[view(of = parent)]`: the parent buffer's name.
+fn parse_view(attr: &syn::Attribute) -> syn::Result<Ident> {
+    let wrong = || {
+        syn::Error::new_spanned(
+            attr,
+            "write #[view(of = buffer)], naming the buffer the view lies in",
+        )
+    };
+    let syn::Meta::List(list) = &attr.meta else {
+        return Err(wrong());
+    };
+    let nv: syn::MetaNameValue = syn::parse2(list.tokens.clone()).map_err(|_| wrong())?;
+    if !nv.path.is_ident("of") {
+        return Err(syn::Error::new_spanned(
+            &nv.path,
+            "unknown #[view] argument: expected `of = buffer`",
+        ));
+    }
+    match nv.value {
+        syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident().cloned().ok_or_else(|| {
+            syn::Error::new_spanned(&p, "expected the name of a buffer of this step")
+        }),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "expected the name of a buffer of this step",
+        )),
+    }
 }
 
 fn parse_config(mut s: ItemStruct, errors: &Errors) -> Struct<ConfigField> {

@@ -44,10 +44,21 @@ pub struct OpNode {
     pub cost: f64,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct Problem {
     pub n_streams: usize,
     pub ops: Vec<OpNode>,
+    /// Per buffer: the buffer it is a view of (`#[view(of = ..)]`), if any. A buffer past
+    /// the end is no view. A view's accesses conflict with its parent's; views of one
+    /// parent are planned as disjoint (the runtime orders those that overlap).
+    pub parents: Vec<Option<usize>>,
+}
+
+impl Problem {
+    /// The parent of a view buffer.
+    pub fn parent(&self, buf: usize) -> Option<usize> {
+        self.parents.get(buf).copied().flatten()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,10 +112,32 @@ pub fn dependencies(p: &Problem) -> Vec<Dep> {
     let mut tracks: HashMap<Resource, Track> = HashMap::new();
     let mut last_on: Vec<Option<OpIx>> = vec![None; p.n_streams];
     let mut deps = Vec::new();
+    // Every resource of each parent's views: an access to the parent is an access to
+    // each of them too, so that it is ordered against every op that uses a view.
+    let mut views: HashMap<usize, Vec<Resource>> = HashMap::new();
+    for op in &p.ops {
+        for &(r, _) in &op.accesses {
+            if let Some(parent) = p.parent(r.buf) {
+                let v = views.entry(parent).or_default();
+                if !v.contains(&r) {
+                    v.push(r);
+                }
+            }
+        }
+    }
     for (to, op) in p.ops.iter().enumerate() {
-        for &(resource, access) in &op.accesses {
+        let touched = op.accesses.iter().flat_map(|&(r, a)| {
+            let children = views.get(&r.buf).map(Vec::as_slice).unwrap_or_default();
+            std::iter::once((r, a)).chain(children.iter().map(move |&c| (c, a)))
+        });
+        for (resource, access) in touched {
             let t = tracks.entry(resource).or_default();
             let mut push = |from: OpIx, kind| {
+                if from == to {
+                    // A parent and its view in one op: both reads (validation refuses a
+                    // write beside another access of the same memory).
+                    return;
+                }
                 deps.push(Dep {
                     from,
                     to,
@@ -348,10 +381,50 @@ mod tests {
     }
 
     #[test]
+    fn disjoint_views_of_one_buffer_run_side_by_side_and_the_parent_orders_them() {
+        // Buffer 0 is the parent, 1 and 2 its views. Op 0 fills the parent and writes
+        // features (3); ops 1 and 2 read the features and write one view each, on two
+        // streams; op 3 reads the whole parent.
+        let p = Problem {
+            n_streams: 3,
+            ops: vec![
+                op(0, &[(0, W), (3, W)]),
+                op(1, &[(3, R), (1, W)]),
+                op(2, &[(3, R), (2, W)]),
+                op(0, &[(0, R)]),
+            ],
+            parents: vec![None, Some(0), Some(0)],
+        };
+        let plan = plan(&p);
+        check_sound(&p, &plan);
+        let pairs: Vec<(OpIx, OpIx)> = plan.deps.iter().map(|d| (d.from, d.to)).collect();
+        // Each view write after the parent's, the parent's read after each view write,
+        // and nothing between the two views.
+        assert!(
+            pairs.contains(&(0, 1)) && pairs.contains(&(0, 2)),
+            "{pairs:?}"
+        );
+        assert!(
+            pairs.contains(&(1, 3)) && pairs.contains(&(2, 3)),
+            "{pairs:?}"
+        );
+        assert!(!pairs.contains(&(1, 2)), "{pairs:?}");
+        assert!(unordered_cross_stream_writes(&p).is_empty());
+        // Writing one view from two streams is still a write-write on one buffer.
+        let racy = Problem {
+            n_streams: 2,
+            ops: vec![op(0, &[(1, W)]), op(1, &[(1, W)])],
+            parents: vec![None, Some(0)],
+        };
+        assert_eq!(unordered_cross_stream_writes(&racy).len(), 1);
+    }
+
+    #[test]
     fn one_stream_needs_no_events() {
         let p = Problem {
             n_streams: 1,
             ops: vec![op(0, &[(0, W)]), op(0, &[(0, R), (1, W)]), op(0, &[(1, R)])],
+            ..Problem::default()
         };
         let plan = plan(&p);
         assert!(plan.events.is_empty());
@@ -370,7 +443,11 @@ mod tests {
             ops.push(op(c, &[(c, W)]));
         }
         ops.push(op(0, &[(1, R), (2, R), (3, R), (4, R), (5, W)]));
-        let p = Problem { n_streams: 5, ops };
+        let p = Problem {
+            n_streams: 5,
+            ops,
+            ..Problem::default()
+        };
         let plan = plan(&p);
         check_sound(&p, &plan);
         // One event after init, waited by each chain's first op; one per chain tail,
@@ -388,6 +465,7 @@ mod tests {
         let p = Problem {
             n_streams: 3,
             ops: vec![op(1, &[(0, W)]), op(2, &[(0, R)]), op(2, &[(0, R)])],
+            ..Problem::default()
         };
         let plan = plan(&p);
         assert_eq!(plan.waits[1].len(), 1);
@@ -405,6 +483,7 @@ mod tests {
                 op(2, &[(0, R), (1, W)]),
                 op(0, &[(0, R), (1, R)]),
             ],
+            ..Problem::default()
         };
         let plan = plan(&p);
         check_sound(&p, &plan);
@@ -417,6 +496,7 @@ mod tests {
         let p = Problem {
             n_streams: 2,
             ops: vec![op(1, &[(0, W)]), op(0, &[(1, W)])],
+            ..Problem::default()
         };
         let plan = plan(&p);
         assert_eq!(plan.events[plan.waits[0][0]].after, None);
@@ -434,6 +514,7 @@ mod tests {
                 op(2, &[(0, R)]),
                 op(0, &[(0, W)]),
             ],
+            ..Problem::default()
         };
         let plan = plan(&p);
         check_sound(&p, &plan);
@@ -448,6 +529,7 @@ mod tests {
         let p = Problem {
             n_streams: 2,
             ops: vec![op(1, &[(0, W)]), op(1, &[(1, W)]), j],
+            ..Problem::default()
         };
         let plan = plan(&p);
         assert_eq!(plan.events[plan.waits[2][0]].after, Some(1));
@@ -459,6 +541,7 @@ mod tests {
         let shared = Problem {
             n_streams: 3,
             ops: vec![op(1, &[(0, W)]), op(2, &[(0, W)])],
+            ..Problem::default()
         };
         let found = unordered_cross_stream_writes(&shared);
         assert_eq!(found.len(), 1);
@@ -478,7 +561,11 @@ mod tests {
         ];
         ops[2].cost = 10.0;
         ops.push(op(0, &[(1, R), (2, R)]));
-        let p = Problem { n_streams: 3, ops };
+        let p = Problem {
+            n_streams: 3,
+            ops,
+            ..Problem::default()
+        };
         let plan = plan(&p);
         assert_eq!(plan.critical_path_by_cost, vec![0, 2, 3]);
     }

@@ -181,6 +181,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             );
         }
     }
+    let view_parent = check_views(&buffers, &buf_ix, errors);
     let config: Vec<String> = step
         .config
         .iter()
@@ -325,6 +326,13 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                             p.span,
                             format!("`{b}` is #[scratch(per_branch)]: only an op on a stream group (#[stream(group[d])]) has a branch index to pick its copy"),
                         ),
+                        (BufKind::PerBranch, None) if buf.view_of.is_some() => errors.at(
+                            p.span,
+                            format!(
+                                "`{b}` holds one view per branch: only an op on a stream group (#[stream(group[d])]) picks one; an op off the group takes the parent `{}` whole",
+                                buf.view_of.as_ref().map(Ident::to_string).unwrap_or_default()
+                            ),
+                        ),
                         (BufKind::PerBranch, Some(w)) => match branch_widths[bi] {
                             Some(prev) if prev != w => errors.at(
                                 p.span,
@@ -357,6 +365,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                 _ => {}
             }
         }
+
+        check_view_borrows(op, &buffers, &buf_ix, &view_parent, errors);
 
         // Joins.
         for (ji, j) in op.joins.iter().enumerate() {
@@ -571,6 +581,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     let problem = Problem {
         n_streams: streams.len(),
         ops: nodes,
+        parents: view_parent,
     };
 
     // --- copies the plan numbers in 16 bits ----------------------------------------------
@@ -754,6 +765,122 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         extra_copies,
         branch_widths,
     })
+}
+
+/// The parent of each `#[view(of = ..)]` field, by buffer index. A view lies inside a
+/// whole buffer that every op reaches the same way: not inside another view (whose own
+/// place is known only at run time), not inside scratch or per-branch copies (each
+/// stream or branch would need its own view of its own copy), and not inside itself.
+fn check_views(
+    buffers: &[&crate::model::Buffer],
+    buf_ix: &HashMap<String, usize>,
+    errors: &Errors,
+) -> Vec<Option<usize>> {
+    let names: Vec<String> = buffers.iter().map(|b| b.name.to_string()).collect();
+    buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let parent = b.view_of.as_ref()?;
+            let pn = parent.to_string();
+            // The expansion indexes the spans and hands them to the runtime: a field of
+            // another type would fail there too, at every op that names it.
+            let spans = match (&b.ty, b.kind) {
+                (syn::Type::Array(a), BufKind::PerBranch) => last_segment_is(&a.elem, "Span"),
+                (ty, BufKind::Shared) => last_segment_is(ty, "Span"),
+                _ => true,
+            };
+            if !spans {
+                let want = if b.kind == BufKind::PerBranch {
+                    "an array of `stepgraph::Span`, one per branch (`[Span; N]`)"
+                } else {
+                    "a `stepgraph::Span` (`Span::new(offset, len)`, `Span::rows`, `Span::columns`)"
+                };
+                errors.spanned(
+                    &b.ty,
+                    format!("view `{}` holds where it lies in `{pn}`: expected {want}", b.name),
+                );
+                return None;
+            }
+            if b.is_scratch() {
+                errors.at(
+                    b.kind_span,
+                    format!("view `{}` cannot be scratch: a view holds no memory of its own, only where it lies in `{pn}`", b.name),
+                );
+                return None;
+            }
+            let Some(&pi) = buf_ix.get(&pn) else {
+                errors.spanned(
+                    parent,
+                    format!(
+                        "#[view(of = {pn})] names no buffer of this step{}",
+                        suggestion(&pn, names.iter().map(String::as_str))
+                    ),
+                );
+                return None;
+            };
+            let p = buffers[pi];
+            let why = if pi == i {
+                Some("a view cannot lie in itself".to_string())
+            } else if p.view_of.is_some() {
+                Some(format!("`{pn}` is itself a view: make `{}` a view of `{pn}`'s parent", b.name))
+            } else if p.kind != BufKind::Shared {
+                Some(format!("`{pn}` has a copy per stream or per branch, and a view lies in one buffer: view a shared buffer"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                errors.spanned(parent, format!("view `{}` of `{pn}`: {why}", b.name));
+                return None;
+            }
+            Some(pi)
+        })
+        .collect()
+}
+
+/// An op receives a view of a buffer by borrowing the buffer, so it cannot take the
+/// buffer and a view of it, or two views of one buffer, when it writes any of them: that
+/// would be a mutable borrow beside another of the same memory. Reading them all is fine.
+fn check_view_borrows(
+    op: &Op,
+    buffers: &[&crate::model::Buffer],
+    buf_ix: &HashMap<String, usize>,
+    view_parent: &[Option<usize>],
+    errors: &Errors,
+) {
+    // (the buffer the memory belongs to, the parameter, writes)
+    let mut seen: Vec<(usize, &crate::model::Param, bool)> = Vec::new();
+    for p in &op.params {
+        if !matches!(p.kind, ParamKind::Read | ParamKind::Write) {
+            continue;
+        }
+        let Some(&bi) = buf_ix.get(&p.binding.to_string()) else {
+            continue;
+        };
+        let root = view_parent[bi].unwrap_or(bi);
+        let write = p.kind == ParamKind::Write;
+        if let Some(&(_, first, first_write)) = seen
+            .iter()
+            .find(|(r, q, _)| *r == root && q.binding != p.binding)
+        {
+            if write || first_write {
+                let name = |q: &crate::model::Param| q.binding.to_string();
+                errors.at(
+                    p.span,
+                    format!(
+                        "op `{}` takes `{}` and `{}`, which lie in one buffer (`{}`), and writes one of them: an op borrows a buffer once to write it; take `{}` whole",
+                        op.name,
+                        name(first),
+                        name(p),
+                        buffers[root].name,
+                        buffers[root].name
+                    ),
+                );
+                continue;
+            }
+        }
+        seen.push((root, p, write));
+    }
 }
 
 /// A join that names the op's own stream through a group (the group, or its own member

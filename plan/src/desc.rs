@@ -155,6 +155,11 @@ pub struct BufferDesc {
     pub name: &'static str,
     /// How it is shared.
     pub kind: BufKind,
+    /// For a `#[view(of = parent)]` field: the parent, a shared buffer. A view conflicts
+    /// with every access to its parent; two views of one parent conflict only where
+    /// their elements overlap, which is known once the step's buffers are
+    /// ([`overlap_orderings`](crate::views::overlap_orderings)).
+    pub view_of: Option<BufId>,
 }
 
 /// One access of an op to a buffer; `copy` says which copy of a per-branch or scratch
@@ -193,7 +198,19 @@ pub struct OpDesc {
 impl BufferDesc {
     /// Buffer `name`, shared as `kind` says.
     pub const fn new(name: &'static str, kind: BufKind) -> BufferDesc {
-        BufferDesc { name, kind }
+        BufferDesc {
+            name,
+            kind,
+            view_of: None,
+        }
+    }
+
+    /// The same buffer as a view of `parent`.
+    pub const fn with_view_of(self, parent: BufId) -> BufferDesc {
+        BufferDesc {
+            view_of: Some(parent),
+            ..self
+        }
     }
 }
 
@@ -489,6 +506,20 @@ impl PlanDesc {
                 ));
             }
         }
+        for (k, buf) in self.buffers.iter().enumerate() {
+            let Some(parent) = buf.view_of else { continue };
+            match self.buffers.get(parent.index()) {
+                None => problems.push(format!(
+                    "buffer {k} `{}` is a view of buffer {}; expected a buffer index below {buffers}",
+                    buf.name, parent.0
+                )),
+                Some(p) if p.view_of.is_some() || parent.index() == k => problems.push(format!(
+                    "buffer {k} `{}` is a view of `{}`, itself a view; expected a view of a whole buffer",
+                    buf.name, p.name
+                )),
+                Some(_) => {}
+            }
+        }
         for (k, edge) in self.edges.iter().enumerate() {
             for (end, op) in [("from", edge.from), ("to", edge.to)] {
                 if op.index() >= ops {
@@ -569,7 +600,8 @@ impl PlanDesc {
     }
 
     /// Checks the schedule against the accesses it was planned from, without a GPU: every
-    /// two ops whose accesses conflict (one copy of a buffer, a write among them) are
+    /// two ops whose accesses conflict ([`same_memory`](Self::same_memory), a write among
+    /// them) are
     /// ordered by the schedule (stream order and waits), every dependency edge is, and
     /// the schedule orders nothing that the edges and stream order do not (no false
     /// serialisation). Returns how many conflicting pairs and independent cross-stream
@@ -600,8 +632,7 @@ impl PlanDesc {
             for a in 0..b {
                 let conflict = self.ops[a].accesses.iter().find(|x| {
                     self.ops[b].accesses.iter().any(|y| {
-                        x.buf == y.buf
-                            && x.copy == y.copy
+                        self.same_memory(x, y)
                             && (x.access == Access::Write || y.access == Access::Write)
                     })
                 });
@@ -660,6 +691,16 @@ impl PlanDesc {
             }
         }
         Ok(audit)
+    }
+
+    /// Whether two accesses reach the same memory whatever the buffers hold: one copy of
+    /// one buffer, or a view and its parent. (Two views of one parent may overlap too;
+    /// that is decided once their spans are known.)
+    pub fn same_memory(&self, x: &AccessDesc, y: &AccessDesc) -> bool {
+        let view_of = |b: BufId| self.buffers.get(b.index()).and_then(|d| d.view_of);
+        (x.buf == y.buf && x.copy == y.copy)
+            || view_of(x.buf) == Some(y.buf)
+            || view_of(y.buf) == Some(x.buf)
     }
 
     /// Number of cross-stream waits, the final joins included.
@@ -782,6 +823,21 @@ impl fmt::Display for PlanDesc {
             }
             writeln!(f)?;
         }
+        let views: Vec<String> = self
+            .buffers
+            .iter()
+            .filter_map(|b| {
+                let parent = self.buffers.get(b.view_of?.index()).map_or("?", |p| p.name);
+                Some(format!("{} in {parent}", b.name))
+            })
+            .collect();
+        if !views.is_empty() {
+            writeln!(
+                f,
+                "  views (disjoint unless their spans overlap): {}",
+                views.join(", ")
+            )?;
+        }
         if !self.final_waits.is_empty() {
             let w: Vec<_> = self.final_waits.iter().map(event).collect();
             writeln!(
@@ -854,14 +910,8 @@ mod tests {
             StreamDesc::named("other"),
         ],
         buffers: &[
-            BufferDesc {
-                name: "x",
-                kind: BufKind::Shared,
-            },
-            BufferDesc {
-                name: "s",
-                kind: BufKind::ScratchPerStream,
-            },
+            BufferDesc::new("x", BufKind::Shared),
+            BufferDesc::new("s", BufKind::ScratchPerStream),
         ],
         ops: &[
             op(

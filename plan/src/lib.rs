@@ -6,6 +6,7 @@
 //!   critical path), its checks and its text form;
 //! - [`dag`]: the graph algorithms over a schedule (happens-before edges, closure,
 //!   reachability, longest path, levels), written once;
+//! - [`views`]: the orderings that views of one buffer need once their spans are known;
 //! - [`Profile`]: a measured replay of a plan, op by op, and the figures read off it.
 //!
 //! It has no dependencies; the `serde` feature derives `Serialize` and `Deserialize` for
@@ -14,6 +15,7 @@
 pub mod dag;
 mod desc;
 mod profile;
+pub mod views;
 
 pub use desc::*;
 pub use profile::{OpTiming, Profile, WaitEdge};

@@ -24,8 +24,9 @@ use cudarc::cublaslt::result::CublasError;
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 
-use crate::device::{Device, DeviceBuffer};
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::memory::{DeviceMem, DeviceMemMut};
 use crate::stream::{Blas, Mode};
 
 /// cuBLASLt's recommended workspace on Hopper.
@@ -303,6 +304,34 @@ pub struct Matmul {
     pub epilogue: Epilogue,
     /// Number of independent products in a strided batch (1: no batch).
     pub batch: usize,
+    /// Elements between the starts of consecutive rows of A as stored (row-major), when
+    /// A is a block of a wider matrix; `None`: A is packed (its stored column count).
+    pub ld_a: Option<usize>,
+    /// The same for B.
+    pub ld_b: Option<usize>,
+    /// The same for D, and for C, which has D's layout.
+    pub ld_d: Option<usize>,
+}
+
+/// A leading dimension, or the packed one.
+const fn ld_or(ld: Option<usize>, cols: usize) -> usize {
+    match ld {
+        Some(ld) => ld,
+        None => cols,
+    }
+}
+
+/// Elements from the first of a strided batch of row-major `rows × cols` blocks, rows `ld`
+/// apart and batches `rows·ld` apart, to the last: `batch·rows·cols` when packed.
+const fn extent((rows, cols, ld): (usize, usize, usize), batch: usize) -> usize {
+    if rows == 0 || cols == 0 || batch == 0 {
+        return 0;
+    }
+    batch
+        .saturating_mul(rows)
+        .saturating_sub(1)
+        .saturating_mul(ld)
+        .saturating_add(cols)
 }
 
 /// `x` rounded up to a multiple of `to`, saturating: a length that large matches no
@@ -328,6 +357,9 @@ impl Matmul {
             precision: Precision::F32,
             epilogue: Epilogue::Default,
             batch: 1,
+            ld_a: None,
+            ld_b: None,
+            ld_d: None,
         }
     }
 
@@ -361,20 +393,78 @@ impl Matmul {
         self
     }
 
-    /// Elements of A: `batch·m·k` (saturating: no buffer is that long, so the length checks
-    /// refuse an overflowing spec rather than the product panicking).
+    /// Reads A as a block of a wider row-major matrix whose rows are `ld` elements apart
+    /// (at least A's stored column count: `k`, or `m` with [`trans_a`](Matmul::trans_a)).
+    /// Pass a view that starts at the block's first element: `Span::columns` gives it.
+    ///
+    /// ```
+    /// use stepgraph::{Matmul, Span};
+    ///
+    /// // D[64, 128] = X[:, 18..530] · W[512, 128], X being [64, 530].
+    /// let fc = Matmul::new(64, 128, 512).with_ld_a(530);
+    /// assert_eq!(fc.a_len(), 63 * 530 + 512);
+    /// assert_eq!(Span::columns(64, 530, 18, 512).len(), fc.a_len());
+    /// ```
+    pub const fn with_ld_a(mut self, ld: usize) -> Matmul {
+        self.ld_a = Some(ld);
+        self
+    }
+
+    /// Reads B as a block of a wider row-major matrix, as [`with_ld_a`](Matmul::with_ld_a).
+    pub const fn with_ld_b(mut self, ld: usize) -> Matmul {
+        self.ld_b = Some(ld);
+        self
+    }
+
+    /// Writes D (and reads C) as a block of a wider row-major matrix whose rows are `ld`
+    /// elements apart (at least `n`); the elements between the block's rows are left as
+    /// they are.
+    pub const fn with_ld_d(mut self, ld: usize) -> Matmul {
+        self.ld_d = Some(ld);
+        self
+    }
+
+    /// A as stored: (rows, columns, leading dimension).
+    const fn stored_a(&self) -> (usize, usize, usize) {
+        let (rows, cols) = if self.trans_a {
+            (self.k, self.m)
+        } else {
+            (self.m, self.k)
+        };
+        (rows, cols, ld_or(self.ld_a, cols))
+    }
+
+    /// B as stored: (rows, columns, leading dimension).
+    const fn stored_b(&self) -> (usize, usize, usize) {
+        let (rows, cols) = if self.trans_b {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        };
+        (rows, cols, ld_or(self.ld_b, cols))
+    }
+
+    /// D as stored: (rows, columns, leading dimension).
+    const fn stored_d(&self) -> (usize, usize, usize) {
+        (self.m, self.n, ld_or(self.ld_d, self.n))
+    }
+
+    /// Elements of A: `batch·m·k`, or, with a leading dimension, from the first element of
+    /// the first batch's block to the last of the last's (saturating: no buffer is that
+    /// long, so the length checks refuse an overflowing spec rather than the product
+    /// panicking).
     pub const fn a_len(&self) -> usize {
-        self.batch.saturating_mul(self.m).saturating_mul(self.k)
+        extent(self.stored_a(), self.batch)
     }
 
-    /// Elements of B: `batch·k·n`.
+    /// Elements of B: `batch·k·n`, or its extent with a leading dimension.
     pub const fn b_len(&self) -> usize {
-        self.batch.saturating_mul(self.k).saturating_mul(self.n)
+        extent(self.stored_b(), self.batch)
     }
 
-    /// Elements of C and of D: `batch·m·n`.
+    /// Elements of C and of D: `batch·m·n`, or their extent with a leading dimension.
     pub const fn d_len(&self) -> usize {
-        self.batch.saturating_mul(self.m).saturating_mul(self.n)
+        extent(self.stored_d(), self.batch)
     }
 
     /// Elements of the bias (read or written, see [`Epilogue`]), if the epilogue has one.
@@ -439,6 +529,21 @@ impl Matmul {
         if self.batch > i32::MAX as usize {
             return invalid("batch must fit in 32 bits");
         }
+        for (which, given, (rows, cols, ld)) in [
+            ('A', self.ld_a, self.stored_a()),
+            ('B', self.ld_b, self.stored_b()),
+            ('D', self.ld_d, self.stored_d()),
+        ] {
+            if given.is_some() && ld < cols {
+                return invalid(&format!(
+                    "the leading dimension of {which} must be at least its {cols} stored \
+                     columns, found {ld}"
+                ));
+            }
+            if !product(&[batch, rows, ld]) || ld > i64::MAX as usize / 2 {
+                return invalid("the buffer sizes overflow");
+            }
+        }
         // cuBLASLt's aux and bias-gradient batch strides are not set here; a batch would
         // write every product's aux over the first one's.
         if self.batch > 1
@@ -461,27 +566,24 @@ impl Matmul {
 
     /// Names operand `which` with its row-major shape for a length error.
     fn describe(&self, which: char) -> String {
-        let (name, rows, cols, trans) = match which {
-            'A' => (("m", "k"), self.m, self.k, self.trans_a),
-            'B' => (("k", "n"), self.k, self.n, self.trans_b),
-            _ => (("m", "n"), self.m, self.n, false),
+        let (name, rows, cols, trans, ld) = match which {
+            'A' => (("m", "k"), self.m, self.k, self.trans_a, self.ld_a),
+            'B' => (("k", "n"), self.k, self.n, self.trans_b, self.ld_b),
+            _ => (("m", "n"), self.m, self.n, false, self.ld_d),
         };
         let batch = if self.batch > 1 {
             format!("{} batches of ", self.batch)
         } else {
             String::new()
         };
-        if trans {
-            format!(
-                "matmul operand {which} ({batch}{} x {} = {} x {}, stored transposed)",
-                name.0, name.1, rows, cols
-            )
-        } else {
-            format!(
-                "matmul operand {which} ({batch}{} x {} = {} x {})",
-                name.0, name.1, rows, cols
-            )
-        }
+        let trans = if trans { ", stored transposed" } else { "" };
+        let ld = ld
+            .map(|ld| format!(", rows {ld} apart"))
+            .unwrap_or_default();
+        format!(
+            "matmul operand {which} ({batch}{} x {} = {} x {}{trans}{ld})",
+            name.0, name.1, rows, cols
+        )
     }
 }
 
@@ -502,6 +604,15 @@ impl fmt::Display for Matmul {
         )?;
         if self.batch != 1 {
             write!(f, " batch={}", self.batch)?;
+        }
+        for (name, ld) in [
+            ("ld_a", self.ld_a),
+            ("ld_b", self.ld_b),
+            ("ld_d", self.ld_d),
+        ] {
+            if let Some(ld) = ld {
+                write!(f, " {name}={ld}")?;
+            }
         }
         Ok(())
     }
@@ -552,15 +663,15 @@ fn elem_name(kind: sealed::ElemKind) -> &'static str {
 // ---------------------------------------------------------------------------------------
 
 enum BiasArg<'b, T> {
-    Add(&'b DeviceBuffer<T>),
-    Grad(&'b mut DeviceBuffer<T>),
+    Add(&'b dyn DeviceMem<T>),
+    Grad(&'b mut dyn DeviceMemMut<T>),
 }
 
 enum AuxArg<'b, T> {
-    SaveReluMask(&'b mut DeviceBuffer<u8>),
-    ReluMask(&'b DeviceBuffer<u8>),
-    SaveGeluInput(&'b mut DeviceBuffer<T>),
-    GeluInput(&'b DeviceBuffer<T>),
+    SaveReluMask(&'b mut dyn DeviceMemMut<u8>),
+    ReluMask(&'b dyn DeviceMem<u8>),
+    SaveGeluInput(&'b mut dyn DeviceMemMut<T>),
+    GeluInput(&'b dyn DeviceMem<T>),
 }
 
 impl<T> AuxArg<'_, T> {
@@ -604,7 +715,7 @@ impl<T> AuxArg<'_, T> {
 pub struct MatmulArgs<'b, T> {
     alpha: f32,
     beta: f32,
-    c: Option<&'b DeviceBuffer<T>>,
+    c: Option<&'b dyn DeviceMem<T>>,
     bias: Option<BiasArg<'b, T>>,
     aux: Option<AuxArg<'b, T>>,
 }
@@ -662,7 +773,7 @@ impl<'b, T> MatmulArgs<'b, T> {
 
     /// A separate C (`m × n`) added as `beta·C`; D is then written without being read.
     #[must_use]
-    pub fn c(mut self, c: &'b DeviceBuffer<T>) -> Self {
+    pub fn c(mut self, c: &'b impl DeviceMem<T>) -> Self {
         self.c = Some(c);
         self
     }
@@ -670,7 +781,7 @@ impl<'b, T> MatmulArgs<'b, T> {
     /// The bias added to every row of the product (length `n`), for the `*Bias`
     /// epilogues. Replaces an earlier bias or bias gradient.
     #[must_use]
-    pub fn bias(mut self, bias: &'b DeviceBuffer<T>) -> Self {
+    pub fn bias(mut self, bias: &'b impl DeviceMem<T>) -> Self {
         self.bias = Some(BiasArg::Add(bias));
         self
     }
@@ -678,7 +789,7 @@ impl<'b, T> MatmulArgs<'b, T> {
     /// Where the `*Bgrad*` epilogues store the bias gradient (length
     /// [`Matmul::bias_len`]). Replaces an earlier bias or bias gradient.
     #[must_use]
-    pub fn bias_grad(mut self, bias_grad: &'b mut DeviceBuffer<T>) -> Self {
+    pub fn bias_grad(mut self, bias_grad: &'b mut impl DeviceMemMut<T>) -> Self {
         self.bias = Some(BiasArg::Grad(bias_grad));
         self
     }
@@ -686,7 +797,7 @@ impl<'b, T> MatmulArgs<'b, T> {
     /// Where `ReluAux` and `ReluAuxBias` store the ReLU bit mask ([`Matmul::aux_len`]
     /// bytes). Replaces an earlier aux.
     #[must_use]
-    pub fn save_relu_mask(mut self, mask: &'b mut DeviceBuffer<u8>) -> Self {
+    pub fn save_relu_mask(mut self, mask: &'b mut impl DeviceMemMut<u8>) -> Self {
         self.aux = Some(AuxArg::SaveReluMask(mask));
         self
     }
@@ -694,7 +805,7 @@ impl<'b, T> MatmulArgs<'b, T> {
     /// The ReLU bit mask `DRelu` and `DReluBgrad` read, as a forward `ReluAux*` matmul of
     /// the same `m` and `n` stored it. Replaces an earlier aux.
     #[must_use]
-    pub fn relu_mask(mut self, mask: &'b DeviceBuffer<u8>) -> Self {
+    pub fn relu_mask(mut self, mask: &'b impl DeviceMem<u8>) -> Self {
         self.aux = Some(AuxArg::ReluMask(mask));
         self
     }
@@ -702,7 +813,7 @@ impl<'b, T> MatmulArgs<'b, T> {
     /// Where `GeluAux` and `GeluAuxBias` store the GELU input ([`Matmul::aux_len`]
     /// elements). Replaces an earlier aux.
     #[must_use]
-    pub fn save_gelu_input(mut self, input: &'b mut DeviceBuffer<T>) -> Self {
+    pub fn save_gelu_input(mut self, input: &'b mut impl DeviceMemMut<T>) -> Self {
         self.aux = Some(AuxArg::SaveGeluInput(input));
         self
     }
@@ -710,7 +821,7 @@ impl<'b, T> MatmulArgs<'b, T> {
     /// The GELU input `DGelu` and `DGeluBgrad` read, as a forward `GeluAux*` matmul of
     /// the same `m` and `n` stored it. Replaces an earlier aux.
     #[must_use]
-    pub fn gelu_input(mut self, input: &'b DeviceBuffer<T>) -> Self {
+    pub fn gelu_input(mut self, input: &'b impl DeviceMem<T>) -> Self {
         self.aux = Some(AuxArg::GeluInput(input));
         self
     }
@@ -734,16 +845,16 @@ struct Operands {
 
 impl Operands {
     fn of<T: BlasElem>(
-        a: &DeviceBuffer<T>,
-        b: &DeviceBuffer<T>,
-        d: &DeviceBuffer<T>,
+        a: &dyn DeviceMem<T>,
+        b: &dyn DeviceMem<T>,
+        d: &dyn DeviceMem<T>,
         args: &MatmulArgs<'_, T>,
     ) -> Operands {
         Operands {
             elem: T::KIND,
             a: a.len(),
             b: b.len(),
-            c: args.c.map(DeviceBuffer::len),
+            c: args.c.map(|c| c.len()),
             d: d.len(),
             bias: args.bias.as_ref().map(|bias| match bias {
                 BiasArg::Add(x) => (BiasUse::Add, x.len()),
@@ -781,12 +892,26 @@ fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
             elem_name(spec.precision.elem())
         ));
     }
-    length(spec.describe('A'), spec.a_len(), ops.a)?;
-    length(spec.describe('B'), spec.b_len(), ops.b)?;
+    // A packed operand is the whole buffer or view; a block of a wider matrix (a
+    // leading dimension) may be followed by more of that matrix.
+    let operand = |which: char, expected: usize, found: usize, strided: bool| {
+        if !strided {
+            return length(spec.describe(which), expected, found);
+        }
+        if found < expected {
+            return Err(Error::Invalid(format!(
+                "{}: expected at least {expected} elements, found {found}",
+                spec.describe(which)
+            )));
+        }
+        Ok(())
+    };
+    operand('A', spec.a_len(), ops.a, spec.ld_a.is_some())?;
+    operand('B', spec.b_len(), ops.b, spec.ld_b.is_some())?;
     if let Some(c) = ops.c {
-        length(spec.describe('C'), spec.d_len(), c)?;
+        operand('C', spec.d_len(), c, spec.ld_d.is_some())?;
     }
-    length(spec.describe('D'), spec.d_len(), ops.d)?;
+    operand('D', spec.d_len(), ops.d, spec.ld_d.is_some())?;
 
     // The epilogue dereferences the bias and aux pointers: a missing one would be a
     // null (or stale) pointer on the GPU, and one of the wrong direction would be
@@ -925,28 +1050,17 @@ struct LtProblem {
 /// must be transposed to give the `n × k` `op(B)ᵀ`. A likewise gives the `k × m` right
 /// operand, so each user flag stays as it is and only the operands swap.
 fn col_major_problem(spec: &Matmul) -> LtProblem {
-    let (m, n, k) = (spec.m as u64, spec.n as u64, spec.k as u64);
-    let stored = |rows: u64, cols: u64, transpose: bool| LtLayout {
-        // Row-major `rows × cols` read column-major: `cols × rows`, ld = cols.
-        rows: cols,
-        cols: rows,
-        ld: cols as i64,
+    let stored = |(rows, cols, ld): (usize, usize, usize), transpose: bool| LtLayout {
+        // Row-major `rows × cols`, rows `ld` apart, read column-major: `cols × rows`.
+        rows: cols as u64,
+        cols: rows as u64,
+        ld: ld as i64,
         transpose,
     };
-    let lt_a = if spec.trans_b {
-        stored(n, k, true)
-    } else {
-        stored(k, n, false)
-    };
-    let lt_b = if spec.trans_a {
-        stored(k, m, true)
-    } else {
-        stored(m, k, false)
-    };
     LtProblem {
-        lt_a,
-        lt_b,
-        lt_d: stored(m, n, false),
+        lt_a: stored(spec.stored_b(), spec.trans_b),
+        lt_b: stored(spec.stored_a(), spec.trans_a),
+        lt_d: stored(spec.stored_d(), false),
     }
 }
 
@@ -1059,23 +1173,37 @@ impl Drop for Preference {
 }
 
 impl Preference {
-    /// A heuristic preference limited to `workspace_bytes` of workspace.
-    fn new(workspace_bytes: usize) -> Result<Preference> {
+    /// A heuristic preference limited to `workspace_bytes` of workspace, for matrices
+    /// whose addresses (cuBLASLt's A, B, C and D) have the alignments given, in bytes.
+    fn new(workspace_bytes: usize, align: [u32; 4]) -> Result<Preference> {
+        use lt_sys::cublasLtMatmulPreferenceAttributes_t as P;
         let pref = Preference(
             lt::create_matmul_pref().map_err(Error::blas("cublasLtMatmulPreferenceCreate"))?,
         );
         let bytes = workspace_bytes as u64;
-        let (ptr, size) = attr_ptr(&bytes);
-        // SAFETY: the preference is alive; MAX_WORKSPACE_BYTES is a uint64_t.
-        unsafe {
-            lt::set_matmul_pref_attribute(
-                pref.0,
-                lt_sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                ptr,
-                size,
-            )
+        let set = |attr: P, (ptr, size): (*const c_void, usize)| {
+            // SAFETY: the preference is alive; the caller passes each attribute's
+            // documented type (below).
+            unsafe { lt::set_matmul_pref_attribute(pref.0, attr, ptr, size) }
+                .map_err(Error::blas("cublasLtMatmulPreferenceSetAttribute"))
+        };
+        // MAX_WORKSPACE_BYTES is a uint64_t, the MIN_ALIGNMENT_*_BYTES uint32_t. 256, the
+        // alignment of every whole buffer, is cuBLASLt's default.
+        set(
+            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            attr_ptr(&bytes),
+        )?;
+        for (attr, a) in [
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        ]
+        .into_iter()
+        .zip(align)
+        {
+            set(attr, attr_ptr(&a))?;
         }
-        .map_err(Error::blas("cublasLtMatmulPreferenceSetAttribute"))?;
         Ok(pref)
     }
 }
@@ -1085,6 +1213,30 @@ impl Preference {
 struct EpiloguePtrs {
     bias: Option<u64>,
     aux: Option<u64>,
+}
+
+/// The alignment in bytes (a power of two, at most 256) of an address: whole buffers are
+/// 256-byte aligned, views at an offset less.
+fn alignment(ptr: u64) -> u32 {
+    1 << ptr.trailing_zeros().min(8)
+}
+
+/// What a plan is built for: the spec, and the alignment of each matrix's address, which
+/// the algorithm may rely on (views at odd offsets need one that does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct PlanKey {
+    spec: Matmul,
+    /// The user's A, B, C and D.
+    align: [u32; 4],
+}
+
+impl PlanKey {
+    fn new(spec: &Matmul, m: &MatrixPtrs) -> PlanKey {
+        PlanKey {
+            spec: *spec,
+            align: [m.a, m.b, m.c, m.d].map(alignment),
+        }
+    }
 }
 
 /// Everything a matmul needs but its pointers and scalars, built once per spec.
@@ -1114,7 +1266,7 @@ fn lt_op(transpose: bool) -> i32 {
 /// up inside one. A handle is used from one thread.
 pub struct BlasHandle {
     /// Declared first, so the descriptors go before the handle.
-    plans: RefCell<HashMap<Matmul, Plan>>,
+    plans: RefCell<HashMap<PlanKey, Plan>>,
     handle: lt_sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
     device: Device,
@@ -1156,6 +1308,17 @@ impl BlasHandle {
         })
     }
 
+    /// The raw cuBLASLt handle.
+    pub(crate) fn raw(&self) -> lt_sys::cublasLtHandle_t {
+        self.handle
+    }
+
+    /// The workspace's device address and size in bytes.
+    pub(crate) fn workspace_raw(&self) -> (u64, usize) {
+        let (ptr, _sync) = self.workspace.device_ptr(self.workspace.stream());
+        (ptr, self.workspace.len())
+    }
+
     /// The workspace size in bytes.
     pub fn workspace_bytes(&self) -> usize {
         self.workspace.len()
@@ -1168,7 +1331,7 @@ impl BlasHandle {
 
     /// Whether a plan for `spec` has been built, so that a capture may issue it.
     pub fn is_planned(&self, spec: &Matmul) -> bool {
-        self.plans.borrow().contains_key(spec)
+        self.plans.borrow().keys().any(|k| k.spec == *spec)
     }
 
     pub(crate) fn device(&self) -> &Device {
@@ -1178,8 +1341,9 @@ impl BlasHandle {
     /// Builds the plan for `spec`: layouts, descriptor with the epilogue set and pointed at
     /// `ptrs` (cuBLASLt's heuristic reads their alignment), and the heuristic's algorithm.
     /// Never called inside a capture.
-    fn build_plan(&self, spec: &Matmul, ptrs: &EpiloguePtrs) -> Result<Plan> {
+    fn build_plan(&self, key: &PlanKey, ptrs: &EpiloguePtrs) -> Result<Plan> {
         use lt_sys::cublasLtMatmulDescAttributes_t as A;
+        let spec = &key.spec;
         let problem = col_major_problem(spec);
         let ty = spec.precision.data_type();
         let lt_a = Layout::new(ty, &problem.lt_a, spec.batch)?;
@@ -1204,7 +1368,9 @@ impl BlasHandle {
             }
         }
         desc.set_pointers(ptrs)?;
-        let pref = Preference::new(self.workspace.len())?;
+        // cuBLASLt's A and B are the user's B and A (see `col_major_problem`).
+        let [a, b, c, d] = key.align;
+        let pref = Preference::new(self.workspace.len(), [b, a, c, d])?;
 
         let mut result = MaybeUninit::<lt_sys::cublasLtMatmulHeuristicResult_t>::uninit();
         let mut count: c_int = 0;
@@ -1313,9 +1479,9 @@ impl Blas<'_> {
     pub fn matmul<T: BlasElem>(
         &self,
         spec: &Matmul,
-        a: &DeviceBuffer<T>,
-        b: &DeviceBuffer<T>,
-        d: &mut DeviceBuffer<T>,
+        a: &impl DeviceMem<T>,
+        b: &impl DeviceMem<T>,
+        d: &mut impl DeviceMemMut<T>,
         args: MatmulArgs<'_, T>,
     ) -> Result<()> {
         check_operands(spec, &Operands::of(a, b, d, &args))?;
@@ -1325,66 +1491,44 @@ impl Blas<'_> {
             .bind_to_thread()
             .map_err(Error::driver("cuCtxSetCurrent"))?;
 
-        // With tracking off (see `Device::new`) the guards record nothing; they are kept
-        // alive until the matmul is issued all the same, as cudarc asks.
-        let (a_ptr, _a) = a.slice.device_ptr(stream);
-        let (b_ptr, _b) = b.slice.device_ptr(stream);
-        let c_given = args.c.map(|c| c.slice.device_ptr(stream));
-        let (bias_ptr, _bias) = match args.bias {
-            None => (None, None),
-            Some(BiasArg::Add(x)) => {
-                let (p, g) = x.slice.device_ptr(stream);
-                (Some(p), Some(g))
-            }
-            Some(BiasArg::Grad(x)) => {
-                let (p, g) = x.slice.device_ptr_mut(stream);
-                (Some(p), Some(g))
-            }
-        };
-        let (aux_ptr, _aux) = match args.aux {
-            None => (None, None),
-            Some(AuxArg::SaveReluMask(x)) => {
-                let (p, g) = x.slice.device_ptr_mut(stream);
-                (Some(p), Some(g))
-            }
-            Some(AuxArg::ReluMask(x)) => {
-                let (p, g) = x.slice.device_ptr(stream);
-                (Some(p), Some(g))
-            }
-            Some(AuxArg::SaveGeluInput(x)) => {
-                let (p, g) = x.slice.device_ptr_mut(stream);
-                (Some(p), Some(g))
-            }
-            Some(AuxArg::GeluInput(x)) => {
-                let (p, g) = x.slice.device_ptr(stream);
-                (Some(p), Some(g))
-            }
-        };
+        let a_ptr = a.device_address();
+        let b_ptr = b.device_address();
+        let c_given = args.c.map(|c| c.device_address());
+        let bias_ptr = args.bias.as_ref().map(|bias| match bias {
+            BiasArg::Add(x) => x.device_address(),
+            BiasArg::Grad(x) => x.device_address(),
+        });
+        let aux_ptr = args.aux.as_ref().map(|aux| match aux {
+            AuxArg::SaveReluMask(x) => x.device_address(),
+            AuxArg::ReluMask(x) => x.device_address(),
+            AuxArg::SaveGeluInput(x) => x.device_address(),
+            AuxArg::GeluInput(x) => x.device_address(),
+        });
         let ptrs = EpiloguePtrs {
             bias: bias_ptr,
             aux: aux_ptr,
         };
 
+        let d_ptr = d.device_address();
+        // No C: C is D, read in place when beta != 0.
+        let matrices = MatrixPtrs {
+            a: a_ptr,
+            b: b_ptr,
+            c: c_given.unwrap_or(d_ptr),
+            d: d_ptr,
+        };
+        let key = PlanKey::new(spec, &matrices);
         match self.mode {
-            Mode::Dry => self.warm::<T>(spec, a_ptr, b_ptr, ptrs, args.alpha),
+            Mode::Dry => self.warm::<T>(&key, a_ptr, b_ptr, ptrs, args.alpha),
             Mode::Capture | Mode::Eager => {
-                if self.mode == Mode::Eager && !self.handle.is_planned(spec) {
-                    let plan = self.handle.build_plan(spec, &ptrs)?;
-                    self.handle.plans.borrow_mut().insert(*spec, plan);
+                if self.mode == Mode::Eager && !self.handle.plans.borrow().contains_key(&key) {
+                    let plan = self.handle.build_plan(&key, &ptrs)?;
+                    self.handle.plans.borrow_mut().insert(key, plan);
                 }
                 let plans = self.handle.plans.borrow();
-                let plan = plans.get(spec).ok_or_else(|| Error::MatmulNotPlanned {
+                let plan = plans.get(&key).ok_or_else(|| Error::MatmulNotPlanned {
                     shape: spec.to_string(),
                 })?;
-                let (d_ptr, _d) = d.slice.device_ptr_mut(stream);
-                // No C: C is D, read in place when beta != 0.
-                let c_ptr = c_given.as_ref().map_or(d_ptr, |(p, _)| *p);
-                let matrices = MatrixPtrs {
-                    a: a_ptr,
-                    b: b_ptr,
-                    c: c_ptr,
-                    d: d_ptr,
-                };
                 self.enqueue(plan, matrices, ptrs, args.alpha, args.beta)?;
                 self.count(|c| c.matmuls += 1);
                 Ok(())
@@ -1395,12 +1539,13 @@ impl Blas<'_> {
     /// The dry pass: plan if needed, then one run into temporary outputs, waited for.
     fn warm<T: BlasElem>(
         &self,
-        spec: &Matmul,
+        key: &PlanKey,
         a: u64,
         b: u64,
         given: EpiloguePtrs,
         alpha: f32,
     ) -> Result<()> {
+        let spec = &key.spec;
         let stream = self.stream;
         let device = self.handle.device();
         let what = |operand: &str| format!("temporary {operand} of the dry run of matmul {spec}");
@@ -1446,13 +1591,14 @@ impl Blas<'_> {
             },
         };
 
-        if !self.handle.is_planned(spec) {
-            let plan = self.handle.build_plan(spec, &ptrs)?;
-            self.handle.plans.borrow_mut().insert(*spec, plan);
+        // Planned for the caller's alignment: the temporaries are aligned at least as well.
+        if !self.handle.plans.borrow().contains_key(key) {
+            let plan = self.handle.build_plan(key, &ptrs)?;
+            self.handle.plans.borrow_mut().insert(*key, plan);
         }
         {
             let plans = self.handle.plans.borrow();
-            let plan = plans.get(spec).ok_or_else(|| Error::MatmulNotPlanned {
+            let plan = plans.get(key).ok_or_else(|| Error::MatmulNotPlanned {
                 shape: spec.to_string(),
             })?;
             let matrices = MatrixPtrs {

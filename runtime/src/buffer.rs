@@ -6,7 +6,7 @@
 //! only reads.
 
 use crate::comm::Communicator;
-use crate::device::DeviceBuffer;
+use crate::memory::{DeviceBuffer, Span};
 use crate::scalars::DeviceScalars;
 
 /// Device memory that a step's ops are handed: the type of every field of a step's
@@ -95,3 +95,31 @@ pub const fn assert_buffer<T: StepBuffer + ?Sized>() {}
 /// Compiles only for a [`ConfigValue`]; see [`assert_buffer`].
 #[doc(hidden)]
 pub const fn assert_config<T: ConfigValue>() {}
+
+/// Where a `#[view(of = parent)]` field's views lie: a [`Span`], or with `#[per_branch]`
+/// an array of them, one per branch.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a #[view] field",
+    label = "not a Span",
+    note = "a #[view(of = parent)] field holds where the view lies in `parent`: a stepgraph::Span (Span::new(offset, len), Span::rows, Span::columns), or an array of them with #[per_branch]"
+)]
+pub trait ViewSpans {
+    /// The spans, one per copy (branch).
+    fn spans(&self) -> &[Span];
+}
+
+impl ViewSpans for Span {
+    fn spans(&self) -> &[Span] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl<const N: usize> ViewSpans for [Span; N] {
+    fn spans(&self) -> &[Span] {
+        self
+    }
+}
+
+/// Compiles only for [`ViewSpans`]; see [`assert_buffer`].
+#[doc(hidden)]
+pub const fn assert_view<T: ViewSpans>() {}

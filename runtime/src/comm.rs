@@ -25,12 +25,13 @@ use std::ffi::CStr;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, DevicePtrMut};
+use cudarc::driver::CudaContext;
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys;
 
-use crate::device::{Device, DeviceBuffer, require_library};
+use crate::device::{Device, require_library};
 use crate::error::{Error, Result};
+use crate::memory::DeviceBuffer;
 use crate::stream::CaptureStream;
 
 /// The error of a failed NCCL call, with NCCL's description of the code.
@@ -221,11 +222,11 @@ impl Communicator {
             world,
         };
         let stream = ctx.new_stream().map_err(Error::driver("cuStreamCreate"))?;
-        let mut probe = DeviceBuffer {
-            slice: stream
+        let mut probe = DeviceBuffer::wrap(
+            stream
                 .alloc_zeros::<f32>(1)
                 .map_err(Error::driver("cuMemAllocAsync"))?,
-        };
+        );
         comm.all_reduce_on(&stream, &mut [&mut probe], ReduceOp::Sum)?;
         stream
             .synchronize()
@@ -271,8 +272,8 @@ impl Communicator {
         nccl::group_start().map_err(nccl_error("ncclGroupStart"))?;
         let mut first_err = None;
         for buf in bufs.iter_mut() {
-            let len = buf.slice.len();
-            let (ptr, _sync) = buf.slice.device_ptr_mut(stream);
+            let len = buf.len();
+            let ptr = buf.device_address();
             // SAFETY: `ptr` is `len` elements of T on this communicator's GPU, in place;
             // the stream belongs to the same context; the buffer outlives the collective
             // (it is a buffer of the step, which outlives its graph).

@@ -4,9 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
 
 use crate::error::{Error, Result};
+use crate::memory::DeviceBuffer;
 
 /// The compute capability stepgraph's kernels are built for (sm_90).
 pub const REQUIRED_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
@@ -104,21 +105,77 @@ impl Device {
             return Err(Error::NoDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).map_err(Error::driver("cuDevicePrimaryCtxRetain"))?;
-        // SAFETY: called before this crate allocates anything in the context; stepgraph
-        // orders every use of its buffers through the plan's events and synchronises the
-        // host stream around transfers, which is what the untracked mode requires.
+        // SAFETY: stepgraph orders every use of its buffers through the plan's events and
+        // synchronises the host stream around transfers, which is what the untracked mode
+        // requires. The primary context is shared with any other `CudaContext::new` of the
+        // process (cudarc retains it), but the tracking flag is this value's own.
         unsafe { ctx.disable_event_tracking() };
+        Self::open(ctx)
+    }
+
+    /// A device over an existing cudarc context: a trainer's own `CudaContext` (and so its
+    /// buffers, streams and kernels) enters a step this way. The checks of
+    /// [`Device::new`] apply.
+    ///
+    /// The context's automatic event tracking must be off
+    /// ([`CudaContext::disable_event_tracking`]), or this fails saying so. With it on,
+    /// cudarc makes a stream wait on events recorded by earlier, uncaptured work whenever
+    /// a buffer is used; inside a capture such a wait refers to work outside the graph
+    /// and breaks the capture. Turning it off is `unsafe` in cudarc, and its contract
+    /// becomes the program's: every use of a `CudaSlice` on more than one stream is
+    /// ordered by hand. stepgraph orders everything it issues through the plan, and
+    /// synchronises its host stream around transfers; the rest of the program must do
+    /// the same for its own streams. A program that captures graphs of its own with
+    /// several streams has tracking off already, for the same reason.
+    ///
+    /// ```no_run
+    /// use stepgraph::cudarc::driver::CudaContext;
+    ///
+    /// let ctx = CudaContext::new(0)?;
+    /// // SAFETY: this program orders its streams itself: it captures graphs, and uses each
+    /// // buffer on one stream at a time.
+    /// unsafe { ctx.disable_event_tracking() };
+    /// let device = stepgraph::Device::from_context(ctx.clone())?;
+    /// assert!(std::sync::Arc::ptr_eq(device.context(), &ctx));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_context(ctx: Arc<CudaContext>) -> Result<Device> {
+        crate::guard::check("Device::from_context")?;
+        check_libraries()?;
+        if ctx.is_event_tracking() {
+            return Err(Error::Invalid(format!(
+                "Device::from_context: the context of GPU {} tracks events; expected it off \
+                 (`unsafe {{ ctx.disable_event_tracking() }}`, whose contract is that the \
+                 program orders its streams itself): cudarc's event waits refer to work \
+                 outside a capture and break it",
+                ctx.ordinal()
+            )));
+        }
+        Self::open(ctx)
+    }
+
+    /// The checks and the host stream, for a context whose event tracking is off.
+    fn open(ctx: Arc<CudaContext>) -> Result<Device> {
         let name = ctx.name().map_err(Error::driver("cuDeviceGetName"))?;
         let cc = ctx
             .compute_capability()
             .map_err(Error::driver("cuDeviceGetAttribute"))?;
-        check_compute_capability(ordinal, &name, cc)?;
+        check_compute_capability(ctx.ordinal(), &name, cc)?;
         let host_stream = ctx.new_stream().map_err(Error::driver("cuStreamCreate"))?;
         Ok(Device {
             ctx,
             host_stream,
             name: name.into(),
         })
+    }
+
+    /// The cudarc context: the way down for code that allocates, loads modules or
+    /// creates streams with cudarc itself. Work issued through it is outside every
+    /// step's plan, and outside the checks that refuse host-side calls inside an op: do
+    /// it before or after a step's replay, ordered with the step by the program (see
+    /// [`Step::wait`](crate::Step::wait)).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 
     /// The device's name as the driver reports it.
@@ -145,10 +202,6 @@ impl Device {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
             .map_err(Error::driver("cuDeviceGetAttribute"))
-    }
-
-    pub(crate) fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
     }
 
     /// Turns an allocation failure into [`Error::OutOfMemory`] naming what was allocated.
@@ -191,7 +244,7 @@ impl Device {
         self.host_stream
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))?;
-        Ok(DeviceBuffer { slice })
+        Ok(DeviceBuffer::wrap(slice))
     }
 
     /// Allocates a buffer holding a copy of `data`.
@@ -205,7 +258,7 @@ impl Device {
         self.host_stream
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))?;
-        Ok(DeviceBuffer { slice })
+        Ok(DeviceBuffer::wrap(slice))
     }
 
     /// Copies `data` into `buf`, which must have the same length. Blocks until done.
@@ -256,7 +309,7 @@ impl Device {
         crate::guard::check("Device::download")?;
         let out = self
             .host_stream
-            .clone_dtoh(&buf.slice)
+            .clone_dtoh(buf.as_cuda_slice())
             .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
         self.host_stream
             .synchronize()
@@ -270,46 +323,6 @@ impl Device {
         self.ctx
             .synchronize()
             .map_err(Error::driver("cuCtxSynchronize"))
-    }
-}
-
-/// A typed allocation in device memory.
-///
-/// It has no method that touches the host: copies to and from the host go through
-/// [`Device::upload`] and [`Device::download`], which an op never receives. An op gets
-/// `&DeviceBuffer` (read) or `&mut DeviceBuffer` (write) and hands it to a kernel launch,
-/// a matmul, a copy or a memset on its [`CaptureStream`](crate::CaptureStream).
-pub struct DeviceBuffer<T> {
-    pub(crate) slice: CudaSlice<T>,
-}
-
-impl<T> fmt::Debug for DeviceBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceBuffer")
-            .field("len", &self.slice.len())
-            .field("type", &std::any::type_name::<T>())
-            .finish()
-    }
-}
-
-impl<T> DeviceBuffer<T> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.slice.len()
-    }
-
-    /// Whether it holds no elements.
-    pub fn is_empty(&self) -> bool {
-        self.slice.len() == 0
-    }
-
-    /// The raw device address, for kernels that take pointers packed in structs and for
-    /// identity checks in tests. Using it does not borrow the buffer: the caller keeps the
-    /// buffer alive and ordered.
-    pub fn device_address(&self) -> u64 {
-        use cudarc::driver::DevicePtr;
-        let (ptr, _sync) = self.slice.device_ptr(self.slice.stream());
-        ptr
     }
 }
 

@@ -98,6 +98,19 @@ pub enum Error {
         /// The length given.
         found: usize,
     },
+    /// A range of elements outside the buffer it was taken from (a view, a declared
+    /// view's span).
+    #[error("{what}: expected elements within 0..{len}, found {start}..{end}")]
+    OutOfBounds {
+        /// The view or call, naming the buffer where known.
+        what: String,
+        /// The first element asked for.
+        start: usize,
+        /// One past the last element asked for.
+        end: usize,
+        /// The buffer's length.
+        len: usize,
+    },
     /// An op of a step returned an error.
     #[error("op `{op}` on stream `{stream}` failed")]
     Op {

@@ -13,8 +13,9 @@ use crate::blas::BlasHandle;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
+use crate::memory::Span;
 use crate::options::{Options, Schedule};
-use crate::plan::{OpDesc, OpId, PlanDesc, StreamDesc, StreamId, StreamPriority};
+use crate::plan::{BufId, OpDesc, OpId, PlanDesc, StreamDesc, StreamId, StreamPriority};
 use crate::plan::{OpTiming, Profile, WaitEdge};
 use crate::scalars::HostAccess;
 use crate::stream::{CaptureStream, Mode};
@@ -60,6 +61,9 @@ pub struct Executor {
     /// capture can be ended and discarded cleanly.
     abort_joins: Vec<CudaEvent>,
     last_refresh: Option<Refresh>,
+    /// Orderings beyond the plan's: views of one buffer that overlap once the buffers are
+    /// known ([`Executor::order_overlapping_views`]).
+    extra: ExtraOrderings,
     /// Whether captures are read back and checked against the plan.
     verify: bool,
     last_verify: Option<VerifyReport>,
@@ -192,6 +196,7 @@ impl Executor {
             events,
             abort_joins,
             last_refresh: None,
+            extra: ExtraOrderings::none(plan.ops.len()),
             verify: options.verify,
             last_verify: None,
             options,
@@ -201,6 +206,73 @@ impl Executor {
     /// The plan this executor follows.
     pub fn plan(&self) -> &'static PlanDesc {
         self.plan
+    }
+
+    /// Orders the ops that the plan leaves unordered but that conflict through views of
+    /// one buffer whose spans overlap: `views` gives, for each view buffer of the plan
+    /// ([`BufferDesc::view_of`](crate::plan::BufferDesc::view_of)), where each of its
+    /// copies lies in the parent. The compile-time plan treats two views of one buffer as
+    /// disjoint; for every pair of ops that it leaves unordered and that reach an
+    /// overlapping element (a write among them), the later op's stream waits for the
+    /// earlier op, as if the views were one buffer. Returns the orderings added (also in
+    /// [`view_orderings`](Self::view_orderings)); call before the first capture.
+    pub fn order_overlapping_views(
+        &mut self,
+        views: &[(BufId, &[Span])],
+    ) -> Result<Vec<(OpId, OpId)>> {
+        let plan = self.plan;
+        let spans = |r: (usize, usize)| -> Option<(usize, Span)> {
+            let parent = plan.buffers.get(r.0)?.view_of?;
+            let (_, s) = views.iter().find(|(b, _)| b.index() == r.0)?;
+            Some((parent.index(), *s.get(r.1)?))
+        };
+        // Resources as opaque indices for `overlap_orderings`.
+        let mut resources: Vec<(usize, usize)> = Vec::new();
+        let accesses: Vec<Vec<(usize, bool)>> = plan
+            .ops
+            .iter()
+            .map(|op| {
+                op.accesses
+                    .iter()
+                    .map(|a| {
+                        let r = (a.buf.index(), a.copy as usize);
+                        let ix = resources.iter().position(|&x| x == r).unwrap_or_else(|| {
+                            resources.push(r);
+                            resources.len() - 1
+                        });
+                        (ix, a.access == crate::plan::Access::Write)
+                    })
+                    .collect()
+            })
+            .collect();
+        let placed: Vec<Option<(usize, Span)>> = resources.iter().map(|&r| spans(r)).collect();
+        let ops: Vec<&[(usize, bool)]> = accesses.iter().map(Vec::as_slice).collect();
+        let edges: Vec<(usize, usize)> = if self.parallel() {
+            plan.schedule_edges()
+                .into_iter()
+                .map(|(a, b)| (a.index(), b.index()))
+                .collect()
+        } else {
+            // One stream orders everything already.
+            (1..plan.ops.len()).map(|b| (b - 1, b)).collect()
+        };
+        let added = crate::plan::views::overlap_orderings(
+            &ops,
+            &edges,
+            |x, y| matches!((placed[x], placed[y]), (Some((p, a)), Some((q, b))) if p == q && a.overlaps(&b)),
+        );
+        let added: Vec<(OpId, OpId)> = added
+            .into_iter()
+            .map(|(a, b)| (OpId(a as u32), OpId(b as u32)))
+            .collect();
+        self.extra = ExtraOrderings::new(&self.device, plan.ops.len(), &added)?;
+        self.stale = true;
+        Ok(added)
+    }
+
+    /// The orderings added by [`order_overlapping_views`](Self::order_overlapping_views).
+    pub fn view_orderings(&self) -> &[(OpId, OpId)] {
+        &self.extra.pairs
     }
 
     /// The schedule it was built for.
@@ -344,6 +416,7 @@ impl Executor {
             Some(tracker) => Some(
                 crate::verify::verify_graph(
                     self.plan,
+                    &self.extra.pairs,
                     self.schedule == Schedule::OneStream,
                     captured.raw(),
                     &tracker.borrow().per_op,
@@ -403,7 +476,9 @@ impl Executor {
     ) -> Result<CapturedGraph> {
         // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
         // is created inside the capture.
-        self.pass(Mode::Dry, issue, Extras::default())?;
+        let dry = self.pass(Mode::Dry, issue, Extras::default());
+        crate::guard::free_deferred();
+        dry?;
         self.sync_all()?;
 
         let origin = self.origin().clone();
@@ -423,6 +498,7 @@ impl Executor {
         // SAFETY: the origin stream is capturing (begun above); ending it returns the
         // graph, which CapturedGraph owns from here on.
         let ended = unsafe { result::stream::end_capture(origin.cu_stream()) };
+        crate::guard::free_deferred();
         let captured = match ended {
             Ok(g) if !g.is_null() => {
                 // SAFETY: fresh graph from a successful end of capture, owned by nobody else.
@@ -595,7 +671,9 @@ impl Executor {
     pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
         crate::guard::check("Step::run_eager")?;
         self.record_fork_events()?;
-        self.pass(Mode::Eager, issue, Extras::default())?;
+        let ran = self.pass(Mode::Eager, issue, Extras::default());
+        crate::guard::free_deferred();
+        ran?;
         self.final_joins()
     }
 
@@ -807,9 +885,17 @@ impl Issue<'_> {
         };
         let ordered = self.mode.enqueues() && exec.parallel();
         if ordered {
-            for ev in op.waits {
+            let extra = exec.extra.waits[id.index()]
+                .iter()
+                .map(|&e| &exec.extra.events[e]);
+            for ev in op
+                .waits
+                .iter()
+                .map(|ev| &exec.events[ev.index()])
+                .chain(extra)
+            {
                 stream
-                    .wait(&exec.events[ev.index()])
+                    .wait(ev)
                     .map_err(|e| named(Error::driver("cuStreamWaitEvent")(e)))?;
             }
         }
@@ -824,10 +910,19 @@ impl Issue<'_> {
             blas: &exec.blas[phys],
             counts: Default::default(),
         };
-        {
+        let issued = {
             // Host-side calls from the body fail, naming the op, until it returns.
             let _issuing = crate::guard::IssuingOp::enter(exec.plan.step, op.name);
-            body(&cs).map_err(named)?;
+            body(&cs)
+        };
+        // A host-side call that could not return its error (a buffer dropped) fails the
+        // op all the same.
+        if let Some(e) = crate::guard::take_pending() {
+            return Err(named(e));
+        }
+        issued.map_err(named)?;
+        if capturing {
+            check_still_capturing(stream).map_err(named)?;
         }
         if capturing {
             if let Some(t) = self.extras.timers {
@@ -846,13 +941,80 @@ impl Issue<'_> {
             }
         }
         if ordered {
-            if let Some(ev) = op.record {
-                exec.events[ev.index()]
-                    .record(stream)
+            let extra = exec.extra.records[id.index()].map(|e| &exec.extra.events[e]);
+            for ev in op
+                .record
+                .map(|ev| &exec.events[ev.index()])
+                .into_iter()
+                .chain(extra)
+            {
+                ev.record(stream)
                     .map_err(|e| named(Error::driver("cuEventRecord")(e)))?;
             }
         }
         Ok(())
+    }
+}
+
+/// Orderings the plan lacks, with their events: one event per earlier op, recorded after
+/// it, waited on before each later op.
+struct ExtraOrderings {
+    pairs: Vec<(OpId, OpId)>,
+    events: Vec<CudaEvent>,
+    /// Per op: the extra event recorded after it.
+    records: Vec<Option<usize>>,
+    /// Per op: the extra events its stream waits on before it.
+    waits: Vec<Vec<usize>>,
+}
+
+impl ExtraOrderings {
+    fn none(ops: usize) -> ExtraOrderings {
+        ExtraOrderings {
+            pairs: Vec::new(),
+            events: Vec::new(),
+            records: vec![None; ops],
+            waits: vec![Vec::new(); ops],
+        }
+    }
+
+    fn new(device: &Device, ops: usize, pairs: &[(OpId, OpId)]) -> Result<ExtraOrderings> {
+        let mut extra = ExtraOrderings::none(ops);
+        for &(a, b) in pairs {
+            let ev = match extra.records[a.index()] {
+                Some(ev) => ev,
+                None => {
+                    extra.events.push(event(device, false)?);
+                    extra.records[a.index()] = Some(extra.events.len() - 1);
+                    extra.events.len() - 1
+                }
+            };
+            extra.waits[b.index()].push(ev);
+        }
+        extra.pairs = pairs.to_vec();
+        Ok(extra)
+    }
+}
+
+/// Fails unless `stream` is still capturing after an op: work the driver refuses inside
+/// a capture (a synchronisation, work on the legacy default stream, a wait on an event
+/// recorded outside it) invalidates the capture, and an op whose own calls do not report
+/// it (cudarc code that ignored an error, a call on another stream) is found here.
+fn check_still_capturing(stream: &CudaStream) -> Result<()> {
+    use cudarc::driver::sys::CUstreamCaptureStatus as S;
+    match stream
+        .capture_status()
+        .map_err(Error::driver("cuStreamGetCaptureInfo"))?
+    {
+        S::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(()),
+        status => Err(Error::Invalid(format!(
+            "the op left its stream's capture {}: something it issued broke the capture (a \
+             synchronisation, work on the legacy default stream, a wait on an event recorded \
+             outside the capture, an end of capture)",
+            match status {
+                S::CU_STREAM_CAPTURE_STATUS_INVALIDATED => "invalidated",
+                _ => "ended",
+            }
+        ))),
     }
 }
 

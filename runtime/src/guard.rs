@@ -4,7 +4,9 @@
 //! type that holds a `Device`, a global). So every host-side entry point of this crate
 //! asks [`check`] first, and fails, naming the op, while one is being issued.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+
+use cudarc::driver::CudaSlice;
 
 use crate::error::{Error, Result};
 
@@ -17,6 +19,11 @@ struct Issuing {
 
 thread_local! {
     static ISSUING: Cell<Option<Issuing>> = const { Cell::new(None) };
+    /// A host-side call that could not return its error (a drop), to be reported as the
+    /// op's when it returns.
+    static PENDING: Cell<Option<(Issuing, &'static str)>> = const { Cell::new(None) };
+    /// Allocations dropped inside an op, freed once no capture is in progress.
+    static DEFERRED: RefCell<Vec<CudaSlice<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Marks an op as being issued on this thread until it is dropped (also when the op
@@ -49,6 +56,49 @@ pub(crate) fn check(call: &'static str) -> Result<()> {
         Some(Issuing { step, op }) => Err(Error::HostCallInOp { step, op, call }),
         None => Ok(()),
     }
+}
+
+/// Frees `slice`, or, while an op is being issued, keeps it until [`free_deferred`] and
+/// marks the op failed: a free inside a capture would leave the graph an address that is
+/// gone (or someone else's) at the next replay.
+pub(crate) fn free<T>(slice: CudaSlice<T>) {
+    // `try_with`: a buffer may be dropped by another thread-local's destructor, after
+    // these are gone; no op is being issued then.
+    let Some(issuing) = ISSUING.try_with(Cell::get).ok().flatten() else {
+        drop(slice);
+        return;
+    };
+    let bytes = slice.num_bytes();
+    let stream = slice.stream().clone();
+    let ptr = slice.leak();
+    // SAFETY: `ptr` is the allocation just leaked, `bytes` bytes long, owned by nobody
+    // else; the new slice frees it when dropped, as the old one would have.
+    let erased = unsafe { stream.upgrade_device_ptr::<u8>(ptr, bytes) };
+    DEFERRED.with(|d| d.borrow_mut().push(erased));
+    PENDING.with(|p| {
+        if p.get().is_none() {
+            p.set(Some((issuing, "DeviceBuffer::drop")));
+        }
+    });
+}
+
+/// The error of a host-side call the op being left made without being able to return
+/// it ([`free`]), if any.
+pub(crate) fn take_pending() -> Option<Error> {
+    PENDING
+        .with(Cell::take)
+        .map(|(Issuing { step, op }, call)| Error::HostCallInOp { step, op, call })
+}
+
+/// Frees what ops dropped; called once no capture is in progress. Work issued before the
+/// drop may still use the memory, so the device is waited for first.
+pub(crate) fn free_deferred() {
+    let freed = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+    if let Some(first) = freed.first() {
+        let ctx = first.stream().context();
+        ctx.record_err(ctx.synchronize());
+    }
+    drop(freed);
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod executor;
 mod graph;
 mod guard;
 pub mod kernel;
+mod memory;
 mod options;
 mod scalars;
 mod step;
@@ -40,12 +41,13 @@ mod verify;
 mod work;
 
 pub use blas::{BlasElem, Epilogue, Matmul, MatmulArgs, Precision};
-pub use buffer::{ConfigValue, StepBuffer};
+pub use buffer::{ConfigValue, StepBuffer, ViewSpans};
 pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
-pub use device::{AllocLike, Device, DeviceBuffer};
+pub use device::{AllocLike, Device};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Module};
+pub use memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
 pub use options::{Options, Schedule};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use step::{Step, StepSpec};
@@ -232,6 +234,10 @@ pub use stream::{Blas, CaptureStream};
 pub use verify::VerifyReport;
 pub use work::WorkBound;
 
+/// The cudarc stepgraph is built on, so that code that goes down to it names the same
+/// version and features: `stepgraph::cudarc::driver::CudaSlice`.
+pub use cudarc;
+
 /// The plan's data types and graph algorithms ([`stepgraph_plan`]): what `#[step]`
 /// emits as a module's `PLAN`, and what tools read from it.
 pub use stepgraph_plan as plan;
@@ -270,12 +276,17 @@ pub mod preflight {
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
 #[doc(hidden)]
 pub mod __rt_v1 {
-    pub use crate::buffer::{ConfigValue, StepBuffer, assert_buffer, assert_config};
-    pub use crate::device::{AllocLike, Device, DeviceBuffer};
+    pub use crate::buffer::{
+        ConfigValue, StepBuffer, ViewSpans, assert_buffer, assert_config, assert_view,
+    };
+    pub use crate::device::{AllocLike, Device};
     pub use crate::error::{Error, Result};
     pub use crate::executor::Issue;
     pub use crate::kernel::{
         Image, Kernel, KernelDecl, Module, ModuleDecl, ParamDecl, Registry, bf16, f16,
+    };
+    pub use crate::memory::{
+        DeviceBuffer, DeviceMem, DeviceMemMut, Span, declared_view, declared_view_mut,
     };
     pub use crate::plan::{
         AccessDesc, BufId, BufKind, BufferDesc, EdgeDesc, EdgeKind, EventDesc, EventId, OpDesc,

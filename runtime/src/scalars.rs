@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits, result};
 
-use crate::device::{Device, DeviceBuffer};
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::memory::DeviceBuffer;
 
 /// Proof that no replay of a step is in flight, so host memory that its graph reads may
 /// be written. Obtained from the generated `Step::host_access`, which waits for the last
@@ -125,8 +126,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     }
 
     pub(crate) fn enqueue_refresh(&mut self, stream: &CudaStream) -> Result<()> {
-        use cudarc::driver::DevicePtrMut;
-        let (dst, _sync) = self.device.slice.device_ptr_mut(stream);
+        let dst = self.device.device_address();
         // SAFETY: `host` holds `len` initialised values in pinned memory that outlives
         // this value's graph (the step owns both); the slice is only read by the copy.
         let src = unsafe { std::slice::from_raw_parts(self.host, self.len) };

@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use cudarc::driver::DeviceRepr;
 
-use crate::device::{Device, DeviceBuffer};
+use crate::device::Device;
 use crate::error::Result;
 use crate::executor::{Executor, Issue};
+use crate::memory::DeviceBuffer;
+use crate::memory::Span;
 use crate::options::{Options, Schedule};
-use crate::plan::{PlanDesc, Profile};
+use crate::plan::{BufId, OpId, PlanDesc, Profile};
 use crate::scalars::HostAccess;
 use crate::verify::VerifyReport;
 use crate::work::WorkBound;
@@ -38,6 +40,14 @@ pub trait StepSpec: 'static {
     /// Allocates the scratch copies, shaped like the buffers' own.
     #[doc(hidden)]
     fn scratch(buffers: &Self::Buffers, device: &Device) -> Result<Self::Scratch>;
+
+    /// Where each declared view (`#[view(of = ..)]` field) lies in its parent, one span
+    /// per copy.
+    #[doc(hidden)]
+    fn views(buffers: &Self::Buffers) -> Vec<(BufId, &[Span])> {
+        let _ = buffers;
+        Vec::new()
+    }
 
     /// Issues every op once, in program order.
     #[doc(hidden)]
@@ -136,7 +146,8 @@ impl<S: StepSpec> Step<S> {
         config: S::Config,
         options: Options,
     ) -> Result<Self> {
-        let exec = Executor::with_options(device, S::PLAN, options)?;
+        let mut exec = Executor::with_options(device, S::PLAN, options)?;
+        order_views::<S>(&mut exec, &buffers)?;
         let scratch = S::scratch(&buffers, device)?;
         let mut step = Step {
             exec,
@@ -152,6 +163,14 @@ impl<S: StepSpec> Step<S> {
     /// The compile-time plan (the module's `PLAN`).
     pub const fn plan() -> &'static PlanDesc {
         S::PLAN
+    }
+
+    /// The orderings this step adds to its plan because views of one buffer overlap
+    /// (`(earlier op, later op)`, op ids of [`Step::plan`]): the plan treats a buffer's
+    /// views as disjoint, and where their spans overlap the later op waits for the
+    /// earlier one, as for one buffer. Empty when the views are disjoint.
+    pub fn view_orderings(&self) -> &[(OpId, OpId)] {
+        self.exec.view_orderings()
     }
 
     /// Launches one replay of the graph (capturing it again first if buffers were
@@ -241,6 +260,7 @@ impl<S: StepSpec> Step<S> {
         self.exec.wait()?;
         let out = f(&mut self.buffers);
         self.exec.mark_stale();
+        order_views::<S>(&mut self.exec, &self.buffers)?;
         self.capture()?;
         Ok(out)
     }
@@ -314,6 +334,15 @@ impl<S: StepSpec> Step<S> {
         } = self;
         exec.capture(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
     }
+}
+
+/// Adds the orderings overlapping views need, for a step that declares views.
+fn order_views<S: StepSpec>(exec: &mut Executor, buffers: &S::Buffers) -> Result<()> {
+    let views = S::views(buffers);
+    if !views.is_empty() {
+        exec.order_overlapping_views(&views)?;
+    }
+    Ok(())
 }
 
 /// Allocates `count` more copies shaped like `first` (per-stream or per-branch scratch),

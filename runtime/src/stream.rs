@@ -9,9 +9,9 @@ use cudarc::driver::{
 };
 
 use crate::blas::BlasHandle;
-use crate::device::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::kernel::{ArgCheck, Kernel};
+use crate::memory::{DeviceMem, DeviceMemMut};
 use crate::scalars::DeviceScalars;
 use crate::verify::OpCounts;
 
@@ -108,25 +108,36 @@ impl<'a> CaptureStream<'a> {
         self.counts.set(c);
     }
 
-    /// Sets every element of `buf` to zero bits.
+    /// Sets every element of `buf` (a buffer or a view) to zero bits.
     pub fn memset_zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,
-        buf: &mut DeviceBuffer<T>,
+        buf: &mut impl DeviceMemMut<T>,
     ) -> Result<()> {
         if self.mode.enqueues() {
-            self.stream
-                .memset_zeros(&mut buf.slice)
-                .map_err(Error::driver("cuMemsetD8Async"))?;
+            let bytes = buf.len() * size_of::<T>();
+            self.bind()?;
+            // SAFETY: the address and length are those of live device memory borrowed
+            // mutably for this call (a captured memset's memory is kept alive by the step
+            // that owns the graph).
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    buf.device_address(),
+                    0,
+                    bytes,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(Error::driver("cuMemsetD8Async"))?;
         }
         self.count(|c| c.memsets += 1);
         Ok(())
     }
 
-    /// Copies `src` into `dst`; both must have the same length.
+    /// Copies `src` into `dst` (buffers or views); both must have the same length.
     pub fn copy<T: DeviceRepr>(
         &self,
-        src: &DeviceBuffer<T>,
-        dst: &mut DeviceBuffer<T>,
+        src: &impl DeviceMem<T>,
+        dst: &mut impl DeviceMemMut<T>,
     ) -> Result<()> {
         if src.len() != dst.len() {
             return Err(Error::LengthMismatch {
@@ -136,12 +147,77 @@ impl<'a> CaptureStream<'a> {
             });
         }
         if self.mode.enqueues() {
-            self.stream
-                .memcpy_dtod(&src.slice, &mut dst.slice)
-                .map_err(Error::driver("cuMemcpyDtoDAsync"))?;
+            self.bind()?;
+            // SAFETY: both are live device memory of `len` elements (checked above),
+            // borrowed for this call; they cannot overlap, as `dst` is borrowed mutably.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    dst.device_address(),
+                    src.device_address(),
+                    src.len() * size_of::<T>(),
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(Error::driver("cuMemcpyDtoDAsync"))?;
         }
         self.count(|c| c.copies += 1);
         Ok(())
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(Error::driver("cuCtxSetCurrent"))
+    }
+
+    /// The stream as cudarc's, for existing code that issues its own work: kernels
+    /// launched with cudarc, cuBLASLt called with a stream and a workspace (see
+    /// [`Blas::workspace`]). `None` in a [`Mode::Dry`] pass, which enqueues nothing: the
+    /// dry pass runs before every capture, and work issued then would run for real.
+    ///
+    /// The verifier checks that an op that took the stream put work into the graph, and
+    /// at least what it issued through this type.
+    ///
+    /// # Safety
+    ///
+    /// Only capture-legal work may be issued on it, and only work on it:
+    /// - no synchronisation of it, of the context or of an event recorded on it, no
+    ///   query of its work, no copy to or from pageable host memory (each fails the
+    ///   capture, or stalls it);
+    /// - no allocation or free in the middle of the step's work (use the step's
+    ///   buffers and scratch);
+    /// - no work on any other stream (one of the program's own, cudarc's default
+    ///   stream): it runs once, while the step is built, and never in a replay;
+    /// - no wait on an event recorded outside the capture;
+    /// - only the memory the op's parameters grant, read or written as their `&` and
+    ///   `&mut` say: the plan orders the op by its parameters and nothing else.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use stepgraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+    /// use stepgraph::{CaptureStream, DeviceBuffer, Error, Result};
+    ///
+    /// // An existing function of a cudarc trainer, unchanged.
+    /// fn zero_grads(stream: &Arc<CudaStream>, g: &mut CudaSlice<f32>) -> Result<(), DriverError> {
+    ///     stream.memset_zeros(g)
+    /// }
+    ///
+    /// // The op that wraps it.
+    /// fn zero(s: &CaptureStream<'_>, grads: &mut DeviceBuffer<f32>) -> Result<()> {
+    ///     // SAFETY: `zero_grads` issues one memset on the stream it is given, of `grads`.
+    ///     if let Some(stream) = unsafe { s.cuda_stream() } {
+    ///         zero_grads(stream, grads.as_cuda_slice_mut()).map_err(Error::driver("zero_grads"))?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub unsafe fn cuda_stream(&self) -> Option<&'a Arc<CudaStream>> {
+        if !self.mode.enqueues() {
+            return None;
+        }
+        self.count(|c| c.raw += 1);
+        Some(self.stream)
     }
 
     /// Copies the scalars' pinned host values to their device copy. Captured, this is a
@@ -182,17 +258,17 @@ impl fmt::Debug for Launch<'_> {
 const DEVICE_POINTER_BYTES: usize = size_of::<cudarc::driver::sys::CUdeviceptr>();
 
 impl<'b> Launch<'b> {
-    /// Passes a buffer the kernel only reads, as a `const T*`.
-    pub fn buf<T>(&mut self, buf: &'b DeviceBuffer<T>) -> &mut Self {
+    /// Passes a buffer or a view the kernel only reads, as a `const T*`.
+    pub fn buf<T>(&mut self, buf: &'b impl DeviceMem<T>) -> &mut Self {
         self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
-        self.args.arg(&buf.slice);
+        buf.push_arg(&mut self.args);
         self
     }
 
-    /// Passes a buffer the kernel writes, as a `T*`.
-    pub fn buf_mut<T>(&mut self, buf: &'b mut DeviceBuffer<T>) -> &mut Self {
+    /// Passes a buffer or a view the kernel writes, as a `T*`.
+    pub fn buf_mut<T>(&mut self, buf: &'b mut impl DeviceMemMut<T>) -> &mut Self {
         self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
-        self.args.arg(&mut buf.slice);
+        buf.push_arg_mut(&mut self.args);
         self
     }
 
@@ -247,6 +323,21 @@ pub struct Blas<'a> {
 }
 
 impl Blas<'_> {
+    /// The stream's cuBLASLt handle, for an existing cuBLASLt call of the program's own.
+    /// Using it is `unsafe` (a raw FFI handle); issue with it only on the stream of
+    /// [`CaptureStream::cuda_stream`], whose contract applies, and do not destroy it.
+    pub fn cublaslt_handle(&self) -> cudarc::cublaslt::sys::cublasLtHandle_t {
+        self.handle.raw()
+    }
+
+    /// The stream's cuBLASLt workspace as device address and size in bytes
+    /// ([`WORKSPACE_BYTES`](crate::exec::WORKSPACE_BYTES)): what an existing cuBLASLt call
+    /// takes as its workspace override. It belongs to this stream alone, so a call on
+    /// this stream may use it whole, and no call on another stream may use it at all.
+    pub fn workspace(&self) -> (u64, usize) {
+        self.handle.workspace_raw()
+    }
+
     pub(crate) fn count(&self, f: impl FnOnce(&mut OpCounts)) {
         if let Some(cell) = self.counts {
             let mut c = cell.get();

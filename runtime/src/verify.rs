@@ -18,8 +18,8 @@ use std::mem::MaybeUninit;
 use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
-use crate::plan::PlanDesc;
 use crate::plan::dag::{self, NodeSet};
+use crate::plan::{OpId, PlanDesc};
 
 /// What one op issued during a pass, counted by its capture stream.
 #[non_exhaustive]
@@ -35,6 +35,10 @@ pub struct OpCounts {
     pub memsets: usize,
     /// Collectives (NCCL groups): any number of nodes each, of any kind.
     pub collectives: usize,
+    /// Times the op took its stream as cudarc's
+    /// ([`CaptureStream::cuda_stream`](crate::CaptureStream::cuda_stream)): work of any
+    /// number and kind that nothing counts.
+    pub raw: usize,
 }
 
 /// An op's nodes in the captured graph and what it issued.
@@ -166,6 +170,7 @@ pub(crate) fn node_type(node: sys::CUgraphNode) -> Result<sys::CUgraphNodeType> 
 /// graph is abstracted to what the checks need, so they are tested without a GPU.
 pub(crate) fn verify_graph(
     plan: &PlanDesc,
+    extra: &[(OpId, OpId)],
     one_stream: bool,
     graph: sys::CUgraph,
     per_op: &[OpNodes],
@@ -203,10 +208,11 @@ pub(crate) fn verify_graph(
             }
             recorded.push((ix, ty));
         }
+        shape.recorded = recorded.len();
         shape.nodes = judged_nodes(&recorded, op.counts.collectives);
         ops.push(shape);
     }
-    check(plan, one_stream, nodes.len(), &edges, &ops)
+    check(plan, extra, one_stream, nodes.len(), &edges, &ops)
 }
 
 /// An op's nodes that the ordering checks judge: all of them, except a collective's event
@@ -242,6 +248,8 @@ pub(crate) struct OpShape {
     pub kernels: usize,
     pub memcpys: usize,
     pub memsets: usize,
+    /// Every node the op added, of any kind.
+    pub recorded: usize,
     pub counts: OpCounts,
 }
 
@@ -262,6 +270,7 @@ fn name_pair(plan: &PlanDesc, a: usize, b: usize) -> (String, String) {
 /// baseline), which orders every op after the one before it.
 pub(crate) fn check(
     plan: &PlanDesc,
+    extra: &[(OpId, OpId)],
     one_stream: bool,
     n_nodes: usize,
     edges: &[(usize, usize)],
@@ -277,9 +286,34 @@ pub(crate) fn check(
     // Node counts: what each op issued must be what the graph holds for it.
     for (i, op) in ops.iter().enumerate() {
         let c = op.counts;
-        let (kernels_ok, memsets_ok, memcpys_ok) = if c.collectives > 0 {
-            // NCCL decides a collective's nodes: a copy for a world of one, kernels (and
-            // whatever else its transport needs) for more ranks.
+        if op.recorded == 0 {
+            let o = &plan.ops[i];
+            return Err(Error::Verify {
+                what: format!(
+                    "op `{}` (stream `{}`) put no work into the captured graph{}: work an op \
+                     issues on any stream but its capture stream (a stream of the program's \
+                     own, cudarc's default stream) runs once, while the step is captured, \
+                     and never in a replay; issue it on the op's stream \
+                     (`CaptureStream::cuda_stream` for cudarc code)",
+                    o.name,
+                    plan.streams[o.stream.index()].name,
+                    if c == OpCounts::default() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", though it issued {} launches, {} matmuls, {} copies and {} \
+                             memsets",
+                            c.launches, c.matmuls, c.copies, c.memsets
+                        )
+                    }
+                ),
+            });
+        }
+        let (kernels_ok, memsets_ok, memcpys_ok) = if c.collectives > 0 || c.raw > 0 {
+            // NCCL decides a collective's nodes, and code given the raw stream issues
+            // what it likes: at least what was counted must be there.
+            // A collective: a copy for a world of one, kernels (and whatever else its
+            // transport needs) for more ranks.
             (
                 op.kernels >= c.launches + c.matmuls,
                 op.memsets >= c.memsets,
@@ -303,7 +337,7 @@ pub(crate) fn check(
         if !kernels_ok || !memsets_ok || !memcpys_ok {
             return Err(Error::Verify {
                 what: format!(
-                    "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it",
+                    "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it: work that is not in the graph runs once, while the step is captured, and never in a replay",
                     plan.ops[i].name,
                     c.launches,
                     c.matmuls,
@@ -360,12 +394,30 @@ pub(crate) fn check(
         }
         ordered += 1;
     }
+    // The orderings added for views that overlap are dependencies as well.
+    for &(a, b) in extra {
+        let (a, b) = (a.index(), b.index());
+        if a >= n_ops || b >= n_ops || ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+            continue;
+        }
+        if !all_before(a, b) {
+            let (na, nb) = name_pair(plan, a, b);
+            return Err(Error::Verify {
+                what: format!(
+                    "race: op {nb} reaches elements op {na} reaches, through views of one buffer that overlap, but the captured graph does not order them"
+                ),
+            });
+        }
+        ordered += 1;
+    }
 
     // 2. Nothing orders two ops that neither a dependency nor stream order orders.
     let mut order: Vec<(usize, usize)> = plan
         .edges
         .iter()
         .map(|e| (e.from.index(), e.to.index()))
+        .chain(extra.iter().map(|&(a, b)| (a.index(), b.index())))
+        .filter(|&(a, b)| a < n_ops && b < n_ops)
         .collect();
     let mut last_on: HashMap<usize, usize> = HashMap::new();
     for (b, op) in plan.ops.iter().enumerate() {
@@ -449,6 +501,7 @@ mod tests {
             .map(|i| OpShape {
                 nodes: vec![i],
                 kernels: 1,
+                recorded: 1,
                 counts: OpCounts {
                     launches: 1,
                     ..OpCounts::default()
@@ -461,14 +514,14 @@ mod tests {
     #[test]
     fn a_graph_that_matches_the_plan_passes() {
         // a -> b (the wait), a -> c (stream order on main).
-        let r = check(&PLAN, false, 3, &[(0, 1), (0, 2)], &shapes()).unwrap();
+        let r = check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &shapes()).unwrap();
         assert_eq!(r.ordered_dependencies, 1);
         assert_eq!(r.independent_pairs, 1); // b and c
     }
 
     #[test]
     fn a_missing_path_is_a_race_naming_both_ops() {
-        let err = check(&PLAN, false, 3, &[(0, 2)], &shapes())
+        let err = check(&PLAN, &[], false, 3, &[(0, 2)], &shapes())
             .unwrap_err()
             .to_string();
         assert!(err.contains("race"), "{err}");
@@ -481,7 +534,7 @@ mod tests {
 
     #[test]
     fn an_extra_path_is_false_serialisation_naming_both_ops() {
-        let err = check(&PLAN, false, 3, &[(0, 1), (0, 2), (1, 2)], &shapes())
+        let err = check(&PLAN, &[], false, 3, &[(0, 1), (0, 2), (1, 2)], &shapes())
             .unwrap_err()
             .to_string();
         assert!(err.contains("false serialisation"), "{err}");
@@ -495,9 +548,9 @@ mod tests {
     fn a_one_stream_capture_is_judged_by_program_order() {
         // Everything in a chain: right for the baseline, false serialisation for the plan.
         let chain = [(0, 1), (1, 2)];
-        assert!(check(&PLAN, true, 3, &chain, &shapes()).is_ok());
-        assert!(check(&PLAN, false, 3, &chain, &shapes()).is_err());
-        let err = check(&PLAN, true, 3, &[(0, 1)], &shapes())
+        assert!(check(&PLAN, &[], true, 3, &chain, &shapes()).is_ok());
+        assert!(check(&PLAN, &[], false, 3, &chain, &shapes()).is_err());
+        let err = check(&PLAN, &[], true, 3, &[(0, 1)], &shapes())
             .unwrap_err()
             .to_string();
         assert!(err.contains("not ordered after op `b`"), "{err}");
@@ -509,9 +562,64 @@ mod tests {
         s[1].counts.matmuls = 1;
         s[1].kernels = 3; // the launch, a split-K matmul and its reduction
         s[1].memsets = 1; // the matmul's workspace
-        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_ok());
         s[1].memcpys = 1;
-        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_err());
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_err());
+    }
+
+    #[test]
+    fn an_op_with_no_node_in_the_graph_is_named_with_why_its_work_is_lost() {
+        // `b` launched on a stream of its own: nothing counted, nothing captured.
+        let mut s = shapes();
+        s[1] = OpShape::default();
+        let err = check(&PLAN, &[], false, 3, &[(0, 2)], &s)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("op `b` (stream `side`) put no work into the captured graph: "),
+            "{err}"
+        );
+        assert!(err.contains("never in a replay"), "{err}");
+        // Counted but not captured: what it issued is in the message.
+        s[1].counts.launches = 2;
+        let err = check(&PLAN, &[], false, 3, &[(0, 2)], &s)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("though it issued 2 launches"), "{err}");
+        // Some of it captured, some not.
+        let mut s = shapes();
+        s[1].counts.launches = 2;
+        let err = check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("op `b` issued 2 launches") && err.contains("1 kernel"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn raw_stream_work_may_add_any_nodes_but_must_add_some() {
+        let mut s = shapes();
+        s[1].counts.raw = 1;
+        s[1].kernels = 4;
+        s[1].memcpys = 2;
+        s[1].recorded = 6;
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        s[1].kernels = 0;
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_err());
+        let mut s = shapes();
+        s[1] = OpShape {
+            counts: OpCounts {
+                raw: 1,
+                ..OpCounts::default()
+            },
+            ..OpShape::default()
+        };
+        let err = check(&PLAN, &[], false, 3, &[(0, 2)], &s)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("op `b` (stream `side`) put no work"), "{err}");
     }
 
     #[test]
@@ -520,14 +628,14 @@ mod tests {
         s[1].counts.collectives = 1;
         // A world of one: NCCL's all-reduce is a copy, beside the op's own launch.
         s[1].memcpys = 1;
-        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_ok());
         // More ranks: kernels and memsets of NCCL's own.
         s[1].kernels = 3;
         s[1].memsets = 2;
-        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_ok());
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_ok());
         // Fewer kernels than the op launched is still wrong.
         s[1].kernels = 0;
-        assert!(check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s).is_err());
+        assert!(check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s).is_err());
     }
 
     #[test]
@@ -564,11 +672,13 @@ mod tests {
         let mut s = shapes();
         s[1].counts.collectives = 1;
         s[1].nodes = judged_nodes(&recorded, s[1].counts.collectives);
-        assert!(check(&plan, false, 4, &edges, &s).is_ok());
+        assert!(check(&plan, &[], false, 4, &edges, &s).is_ok());
         // The same nodes from an op without collectives: the record is judged, and races.
         s[1].counts.collectives = 0;
         s[1].nodes = judged_nodes(&recorded, s[1].counts.collectives);
-        let err = check(&plan, false, 4, &edges, &s).unwrap_err().to_string();
+        let err = check(&plan, &[], false, 4, &edges, &s)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("race"), "{err}");
     }
 
@@ -576,7 +686,7 @@ mod tests {
     fn node_counts_must_match_what_the_op_issued() {
         let mut s = shapes();
         s[1].kernels = 2;
-        let err = check(&PLAN, false, 3, &[(0, 1), (0, 2)], &s)
+        let err = check(&PLAN, &[], false, 3, &[(0, 1), (0, 2)], &s)
             .unwrap_err()
             .to_string();
         assert!(err.contains("op `b` issued 1 launches"), "{err}");

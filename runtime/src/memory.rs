@@ -1,0 +1,564 @@
+//! Device memory an op hands to the GPU: whole buffers and views into them, and the two
+//! traits that every kernel argument, copy, memset and matmul takes, so that a view goes
+//! wherever a buffer does.
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::{Bound, RangeBounds};
+
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchArgs};
+use cudarc::driver::{DeviceSlice, PushKernelArg};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+mod sealed {
+    /// Only this crate's memory types: the plan's orderings and the length checks of
+    /// every call rely on the address and length they report.
+    pub trait Sealed {}
+}
+
+/// Device memory a kernel, copy or matmul reads: a [`DeviceBuffer`], a [`View`] or a
+/// [`ViewMut`] of one. Sealed: the address and length are the buffer's own.
+pub trait DeviceMem<T>: sealed::Sealed {
+    /// Number of elements.
+    fn len(&self) -> usize;
+
+    /// Whether it holds no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device address of the first element. Using it does not borrow the memory:
+    /// whoever passes it on keeps the memory alive and ordered.
+    fn device_address(&self) -> u64;
+
+    /// Pushes the address as a kernel argument that lives as long as the borrow.
+    #[doc(hidden)]
+    fn push_arg<'b>(&'b self, args: &mut LaunchArgs<'b>);
+}
+
+/// Device memory a kernel, copy or matmul writes: a [`DeviceBuffer`] or a [`ViewMut`],
+/// taken `&mut`.
+pub trait DeviceMemMut<T>: DeviceMem<T> {
+    /// Pushes the address as a kernel argument the kernel writes through.
+    #[doc(hidden)]
+    fn push_arg_mut<'b>(&'b mut self, args: &mut LaunchArgs<'b>);
+}
+
+/// Elements `start..end` of a buffer: where a view lies in it.
+///
+/// A field of a step's buffers marked `#[view(of = parent)]` holds one (or an array of
+/// them, one per branch): the op that names the field receives a [`View`] or a
+/// [`ViewMut`] of `parent` over these elements, and the planner orders it against the
+/// ops that use `parent` or an overlapping view of it, and not against the others.
+///
+/// ```
+/// use stepgraph::Span;
+///
+/// // Branch 2's rows of a [4 × 256, 64] allocation.
+/// let rows = Span::rows(2 * 256, 256, 64);
+/// assert_eq!((rows.start(), rows.end(), rows.len()), (32768, 49152, 16384));
+/// // Columns 18..530 of a [64, 530] matrix: every element from the block's first to its
+/// // last (a matmul reads it with leading dimension 530).
+/// let cols = Span::columns(64, 530, 18, 512);
+/// assert_eq!((cols.start(), cols.len()), (18, 63 * 530 + 512));
+/// assert!(rows.overlaps(&Span::new(40000, 1)));
+/// assert!(!rows.overlaps(&Span::new(0, 32768)));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    /// `len` elements from `offset` (saturating: a span past `usize::MAX` fits no buffer,
+    /// so the bounds check refuses it instead of the sum wrapping).
+    pub const fn new(offset: usize, len: usize) -> Span {
+        Span {
+            start: offset,
+            end: offset.saturating_add(len),
+        }
+    }
+
+    /// `rows` rows of `row_len` elements from row `first` of a row-major matrix.
+    pub const fn rows(first: usize, rows: usize, row_len: usize) -> Span {
+        Span::new(first.saturating_mul(row_len), rows.saturating_mul(row_len))
+    }
+
+    /// Columns `first..first + cols` of `rows` rows of a row-major matrix whose rows are
+    /// `ld` elements apart: every element from the block's first to its last, the columns
+    /// outside the block in between included (a strided read covers them).
+    pub const fn columns(rows: usize, ld: usize, first: usize, cols: usize) -> Span {
+        if rows == 0 || cols == 0 {
+            return Span::new(first, 0);
+        }
+        Span::new(first, (rows - 1).saturating_mul(ld).saturating_add(cols))
+    }
+
+    /// The first element.
+    pub const fn start(&self) -> usize {
+        self.start
+    }
+
+    /// One past the last element.
+    pub const fn end(&self) -> usize {
+        self.end
+    }
+
+    /// Number of elements.
+    pub const fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Whether it covers no element.
+    pub const fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// Whether the two share an element (empty spans share none).
+    pub const fn overlaps(&self, other: &Span) -> bool {
+        !self.is_empty() && !other.is_empty() && self.start < other.end && other.start < self.end
+    }
+
+    /// The span `range` denotes in a buffer of `len` elements, or an error naming `what`.
+    pub(crate) fn of(range: impl RangeBounds<usize>, len: usize, what: &str) -> Result<Span> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => Some(s),
+            Bound::Excluded(&s) => s.checked_add(1),
+            Bound::Unbounded => Some(0),
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.checked_add(1),
+            Bound::Excluded(&e) => Some(e),
+            Bound::Unbounded => Some(len),
+        };
+        match (start, end) {
+            (Some(start), Some(end)) if start <= end && end <= len => Ok(Span { start, end }),
+            (start, end) => Err(Error::OutOfBounds {
+                what: what.to_string(),
+                start: start.unwrap_or(usize::MAX),
+                end: end.unwrap_or(usize::MAX),
+                len,
+            }),
+        }
+    }
+}
+
+impl RangeBounds<usize> for Span {
+    fn start_bound(&self) -> Bound<&usize> {
+        Bound::Included(&self.start)
+    }
+
+    fn end_bound(&self) -> Bound<&usize> {
+        Bound::Excluded(&self.end)
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", self.start, self.end)
+    }
+}
+
+/// A typed allocation in device memory.
+///
+/// It has no method that touches the host: copies to and from the host go through
+/// [`Device::upload`] and [`Device::download`], which an op never receives. An op gets
+/// `&DeviceBuffer` (read) or `&mut DeviceBuffer` (write) and hands it, or a [`View`] of
+/// it, to a kernel launch, a matmul, a copy or a memset on its
+/// [`CaptureStream`](crate::CaptureStream).
+///
+/// It is a cudarc [`CudaSlice`] underneath, and converts both ways
+/// ([`from_cuda_slice`](DeviceBuffer::from_cuda_slice),
+/// [`into_cuda_slice`](DeviceBuffer::into_cuda_slice),
+/// [`as_cuda_slice`](DeviceBuffer::as_cuda_slice)), so that existing cudarc code takes it
+/// unchanged.
+///
+/// Dropped while an op is being issued (a buffer an op's kernels type held), it is not
+/// freed until the capture has ended, and the op fails with
+/// [`Error::HostCallInOp`]: a free inside a capture leaves the graph an address that is
+/// gone at the next replay.
+pub struct DeviceBuffer<T> {
+    slice: ManuallyDrop<CudaSlice<T>>,
+}
+
+impl<T> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("len", &self.slice.len())
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        // SAFETY: `slice` is not used again: this is the value's last use.
+        let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
+        crate::guard::free(slice);
+    }
+}
+
+impl<T> DeviceBuffer<T> {
+    pub(crate) fn wrap(slice: CudaSlice<T>) -> DeviceBuffer<T> {
+        DeviceBuffer {
+            slice: ManuallyDrop::new(slice),
+        }
+    }
+
+    /// Takes a cudarc allocation made in `device`'s context: a trainer's existing
+    /// buffers enter a step this way.
+    ///
+    /// Fails if the slice belongs to another context, or if the `CudaContext` value it was
+    /// made with tracks events (each value has its own flag: make the slices with the
+    /// context given to [`Device::from_context`], whose tracking is off). stepgraph orders
+    /// every use of the buffer through the plan.
+    ///
+    /// ```no_run
+    /// use stepgraph::{Device, DeviceBuffer};
+    ///
+    /// let ctx = stepgraph::cudarc::driver::CudaContext::new(0)?;
+    /// // SAFETY: this program orders its streams itself (it captures graphs).
+    /// unsafe { ctx.disable_event_tracking() };
+    /// let stream = ctx.default_stream();
+    /// let weights = stream.clone_htod(&[0.5f32; 1024])?;
+    ///
+    /// let device = Device::from_context(ctx)?;
+    /// let weights = DeviceBuffer::from_cuda_slice(&device, weights)?;
+    /// assert_eq!(weights.len(), 1024);
+    /// let back: stepgraph::cudarc::driver::CudaSlice<f32> = weights.into_cuda_slice();
+    /// assert_eq!(back.len(), 1024);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_cuda_slice(device: &Device, slice: CudaSlice<T>) -> Result<DeviceBuffer<T>> {
+        let ours = device.context().cu_ctx();
+        let theirs = slice.context().cu_ctx();
+        if ours != theirs {
+            return Err(Error::Invalid(format!(
+                "a CudaSlice of {} elements belongs to another CUDA context than device {} ({}): \
+                 expected a slice allocated in the device's context",
+                slice.len(),
+                device.ordinal(),
+                device.name()
+            )));
+        }
+        // Each `CudaContext` value has its own flag, and a slice follows its own's.
+        if slice.context().is_event_tracking() {
+            return Err(Error::Invalid(format!(
+                "a CudaSlice of {} elements comes from a CudaContext that tracks events: \
+                 expected one with tracking off, such as the one given to \
+                 Device::from_context (its events would break the capture)",
+                slice.len()
+            )));
+        }
+        Ok(DeviceBuffer::wrap(slice))
+    }
+
+    /// The cudarc allocation, for existing code that takes `&CudaSlice<T>`.
+    pub fn as_cuda_slice(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+
+    /// The cudarc allocation, for existing code that takes `&mut CudaSlice<T>`.
+    ///
+    /// Replacing the slice (`*buf.as_cuda_slice_mut() = other`) is not capture-safe: a
+    /// captured graph keeps the old address. A step's buffers are rebound only through
+    /// the step, which captures again.
+    pub fn as_cuda_slice_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+
+    /// Gives the cudarc allocation back.
+    pub fn into_cuda_slice(self) -> CudaSlice<T> {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped, so the slice is taken out exactly once.
+        unsafe { ManuallyDrop::take(&mut me.slice) }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
+    }
+
+    /// The raw device address, for kernels that take pointers packed in structs and for
+    /// identity checks in tests. Using it does not borrow the buffer: the caller keeps the
+    /// buffer alive and ordered.
+    pub fn device_address(&self) -> u64 {
+        let (ptr, _sync) = self.slice.device_ptr(self.slice.stream());
+        ptr
+    }
+
+    /// A view of elements `range` (`a..b`, `a..`, `..`, a [`Span`]), read-only.
+    ///
+    /// ```no_run
+    /// # let device = stepgraph::Device::new(0)?;
+    /// let x = device.upload_new("x", &[1.0f32, 2.0, 3.0, 4.0, 5.0])?;
+    /// let tail = x.view(1..)?;
+    /// assert_eq!(tail.len(), 4);
+    /// assert_eq!(tail.offset(), 1);
+    /// assert!(x.view(2..9).is_err()); // past the end: an error, not a panic
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<View<'_, T>> {
+        let span = Span::of(range, self.len(), "view")?;
+        let inner = self.slice.slice(span);
+        Ok(View { inner, span })
+    }
+
+    /// A view of elements `range` that kernels, copies and matmuls may write.
+    ///
+    /// ```no_run
+    /// # let device = stepgraph::Device::new(0)?;
+    /// let mut x = device.upload_new("x", &[1.0f32; 10])?;
+    /// stepgraph::exec::run_once(&device, |s| s.memset_zeros(&mut x.view_mut(3..7)?))?;
+    /// assert_eq!(device.download(&x)?, [1., 1., 1., 0., 0., 0., 0., 1., 1., 1.]);
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
+    pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<ViewMut<'_, T>> {
+        let span = Span::of(range, self.len(), "view_mut")?;
+        let inner = self.slice.slice_mut(span);
+        let addr = {
+            let (ptr, _sync) = inner.device_ptr(inner.stream());
+            ptr
+        };
+        Ok(ViewMut { inner, span, addr })
+    }
+}
+
+/// Elements of a [`DeviceBuffer`], read-only: what `buf.view(a..b)` gives and what an op
+/// that reads a `#[view]` field receives. It goes wherever a buffer is read.
+///
+/// Its address is the buffer's plus `offset` elements: a view at an odd offset is not
+/// aligned beyond its element type, which kernels with vector loads must not assume.
+pub struct View<'a, T> {
+    inner: CudaView<'a, T>,
+    span: Span,
+}
+
+impl<T> fmt::Debug for View<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View")
+            .field("span", &self.span)
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<'a, T> View<'a, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.span.len()
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.span.is_empty()
+    }
+
+    /// Where it starts in its buffer, in elements.
+    pub fn offset(&self) -> usize {
+        self.span.start()
+    }
+
+    /// The elements of its buffer it covers.
+    pub fn span(&self) -> Span {
+        self.span
+    }
+
+    /// The cudarc view, for existing code that takes `&CudaView<T>`.
+    pub fn as_cuda_view(&self) -> &CudaView<'a, T> {
+        &self.inner
+    }
+}
+
+/// Elements of a [`DeviceBuffer`] that may be written: what `buf.view_mut(a..b)` gives and
+/// what an op that writes a `#[view]` field receives. It goes wherever a buffer is read or
+/// written. Alignment as for [`View`].
+pub struct ViewMut<'a, T> {
+    inner: CudaViewMut<'a, T>,
+    span: Span,
+    /// The address, kept for kernels that read through the view: cudarc pushes a
+    /// `CudaViewMut` only as a pointer to write through.
+    addr: u64,
+}
+
+impl<T> fmt::Debug for ViewMut<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ViewMut")
+            .field("span", &self.span)
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<'a, T> ViewMut<'a, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.span.len()
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.span.is_empty()
+    }
+
+    /// Where it starts in its buffer, in elements.
+    pub fn offset(&self) -> usize {
+        self.span.start()
+    }
+
+    /// The elements of its buffer it covers.
+    pub fn span(&self) -> Span {
+        self.span
+    }
+
+    /// The cudarc view, for existing code that takes `&CudaView<T>`.
+    pub fn as_cuda_view(&self) -> CudaView<'_, T> {
+        self.inner.as_view()
+    }
+
+    /// The cudarc view, for existing code that takes `&mut CudaViewMut<T>`. A reborrow,
+    /// not the view itself, so that this one keeps its address.
+    pub fn as_cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.inner.slice_mut(..)
+    }
+}
+
+impl<T> sealed::Sealed for DeviceBuffer<T> {}
+impl<T> sealed::Sealed for View<'_, T> {}
+impl<T> sealed::Sealed for ViewMut<'_, T> {}
+
+impl<T> DeviceMem<T> for DeviceBuffer<T> {
+    fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    fn device_address(&self) -> u64 {
+        DeviceBuffer::device_address(self)
+    }
+
+    fn push_arg<'b>(&'b self, args: &mut LaunchArgs<'b>) {
+        args.arg(&*self.slice);
+    }
+}
+
+impl<T> DeviceMemMut<T> for DeviceBuffer<T> {
+    fn push_arg_mut<'b>(&'b mut self, args: &mut LaunchArgs<'b>) {
+        args.arg(&mut *self.slice);
+    }
+}
+
+impl<T> DeviceMem<T> for View<'_, T> {
+    fn len(&self) -> usize {
+        self.span.len()
+    }
+
+    fn device_address(&self) -> u64 {
+        let (ptr, _sync) = self.inner.device_ptr(self.inner.stream());
+        ptr
+    }
+
+    fn push_arg<'b>(&'b self, args: &mut LaunchArgs<'b>) {
+        args.arg(&self.inner);
+    }
+}
+
+impl<T> DeviceMem<T> for ViewMut<'_, T> {
+    fn len(&self) -> usize {
+        self.span.len()
+    }
+
+    fn device_address(&self) -> u64 {
+        self.addr
+    }
+
+    fn push_arg<'b>(&'b self, args: &mut LaunchArgs<'b>) {
+        args.arg(&self.addr);
+    }
+}
+
+impl<T> DeviceMemMut<T> for ViewMut<'_, T> {
+    fn push_arg_mut<'b>(&'b mut self, args: &mut LaunchArgs<'b>) {
+        args.arg(&mut self.inner);
+    }
+}
+
+/// A step's declared view, resolved against its parent at issue time: generated code
+/// calls these with the view's field name, so an out-of-range span names the field.
+#[doc(hidden)]
+pub fn declared_view<'a, T>(
+    parent: &'a DeviceBuffer<T>,
+    span: Span,
+    what: &str,
+) -> Result<View<'a, T>> {
+    check_declared(parent, span, what)?;
+    parent.view(span)
+}
+
+/// [`declared_view`] for an op that writes the view.
+#[doc(hidden)]
+pub fn declared_view_mut<'a, T>(
+    parent: &'a mut DeviceBuffer<T>,
+    span: Span,
+    what: &str,
+) -> Result<ViewMut<'a, T>> {
+    check_declared(parent, span, what)?;
+    parent.view_mut(span)
+}
+
+fn check_declared<T>(parent: &DeviceBuffer<T>, span: Span, what: &str) -> Result<()> {
+    if span.end() > parent.len() {
+        return Err(Error::OutOfBounds {
+            what: what.to_string(),
+            start: span.start(),
+            end: span.end(),
+            len: parent.len(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_becomes_a_span_inside_the_buffer_or_an_error_with_both_sizes() {
+        assert_eq!(Span::of(.., 10, "v").unwrap(), Span::new(0, 10));
+        assert_eq!(Span::of(3..7, 10, "v").unwrap(), Span::new(3, 4));
+        assert_eq!(Span::of(3..=7, 10, "v").unwrap(), Span::new(3, 5));
+        assert_eq!(Span::of(10.., 10, "v").unwrap(), Span::new(10, 0));
+        assert_eq!(Span::of(Span::new(2, 3), 10, "v").unwrap(), Span::new(2, 3));
+        let e = Span::of(8..12, 10, "view of `x`").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "view of `x`: expected elements within 0..10, found 8..12"
+        );
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = Span::of(5..2, 10, "v").unwrap_err().to_string();
+        assert!(backwards.contains("found 5..2"), "{backwards}");
+        let wrap = Span::of(..=usize::MAX, 10, "v").unwrap_err().to_string();
+        assert!(wrap.contains("within 0..10"), "{wrap}");
+    }
+
+    #[test]
+    fn spans_overlap_when_they_share_an_element() {
+        let a = Span::new(0, 4);
+        assert!(a.overlaps(&Span::new(3, 1)));
+        assert!(!a.overlaps(&Span::new(4, 4)));
+        assert!(!a.overlaps(&Span::new(2, 0)));
+        assert!(!Span::new(2, 0).overlaps(&a));
+        assert_eq!(Span::new(usize::MAX, 5).end(), usize::MAX);
+        assert_eq!(Span::columns(0, 10, 3, 4), Span::new(3, 0));
+        assert_eq!(Span::columns(3, 10, 3, 4), Span::new(3, 24));
+        assert_eq!(Span::rows(1, 2, 8), Span::new(8, 16));
+        assert_eq!(Span::new(3, 4).to_string(), "3..7");
+    }
+}
