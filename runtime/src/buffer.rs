@@ -12,9 +12,10 @@ use crate::scalars::DeviceScalars;
 /// Device memory that a step's ops are handed: the type of every field of a step's
 /// `#[buffers]` struct.
 ///
-/// Implemented for [`DeviceBuffer`], [`DeviceScalars`], [`Communicator`] and arrays of
-/// step buffers, and derived for a struct whose fields are all step buffers with
-/// `#[derive(StepBuffer)]`:
+/// Implemented for [`DeviceBuffer`], [`DeviceScalars`], [`Communicator`], cudarc's
+/// [`CudaSlice`](cudarc::driver::CudaSlice) (a trainer's existing buffers, and its structs
+/// of them, enter a step unchanged) and arrays of step buffers, and derived for a struct
+/// whose fields are all step buffers with `#[derive(StepBuffer)]`:
 ///
 /// ```
 /// use stepgraph::{DeviceBuffer, StepBuffer};
@@ -54,7 +55,7 @@ use crate::scalars::DeviceScalars;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a buffer of a step",
     label = "not device memory the plan can order",
-    note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, a Communicator, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
+    note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, a Communicator, cudarc's CudaSlice<T>, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
     note = "host handles (Device, streams, steps) would let an op synchronise, allocate, download or replay inside the capture, and interior mutability (RefCell, Mutex, Arc) write through `&`; keep them outside the step"
 )]
 pub unsafe trait StepBuffer {}
@@ -69,6 +70,14 @@ unsafe impl<T> StepBuffer for DeviceScalars<T> {}
 // SAFETY: an NCCL communicator, used by an op only to enqueue collectives on its capture
 // stream; the plan orders every op that takes it by `&mut`.
 unsafe impl StepBuffer for Communicator {}
+
+// SAFETY: device memory, reached only through the borrow an op is given. It also holds
+// cudarc's handle to the stream it was made on, the layer below that a migrating trainer's
+// existing functions use: work issued on that stream inside an op is not in the graph, and
+// the verifier names the op that put nothing into it; a synchronisation invalidates the
+// capture, which the op is named for as well. The context's event tracking must be off
+// (`Device::from_context` says why), or the slice's events break the capture.
+unsafe impl<T> StepBuffer for cudarc::driver::CudaSlice<T> {}
 
 // SAFETY: each element is a step buffer.
 unsafe impl<T: StepBuffer, const N: usize> StepBuffer for [T; N] {}

@@ -7,7 +7,7 @@ use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
 
 use crate::error::{Error, Result};
-use crate::memory::DeviceBuffer;
+use crate::memory::{DeviceBuffer, DeviceMem, DeviceMemMut};
 
 /// The compute capability stepgraph's kernels are built for (sm_90).
 pub const REQUIRED_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
@@ -261,30 +261,29 @@ impl Device {
         Ok(DeviceBuffer::wrap(slice))
     }
 
-    /// Copies `data` into `buf`, which must have the same length. Blocks until done.
-    pub fn upload<T: DeviceRepr>(&self, buf: &mut DeviceBuffer<T>, data: &[T]) -> Result<()> {
+    /// Copies `data` into `buf` (a buffer, a view, a `CudaSlice`), which must have the
+    /// same length. Blocks until done.
+    pub fn upload<T: DeviceRepr>(&self, buf: &mut impl DeviceMemMut<T>, data: &[T]) -> Result<()> {
         self.write_in_place(buf, data)
     }
 
     /// Copies `data` into `buf` in place (its address is unchanged, so a graph that
-    /// captured it stays valid). Takes `&DeviceBuffer`: device memory is not Rust memory,
-    /// and the caller (a step's `upload`) has made sure no replay is using it.
+    /// captured it stays valid). Takes `&`: device memory is not Rust memory, and the
+    /// caller (a step's `upload`) has made sure no replay is using it.
     pub(crate) fn write_in_place<T: DeviceRepr>(
         &self,
-        buf: &DeviceBuffer<T>,
+        buf: &impl DeviceMem<T>,
         data: &[T],
     ) -> Result<()> {
         crate::guard::check("Device::upload")?;
         if buf.len() != data.len() {
             return Err(Error::LengthMismatch {
-                what: "upload into a device buffer".into(),
+                what: "upload into device memory".into(),
                 expected: buf.len(),
                 found: data.len(),
             });
         }
-        self.ctx
-            .bind_to_thread()
-            .map_err(Error::driver("cuCtxSetCurrent"))?;
+        self.bind()?;
         // SAFETY: `buf` holds `data.len()` elements (checked); the copy is synchronised
         // before `data` is released.
         unsafe {
@@ -295,26 +294,43 @@ impl Device {
             )
         }
         .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
+        self.sync_host_stream()
+    }
+
+    /// Copies `buf` (a buffer, a view, a `CudaSlice`) to the host. Blocks until done (and
+    /// so until earlier work on the device that the caller has synchronised with has
+    /// finished).
+    pub fn download<T: DeviceRepr + Clone + Default>(
+        &self,
+        buf: &impl DeviceMem<T>,
+    ) -> Result<Vec<T>> {
+        crate::guard::check("Device::download")?;
+        let mut out = vec![T::default(); buf.len()];
+        self.bind()?;
+        // SAFETY: `out` has room for `buf.len()` elements, and the copy is synchronised
+        // before `out` is returned.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut out,
+                buf.device_address(),
+                self.host_stream.cu_stream(),
+            )
+        }
+        .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
+        self.sync_host_stream()?;
+        Ok(out)
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(Error::driver("cuCtxSetCurrent"))
+    }
+
+    fn sync_host_stream(&self) -> Result<()> {
         self.host_stream
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))
-    }
-
-    /// Copies `buf` to the host. Blocks until done (and so until earlier work on the
-    /// device that the caller has synchronised with has finished).
-    pub fn download<T: DeviceRepr + Clone + Default>(
-        &self,
-        buf: &DeviceBuffer<T>,
-    ) -> Result<Vec<T>> {
-        crate::guard::check("Device::download")?;
-        let out = self
-            .host_stream
-            .clone_dtoh(buf.as_cuda_slice())
-            .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
-        self.host_stream
-            .synchronize()
-            .map_err(Error::driver("cuStreamSynchronize"))?;
-        Ok(out)
     }
 
     /// Waits for all work on the device.

@@ -208,6 +208,10 @@ pub enum Error {
     /// An argument is outside what the call accepts.
     #[error("{0}")]
     Invalid(String),
+    /// An error of the program's own code, inside an op: an existing function that
+    /// returns its own error type ([`Error::external`]). Walking the chain finds it.
+    #[error(transparent)]
+    External(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl Error {
@@ -265,6 +269,28 @@ impl Error {
             }
             None
         })
+    }
+
+    /// Wraps an error of the program's own, for an op that calls existing code:
+    /// `existing(..).map_err(Error::external)?`.
+    ///
+    /// ```
+    /// use stepgraph::Error;
+    ///
+    /// #[derive(Debug)]
+    /// struct Mine;
+    /// impl std::fmt::Display for Mine {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         f.write_str("the trainer's own error")
+    ///     }
+    /// }
+    /// impl std::error::Error for Mine {}
+    ///
+    /// let e = Error::external(Mine);
+    /// assert_eq!(e.to_string(), "the trainer's own error");
+    /// ```
+    pub fn external(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::External(Box::new(e))
     }
 
     /// Wraps a driver error with the call that produced it.

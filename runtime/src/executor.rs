@@ -722,7 +722,7 @@ impl Executor {
     /// Waits for the last replay, then copies `data` into `buf` in place.
     pub fn upload<T: cudarc::driver::DeviceRepr>(
         &self,
-        buf: &crate::DeviceBuffer<T>,
+        buf: &impl crate::DeviceMem<T>,
         data: &[T],
     ) -> Result<()> {
         crate::guard::check("Step::upload")?;
@@ -733,7 +733,7 @@ impl Executor {
     /// Waits for the last replay, then copies `buf` to the host.
     pub fn download<T: cudarc::driver::DeviceRepr + Clone + Default>(
         &self,
-        buf: &crate::DeviceBuffer<T>,
+        buf: &impl crate::DeviceMem<T>,
     ) -> Result<Vec<T>> {
         crate::guard::check("Step::download")?;
         self.wait()?;

@@ -19,7 +19,8 @@ mod sealed {
 }
 
 /// Device memory a kernel, copy or matmul reads: a [`DeviceBuffer`], a [`View`] or a
-/// [`ViewMut`] of one. Sealed: the address and length are the buffer's own.
+/// [`ViewMut`] of one, or cudarc's own `CudaSlice` or `CudaView`. Sealed: the address and
+/// length are the memory's own.
 pub trait DeviceMem<T>: sealed::Sealed {
     /// Number of elements.
     fn len(&self) -> usize;
@@ -428,6 +429,47 @@ impl<'a, T> ViewMut<'a, T> {
     /// not the view itself, so that this one keeps its address.
     pub fn as_cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
         self.inner.slice_mut(..)
+    }
+}
+
+impl<T> sealed::Sealed for CudaSlice<T> {}
+impl<T> sealed::Sealed for CudaView<'_, T> {}
+
+// A trainer's own cudarc memory goes wherever a buffer does, too: a copy into a
+// `CudaSlice` of its own, a matmul on one. The address and length are cudarc's.
+impl<T> DeviceMem<T> for CudaSlice<T> {
+    fn len(&self) -> usize {
+        DeviceSlice::len(self)
+    }
+
+    fn device_address(&self) -> u64 {
+        let (ptr, _sync) = self.device_ptr(DeviceSlice::stream(self));
+        ptr
+    }
+
+    fn push_arg<'b>(&'b self, args: &mut LaunchArgs<'b>) {
+        args.arg(self);
+    }
+}
+
+impl<T> DeviceMemMut<T> for CudaSlice<T> {
+    fn push_arg_mut<'b>(&'b mut self, args: &mut LaunchArgs<'b>) {
+        args.arg(self);
+    }
+}
+
+impl<T> DeviceMem<T> for CudaView<'_, T> {
+    fn len(&self) -> usize {
+        DeviceSlice::len(self)
+    }
+
+    fn device_address(&self) -> u64 {
+        let (ptr, _sync) = self.device_ptr(DeviceSlice::stream(self));
+        ptr
+    }
+
+    fn push_arg<'b>(&'b self, args: &mut LaunchArgs<'b>) {
+        args.arg(self);
     }
 }
 

@@ -9,8 +9,7 @@ use cudarc::driver::DeviceRepr;
 use crate::device::Device;
 use crate::error::Result;
 use crate::executor::{Executor, Issue};
-use crate::memory::DeviceBuffer;
-use crate::memory::Span;
+use crate::memory::{DeviceMem, Span};
 use crate::options::{Options, Schedule};
 use crate::plan::{BufId, OpId, PlanDesc, Profile};
 use crate::scalars::HostAccess;
@@ -221,20 +220,22 @@ impl<S: StepSpec> Step<S> {
         &self.kernels
     }
 
-    /// Waits for the last replay and copies `data` into the buffer `select` picks, in
-    /// place: its address does not change, so the graph stays valid.
-    pub fn upload<T: DeviceRepr>(
+    /// Waits for the last replay and copies `data` into the buffer `select` picks (a
+    /// `DeviceBuffer` or a `CudaSlice`), in place: its address does not change, so the
+    /// graph stays valid.
+    pub fn upload<T: DeviceRepr, M: DeviceMem<T>>(
         &mut self,
-        select: impl FnOnce(&S::Buffers) -> &DeviceBuffer<T>,
+        select: impl FnOnce(&S::Buffers) -> &M,
         data: &[T],
     ) -> Result<()> {
         self.exec.upload(select(&self.buffers), data)
     }
 
-    /// Waits for the last replay and copies the buffer `select` picks to the host.
-    pub fn download<T: DeviceRepr + Clone + Default>(
+    /// Waits for the last replay and copies the buffer `select` picks (a `DeviceBuffer` or
+    /// a `CudaSlice`) to the host.
+    pub fn download<T: DeviceRepr + Clone + Default, M: DeviceMem<T>>(
         &self,
-        select: impl FnOnce(&S::Buffers) -> &DeviceBuffer<T>,
+        select: impl FnOnce(&S::Buffers) -> &M,
     ) -> Result<Vec<T>> {
         self.exec.download(select(&self.buffers))
     }
