@@ -40,57 +40,47 @@ pub struct Trainer {
     graph: Option<CudaGraph>,
     dims: Dims,
     lr: f32,
-    x: CudaSlice<f32>,
-    trunk: TrunkParams,
-    trunk_acts: TrunkActs,
-    iqn: IqnParams,
-    iqn_data: IqnData,
-    iqn_acts: IqnActs,
-    iqn_grad: Linear,
-    attn: AttnParams,
-    attn_data: AttnData,
-    attn_acts: AttnActs,
-    attn_grad: Linear,
+    state: State,
     kernels: Kernels,
     lt: Lt,
     stream: Arc<CudaStream>,
 }
 
-impl fmt::Debug for Trainer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Trainer")
-            .field("dims", &self.dims)
-            .field("lr", &self.lr)
-            .field("captured", &self.graph.is_some())
-            .field("lt", &self.lt)
-            .finish_non_exhaustive()
-    }
+/// Every buffer of the step: the data, each part's parameters and activations, and the
+/// heads' gradients.
+#[derive(Debug)]
+pub struct State {
+    /// `[B, S]`: the inputs.
+    pub x: CudaSlice<f32>,
+    /// The trunk's parameters.
+    pub trunk: TrunkParams,
+    /// The trunk's activations.
+    pub trunk_acts: TrunkActs,
+    /// The IQN head's parameters.
+    pub iqn: IqnParams,
+    /// The IQN head's data.
+    pub iqn_data: IqnData,
+    /// The IQN head's activations.
+    pub iqn_acts: IqnActs,
+    /// The IQN output layer's gradient.
+    pub iqn_grad: Linear,
+    /// The attention head's parameters.
+    pub attn: AttnParams,
+    /// The attention head's data.
+    pub attn_data: AttnData,
+    /// The attention head's activations.
+    pub attn_acts: AttnActs,
+    /// The attention output layer's gradient.
+    pub attn_grad: Linear,
 }
 
-impl Trainer {
-    /// Creates the trainer's stream and cuBLASLt handle, loads the kernels, uploads the
-    /// random weights and data that `seed` fixes ([`host::init`]) and plans every GEMM of
-    /// the step.
-    pub fn new(ctx: Arc<CudaContext>, dims: Dims, seed: u64) -> Result<Trainer> {
-        dims.check()?;
-        // SAFETY: called before the trainer allocates anything, so none of its slices
-        // tracks events. cudarc's tracking acts once the context has a stream of its own
-        // (`new_stream`; a capture needs one, since the legacy default stream cannot be
-        // captured): every launch, copy and drop of a slice then waits for the events of
-        // its last use and records new ones. Recorded inside a capture, those events are
-        // graph nodes, not work a stream can wait for: the driver refuses later eager waits
-        // on them (CUDA_ERROR_CAPTURED_EVENT), so eager launches after the capture fail
-        // and copies and drops, which only record the error, go unordered; and the waits
-        // inside the capture add edges between streams that the work does not need. So every cudarc user who captures
-        // work on streams turns tracking off and orders the work itself. This trainer
-        // does: all of its work is on one stream, its slices are allocated and freed in
-        // that stream's order, and the host reads results only after synchronising it.
-        unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().map_err(Error::driver("cuStreamCreate"))?;
-        let lt = Lt::new(stream.clone())?;
-        let kernels = Kernels::load(&ctx)?;
-        let (params, data) = host::init(&dims, seed);
-        let d = &dims;
+impl State {
+    /// Allocates every buffer on `stream` and uploads the random weights and data that
+    /// `seed` fixes ([`host::init`]); activations start as NaN, so that an element no
+    /// kernel writes shows in a check.
+    pub fn upload(stream: &Arc<CudaStream>, dims: &Dims, seed: u64) -> Result<State> {
+        let (params, data) = host::init(dims, seed);
+        let d = dims;
         let up = |v: &[f32]| {
             stream
                 .clone_htod(v)
@@ -102,13 +92,9 @@ impl Trainer {
                 b: up(&l.b)?,
             })
         };
-        // Activations start as NaN, so that an element no kernel writes shows in a check.
         let act = |n: usize| up(&vec![f32::NAN; n]);
         let (bn, bt) = (d.batch * d.quantiles, d.batch * d.tokens);
-        let trainer = Trainer {
-            graph: None,
-            dims,
-            lr: LEARNING_RATE,
+        Ok(State {
             x: up(&data.x)?,
             trunk: TrunkParams {
                 l1: linear(&params.trunk1)?,
@@ -161,6 +147,49 @@ impl Trainer {
                 w: act(d.outputs * d.width)?,
                 b: act(d.outputs)?,
             },
+        })
+    }
+}
+
+impl fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Trainer")
+            .field("dims", &self.dims)
+            .field("lr", &self.lr)
+            .field("captured", &self.graph.is_some())
+            .field("lt", &self.lt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Trainer {
+    /// Creates the trainer's stream and cuBLASLt handle, loads the kernels, uploads the
+    /// random weights and data that `seed` fixes ([`host::init`]) and plans every GEMM of
+    /// the step.
+    pub fn new(ctx: Arc<CudaContext>, dims: Dims, seed: u64) -> Result<Trainer> {
+        dims.check()?;
+        // SAFETY: called before the trainer allocates anything, so none of its slices
+        // tracks events. cudarc's tracking acts once the context has a stream of its own
+        // (`new_stream`; a capture needs one, since the legacy default stream cannot be
+        // captured): every launch, copy and drop of a slice then waits for the events of
+        // its last use and records new ones. Recorded inside a capture, those events are
+        // graph nodes, not work a stream can wait for: the driver refuses later eager waits
+        // on them (CUDA_ERROR_CAPTURED_EVENT), so eager launches after the capture fail
+        // and copies and drops, which only record the error, go unordered; and the waits
+        // inside the capture add edges between streams that the work does not need. So every cudarc user who captures
+        // work on streams turns tracking off and orders the work itself. This trainer
+        // does: all of its work is on one stream, its slices are allocated and freed in
+        // that stream's order, and the host reads results only after synchronising it.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(Error::driver("cuStreamCreate"))?;
+        let lt = Lt::new(stream.clone())?;
+        let kernels = Kernels::load(&ctx)?;
+        let state = State::upload(&stream, &dims, seed)?;
+        let trainer = Trainer {
+            graph: None,
+            dims,
+            lr: LEARNING_RATE,
+            state,
             kernels,
             lt,
             stream,
@@ -198,17 +227,9 @@ impl Trainer {
     /// workspace.
     fn issue_step(&mut self) -> Result<()> {
         let (lt, k, d, lr) = (&self.lt, &self.kernels, &self.dims, self.lr);
-        model::trunk_forward(
-            lt,
-            k,
-            None,
-            None,
-            d,
-            &self.x,
-            &self.trunk,
-            &mut self.trunk_acts,
-        )?;
-        let h = &self.trunk_acts.h;
+        let s = &mut self.state;
+        model::trunk_forward(lt, k, None, None, d, &s.x, &s.trunk, &mut s.trunk_acts)?;
+        let h = &s.trunk_acts.h;
         model::iqn_head(
             lt,
             k,
@@ -216,9 +237,9 @@ impl Trainer {
             None,
             d,
             h,
-            &self.iqn,
-            &self.iqn_data,
-            &mut self.iqn_acts,
+            &s.iqn,
+            &s.iqn_data,
+            &mut s.iqn_acts,
         )?;
         model::iqn_update(
             lt,
@@ -227,9 +248,9 @@ impl Trainer {
             None,
             d,
             lr,
-            &self.iqn_acts,
-            &mut self.iqn.out,
-            &mut self.iqn_grad,
+            &s.iqn_acts,
+            &mut s.iqn.out,
+            &mut s.iqn_grad,
         )?;
         model::attention_head(
             lt,
@@ -238,9 +259,9 @@ impl Trainer {
             None,
             d,
             h,
-            &self.attn,
-            &self.attn_data,
-            &mut self.attn_acts,
+            &s.attn,
+            &s.attn_data,
+            &mut s.attn_acts,
         )?;
         model::attention_update(
             lt,
@@ -249,9 +270,9 @@ impl Trainer {
             None,
             d,
             lr,
-            &self.attn_acts,
-            &mut self.attn.out,
-            &mut self.attn_grad,
+            &s.attn_acts,
+            &mut s.attn.out,
+            &mut s.attn_grad,
         )
     }
 
@@ -317,39 +338,44 @@ impl Trainer {
             .ok_or_else(|| Error::Invalid("an empty loss buffer".into()))
     }
 
+    /// Every buffer of the step.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
     /// `L_iqn` of the last step.
     pub fn iqn_loss(&self) -> Result<f32> {
-        self.scalar(&self.iqn_acts.loss)
+        self.scalar(&self.state.iqn_acts.loss)
     }
 
     /// `L_attn` of the last step.
     pub fn attention_loss(&self) -> Result<f32> {
-        self.scalar(&self.attn_acts.loss)
+        self.scalar(&self.state.attn_acts.loss)
     }
 
     /// The trunk's features `h [B, H]` of the last step.
     pub fn features(&self) -> Result<Vec<f32>> {
-        self.download(&self.trunk_acts.h)
+        self.download(&self.state.trunk_acts.h)
     }
 
     /// IQN's per-quantile outputs `z [B N, A]` of the last step.
     pub fn iqn_outputs(&self) -> Result<Vec<f32>> {
-        self.download(&self.iqn_acts.z)
+        self.download(&self.state.iqn_acts.z)
     }
 
     /// The attention head's outputs `pred [B, R]` of the last step.
     pub fn attention_outputs(&self) -> Result<Vec<f32>> {
-        self.download(&self.attn_acts.pred)
+        self.download(&self.state.attn_acts.pred)
     }
 
     /// The IQN output layer's gradient of the last step.
     pub fn iqn_grad(&self) -> Result<HostLinear> {
-        self.download_linear(&self.iqn_grad)
+        self.download_linear(&self.state.iqn_grad)
     }
 
     /// The attention output layer's gradient of the last step.
     pub fn attention_grad(&self) -> Result<HostLinear> {
-        self.download_linear(&self.attn_grad)
+        self.download_linear(&self.state.attn_grad)
     }
 
     fn download_linear(&self, l: &Linear) -> Result<HostLinear> {
@@ -362,23 +388,23 @@ impl Trainer {
     /// Every parameter, as the steps so far left them.
     pub fn params(&self) -> Result<HostParams> {
         Ok(HostParams {
-            trunk1: self.download_linear(&self.trunk.l1)?,
-            trunk2: self.download_linear(&self.trunk.l2)?,
-            iqn_embed: self.download_linear(&self.iqn.embed)?,
-            iqn_out: self.download_linear(&self.iqn.out)?,
-            attn_tokens: self.download_linear(&self.attn.tokens)?,
-            attn_qkv: self.download_linear(&self.attn.qkv)?,
-            attn_out: self.download_linear(&self.attn.out)?,
+            trunk1: self.download_linear(&self.state.trunk.l1)?,
+            trunk2: self.download_linear(&self.state.trunk.l2)?,
+            iqn_embed: self.download_linear(&self.state.iqn.embed)?,
+            iqn_out: self.download_linear(&self.state.iqn.out)?,
+            attn_tokens: self.download_linear(&self.state.attn.tokens)?,
+            attn_qkv: self.download_linear(&self.state.attn.qkv)?,
+            attn_out: self.download_linear(&self.state.attn.out)?,
         })
     }
 
     /// The step's data, as uploaded.
     pub fn data(&self) -> Result<HostData> {
         Ok(HostData {
-            x: self.download(&self.x)?,
-            tau: self.download(&self.iqn_data.tau)?,
-            iqn_target: self.download(&self.iqn_data.target)?,
-            attn_target: self.download(&self.attn_data.target)?,
+            x: self.download(&self.state.x)?,
+            tau: self.download(&self.state.iqn_data.tau)?,
+            iqn_target: self.download(&self.state.iqn_data.target)?,
+            attn_target: self.download(&self.state.attn_data.target)?,
         })
     }
 }

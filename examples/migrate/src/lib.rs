@@ -35,7 +35,7 @@ pub mod model;
 pub mod reference;
 pub mod rng;
 
-pub use before::Trainer;
+pub use before::{State, Trainer};
 pub use error::{Error, Result};
 pub use kernels::Kernels;
 pub use lt::{Gemm, Lt};
