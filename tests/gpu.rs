@@ -11,10 +11,14 @@ mod blas;
 mod comm;
 #[path = "gpu/guard.rs"]
 mod guard;
+#[path = "gpu/interop.rs"]
+mod interop;
 #[path = "gpu/launch.rs"]
 mod launch;
 #[path = "gpu/optim.rs"]
 mod optim;
+#[path = "gpu/views.rs"]
+mod views;
 
 use std::sync::Arc;
 

@@ -286,7 +286,8 @@ pub(crate) fn check(
     // Node counts: what each op issued must be what the graph holds for it.
     for (i, op) in ops.iter().enumerate() {
         let c = op.counts;
-        if op.recorded == 0 {
+        // A collective may add nothing (NCCL's in-place all-reduce of a world of one).
+        if op.recorded == 0 && c.collectives == 0 {
             let o = &plan.ops[i];
             return Err(Error::Verify {
                 what: format!(
@@ -620,6 +621,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("op `b` (stream `side`) put no work"), "{err}");
+        // NCCL may add nothing for a collective (an in-place all-reduce of one rank).
+        s[1].counts = OpCounts {
+            collectives: 1,
+            ..OpCounts::default()
+        };
+        assert!(check(&PLAN, &[], false, 3, &[(0, 2)], &s).is_ok());
     }
 
     #[test]
