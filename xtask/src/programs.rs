@@ -10,6 +10,9 @@ pub const SUITE: &str = "stepgraph-suite";
 /// The DQN trainer's crate.
 pub const DQN: &str = "stepgraph-dqn";
 
+/// The migration example's crate: a plain-cudarc trainer and its stepgraph step.
+pub const MIGRATE: &str = "stepgraph-migrate";
+
 /// How cargo names a program's target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -47,6 +50,11 @@ pub const PROGRAMS: &[Program] = &[
         package: SUITE,
         target: Target::Example,
     },
+    Program {
+        name: "migrate",
+        package: MIGRATE,
+        target: Target::Bin,
+    },
 ];
 
 /// The main job: what `cargo xtask demo` runs and `cargo xtask deploy` ships by default.
@@ -54,7 +62,7 @@ pub const DEMO: &str = "dqn";
 
 /// The packages whose integration tests named `gpu*` need a GPU: built with their
 /// `gpu-tests` feature into the GPU-test bundle, compiled (not run) by `cargo xtask test`.
-pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN];
+pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE];
 
 /// The integration tests that need a GPU, by name (a cargo target pattern, passed as is:
 /// no shell expands it). The other test binaries stay home: the suite's `ui` runs
@@ -104,7 +112,7 @@ mod tests {
         let e = Program::find("dqnn").unwrap_err().to_string();
         assert_eq!(
             e,
-            "no program `dqnn` in this workspace: expected one of dqn, fork_join, capture_cost"
+            "no program `dqnn` in this workspace: expected one of dqn, fork_join, capture_cost, migrate"
         );
         assert!(Program::find(DEMO).is_ok());
     }
@@ -116,6 +124,9 @@ mod tests {
             let path = match (p.package, p.target) {
                 (SUITE, Target::Example) => root.join(format!("examples/{}.rs", p.name)),
                 (DQN, Target::Bin) => root.join(format!("examples/dqn/src/bin/{}/main.rs", p.name)),
+                (MIGRATE, Target::Bin) => {
+                    root.join(format!("examples/migrate/src/bin/{}.rs", p.name))
+                }
                 other => panic!("no layout known for {other:?}"),
             };
             assert!(path.is_file(), "{} is missing", path.display());

@@ -26,7 +26,9 @@
 //! keeps the algorithm chosen for it, so the same step on the same GPU gives the same
 //! bits.
 
+pub mod after;
 pub mod before;
+pub mod bench;
 pub mod error;
 pub mod host;
 pub mod kernels;
@@ -35,6 +37,7 @@ pub mod model;
 pub mod reference;
 pub mod rng;
 
+pub use after::After;
 pub use before::{State, Trainer};
 pub use error::{Error, Result};
 pub use kernels::Kernels;

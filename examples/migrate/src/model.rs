@@ -198,7 +198,7 @@ impl Dims {
 }
 
 /// A linear layer `y = x·wᵀ + b` (`w` `[out, in]`, `b` `[out]`), or its gradient.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct Linear {
     /// `[out, in]`.
     pub w: CudaSlice<f32>,
@@ -207,7 +207,7 @@ pub struct Linear {
 }
 
 /// The trunk's parameters.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct TrunkParams {
     /// `w1 [H, S]`, `b1 [H]`.
     pub l1: Linear,
@@ -216,7 +216,7 @@ pub struct TrunkParams {
 }
 
 /// The trunk's activations.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct TrunkActs {
     /// `[B, H]`.
     pub h1: CudaSlice<f32>,
@@ -225,7 +225,7 @@ pub struct TrunkActs {
 }
 
 /// The IQN head's parameters.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct IqnParams {
     /// `wφ [H, C]`, `bφ [H]`: the quantile embedding.
     pub embed: Linear,
@@ -234,7 +234,7 @@ pub struct IqnParams {
 }
 
 /// The IQN head's data: quantile fractions and targets.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct IqnData {
     /// `[B, N]`, in (0, 1).
     pub tau: CudaSlice<f32>,
@@ -243,7 +243,7 @@ pub struct IqnData {
 }
 
 /// The IQN head's activations, loss and loss gradient.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct IqnActs {
     /// `[B N, C]`.
     pub cosf: CudaSlice<f32>,
@@ -262,7 +262,7 @@ pub struct IqnActs {
 }
 
 /// The attention head's parameters.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct AttnParams {
     /// `wt [T E, H]`, `bt [T E]`: the tokens from the features.
     pub tokens: Linear,
@@ -273,14 +273,14 @@ pub struct AttnParams {
 }
 
 /// The attention head's data.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct AttnData {
     /// `[B, R]`.
     pub target: CudaSlice<f32>,
 }
 
 /// The attention head's activations, loss and loss gradient.
-#[derive(Debug)]
+#[derive(Debug, stepgraph::StepBuffer)]
 pub struct AttnActs {
     /// `[B T, E]`.
     pub tok: CudaSlice<f32>,
