@@ -2,13 +2,15 @@
 //! functions wrapped as ops, unchanged, with the IQN head on a stream of its own and the
 //! attention head on another.
 //!
-//! What the migration took, besides this file:
+//! What the migration took, besides this file (`MIGRATION.diff` is all of it):
 //! - `stepgraph` as a dependency;
-//! - nothing in [`model`], [`lt`](crate::lt) or [`kernels`](crate::kernels): the step's
-//!   buffers are the trainer's own structs of `CudaSlice`s (a `CudaSlice` is a step
-//!   buffer, and so is a struct of step buffers), and each op hands its stream and that
-//!   stream's cuBLASLt workspace to the existing function through the overrides it
-//!   already has ([`CaptureStream::cuda_stream`], [`Blas::workspace`](stepgraph::Blas::workspace)).
+//! - `#[derive(stepgraph::StepBuffer)]` on the trainer's structs of `CudaSlice`s in
+//!   [`model`](crate::model), so that they are the step's buffers as they are (a
+//!   `CudaSlice` is a step buffer, and so is a struct of step buffers);
+//! - nothing else: no function of [`model`](crate::model), [`lt`](crate::lt) or
+//!   [`kernels`](crate::kernels) changed. Each op hands its stream and that stream's
+//!   cuBLASLt workspace to the existing function through the overrides it already has
+//!   ([`CaptureStream::cuda_stream`], [`Blas::workspace`](stepgraph::Blas::workspace)).
 //!
 //! The planner reads the ops' signatures: both heads read the trunk's activations, each
 //! writes only its own, so each head waits once for the trunk and the origin stream joins
