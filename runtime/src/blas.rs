@@ -411,6 +411,12 @@ impl Matmul {
     }
 
     /// Reads B as a block of a wider row-major matrix, as [`with_ld_a`](Matmul::with_ld_a).
+    ///
+    /// ```
+    /// // B = the first 64 columns of a [256, 100] matrix.
+    /// let m = stepgraph::Matmul::new(32, 64, 256).with_ld_b(100);
+    /// assert_eq!(m.b_len(), 255 * 100 + 64);
+    /// ```
     pub const fn with_ld_b(mut self, ld: usize) -> Matmul {
         self.ld_b = Some(ld);
         self
@@ -419,6 +425,12 @@ impl Matmul {
     /// Writes D (and reads C) as a block of a wider row-major matrix whose rows are `ld`
     /// elements apart (at least `n`); the elements between the block's rows are left as
     /// they are.
+    ///
+    /// ```
+    /// // D = columns 7..103 of a [64, 131] matrix: pass `Span::columns(64, 131, 7, 96)`.
+    /// let m = stepgraph::Matmul::new(64, 96, 512).with_ld_d(131);
+    /// assert_eq!(m.d_len(), stepgraph::Span::columns(64, 131, 7, 96).len());
+    /// ```
     pub const fn with_ld_d(mut self, ld: usize) -> Matmul {
         self.ld_d = Some(ld);
         self

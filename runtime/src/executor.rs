@@ -216,6 +216,31 @@ impl Executor {
     /// overlapping element (a write among them), the later op's stream waits for the
     /// earlier op, as if the views were one buffer. Returns the orderings added (also in
     /// [`view_orderings`](Self::view_orderings)); call before the first capture.
+    ///
+    /// ```no_run
+    /// use stepgraph::exec::Executor;
+    /// use stepgraph::plan::{AccessDesc, BufId, BufKind, BufferDesc, OpDesc, PlanDesc, StreamDesc, StreamId};
+    /// use stepgraph::{Device, Schedule, Span};
+    ///
+    /// // Two ops on two streams write views 1 and 2 of buffer 0.
+    /// static PLAN: PlanDesc = PlanDesc::new("views")
+    ///     .with_streams(&[StreamDesc::named("main"), StreamDesc::named("side")])
+    ///     .with_buffers(&[
+    ///         BufferDesc::new("all", BufKind::Shared),
+    ///         BufferDesc::new("a", BufKind::Shared).with_view_of(BufId(0)),
+    ///         BufferDesc::new("b", BufKind::Shared).with_view_of(BufId(0)),
+    ///     ])
+    ///     .with_ops(&[
+    ///         OpDesc::new("fill_a", StreamId(0)).with_accesses(&[AccessDesc::write(BufId(1), 0)]),
+    ///         OpDesc::new("fill_b", StreamId(1)).with_accesses(&[AccessDesc::write(BufId(2), 0)]),
+    ///     ]);
+    /// let device = Device::new(0)?;
+    /// let mut exec = Executor::new(&device, &PLAN, Schedule::Planned)?;
+    /// let (a, b) = ([Span::new(0, 10)], [Span::new(5, 10)]);
+    /// let added = exec.order_overlapping_views(&[(BufId(1), &a), (BufId(2), &b)])?;
+    /// assert_eq!(added.len(), 1); // fill_b after fill_a: elements 5..10 are both's
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
     pub fn order_overlapping_views(
         &mut self,
         views: &[(BufId, &[Span])],

@@ -15,9 +15,14 @@
 //!   [`WorkBound`];
 //! - what ops receive: [`CaptureStream`] (which has no way to synchronise, allocate or
 //!   copy to the host), [`Blas`] for cuBLASLt ([`Matmul`], [`MatmulArgs`]),
-//!   [`DeviceBuffer`], [`DeviceScalars`], [`Communicator`] for NCCL collectives, and
-//!   kernels ([`Module`], [`Kernel`], [`kernel::Launch`]);
+//!   [`DeviceBuffer`] and its [`View`]s and [`ViewMut`]s (all [`DeviceMem`]),
+//!   [`DeviceScalars`], [`Communicator`] for NCCL collectives, and kernels ([`Module`],
+//!   [`Kernel`], [`kernel::Launch`]);
 //! - the device: [`Device`], [`Error`];
+//! - a trainer's existing cudarc code: [`Device::from_context`], `CudaSlice` buffers
+//!   ([`DeviceBuffer::from_cuda_slice`], and `CudaSlice` is a [`StepBuffer`] itself),
+//!   [`CaptureStream::cuda_stream`] and [`Blas::workspace`] for existing functions inside
+//!   an op, and [`cudarc`] itself, re-exported;
 //! - the layer below: [`exec`] (the executor that runs a hand-built [`PlanDesc`], the
 //!   captured graph), [`plan`] (the plan's data and graph algorithms), [`stats`],
 //!   [`preflight`] and [`env`](mod@env).
@@ -124,6 +129,46 @@ pub use stepgraph_macros::StepBuffer;
 ///     that uses it gets a copy of its own (the struct holds the first, the step
 ///     allocates the others with [`AllocLike`]), so that streams never share it;
 ///   - `#[scratch(per_branch)]`: the same, one copy per branch of a group.
+///
+///   A field marked `#[view(of = parent)]` holds no memory: it is a [`Span`] of the
+///   shared buffer `parent` (or, with `#[per_branch]`, an array of spans, one per
+///   branch), and an op that names it receives a [`View`] (`&View<'_, T>`) or a
+///   [`ViewMut`] (`&mut ViewMut<'_, T>`) of `parent` over those elements. A view is
+///   ordered against every op that uses its parent; views of one parent are planned as
+///   disjoint, and where their spans overlap [`Step::new`] orders the ops as for one
+///   buffer ([`Step::view_orderings`]). An op takes a parent or one of its views, not
+///   both, when it writes any of them.
+///
+///   ```
+///   #[stepgraph::step(streams(main, branch[2]))]
+///   mod regions {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result, Span, ViewMut};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub q_all: DeviceBuffer<f32>,
+///           #[view(of = q_all)]
+///           #[per_branch]
+///           pub q: [Span; 2], // branch d's region of `q_all`
+///           pub total: DeviceBuffer<f32>,
+///       }
+///
+///       #[stream(branch[d])]
+///       fn fill(s: &CaptureStream<'_>, q: &mut ViewMut<'_, f32>) -> Result<()> {
+///           s.memset_zeros(q)
+///       }
+///
+///       fn sum(s: &CaptureStream<'_>, q_all: &DeviceBuffer<f32>, total: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(&q_all.view(..total.len())?, total)
+///       }
+///   }
+///
+///   let plan = regions::Step::plan();
+///   // The two regions are written side by side: neither branch waits for the other.
+///   assert!(plan.ops[0].waits.iter().chain(plan.ops[1].waits).all(|e| plan.events[e.index()].after.is_none()));
+///   // `sum` reads all of `q_all`, so it waits for both.
+///   assert_eq!(plan.ops[2].waits.len(), 2);
+///   ```
 /// - `#[config] struct`: values the ops take by value (sizes, coefficients), cloned into
 ///   each op.
 /// - ops, in program order: every `fn` that takes the capture stream or its cuBLASLt

@@ -21,6 +21,20 @@ mod sealed {
 /// Device memory a kernel, copy or matmul reads: a [`DeviceBuffer`], a [`View`] or a
 /// [`ViewMut`] of one, or cudarc's own `CudaSlice` or `CudaView`. Sealed: the address and
 /// length are the memory's own.
+///
+/// ```no_run
+/// use stepgraph::{CaptureStream, DeviceMem, DeviceMemMut, Result};
+///
+/// /// A helper over any memory: whole buffers, views, a trainer's `CudaSlice`s.
+/// fn zero_tail<T: stepgraph::DeviceRepr + stepgraph::cudarc::driver::ValidAsZeroBits>(
+///     s: &CaptureStream<'_>,
+///     src: &impl DeviceMem<T>,
+///     dst: &mut impl DeviceMemMut<T>,
+/// ) -> Result<()> {
+///     assert!(src.len() <= dst.len());
+///     s.memset_zeros(dst)
+/// }
+/// ```
 pub trait DeviceMem<T>: sealed::Sealed {
     /// Number of elements.
     fn len(&self) -> usize;
@@ -427,6 +441,24 @@ impl<'a, T> ViewMut<'a, T> {
 
     /// The cudarc view, for existing code that takes `&mut CudaViewMut<T>`. A reborrow,
     /// not the view itself, so that this one keeps its address.
+    ///
+    /// ```no_run
+    /// use stepgraph::cudarc::driver::{CudaView, CudaViewMut};
+    ///
+    /// // Existing code, on cudarc's views.
+    /// fn fill(src: &CudaView<'_, f32>, dst: &mut CudaViewMut<'_, f32>) {
+    ///     assert_eq!(src.len(), dst.len());
+    /// }
+    ///
+    /// # let device = stepgraph::Device::new(0)?;
+    /// let x = device.upload_new("x", &[1.0f32; 8])?;
+    /// let mut y = device.alloc_zeros::<f32>("y", 8)?;
+    /// let src = x.view(2..6)?;
+    /// let mut dst = y.view_mut(4..)?;
+    /// fill(src.as_cuda_view(), &mut dst.as_cuda_view_mut());
+    /// assert_eq!((src.offset(), dst.span()), (2, stepgraph::Span::new(4, 4)));
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
     pub fn as_cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
         self.inner.slice_mut(..)
     }

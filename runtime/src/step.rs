@@ -168,6 +168,45 @@ impl<S: StepSpec> Step<S> {
     /// (`(earlier op, later op)`, op ids of [`Step::plan`]): the plan treats a buffer's
     /// views as disjoint, and where their spans overlap the later op waits for the
     /// earlier one, as for one buffer. Empty when the views are disjoint.
+    ///
+    /// ```no_run
+    /// #[stepgraph::step(streams(main, side))]
+    /// mod two {
+    ///     use stepgraph::{CaptureStream, DeviceBuffer, Result, Span, ViewMut};
+    ///
+    ///     #[buffers]
+    ///     pub struct Buffers {
+    ///         pub all: DeviceBuffer<f32>,
+    ///         #[view(of = all)]
+    ///         pub a: Span,
+    ///         #[view(of = all)]
+    ///         pub b: Span,
+    ///     }
+    ///
+    ///     fn fill_a(s: &CaptureStream<'_>, a: &mut ViewMut<'_, f32>) -> Result<()> {
+    ///         s.memset_zeros(a)
+    ///     }
+    ///
+    ///     #[stream(side)]
+    ///     fn fill_b(s: &CaptureStream<'_>, b: &mut ViewMut<'_, f32>) -> Result<()> {
+    ///         s.memset_zeros(b)
+    ///     }
+    /// }
+    ///
+    /// use stepgraph::Span;
+    ///
+    /// let device = stepgraph::Device::new(0)?;
+    /// let buffers = |a, b| -> stepgraph::Result<two::Buffers> {
+    ///     Ok(two::Buffers { all: device.alloc_zeros("all", 100)?, a, b })
+    /// };
+    /// // Disjoint: side by side.
+    /// let step = two::Step::new(&device, (), buffers(Span::new(0, 50), Span::new(50, 50))?, two::Config {})?;
+    /// assert!(step.view_orderings().is_empty());
+    /// // Overlapping at element 49: `fill_b` waits for `fill_a`.
+    /// let step = two::Step::new(&device, (), buffers(Span::new(0, 50), Span::new(49, 51))?, two::Config {})?;
+    /// assert_eq!(step.view_orderings().len(), 1);
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
     pub fn view_orderings(&self) -> &[(OpId, OpId)] {
         self.exec.view_orderings()
     }

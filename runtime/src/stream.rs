@@ -326,6 +326,14 @@ impl Blas<'_> {
     /// The stream's cuBLASLt handle, for an existing cuBLASLt call of the program's own.
     /// Using it is `unsafe` (a raw FFI handle); issue with it only on the stream of
     /// [`CaptureStream::cuda_stream`], whose contract applies, and do not destroy it.
+    ///
+    /// ```no_run
+    /// fn op(s: &stepgraph::CaptureStream<'_>) -> stepgraph::Result<()> {
+    ///     let handle = s.blas().cublaslt_handle();
+    ///     assert!(!handle.is_null());
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn cublaslt_handle(&self) -> cudarc::cublaslt::sys::cublasLtHandle_t {
         self.handle.raw()
     }
@@ -334,6 +342,35 @@ impl Blas<'_> {
     /// ([`WORKSPACE_BYTES`](crate::exec::WORKSPACE_BYTES)): what an existing cuBLASLt call
     /// takes as its workspace override. It belongs to this stream alone, so a call on
     /// this stream may use it whole, and no call on another stream may use it at all.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use stepgraph::cudarc::driver::{CudaSlice, CudaStream};
+    /// use stepgraph::{CaptureStream, Error, Result};
+    ///
+    /// # #[derive(Debug)] struct LtError;
+    /// # impl std::fmt::Display for LtError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("lt") } }
+    /// # impl std::error::Error for LtError {}
+    /// /// A trainer's existing cuBLASLt wrapper, with its overrides.
+    /// fn gemm(
+    ///     stream: Option<&Arc<CudaStream>>,
+    ///     workspace: Option<(u64, usize)>,
+    ///     a: &CudaSlice<f32>,
+    ///     d: &mut CudaSlice<f32>,
+    /// ) -> std::result::Result<(), LtError> {
+    /// #   let _ = (stream, workspace, a, d);
+    ///     Ok(()) // cublasLtMatmul(.., workspace.0, workspace.1, stream)
+    /// }
+    ///
+    /// fn head(s: &CaptureStream<'_>, a: &CudaSlice<f32>, d: &mut CudaSlice<f32>) -> Result<()> {
+    ///     let workspace = s.blas().workspace();
+    ///     // SAFETY: `gemm` issues one cuBLASLt matmul on the stream it is given.
+    ///     match unsafe { s.cuda_stream() } {
+    ///         Some(stream) => gemm(Some(stream), Some(workspace), a, d).map_err(Error::external),
+    ///         None => Ok(()), // the dry pass
+    ///     }
+    /// }
+    /// ```
     pub fn workspace(&self) -> (u64, usize) {
         self.handle.workspace_raw()
     }
