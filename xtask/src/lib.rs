@@ -13,6 +13,7 @@ pub mod cmd;
 pub mod demo;
 pub mod deploy;
 pub mod install_nvcc;
+pub mod interrupt;
 pub mod plan;
 pub mod programs;
 pub mod test;

@@ -29,14 +29,31 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let ws = Workspace::locate();
+    let result = run(cli, &ws);
+    // Stopped by a signal it handled: the shells' status for that, after the message.
+    if let Err(e) = &result
+        && e.chain().any(|c| {
+            matches!(
+                c.downcast_ref(),
+                Some(deploy::DeployError::Interrupted { .. })
+            )
+        })
+    {
+        eprintln!("Error: {e:?}");
+        std::process::exit(xtask::interrupt::EXIT_STATUS);
+    }
+    result
+}
+
+fn run(cli: Cli, ws: &Workspace) -> anyhow::Result<()> {
     match cli.command {
-        Command::InstallNvcc(c) => c.run(&ws),
-        Command::Test(c) => c.run(&ws),
-        Command::Demo(c) => c.run(&ws),
-        Command::Bundle(c) => c.run(&ws),
-        Command::Deploy(c) => (*c).run(&ws),
-        Command::Plan(c) => c.run(&ws),
-        Command::RenderProfile(c) => c.run(&ws),
+        Command::InstallNvcc(c) => c.run(ws),
+        Command::Test(c) => c.run(ws),
+        Command::Demo(c) => c.run(ws),
+        Command::Bundle(c) => c.run(ws),
+        Command::Deploy(c) => (*c).run(ws),
+        Command::Plan(c) => c.run(ws),
+        Command::RenderProfile(c) => c.run(ws),
     }
 }
 

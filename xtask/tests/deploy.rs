@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,10 @@ for arg in "$@"; do
             echo "job: failing on purpose" >&2
             exit "${arg#--exit=}"
             ;;
+        --sleep=*)
+            echo "job: sleeping"
+            sleep "${arg#--sleep=}"
+            ;;
     esac
 done
 echo "job: done"
@@ -48,6 +53,10 @@ fn stand_in_nvidia_smi() -> String {
     format!(
         r#"#!/usr/bin/env bash
 # STAND-IN for nvidia-smi, written by xtask/tests/deploy.rs: there is no GPU here.
+# With a file `hang` beside it, it never answers, as nvidia-smi on a sick GPU host.
+if [ -e "$(dirname "$0")/hang" ]; then
+    exec sleep 1000
+fi
 if [ "$*" != {query:?} ]; then
     echo "stand-in nvidia-smi: unexpected arguments: $*" >&2
     exit 2
@@ -292,6 +301,25 @@ impl Host {
     /// replace the defaults of the same name (`--key`, `--host`), then possibly `--` and
     /// the job's arguments.
     fn deploy(&self, bundle: &Path, extra: &[&str]) -> Deployed {
+        let out = self
+            .command(bundle, extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("xtask runs");
+        Deployed {
+            ok: out.status.success(),
+            text: format!(
+                "{}{}\n(sshd log: {})",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.sshd.log.display()
+            ),
+        }
+    }
+
+    /// The command [`Host::deploy`] runs. Its environment names this test's folder, so
+    /// that [`processes_of`] finds the ssh processes it starts here.
+    fn command(&self, bundle: &Path, extra: &[&str]) -> Command {
         let split = extra.iter().position(|a| *a == "--").unwrap_or(extra.len());
         let (options, job_args) = extra.split_at(split);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
@@ -314,17 +342,9 @@ impl Host {
             .arg("--remote-path-prefix")
             .arg(self.stand_in())
             .args(["--connect-timeout", "5"])
-            .args(job_args);
-        let out = cmd.stdin(Stdio::null()).output().expect("xtask runs");
-        Deployed {
-            ok: out.status.success(),
-            text: format!(
-                "{}{}\n(sshd log: {})",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                self.sshd.log.display()
-            ),
-        }
+            .args(job_args)
+            .env(TEST_MARK, self.tmp.path());
+        cmd
     }
 
     fn current(&self) -> Option<PathBuf> {
@@ -342,6 +362,52 @@ impl Host {
             .unwrap_or_default();
         runs.sort();
         runs
+    }
+}
+
+/// The environment variable that marks the processes a test's deploy starts here.
+const TEST_MARK: &str = "STEPGRAPH_DEPLOY_TEST";
+
+/// The processes, here or "on the host" (this machine too), that belong to the test whose
+/// folder is `dir`: those whose command line or environment names it (the ssh processes a
+/// deploy starts, and the remote job, whose PATH holds the stand-in folder), less this
+/// test binary and the sshd processes.
+fn processes_of(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let read = |what: &str| {
+            fs::read(entry.path().join(what))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default()
+        };
+        let cmdline = read("cmdline");
+        if cmdline.starts_with("sshd") || cmdline.starts_with(test::SSHD) {
+            continue;
+        }
+        if cmdline.contains(&needle) || read("environ").contains(&needle) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
+
+/// Polls `done` until it holds or `limit` passes; whether it held.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -547,13 +613,137 @@ fn dry_run_prints_every_command_and_changes_nothing() {
             "'bash -s -- ",
             "<<'EOF'\nset -eu\n",
             "cp -al -- ",
-            "$ rsync -a --checksum --delete --itemize-changes -e ",
+            "$ rsync -a --checksum --delete --itemize-changes --timeout=60 -e ",
             "sha256sum --",
             "preflight.sh",
             "mv -T -- current.new current",
-            "run.sh --quick",
+            "run.sh --quick'",
+            "@guard-script@",
+            "timeout --kill-after=5 \"$limit\" \"$@\"",
             "dry run: nothing was run",
         ]);
     assert!(!host.remote().exists());
     assert!(!host.fetched().exists());
+}
+
+#[test]
+fn hung_nvidia_smi_fails_the_preflight_on_its_timeout() {
+    let host = Host::start();
+    fs::write(host.stand_in().join("hang"), "").unwrap();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let start = Instant::now();
+    host.deploy(&bundle, &["--preflight-timeout", "3"])
+        .expect_failure(&[
+            "did not finish within 3s (--preflight-timeout), so it was stopped; `current` was \
+             not switched:",
+            "- gpu: expected nvidia-smi to list the GPUs, found no answer when the preflight \
+             was stopped",
+            "a hung `nvidia-smi` is a common sign of a sick GPU or driver",
+        ]);
+    let took = start.elapsed();
+    // The timeout, plus the connection, the copy and the clean-up: a few seconds.
+    assert!(took < Duration::from_secs(3 + 6), "took {took:?}");
+    assert_eq!(host.current(), None);
+    assert!(
+        within(Duration::from_secs(5), || processes_of(host.tmp.path())
+            .is_empty()),
+        "left running: {:?}",
+        processes_of(host.tmp.path())
+    );
+}
+
+#[test]
+fn sigint_during_the_job_stops_it_there_and_here() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let mut child = host
+        .command(&bundle, &["--", "--sleep=300"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("xtask runs");
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let readers: Vec<_> = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ]
+    .into_iter()
+    .map(|mut from| {
+        let text = std::sync::Arc::clone(&text);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                text.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    })
+    .collect();
+    let shown = || text.lock().unwrap().clone();
+    assert!(
+        within(Duration::from_secs(60), || shown()
+            .contains("job: sleeping")),
+        "the job did not start:\n{}",
+        shown()
+    );
+    assert!(!processes_of(host.tmp.path()).is_empty());
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let signalled = Instant::now();
+    let mut exit = None;
+    let gone = within(Duration::from_secs(5), || {
+        if exit.is_none() {
+            exit = child.try_wait().unwrap();
+        }
+        exit.is_some() && processes_of(host.tmp.path()).is_empty()
+    });
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(
+        gone,
+        "5 s after SIGINT: xtask {exit:?}, still running: {:?}\n{}",
+        processes_of(host.tmp.path()),
+        shown()
+    );
+    let took = signalled.elapsed();
+    assert_eq!(exit.and_then(|s| s.code()), Some(130), "{}", shown());
+    assert!(
+        shown().contains("interrupted by SIGINT during the job on "),
+        "{}",
+        shown()
+    );
+    let control = std::env::temp_dir().join(format!("stepgraph-ssh-{}", child.id()));
+    assert!(!control.exists(), "{} left behind", control.display());
+    eprintln!("stopped {took:?} after SIGINT");
+    let _ = child.kill();
+    child.wait().unwrap();
+}
+
+#[test]
+fn zero_timeouts_are_refused() {
+    for flag in ["--connect-timeout", "--preflight-timeout", "--job-timeout"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["deploy", "--host", "h", flag, "0", "--dry-run"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} 0 was accepted");
+        assert!(
+            text.contains(&format!(
+                "invalid value '0' for '{flag} <SECONDS>': expected a number of seconds, at \
+                 least 1: 0 would turn the timeout off"
+            )),
+            "{text}"
+        );
+    }
 }

@@ -80,6 +80,11 @@ fail() {
     printf 'FAIL  %s: expected %s, found %s\n' "$1" "$2" "$3"
     failed=1
 }
+# When the preflight is stopped (its time limit ran out, or the deploy was interrupted),
+# the check that was running says so, rather than the preflight ending without a word.
+running="" running_expected=""
+checking() { running="$1" running_expected="$2"; }
+trap 'fail "$running" "$running_expected" "no answer when the preflight was stopped"; exit 124' TERM
 is_version() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)*$ ]]; }
 # version_ge A B: whether the dotted number A is at least B (580.159.04 >= 580.65.06).
 version_ge() {
@@ -95,9 +100,11 @@ version_ge() {
     return 0
 }
 
+checking "library search" "python3 and ldconfig to answer"
 @LIB_PATH@
 
 # The GPUs, their compute capability and the driver, from one query.
+checking gpu "nvidia-smi to list the GPUs"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     fail gpu "nvidia-smi on PATH (it comes with the NVIDIA driver)" "none (PATH=$PATH)"
 elif ! gpus="$(nvidia-smi @GPU_QUERY@ 2>&1)"; then
@@ -129,6 +136,7 @@ else
 fi
 
 # The libraries: where run.sh puts them on LD_LIBRARY_PATH, else the loader cache.
+checking libraries "ldconfig to list the loader cache"
 ldconfig="$(command -v ldconfig || echo /sbin/ldconfig)"
 cache="$("$ldconfig" -p 2>/dev/null || true)"
 IFS=: read -r -a lib_dirs <<<"${LD_LIBRARY_PATH:-}"
@@ -151,6 +159,7 @@ for lib in "${libraries[@]}"; do
 done
 
 # Free disk where the results go. (Not `$dir`: the library search above uses that name.)
+checking "free disk" "df to report the free space in $disk_dir"
 avail_kib="$(df -Pk -- "$disk_dir" 2>/dev/null | awk 'NR == 2 { print $4 }')"
 if ! [[ "$min_free_mib" =~ ^[0-9]+$ ]]; then
     fail "free disk" "a number of MiB as the second argument" "'$min_free_mib'"

@@ -73,6 +73,35 @@ pub enum DeployError {
     PreflightFailed { host: String, failures: Vec<String> },
 
     #[error(
+        "the preflight on {host} did not finish within {seconds}s (--preflight-timeout), so it \
+         was stopped; `current` was not switched{}\n(a hung `nvidia-smi` is a common sign of a sick \
+         GPU or driver: run `nvidia-smi` on the host to see)",
+        if failures.is_empty() { String::new() } else { format!(":{}", list(failures)) }
+    )]
+    PreflightTimedOut {
+        host: String,
+        seconds: u64,
+        failures: Vec<String>,
+    },
+
+    #[error("{step} on {host} did not finish within {seconds}s, so it was stopped")]
+    TimedOut {
+        step: &'static str,
+        host: String,
+        seconds: u64,
+    },
+
+    #[error(
+        "interrupted by {signal} during {step} on {host}: what ran there was stopped and the \
+         connection closed"
+    )]
+    Interrupted {
+        signal: &'static str,
+        step: &'static str,
+        host: String,
+    },
+
+    #[error(
         "the job failed on {host}: expected `{command}` to exit with status 0, found {status}; its last lines:\n{}\n(results fetched into {})",
         tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n"),
         results.display()

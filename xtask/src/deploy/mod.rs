@@ -27,14 +27,14 @@ mod target;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
 pub use self::error::DeployError;
-use self::remote::{ACTIVATE, HASHES, Layout, PREPARE, WITH_PATH_PREFIX};
-use self::ssh::{Disk, Outcome, Show, Ssh};
+use self::remote::{ACTIVATE, GUARD, HASHES, Layout, PREPARE, STOP, Script};
+use self::ssh::{Disk, Outcome, Remote, Show, Ssh, Stop};
 pub use self::target::Target;
 use crate::bundle::contents::{BUILD_INFO, PREFLIGHT_SH, RUN_SH};
 use crate::bundle::manifest::{self, Manifest};
@@ -45,6 +45,20 @@ use crate::programs::DEMO;
 
 /// How many of the job's last lines a failure shows.
 const TAIL_LINES: usize = 15;
+
+/// The bound on the small scripts (folders, hashes, the switch): seconds of work even
+/// for a large bundle on a slow disk; past this the host is not well.
+const QUICK_STEP: Duration = Duration::from_secs(120);
+
+/// The bound on the steps that stop something (a remote job, the shared connection).
+const QUICK_STOP: Duration = Duration::from_secs(10);
+
+/// How long past its own limit a guarded command is given to end on the host before
+/// it is given up from here.
+const GUARD_GRACE: Duration = Duration::from_secs(5);
+
+/// rsync gives up when no data moves for this long (its `--timeout`).
+const RSYNC_IO_TIMEOUT: &str = "--timeout=60";
 
 /// Bundles the job, copies it to the host over ssh, verifies its checksums there, runs
 /// the preflight, switches `current` to it, runs it and fetches its results.
@@ -71,9 +85,18 @@ pub struct Deploy {
     /// The known-hosts file to record and check the host's key in (default: ssh's).
     #[arg(long, value_name = "PATH")]
     pub known_hosts: Option<PathBuf>,
-    /// Seconds to wait for the host to answer.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    /// Seconds to wait for the host to answer (ssh's `ConnectTimeout`; keepalives then
+    /// give up on a host that stops answering after about a minute).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = seconds)]
     pub connect_timeout: u32,
+    /// Seconds the preflight may take on the host before it is stopped (a hung
+    /// `nvidia-smi` is a common sign of a sick GPU host).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120, value_parser = seconds)]
+    pub preflight_timeout: u32,
+    /// Seconds the job may run on the host before it is stopped, with everything it
+    /// started.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = seconds)]
+    pub job_timeout: u32,
     /// Free space the preflight requires in the deploy folder, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MIN_FREE_MIB)]
     pub min_free_mib: u64,
@@ -97,6 +120,7 @@ impl Deploy {
     pub fn run(self, ws: &Workspace) -> Result<()> {
         let dry_run = self.dry_run;
         self.check_inputs()?;
+        crate::interrupt::install()?;
         let bundle = self.bundle_dir(ws)?;
         let release = release_of(&bundle, ws, dry_run)?;
         let expected = expected_hashes(&bundle, dry_run)?;
@@ -118,7 +142,9 @@ impl Deploy {
                 .join(&release)
                 .join(&run),
             run,
-            path_prefix: self.path_prefix(),
+            path_prefix: self.remote_path_prefix.clone().unwrap_or_default(),
+            preflight_timeout: Duration::from_secs(self.preflight_timeout.into()),
+            job_timeout: Duration::from_secs(self.job_timeout.into()),
             dry_run,
         };
         eprintln!(
@@ -210,19 +236,6 @@ impl Deploy {
         eprintln!("== bundle");
         bundle.build(ws)
     }
-
-    /// The words that put `--remote-path-prefix` first on the remote PATH.
-    fn path_prefix(&self) -> Vec<String> {
-        match &self.remote_path_prefix {
-            Some(dir) => vec![
-                "bash".into(),
-                "-c".into(),
-                WITH_PATH_PREFIX.into(),
-                dir.clone(),
-            ],
-            None => Vec::new(),
-        }
-    }
 }
 
 /// One deploy's steps on the host, in the order [`Deploy::run`] takes them.
@@ -236,8 +249,11 @@ struct Session {
     run: String,
     /// Where this run's results are fetched to.
     results: PathBuf,
-    /// Words put before the preflight and the job (the test hook).
-    path_prefix: Vec<String>,
+    /// A folder put first on the remote PATH for the preflight and the job (the test
+    /// hook), or empty.
+    path_prefix: String,
+    preflight_timeout: Duration,
+    job_timeout: Duration,
     dry_run: bool,
 }
 
@@ -250,15 +266,15 @@ impl Session {
         })
     }
 
+    /// A quick script on the host: a bounded wait.
+    fn quick<'a>(&self, script: &'static Script, args: &[String]) -> Remote<'a> {
+        self.ssh.script(script, args).limit(QUICK_STEP)
+    }
+
     fn prepare(&self) -> Result<()> {
         step("prepare the deploy folder");
         let args = [self.layout.dir.clone(), self.layout.release.clone()];
-        let outcome = ssh::run(
-            &mut self.ssh.script(&args),
-            Some(&PREPARE),
-            Show::Quiet,
-            self.dry_run,
-        )?;
+        let outcome = self.quick(&PREPARE, &args).run(self.dry_run)?;
         let disk = self.disk("the release", &self.layout.dir);
         expect_success(&self.ssh, outcome, "preparing the deploy folder", disk).map(drop)
     }
@@ -268,12 +284,17 @@ impl Session {
     fn copy(&self, bundle: &Path) -> Result<()> {
         step("copy the bundle");
         let incoming = self.layout.incoming();
-        let mut copy = self.ssh.rsync(
-            &["--checksum", "--delete", "--itemize-changes"],
-            &format!("{}/", bundle.display()),
+        let copy = self.ssh.rsync(
+            &[
+                "--checksum",
+                "--delete",
+                "--itemize-changes",
+                RSYNC_IO_TIMEOUT,
+            ],
+            &[format!("{}/", bundle.display())],
             &self.ssh.remote(&format!("{incoming}/")),
         );
-        let outcome = ssh::run(&mut copy, None, Show::Stream, self.dry_run)?;
+        let outcome = Remote::new(copy).show(Show::Stream).run(self.dry_run)?;
         let disk = self.disk("the bundle", &incoming);
         expect_success(&self.ssh, outcome, "copying the bundle", disk).map(drop)
     }
@@ -282,8 +303,9 @@ impl Session {
     fn verify(&self, expected: Option<&Manifest>) -> Result<()> {
         step("verify the checksums on the host");
         let incoming = self.layout.incoming();
-        let mut hashes = self.ssh.script(std::slice::from_ref(&incoming));
-        let outcome = ssh::run(&mut hashes, Some(&HASHES), Show::Quiet, self.dry_run)?;
+        let outcome = self
+            .quick(&HASHES, std::slice::from_ref(&incoming))
+            .run(self.dry_run)?;
         let Some(outcome) = expect_success(&self.ssh, outcome, "hashing the upload", None)? else {
             return Ok(());
         };
@@ -302,19 +324,70 @@ impl Session {
         Ok(())
     }
 
+    /// `command` on the host under the [`GUARD`], its output streamed: at most `limit`,
+    /// stopped with all it started when the limit passes or a signal asks the deploy to
+    /// stop. `exitfile` (or empty) gets its status when it ends.
+    fn guarded(
+        &self,
+        pidfile: &str,
+        limit: Duration,
+        exitfile: &str,
+        command: &[String],
+    ) -> Result<Option<Outcome>> {
+        let mut args = vec![
+            pidfile.to_string(),
+            limit.as_secs().to_string(),
+            self.path_prefix.clone(),
+            exitfile.to_string(),
+        ];
+        args.extend(command.iter().cloned());
+        let stop = || self.stop_remote(pidfile);
+        self.ssh
+            .inline(&GUARD, &args)
+            .show(Show::Stream)
+            // The host's own limit ends the command first; this one holds when the host
+            // cannot end it (a process stuck in the kernel) or cannot be reached.
+            .limit(limit + GUARD_GRACE)
+            .on_stop(&stop)
+            .run(self.dry_run)
+    }
+
+    /// Ends what a [`GUARD`] runs on the host, over a connection of its own; what goes
+    /// wrong is only reported, the deploy is stopping anyway.
+    fn stop_remote(&self, pidfile: &str) {
+        eprintln!("\nstopping it on {}", self.host);
+        let stopped = self
+            .ssh
+            .script(&STOP, &[pidfile.to_string()])
+            .limit(QUICK_STOP)
+            .uninterruptible()
+            .run(false);
+        match stopped {
+            Ok(Some(o)) if o.status.success() && o.stop.is_none() => {}
+            Ok(Some(o)) => eprintln!(
+                "warning: could not stop it on {} ({}): {}",
+                self.host,
+                ssh::describe(o.status),
+                o.stderr.trim()
+            ),
+            Ok(None) => {}
+            Err(e) => eprintln!("warning: could not stop it on {}: {e:#}", self.host),
+        }
+    }
+
     /// The bundle's `preflight.sh`, run from the upload folder; its `FAIL` lines become
     /// the error.
     fn preflight(&self, min_free_mib: u64) -> Result<()> {
         step("preflight on the host");
-        let mut words = self.path_prefix.clone();
-        words.extend([
+        let command = [
             "bash".to_string(),
             format!("{}/{PREFLIGHT_SH}", self.layout.incoming()),
             self.layout.dir.clone(),
             min_free_mib.to_string(),
-        ]);
-        let outcome = ssh::run(&mut self.ssh.exec(&words), None, Show::Stream, self.dry_run)?;
-        let Some(outcome) = outcome.filter(|o| !o.status.success()) else {
+        ];
+        let pidfile = self.layout.pidfile(&format!("preflight-{}", self.run));
+        let outcome = self.guarded(&pidfile, self.preflight_timeout, "", &command)?;
+        let Some(outcome) = outcome.filter(|o| !o.status.success() || o.stop.is_some()) else {
             return Ok(());
         };
         let failures: Vec<String> = outcome
@@ -323,7 +396,17 @@ impl Session {
             .filter_map(|l| l.strip_prefix(FAIL_PREFIX))
             .map(|l| l.trim().to_string())
             .collect();
+        let timed_out = matches!(outcome.stop, Some(Stop::TimedOut(_)))
+            || timeout_status(&outcome, self.preflight_timeout);
+        if let Some(Stop::Interrupted(signal)) = outcome.stop {
+            return Err(interrupted(signal, "the preflight", &self.host).into());
+        }
         Err(match self.ssh.classify(&outcome.stderr, None) {
+            None if timed_out => DeployError::PreflightTimedOut {
+                host: self.host.clone(),
+                seconds: self.preflight_timeout.as_secs(),
+                failures,
+            },
             None if !failures.is_empty() => DeployError::PreflightFailed {
                 host: self.host.clone(),
                 failures,
@@ -336,12 +419,7 @@ impl Session {
     fn activate(&self) -> Result<()> {
         step("switch `current`");
         let args = [self.layout.dir.clone(), self.layout.release.clone()];
-        let outcome = ssh::run(
-            &mut self.ssh.script(&args),
-            Some(&ACTIVATE),
-            Show::Quiet,
-            self.dry_run,
-        )?;
+        let outcome = self.quick(&ACTIVATE, &args).run(self.dry_run)?;
         let disk = self.disk("the release", &self.layout.dir);
         if let Some(outcome) = expect_success(&self.ssh, outcome, "switching `current`", disk)? {
             eprint!("{}", outcome.stdout);
@@ -350,35 +428,50 @@ impl Session {
     }
 
     /// Runs `run.sh ARGS` with its output streamed. A failing job is returned, not
-    /// raised, so that its results are still fetched; a lost connection is raised.
+    /// raised, so that its results are still fetched; a lost connection or a signal is
+    /// raised.
     fn run_job(&self, args: &[String]) -> Result<Option<DeployError>> {
         step("run the job");
         let run_dir = self.layout.run_dir(&self.run);
         let mut job = vec![format!("{}/{RUN_SH}", self.layout.release_dir())];
         job.extend(args.iter().cloned());
-        let mut words = self.path_prefix.clone();
-        words.extend([
+        let mut command = vec![
             "env".to_string(),
             format!("OUT={run_dir}"),
             "bash".to_string(),
-        ]);
-        words.extend(job.iter().cloned());
-        let outcome = ssh::run(&mut self.ssh.exec(&words), None, Show::Stream, self.dry_run)?;
-        let Some(o) = outcome.filter(|o| !o.status.success()) else {
+        ];
+        command.extend(job.iter().cloned());
+        let pidfile = self.layout.pidfile(&self.run);
+        let outcome = self.guarded(&pidfile, self.job_timeout, "", &command)?;
+        let Some(o) = outcome.filter(|o| !o.status.success() || o.stop.is_some()) else {
             return Ok(None);
         };
+        if let Some(Stop::Interrupted(signal)) = o.stop {
+            return Err(interrupted(signal, "the job", &self.host).into());
+        }
+        let timed_out =
+            matches!(o.stop, Some(Stop::TimedOut(_))) || timeout_status(&o, self.job_timeout);
         // 255 is ssh's own failure (or a job that exits 255: then stderr names no cause).
-        if o.status.code() == Some(255)
+        if !timed_out
+            && o.status.code() == Some(255)
             && let Some(e) = self
                 .ssh
                 .classify(&o.stderr, self.disk("the results", &run_dir))
         {
             return Err(e.into());
         }
+        let status = if timed_out {
+            format!(
+                "no end within {}s (--job-timeout): it was stopped",
+                self.job_timeout.as_secs()
+            )
+        } else {
+            ssh::describe(o.status)
+        };
         Ok(Some(DeployError::JobFailed {
             host: self.host.clone(),
             command: format!("bash {}", cmd::quote_words(&job)),
-            status: ssh::describe(o.status),
+            status,
             tail: o.tail(TAIL_LINES),
             results: self.results.clone(),
         }))
@@ -391,14 +484,14 @@ impl Session {
             fs::create_dir_all(&self.results)
                 .with_context(|| format!("could not create {}", self.results.display()))?;
         }
-        let mut fetch = self.ssh.rsync(
-            &["--itemize-changes"],
-            &self
+        let fetch = self.ssh.rsync(
+            &["--itemize-changes", RSYNC_IO_TIMEOUT],
+            &[self
                 .ssh
-                .remote(&format!("{}/", self.layout.run_dir(&self.run))),
+                .remote(&format!("{}/", self.layout.run_dir(&self.run)))],
             &format!("{}/", self.results.display()),
         );
-        let outcome = ssh::run(&mut fetch, None, Show::Stream, self.dry_run)?;
+        let outcome = Remote::new(fetch).show(Show::Stream).run(self.dry_run)?;
         let here = self.results.display().to_string();
         let disk = Some(Disk {
             host: "this machine",
@@ -437,7 +530,9 @@ impl<'a> Connection<'a> {
         }
         // From here on the folder is removed on the way out, whatever happens.
         let connection = Connection { ssh, dry_run };
-        let outcome = ssh::run(&mut ssh.connect(), None, Show::Quiet, dry_run)?;
+        let outcome = Remote::new(ssh.connect())
+            .limit(Duration::from_secs(ssh.connect_timeout_s.into()) + QUICK_STOP)
+            .run(dry_run)?;
         expect_success(ssh, outcome, "connecting", None)?;
         Ok(connection)
     }
@@ -445,16 +540,15 @@ impl<'a> Connection<'a> {
 
 impl Drop for Connection<'_> {
     fn drop(&mut self) {
-        let mut close = self.ssh.disconnect();
-        eprintln!("$ {}", cmd::display(&close));
+        // Nothing to close when the connection never opened; either way it is gone. A
+        // bounded wait, and not cut short by a signal: this is the clean-up it asked for.
+        let _ = Remote::new(self.ssh.disconnect())
+            .limit(QUICK_STOP)
+            .uninterruptible()
+            .run(self.dry_run);
         if self.dry_run {
             return;
         }
-        // Nothing to close when the connection never opened; either way it is gone.
-        let _ = close
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
         if let Some(folder) = self.ssh.control.as_ref().and_then(|s| s.parent()) {
             let _ = fs::remove_dir_all(folder);
         }
@@ -486,6 +580,20 @@ fn expect_success(
     step: &'static str,
     disk: Option<Disk<'_>>,
 ) -> Result<Option<Outcome>> {
+    match outcome.as_ref().and_then(|o| o.stop) {
+        Some(Stop::Interrupted(signal)) => {
+            return Err(interrupted(signal, step, &ssh.target.to_string()).into());
+        }
+        Some(Stop::TimedOut(limit)) => {
+            return Err(DeployError::TimedOut {
+                step,
+                host: ssh.target.to_string(),
+                seconds: limit.as_secs(),
+            }
+            .into());
+        }
+        None => {}
+    }
     match outcome {
         Some(o) if !o.status.success() => Err(failure(ssh, o, step, disk).into()),
         other => Ok(other),
@@ -502,6 +610,34 @@ fn failure(ssh: &Ssh, o: Outcome, step: &'static str, disk: Option<Disk<'_>>) ->
             status: ssh::describe(o.status),
             stderr: o.stderr,
         })
+}
+
+/// The error for a step stopped by a signal; the guards' `Drop`s clean up as it unwinds.
+fn interrupted(signal: &'static str, step: &'static str, host: &str) -> DeployError {
+    DeployError::Interrupted {
+        signal,
+        step,
+        host: host.to_string(),
+    }
+}
+
+/// Whether a guarded command ended on the host's own limit: `timeout`'s status 124 (or
+/// 137 when it had to kill), once the limit had passed.
+fn timeout_status(o: &Outcome, limit: Duration) -> bool {
+    matches!(o.status.code(), Some(124 | 137)) && o.elapsed + Duration::from_millis(500) >= limit
+}
+
+/// A number of seconds for a timeout: at least 1, since 0 would mean no limit to ssh.
+fn seconds(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => {
+            Err("expected a number of seconds, at least 1: 0 would turn the timeout off".into())
+        }
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "expected a number of seconds (at least 1), found `{s}`"
+        )),
+    }
 }
 
 /// Fails with [`DeployError::ToolMissing`] unless `tool` runs here.

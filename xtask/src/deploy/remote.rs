@@ -66,9 +66,52 @@ echo "current -> $(readlink current)"
 "#,
 };
 
-/// Runs a command with a folder put first on PATH: `bash -c '…' <folder> <command…>`
-/// (the folder is `$0`, the command `"$@"`).
-pub const WITH_PATH_PREFIX: &str = r#"export PATH="$0:$PATH"; exec "$@""#;
+/// `GUARD PIDFILE LIMIT_S PATH_PREFIX EXITFILE COMMAND...`: runs COMMAND with a time
+/// limit in a process group of its own, whose id it writes to PIDFILE while it runs, so
+/// that [`STOP`] can end it and everything it started. `timeout` leads that group, and
+/// the limit holds even when the connection to the host is lost. PATH_PREFIX (when not
+/// empty) goes first on PATH (the tests' stand-in nvidia-smi); EXITFILE (when not empty)
+/// gets `<status> <unix time>` when COMMAND ends.
+pub const GUARD: Script = Script {
+    name: "guard",
+    text: r#"set -u
+pidfile=$1 limit=$2 prefix=$3 exitfile=$4
+shift 4
+if [ -n "$prefix" ]; then
+    export PATH="$prefix:$PATH"
+fi
+mkdir -p -- "$(dirname -- "$pidfile")"
+timeout --kill-after=5 "$limit" "$@" </dev/null &
+pid=$!
+printf '%s\n' "$pid" >"$pidfile"
+wait "$pid"
+rc=$?
+if [ -n "$exitfile" ]; then
+    printf '%s %s\n' "$rc" "$(date +%s)" >"$exitfile"
+fi
+rm -f -- "$pidfile"
+exit "$rc"
+"#,
+};
+
+/// `STOP PIDFILE`: ends the process group a [`GUARD`] runs, TERM first and KILL two
+/// seconds later; nothing to do when it already ended.
+pub const STOP: Script = Script {
+    name: "stop",
+    text: r#"set -u
+pid="$(cat -- "$1" 2>/dev/null)" || exit 0
+case "$pid" in
+    '' | *[!0-9]*) exit 0 ;;
+esac
+kill -TERM -- "-$pid" 2>/dev/null || kill -TERM -- "$pid" 2>/dev/null || exit 0
+for _ in $(seq 40); do
+    kill -0 -- "-$pid" 2>/dev/null || exit 0
+    sleep 0.05
+done
+kill -KILL -- "-$pid" 2>/dev/null
+exit 0
+"#,
+};
 
 /// Paths of one release in the deploy folder `dir` on the host.
 #[derive(Debug, Clone)]
@@ -107,6 +150,12 @@ impl Layout {
         self.join("current")
     }
 
+    /// Where a [`GUARD`] writes the process group of what it runs (`name`: the run, or
+    /// `preflight-<run>`).
+    pub fn pidfile(&self, name: &str) -> String {
+        self.join(&format!("runs/.{name}.pid"))
+    }
+
     pub fn run_dir(&self, run: &str) -> String {
         self.join(&format!("runs/{}/{run}", self.release))
     }
@@ -128,8 +177,8 @@ mod tests {
 
     #[test]
     fn scripts_take_their_values_as_arguments() {
-        for script in [&PREPARE, &HASHES, &ACTIVATE] {
-            assert!(script.text.starts_with("set -eu"), "{}", script.name);
+        for script in [&PREPARE, &HASHES, &ACTIVATE, &GUARD, &STOP] {
+            assert!(script.text.starts_with("set -"), "{}", script.name);
             assert!(script.text.contains("$1"), "{}", script.name);
         }
         assert!(ACTIVATE.text.contains("mv -T -- current.new current"));

@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -17,6 +18,7 @@ use super::error::DeployError;
 use super::remote::Script;
 use super::target::Target;
 use crate::cmd;
+use crate::interrupt::{self, Waited};
 
 /// How much of each output stream a run keeps (the end of it).
 const KEPT_BYTES: usize = 1 << 20;
@@ -36,8 +38,14 @@ pub struct Ssh {
 }
 
 /// How long a shared connection outlives its last use if `ssh -O exit` never comes
-/// (the deploy was killed).
-const CONTROL_PERSIST_S: u32 = 120;
+/// (the deploy was killed outright). Long enough for the gaps between steps; a deploy's
+/// lock holds a session open through its long steps (the build, the job).
+const CONTROL_PERSIST_S: u32 = 30;
+
+/// Keepalives: a host that stops answering is given up after about a minute
+/// (`ServerAliveInterval` times `ServerAliveCountMax`), rather than after TCP's hours.
+pub const SERVER_ALIVE_INTERVAL_S: u32 = 15;
+pub const SERVER_ALIVE_COUNT_MAX: u32 = 4;
 
 /// Where a full disk would be, for [`DeployError::DiskFull`]: on which machine, what
 /// needed the room and in which folder.
@@ -61,6 +69,10 @@ pub struct Outcome {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
+    /// Why it was stopped early, if it was.
+    pub stop: Option<Stop>,
+    /// How long it ran.
+    pub elapsed: Duration,
 }
 
 impl Outcome {
@@ -100,6 +112,10 @@ impl Ssh {
         opts.extend([
             "-o".into(),
             format!("ConnectTimeout={}", self.connect_timeout_s),
+            "-o".into(),
+            format!("ServerAliveInterval={SERVER_ALIVE_INTERVAL_S}"),
+            "-o".into(),
+            format!("ServerAliveCountMax={SERVER_ALIVE_COUNT_MAX}"),
         ]);
         if let Some(port) = self.target.port {
             opts.extend(["-p".into(), port.to_string()]);
@@ -171,18 +187,39 @@ impl Ssh {
         ssh
     }
 
-    /// `ssh … -- user@host 'bash -s -- <args>'`, to be fed `script` on stdin.
-    pub fn script(&self, args: &[String]) -> Command {
+    /// `ssh … -- user@host 'bash -s -- <args>'`, fed `script` on stdin.
+    pub fn script<'a>(&self, script: &'static Script, args: &[String]) -> Remote<'a> {
         let mut words = vec!["bash".to_string(), "-s".into(), "--".into()];
         words.extend(args.iter().cloned());
         let mut ssh = self.exec(&words);
         ssh.stdin(Stdio::piped());
-        ssh
+        let mut remote = Remote::new(ssh);
+        remote.script = Some(script);
+        remote.feed = true;
+        remote
+    }
+
+    /// `ssh … -- user@host 'bash -c <script> <name> <args>'`: for a script that leaves
+    /// stdin to what it runs. The echo names the script rather than spelling it out.
+    pub fn inline<'a>(&self, script: &'static Script, args: &[String]) -> Remote<'a> {
+        let mut words = vec![
+            "bash".to_string(),
+            "-c".into(),
+            script.text.into(),
+            format!("stepgraph-{}", script.name),
+        ];
+        words.extend(args.iter().cloned());
+        let mut remote = Remote::new(self.exec(&words));
+        // A plain word, which no quoting dresses up.
+        words[2] = format!("@{}-script@", script.name);
+        remote.shown = cmd::display(&self.exec(&words));
+        remote.script = Some(script);
+        remote
     }
 
     /// `rsync -a -e '<ssh …>' <extra> <from> <to>`; one of `from` and `to` is
     /// [`Ssh::remote`].
-    pub fn rsync(&self, extra: &[&str], from: &str, to: &str) -> Command {
+    pub fn rsync(&self, extra: &[&str], from: &[String], to: &str) -> Command {
         let mut shell = vec!["ssh".to_string()];
         shell.extend(self.options(false));
         let mut rsync = Command::new("rsync");
@@ -192,7 +229,7 @@ impl Ssh {
             .arg("-e")
             // rsync splits this itself, honouring the same quotes.
             .arg(cmd::quote_words(&shell))
-            .arg(from)
+            .args(from)
             .arg(to)
             .stdin(Stdio::null());
         rsync
@@ -290,47 +327,147 @@ impl Ssh {
     }
 }
 
-/// Echoes `cmd` (with `script` as a here-document in a dry run, or named otherwise) and,
-/// unless it is a dry run, runs it: `script` on its stdin, its output shown as it comes
-/// (`Show::Stream`) or only kept. `None` in a dry run.
-pub fn run(
-    cmd: &mut Command,
-    script: Option<&Script>,
+/// What a run waits for: at most `limit`, and the way it stops early.
+pub struct Remote<'a> {
+    cmd: Command,
+    /// The echo: the command as a reader would type it, a script shown by name.
+    shown: String,
+    /// A script fed to `bash -s` on stdin (`feed`), or passed inline to `bash -c`.
+    script: Option<&'static Script>,
+    feed: bool,
     show: Show,
-    dry_run: bool,
-) -> Result<Option<Outcome>> {
-    match script {
-        Some(s) if dry_run => eprintln!("$ {} <<'EOF'\n{}EOF", cmd::display(cmd), s.text),
-        Some(s) => eprintln!("$ {} <<'EOF' (the {} script)", cmd::display(cmd), s.name),
-        None => eprintln!("$ {}", cmd::display(cmd)),
+    limit: Option<Duration>,
+    interruptible: bool,
+    on_stop: Option<&'a dyn Fn()>,
+}
+
+impl std::fmt::Debug for Remote<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("shown", &self.shown)
+            .finish()
     }
-    if dry_run {
-        return Ok(None);
+}
+
+/// How long a child is given to end by itself once its remote side was stopped, before
+/// it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Why a run ended before its command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Its limit passed.
+    TimedOut(Duration),
+    /// SIGINT or SIGTERM asked the deploy to stop.
+    Interrupted(&'static str),
+}
+
+impl<'a> Remote<'a> {
+    /// Any command, run in a process group of its own (so that a Ctrl-C reaches only
+    /// xtask, which stops the remote side first) with its output kept.
+    pub fn new(mut cmd: Command) -> Remote<'a> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        Remote {
+            shown: cmd::display(&cmd),
+            cmd,
+            script: None,
+            feed: false,
+            show: Show::Quiet,
+            limit: None,
+            interruptible: true,
+            on_stop: None,
+        }
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("could not start `{}`", cmd::display(cmd)))?;
-    let stream = show == Show::Stream;
-    let out = child.stdout.take().expect("stdout is piped");
-    let err = child.stderr.take().expect("stderr is piped");
-    let out = thread::spawn(move || keep(out, stream.then(std::io::stdout)));
-    let err = thread::spawn(move || keep(err, stream.then(std::io::stderr)));
-    // Written once the readers run, so a chatty command cannot block us both.
-    if let Some(s) = script {
-        let mut stdin = child.stdin.take().expect("stdin is piped for a script");
-        // A broken pipe means ssh ended early (it could not connect); its stderr says why.
-        let _ = stdin.write_all(s.text.as_bytes());
+
+    pub fn show(mut self, show: Show) -> Self {
+        self.show = show;
+        self
     }
-    let stdout = out.join().expect("the stdout reader does not panic")?;
-    let stderr = err.join().expect("the stderr reader does not panic")?;
-    let status = child.wait()?;
-    Ok(Some(Outcome {
-        status,
-        stdout,
-        stderr,
-    }))
+
+    /// Stops the run when `limit` passes.
+    pub fn limit(mut self, limit: Duration) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Not stopped by a signal: the clean-up a signal asked for.
+    pub fn uninterruptible(mut self) -> Self {
+        self.interruptible = false;
+        self
+    }
+
+    /// Called when the run is stopped early, before the local process is: stops what it
+    /// started on the host.
+    pub fn on_stop(mut self, f: &'a dyn Fn()) -> Self {
+        self.on_stop = Some(f);
+        self
+    }
+
+    /// Echoes the command (with its script as a here-document in a dry run, or named
+    /// otherwise) and, unless it is a dry run, runs it: the script on its stdin if fed,
+    /// its output shown as it comes (`Show::Stream`) or only kept. `None` in a dry run.
+    pub fn run(mut self, dry_run: bool) -> Result<Option<Outcome>> {
+        match self.script {
+            Some(s) if dry_run && self.feed => {
+                eprintln!("$ {} <<'EOF'\n{}EOF", self.shown, s.text)
+            }
+            Some(s) if dry_run => eprintln!(
+                "$ {}\n  (the {} script, passed to `bash -c`:)\n{}",
+                self.shown, s.name, s.text
+            ),
+            Some(s) if self.feed => eprintln!("$ {} <<'EOF' (the {} script)", self.shown, s.name),
+            _ => eprintln!("$ {}", self.shown),
+        }
+        if dry_run {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let mut child = self
+            .cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("could not start `{}`", self.shown))?;
+        let stream = self.show == Show::Stream;
+        let out = child.stdout.take().expect("stdout is piped");
+        let err = child.stderr.take().expect("stderr is piped");
+        let out = thread::spawn(move || keep(out, stream.then(std::io::stdout)));
+        let err = thread::spawn(move || keep(err, stream.then(std::io::stderr)));
+        // Written once the readers run, so a chatty command cannot block us both.
+        if let Some(s) = self.script.filter(|_| self.feed) {
+            let mut stdin = child.stdin.take().expect("stdin is piped for a script");
+            // A broken pipe means ssh ended early (it could not connect); its stderr says why.
+            let _ = stdin.write_all(s.text.as_bytes());
+        }
+        let deadline = self.limit.map(|l| started + l);
+        let (status, stop) = match interrupt::wait(&mut child, deadline, self.interruptible)? {
+            Waited::Exited(status) => (status, None),
+            Waited::TimedOut => {
+                let limit = self.limit.expect("only a limit times out");
+                (self.stop(&mut child)?, Some(Stop::TimedOut(limit)))
+            }
+            Waited::Interrupted(signal) => {
+                (self.stop(&mut child)?, Some(Stop::Interrupted(signal)))
+            }
+        };
+        let stdout = out.join().expect("the stdout reader does not panic")?;
+        let stderr = err.join().expect("the stderr reader does not panic")?;
+        Ok(Some(Outcome {
+            status,
+            stdout,
+            stderr,
+            stop,
+            elapsed: started.elapsed(),
+        }))
+    }
+
+    fn stop(&self, child: &mut std::process::Child) -> Result<ExitStatus> {
+        if let Some(f) = self.on_stop {
+            f();
+        }
+        Ok(interrupt::stop(child, STOP_GRACE)?)
+    }
 }
 
 /// Reads `from` to its end, passing each chunk on to `to` at once (no waiting for a
@@ -387,7 +524,7 @@ mod tests {
         assert_eq!(
             cmd::display(&cmd),
             "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR \
-             -o ConnectTimeout=5 -p 2222 -i /k/id -o IdentitiesOnly=yes \
+             -o ConnectTimeout=5 -o ServerAliveInterval=15 -o ServerAliveCountMax=4 -p 2222 -i /k/id -o IdentitiesOnly=yes \
              -o UserKnownHostsFile=/tmp/kh -- root@127.0.0.1 'ls '\\''/a b'\\'''"
         );
     }
@@ -401,7 +538,7 @@ mod tests {
         let open = cmd::display(&s.connect());
         assert!(
             open.ends_with(
-                "-o ControlPath=/tmp/c/cm -o ControlMaster=yes -o ControlPersist=120 -f -N \
+                "-o ControlPath=/tmp/c/cm -o ControlMaster=yes -o ControlPersist=30 -f -N \
                  -- root@127.0.0.1"
             ),
             "{open}"
@@ -422,7 +559,7 @@ mod tests {
     #[test]
     fn rsync_gets_the_same_ssh_as_its_shell() {
         let s = ssh(None);
-        let cmd = s.rsync(&["--delete"], "b/", &s.remote("d/releases/r/"));
+        let cmd = s.rsync(&["--delete"], &["b/".into()], &s.remote("d/releases/r/"));
         let args: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -480,6 +617,8 @@ mod tests {
             status: std::process::ExitStatus::default(),
             stdout: "a\nb\n\nc\n".into(),
             stderr: String::new(),
+            stop: None,
+            elapsed: Duration::ZERO,
         };
         assert_eq!(outcome.tail(2), ["b", "c"]);
         assert_eq!(outcome.tail(9), ["a", "b", "c"]);
