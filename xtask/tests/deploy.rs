@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use xtask::bundle::preflight_sh::GPU_QUERY;
-use xtask::bundle::{Artifact, Contents, Kind, Runner, build_info};
+use xtask::bundle::{Artifact, Contents, Kind, Runner};
 use xtask::install_nvcc::Nvcc;
 use xtask::test;
 
@@ -270,11 +270,17 @@ impl Host {
     /// A bundle of the test job written by the bundle code itself; its preflight requires
     /// `libraries`.
     fn bundle(&self, libraries: &[&str]) -> PathBuf {
+        self.bundle_of("job", libraries)
+    }
+
+    /// A bundle like [`Host::bundle`]'s whose program is called `program`, in its own
+    /// folder.
+    fn bundle_of(&self, program: &str, libraries: &[&str]) -> PathBuf {
         let job = self.tmp.path().join("job.sh");
         write_executable(&job, JOB);
-        let out = self.tmp.path().join("bundle");
+        let out = self.tmp.path().join(format!("bundle-{program}"));
         let bins = BTreeMap::from([(
-            "job".to_string(),
+            program.to_string(),
             Artifact {
                 kind: Kind::Program,
                 target: "job".into(),
@@ -289,7 +295,9 @@ impl Host {
         Contents {
             out: &out,
             bins: &bins,
-            runner: &Runner::Job { job: "job".into() },
+            runner: &Runner::Job {
+                job: program.into(),
+            },
             libraries: &libraries,
         }
         .write(workspace_root(), &nvcc, false)
@@ -420,8 +428,29 @@ fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
 
-fn release() -> String {
-    build_info::release_name(workspace_root())
+/// The release name a bundle's `build-info.json` gives.
+fn release_of(bundle: &Path) -> String {
+    let info: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(bundle.join("build-info.json")).unwrap()).unwrap();
+    info["release"].as_str().unwrap().to_string()
+}
+
+/// Each file's modification time and inode under `dir`, to tell whether a deploy wrote
+/// into it.
+fn stamps(dir: &Path) -> BTreeMap<String, (i64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    for name in [
+        "bin/job",
+        "run.sh",
+        "preflight.sh",
+        "build-info.json",
+        "SHA256SUMS",
+    ] {
+        let m = fs::metadata(dir.join(name)).unwrap();
+        out.insert(name.to_string(), (m.mtime(), m.ino()));
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -431,7 +460,7 @@ fn release() -> String {
 fn first_deploy_checks_switches_runs_and_fetches() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
-    let release = release();
+    let release = release_of(&bundle);
     host.deploy(&bundle, &["--", "--steps", "3"])
         .expect_ok()
         .expect_output(&[
@@ -452,12 +481,12 @@ fn first_deploy_checks_switches_runs_and_fetches() {
     );
     let live = host.remote().join("current");
     assert!(live.join("bin/job").is_file());
-    assert!(
-        !host
-            .remote()
-            .join(format!("releases/{release}.incoming"))
-            .exists()
-    );
+    let leftovers: Vec<_> = fs::read_dir(host.remote().join("releases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
     let runs = host.runs(&release);
     assert_eq!(runs.len(), 1, "{runs:?}");
     for file in ["table.csv", "result.json", "output.log", "build-info.json"] {
@@ -468,27 +497,127 @@ fn first_deploy_checks_switches_runs_and_fetches() {
 }
 
 #[test]
-fn redeploy_of_the_same_release_sends_nothing_and_checks_again() {
+fn redeploy_of_what_is_live_copies_nothing_and_touches_nothing() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
-    let release = release();
+    let release = release_of(&bundle);
     host.deploy(&bundle, &[]).expect_ok();
+    let live = host.remote().join("releases").join(&release);
+    let before = stamps(&live);
+    // Rebuilt: the same programs and scripts, another build time.
+    std::thread::sleep(Duration::from_millis(1100));
+    let bundle = host.bundle(&["libc.so.6"]);
+    assert_eq!(release_of(&bundle), release);
     let again = host.deploy(&bundle, &[]);
     again.expect_ok().expect_output(&[
-        "all 6 files match SHA256SUMS",
+        &format!(
+            "releases/{release} is already live, and its 6 files match its SHA256SUMS and its \
+             name: nothing to copy"
+        ),
         "preflight: ok",
         "job: done",
     ]);
     assert!(
-        !again.text.contains("<f"),
-        "the redeploy sent files:\n{}",
+        !again.text.contains("$ rsync -a --checksum"),
+        "the redeploy copied:\n{}",
         again.text
     );
+    assert_eq!(stamps(&live), before, "the live files were rewritten");
     assert_eq!(
         host.current(),
         Some(PathBuf::from(format!("releases/{release}")))
     );
     assert_eq!(host.runs(&release).len(), 2);
+}
+
+#[test]
+fn a_changed_bundle_sends_only_what_changed_and_leaves_the_live_files_alone() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let first = release_of(&bundle);
+    host.deploy(&bundle, &[]).expect_ok();
+    let live = host.remote().join("releases").join(&first);
+    let before = stamps(&live);
+    // Another library needed: preflight.sh changes, the job does not.
+    let bundle = host.bundle(&["libc.so.6", "libm.so.6"]);
+    let second = release_of(&bundle);
+    assert_ne!(second, first);
+    let again = host.deploy(&bundle, &[]);
+    again
+        .expect_ok()
+        .expect_output(&["<fcst...... preflight.sh", "cf..t...... bin/job"]);
+    assert!(
+        !again.text.contains("<f+++++++++ bin/job"),
+        "{}",
+        again.text
+    );
+    assert_eq!(stamps(&live), before, "the earlier release was written to");
+    let new = stamps(&host.remote().join("releases").join(&second));
+    assert_ne!(
+        new["bin/job"].1, before["bin/job"].1,
+        "a hard link to a live file"
+    );
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{second}")))
+    );
+}
+
+#[test]
+fn releases_of_two_programs_at_one_revision_do_not_overwrite_each_other() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    assert!(
+        r1.starts_with("job-") && r2.starts_with("other-"),
+        "{r1} {r2}"
+    );
+    assert_eq!(r1.split('-').nth(1), r2.split('-').nth(1), "one revision");
+    host.deploy(&one, &[]).expect_ok();
+    host.deploy(&two, &[]).expect_ok();
+    for (bundle, r) in [(&one, &r1), (&two, &r2)] {
+        let program = r.split('-').next().unwrap();
+        let there = host.remote().join("releases").join(r);
+        assert_eq!(
+            fs::read_to_string(there.join("run.sh")).unwrap(),
+            fs::read_to_string(bundle.join("run.sh")).unwrap()
+        );
+        assert!(there.join("bin").join(program).is_file());
+    }
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
+    // The first is still whole: deploying it again copies nothing.
+    host.deploy(&one, &[])
+        .expect_ok()
+        .expect_output(&[&format!("releases/{r1} is already on the host")]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+}
+
+#[test]
+fn a_damaged_release_is_uploaded_again_not_trusted() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let release = release_of(&bundle);
+    host.deploy(&bundle, &[]).expect_ok();
+    let live = host.remote().join("releases").join(&release);
+    fs::write(live.join("bin/job"), "#!/bin/sh\necho truncated\n").unwrap();
+    host.deploy(&bundle, &[]).expect_ok().expect_output(&[
+        &format!("warning: releases/{release} on "),
+        "is damaged, so it is uploaded again",
+        "- bin/job: expected sha256 ",
+        "job: done",
+    ]);
+    assert_eq!(
+        fs::read_to_string(live.join("bin/job")).unwrap(),
+        JOB,
+        "the release was not replaced"
+    );
 }
 
 #[test]
@@ -506,7 +635,7 @@ fn corrupted_file_is_caught_by_the_checksums() {
         ", found ",
     ]);
     assert_eq!(host.current(), None);
-    assert!(host.runs(&release()).is_empty());
+    assert!(host.runs(&release_of(&bundle)).is_empty());
 }
 
 #[test]
@@ -578,10 +707,10 @@ fn failing_preflight_leaves_current_untouched() {
     assert!(
         !host
             .remote()
-            .join(format!("releases/{}", release()))
+            .join(format!("releases/{}", release_of(&bundle)))
             .exists()
     );
-    assert!(host.runs(&release()).is_empty());
+    assert!(host.runs(&release_of(&bundle)).is_empty());
 }
 
 #[test]
@@ -595,7 +724,7 @@ fn failing_job_shows_its_last_lines_and_its_results_come_back() {
         "  | job: failing on purpose",
         "(results fetched into ",
     ]);
-    let runs = host.runs(&release());
+    let runs = host.runs(&release_of(&bundle));
     assert_eq!(runs.len(), 1, "{runs:?}");
     let log = fs::read_to_string(runs[0].join("output.log")).unwrap();
     assert!(log.contains("job: failing on purpose"), "{log}");
@@ -612,11 +741,11 @@ fn dry_run_prints_every_command_and_changes_nothing() {
             "$ ssh -o BatchMode=yes",
             "'bash -s -- ",
             "<<'EOF'\nset -eu\n",
-            "cp -al -- ",
-            "$ rsync -a --checksum --delete --itemize-changes --timeout=60 -e ",
+            "$ rsync -a --checksum --itemize-changes --timeout=60 -e ",
             "sha256sum --",
             "preflight.sh",
             "mv -T -- current.new current",
+            "/releases/.incoming-job-",
             "run.sh --quick'",
             "@guard-script@",
             "timeout --kill-after=5 \"$limit\" \"$@\"",

@@ -126,7 +126,7 @@ pub enum DeployError {
     },
 }
 
-fn list<T: std::fmt::Display>(items: &[T]) -> String {
+pub fn list<T: std::fmt::Display>(items: &[T]) -> String {
     items.iter().map(|i| format!("\n  - {i}")).collect()
 }
 

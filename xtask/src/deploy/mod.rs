@@ -33,10 +33,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 pub use self::error::DeployError;
-use self::remote::{ACTIVATE, GUARD, HASHES, Layout, PREPARE, STOP, Script};
+use self::remote::{GUARD, HASHES, HASHES_SEPARATOR, Layout, PLACE, PREPARE, STOP, Script};
 use self::ssh::{Disk, Outcome, Remote, Show, Ssh, Stop};
 pub use self::target::Target;
-use crate::bundle::contents::{BUILD_INFO, PREFLIGHT_SH, RUN_SH};
+use crate::bundle::build_info::Revision;
+use crate::bundle::contents::{BUILD_INFO, GPU_TESTS_PROGRAM, PREFLIGHT_SH, RUN_SH};
 use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::{DEFAULT_MIN_FREE_MIB, FAIL_PREFIX};
 use crate::bundle::{Bundle, build_info};
@@ -121,20 +122,25 @@ impl Deploy {
         let dry_run = self.dry_run;
         self.check_inputs()?;
         crate::interrupt::install()?;
+        let ssh = Ssh {
+            target: self.host.clone(),
+            key: self.key.clone(),
+            known_hosts: self.known_hosts.clone(),
+            connect_timeout_s: self.connect_timeout,
+            control: Some(control_dir().join("ssh")),
+        };
+        // The host first: a wrong host or key shows in seconds, not after a build.
+        step("connect");
+        let _connection = Connection::open(&ssh, dry_run)?;
+
         let bundle = self.bundle_dir(ws)?;
-        let release = release_of(&bundle, ws, dry_run)?;
+        let release = release_of(&bundle, ws, dry_run, &self.program())?;
         let expected = expected_hashes(&bundle, dry_run)?;
         let run = run_id(SystemTime::now());
         let session = Session {
-            ssh: Ssh {
-                target: self.host.clone(),
-                key: self.key.clone(),
-                known_hosts: self.known_hosts.clone(),
-                connect_timeout_s: self.connect_timeout,
-                control: Some(control_dir().join("ssh")),
-            },
+            ssh,
             host: self.host.to_string(),
-            layout: Layout::new(&self.dir, &release),
+            layout: Layout::new(&self.dir, &release, &run),
             results: ws
                 .root
                 .join(&self.fetch_to)
@@ -154,13 +160,43 @@ impl Deploy {
             session.layout.dir
         );
 
-        step("connect");
-        let _connection = Connection::open(&session.ssh, dry_run)?;
-        session.prepare()?;
-        session.copy(&bundle)?;
-        session.verify(expected.as_ref())?;
-        session.preflight(self.min_free_mib)?;
-        session.activate()?;
+        let state = session.prepare()?;
+        let live = state.current.as_deref() == Some(release.as_str());
+        let mut upload = true;
+        if state.present {
+            step("verify the release already on the host");
+            match session.check_release(&release)? {
+                Check::Verified { files } => {
+                    upload = false;
+                    let already = if live { "live" } else { "on the host" };
+                    eprintln!(
+                        "releases/{release} is already {already}, and its {files} files match its \
+                         {} and its name: nothing to copy",
+                        manifest::FILE
+                    );
+                }
+                Check::Damaged(why) => eprintln!(
+                    "warning: releases/{release} on {} is damaged, so it is uploaded again \
+                     (the damaged copy goes to releases/{}):{}",
+                    session.host,
+                    session.layout.aside(),
+                    error::list(&why)
+                ),
+            }
+        }
+        if upload {
+            session.copy(&bundle, state.current.as_deref())?;
+            session.verify(expected.as_ref())?;
+        }
+        let from = if upload {
+            session.layout.incoming()
+        } else {
+            session.layout.release_dir()
+        };
+        session.preflight(&from, self.min_free_mib)?;
+        if upload || !live {
+            session.place(upload, true)?;
+        }
         let job_failed = session.run_job(&self.args)?;
         let fetched = session.fetch();
         if let Some(job_failed) = job_failed {
@@ -183,6 +219,15 @@ impl Deploy {
             );
         }
         Ok(())
+    }
+
+    /// The program whose bundle is deployed, for a release name a dry run makes up.
+    fn program(&self) -> String {
+        if self.gpu_tests {
+            GPU_TESTS_PROGRAM.to_string()
+        } else {
+            self.example.clone()
+        }
     }
 
     /// What can be checked before building or connecting: the folder name, the key, the
@@ -271,26 +316,46 @@ impl Session {
         self.ssh.script(script, args).limit(QUICK_STEP)
     }
 
-    fn prepare(&self) -> Result<()> {
+    /// Makes the folders and says what is there: where `current` points, whether the
+    /// release is there already. In a dry run, an empty folder.
+    fn prepare(&self) -> Result<HostState> {
         step("prepare the deploy folder");
         let args = [self.layout.dir.clone(), self.layout.release.clone()];
         let outcome = self.quick(&PREPARE, &args).run(self.dry_run)?;
         let disk = self.disk("the release", &self.layout.dir);
-        expect_success(&self.ssh, outcome, "preparing the deploy folder", disk).map(drop)
+        let Some(o) = expect_success(&self.ssh, outcome, "preparing the deploy folder", disk)?
+        else {
+            return Ok(HostState::default());
+        };
+        let mut state = HostState::default();
+        for line in o.stdout.lines() {
+            if let Some(target) = line.strip_prefix("current ") {
+                state.current = remote::current_release(target).map(String::from);
+            } else if line == "present" {
+                state.present = true;
+            }
+        }
+        Ok(state)
     }
 
-    /// rsync into the upload folder, which holds hard links to the release of the same
-    /// name if there is one: `--checksum` then sends only files whose content differs.
-    fn copy(&self, bundle: &Path) -> Result<()> {
+    /// rsync into this deploy's own upload folder. Files the release `current` points
+    /// at holds already are copied from there on the host (`--copy-dest`: copies, never
+    /// links), so only the others travel; `--checksum` compares their content.
+    fn copy(&self, bundle: &Path, current: Option<&str>) -> Result<()> {
         step("copy the bundle");
         let incoming = self.layout.incoming();
+        let mut options = vec![
+            "--checksum".to_string(),
+            "--itemize-changes".into(),
+            RSYNC_IO_TIMEOUT.into(),
+        ];
+        // Relative to the upload folder, which sits beside the releases.
+        if let Some(current) = current {
+            options.push(format!("--copy-dest=../{current}"));
+        }
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
         let copy = self.ssh.rsync(
-            &[
-                "--checksum",
-                "--delete",
-                "--itemize-changes",
-                RSYNC_IO_TIMEOUT,
-            ],
+            &options,
             &[format!("{}/", bundle.display())],
             &self.ssh.remote(&format!("{incoming}/")),
         );
@@ -299,18 +364,33 @@ impl Session {
         expect_success(&self.ssh, outcome, "copying the bundle", disk).map(drop)
     }
 
+    /// The host's hashes of every file under `folder`, and the folder's own manifest
+    /// (empty if it has none). `None` in a dry run.
+    fn hashes(&self, folder: &str) -> Result<Option<(Manifest, Manifest)>> {
+        let outcome = self
+            .quick(&HASHES, &[folder.to_string()])
+            .run(self.dry_run)?;
+        let Some(outcome) = expect_success(&self.ssh, outcome, "hashing the files", None)? else {
+            return Ok(None);
+        };
+        let (found, own) = outcome
+            .stdout
+            .split_once(HASHES_SEPARATOR)
+            .context("the host's hashes lack their end marker")?;
+        let found = Manifest::parse(found).context("reading the host's sha256sum")?;
+        let own = Manifest::parse(own)
+            .with_context(|| format!("reading {folder}/{} on the host", manifest::FILE))?;
+        Ok(Some((found, own)))
+    }
+
     /// Hashes every file of the upload on the host and compares with `expected`.
     fn verify(&self, expected: Option<&Manifest>) -> Result<()> {
         step("verify the checksums on the host");
         let incoming = self.layout.incoming();
-        let outcome = self
-            .quick(&HASHES, std::slice::from_ref(&incoming))
-            .run(self.dry_run)?;
-        let Some(outcome) = expect_success(&self.ssh, outcome, "hashing the upload", None)? else {
+        let Some((found, _)) = self.hashes(&incoming)? else {
             return Ok(());
         };
         let expected = expected.context("the bundle's manifest was not read")?;
-        let found = Manifest::parse(&outcome.stdout).context("reading the host's sha256sum")?;
         let mismatches = expected.compare(&found);
         if !mismatches.is_empty() {
             return Err(DeployError::ChecksumMismatch {
@@ -322,6 +402,46 @@ impl Session {
         }
         eprintln!("all {} files match {}", found.entries.len(), manifest::FILE);
         Ok(())
+    }
+
+    /// Whether the release `release` on the host is whole: its files match its own
+    /// manifest, and their content hash is the one its name carries (which catches a
+    /// damaged manifest too).
+    fn check_release(&self, release: &str) -> Result<Check> {
+        let Some((found, own)) = self.hashes(&self.layout.release_dir_of(release))? else {
+            return Ok(Check::Verified { files: 0 });
+        };
+        let mut own_with_itself = own.clone();
+        if let Some(h) = found.entries.get(manifest::FILE) {
+            own_with_itself
+                .entries
+                .insert(manifest::FILE.to_string(), h.clone());
+        }
+        let mut why: Vec<String> = own_with_itself
+            .compare(&found)
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        if own.entries.is_empty() {
+            why.push(format!(
+                "{}: expected the release's manifest, found none",
+                manifest::FILE
+            ));
+        }
+        let content = manifest::content_hash(&found)?;
+        let named = release.rsplit('-').next().unwrap_or_default();
+        if why.is_empty() && !content.starts_with(named) {
+            why.push(format!(
+                "its content: expected the hash its name carries ({named}...), found {content}"
+            ));
+        }
+        Ok(if why.is_empty() {
+            Check::Verified {
+                files: found.entries.len(),
+            }
+        } else {
+            Check::Damaged(why)
+        })
     }
 
     /// `command` on the host under the [`GUARD`], its output streamed: at most `limit`,
@@ -377,11 +497,11 @@ impl Session {
 
     /// The bundle's `preflight.sh`, run from the upload folder; its `FAIL` lines become
     /// the error.
-    fn preflight(&self, min_free_mib: u64) -> Result<()> {
+    fn preflight(&self, from: &str, min_free_mib: u64) -> Result<()> {
         step("preflight on the host");
         let command = [
             "bash".to_string(),
-            format!("{}/{PREFLIGHT_SH}", self.layout.incoming()),
+            format!("{from}/{PREFLIGHT_SH}"),
             self.layout.dir.clone(),
             min_free_mib.to_string(),
         ];
@@ -416,10 +536,26 @@ impl Session {
         .into())
     }
 
-    fn activate(&self) -> Result<()> {
-        step("switch `current`");
-        let args = [self.layout.dir.clone(), self.layout.release.clone()];
-        let outcome = self.quick(&ACTIVATE, &args).run(self.dry_run)?;
+    /// Gives the checked upload (if `uploaded`) its release's name and, if `switch`,
+    /// points `current` at the release.
+    fn place(&self, uploaded: bool, switch: bool) -> Result<()> {
+        step(if switch {
+            "switch `current`"
+        } else {
+            "keep the release"
+        });
+        let args = [
+            self.layout.dir.clone(),
+            self.layout.release.clone(),
+            if uploaded {
+                self.layout.upload.clone()
+            } else {
+                String::new()
+            },
+            self.layout.aside(),
+            if switch { "switch" } else { "keep" }.to_string(),
+        ];
+        let outcome = self.quick(&PLACE, &args).run(self.dry_run)?;
         let disk = self.disk("the release", &self.layout.dir);
         if let Some(outcome) = expect_success(&self.ssh, outcome, "switching `current`", disk)? {
             eprint!("{}", outcome.stdout);
@@ -502,15 +638,34 @@ impl Session {
     }
 }
 
+/// What [`Session::prepare`] found on the host.
+#[derive(Debug, Default)]
+struct HostState {
+    /// The release `current` points at.
+    current: Option<String>,
+    /// Whether this deploy's release is there already.
+    present: bool,
+}
+
+/// What [`Session::check_release`] found.
+#[derive(Debug)]
+enum Check {
+    Verified {
+        files: usize,
+    },
+    /// How it differs from its manifest or its name.
+    Damaged(Vec<String>),
+}
+
 /// The shared ssh connection: opened once, closed (and its socket's folder removed) when
 /// dropped, whichever way the deploy ends.
-struct Connection<'a> {
-    ssh: &'a Ssh,
+struct Connection {
+    ssh: Ssh,
     dry_run: bool,
 }
 
-impl<'a> Connection<'a> {
-    fn open(ssh: &'a Ssh, dry_run: bool) -> Result<Connection<'a>> {
+impl Connection {
+    fn open(ssh: &Ssh, dry_run: bool) -> Result<Connection> {
         let socket = ssh
             .control
             .as_ref()
@@ -529,7 +684,10 @@ impl<'a> Connection<'a> {
                 .with_context(|| format!("could not create {}", folder.display()))?;
         }
         // From here on the folder is removed on the way out, whatever happens.
-        let connection = Connection { ssh, dry_run };
+        let connection = Connection {
+            ssh: ssh.clone(),
+            dry_run,
+        };
         let outcome = Remote::new(ssh.connect())
             .limit(Duration::from_secs(ssh.connect_timeout_s.into()) + QUICK_STOP)
             .run(dry_run)?;
@@ -538,7 +696,7 @@ impl<'a> Connection<'a> {
     }
 }
 
-impl Drop for Connection<'_> {
+impl Drop for Connection {
     fn drop(&mut self) {
         // Nothing to close when the connection never opened; either way it is gone. A
         // bounded wait, and not cut short by a signal: this is the clean-up it asked for.
@@ -656,28 +814,30 @@ fn require_tool(tool: &'static str, package: &'static str, why: &'static str) ->
 }
 
 /// The release name recorded in the bundle's `build-info.json`; in a dry run whose bundle
-/// was not built, the one it would get.
-fn release_of(bundle: &Path, ws: &Workspace, dry_run: bool) -> Result<String> {
+/// was not built, the one it would get with its hash left open.
+fn release_of(bundle: &Path, ws: &Workspace, dry_run: bool, program: &str) -> Result<String> {
     let path = bundle.join(BUILD_INFO);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(_) if dry_run => return Ok(build_info::release_name(&ws.root)),
+        Err(_) if dry_run => {
+            return Ok(build_info::release_name(
+                program,
+                &Revision::of(&ws.root),
+                None,
+            ));
+        }
         Err(e) => return Err(e).with_context(|| format!("could not read {}", path.display())),
     };
     let info: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let release = info["release"].as_str().unwrap_or_default();
-    let plain = !release.is_empty()
-        && release
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && !release.starts_with('.');
-    if !plain {
+    if !remote::is_release_name(release) || !info["content_sha256"].is_string() {
         bail!(
-            "{}: expected a `release` name (letters, digits, `-`, `_`, `.`), found {:?}; \
-             rebuild the bundle with `cargo xtask bundle`",
+            "{}: expected a `release` name (letters, digits, `-`, `_`, `.`) and a \
+             `content_sha256`, found {:?} and {:?}; rebuild the bundle with `cargo xtask bundle`",
             path.display(),
-            info["release"]
+            info["release"],
+            info["content_sha256"]
         );
     }
     Ok(release.to_string())

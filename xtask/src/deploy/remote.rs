@@ -1,18 +1,26 @@
 //! The layout of a deploy folder on the host and the fixed scripts that change it.
 //!
 //! ```text
-//! <dir>/releases/<release>/            one folder per release, as the bundle was built
-//! <dir>/releases/<release>.incoming/   an upload being checked (left there if it fails)
-//! <dir>/current -> releases/<release>  switched only after the checks pass
-//! <dir>/runs/<release>/<run>/          each run's results folder (what is fetched back)
+//! <dir>/releases/<release>/                one folder per release, as the bundle was built;
+//!                                          never written again once it has its name
+//! <dir>/releases/.incoming-<release>-<run>/  an upload being checked (left if it fails,
+//!                                          until `clean`)
+//! <dir>/releases/.damaged-<release>-<run>/ a release that failed its checksums, replaced
+//!                                          by a fresh upload (until `clean`)
+//! <dir>/current -> releases/<release>      switched only after the checks pass
+//! <dir>/runs/<release>/<run>/              each run's results folder (what is fetched back)
+//! <dir>/runs/.<run>.pid                    while a job or preflight runs: its process group
 //! ```
 //!
-//! An upload never writes into a release folder: it goes to `.incoming`, seeded with hard
-//! links to the release of the same name if there is one (a redeploy: rsync then sends
-//! only what changed, usually nothing), and replaces the release only once its checksums
-//! and the preflight have passed.
+//! A release's name says what it holds (the program, the revision, the hash of its
+//! content: see [`crate::bundle::build_info::Identity::release`]), so an upload never
+//! goes into a release folder: it goes to a folder of its own, and is renamed to its
+//! release's name once its checksums and the preflight have passed. Files that the
+//! release `current` points at already has are copied there on the host (rsync's
+//! `--copy-dest`: copies, not hard links, so nothing done to the upload reaches a live
+//! file), and only the others travel.
 
-/// A script run on the host by `bash -s`, its values passed as arguments.
+/// A script run on the host by `bash`, its values passed as arguments.
 #[derive(Debug)]
 pub struct Script {
     /// What the echo calls it.
@@ -20,49 +28,58 @@ pub struct Script {
     pub text: &'static str,
 }
 
-/// `PREPARE DIR RELEASE`: the folders, and the upload folder seeded from the release of
-/// the same name.
+/// `PREPARE DIR RELEASE`: the folders; then what is there, one fact a line:
+/// `current <target of current, or nothing>` and, if the release is there,
+/// `present`.
 pub const PREPARE: Script = Script {
     name: "prepare",
     text: r#"set -eu
 dir=$1 release=$2
 mkdir -p -- "$dir/releases" "$dir/runs"
-incoming="$dir/releases/$release.incoming"
-rm -rf -- "$incoming"
-if [ -d "$dir/releases/$release" ]; then
-    cp -al -- "$dir/releases/$release" "$incoming"
+cd -- "$dir"
+printf 'current %s\n' "$(readlink current 2>/dev/null || true)"
+if [ -d "releases/$release" ]; then
+    echo present
 fi
 "#,
 };
 
-/// `HASHES FOLDER`: `sha256sum` of every file under FOLDER, paths relative to it.
+/// `HASHES FOLDER`: `sha256sum` of every file under FOLDER, paths relative to it; then a
+/// line `@@ SHA256SUMS` and the folder's own `SHA256SUMS`, if it has one.
 pub const HASHES: Script = Script {
     name: "hashes",
     text: r#"set -eu -o pipefail
 cd -- "$1"
 find . -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 -r sha256sum --
+echo "@@ SHA256SUMS"
+cat SHA256SUMS 2>/dev/null || true
 "#,
 };
 
-/// `ACTIVATE DIR RELEASE`: the checked upload becomes the release and `current` points
-/// at it. The link is made under a temporary name and renamed over `current`, which
-/// rename(2) does atomically. A redeploy first moves the old folder of the same name
-/// aside, so for that instant a `current` already pointing at it dangles; a job that is
-/// running keeps its open files.
-pub const ACTIVATE: Script = Script {
-    name: "activate",
+/// The line [`HASHES`] puts between the hashes and the manifest.
+pub const HASHES_SEPARATOR: &str = "@@ SHA256SUMS\n";
+
+/// `PLACE DIR RELEASE UPLOAD ASIDE SWITCH`: the checked upload UPLOAD (a folder name in
+/// `releases/`, or empty when the release is there already) becomes the release; a
+/// folder of that name already there (one that failed its checksums) is first moved to
+/// ASIDE. With SWITCH `switch`, `current` then points at the release: the link is made
+/// under a temporary name and renamed over `current`, which rename(2) does atomically.
+pub const PLACE: Script = Script {
+    name: "place",
     text: r#"set -eu
-dir=$1 release=$2
+dir=$1 release=$2 upload=$3 aside=$4 switch=$5
 cd -- "$dir"
-rm -rf -- "releases/$release.old"
-if [ -e "releases/$release" ]; then
-    mv -T -- "releases/$release" "releases/$release.old"
+if [ -n "$upload" ]; then
+    if [ -e "releases/$release" ]; then
+        mv -T -- "releases/$release" "releases/$aside"
+    fi
+    mv -T -- "releases/$upload" "releases/$release"
 fi
-mv -T -- "releases/$release.incoming" "releases/$release"
-ln -sfn -- "releases/$release" current.new
-mv -T -- current.new current
-rm -rf -- "releases/$release.old"
-echo "current -> $(readlink current)"
+if [ "$switch" = switch ]; then
+    ln -sfn -- "releases/$release" current.new
+    mv -T -- current.new current
+    echo "current -> $(readlink current)"
+fi
 "#,
 };
 
@@ -119,14 +136,17 @@ pub struct Layout {
     /// The deploy folder as given: relative paths are taken from the remote home.
     pub dir: String,
     pub release: String,
+    /// This deploy's upload folder, in `releases/`.
+    pub upload: String,
 }
 
 impl Layout {
-    pub fn new(dir: &str, release: &str) -> Layout {
+    pub fn new(dir: &str, release: &str, run: &str) -> Layout {
         let trimmed = dir.trim_end_matches('/');
         Layout {
             dir: if trimmed.is_empty() { "/" } else { trimmed }.to_string(),
             release: release.to_string(),
+            upload: format!(".incoming-{release}-{run}"),
         }
     }
 
@@ -142,8 +162,18 @@ impl Layout {
         self.join(&format!("releases/{}", self.release))
     }
 
+    /// Another release's folder.
+    pub fn release_dir_of(&self, release: &str) -> String {
+        self.join(&format!("releases/{release}"))
+    }
+
     pub fn incoming(&self) -> String {
-        self.join(&format!("releases/{}.incoming", self.release))
+        self.join(&format!("releases/{}", self.upload))
+    }
+
+    /// Where a damaged release of this name goes when a fresh upload replaces it.
+    pub fn aside(&self) -> String {
+        self.upload.replacen(".incoming-", ".damaged-", 1)
     }
 
     pub fn current(&self) -> String {
@@ -161,26 +191,55 @@ impl Layout {
     }
 }
 
+/// The release `current` points at, from the link's target (`releases/<name>`), if it
+/// is one a deploy made.
+pub fn current_release(target: &str) -> Option<&str> {
+    let name = target.strip_prefix("releases/")?;
+    is_release_name(name).then_some(name)
+}
+
+/// Whether `name` can be a release folder's name: letters, digits, `-`, `_`, `.`, not
+/// starting with a `.` (the upload and damaged folders do).
+pub fn is_release_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn paths_sit_under_the_deploy_folder() {
-        let l = Layout::new("stepgraph/", "abc1234-dirty");
-        assert_eq!(l.release_dir(), "stepgraph/releases/abc1234-dirty");
-        assert_eq!(l.incoming(), "stepgraph/releases/abc1234-dirty.incoming");
+        let l = Layout::new("stepgraph/", "dqn-abc1234-dirty-0123", "r1");
+        assert_eq!(l.release_dir(), "stepgraph/releases/dqn-abc1234-dirty-0123");
+        assert_eq!(
+            l.incoming(),
+            "stepgraph/releases/.incoming-dqn-abc1234-dirty-0123-r1"
+        );
+        assert_eq!(l.aside(), ".damaged-dqn-abc1234-dirty-0123-r1");
         assert_eq!(l.current(), "stepgraph/current");
-        assert_eq!(l.run_dir("r1"), "stepgraph/runs/abc1234-dirty/r1");
-        assert_eq!(Layout::new("/", "r").current(), "/current");
+        assert_eq!(l.run_dir("r1"), "stepgraph/runs/dqn-abc1234-dirty-0123/r1");
+        assert_eq!(l.pidfile("r1"), "stepgraph/runs/.r1.pid");
+        assert_eq!(Layout::new("/", "r", "x").current(), "/current");
+        assert_eq!(current_release("releases/dqn-a-b"), Some("dqn-a-b"));
+        assert_eq!(current_release("releases/.incoming-x"), None);
+        assert_eq!(current_release("/elsewhere"), None);
     }
 
     #[test]
     fn scripts_take_their_values_as_arguments() {
-        for script in [&PREPARE, &HASHES, &ACTIVATE, &GUARD, &STOP] {
+        for script in [&PREPARE, &HASHES, &PLACE, &GUARD, &STOP] {
             assert!(script.text.starts_with("set -"), "{}", script.name);
             assert!(script.text.contains("$1"), "{}", script.name);
         }
-        assert!(ACTIVATE.text.contains("mv -T -- current.new current"));
+        assert!(PLACE.text.contains("mv -T -- current.new current"));
+        assert!(HASHES.text.ends_with(&format!(
+            "echo \"{}\"\ncat SHA256SUMS 2>/dev/null || true\n",
+            HASHES_SEPARATOR.trim_end()
+        )));
     }
 }
