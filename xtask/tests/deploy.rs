@@ -373,6 +373,113 @@ impl Host {
     }
 }
 
+/// A deploy started in the background, its output collected as it comes.
+struct Running {
+    child: Child,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("xtask runs");
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let readers = [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ]
+        .into_iter()
+        .map(|mut from| {
+            let text = std::sync::Arc::clone(&text);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    text.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        })
+        .collect();
+        Running {
+            child,
+            text,
+            readers,
+        }
+    }
+
+    fn shown(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Waits until the output holds `needle`; panics, showing it, after a minute.
+    fn wait_for(&self, needle: &str) {
+        assert!(
+            within(Duration::from_secs(60), || self.shown().contains(needle)),
+            "`{needle}` did not show within a minute:\n{}",
+            self.shown()
+        );
+    }
+
+    fn finish(mut self) -> Deployed {
+        let status = self.child.wait().unwrap();
+        for r in self.readers.drain(..) {
+            r.join().unwrap();
+        }
+        Deployed {
+            ok: status.success(),
+            text: self.shown(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Asserts that a release folder on the host is whole: every file there is in its
+/// manifest, and every one matches.
+fn assert_whole(release: &Path) {
+    let ok = Command::new("sha256sum")
+        .args(["-c", "--quiet", "--strict", "SHA256SUMS"])
+        .current_dir(release)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "{} fails its checksums", release.display());
+    let listed = fs::read_to_string(release.join("SHA256SUMS")).unwrap();
+    let count = Command::new("find")
+        .args([".", "-type", "f"])
+        .current_dir(release)
+        .output()
+        .unwrap()
+        .stdout
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    assert_eq!(count, listed.lines().count() + 1, "{}", release.display());
+}
+
+/// The names in the host's `releases/`, sorted.
+fn release_folders(host: &Host) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(host.remote().join("releases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// The environment variable that marks the processes a test's deploy starts here.
 const TEST_MARK: &str = "STEPGRAPH_DEPLOY_TEST";
 
@@ -785,45 +892,13 @@ fn hung_nvidia_smi_fails_the_preflight_on_its_timeout() {
 fn sigint_during_the_job_stops_it_there_and_here() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
-    let mut child = host
-        .command(&bundle, &["--", "--sleep=300"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("xtask runs");
-    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let readers: Vec<_> = [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ]
-    .into_iter()
-    .map(|mut from| {
-        let text = std::sync::Arc::clone(&text);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = from.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                text.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    })
-    .collect();
-    let shown = || text.lock().unwrap().clone();
-    assert!(
-        within(Duration::from_secs(60), || shown()
-            .contains("job: sleeping")),
-        "the job did not start:\n{}",
-        shown()
-    );
+    let mut running = Running::start(host.command(&bundle, &["--", "--sleep=300"]));
+    running.wait_for("job: sleeping");
     assert!(!processes_of(host.tmp.path()).is_empty());
+    let pid = running.child.id();
 
     let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args(["-INT", &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -831,13 +906,11 @@ fn sigint_during_the_job_stops_it_there_and_here() {
     let mut exit = None;
     let gone = within(Duration::from_secs(5), || {
         if exit.is_none() {
-            exit = child.try_wait().unwrap();
+            exit = running.child.try_wait().unwrap();
         }
         exit.is_some() && processes_of(host.tmp.path()).is_empty()
     });
-    for r in readers {
-        r.join().unwrap();
-    }
+    let shown = || running.shown();
     assert!(
         gone,
         "5 s after SIGINT: xtask {exit:?}, still running: {:?}\n{}",
@@ -851,11 +924,9 @@ fn sigint_during_the_job_stops_it_there_and_here() {
         "{}",
         shown()
     );
-    let control = std::env::temp_dir().join(format!("stepgraph-ssh-{}", child.id()));
+    let control = std::env::temp_dir().join(format!("stepgraph-ssh-{pid}"));
     assert!(!control.exists(), "{} left behind", control.display());
     eprintln!("stopped {took:?} after SIGINT");
-    let _ = child.kill();
-    child.wait().unwrap();
 }
 
 #[test]
@@ -875,4 +946,63 @@ fn zero_timeouts_are_refused() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let first = Running::start(host.command(&one, &["--", "--sleep=2"]));
+    first.wait_for("job: sleeping");
+    host.deploy(&two, &["--no-wait"]).expect_failure(&[
+        &format!(
+            "the deploy folder {} on {} is in use: expected no other deploy there, found its \
+             lock held by pid ",
+            host.remote().display(),
+            host.target()
+        ),
+        &format!("cargo xtask deploy to {}", host.remote().display()),
+        "; wait for it, or drop --no-wait to wait",
+    ]);
+    first.finish().expect_ok();
+    // The refused deploy left nothing: no upload, no release.
+    let r1 = release_of(&one);
+    assert_eq!(release_folders(&host), std::slice::from_ref(&r1));
+    assert_whole(&host.remote().join("releases").join(&r1));
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+}
+
+#[test]
+fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let first = Running::start(host.command(&one, &["--", "--sleep=2"]));
+    first.wait_for("job: sleeping");
+    let second = host.deploy(&two, &[]);
+    let first = first.finish();
+    first.expect_ok();
+    second.expect_ok().expect_output(&[
+        &format!(
+            "waiting (up to 600s) for the deploy folder {}",
+            host.remote().display()
+        ),
+        "its lock is held by pid ",
+        "(--no-wait fails instead)",
+    ]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    let mut both = vec![r1.clone(), r2.clone()];
+    both.sort();
+    assert_eq!(release_folders(&host), both);
+    for r in [&r1, &r2] {
+        assert_whole(&host.remote().join("releases").join(r));
+    }
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
 }

@@ -84,6 +84,27 @@ pub enum DeployError {
         failures: Vec<String>,
     },
 
+    #[error(
+        "the deploy folder {dir} on {host} is in use: expected no other deploy there, found \
+         its lock held by {holder}{}",
+        match waited {
+            Some(s) => format!(" after waiting {s}s (--lock-timeout)"),
+            None => "; wait for it, or drop --no-wait to wait".to_string(),
+        }
+    )]
+    Locked {
+        host: String,
+        dir: String,
+        holder: String,
+        waited: Option<u64>,
+    },
+
+    #[error(
+        "lost the lock of the deploy folder {dir} on {host} (the connection dropped?); \
+         `current` was not switched"
+    )]
+    LockLost { host: String, dir: String },
+
     #[error("{step} on {host} did not finish within {seconds}s, so it was stopped")]
     TimedOut {
         step: &'static str,

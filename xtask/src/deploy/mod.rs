@@ -21,6 +21,7 @@
 //! stand-in `nvidia-smi` in front of the host's (which on the test machine is none).
 
 mod error;
+mod lock;
 pub mod remote;
 mod ssh;
 mod target;
@@ -33,6 +34,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 pub use self::error::DeployError;
+use self::lock::RemoteLock;
 use self::remote::{GUARD, HASHES, HASHES_SEPARATOR, Layout, PLACE, PREPARE, STOP, Script};
 use self::ssh::{Disk, Outcome, Remote, Show, Ssh, Stop};
 pub use self::target::Target;
@@ -42,6 +44,7 @@ use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::{DEFAULT_MIN_FREE_MIB, FAIL_PREFIX};
 use crate::bundle::{Bundle, build_info};
 use crate::cmd::{self, Workspace};
+use crate::lock::FolderLock;
 use crate::programs::DEMO;
 
 /// How many of the job's last lines a failure shows.
@@ -109,6 +112,14 @@ pub struct Deploy {
     /// (the tests put a stand-in nvidia-smi there).
     #[arg(long, value_name = "DIR")]
     pub remote_path_prefix: Option<String>,
+    /// Fail at once when another deploy holds the deploy folder (or a command the bundle
+    /// folder), rather than wait for it.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Seconds to wait for another deploy to release the deploy folder (or the bundle
+    /// folder) before failing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = seconds)]
+    pub lock_timeout: u32,
     /// Print every command without running any, changing nothing here or there.
     #[arg(long)]
     pub dry_run: bool,
@@ -132,8 +143,17 @@ impl Deploy {
         // The host first: a wrong host or key shows in seconds, not after a build.
         step("connect");
         let _connection = Connection::open(&ssh, dry_run)?;
+        step("lock the deploy folder");
+        let what = format!("cargo xtask deploy to {}", self.dir);
+        let mut folder_lock = RemoteLock::take(
+            &ssh,
+            &self.dir,
+            &crate::lock::describe_holder(&what),
+            self.wait(),
+            dry_run,
+        )?;
 
-        let bundle = self.bundle_dir(ws)?;
+        let (bundle, bundle_lock) = self.bundle_dir(ws)?;
         let release = release_of(&bundle, ws, dry_run, &self.program())?;
         let expected = expected_hashes(&bundle, dry_run)?;
         let run = run_id(SystemTime::now());
@@ -188,12 +208,23 @@ impl Deploy {
             session.copy(&bundle, state.current.as_deref())?;
             session.verify(expected.as_ref())?;
         }
+        // What is on the host now is checked; the bundle here may be rebuilt.
+        drop(bundle_lock);
         let from = if upload {
             session.layout.incoming()
         } else {
             session.layout.release_dir()
         };
         session.preflight(&from, self.min_free_mib)?;
+        if let Some(lock) = &mut folder_lock
+            && !lock.held()
+        {
+            return Err(DeployError::LockLost {
+                host: session.host.clone(),
+                dir: session.layout.dir.clone(),
+            }
+            .into());
+        }
         if upload || !live {
             session.place(upload, true)?;
         }
@@ -256,9 +287,18 @@ impl Deploy {
         Ok(())
     }
 
-    /// The bundle folder: `--bundle` as given, or the example's (or the GPU tests')
-    /// bundle, built now.
-    fn bundle_dir(&self, ws: &Workspace) -> Result<PathBuf> {
+    fn wait(&self) -> crate::lock::Wait {
+        if self.no_wait {
+            crate::lock::Wait::No
+        } else {
+            crate::lock::Wait::Upto(Duration::from_secs(self.lock_timeout.into()))
+        }
+    }
+
+    /// The bundle folder, `--bundle` as given or the example's (or the GPU tests')
+    /// bundle built now, and its lock, which keeps another command from rewriting it
+    /// while it is copied (none in a dry run).
+    fn bundle_dir(&self, ws: &Workspace) -> Result<(PathBuf, Option<FolderLock>)> {
         if let Some(dir) = &self.bundle {
             for file in [RUN_SH, PREFLIGHT_SH, BUILD_INFO, manifest::FILE] {
                 if !dir.join(file).is_file() {
@@ -270,7 +310,17 @@ impl Deploy {
                     );
                 }
             }
-            return Ok(dir.clone());
+            eprintln!("$ lock {}", crate::lock::lock_path(dir).display());
+            let lock = if self.dry_run {
+                None
+            } else {
+                Some(FolderLock::take(
+                    dir,
+                    "cargo xtask deploy --bundle",
+                    self.wait(),
+                )?)
+            };
+            return Ok((dir.clone(), lock));
         }
         let bundle = Bundle {
             example: (!self.gpu_tests).then(|| self.example.clone()),
@@ -278,8 +328,9 @@ impl Deploy {
             out: None,
             dry_run: self.dry_run,
         };
-        eprintln!("== bundle");
-        bundle.build(ws)
+        eprintln!("\n== bundle");
+        let built = bundle.build(ws, self.wait())?;
+        Ok((built.dir, built.lock))
     }
 }
 
