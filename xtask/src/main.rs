@@ -20,7 +20,9 @@ enum Command {
     Test(test::Test),
     Demo(demo::Demo),
     Bundle(bundle::Bundle),
-    // Boxed: its many options would make every variant as large.
+    // Boxed: its many options would make every variant as large. With no subcommand it
+    // deploys, so its own options are required only then.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Deploy(Box<deploy::Deploy>),
     Plan(plan::Plan),
     RenderProfile(plan::RenderProfile),

@@ -366,10 +366,48 @@ impl Host {
             .join(format!("127.0.0.1-{}", self.sshd.port))
             .join(release);
         let mut runs: Vec<PathBuf> = fs::read_dir(dir)
-            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .map(|d| {
+                d.map(|e| e.unwrap().path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
             .unwrap_or_default();
         runs.sort();
         runs
+    }
+
+    /// `cargo xtask deploy <action>` against this host's deploy folder, `extra` after the
+    /// usual options (and perhaps `--` and the job's arguments).
+    fn manage(&self, action: &str, extra: &[&str]) -> Deployed {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        cmd.args(["deploy", action, "--host", &self.target()])
+            .arg("--key")
+            .arg(&self.sshd.key)
+            .arg("--known-hosts")
+            .arg(self.tmp.path().join("known_hosts"))
+            .arg("--dir")
+            .arg(self.remote())
+            .arg("--remote-path-prefix")
+            .arg(self.stand_in())
+            .args(["--connect-timeout", "5"]);
+        if action == "run" {
+            cmd.arg("--fetch-to").arg(self.fetched());
+        }
+        let out = cmd
+            .args(extra)
+            .env(TEST_MARK, self.tmp.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("xtask runs");
+        Deployed {
+            ok: out.status.success(),
+            text: format!(
+                "{}{}\n(sshd log: {})",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.sshd.log.display()
+            ),
+        }
     }
 }
 
@@ -962,7 +1000,7 @@ fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
             host.remote().display(),
             host.target()
         ),
-        &format!("cargo xtask deploy to {}", host.remote().display()),
+        "cargo xtask deploy, run ",
         "; wait for it, or drop --no-wait to wait",
     ]);
     first.finish().expect_ok();
@@ -1005,4 +1043,180 @@ fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
         host.current(),
         Some(PathBuf::from(format!("releases/{r2}")))
     );
+}
+
+#[test]
+fn status_list_run_and_clean_on_a_host_with_several_releases() {
+    let host = Host::start();
+    let mut names = Vec::new();
+    for (program, libraries) in [
+        ("job", &["libc.so.6"][..]),
+        ("job", &["libc.so.6", "libm.so.6"][..]),
+        ("other", &["libc.so.6"][..]),
+    ] {
+        let bundle = host.bundle_of(program, libraries);
+        names.push(release_of(&bundle));
+        host.deploy(&bundle, &["--", "--steps", "1"]).expect_ok();
+    }
+    let [r1, r2, r3] = [&names[0], &names[1], &names[2]];
+    fs::create_dir_all(
+        host.remote()
+            .join("releases/.incoming-job-x-1-20260101T000000Z-1"),
+    )
+    .unwrap();
+
+    host.manage("status", &[]).expect_ok().expect_output(&[
+        &format!("current: {r3}"),
+        "  program other, revision ",
+        "  made current 20",
+        "  verified: its 6 files match its SHA256SUMS and its name",
+        ": exit status 0 after ",
+        "(args `--steps 1`, by `deploy`)",
+        "lock: free",
+    ]);
+
+    let listed = host.manage("list", &[]);
+    listed.expect_ok().expect_output(&[
+        "3 releases (newest first; * is current)",
+        &format!("* {r3}\n    program other"),
+        &format!("  {r2}\n    program job"),
+        "left by failed uploads and replaced damaged releases (`clean` removes them):",
+        "  releases/.incoming-job-x-1-20260101T000000Z-1",
+    ]);
+    let at = |r: &str| listed.text.find(&format!(" {r}\n")).unwrap();
+    assert!(at(r3) < at(r2) && at(r2) < at(r1), "{}", listed.text);
+
+    host.manage("run", &["--", "--steps", "9"])
+        .expect_ok()
+        .expect_output(&[
+            &format!("releases/{r3}: its 6 files match its SHA256SUMS and its name"),
+            "preflight: ok",
+            "job: started with: --steps 9",
+            &format!("ran {r3} again on "),
+        ]);
+    assert_eq!(host.runs(r3).len(), 2);
+
+    host.manage("clean", &["--keep", "1"])
+        .expect_ok()
+        .expect_output(&[
+            &format!("removed releases/{r1}"),
+            &format!("removed releases/{r2}"),
+            "removed releases/.incoming-job-x-1-20260101T000000Z-1",
+            &format!("kept 1 in {} on ", host.remote().display()),
+        ]);
+    assert_eq!(release_folders(&host), std::slice::from_ref(r3));
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r3}")))
+    );
+    // Results stay.
+    assert!(host.remote().join("runs").join(r1).is_dir());
+    host.manage("list", &[]).expect_ok().expect_output(&[
+        "1 releases",
+        "runs of releases no longer on the host:",
+        &format!("  {r1} run "),
+    ]);
+}
+
+#[test]
+fn a_damaged_live_release_is_caught_before_run_and_rollback_passes_over_damage() {
+    let host = Host::start();
+    let mut names = Vec::new();
+    for libraries in [
+        &["libc.so.6"][..],
+        &["libm.so.6"][..],
+        &["libc.so.6", "libm.so.6"][..],
+    ] {
+        let bundle = host.bundle_of("job", libraries);
+        names.push(release_of(&bundle));
+        host.deploy(&bundle, &[]).expect_ok();
+    }
+    let [r1, r2, r3] = [&names[0], &names[1], &names[2]];
+    let truncate = |r: &str| {
+        let job = host.remote().join("releases").join(r).join("bin/job");
+        fs::write(&job, "#!/bin/sh\n").unwrap();
+    };
+    truncate(r3);
+    host.manage("run", &[]).expect_failure(&[
+        &format!("the release {r3} on "),
+        "is damaged: expected its files to match its SHA256SUMS and its name, found:",
+        "- bin/job: expected sha256 ",
+        "nothing was run: `cargo xtask deploy rollback` goes back",
+    ]);
+    assert_eq!(host.runs(r3).len(), 1, "the damaged release ran");
+    host.manage("status", &[])
+        .expect_failure(&["DAMAGED", &format!("the release {r3} on ")]);
+
+    // The release r3 was deployed over is damaged too: rollback goes on to r1.
+    truncate(r2);
+    host.manage("rollback", &[]).expect_ok().expect_output(&[
+        &format!("releases/{r2} is damaged, passed over:"),
+        &format!("releases/{r1}: its 6 files match its SHA256SUMS and its name"),
+        &format!("from {r3} to {r1} (passing over {r2} (damaged))"),
+    ]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+    host.manage("run", &[])
+        .expect_ok()
+        .expect_output(&["job: done"]);
+    host.manage("rollback", &[]).expect_failure(&[
+        "no release to roll back to on ",
+        &format!("an earlier verified release that {r1} was deployed over, found none"),
+    ]);
+}
+
+#[test]
+fn stage_uploads_and_checks_without_switching() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    host.deploy(&one, &[]).expect_ok();
+    let staged = host.manage("stage", &["--bundle", two.to_str().unwrap()]);
+    staged.expect_ok().expect_output(&[
+        "all 6 files match SHA256SUMS",
+        "preflight: ok",
+        &format!("staged {r2} on "),
+        &format!("`current` stays at {r1}"),
+    ]);
+    assert!(!staged.text.contains("== run the job"), "{}", staged.text);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+    assert_whole(&host.remote().join("releases").join(&r2));
+    host.deploy(&two, &[]).expect_ok().expect_output(&[
+        &format!("releases/{r2} is already on the host, and its 6 files match"),
+        "job: done",
+    ]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
+}
+
+#[test]
+fn no_gpu_checks_skips_them_and_marks_the_run() {
+    let host = Host::start();
+    // nvidia-smi would hang, and a library is missing: neither is looked at.
+    fs::write(host.stand_in().join("hang"), "").unwrap();
+    let bundle = host.bundle(&["libstepgraph_missing.so.1"]);
+    let release = release_of(&bundle);
+    host.deploy(&bundle, &["--no-gpu-checks", "--preflight-timeout", "20"])
+        .expect_ok()
+        .expect_output(&[
+            "skip  gpu: --no-gpu-checks (no GPU, compute capability, driver or library checks)",
+            "ok    free disk: ",
+            "preflight: ok",
+            "WITHOUT the preflight's GPU checks",
+        ]);
+    let runs = host.runs(&release);
+    let record = fs::read_to_string(runs[0].with_extension("json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["gpu_checks"], false, "{record}");
+    host.manage("status", &[])
+        .expect_ok()
+        .expect_output(&["NO GPU CHECKS (--no-gpu-checks)"]);
 }

@@ -50,6 +50,9 @@ impl Preflight<'_> {
     }
 }
 
+/// The flag that skips the GPU, driver and library checks (testing without a GPU).
+pub const NO_GPU_CHECKS: &str = "--no-gpu-checks";
+
 /// The prefix of a failed check's line; `cargo xtask deploy` collects these lines into
 /// its error.
 pub const FAIL_PREFIX: &str = "FAIL  ";
@@ -57,15 +60,22 @@ pub const FAIL_PREFIX: &str = "FAIL  ";
 const TEMPLATE: &str = r#"#!/usr/bin/env bash
 # Written by `cargo xtask bundle`: rebuild the bundle rather than edit this file.
 #
-#   ./preflight.sh [DIR [MIN_FREE_MIB]]
+#   ./preflight.sh [--no-gpu-checks] [DIR [MIN_FREE_MIB]]
 #
 # Whether this host can run the bundle: a GPU that nvidia-smi lists; compute capability
 # at least @MIN_CC@ (the kernels are @SM_TARGET@ cubins); a driver at least @MIN_DRIVER@ (CUDA
 # @CUDA@, what the kernels were compiled with); every library the job loads, found where
 # run.sh looks and on the loader cache; MIN_FREE_MIB MiB free in DIR (default @MIN_FREE_MIB@
 # MiB in this bundle's folder). One line per check, `ok` or `FAIL` with what was expected
-# and what was found; the exit status is 1 if any check failed.
+# and what was found; the exit status is 1 if any check failed. --no-gpu-checks skips the
+# GPU, driver and library checks, for testing on a machine without a GPU.
 set -u -o pipefail
+
+gpu_checks=1
+if [ "${1:-}" = --no-gpu-checks ]; then
+    gpu_checks=0
+    shift
+fi
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 disk_dir="${1:-$here}"
@@ -76,6 +86,7 @@ libraries=(@LIBRARIES@)
 failed=0
 
 ok() { printf 'ok    %s: %s\n' "$1" "$2"; }
+skip() { printf 'skip  %s: %s\n' "$1" "$2"; }
 fail() {
     printf 'FAIL  %s: expected %s, found %s\n' "$1" "$2" "$3"
     failed=1
@@ -103,7 +114,10 @@ version_ge() {
 checking "library search" "python3 and ldconfig to answer"
 @LIB_PATH@
 
-# The GPUs, their compute capability and the driver, from one query.
+# The GPUs, their compute capability and the driver, from one query; and the libraries.
+if [ "$gpu_checks" = 0 ]; then
+    skip gpu "--no-gpu-checks (no GPU, compute capability, driver or library checks)"
+else
 checking gpu "nvidia-smi to list the GPUs"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     fail gpu "nvidia-smi on PATH (it comes with the NVIDIA driver)" "none (PATH=$PATH)"
@@ -157,6 +171,7 @@ for lib in "${libraries[@]}"; do
         fail "library $lib" "it in LD_LIBRARY_PATH (${LD_LIBRARY_PATH:-empty}) or on the loader cache (ldconfig -p)" "it in neither"
     fi
 done
+fi # gpu_checks
 
 # Free disk where the results go. (Not `$dir`: the library search above uses that name.)
 checking "free disk" "df to report the free space in $disk_dir"
@@ -213,6 +228,8 @@ mod tests {
         assert!(script.contains("min_driver=580.65.06\n"));
         assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13)\n"));
         assert!(script.contains("--query-gpu=index,name,compute_cap,driver_version"));
+        assert!(script.contains(r#"if [ "${1:-}" = --no-gpu-checks ]; then"#));
+        assert!(script.contains("fi # gpu_checks\n"));
         // The same library search as run.sh.
         assert!(script.contains(&lib_path_block()));
     }

@@ -105,6 +105,37 @@ pub enum DeployError {
     )]
     LockLost { host: String, dir: String },
 
+    #[error(
+        "no release is live in {dir} on {host}: expected `current` to point at one, found {found}"
+    )]
+    NoCurrent {
+        host: String,
+        dir: String,
+        found: String,
+    },
+
+    #[error(
+        "the release {release} on {host} is damaged: expected its files to match its \
+         SHA256SUMS and its name, found:{}\n(nothing was run: `cargo xtask deploy rollback` goes \
+         back to the previous verified release, a deploy of the bundle uploads it again)",
+        list(why)
+    )]
+    ReleaseDamaged {
+        host: String,
+        release: String,
+        why: Vec<String>,
+    },
+
+    #[error(
+        "no release to roll back to on {host}: expected an earlier verified release that \
+         {current} was deployed over, found {found}"
+    )]
+    NoRollback {
+        host: String,
+        current: String,
+        found: String,
+    },
+
     #[error("{step} on {host} did not finish within {seconds}s, so it was stopped")]
     TimedOut {
         step: &'static str,

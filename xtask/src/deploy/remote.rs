@@ -9,7 +9,13 @@
 //!                                          by a fresh upload (until `clean`)
 //! <dir>/current -> releases/<release>      switched only after the checks pass
 //! <dir>/runs/<release>/<run>/              each run's results folder (what is fetched back)
+//! <dir>/runs/<release>/<run>.json          the run's record: what started it, how, when
+//! <dir>/runs/<release>/<run>.exit          `<status> <unix time>`, written when it ends
 //! <dir>/runs/.<run>.pid                    while a job or preflight runs: its process group
+//! <dir>/history                            one line per change of `current` and per stage:
+//!                                          `<unix time> <event> <release> <from> <by>`,
+//!                                          tab-separated
+//! <dir>/.lock                              the deploy folder's lock (see `lock.rs`)
 //! ```
 //!
 //! A release's name says what it holds (the program, the revision, the hash of its
@@ -59,15 +65,17 @@ cat SHA256SUMS 2>/dev/null || true
 /// The line [`HASHES`] puts between the hashes and the manifest.
 pub const HASHES_SEPARATOR: &str = "@@ SHA256SUMS\n";
 
-/// `PLACE DIR RELEASE UPLOAD ASIDE SWITCH`: the checked upload UPLOAD (a folder name in
-/// `releases/`, or empty when the release is there already) becomes the release; a
+/// `PLACE DIR RELEASE UPLOAD ASIDE EVENT BY`: the checked upload UPLOAD (a folder name
+/// in `releases/`, or empty when the release is there already) becomes the release; a
 /// folder of that name already there (one that failed its checksums) is first moved to
-/// ASIDE. With SWITCH `switch`, `current` then points at the release: the link is made
-/// under a temporary name and renamed over `current`, which rename(2) does atomically.
+/// ASIDE. Unless EVENT is `staged`, `current` then points at the release: the link is
+/// made under a temporary name and renamed over `current`, which rename(2) does
+/// atomically. EVENT (`switched`, `rolled-back`, `staged`) goes into `history`, with
+/// where `current` pointed before and BY.
 pub const PLACE: Script = Script {
     name: "place",
     text: r#"set -eu
-dir=$1 release=$2 upload=$3 aside=$4 switch=$5
+dir=$1 release=$2 upload=$3 aside=$4 event=$5 by=$6
 cd -- "$dir"
 if [ -n "$upload" ]; then
     if [ -e "releases/$release" ]; then
@@ -75,11 +83,90 @@ if [ -n "$upload" ]; then
     fi
     mv -T -- "releases/$upload" "releases/$release"
 fi
-if [ "$switch" = switch ]; then
+from="$(readlink current 2>/dev/null || true)"
+from="${from#releases/}"
+if [ "$event" != staged ]; then
     ln -sfn -- "releases/$release" current.new
     mv -T -- current.new current
     echo "current -> $(readlink current)"
 fi
+printf '%s\t%s\t%s\t%s\t%s\n' "$(date +%s)" "$event" "$release" "${from:--}" "$by" >>history
+"#,
+};
+
+/// `WRITE FILE TEXT`: TEXT and a newline into FILE (its folder made), through a
+/// temporary file renamed over it, so a reader never sees half of it.
+pub const WRITE: Script = Script {
+    name: "write",
+    text: r#"set -eu
+mkdir -p -- "$(dirname -- "$1")"
+printf '%s\n' "$2" >"$1.tmp"
+mv -f -- "$1.tmp" "$1"
+"#,
+};
+
+/// `INSPECT DIR`: what the deploy folder holds, as sections each opened by a line
+/// `@@ <kind> <names...>`: `current <target>`, `lock free` or `lock held` (its holder on
+/// the next line), `release <name>` (its build-info.json follows), `leftover <name>` (an
+/// upload or damaged folder), `run <release> <run>` (its record follows), `exit
+/// <release> <run>` (its exit file follows), `running <release> <run>`, `history` (the
+/// history file follows).
+pub const INSPECT: Script = Script {
+    name: "inspect",
+    text: r#"set -u
+cd -- "$1" 2>/dev/null || { echo "@@ missing"; exit 0; }
+printf '@@ current %s\n' "$(readlink current 2>/dev/null || true)"
+if [ ! -e .lock ] || flock -n .lock true 2>/dev/null; then
+    echo "@@ lock free"
+else
+    echo "@@ lock held"
+    head -c 600 .lock | tr '\n' ' '
+    echo
+fi
+for d in releases/* releases/.[!.]*; do
+    [ -d "$d" ] || continue
+    name="${d#releases/}"
+    case "$name" in
+        .*) printf '@@ leftover %s\n' "$name" ;;
+        *)
+            printf '@@ release %s\n' "$name"
+            cat -- "$d/build-info.json" 2>/dev/null
+            echo
+            ;;
+    esac
+done
+for record in runs/*/*.json; do
+    [ -f "$record" ] || continue
+    rel="${record#runs/}" && rel="${rel%%/*}"
+    run="${record##*/}" && run="${run%.json}"
+    printf '@@ run %s %s\n' "$rel" "$run"
+    cat -- "$record"
+    echo
+    if [ -f "runs/$rel/$run.exit" ]; then
+        printf '@@ exit %s %s\n' "$rel" "$run"
+        cat -- "runs/$rel/$run.exit"
+    elif pid="$(cat -- "runs/.$run.pid" 2>/dev/null)" && kill -0 -- "$pid" 2>/dev/null; then
+        printf '@@ running %s %s\n' "$rel" "$run"
+    fi
+done
+echo "@@ history"
+cat history 2>/dev/null || true
+"#,
+};
+
+/// `REMOVE DIR NAME...`: removes the folders `releases/NAME` (names checked here first).
+pub const REMOVE: Script = Script {
+    name: "remove",
+    text: r#"set -eu
+cd -- "$1/releases"
+shift
+for name in "$@"; do
+    case "$name" in
+        '' | . | .. | */*) echo "refusing to remove '$name'" >&2; exit 2 ;;
+    esac
+    rm -rf -- "$name"
+    echo "removed releases/$name"
+done
 "#,
 };
 
@@ -130,23 +217,18 @@ exit 0
 "#,
 };
 
-/// Paths of one release in the deploy folder `dir` on the host.
+/// Paths in the deploy folder `dir` on the host.
 #[derive(Debug, Clone)]
 pub struct Layout {
     /// The deploy folder as given: relative paths are taken from the remote home.
     pub dir: String,
-    pub release: String,
-    /// This deploy's upload folder, in `releases/`.
-    pub upload: String,
 }
 
 impl Layout {
-    pub fn new(dir: &str, release: &str, run: &str) -> Layout {
+    pub fn new(dir: &str) -> Layout {
         let trimmed = dir.trim_end_matches('/');
         Layout {
             dir: if trimmed.is_empty() { "/" } else { trimmed }.to_string(),
-            release: release.to_string(),
-            upload: format!(".incoming-{release}-{run}"),
         }
     }
 
@@ -158,22 +240,18 @@ impl Layout {
         }
     }
 
-    pub fn release_dir(&self) -> String {
-        self.join(&format!("releases/{}", self.release))
-    }
-
-    /// Another release's folder.
-    pub fn release_dir_of(&self, release: &str) -> String {
+    pub fn release_dir(&self, release: &str) -> String {
         self.join(&format!("releases/{release}"))
     }
 
-    pub fn incoming(&self) -> String {
-        self.join(&format!("releases/{}", self.upload))
+    /// The upload folder's name (in `releases/`) of a deploy's run.
+    pub fn upload(release: &str, run: &str) -> String {
+        format!(".incoming-{release}-{run}")
     }
 
-    /// Where a damaged release of this name goes when a fresh upload replaces it.
-    pub fn aside(&self) -> String {
-        self.upload.replacen(".incoming-", ".damaged-", 1)
+    /// Where a damaged release goes when a fresh upload replaces it (in `releases/`).
+    pub fn aside(release: &str, run: &str) -> String {
+        format!(".damaged-{release}-{run}")
     }
 
     pub fn current(&self) -> String {
@@ -186,8 +264,13 @@ impl Layout {
         self.join(&format!("runs/.{name}.pid"))
     }
 
-    pub fn run_dir(&self, run: &str) -> String {
-        self.join(&format!("runs/{}/{run}", self.release))
+    pub fn run_dir(&self, release: &str, run: &str) -> String {
+        self.join(&format!("runs/{release}/{run}"))
+    }
+
+    /// The run's record (`.json`) or exit file (`.exit`), beside its results folder.
+    pub fn run_file(&self, release: &str, run: &str, ext: &str) -> String {
+        self.join(&format!("runs/{release}/{run}.{ext}"))
     }
 }
 
@@ -214,17 +297,28 @@ mod tests {
 
     #[test]
     fn paths_sit_under_the_deploy_folder() {
-        let l = Layout::new("stepgraph/", "dqn-abc1234-dirty-0123", "r1");
-        assert_eq!(l.release_dir(), "stepgraph/releases/dqn-abc1234-dirty-0123");
+        let l = Layout::new("stepgraph/");
+        let r = "dqn-abc1234-dirty-0123";
         assert_eq!(
-            l.incoming(),
-            "stepgraph/releases/.incoming-dqn-abc1234-dirty-0123-r1"
+            l.release_dir(r),
+            "stepgraph/releases/dqn-abc1234-dirty-0123"
         );
-        assert_eq!(l.aside(), ".damaged-dqn-abc1234-dirty-0123-r1");
+        assert_eq!(
+            Layout::upload(r, "r1"),
+            ".incoming-dqn-abc1234-dirty-0123-r1"
+        );
+        assert_eq!(Layout::aside(r, "r1"), ".damaged-dqn-abc1234-dirty-0123-r1");
         assert_eq!(l.current(), "stepgraph/current");
-        assert_eq!(l.run_dir("r1"), "stepgraph/runs/dqn-abc1234-dirty-0123/r1");
+        assert_eq!(
+            l.run_dir(r, "r1"),
+            "stepgraph/runs/dqn-abc1234-dirty-0123/r1"
+        );
+        assert_eq!(
+            l.run_file(r, "r1", "json"),
+            "stepgraph/runs/dqn-abc1234-dirty-0123/r1.json"
+        );
         assert_eq!(l.pidfile("r1"), "stepgraph/runs/.r1.pid");
-        assert_eq!(Layout::new("/", "r", "x").current(), "/current");
+        assert_eq!(Layout::new("/").current(), "/current");
         assert_eq!(current_release("releases/dqn-a-b"), Some("dqn-a-b"));
         assert_eq!(current_release("releases/.incoming-x"), None);
         assert_eq!(current_release("/elsewhere"), None);
@@ -232,7 +326,9 @@ mod tests {
 
     #[test]
     fn scripts_take_their_values_as_arguments() {
-        for script in [&PREPARE, &HASHES, &PLACE, &GUARD, &STOP] {
+        for script in [
+            &PREPARE, &HASHES, &PLACE, &WRITE, &INSPECT, &REMOVE, &GUARD, &STOP,
+        ] {
             assert!(script.text.starts_with("set -"), "{}", script.name);
             assert!(script.text.contains("$1"), "{}", script.name);
         }
