@@ -306,7 +306,7 @@ impl Host {
     }
 
     /// `cargo xtask deploy --bundle <bundle>` to this host. `extra` holds options, which
-    /// replace the defaults of the same name (`--key`, `--host`), then possibly `--` and
+    /// replace the defaults of the same name (`--key`, `--host`, `--dir`), then possibly `--` and
     /// the job's arguments.
     fn deploy(&self, bundle: &Path, extra: &[&str]) -> Deployed {
         let out = self
@@ -339,12 +339,13 @@ impl Host {
         if !given("--key") {
             cmd.arg("--key").arg(&self.sshd.key);
         }
+        if !given("--dir") {
+            cmd.arg("--dir").arg(self.remote());
+        }
         cmd.arg("--bundle")
             .arg(bundle)
             .arg("--known-hosts")
             .arg(self.tmp.path().join("known_hosts"))
-            .arg("--dir")
-            .arg(self.remote())
             .arg("--fetch-to")
             .arg(self.fetched())
             .arg("--remote-path-prefix")
@@ -374,6 +375,23 @@ impl Host {
             .unwrap_or_default();
         runs.sort();
         runs
+    }
+
+    /// `cargo xtask deploy ARGS` (no `--bundle`: it bundles) against this host's deploy
+    /// folder, with the usual options.
+    fn manage_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        cmd.args(["deploy", "--host", &self.target()])
+            .arg("--key")
+            .arg(&self.sshd.key)
+            .arg("--known-hosts")
+            .arg(self.tmp.path().join("known_hosts"))
+            .arg("--dir")
+            .arg(self.remote())
+            .args(args)
+            .env(TEST_MARK, self.tmp.path())
+            .stdin(Stdio::null());
+        cmd
     }
 
     /// `cargo xtask deploy <action>` against this host's deploy folder, `extra` after the
@@ -1219,4 +1237,196 @@ fn no_gpu_checks_skips_them_and_marks_the_run() {
     host.manage("status", &[])
         .expect_ok()
         .expect_output(&["NO GPU CHECKS (--no-gpu-checks)"]);
+}
+
+#[test]
+fn a_key_others_can_read_is_refused_with_ssh_s_own_reason() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let open = host.tmp.path().join("open_key");
+    fs::copy(&host.sshd.key, &open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap();
+    let key = open.display().to_string();
+    host.deploy(&bundle, &["--key", &key]).expect_failure(&[
+        &format!(
+            "ssh could not use the key {key}: expected a private key it can read, found ssh \
+             saying:"
+        ),
+        &format!("Permissions 0644 for '{key}' are too open."),
+        &format!("Load key \"{key}\": bad permissions"),
+        &format!("(ssh uses a private key only its owner can read: `chmod 600 {key}`)"),
+    ]);
+    assert!(!host.remote().exists());
+}
+
+#[test]
+fn a_public_key_given_as_the_key_is_named_as_such() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let public = host.sshd.key.with_extension("pub");
+    let key = public.display().to_string();
+    host.deploy(&bundle, &["--key", &key]).expect_failure(&[
+        &format!("ssh could not use the key {key}: expected a private key it can read"),
+        &format!("Load key \"{key}\": "),
+        &format!(
+            "({key} is a public key: --key takes the private key ({}), whose .pub the host \
+             lists in its authorized_keys)",
+            host.sshd.key.display()
+        ),
+    ]);
+}
+
+/// The remote user's home, as sshd finds it (the password database, not $HOME).
+fn remote_home() -> PathBuf {
+    let out = Command::new("getent")
+        .args(["passwd", &user()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    PathBuf::from(
+        line.trim()
+            .split(':')
+            .nth(5)
+            .expect("a home in the passwd line"),
+    )
+}
+
+#[test]
+fn a_tilde_in_dir_is_the_remote_home() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    // A folder of this test's own in the home, removed however the test ends.
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    let name = format!(
+        "stepgraph-deploy-test-{}",
+        host.tmp.path().file_name().unwrap().to_string_lossy()
+    );
+    let there = Remove(remote_home().join(&name));
+    let dir = format!("~/{name}");
+    host.deploy(&bundle, &["--dir", &dir]).expect_ok();
+    assert!(
+        there.0.join("current/bin/job").is_file(),
+        "{}",
+        there.0.display()
+    );
+    assert!(!remote_home().join("~").exists());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["deploy", "--host", "h", "--dir", "~bob/x", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains(
+            "invalid value '~bob/x' for '--dir <PATH>': expected a path on the host, absolute \
+             or from the remote home (`~/PATH` or `PATH`), found `~bob`, another user's home"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_ssh_config_alias_is_reported_with_the_port_ssh_uses() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let closed = free_port();
+    let config = host.tmp.path().join("ssh_config");
+    fs::write(
+        &config,
+        format!(
+            "Host stepgraph-closed\n  HostName 127.0.0.1\n  Port {closed}\n  User {user}\n\
+             Host stepgraph-open\n  HostName 127.0.0.1\n  Port {open}\n  User {user}\n",
+            open = host.sshd.port,
+            user = user()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    host.deploy(
+        &bundle,
+        &["--host", "stepgraph-closed", "--ssh-config", config],
+    )
+    .expect_failure(&[&format!(
+        "cannot reach stepgraph-closed (127.0.0.1): expected an ssh server on port {closed}, \
+         found the connection refused"
+    )]);
+    host.deploy(
+        &bundle,
+        &["--host", "stepgraph-open", "--ssh-config", config],
+    )
+    .expect_ok()
+    .expect_output(&[
+        &format!(
+            "ssh will connect to 127.0.0.1 port {} as {}",
+            host.sshd.port,
+            user()
+        ),
+        "job: done",
+    ]);
+}
+
+#[test]
+fn a_host_with_two_ports_is_refused_before_anything_runs() {
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["deploy", "--host", "root@gpu:2222:22"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(
+            "invalid value 'root@gpu:2222:22' for '--host <USER@HOST[:PORT]>': expected \
+             user@host, user@host:port or user@[ipv6]:port, found `gpu:2222:22` in \
+             `root@gpu:2222:22`: more than one `:`"
+        ),
+        "{text}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn the_host_is_contacted_before_the_build() {
+    let host = Host::start();
+    let target = format!("{}@127.0.0.1:{}", user(), free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["deploy", "--example", "fork_join", "--host", &target])
+        .arg("--key")
+        .arg(&host.sshd.key)
+        .arg("--known-hosts")
+        .arg(host.tmp.path().join("known_hosts"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("cannot reach 127.0.0.1"), "{text}");
+    assert!(!text.contains("== bundle"), "it built first:\n{text}");
+}
+
+#[test]
+fn a_dry_run_shows_the_tree_as_it_is_not_the_last_bundle() {
+    let host = Host::start();
+    let tree = xtask::bundle::build_info::Revision::of(workspace_root());
+    let release = xtask::bundle::build_info::release_name("fork_join", &tree, None);
+    let out = host
+        .manage_cmd(&["--example", "fork_join", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "build --release -p stepgraph-suite --example fork_join",
+        &format!("(release {release})"),
+        &format!("/releases/.incoming-{release}-"),
+        "dry run: nothing was run",
+    ] {
+        assert!(text.contains(needle), "expected `{needle}` in:\n{text}");
+    }
+    assert!(!host.remote().exists());
 }

@@ -25,6 +25,16 @@ pub enum DeployError {
         found: String,
     },
 
+    #[error(
+        "ssh could not use {key}: expected a private key it can read, found ssh saying:\n  \
+         {found}\n({hint})"
+    )]
+    KeyUnusable {
+        key: String,
+        found: String,
+        hint: String,
+    },
+
     #[error("{login} refused the login: expected it to accept {key}, found `{found}`")]
     AuthRefused {
         login: String,

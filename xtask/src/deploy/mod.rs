@@ -6,7 +6,7 @@
 //! `--dry-run`):
 //!
 //! 1. open one ssh connection that every later command shares, and take the deploy
-//!    folder's lock (see [`lock`]): a wrong host or key shows before anything is built;
+//!    folder's lock (`flock` on the host): a wrong host or key shows before any build;
 //! 2. bundle the job (`cargo xtask bundle <example>`) under its folder's lock, or take
 //!    `--bundle DIR` as it is;
 //! 3. if the release (named by its content, see [`remote`]) is on the host already,
@@ -62,10 +62,14 @@ use crate::programs::DEMO;
 /// over ssh, verifies its checksums there, runs the preflight, switches `current` to
 /// it, runs it and fetches its results.
 ///
-/// A release already on the host is verified and reused, not copied: deploying what is
-/// live again copies nothing. Otherwise only the files that differ from the live
-/// release travel; the rest are copied on the host. The subcommands look after the
-/// releases a host holds; `cargo xtask deploy --host H` with no subcommand deploys.
+/// A release is named by its program, the git revision and the hash of its content
+/// (`dqn-3e675b0-dirty-1f2e3d4c5b6a`). A release already on the host is verified and
+/// reused, not copied: deploying what is live again copies nothing. Otherwise only the
+/// files that differ from the live release travel; the rest are copied on the host.
+/// Another deploy to the same folder waits for this one (or, with --no-wait, fails).
+/// Ctrl-C stops the job on the host too, closes the connection and removes the local
+/// temporaries. The subcommands look after the releases a host holds; with no
+/// subcommand, `cargo xtask deploy --host H` deploys.
 #[derive(Debug, Args)]
 pub struct Deploy {
     #[command(subcommand)]
@@ -120,8 +124,9 @@ pub struct HostArgs {
     // when a subcommand is given; clap requires it whenever it is read.
     #[arg(long, value_name = "USER@HOST[:PORT]", required = true)]
     pub host: Option<Target>,
-    /// The deploy folder on the host; a relative path is taken from the remote home.
-    #[arg(long, value_name = "PATH", default_value = "stepgraph")]
+    /// The deploy folder on the host; a relative path (or `~/PATH`) is taken from the
+    /// remote home.
+    #[arg(long, value_name = "PATH", default_value = "stepgraph", value_parser = remote_dir)]
     pub dir: String,
     /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
     #[arg(long, value_name = "PATH")]
@@ -129,6 +134,9 @@ pub struct HostArgs {
     /// The known-hosts file to record and check the host's key in (default: ssh's).
     #[arg(long, value_name = "PATH")]
     pub known_hosts: Option<PathBuf>,
+    /// The ssh config file to read instead of ssh's own (`ssh -F`), for host aliases.
+    #[arg(long, value_name = "PATH")]
+    pub ssh_config: Option<PathBuf>,
     /// Seconds to wait for the host to answer (ssh's `ConnectTimeout`; keepalives then
     /// give up on a host that stops answering after about a minute).
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = seconds)]
@@ -268,9 +276,6 @@ impl HostArgs {
     /// What can be checked before building or connecting: the folder name, the key, the
     /// tools.
     fn check_inputs(&self) -> Result<()> {
-        if self.dir.is_empty() || self.dir.contains(['\n', '\0']) {
-            bail!("--dir: expected a path on the host, found {:?}", self.dir);
-        }
         if let Some(key) = &self.key
             && !key.is_file()
         {
@@ -336,8 +341,12 @@ fn open(args: &HostArgs, lock: bool) -> Result<Opened> {
         known_hosts: args.known_hosts.clone(),
         connect_timeout_s: args.connect_timeout,
         control: Some(session::control_dir().join("ssh")),
+        config: args.ssh_config.clone(),
+        resolved: None,
     };
+    let mut ssh = ssh;
     step("connect");
+    ssh.resolve();
     let connection = Connection::open(&ssh, args.dry_run)?;
     let run = run_id(SystemTime::now());
     let by = crate::lock::describe_holder(&format!("cargo xtask deploy, run {run}"));
@@ -400,9 +409,17 @@ fn ship(
 ) -> Result<()> {
     let dry_run = host.dry_run;
     let mut opened = open(host, true)?;
-    let (bundle, bundle_lock) = bundle_args.folder(ws, host.wait(), dry_run)?;
-    let release = release_of(&bundle, ws, dry_run, &bundle_args.program())?;
-    let expected = expected_hashes(&bundle, dry_run)?;
+    let (bundle, bundle_lock, built) = bundle_args.folder(ws, host.wait(), dry_run)?;
+    // A dry run builds nothing: the folder holds the last bundle built, not this tree's,
+    // so its name and hashes are not this deploy's. The name is the tree's, its hash
+    // left open.
+    let (release, expected) = if dry_run && built {
+        let tree = Revision::of(&ws.root);
+        let release = build_info::release_name(&bundle_args.program(), &tree, None);
+        (release, None)
+    } else {
+        (release_of(&bundle)?, Some(expected_hashes(&bundle)?))
+    };
     let session = &opened.session;
     eprintln!(
         "deploy: {} (release {release}) to {}, folder {}",
@@ -555,14 +572,14 @@ impl BundleArgs {
     }
 
     /// The bundle folder, `--bundle` as given or the example's (or the GPU tests')
-    /// bundle built now, and its lock, which keeps another command from rewriting it
-    /// while it is copied (none in a dry run).
+    /// bundle built now (then `true`), and its lock, which keeps another command from
+    /// rewriting it while it is copied (none in a dry run).
     fn folder(
         &self,
         ws: &Workspace,
         wait: Wait,
         dry_run: bool,
-    ) -> Result<(PathBuf, Option<FolderLock>)> {
+    ) -> Result<(PathBuf, Option<FolderLock>, bool)> {
         if let Some(dir) = &self.bundle {
             for file in [RUN_SH, PREFLIGHT_SH, BUILD_INFO, manifest::FILE] {
                 if !dir.join(file).is_file() {
@@ -580,7 +597,7 @@ impl BundleArgs {
             } else {
                 Some(FolderLock::take(dir, "cargo xtask deploy --bundle", wait)?)
             };
-            return Ok((dir.clone(), lock));
+            return Ok((dir.clone(), lock, false));
         }
         let bundle = Bundle {
             example: (!self.gpu_tests).then(|| self.example.clone()),
@@ -590,7 +607,29 @@ impl BundleArgs {
         };
         step("bundle");
         let built = bundle.build(ws, wait)?;
-        Ok((built.dir, built.lock))
+        Ok((built.dir, built.lock, true))
+    }
+}
+
+/// `--dir`: a path on the host. The remote shell and rsync take a relative path from the
+/// home folder, so `~/x` becomes `x` (and `~` the home itself); `~user` is refused rather
+/// than made a folder named `~user`.
+fn remote_dir(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains(['\n', '\0']) {
+        return Err(format!("expected a path on the host, found {s:?}"));
+    }
+    match s.strip_prefix('~') {
+        None => Ok(s.to_string()),
+        Some("") | Some("/") => Ok(".".to_string()),
+        Some(rest) if rest.starts_with('/') => Ok(rest.trim_start_matches('/').to_string()),
+        Some(_) => {
+            let user = s.split('/').next().unwrap_or(s);
+            Err(format!(
+                "expected a path on the host, absolute or from the remote home (`~/PATH` or \
+                 `PATH`), found `{user}`, another user's home, which the deploy does not expand: \
+                 give its absolute path"
+            ))
+        }
     }
 }
 
@@ -622,21 +661,11 @@ fn require_tool(tool: &'static str, package: &'static str, why: &'static str) ->
     }
 }
 
-/// The release name recorded in the bundle's `build-info.json`; in a dry run whose bundle
-/// was not built, the one it would get with its hash left open.
-fn release_of(bundle: &Path, ws: &Workspace, dry_run: bool, program: &str) -> Result<String> {
+/// The release name recorded in the bundle's `build-info.json`.
+fn release_of(bundle: &Path) -> Result<String> {
     let path = bundle.join(BUILD_INFO);
-    let text = match fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(_) if dry_run => {
-            return Ok(build_info::release_name(
-                program,
-                &Revision::of(&ws.root),
-                None,
-            ));
-        }
-        Err(e) => return Err(e).with_context(|| format!("could not read {}", path.display())),
-    };
+    let text =
+        fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
     let info: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let release = info["release"].as_str().unwrap_or_default();
@@ -653,16 +682,12 @@ fn release_of(bundle: &Path, ws: &Workspace, dry_run: bool, program: &str) -> Re
 }
 
 /// The hashes the host must report for the upload: the manifest's, and the manifest's
-/// own (so a manifest damaged on the way is caught too). `None` in a dry run whose bundle
-/// was not built.
-fn expected_hashes(bundle: &Path, dry_run: bool) -> Result<Option<Manifest>> {
-    if dry_run && !bundle.join(manifest::FILE).is_file() {
-        return Ok(None);
-    }
+/// own (so a manifest damaged on the way is caught too).
+fn expected_hashes(bundle: &Path) -> Result<Manifest> {
     let mut expected = Manifest::read(bundle)?;
     let own = manifest::hash_files(bundle, &[manifest::FILE.to_string()])?;
     expected.entries.extend(own.entries);
-    Ok(Some(expected))
+    Ok(expected)
 }
 
 /// A run's folder name: the UTC time and this process's id, so two deploys in the same
@@ -714,6 +739,18 @@ mod tests {
         assert_eq!(utc_stamp(4_102_444_799), "20991231T235959Z");
         assert_eq!(utc_stamp(4_107_542_399), "21000228T235959Z");
         assert_eq!(utc_time(1_700_000_000), "2023-11-14 22:13:20 UTC");
+    }
+
+    #[test]
+    fn a_tilde_in_dir_is_the_remote_home() {
+        assert_eq!(remote_dir("~/x/y").unwrap(), "x/y");
+        assert_eq!(remote_dir("~").unwrap(), ".");
+        assert_eq!(remote_dir("~/").unwrap(), ".");
+        assert_eq!(remote_dir("/abs/~x").unwrap(), "/abs/~x");
+        assert_eq!(remote_dir("rel").unwrap(), "rel");
+        let err = remote_dir("~bob/x").unwrap_err();
+        assert!(err.contains("found `~bob`, another user's home"), "{err}");
+        assert!(remote_dir("").is_err());
     }
 
     #[test]

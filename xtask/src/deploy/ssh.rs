@@ -35,6 +35,35 @@ pub struct Ssh {
     /// `ControlPath`: the socket of the one connection every command shares (see
     /// [`Ssh::connect`]). `None`: each command connects on its own.
     pub control: Option<PathBuf>,
+    /// `-F`: the ssh config file to read instead of ssh's own (`--ssh-config`).
+    pub config: Option<PathBuf>,
+    /// Where ssh will really connect, as `ssh -G` says once [`Ssh::resolve`] ran (an
+    /// alias of the ssh config may name another host, port and user).
+    pub resolved: Option<Resolved>,
+}
+
+/// The host, port and user ssh will use for a target (`ssh -G`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub hostname: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl Resolved {
+    /// `ssh -G`'s output: one `keyword value` line per option.
+    pub fn parse(text: &str) -> Option<Resolved> {
+        let value = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+                .map(str::trim)
+        };
+        Some(Resolved {
+            hostname: value("hostname")?.to_string(),
+            port: value("port")?.parse().ok()?,
+            user: value("user").unwrap_or_default().to_string(),
+        })
+    }
 }
 
 /// How long a shared connection outlives its last use if `ssh -O exit` never comes
@@ -99,16 +128,21 @@ impl Ssh {
     /// connection or uses it (ssh keeps the first value given for an option, so the two
     /// cannot be appended to one another).
     fn options(&self, master: bool) -> Vec<String> {
-        let mut opts: Vec<String> = [
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=accept-new",
-            "-o",
-            "LogLevel=ERROR",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut opts: Vec<String> = Vec::new();
+        if let Some(config) = &self.config {
+            opts.extend(["-F".into(), config.display().to_string()]);
+        }
+        opts.extend(
+            [
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=accept-new",
+                "-o",
+                "LogLevel=ERROR",
+            ]
+            .map(String::from),
+        );
         opts.extend([
             "-o".into(),
             format!("ConnectTimeout={}", self.connect_timeout_s),
@@ -163,6 +197,54 @@ impl Ssh {
             .arg(self.target.login())
             .stdin(Stdio::null());
         ssh
+    }
+
+    /// `ssh -G … -- user@host`: prints the options ssh would use, the host, port and user
+    /// among them, without connecting.
+    pub fn query(&self) -> Command {
+        let mut ssh = Command::new("ssh");
+        ssh.args(self.options(false))
+            .args(["-G", "--"])
+            .arg(self.target.login())
+            .stdin(Stdio::null());
+        ssh
+    }
+
+    /// Asks ssh where it will connect (`ssh -G`), so that messages name that host and
+    /// port, not the alias's defaults. Left unknown when ssh cannot say.
+    pub fn resolve(&mut self) {
+        let mut query = self.query();
+        eprintln!("$ {}", cmd::display(&query));
+        let Ok(out) = query.stderr(Stdio::null()).output() else {
+            return;
+        };
+        if out.status.success() {
+            self.resolved = Resolved::parse(&String::from_utf8_lossy(&out.stdout));
+        }
+        if let Some(r) = &self.resolved {
+            eprintln!(
+                "ssh will connect to {} port {} as {}",
+                r.hostname, r.port, r.user
+            );
+        }
+    }
+
+    /// The host as messages name it: the target's, and the one ssh resolves it to when
+    /// they differ (`gpu-box (10.0.0.7)`).
+    pub fn host_label(&self) -> String {
+        match &self.resolved {
+            Some(r) if r.hostname != self.target.host => {
+                format!("{} ({})", self.target.host, r.hostname)
+            }
+            _ => self.target.host.clone(),
+        }
+    }
+
+    /// The port ssh will use.
+    pub fn port(&self) -> u16 {
+        self.resolved
+            .as_ref()
+            .map_or_else(|| self.target.port_or_default(), |r| r.port)
     }
 
     /// `ssh -O exit`: closes the shared connection.
@@ -248,6 +330,35 @@ impl Ssh {
         }
     }
 
+    /// What to do about a key ssh would not use: `chmod` a key others can read, or pass
+    /// the private key for a public one.
+    fn key_hint(&self, stderr: &str) -> String {
+        let key = self.key.as_ref().map(|k| k.display().to_string());
+        let public = self.key.as_ref().is_some_and(|k| {
+            k.extension().is_some_and(|e| e == "pub")
+                || std::fs::read_to_string(k).is_ok_and(|t| {
+                    let t = t.trim_start();
+                    ["ssh-", "ecdsa-", "sk-"].iter().any(|p| t.starts_with(p))
+                })
+        });
+        match key {
+            Some(key) if public => {
+                let private = key.strip_suffix(".pub").unwrap_or("the file without .pub");
+                format!(
+                    "{key} is a public key: --key takes the private key ({private}), whose .pub \
+                     the host lists in its authorized_keys"
+                )
+            }
+            Some(key) if stderr.contains("bad permissions") || stderr.contains("too open") => {
+                format!("ssh uses a private key only its owner can read: `chmod 600 {key}`")
+            }
+            _ if stderr.contains("bad permissions") || stderr.contains("too open") => {
+                "ssh uses a private key only its owner can read: `chmod 600` it".to_string()
+            }
+            _ => "check that --key names a private key ssh can read".to_string(),
+        }
+    }
+
     /// The error for a failed ssh or rsync run when its stderr says why: the connection
     /// or the login (ssh's own messages), a full `disk` (when the step names one), rsync
     /// missing on the host. `None` when it is none of those; the caller then names the
@@ -259,8 +370,8 @@ impl Ssh {
                 .find(|l| needles.iter().any(|n| l.contains(n)))
                 .map(|l| l.trim().to_string())
         };
-        let host = self.target.host.clone();
-        let port = self.target.port_or_default();
+        let host = self.host_label();
+        let port = self.port();
         let unreachable = |found: String| DeployError::Unreachable {
             host: host.clone(),
             port,
@@ -291,6 +402,24 @@ impl Ssh {
             return Some(unreachable(format!(
                 "something that closed the connection before ssh could log in (`{l}`)"
             )));
+        }
+        // ssh's own reason for not offering a key comes before the refusal it causes.
+        let key_lines: Vec<String> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                l.starts_with("Permissions ")
+                    || l.starts_with("Load key ")
+                    || l.contains("UNPROTECTED PRIVATE KEY FILE")
+            })
+            .map(String::from)
+            .collect();
+        if !key_lines.is_empty() && line_with(&["Permission denied ("]).is_some() {
+            return Some(DeployError::KeyUnusable {
+                key: self.key_description(),
+                found: key_lines.join("\n  "),
+                hint: self.key_hint(stderr),
+            });
         }
         if let Some(l) = line_with(&["Permission denied ("]) {
             return Some(DeployError::AuthRefused {
@@ -515,7 +644,63 @@ mod tests {
             known_hosts: Some("/tmp/kh".into()),
             connect_timeout_s: 5,
             control: None,
+            config: None,
+            resolved: None,
         }
+    }
+
+    #[test]
+    fn ssh_g_says_where_ssh_connects() {
+        let r = Resolved::parse("user root\nhostname 127.0.0.1\nport 2301\naddkeystoagent false\n")
+            .unwrap();
+        assert_eq!(r.hostname, "127.0.0.1");
+        assert_eq!((r.port, r.user.as_str()), (2301, "root"));
+        let s = Ssh {
+            target: "gpu".parse().unwrap(),
+            resolved: Some(r),
+            ..ssh(None)
+        };
+        assert_eq!(s.host_label(), "gpu (127.0.0.1)");
+        assert_eq!(s.port(), 2301);
+        let msg = s
+            .classify(
+                "ssh: connect to host 127.0.0.1 port 2301: Connection refused",
+                None,
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.starts_with("cannot reach gpu (127.0.0.1): expected an ssh server on port 2301"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_key_ssh_would_not_use_keeps_ssh_s_reason() {
+        let s = ssh(Some("/k/id"));
+        let stderr = "@@@@@@@@@@@\n@         WARNING: UNPROTECTED PRIVATE KEY FILE!          @\n\
+            Permissions 0644 for '/k/id' are too open.\n\
+            Load key \"/k/id\": bad permissions\n\
+            root@127.0.0.1: Permission denied (publickey).\n";
+        let msg = s.classify(stderr, None).unwrap().to_string();
+        assert!(
+            msg.contains("Permissions 0644 for '/k/id' are too open."),
+            "{msg}"
+        );
+        assert!(msg.contains("`chmod 600 /k/id`"), "{msg}");
+        let public = ssh(Some("/k/id.pub"));
+        let msg = public
+            .classify(
+                "Load key \"/k/id.pub\": error in libcrypto\nroot@h: Permission denied (publickey).",
+                None,
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.contains("Load key \"/k/id.pub\": error in libcrypto"),
+            "{msg}"
+        );
+        assert!(msg.contains("--key takes the private key (/k/id)"), "{msg}");
     }
 
     #[test]
