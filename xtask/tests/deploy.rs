@@ -42,6 +42,15 @@ for arg in "$@"; do
             echo "job: sleeping"
             sleep "${arg#--sleep=}"
             ;;
+        --gate=*)
+            # Waits (a minute at most) for the test to make the file: the test decides
+            # when the job ends, not a clock.
+            echo "job: waiting at the gate"
+            for _ in $(seq 600); do
+                [ -e "${arg#--gate=}" ] && break
+                sleep 0.1
+            done
+            ;;
     esac
 done
 echo "job: done"
@@ -923,18 +932,19 @@ fn hung_nvidia_smi_fails_the_preflight_on_its_timeout() {
     let host = Host::start();
     fs::write(host.stand_in().join("hang"), "").unwrap();
     let bundle = host.bundle(&["libc.so.6"]);
+    let running = Running::start(host.command(&bundle, &["--preflight-timeout", "3"]));
+    running.wait_for("== preflight on the host");
     let start = Instant::now();
-    host.deploy(&bundle, &["--preflight-timeout", "3"])
-        .expect_failure(&[
-            "did not finish within 3s (--preflight-timeout), so it was stopped; `current` was \
+    running.finish().expect_failure(&[
+        "did not finish within 3s (--preflight-timeout), so it was stopped; `current` was \
              not switched:",
-            "- gpu: expected nvidia-smi to list the GPUs, found no answer when the preflight \
+        "- gpu: expected nvidia-smi to list the GPUs, found no answer when the preflight \
              was stopped",
-            "a hung `nvidia-smi` is a common sign of a sick GPU or driver",
-        ]);
+        "a hung `nvidia-smi` is a common sign of a sick GPU or driver",
+    ]);
     let took = start.elapsed();
-    // The timeout, plus the connection, the copy and the clean-up: a few seconds.
-    assert!(took < Duration::from_secs(3 + 6), "took {took:?}");
+    // The timeout, and the clean-up: a few seconds.
+    assert!(took < Duration::from_secs(3 + 5), "took {took:?}");
     assert_eq!(host.current(), None);
     assert!(
         within(Duration::from_secs(5), || processes_of(host.tmp.path())
@@ -946,6 +956,17 @@ fn hung_nvidia_smi_fails_the_preflight_on_its_timeout() {
 
 #[test]
 fn sigint_during_the_job_stops_it_there_and_here() {
+    signal_during_the_job_stops_it_there_and_here("INT");
+}
+
+#[test]
+fn sigterm_during_the_job_stops_it_there_and_here() {
+    signal_during_the_job_stops_it_there_and_here("TERM");
+}
+
+/// `kill -SIGNAL` to the deploy while its job runs: within 5 s the deploy has exited
+/// (130), and no process of the job, there or here, nor any ssh of the deploy is left.
+fn signal_during_the_job_stops_it_there_and_here(signal: &str) {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
     let mut running = Running::start(host.command(&bundle, &["--", "--sleep=300"]));
@@ -954,7 +975,7 @@ fn sigint_during_the_job_stops_it_there_and_here() {
     let pid = running.child.id();
 
     let status = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
+        .args([format!("-{signal}"), pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -969,20 +990,20 @@ fn sigint_during_the_job_stops_it_there_and_here() {
     let shown = || running.shown();
     assert!(
         gone,
-        "5 s after SIGINT: xtask {exit:?}, still running: {:?}\n{}",
+        "5 s after SIG{signal}: xtask {exit:?}, still running: {:?}\n{}",
         processes_of(host.tmp.path()),
         shown()
     );
     let took = signalled.elapsed();
     assert_eq!(exit.and_then(|s| s.code()), Some(130), "{}", shown());
     assert!(
-        shown().contains("interrupted by SIGINT during the job on "),
+        shown().contains(&format!("interrupted by SIG{signal} during the job on ")),
         "{}",
         shown()
     );
     let control = std::env::temp_dir().join(format!("stepgraph-ssh-{pid}"));
     assert!(!control.exists(), "{} left behind", control.display());
-    eprintln!("stopped {took:?} after SIGINT");
+    eprintln!("stopped {took:?} after SIG{signal}");
 }
 
 #[test]
@@ -1009,8 +1030,9 @@ fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
     let host = Host::start();
     let one = host.bundle_of("job", &["libc.so.6"]);
     let two = host.bundle_of("other", &["libc.so.6"]);
-    let first = Running::start(host.command(&one, &["--", "--sleep=2"]));
-    first.wait_for("job: sleeping");
+    let gate = host.tmp.path().join("gate");
+    let first = Running::start(host.command(&one, &["--", &format!("--gate={}", gate.display())]));
+    first.wait_for("job: waiting at the gate");
     host.deploy(&two, &["--no-wait"]).expect_failure(&[
         &format!(
             "the deploy folder {} on {} is in use: expected no other deploy there, found its \
@@ -1021,6 +1043,7 @@ fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
         "cargo xtask deploy, run ",
         "; wait for it, or drop --no-wait to wait",
     ]);
+    fs::write(&gate, "").unwrap();
     first.finish().expect_ok();
     // The refused deploy left nothing: no upload, no release.
     let r1 = release_of(&one);
@@ -1037,19 +1060,25 @@ fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
     let host = Host::start();
     let one = host.bundle_of("job", &["libc.so.6"]);
     let two = host.bundle_of("other", &["libc.so.6"]);
-    let first = Running::start(host.command(&one, &["--", "--sleep=2"]));
-    first.wait_for("job: sleeping");
-    let second = host.deploy(&two, &[]);
-    let first = first.finish();
-    first.expect_ok();
-    second.expect_ok().expect_output(&[
-        &format!(
-            "waiting (up to 600s) for the deploy folder {}",
-            host.remote().display()
-        ),
-        "its lock is held by pid ",
-        "(--no-wait fails instead)",
-    ]);
+    let gate = host.tmp.path().join("gate");
+    let first = Running::start(host.command(&one, &["--", &format!("--gate={}", gate.display())]));
+    first.wait_for("job: waiting at the gate");
+    let second = Running::start(host.command(&two, &[]));
+    second.wait_for(&format!(
+        "waiting (up to 600s) for the deploy folder {}",
+        host.remote().display()
+    ));
+    assert_eq!(
+        release_folders(&host),
+        [release_of(&one)],
+        "the second did not wait"
+    );
+    fs::write(&gate, "").unwrap();
+    first.finish().expect_ok();
+    second
+        .finish()
+        .expect_ok()
+        .expect_output(&["its lock is held by pid ", "(--no-wait fails instead)"]);
     let (r1, r2) = (release_of(&one), release_of(&two));
     let mut both = vec![r1.clone(), r2.clone()];
     both.sort();

@@ -31,6 +31,7 @@ pub use self::contents::Contents;
 use self::preflight_sh::CUDA_LIBRARIES;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::{InstallNvcc, Nvcc};
+use crate::interrupt;
 use crate::lock::{self, FolderLock};
 use crate::programs::{DEMO, GPU_TEST_PACKAGES, GPU_TESTS, PROGRAMS, Program};
 
@@ -193,14 +194,24 @@ impl CargoBuild {
             .stdout(Stdio::piped())
             .spawn()
             .with_context(|| format!("could not start `{}`", cmd::display(&cargo)))?;
-        let mut stdout = String::new();
-        child
-            .stdout
-            .take()
-            .expect("stdout is piped")
-            .read_to_string(&mut stdout)
+        let mut out = child.stdout.take().expect("stdout is piped");
+        let reader = std::thread::spawn(move || {
+            let mut stdout = String::new();
+            out.read_to_string(&mut stdout).map(|_| stdout)
+        });
+        // A deploy asked to stop (SIGTERM reaches xtask alone) stops the build too.
+        let status = match interrupt::wait(&mut child, None, true)? {
+            interrupt::Waited::Exited(status) => status,
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("interrupted: `{}` was stopped", cmd::display(&cargo));
+            }
+        };
+        let stdout = reader
+            .join()
+            .expect("the stdout reader does not panic")
             .context("reading cargo's JSON messages")?;
-        let status = child.wait()?;
         if !status.success() {
             bail!("`{}` failed: {status}", cmd::display(&cargo));
         }
