@@ -127,19 +127,26 @@ fn holder(file: &mut File) -> String {
     }
 }
 
-/// `pid 4242 on gpu-box (root), since 1764583812 (unix time): cargo xtask deploy ...`
+/// `root@gpu-box, pid 4242: cargo xtask bundle dqn`: who holds a lock, for whoever waits.
 pub fn describe_holder(what: &str) -> String {
+    format!("{}, pid {}: {what}", who(), std::process::id())
+}
+
+/// `user@host` of this process, as far as it can tell.
+pub fn who() -> String {
     let host = fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "this machine".into());
-    let user = std::env::var("USER").unwrap_or_else(|_| "?".into());
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format!(
-        "pid {} on {host} ({user}), since {since} (unix time): {what}",
-        std::process::id()
-    )
+        .unwrap_or_else(|_| "localhost".into());
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            let out = std::process::Command::new("id").arg("-un").output().ok()?;
+            Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    format!("{user}@{host}")
 }
 
 #[cfg(test)]

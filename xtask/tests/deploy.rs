@@ -1036,11 +1036,13 @@ fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
     host.deploy(&two, &["--no-wait"]).expect_failure(&[
         &format!(
             "the deploy folder {} on {} is in use: expected no other deploy there, found its \
-             lock held by pid ",
+             lock held by {}@",
             host.remote().display(),
-            host.target()
+            host.target(),
+            user()
         ),
-        "cargo xtask deploy, run ",
+        ", since 20",
+        "UTC: cargo xtask deploy, run ",
         "; wait for it, or drop --no-wait to wait",
     ]);
     fs::write(&gate, "").unwrap();
@@ -1075,10 +1077,11 @@ fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
     );
     fs::write(&gate, "").unwrap();
     first.finish().expect_ok();
-    second
-        .finish()
-        .expect_ok()
-        .expect_output(&["its lock is held by pid ", "(--no-wait fails instead)"]);
+    second.finish().expect_ok().expect_output(&[
+        "its lock is held by ",
+        ", since 20",
+        "(--no-wait fails instead)",
+    ]);
     let (r1, r2) = (release_of(&one), release_of(&two));
     let mut both = vec![r1.clone(), r2.clone()];
     both.sort();

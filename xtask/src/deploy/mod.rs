@@ -348,8 +348,13 @@ fn open(args: &HostArgs, lock: bool) -> Result<Opened> {
     step("connect");
     ssh.resolve();
     let connection = Connection::open(&ssh, args.dry_run)?;
-    let run = run_id(SystemTime::now());
-    let by = crate::lock::describe_holder(&format!("cargo xtask deploy, run {run}"));
+    let now = SystemTime::now();
+    let run = run_id(now);
+    let by = format!("{}, pid {}", crate::lock::who(), std::process::id());
+    let holder = format!(
+        "{by}, since {}: cargo xtask deploy, run {run}",
+        utc_time(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+    );
     let session = Session {
         ssh,
         host: args.target().to_string(),
@@ -364,7 +369,7 @@ fn open(args: &HostArgs, lock: bool) -> Result<Opened> {
         RemoteLock::take(
             &session.ssh,
             &session.layout.dir,
-            &session.by,
+            &holder,
             args.wait(),
             args.dry_run,
         )?

@@ -48,7 +48,7 @@ pub struct Session {
     /// A folder put first on the remote PATH for the preflight and the job (the test
     /// hook), or empty.
     pub path_prefix: String,
-    /// Who this is, for the lock, the history and the run records.
+    /// Who this is (`user@host, pid N`), for the history and the run records.
     pub by: String,
     pub dry_run: bool,
 }
