@@ -34,12 +34,7 @@ fn main() -> anyhow::Result<()> {
     let result = run(cli, &ws);
     // Stopped by a signal it handled: the shells' status for that, after the message.
     if let Err(e) = &result
-        && e.chain().any(|c| {
-            matches!(
-                c.downcast_ref(),
-                Some(deploy::DeployError::Interrupted { .. })
-            )
-        })
+        && xtask::interrupt::requested().is_some()
     {
         eprintln!("Error: {e:?}");
         std::process::exit(xtask::interrupt::EXIT_STATUS);

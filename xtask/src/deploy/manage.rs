@@ -58,10 +58,15 @@ pub fn status(opened: &mut Opened) -> Result<()> {
     if let Some(release) = report.release(&current) {
         describe(release, "  ");
     }
-    if let Some(e) = report.last_switch_to(&current) {
+    if let Some(e) = report.last_made_current(&current) {
         println!(
-            "  made current {} by {}",
+            "  made current {}{} by {}",
             utc_time(e.time),
+            if e.event == "rolled-back" {
+                format!(" (a rollback from {})", e.from)
+            } else {
+                String::new()
+            },
             if e.by.is_empty() { "?" } else { &e.by }
         );
     }

@@ -229,6 +229,14 @@ impl Report {
         releases
     }
 
+    /// The last time `release` was made current, by a deploy or a rollback: that event.
+    pub fn last_made_current(&self, release: &str) -> Option<&Event> {
+        self.history
+            .iter()
+            .rev()
+            .find(|e| e.release == release && (e.event == "switched" || e.event == "rolled-back"))
+    }
+
     /// The last time `release` was switched to (not by a rollback): that event.
     pub fn last_switch_to(&self, release: &str) -> Option<&Event> {
         self.history
@@ -287,6 +295,7 @@ mod tests {
         );
         assert_eq!(r.history.len(), 2);
         assert_eq!(r.rollback_candidates("job-a-1"), ["job-b-2"]);
+        assert_eq!(r.last_made_current("job-a-1").map(|e| e.time), Some(20));
         let newest: Vec<&str> = r
             .releases_newest_first()
             .iter()
