@@ -10,7 +10,8 @@
 //! <dir>/current -> releases/<release>      switched only after the checks pass
 //! <dir>/runs/<release>/<run>/              each run's results folder (what is fetched back)
 //! <dir>/runs/<release>/<run>.json          the run's record: what started it, how, when
-//! <dir>/runs/<release>/<run>.exit          `<status> <unix time>`, written when it ends
+//! <dir>/runs/<release>/<run>.exit          `<status> <end> <start>` (unix times), written
+//!                                          when it ends
 //! <dir>/runs/.<run>.pid                    while a job or preflight runs: its process group
 //! <dir>/history                            one line per change of `current` and per stage:
 //!                                          `<unix time> <event> <release> <from> <by>`,
@@ -175,7 +176,8 @@ done
 /// that [`STOP`] can end it and everything it started. `timeout` leads that group, and
 /// the limit holds even when the connection to the host is lost. PATH_PREFIX (when not
 /// empty) goes first on PATH (the tests' stand-in nvidia-smi); EXITFILE (when not empty)
-/// gets `<status> <unix time>` when COMMAND ends.
+/// gets `<status> <unix time of the end> <unix time of the start>` when COMMAND ends
+/// (both times the host's, so that a skewed clock here does not skew the duration).
 pub const GUARD: Script = Script {
     name: "guard",
     text: r#"set -u
@@ -185,13 +187,14 @@ if [ -n "$prefix" ]; then
     export PATH="$prefix:$PATH"
 fi
 mkdir -p -- "$(dirname -- "$pidfile")"
+start="$(date +%s)"
 timeout --kill-after=5 "$limit" "$@" </dev/null &
 pid=$!
 printf '%s\n' "$pid" >"$pidfile"
 wait "$pid"
 rc=$?
 if [ -n "$exitfile" ]; then
-    printf '%s %s\n' "$rc" "$(date +%s)" >"$exitfile"
+    printf '%s %s %s\n' "$rc" "$(date +%s)" "$start" >"$exitfile"
 fi
 rm -f -- "$pidfile"
 exit "$rc"

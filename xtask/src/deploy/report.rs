@@ -47,6 +47,8 @@ pub struct Run {
     pub record: Value,
     /// `(status, unix time)` once it ended.
     pub exit: Option<(i32, u64)>,
+    /// When it started, by the host's clock (from the exit file).
+    pub host_start: Option<u64>,
     /// Whether its process group still runs.
     pub running: bool,
 }
@@ -61,7 +63,8 @@ impl Run {
         match self.exit {
             Some((code, at)) => {
                 let took = self
-                    .started()
+                    .host_start
+                    .or(self.started())
                     .map(|s| format!(" after {}s", at.saturating_sub(s)))
                     .unwrap_or_default();
                 match code {
@@ -161,6 +164,7 @@ impl Report {
                     run: word(2),
                     record: serde_json::from_str(body.trim()).unwrap_or(Value::Null),
                     exit: None,
+                    host_start: None,
                     running: false,
                 }),
                 "exit" | "running" => {
@@ -177,6 +181,7 @@ impl Report {
                         let mut it = body.split_whitespace().map(str::parse::<u64>);
                         if let (Some(Ok(code)), Some(Ok(at))) = (it.next(), it.next()) {
                             run.exit = Some((code as i32, at));
+                            run.host_start = it.next().and_then(Result::ok);
                         }
                     }
                 }
@@ -271,7 +276,7 @@ mod tests {
 @@ release job-a-1\n{\"program\": \"job\", \"git_revision\": \"abcdef123\", \"git_dirty\": true, \"built_at_unix_s\": 5}\n\n\
 @@ release job-b-2\n\n@@ leftover .incoming-job-c-3-r9\n\
 @@ run job-a-1 r2\n{\"args\": [\"--steps\", \"3\"], \"gpu_checks\": false, \"started_unix_s\": 100, \"command\": \"run\"}\n\
-@@ exit job-a-1 r2\n0 112\n@@ run job-a-1 r1\n{}\n@@ running job-a-1 r1\n\
+@@ exit job-a-1 r2\n0 112 101\n@@ run job-a-1 r1\n{}\n@@ running job-a-1 r1\n\
 @@ history\n10\tswitched\tjob-b-2\t-\tme\n20\tswitched\tjob-a-1\tjob-b-2\tme\n";
 
     #[test]
@@ -288,7 +293,7 @@ mod tests {
         let runs: Vec<&Run> = r.runs_of("job-a-1").collect();
         assert_eq!(runs[0].run, "r1");
         assert_eq!(runs[0].outcome(), "running");
-        assert_eq!(runs[1].outcome(), "exit status 0 after 12s");
+        assert_eq!(runs[1].outcome(), "exit status 0 after 11s");
         assert_eq!(
             runs[1].notes(),
             "args `--steps 3`, NO GPU CHECKS (--no-gpu-checks), by `deploy run`"

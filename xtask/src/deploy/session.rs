@@ -14,6 +14,7 @@ use super::remote::{
 };
 use super::report::Report;
 use super::ssh::{self, Disk, Outcome, Remote, Show, Ssh, Stop};
+use crate::bundle::build_info::RELEASE_HASH_DIGITS;
 use crate::bundle::contents::{PREFLIGHT_SH, RUN_SH};
 use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::{FAIL_PREFIX, NO_GPU_CHECKS};
@@ -163,8 +164,9 @@ impl Session {
     }
 
     /// The host's hashes of every file under `folder`, and the folder's own manifest
-    /// (empty if it has none). `None` in a dry run.
-    fn hashes(&self, folder: &str) -> Result<Option<(Manifest, Manifest)>> {
+    /// (empty if it has none; an error, in words, if it cannot be read). `None` in a dry
+    /// run.
+    fn hashes(&self, folder: &str) -> Result<Option<(Manifest, Result<Manifest, String>)>> {
         let outcome = self
             .quick(&HASHES, &[folder.to_string()])
             .run(self.dry_run)?;
@@ -176,8 +178,7 @@ impl Session {
             .split_once(HASHES_SEPARATOR)
             .context("the host's hashes lack their end marker")?;
         let found = Manifest::parse(found).context("reading the host's sha256sum")?;
-        let own = Manifest::parse(own)
-            .with_context(|| format!("reading {folder}/{} on the host", manifest::FILE))?;
+        let own = Manifest::parse(own).map_err(|e| format!("{}: {e}", manifest::FILE));
         Ok(Some((found, own)))
     }
 
@@ -209,6 +210,10 @@ impl Session {
         let Some((found, own)) = self.hashes(&self.layout.release_dir(release))? else {
             return Ok(Check::Verified { files: 0 });
         };
+        let own = match own {
+            Ok(own) => own,
+            Err(unreadable) => return Ok(Check::Damaged(vec![unreadable])),
+        };
         let mut own_with_itself = own.clone();
         if let Some(h) = found.entries.get(manifest::FILE) {
             own_with_itself
@@ -228,7 +233,14 @@ impl Session {
         }
         let content = manifest::content_hash(&found)?;
         let named = release.rsplit('-').next().unwrap_or_default();
-        if why.is_empty() && !content.starts_with(named) {
+        let carries_hash =
+            named.len() == RELEASE_HASH_DIGITS && named.bytes().all(|b| b.is_ascii_hexdigit());
+        if why.is_empty() && !carries_hash {
+            why.push(format!(
+                "its name: expected it to end in the {RELEASE_HASH_DIGITS} hex digits of its \
+                 content's hash (a release a deploy made), found `{release}`"
+            ));
+        } else if why.is_empty() && !content.starts_with(named) {
             why.push(format!(
                 "its content: expected the hash its name carries ({named}...), found {content}"
             ));
