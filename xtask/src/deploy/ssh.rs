@@ -3,8 +3,12 @@
 //!
 //! The one place a shell string is unavoidable is the command ssh hands to the remote
 //! shell: it is built from words, each quoted with [`cmd::quote`], and the logic that
-//! needs more than a word list runs as a fixed script fed to `bash -s` with its values
-//! passed as quoted arguments, never pasted into the script.
+//! needs more than a word list runs as a fixed script fed to `bash -s` (or passed to
+//! `bash -c`, when what it runs keeps stdin) with its values passed as quoted arguments,
+//! never pasted into the script.
+//!
+//! Every run is bounded ([`Remote::limit`]) and watches for Ctrl-C ([`crate::interrupt`]);
+//! a run stopped early first stops what it started on the host ([`Remote::on_stop`]).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
