@@ -507,7 +507,19 @@ impl Running {
 }
 
 impl Drop for Running {
+    /// A test that fails while its deploy runs stops it as Ctrl-C would, so that it
+    /// cleans up (its job, its connection, its control folder), and kills it only if it
+    /// does not end.
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let child = &mut self.child;
+            within(Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
