@@ -13,6 +13,8 @@ pub mod cmd;
 pub mod demo;
 pub mod deploy;
 pub mod install_nvcc;
+pub mod interrupt;
+pub mod lock;
 pub mod plan;
 pub mod programs;
 pub mod test;

@@ -20,7 +20,9 @@ enum Command {
     Test(test::Test),
     Demo(demo::Demo),
     Bundle(bundle::Bundle),
-    // Boxed: its many options would make every variant as large.
+    // Boxed: its many options would make every variant as large. With no subcommand it
+    // deploys, so its own options are required only then.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Deploy(Box<deploy::Deploy>),
     Plan(plan::Plan),
     RenderProfile(plan::RenderProfile),
@@ -29,14 +31,26 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let ws = Workspace::locate();
+    let result = run(cli, &ws);
+    // Stopped by a signal it handled: the shells' status for that, after the message.
+    if let Err(e) = &result
+        && xtask::interrupt::requested().is_some()
+    {
+        eprintln!("Error: {e:?}");
+        std::process::exit(xtask::interrupt::EXIT_STATUS);
+    }
+    result
+}
+
+fn run(cli: Cli, ws: &Workspace) -> anyhow::Result<()> {
     match cli.command {
-        Command::InstallNvcc(c) => c.run(&ws),
-        Command::Test(c) => c.run(&ws),
-        Command::Demo(c) => c.run(&ws),
-        Command::Bundle(c) => c.run(&ws),
-        Command::Deploy(c) => (*c).run(&ws),
-        Command::Plan(c) => c.run(&ws),
-        Command::RenderProfile(c) => c.run(&ws),
+        Command::InstallNvcc(c) => c.run(ws),
+        Command::Test(c) => c.run(ws),
+        Command::Demo(c) => c.run(ws),
+        Command::Bundle(c) => c.run(ws),
+        Command::Deploy(c) => (*c).run(ws),
+        Command::Plan(c) => c.run(ws),
+        Command::RenderProfile(c) => c.run(ws),
     }
 }
 

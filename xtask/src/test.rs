@@ -149,8 +149,8 @@ pub const PICTURE_TOOLS: &[SystemTool] = &[SystemTool {
     needed_by: "the picture tests",
 }];
 
-/// What the deploy tests (`xtask/tests/deploy.rs`) run: an sshd of their own, and the
-/// client side of a deploy.
+/// What the deploy tests (`xtask/tests/deploy.rs`) run: an sshd of their own, the
+/// client side of a deploy, and what a deploy runs on the host (here, the same machine).
 pub const DEPLOY_TOOLS: &[SystemTool] = &[
     SystemTool {
         program: SSHD,
@@ -170,6 +170,19 @@ pub const DEPLOY_TOOLS: &[SystemTool] = &[
     SystemTool {
         program: "rsync",
         packages: &["rsync"],
+        needed_by: "the deploy tests",
+    },
+    // The tests signal the deploy with it, and a stopped deploy kills a step's process
+    // group with it.
+    SystemTool {
+        program: "kill",
+        packages: &["procps"],
+        needed_by: "the deploy tests",
+    },
+    // The deploy folder's lock on the host, which in the tests is this machine.
+    SystemTool {
+        program: "flock",
+        packages: &["util-linux"],
         needed_by: "the deploy tests",
     },
 ];
@@ -359,7 +372,13 @@ mod tests {
         }
         assert_eq!(
             packages_of(DEPLOY_TOOLS),
-            ["openssh-server", "openssh-client", "rsync"]
+            [
+                "openssh-server",
+                "openssh-client",
+                "rsync",
+                "procps",
+                "util-linux"
+            ]
         );
     }
 

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use xtask::bundle::preflight_sh::GPU_QUERY;
-use xtask::bundle::{Artifact, Contents, Kind, Runner, build_info};
+use xtask::bundle::{Artifact, Contents, Kind, Runner};
 use xtask::install_nvcc::Nvcc;
 use xtask::test;
 
@@ -37,6 +38,19 @@ for arg in "$@"; do
             echo "job: failing on purpose" >&2
             exit "${arg#--exit=}"
             ;;
+        --sleep=*)
+            echo "job: sleeping"
+            sleep "${arg#--sleep=}"
+            ;;
+        --gate=*)
+            # Waits (a minute at most) for the test to make the file: the test decides
+            # when the job ends, not a clock.
+            echo "job: waiting at the gate"
+            for _ in $(seq 600); do
+                [ -e "${arg#--gate=}" ] && break
+                sleep 0.1
+            done
+            ;;
     esac
 done
 echo "job: done"
@@ -48,6 +62,10 @@ fn stand_in_nvidia_smi() -> String {
     format!(
         r#"#!/usr/bin/env bash
 # STAND-IN for nvidia-smi, written by xtask/tests/deploy.rs: there is no GPU here.
+# With a file `hang` beside it, it never answers, as nvidia-smi on a sick GPU host.
+if [ -e "$(dirname "$0")/hang" ]; then
+    exec sleep 1000
+fi
 if [ "$*" != {query:?} ]; then
     echo "stand-in nvidia-smi: unexpected arguments: $*" >&2
     exit 2
@@ -261,11 +279,17 @@ impl Host {
     /// A bundle of the test job written by the bundle code itself; its preflight requires
     /// `libraries`.
     fn bundle(&self, libraries: &[&str]) -> PathBuf {
+        self.bundle_of("job", libraries)
+    }
+
+    /// A bundle like [`Host::bundle`]'s whose program is called `program`, in its own
+    /// folder.
+    fn bundle_of(&self, program: &str, libraries: &[&str]) -> PathBuf {
         let job = self.tmp.path().join("job.sh");
         write_executable(&job, JOB);
-        let out = self.tmp.path().join("bundle");
+        let out = self.tmp.path().join(format!("bundle-{program}"));
         let bins = BTreeMap::from([(
-            "job".to_string(),
+            program.to_string(),
             Artifact {
                 kind: Kind::Program,
                 target: "job".into(),
@@ -280,7 +304,9 @@ impl Host {
         Contents {
             out: &out,
             bins: &bins,
-            runner: &Runner::Job { job: "job".into() },
+            runner: &Runner::Job {
+                job: program.into(),
+            },
             libraries: &libraries,
         }
         .write(workspace_root(), &nvcc, false)
@@ -289,9 +315,28 @@ impl Host {
     }
 
     /// `cargo xtask deploy --bundle <bundle>` to this host. `extra` holds options, which
-    /// replace the defaults of the same name (`--key`, `--host`), then possibly `--` and
+    /// replace the defaults of the same name (`--key`, `--host`, `--dir`), then possibly `--` and
     /// the job's arguments.
     fn deploy(&self, bundle: &Path, extra: &[&str]) -> Deployed {
+        let out = self
+            .command(bundle, extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("xtask runs");
+        Deployed {
+            ok: out.status.success(),
+            text: format!(
+                "{}{}\n(sshd log: {})",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.sshd.log.display()
+            ),
+        }
+    }
+
+    /// The command [`Host::deploy`] runs. Its environment names this test's folder, so
+    /// that [`processes_of`] finds the ssh processes it starts here.
+    fn command(&self, bundle: &Path, extra: &[&str]) -> Command {
         let split = extra.iter().position(|a| *a == "--").unwrap_or(extra.len());
         let (options, job_args) = extra.split_at(split);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
@@ -303,28 +348,21 @@ impl Host {
         if !given("--key") {
             cmd.arg("--key").arg(&self.sshd.key);
         }
+        if !given("--dir") {
+            cmd.arg("--dir").arg(self.remote());
+        }
         cmd.arg("--bundle")
             .arg(bundle)
             .arg("--known-hosts")
             .arg(self.tmp.path().join("known_hosts"))
-            .arg("--dir")
-            .arg(self.remote())
             .arg("--fetch-to")
             .arg(self.fetched())
             .arg("--remote-path-prefix")
             .arg(self.stand_in())
             .args(["--connect-timeout", "5"])
-            .args(job_args);
-        let out = cmd.stdin(Stdio::null()).output().expect("xtask runs");
-        Deployed {
-            ok: out.status.success(),
-            text: format!(
-                "{}{}\n(sshd log: {})",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                self.sshd.log.display()
-            ),
-        }
+            .args(job_args)
+            .env(TEST_MARK, self.tmp.path());
+        cmd
     }
 
     fn current(&self) -> Option<PathBuf> {
@@ -338,10 +376,230 @@ impl Host {
             .join(format!("127.0.0.1-{}", self.sshd.port))
             .join(release);
         let mut runs: Vec<PathBuf> = fs::read_dir(dir)
-            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .map(|d| {
+                d.map(|e| e.unwrap().path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
             .unwrap_or_default();
         runs.sort();
         runs
+    }
+
+    /// `cargo xtask deploy ARGS` (no `--bundle`: it bundles) against this host's deploy
+    /// folder, with the usual options.
+    fn manage_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        cmd.args(["deploy", "--host", &self.target()])
+            .arg("--key")
+            .arg(&self.sshd.key)
+            .arg("--known-hosts")
+            .arg(self.tmp.path().join("known_hosts"))
+            .arg("--dir")
+            .arg(self.remote())
+            .args(args)
+            .env(TEST_MARK, self.tmp.path())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `cargo xtask deploy <action>` against this host's deploy folder, `extra` after the
+    /// usual options (and perhaps `--` and the job's arguments).
+    fn manage(&self, action: &str, extra: &[&str]) -> Deployed {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        cmd.args(["deploy", action, "--host", &self.target()])
+            .arg("--key")
+            .arg(&self.sshd.key)
+            .arg("--known-hosts")
+            .arg(self.tmp.path().join("known_hosts"))
+            .arg("--dir")
+            .arg(self.remote())
+            .arg("--remote-path-prefix")
+            .arg(self.stand_in())
+            .args(["--connect-timeout", "5"]);
+        if action == "run" {
+            cmd.arg("--fetch-to").arg(self.fetched());
+        }
+        let out = cmd
+            .args(extra)
+            .env(TEST_MARK, self.tmp.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("xtask runs");
+        Deployed {
+            ok: out.status.success(),
+            text: format!(
+                "{}{}\n(sshd log: {})",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.sshd.log.display()
+            ),
+        }
+    }
+}
+
+/// A deploy started in the background, its output collected as it comes.
+struct Running {
+    child: Child,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("xtask runs");
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let readers = [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ]
+        .into_iter()
+        .map(|mut from| {
+            let text = std::sync::Arc::clone(&text);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    text.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        })
+        .collect();
+        Running {
+            child,
+            text,
+            readers,
+        }
+    }
+
+    fn shown(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Waits until the output holds `needle`; panics, showing it, after a minute.
+    fn wait_for(&self, needle: &str) {
+        assert!(
+            within(Duration::from_secs(60), || self.shown().contains(needle)),
+            "`{needle}` did not show within a minute:\n{}",
+            self.shown()
+        );
+    }
+
+    fn finish(mut self) -> Deployed {
+        let status = self.child.wait().unwrap();
+        for r in self.readers.drain(..) {
+            r.join().unwrap();
+        }
+        Deployed {
+            ok: status.success(),
+            text: self.shown(),
+        }
+    }
+}
+
+impl Drop for Running {
+    /// A test that fails while its deploy runs stops it as Ctrl-C would, so that it
+    /// cleans up (its job, its connection, its control folder), and kills it only if it
+    /// does not end.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let child = &mut self.child;
+            within(Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Asserts that a release folder on the host is whole: every file there is in its
+/// manifest, and every one matches.
+fn assert_whole(release: &Path) {
+    let ok = Command::new("sha256sum")
+        .args(["-c", "--quiet", "--strict", "SHA256SUMS"])
+        .current_dir(release)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "{} fails its checksums", release.display());
+    let listed = fs::read_to_string(release.join("SHA256SUMS")).unwrap();
+    let count = Command::new("find")
+        .args([".", "-type", "f"])
+        .current_dir(release)
+        .output()
+        .unwrap()
+        .stdout
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    assert_eq!(count, listed.lines().count() + 1, "{}", release.display());
+}
+
+/// The names in the host's `releases/`, sorted.
+fn release_folders(host: &Host) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(host.remote().join("releases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The environment variable that marks the processes a test's deploy starts here.
+const TEST_MARK: &str = "STEPGRAPH_DEPLOY_TEST";
+
+/// The processes, here or "on the host" (this machine too), that belong to the test whose
+/// folder is `dir`: those whose command line or environment names it (the ssh processes a
+/// deploy starts, and the remote job, whose PATH holds the stand-in folder), less this
+/// test binary and the sshd processes.
+fn processes_of(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let read = |what: &str| {
+            fs::read(entry.path().join(what))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default()
+        };
+        let cmdline = read("cmdline");
+        if cmdline.starts_with("sshd") || cmdline.starts_with(test::SSHD) {
+            continue;
+        }
+        if cmdline.contains(&needle) || read("environ").contains(&needle) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
+
+/// Polls `done` until it holds or `limit` passes; whether it held.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -354,8 +612,29 @@ fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
 
-fn release() -> String {
-    build_info::release_name(workspace_root())
+/// The release name a bundle's `build-info.json` gives.
+fn release_of(bundle: &Path) -> String {
+    let info: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(bundle.join("build-info.json")).unwrap()).unwrap();
+    info["release"].as_str().unwrap().to_string()
+}
+
+/// Each file's modification time and inode under `dir`, to tell whether a deploy wrote
+/// into it.
+fn stamps(dir: &Path) -> BTreeMap<String, (i64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    for name in [
+        "bin/job",
+        "run.sh",
+        "preflight.sh",
+        "build-info.json",
+        "SHA256SUMS",
+    ] {
+        let m = fs::metadata(dir.join(name)).unwrap();
+        out.insert(name.to_string(), (m.mtime(), m.ino()));
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -365,7 +644,7 @@ fn release() -> String {
 fn first_deploy_checks_switches_runs_and_fetches() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
-    let release = release();
+    let release = release_of(&bundle);
     host.deploy(&bundle, &["--", "--steps", "3"])
         .expect_ok()
         .expect_output(&[
@@ -386,12 +665,12 @@ fn first_deploy_checks_switches_runs_and_fetches() {
     );
     let live = host.remote().join("current");
     assert!(live.join("bin/job").is_file());
-    assert!(
-        !host
-            .remote()
-            .join(format!("releases/{release}.incoming"))
-            .exists()
-    );
+    let leftovers: Vec<_> = fs::read_dir(host.remote().join("releases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
     let runs = host.runs(&release);
     assert_eq!(runs.len(), 1, "{runs:?}");
     for file in ["table.csv", "result.json", "output.log", "build-info.json"] {
@@ -402,27 +681,127 @@ fn first_deploy_checks_switches_runs_and_fetches() {
 }
 
 #[test]
-fn redeploy_of_the_same_release_sends_nothing_and_checks_again() {
+fn redeploy_of_what_is_live_copies_nothing_and_touches_nothing() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
-    let release = release();
+    let release = release_of(&bundle);
     host.deploy(&bundle, &[]).expect_ok();
+    let live = host.remote().join("releases").join(&release);
+    let before = stamps(&live);
+    // Rebuilt: the same programs and scripts, another build time.
+    std::thread::sleep(Duration::from_millis(1100));
+    let bundle = host.bundle(&["libc.so.6"]);
+    assert_eq!(release_of(&bundle), release);
     let again = host.deploy(&bundle, &[]);
     again.expect_ok().expect_output(&[
-        "all 6 files match SHA256SUMS",
+        &format!(
+            "releases/{release} is already live, and its 6 files match its SHA256SUMS and its \
+             name: nothing to copy"
+        ),
         "preflight: ok",
         "job: done",
     ]);
     assert!(
-        !again.text.contains("<f"),
-        "the redeploy sent files:\n{}",
+        !again.text.contains("$ rsync -a --checksum"),
+        "the redeploy copied:\n{}",
         again.text
     );
+    assert_eq!(stamps(&live), before, "the live files were rewritten");
     assert_eq!(
         host.current(),
         Some(PathBuf::from(format!("releases/{release}")))
     );
     assert_eq!(host.runs(&release).len(), 2);
+}
+
+#[test]
+fn a_changed_bundle_sends_only_what_changed_and_leaves_the_live_files_alone() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let first = release_of(&bundle);
+    host.deploy(&bundle, &[]).expect_ok();
+    let live = host.remote().join("releases").join(&first);
+    let before = stamps(&live);
+    // Another library needed: preflight.sh changes, the job does not.
+    let bundle = host.bundle(&["libc.so.6", "libm.so.6"]);
+    let second = release_of(&bundle);
+    assert_ne!(second, first);
+    let again = host.deploy(&bundle, &[]);
+    again
+        .expect_ok()
+        .expect_output(&["<fcst...... preflight.sh", "cf..t...... bin/job"]);
+    assert!(
+        !again.text.contains("<f+++++++++ bin/job"),
+        "{}",
+        again.text
+    );
+    assert_eq!(stamps(&live), before, "the earlier release was written to");
+    let new = stamps(&host.remote().join("releases").join(&second));
+    assert_ne!(
+        new["bin/job"].1, before["bin/job"].1,
+        "a hard link to a live file"
+    );
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{second}")))
+    );
+}
+
+#[test]
+fn releases_of_two_programs_at_one_revision_do_not_overwrite_each_other() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    assert!(
+        r1.starts_with("job-") && r2.starts_with("other-"),
+        "{r1} {r2}"
+    );
+    assert_eq!(r1.split('-').nth(1), r2.split('-').nth(1), "one revision");
+    host.deploy(&one, &[]).expect_ok();
+    host.deploy(&two, &[]).expect_ok();
+    for (bundle, r) in [(&one, &r1), (&two, &r2)] {
+        let program = r.split('-').next().unwrap();
+        let there = host.remote().join("releases").join(r);
+        assert_eq!(
+            fs::read_to_string(there.join("run.sh")).unwrap(),
+            fs::read_to_string(bundle.join("run.sh")).unwrap()
+        );
+        assert!(there.join("bin").join(program).is_file());
+    }
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
+    // The first is still whole: deploying it again copies nothing.
+    host.deploy(&one, &[])
+        .expect_ok()
+        .expect_output(&[&format!("releases/{r1} is already on the host")]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+}
+
+#[test]
+fn a_damaged_release_is_uploaded_again_not_trusted() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let release = release_of(&bundle);
+    host.deploy(&bundle, &[]).expect_ok();
+    let live = host.remote().join("releases").join(&release);
+    fs::write(live.join("bin/job"), "#!/bin/sh\necho truncated\n").unwrap();
+    host.deploy(&bundle, &[]).expect_ok().expect_output(&[
+        &format!("warning: releases/{release} on "),
+        "is damaged, so it is uploaded again",
+        "- bin/job: expected sha256 ",
+        "job: done",
+    ]);
+    assert_eq!(
+        fs::read_to_string(live.join("bin/job")).unwrap(),
+        JOB,
+        "the release was not replaced"
+    );
 }
 
 #[test]
@@ -440,7 +819,7 @@ fn corrupted_file_is_caught_by_the_checksums() {
         ", found ",
     ]);
     assert_eq!(host.current(), None);
-    assert!(host.runs(&release()).is_empty());
+    assert!(host.runs(&release_of(&bundle)).is_empty());
 }
 
 #[test]
@@ -512,10 +891,10 @@ fn failing_preflight_leaves_current_untouched() {
     assert!(
         !host
             .remote()
-            .join(format!("releases/{}", release()))
+            .join(format!("releases/{}", release_of(&bundle)))
             .exists()
     );
-    assert!(host.runs(&release()).is_empty());
+    assert!(host.runs(&release_of(&bundle)).is_empty());
 }
 
 #[test]
@@ -529,7 +908,7 @@ fn failing_job_shows_its_last_lines_and_its_results_come_back() {
         "  | job: failing on purpose",
         "(results fetched into ",
     ]);
-    let runs = host.runs(&release());
+    let runs = host.runs(&release_of(&bundle));
     assert_eq!(runs.len(), 1, "{runs:?}");
     let log = fs::read_to_string(runs[0].join("output.log")).unwrap();
     assert!(log.contains("job: failing on purpose"), "{log}");
@@ -546,14 +925,552 @@ fn dry_run_prints_every_command_and_changes_nothing() {
             "$ ssh -o BatchMode=yes",
             "'bash -s -- ",
             "<<'EOF'\nset -eu\n",
-            "cp -al -- ",
-            "$ rsync -a --checksum --delete --itemize-changes -e ",
+            "$ rsync -a --checksum --itemize-changes --timeout=60 -e ",
             "sha256sum --",
             "preflight.sh",
             "mv -T -- current.new current",
-            "run.sh --quick",
+            "/releases/.incoming-job-",
+            "run.sh --quick'",
+            "@guard-script@",
+            "timeout --kill-after=5 \"$limit\" \"$@\"",
             "dry run: nothing was run",
         ]);
     assert!(!host.remote().exists());
     assert!(!host.fetched().exists());
+}
+
+#[test]
+fn hung_nvidia_smi_fails_the_preflight_on_its_timeout() {
+    let host = Host::start();
+    fs::write(host.stand_in().join("hang"), "").unwrap();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let running = Running::start(host.command(&bundle, &["--preflight-timeout", "3"]));
+    running.wait_for("== preflight on the host");
+    let start = Instant::now();
+    running.finish().expect_failure(&[
+        "did not finish within 3s (--preflight-timeout), so it was stopped; `current` was \
+             not switched:",
+        "- gpu: expected nvidia-smi to list the GPUs, found no answer when the preflight \
+             was stopped",
+        "a hung `nvidia-smi` is a common sign of a sick GPU or driver",
+    ]);
+    let took = start.elapsed();
+    // The timeout, and the clean-up: a few seconds.
+    assert!(took < Duration::from_secs(3 + 5), "took {took:?}");
+    assert_eq!(host.current(), None);
+    assert!(
+        within(Duration::from_secs(5), || processes_of(host.tmp.path())
+            .is_empty()),
+        "left running: {:?}",
+        processes_of(host.tmp.path())
+    );
+}
+
+#[test]
+fn sigint_during_the_job_stops_it_there_and_here() {
+    signal_during_the_job_stops_it_there_and_here("INT");
+}
+
+#[test]
+fn sigterm_during_the_job_stops_it_there_and_here() {
+    signal_during_the_job_stops_it_there_and_here("TERM");
+}
+
+/// `kill -SIGNAL` to the deploy while its job runs: within 5 s the deploy has exited
+/// (130), and no process of the job, there or here, nor any ssh of the deploy is left.
+fn signal_during_the_job_stops_it_there_and_here(signal: &str) {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let mut running = Running::start(host.command(&bundle, &["--", "--sleep=300"]));
+    running.wait_for("job: sleeping");
+    assert!(!processes_of(host.tmp.path()).is_empty());
+    let pid = running.child.id();
+
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let signalled = Instant::now();
+    let mut exit = None;
+    let gone = within(Duration::from_secs(5), || {
+        if exit.is_none() {
+            exit = running.child.try_wait().unwrap();
+        }
+        exit.is_some() && processes_of(host.tmp.path()).is_empty()
+    });
+    let shown = || running.shown();
+    assert!(
+        gone,
+        "5 s after SIG{signal}: xtask {exit:?}, still running: {:?}\n{}",
+        processes_of(host.tmp.path()),
+        shown()
+    );
+    let took = signalled.elapsed();
+    assert_eq!(exit.and_then(|s| s.code()), Some(130), "{}", shown());
+    assert!(
+        shown().contains(&format!("interrupted by SIG{signal} during the job on ")),
+        "{}",
+        shown()
+    );
+    let control = std::env::temp_dir().join(format!("stepgraph-ssh-{pid}"));
+    assert!(!control.exists(), "{} left behind", control.display());
+    eprintln!("stopped {took:?} after SIG{signal}");
+}
+
+#[test]
+fn zero_timeouts_are_refused() {
+    for flag in ["--connect-timeout", "--preflight-timeout", "--job-timeout"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["deploy", "--host", "h", flag, "0", "--dry-run"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} 0 was accepted");
+        assert!(
+            text.contains(&format!(
+                "invalid value '0' for '{flag} <SECONDS>': expected a number of seconds, at \
+                 least 1: 0 would turn the timeout off"
+            )),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let gate = host.tmp.path().join("gate");
+    let first = Running::start(host.command(&one, &["--", &format!("--gate={}", gate.display())]));
+    first.wait_for("job: waiting at the gate");
+    host.deploy(&two, &["--no-wait"]).expect_failure(&[
+        &format!(
+            "the deploy folder {} on {} is in use: expected no other deploy there, found its \
+             lock held by {}@",
+            host.remote().display(),
+            host.target(),
+            user()
+        ),
+        ", since 20",
+        "UTC: cargo xtask deploy, run ",
+        "; wait for it, or drop --no-wait to wait",
+    ]);
+    fs::write(&gate, "").unwrap();
+    first.finish().expect_ok();
+    // The refused deploy left nothing: no upload, no release.
+    let r1 = release_of(&one);
+    assert_eq!(release_folders(&host), std::slice::from_ref(&r1));
+    assert_whole(&host.remote().join("releases").join(&r1));
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+}
+
+#[test]
+fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let gate = host.tmp.path().join("gate");
+    let first = Running::start(host.command(&one, &["--", &format!("--gate={}", gate.display())]));
+    first.wait_for("job: waiting at the gate");
+    let second = Running::start(host.command(&two, &[]));
+    second.wait_for(&format!(
+        "waiting (up to 600s) for the deploy folder {}",
+        host.remote().display()
+    ));
+    assert_eq!(
+        release_folders(&host),
+        [release_of(&one)],
+        "the second did not wait"
+    );
+    fs::write(&gate, "").unwrap();
+    first.finish().expect_ok();
+    second.finish().expect_ok().expect_output(&[
+        "its lock is held by ",
+        ", since 20",
+        "(--no-wait fails instead)",
+    ]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    let mut both = vec![r1.clone(), r2.clone()];
+    both.sort();
+    assert_eq!(release_folders(&host), both);
+    for r in [&r1, &r2] {
+        assert_whole(&host.remote().join("releases").join(r));
+    }
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
+}
+
+#[test]
+fn status_list_run_and_clean_on_a_host_with_several_releases() {
+    let host = Host::start();
+    let mut names = Vec::new();
+    for (program, libraries) in [
+        ("job", &["libc.so.6"][..]),
+        ("job", &["libc.so.6", "libm.so.6"][..]),
+        ("other", &["libc.so.6"][..]),
+    ] {
+        let bundle = host.bundle_of(program, libraries);
+        names.push(release_of(&bundle));
+        host.deploy(&bundle, &["--", "--steps", "1"]).expect_ok();
+    }
+    let [r1, r2, r3] = [&names[0], &names[1], &names[2]];
+    fs::create_dir_all(
+        host.remote()
+            .join("releases/.incoming-job-x-1-20260101T000000Z-1"),
+    )
+    .unwrap();
+
+    host.manage("status", &[]).expect_ok().expect_output(&[
+        &format!("current: {r3}"),
+        "  program other, revision ",
+        "  made current 20",
+        "  verified: its 6 files match its SHA256SUMS and its name",
+        ": exit status 0 after ",
+        "(args `--steps 1`, by `deploy`)",
+        "lock: free",
+    ]);
+
+    let listed = host.manage("list", &[]);
+    listed.expect_ok().expect_output(&[
+        "3 releases (newest first; * is current)",
+        &format!("* {r3}\n    program other"),
+        &format!("  {r2}\n    program job"),
+        "left by failed uploads and replaced damaged releases (`clean` removes them):",
+        "  releases/.incoming-job-x-1-20260101T000000Z-1",
+    ]);
+    let at = |r: &str| listed.text.find(&format!(" {r}\n")).unwrap();
+    assert!(at(r3) < at(r2) && at(r2) < at(r1), "{}", listed.text);
+
+    host.manage("run", &["--", "--steps", "9"])
+        .expect_ok()
+        .expect_output(&[
+            &format!("releases/{r3}: its 6 files match its SHA256SUMS and its name"),
+            "preflight: ok",
+            "job: started with: --steps 9",
+            &format!("ran {r3} again on "),
+        ]);
+    assert_eq!(host.runs(r3).len(), 2);
+
+    host.manage("clean", &["--keep", "1"])
+        .expect_ok()
+        .expect_output(&[
+            &format!("removed releases/{r1}"),
+            &format!("removed releases/{r2}"),
+            "removed releases/.incoming-job-x-1-20260101T000000Z-1",
+            &format!("kept 1 in {} on ", host.remote().display()),
+        ]);
+    assert_eq!(release_folders(&host), std::slice::from_ref(r3));
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r3}")))
+    );
+    // Results stay.
+    assert!(host.remote().join("runs").join(r1).is_dir());
+    host.manage("list", &[]).expect_ok().expect_output(&[
+        "1 releases",
+        "runs of releases no longer on the host:",
+        &format!("  {r1} run "),
+    ]);
+}
+
+#[test]
+fn a_damaged_live_release_is_caught_before_run_and_rollback_passes_over_damage() {
+    let host = Host::start();
+    let mut names = Vec::new();
+    for libraries in [
+        &["libc.so.6"][..],
+        &["libm.so.6"][..],
+        &["libc.so.6", "libm.so.6"][..],
+    ] {
+        let bundle = host.bundle_of("job", libraries);
+        names.push(release_of(&bundle));
+        host.deploy(&bundle, &[]).expect_ok();
+    }
+    let [r1, r2, r3] = [&names[0], &names[1], &names[2]];
+    let truncate = |r: &str| {
+        let job = host.remote().join("releases").join(r).join("bin/job");
+        fs::write(&job, "#!/bin/sh\n").unwrap();
+    };
+    truncate(r3);
+    host.manage("run", &[]).expect_failure(&[
+        &format!("the release {r3} on "),
+        "is damaged: expected its files to match its SHA256SUMS and its name, found:",
+        "- bin/job: expected sha256 ",
+        "nothing was run: `cargo xtask deploy rollback` goes back",
+    ]);
+    assert_eq!(host.runs(r3).len(), 1, "the damaged release ran");
+    host.manage("status", &[])
+        .expect_failure(&["DAMAGED", &format!("the release {r3} on ")]);
+
+    // The release r3 was deployed over is damaged too: rollback goes on to r1.
+    truncate(r2);
+    host.manage("rollback", &[]).expect_ok().expect_output(&[
+        &format!("releases/{r2} is damaged, passed over:"),
+        &format!("releases/{r1}: its 6 files match its SHA256SUMS and its name"),
+        &format!("from {r3} to {r1} (passing over {r2} (damaged))"),
+    ]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+    host.manage("run", &[])
+        .expect_ok()
+        .expect_output(&["job: done"]);
+    host.manage("rollback", &[]).expect_failure(&[
+        "no release to roll back to on ",
+        &format!("an earlier verified release that {r1} was deployed over, found none"),
+    ]);
+}
+
+#[test]
+fn stage_uploads_and_checks_without_switching() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    host.deploy(&one, &[]).expect_ok();
+    let staged = host.manage("stage", &["--bundle", two.to_str().unwrap()]);
+    staged.expect_ok().expect_output(&[
+        "all 6 files match SHA256SUMS",
+        "preflight: ok",
+        &format!("staged {r2} on "),
+        &format!("`current` stays at {r1}"),
+    ]);
+    assert!(!staged.text.contains("== run the job"), "{}", staged.text);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+    assert_whole(&host.remote().join("releases").join(&r2));
+    host.deploy(&two, &[]).expect_ok().expect_output(&[
+        &format!("releases/{r2} is already on the host, and its 6 files match"),
+        "job: done",
+    ]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
+}
+
+#[test]
+fn no_gpu_checks_skips_them_and_marks_the_run() {
+    let host = Host::start();
+    // nvidia-smi would hang, and a library is missing: neither is looked at.
+    fs::write(host.stand_in().join("hang"), "").unwrap();
+    let bundle = host.bundle(&["libstepgraph_missing.so.1"]);
+    let release = release_of(&bundle);
+    host.deploy(&bundle, &["--no-gpu-checks", "--preflight-timeout", "20"])
+        .expect_ok()
+        .expect_output(&[
+            "skip  gpu: --no-gpu-checks (no GPU, compute capability, driver or library checks)",
+            "ok    free disk: ",
+            "preflight: ok",
+            "WITHOUT the preflight's GPU checks",
+        ]);
+    let runs = host.runs(&release);
+    let record = fs::read_to_string(runs[0].with_extension("json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["gpu_checks"], false, "{record}");
+    host.manage("status", &[])
+        .expect_ok()
+        .expect_output(&["NO GPU CHECKS (--no-gpu-checks)"]);
+}
+
+#[test]
+fn a_key_others_can_read_is_refused_with_ssh_s_own_reason() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let open = host.tmp.path().join("open_key");
+    fs::copy(&host.sshd.key, &open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap();
+    let key = open.display().to_string();
+    host.deploy(&bundle, &["--key", &key]).expect_failure(&[
+        &format!(
+            "ssh could not use the key {key}: expected a private key it can read, found ssh \
+             saying:"
+        ),
+        &format!("Permissions 0644 for '{key}' are too open."),
+        &format!("Load key \"{key}\": bad permissions"),
+        &format!("(ssh uses a private key only its owner can read: `chmod 600 {key}`)"),
+    ]);
+    assert!(!host.remote().exists());
+}
+
+#[test]
+fn a_public_key_given_as_the_key_is_named_as_such() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let public = host.sshd.key.with_extension("pub");
+    let key = public.display().to_string();
+    host.deploy(&bundle, &["--key", &key]).expect_failure(&[
+        &format!("ssh could not use the key {key}: expected a private key it can read"),
+        &format!("Load key \"{key}\": "),
+        &format!(
+            "({key} is a public key: --key takes the private key ({}), whose .pub the host \
+             lists in its authorized_keys)",
+            host.sshd.key.display()
+        ),
+    ]);
+}
+
+/// The remote user's home, as sshd finds it (the password database, not $HOME).
+fn remote_home() -> PathBuf {
+    let out = Command::new("getent")
+        .args(["passwd", &user()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    PathBuf::from(
+        line.trim()
+            .split(':')
+            .nth(5)
+            .expect("a home in the passwd line"),
+    )
+}
+
+#[test]
+fn a_tilde_in_dir_is_the_remote_home() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    // A folder of this test's own in the home, removed however the test ends.
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    let name = format!(
+        "stepgraph-deploy-test-{}",
+        host.tmp.path().file_name().unwrap().to_string_lossy()
+    );
+    let there = Remove(remote_home().join(&name));
+    let dir = format!("~/{name}");
+    host.deploy(&bundle, &["--dir", &dir]).expect_ok();
+    assert!(
+        there.0.join("current/bin/job").is_file(),
+        "{}",
+        there.0.display()
+    );
+    assert!(!remote_home().join("~").exists());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["deploy", "--host", "h", "--dir", "~bob/x", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains(
+            "invalid value '~bob/x' for '--dir <PATH>': expected a path on the host, absolute \
+             or from the remote home (`~/PATH` or `PATH`), found `~bob`, another user's home"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_ssh_config_alias_is_reported_with_the_port_ssh_uses() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let closed = free_port();
+    let config = host.tmp.path().join("ssh_config");
+    fs::write(
+        &config,
+        format!(
+            "Host stepgraph-closed\n  HostName 127.0.0.1\n  Port {closed}\n  User {user}\n\
+             Host stepgraph-open\n  HostName 127.0.0.1\n  Port {open}\n  User {user}\n",
+            open = host.sshd.port,
+            user = user()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    host.deploy(
+        &bundle,
+        &["--host", "stepgraph-closed", "--ssh-config", config],
+    )
+    .expect_failure(&[&format!(
+        "cannot reach stepgraph-closed (127.0.0.1): expected an ssh server on port {closed}, \
+         found the connection refused"
+    )]);
+    host.deploy(
+        &bundle,
+        &["--host", "stepgraph-open", "--ssh-config", config],
+    )
+    .expect_ok()
+    .expect_output(&[
+        &format!(
+            "ssh will connect to 127.0.0.1 port {} as {}",
+            host.sshd.port,
+            user()
+        ),
+        "job: done",
+    ]);
+}
+
+#[test]
+fn a_host_with_two_ports_is_refused_before_anything_runs() {
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["deploy", "--host", "root@gpu:2222:22"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(
+            "invalid value 'root@gpu:2222:22' for '--host <USER@HOST[:PORT]>': expected \
+             user@host, user@host:port or user@[ipv6]:port, found `gpu:2222:22` in \
+             `root@gpu:2222:22`: more than one `:`"
+        ),
+        "{text}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn the_host_is_contacted_before_the_build() {
+    let host = Host::start();
+    let target = format!("{}@127.0.0.1:{}", user(), free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["deploy", "--example", "fork_join", "--host", &target])
+        .arg("--key")
+        .arg(&host.sshd.key)
+        .arg("--known-hosts")
+        .arg(host.tmp.path().join("known_hosts"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("cannot reach 127.0.0.1"), "{text}");
+    assert!(!text.contains("== bundle"), "it built first:\n{text}");
+}
+
+#[test]
+fn a_dry_run_shows_the_tree_as_it_is_not_the_last_bundle() {
+    let host = Host::start();
+    let tree = xtask::bundle::build_info::Revision::of(workspace_root());
+    let release = xtask::bundle::build_info::release_name("fork_join", &tree, None);
+    let out = host
+        .manage_cmd(&["--example", "fork_join", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "build --release -p stepgraph-suite --example fork_join",
+        &format!("(release {release})"),
+        &format!("/releases/.incoming-{release}-"),
+        "dry run: nothing was run",
+    ] {
+        assert!(text.contains(needle), "expected `{needle}` in:\n{text}");
+    }
+    assert!(!host.remote().exists());
 }

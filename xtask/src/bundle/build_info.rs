@@ -20,19 +20,88 @@ pub struct BundledFile {
     pub bytes: u64,
 }
 
+/// What a bundle is, for its `build-info.json`: the program (or `gpu-tests`), the tree
+/// it was built from, and the hash of its content ([`super::manifest::content_hash`]).
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub program: String,
+    pub revision: Revision,
+    pub content_sha256: String,
+}
+
+impl Identity {
+    /// The name of the bundle's release folder on a host: the program, the revision
+    /// (`-dirty` when the tree had changes) and the first 12 hex digits of the content
+    /// hash, `dqn-3e675b0-1f2e3d4c5b6a`. The hash is there even for a clean tree: a
+    /// revision rebuilt with another toolchain is other bytes, and a release folder,
+    /// once made, never changes.
+    pub fn release(&self) -> String {
+        release_name(&self.program, &self.revision, Some(&self.content_sha256))
+    }
+}
+
+/// [`Identity::release`] from its parts; without the hash (a dry run that builds
+/// nothing), `<hash>` stands in for it.
+pub fn release_name(program: &str, revision: &Revision, content_sha256: Option<&str>) -> String {
+    let hash = content_sha256.map_or("<hash>", |h| &h[..h.len().min(RELEASE_HASH_DIGITS)]);
+    let dirty = if revision.dirty { "-dirty" } else { "" };
+    format!("{program}-{}{dirty}-{hash}", revision.short)
+}
+
+/// How many hex digits of the content hash a release name carries.
+pub const RELEASE_HASH_DIGITS: usize = 12;
+
+/// The git revision of a tree and whether it had changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision {
+    /// The full hash (`None` outside a repository).
+    pub full: Option<String>,
+    /// The short hash, or `nogit`.
+    pub short: String,
+    /// Uncommitted changes, untracked files included (ignored ones are not).
+    pub dirty: bool,
+}
+
+impl Revision {
+    pub fn of(root: &Path) -> Revision {
+        let Some(short) = git(root, &["rev-parse", "--short", "HEAD"]) else {
+            return Revision {
+                full: None,
+                short: "nogit".into(),
+                dirty: false,
+            };
+        };
+        // A file not yet added changes the build as much as an edited one.
+        let dirty = git(root, &["status", "--porcelain", "--untracked-files=normal"])
+            .is_none_or(|changes| !changes.is_empty());
+        Revision {
+            full: git(root, &["rev-parse", "HEAD"]),
+            short,
+            dirty,
+        }
+    }
+}
+
 /// The bundle's `build-info.json`. `libraries` are what `preflight.sh` requires.
-pub fn render(root: &Path, nvcc: &Nvcc, files: &[BundledFile], libraries: &[String]) -> Value {
+pub fn render(
+    root: &Path,
+    identity: &Identity,
+    nvcc: &Nvcc,
+    files: &[BundledFile],
+    libraries: &[String],
+) -> Value {
     let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap_or_default();
     let built_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     json!({
-        "release": release_name(root),
-        "git_revision": git(root, &["rev-parse", "HEAD"]),
+        "release": identity.release(),
+        "program": identity.program,
+        "content_sha256": identity.content_sha256,
+        "git_revision": identity.revision.full,
         // Bundles are often built from an uncommitted tree; say so.
-        "git_dirty": git(root, &["status", "--porcelain", "--untracked-files=no"])
-            .map(|s| !s.is_empty()),
+        "git_dirty": identity.revision.dirty,
         "nvcc": nvcc.version,
         "sm_target": SM_TARGET,
         "cudarc": locked_version(&lock, "cudarc"),
@@ -48,19 +117,6 @@ pub fn render(root: &Path, nvcc: &Nvcc, files: &[BundledFile], libraries: &[Stri
             .map(|f| json!({ "name": f.name, "kind": f.kind, "bytes": f.bytes }))
             .collect::<Vec<_>>(),
     })
-}
-
-/// The name a deploy gives the bundle's release folder on the host: git's short hash,
-/// with `-dirty` when tracked files have uncommitted changes (`nogit` outside a
-/// repository).
-pub fn release_name(root: &Path) -> String {
-    let Some(hash) = git(root, &["rev-parse", "--short", "HEAD"]) else {
-        return "nogit".to_string();
-    };
-    match git(root, &["status", "--porcelain", "--untracked-files=no"]) {
-        Some(changes) if changes.is_empty() => hash,
-        _ => format!("{hash}-dirty"),
-    }
 }
 
 fn git(root: &Path, args: &[&str]) -> Option<String> {
@@ -94,6 +150,55 @@ pub fn locked_version(lock: &str, package: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_names_carry_the_program_the_revision_and_the_content() {
+        let clean = Revision {
+            full: Some("3e675b0f".into()),
+            short: "3e675b0".into(),
+            dirty: false,
+        };
+        let hash = "1f2e3d4c5b6a79880000000000000000000000000000000000000000000000ff";
+        assert_eq!(
+            release_name("dqn", &clean, Some(hash)),
+            "dqn-3e675b0-1f2e3d4c5b6a"
+        );
+        let dirty = Revision {
+            dirty: true,
+            ..clean
+        };
+        assert_eq!(
+            release_name("fork_join", &dirty, Some(hash)),
+            "fork_join-3e675b0-dirty-1f2e3d4c5b6a"
+        );
+        assert_eq!(
+            release_name("dqn", &dirty, None),
+            "dqn-3e675b0-dirty-<hash>"
+        );
+    }
+
+    #[test]
+    fn untracked_files_make_a_tree_dirty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let ok = Command::new("git")
+                .current_dir(tmp.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::write(tmp.path().join("a"), "a").unwrap();
+        git(&["add", "a"]);
+        git(&["commit", "-q", "-m", "a"]);
+        assert!(!Revision::of(tmp.path()).dirty);
+        std::fs::write(tmp.path().join("new"), "b").unwrap();
+        assert!(Revision::of(tmp.path()).dirty);
+    }
 
     #[test]
     fn cudarc_version_is_read_from_the_lock_file() {

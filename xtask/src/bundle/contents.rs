@@ -12,9 +12,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use super::build_info::{self, BundledFile};
+use super::build_info::{self, BundledFile, Identity, Revision};
 use super::job_sh::JobScript;
-use super::manifest::Manifest;
+use super::manifest::{self, Manifest};
 use super::preflight_sh::Preflight;
 use super::run_sh::RunScript;
 use super::{Artifact, Kind, Runner};
@@ -25,6 +25,9 @@ use crate::install_nvcc::Nvcc;
 pub const RUN_SH: &str = "run.sh";
 pub const PREFLIGHT_SH: &str = "preflight.sh";
 pub const BUILD_INFO: &str = "build-info.json";
+
+/// The program name of a GPU-test bundle's release.
+pub const GPU_TESTS_PROGRAM: &str = "gpu-tests";
 
 /// Marks a folder as written by `cargo xtask bundle`, so a rebuild may clear it.
 const MARKER: &str = ".stepgraph-bundle";
@@ -80,7 +83,9 @@ impl Contents<'_> {
             let bytes = if dry_run {
                 0
             } else {
-                fs::metadata(&dest)?.len()
+                fs::metadata(&dest)
+                    .with_context(|| format!("could not read {}", dest.display()))?
+                    .len()
             };
             files.push(BundledFile {
                 name: name.clone(),
@@ -129,7 +134,23 @@ impl Contents<'_> {
         .render();
         write(&self.out.join(PREFLIGHT_SH), &preflight, 0o755, dry_run)?;
 
-        let info = build_info::render(root, nvcc, &files, self.libraries);
+        let program = match self.runner {
+            Runner::Job { job } => job.clone(),
+            Runner::Suite { .. } => GPU_TESTS_PROGRAM.to_string(),
+        };
+        let content_sha256 = if dry_run {
+            "<hash>".to_string()
+        } else {
+            let mut listed = Vec::new();
+            manifest::list_files(self.out, "", &mut listed)?;
+            manifest::content_hash(&manifest::hash_files(self.out, &listed)?)?
+        };
+        let identity = Identity {
+            program,
+            revision: Revision::of(root),
+            content_sha256,
+        };
+        let info = build_info::render(root, &identity, nvcc, &files, self.libraries);
         write(
             &self.out.join(BUILD_INFO),
             &format!("{}\n", serde_json::to_string_pretty(&info)?),
@@ -190,7 +211,9 @@ fn prepare_out(out: &Path, dry_run: bool) -> Result<()> {
         fs::remove_dir_all(out).with_context(|| format!("could not clear {}", out.display()))?;
     }
     fs::create_dir_all(&bin).with_context(|| format!("could not create {}", bin.display()))?;
-    fs::write(out.join(MARKER), "written by `cargo xtask bundle`\n")?;
+    let marker = out.join(MARKER);
+    fs::write(&marker, "written by `cargo xtask bundle`\n")
+        .with_context(|| format!("could not write {}", marker.display()))?;
     Ok(())
 }
 
@@ -201,7 +224,8 @@ fn write(path: &Path, text: &str, mode: u32, dry_run: bool) -> Result<()> {
         return Ok(());
     }
     fs::write(path, text).with_context(|| format!("could not write {}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .with_context(|| format!("could not set the mode of {}", path.display()))?;
     Ok(())
 }
 
@@ -210,7 +234,6 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
-    use crate::bundle::manifest;
 
     #[test]
     fn a_job_bundle_holds_its_scripts_and_a_manifest_of_everything() {

@@ -153,6 +153,38 @@ impl Manifest {
     }
 }
 
+/// The files a bundle's content hash leaves out: its `build-info.json`, which holds the
+/// hash (and the time of the build), and the manifest, which holds the file's hash.
+pub const NOT_CONTENT: &[&str] = &[super::contents::BUILD_INFO, FILE];
+
+/// The sha256 (hex) of a bundle's content: of the manifest lines of every file but
+/// [`NOT_CONTENT`]. Two bundles with the same programs and scripts have the same one,
+/// whenever they were built; it is computed from a manifest, so the host's hashes of an
+/// upload give it too.
+pub fn content_hash(manifest: &Manifest) -> Result<String> {
+    let mut content = manifest.clone();
+    content
+        .entries
+        .retain(|path, _| !NOT_CONTENT.contains(&path.as_str()));
+    let mut sha = Command::new("sha256sum");
+    sha.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = sha.spawn().context("could not start `sha256sum`")?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        stdin
+            .write_all(content.render().as_bytes())
+            .context("writing to `sha256sum`")?;
+    }
+    let out = child.wait_with_output().context("running `sha256sum`")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.split_whitespace().next() {
+        Some(hex) if out.status.success() && hex.len() == 64 => Ok(hex.to_string()),
+        _ => bail!("`sha256sum` of a manifest wrote `{}`", text.trim()),
+    }
+}
+
 /// Runs `sha256sum` on `files` (relative to `dir`).
 pub fn hash_files(dir: &Path, files: &[String]) -> Result<Manifest> {
     let mut sha = Command::new("sha256sum");
@@ -162,11 +194,12 @@ pub fn hash_files(dir: &Path, files: &[String]) -> Result<Manifest> {
 }
 
 /// Every regular file under `dir/prefix`, as `/`-separated paths relative to `dir`.
-fn list_files(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
+pub fn list_files(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
     let here = dir.join(prefix);
     let mut entries = fs::read_dir(&here)
         .with_context(|| format!("could not list {}", here.display()))?
-        .collect::<std::io::Result<Vec<_>>>()?;
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("could not list {}", here.display()))?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -175,7 +208,9 @@ fn list_files(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
         } else {
             format!("{prefix}/{name}")
         };
-        let kind = entry.file_type()?;
+        let kind = entry
+            .file_type()
+            .with_context(|| format!("could not read {}", entry.path().display()))?;
         if kind.is_dir() {
             list_files(dir, &rel, out)?;
         } else if kind.is_file() {
@@ -236,6 +271,19 @@ mod tests {
             ]
         );
         assert!(expected.compare(&expected).is_empty());
+    }
+
+    #[test]
+    fn the_content_hash_leaves_out_the_build_info_and_the_manifest() {
+        let content = manifest(&[("bin/job", A), ("run.sh", B)]);
+        let mut bundle = content.clone();
+        bundle.entries.insert("build-info.json".into(), A.into());
+        bundle.entries.insert(FILE.into(), B.into());
+        let hash = content_hash(&content).unwrap();
+        assert_eq!(hash.len(), 64);
+        assert_eq!(content_hash(&bundle).unwrap(), hash);
+        let other = manifest(&[("bin/job", B), ("run.sh", B)]);
+        assert_ne!(content_hash(&other).unwrap(), hash);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub use self::contents::Contents;
 use self::preflight_sh::CUDA_LIBRARIES;
 use crate::cmd::{self, Workspace};
 use crate::install_nvcc::{InstallNvcc, Nvcc};
+use crate::interrupt;
+use crate::lock::{self, FolderLock};
 use crate::programs::{DEMO, GPU_TEST_PACKAGES, GPU_TESTS, PROGRAMS, Program};
 
 /// Where the GPU-test bundle goes by default, relative to the workspace root
@@ -62,15 +64,31 @@ pub struct Bundle {
 
 impl Bundle {
     pub fn run(self, ws: &Workspace) -> Result<()> {
-        self.build(ws).map(drop)
+        self.build(ws, lock::Wait::Upto(lock::DEFAULT_WAIT))
+            .map(drop)
     }
 
-    /// Builds the bundle and returns its folder.
-    pub fn build(&self, ws: &Workspace) -> Result<PathBuf> {
+    /// Builds the bundle under its folder's lock (see [`crate::lock`]: a deploy reading
+    /// the folder holds it too), doing `wait`'s bidding while another command holds it,
+    /// and returns the folder with the lock still held (none in a dry run).
+    pub fn build(&self, ws: &Workspace, wait: lock::Wait) -> Result<Built> {
         let plan = self.plan(ws)?;
+        let what = match &self.example {
+            Some(example) if !self.gpu_tests => format!("cargo xtask bundle {example}"),
+            _ => "cargo xtask bundle --gpu-tests".to_string(),
+        };
+        eprintln!("$ lock {}", lock::lock_path(&plan.out).display());
+        let lock = if self.dry_run {
+            None
+        } else {
+            Some(FolderLock::take(&plan.out, &what, wait)?)
+        };
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
         plan.execute(ws, &nvcc, self.dry_run)?;
-        Ok(plan.out)
+        Ok(Built {
+            dir: plan.out,
+            lock,
+        })
     }
 
     /// Where the bundle goes, without building it.
@@ -111,6 +129,13 @@ impl Bundle {
             },
         })
     }
+}
+
+/// A bundle folder just written, and its lock, held until this is dropped.
+#[derive(Debug)]
+pub struct Built {
+    pub dir: PathBuf,
+    pub lock: Option<FolderLock>,
 }
 
 /// One cargo invocation of a bundle and the kind of executable kept from it.
@@ -169,14 +194,24 @@ impl CargoBuild {
             .stdout(Stdio::piped())
             .spawn()
             .with_context(|| format!("could not start `{}`", cmd::display(&cargo)))?;
-        let mut stdout = String::new();
-        child
-            .stdout
-            .take()
-            .expect("stdout is piped")
-            .read_to_string(&mut stdout)
+        let mut out = child.stdout.take().expect("stdout is piped");
+        let reader = std::thread::spawn(move || {
+            let mut stdout = String::new();
+            out.read_to_string(&mut stdout).map(|_| stdout)
+        });
+        // A deploy asked to stop (SIGTERM reaches xtask alone) stops the build too.
+        let status = match interrupt::wait(&mut child, None, true)? {
+            interrupt::Waited::Exited(status) => status,
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("interrupted: `{}` was stopped", cmd::display(&cargo));
+            }
+        };
+        let stdout = reader
+            .join()
+            .expect("the stdout reader does not panic")
             .context("reading cargo's JSON messages")?;
-        let status = child.wait()?;
         if !status.success() {
             bail!("`{}` failed: {status}", cmd::display(&cargo));
         }

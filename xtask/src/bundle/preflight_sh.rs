@@ -50,6 +50,9 @@ impl Preflight<'_> {
     }
 }
 
+/// The flag that skips the GPU, driver and library checks (testing without a GPU).
+pub const NO_GPU_CHECKS: &str = "--no-gpu-checks";
+
 /// The prefix of a failed check's line; `cargo xtask deploy` collects these lines into
 /// its error.
 pub const FAIL_PREFIX: &str = "FAIL  ";
@@ -57,15 +60,22 @@ pub const FAIL_PREFIX: &str = "FAIL  ";
 const TEMPLATE: &str = r#"#!/usr/bin/env bash
 # Written by `cargo xtask bundle`: rebuild the bundle rather than edit this file.
 #
-#   ./preflight.sh [DIR [MIN_FREE_MIB]]
+#   ./preflight.sh [--no-gpu-checks] [DIR [MIN_FREE_MIB]]
 #
 # Whether this host can run the bundle: a GPU that nvidia-smi lists; compute capability
 # at least @MIN_CC@ (the kernels are @SM_TARGET@ cubins); a driver at least @MIN_DRIVER@ (CUDA
 # @CUDA@, what the kernels were compiled with); every library the job loads, found where
 # run.sh looks and on the loader cache; MIN_FREE_MIB MiB free in DIR (default @MIN_FREE_MIB@
 # MiB in this bundle's folder). One line per check, `ok` or `FAIL` with what was expected
-# and what was found; the exit status is 1 if any check failed.
+# and what was found; the exit status is 1 if any check failed. --no-gpu-checks skips the
+# GPU, driver and library checks, for testing on a machine without a GPU.
 set -u -o pipefail
+
+gpu_checks=1
+if [ "${1:-}" = --no-gpu-checks ]; then
+    gpu_checks=0
+    shift
+fi
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 disk_dir="${1:-$here}"
@@ -76,10 +86,16 @@ libraries=(@LIBRARIES@)
 failed=0
 
 ok() { printf 'ok    %s: %s\n' "$1" "$2"; }
+skip() { printf 'skip  %s: %s\n' "$1" "$2"; }
 fail() {
     printf 'FAIL  %s: expected %s, found %s\n' "$1" "$2" "$3"
     failed=1
 }
+# When the preflight is stopped (its time limit ran out, or the deploy was interrupted),
+# the check that was running says so, rather than the preflight ending without a word.
+running="" running_expected=""
+checking() { running="$1" running_expected="$2"; }
+trap 'fail "$running" "$running_expected" "no answer when the preflight was stopped"; exit 124' TERM
 is_version() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)*$ ]]; }
 # version_ge A B: whether the dotted number A is at least B (580.159.04 >= 580.65.06).
 version_ge() {
@@ -95,9 +111,14 @@ version_ge() {
     return 0
 }
 
+checking "library search" "python3 and ldconfig to answer"
 @LIB_PATH@
 
-# The GPUs, their compute capability and the driver, from one query.
+# The GPUs, their compute capability and the driver, from one query; and the libraries.
+if [ "$gpu_checks" = 0 ]; then
+    skip gpu "--no-gpu-checks (no GPU, compute capability, driver or library checks)"
+else
+checking gpu "nvidia-smi to list the GPUs"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     fail gpu "nvidia-smi on PATH (it comes with the NVIDIA driver)" "none (PATH=$PATH)"
 elif ! gpus="$(nvidia-smi @GPU_QUERY@ 2>&1)"; then
@@ -129,6 +150,7 @@ else
 fi
 
 # The libraries: where run.sh puts them on LD_LIBRARY_PATH, else the loader cache.
+checking libraries "ldconfig to list the loader cache"
 ldconfig="$(command -v ldconfig || echo /sbin/ldconfig)"
 cache="$("$ldconfig" -p 2>/dev/null || true)"
 IFS=: read -r -a lib_dirs <<<"${LD_LIBRARY_PATH:-}"
@@ -149,8 +171,10 @@ for lib in "${libraries[@]}"; do
         fail "library $lib" "it in LD_LIBRARY_PATH (${LD_LIBRARY_PATH:-empty}) or on the loader cache (ldconfig -p)" "it in neither"
     fi
 done
+fi # gpu_checks
 
 # Free disk where the results go. (Not `$dir`: the library search above uses that name.)
+checking "free disk" "df to report the free space in $disk_dir"
 avail_kib="$(df -Pk -- "$disk_dir" 2>/dev/null | awk 'NR == 2 { print $4 }')"
 if ! [[ "$min_free_mib" =~ ^[0-9]+$ ]]; then
     fail "free disk" "a number of MiB as the second argument" "'$min_free_mib'"
@@ -204,6 +228,8 @@ mod tests {
         assert!(script.contains("min_driver=580.65.06\n"));
         assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13)\n"));
         assert!(script.contains("--query-gpu=index,name,compute_cap,driver_version"));
+        assert!(script.contains(r#"if [ "${1:-}" = --no-gpu-checks ]; then"#));
+        assert!(script.contains("fi # gpu_checks\n"));
         // The same library search as run.sh.
         assert!(script.contains(&lib_path_block()));
     }

@@ -25,6 +25,16 @@ pub enum DeployError {
         found: String,
     },
 
+    #[error(
+        "ssh could not use {key}: expected a private key it can read, found ssh saying:\n  \
+         {found}\n({hint})"
+    )]
+    KeyUnusable {
+        key: String,
+        found: String,
+        hint: String,
+    },
+
     #[error("{login} refused the login: expected it to accept {key}, found `{found}`")]
     AuthRefused {
         login: String,
@@ -73,6 +83,87 @@ pub enum DeployError {
     PreflightFailed { host: String, failures: Vec<String> },
 
     #[error(
+        "the preflight on {host} did not finish within {seconds}s (--preflight-timeout), so it \
+         was stopped; `current` was not switched{}\n(a hung `nvidia-smi` is a common sign of a sick \
+         GPU or driver: run `nvidia-smi` on the host to see)",
+        if failures.is_empty() { String::new() } else { format!(":{}", list(failures)) }
+    )]
+    PreflightTimedOut {
+        host: String,
+        seconds: u64,
+        failures: Vec<String>,
+    },
+
+    #[error(
+        "the deploy folder {dir} on {host} is in use: expected no other deploy there, found \
+         its lock held by {holder}{}",
+        match waited {
+            Some(s) => format!(" after waiting {s}s (--lock-timeout)"),
+            None => "; wait for it, or drop --no-wait to wait".to_string(),
+        }
+    )]
+    Locked {
+        host: String,
+        dir: String,
+        holder: String,
+        waited: Option<u64>,
+    },
+
+    #[error(
+        "lost the lock of the deploy folder {dir} on {host} (the connection dropped?); \
+         `current` was not switched"
+    )]
+    LockLost { host: String, dir: String },
+
+    #[error(
+        "no release is live in {dir} on {host}: expected `current` to point at one, found {found}"
+    )]
+    NoCurrent {
+        host: String,
+        dir: String,
+        found: String,
+    },
+
+    #[error(
+        "the release {release} on {host} is damaged: expected its files to match its \
+         SHA256SUMS and its name, found:{}\n(nothing was run: `cargo xtask deploy rollback` goes \
+         back to the previous verified release, a deploy of the bundle uploads it again)",
+        list(why)
+    )]
+    ReleaseDamaged {
+        host: String,
+        release: String,
+        why: Vec<String>,
+    },
+
+    #[error(
+        "no release to roll back to on {host}: expected an earlier verified release that \
+         {current} was deployed over, found {found}"
+    )]
+    NoRollback {
+        host: String,
+        current: String,
+        found: String,
+    },
+
+    #[error("{step} on {host} did not finish within {seconds}s, so it was stopped")]
+    TimedOut {
+        step: &'static str,
+        host: String,
+        seconds: u64,
+    },
+
+    #[error(
+        "interrupted by {signal} during {step} on {host}: what ran there was stopped and the \
+         connection closed"
+    )]
+    Interrupted {
+        signal: &'static str,
+        step: &'static str,
+        host: String,
+    },
+
+    #[error(
         "the job failed on {host}: expected `{command}` to exit with status 0, found {status}; its last lines:\n{}\n(results fetched into {})",
         tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n"),
         results.display()
@@ -97,7 +188,7 @@ pub enum DeployError {
     },
 }
 
-fn list<T: std::fmt::Display>(items: &[T]) -> String {
+pub fn list<T: std::fmt::Display>(items: &[T]) -> String {
     items.iter().map(|i| format!("\n  - {i}")).collect()
 }
 

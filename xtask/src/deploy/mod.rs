@@ -1,58 +1,166 @@
 //! `cargo xtask deploy`: ships a bundle to a GPU host over ssh, checks it there, runs it
-//! and brings the results back.
+//! and brings the results back; and its subcommands, which look after the releases a
+//! host holds (`status`, `list`, `rollback`, `clean`, `run`, `stage`).
 //!
-//! The steps, each a command echoed before it runs (and only echoed with `--dry-run`):
+//! A deploy's steps, each a command echoed before it runs (and only echoed with
+//! `--dry-run`):
 //!
-//! 1. bundle the job (`cargo xtask bundle <example>`), or take `--bundle DIR` as it is;
-//! 2. prepare the deploy folder on the host (see [`remote`] for its layout);
-//! 3. rsync the bundle into `releases/<release>.incoming/` (a redeploy sends only what
-//!    changed);
-//! 4. hash every file there and compare with the bundle's `SHA256SUMS`;
-//! 5. run the bundle's `preflight.sh` there (GPU, compute capability, driver, libraries,
-//!    free disk);
-//! 6. only then make the upload `releases/<release>` and switch `current` to it;
-//! 7. run `run.sh ARGS` with its output streamed, in a fresh `runs/<release>/<run>/`;
-//! 8. rsync that folder back into `target/deploy/<host>/<release>/<run>/`.
+//! 1. open one ssh connection that every later command shares, and take the deploy
+//!    folder's lock (`flock` on the host): a wrong host or key shows before any build;
+//! 2. bundle the job (`cargo xtask bundle <example>`) under its folder's lock, or take
+//!    `--bundle DIR` as it is;
+//! 3. if the release (named by its content, see [`remote`]) is on the host already,
+//!    verify it there and copy nothing; else rsync the bundle into an upload folder of
+//!    its own and compare the host's hashes of it with the bundle's `SHA256SUMS`;
+//! 4. run the bundle's `preflight.sh` there (GPU, compute capability, driver, libraries,
+//!    free disk), under `--preflight-timeout`;
+//! 5. only then give the upload its release's name and switch `current` to it;
+//! 6. run `run.sh ARGS` with its output streamed, under `--job-timeout`, in a fresh
+//!    `runs/<release>/<run>/`, with a record of the run beside it;
+//! 7. rsync that folder back into `target/deploy/<host>/<release>/<run>/`.
 //!
-//! Each failure is a [`DeployError`] that names what was expected and what was found.
+//! Ctrl-C (or SIGTERM) stops the step that runs, the job on the host included, closes
+//! the connection and removes the local temporaries. Each failure is a [`DeployError`]
+//! that names what was expected and what was found.
 //!
 //! `--remote-path-prefix` is a test hook: it puts a folder first on the remote PATH for
 //! the preflight and the job, which is how the tests (`tests/deploy.rs`) put their
 //! stand-in `nvidia-smi` in front of the host's (which on the test machine is none).
 
 mod error;
+mod lock;
+mod manage;
 pub mod remote;
+mod report;
+mod session;
 mod ssh;
 mod target;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use clap::{Args, Subcommand};
 
 pub use self::error::DeployError;
-use self::remote::{ACTIVATE, HASHES, Layout, PREPARE, WITH_PATH_PREFIX};
-use self::ssh::{Disk, Outcome, Show, Ssh};
+use self::lock::RemoteLock;
+use self::remote::Layout;
+use self::session::{Check, Connection, JobPlan, PreflightPlan, Session, step};
+use self::ssh::Ssh;
 pub use self::target::Target;
-use crate::bundle::contents::{BUILD_INFO, PREFLIGHT_SH, RUN_SH};
+use crate::bundle::Bundle;
+use crate::bundle::build_info::{self, Revision};
+use crate::bundle::contents::{BUILD_INFO, GPU_TESTS_PROGRAM, PREFLIGHT_SH, RUN_SH};
 use crate::bundle::manifest::{self, Manifest};
-use crate::bundle::preflight_sh::{DEFAULT_MIN_FREE_MIB, FAIL_PREFIX};
-use crate::bundle::{Bundle, build_info};
-use crate::cmd::{self, Workspace};
+use crate::bundle::preflight_sh::DEFAULT_MIN_FREE_MIB;
+use crate::cmd::Workspace;
+use crate::lock::{FolderLock, Wait};
 use crate::programs::DEMO;
 
-/// How many of the job's last lines a failure shows.
-const TAIL_LINES: usize = 15;
-
-/// Bundles the job, copies it to the host over ssh, verifies its checksums there, runs
-/// the preflight, switches `current` to it, runs it and fetches its results.
+/// Bundles a program (`dqn` unless `--example` says otherwise), copies it to the host
+/// over ssh, verifies its checksums there, runs the preflight, switches `current` to
+/// it, runs it and fetches its results.
+///
+/// A release is named by its program, the git revision and the hash of its content
+/// (`dqn-3e675b0-dirty-1f2e3d4c5b6a`). A release already on the host is verified and
+/// reused, not copied: deploying what is live again copies nothing. Otherwise only the
+/// files that differ from the live release travel; the rest are copied on the host.
+/// Another deploy to the same folder waits for this one (or, with --no-wait, fails).
+/// Ctrl-C stops the job on the host too, closes the connection and removes the local
+/// temporaries. The subcommands look after the releases a host holds; with no
+/// subcommand, `cargo xtask deploy --host H` deploys.
 #[derive(Debug, Args)]
 pub struct Deploy {
-    /// The GPU host: `user@host`, `user@host:port`, or `user@[ipv6]:port`.
-    #[arg(long, value_name = "USER@HOST[:PORT]")]
-    pub host: Target,
+    #[command(subcommand)]
+    pub action: Option<Action>,
+    /// The deploy's options (unused with a subcommand, which has its own).
+    #[command(flatten)]
+    pub ship: Ship,
+}
+
+/// A deploy's options: `cargo xtask deploy --host H [OPTIONS] [-- ARGS]`.
+#[derive(Debug, Args)]
+pub struct Ship {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
+    #[command(flatten)]
+    pub preflight: PreflightArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// What to do on the host other than a deploy.
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Shows what `current` is (program, revision, when it was built and made current),
+    /// verifies it, and shows its last run.
+    Status(HostOnly),
+    /// Lists the releases (newest first) with their runs, and the folders failed uploads
+    /// left.
+    List(HostOnly),
+    /// Switches `current` back to the release it was deployed over (or the one before,
+    /// skipping any that fail their checksums).
+    Rollback(HostOnly),
+    /// Removes all but the newest releases (`current` and releases with a running job
+    /// are always kept) and the folders failed uploads left. Runs' results are kept.
+    Clean(Clean),
+    /// Runs the job of `current` again, without uploading: verifies it, runs the
+    /// preflight, runs it and fetches its results.
+    Run(RunAgain),
+    /// Uploads and checks a bundle (checksums, preflight) without switching `current`; a
+    /// later deploy of the same bundle switches to it without copying.
+    Stage(Stage),
+}
+
+/// The host, the deploy folder there and how to reach it: what every command takes.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// The GPU host: `user@host`, `user@host:port`, `user@[ipv6]:port`, or an alias of
+    /// the ssh config.
+    // An `Option` only so that the deploy's own copy of these options may be absent
+    // when a subcommand is given; clap requires it whenever it is read.
+    #[arg(long, value_name = "USER@HOST[:PORT]", required = true)]
+    pub host: Option<Target>,
+    /// The deploy folder on the host; a relative path (or `~/PATH`) is taken from the
+    /// remote home.
+    #[arg(long, value_name = "PATH", default_value = "stepgraph", value_parser = remote_dir)]
+    pub dir: String,
+    /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
+    #[arg(long, value_name = "PATH")]
+    pub key: Option<PathBuf>,
+    /// The known-hosts file to record and check the host's key in (default: ssh's).
+    #[arg(long, value_name = "PATH")]
+    pub known_hosts: Option<PathBuf>,
+    /// The ssh config file to read instead of ssh's own (`ssh -F`), for host aliases.
+    #[arg(long, value_name = "PATH")]
+    pub ssh_config: Option<PathBuf>,
+    /// Seconds to wait for the host to answer (ssh's `ConnectTimeout`; keepalives then
+    /// give up on a host that stops answering after about a minute).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = seconds)]
+    pub connect_timeout: u32,
+    /// Fail at once when another deploy holds the deploy folder (or another command the
+    /// bundle folder), rather than wait for it.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Seconds to wait for another deploy to release the deploy folder (or the bundle
+    /// folder) before failing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = seconds)]
+    pub lock_timeout: u32,
+    /// Test hook: a folder on the host put first on PATH for the preflight and the job
+    /// (the tests put a stand-in nvidia-smi there).
+    #[arg(long, value_name = "DIR")]
+    pub remote_path_prefix: Option<String>,
+    /// Print every command without running any, changing nothing here or there.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Which bundle to ship.
+#[derive(Debug, Args)]
+pub struct BundleArgs {
     /// The program to bundle and run (`dqn`, `fork_join`, `capture_cost`).
     #[arg(long, default_value = DEMO, conflicts_with_all = ["bundle", "gpu_tests"])]
     pub example: String,
@@ -62,109 +170,112 @@ pub struct Deploy {
     /// Deploy this bundle folder as it is, without building.
     #[arg(long, value_name = "DIR")]
     pub bundle: Option<PathBuf>,
-    /// The deploy folder on the host; a relative path is taken from the remote home.
-    #[arg(long, value_name = "PATH", default_value = "stepgraph")]
-    pub dir: String,
-    /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
-    #[arg(long, value_name = "PATH")]
-    pub key: Option<PathBuf>,
-    /// The known-hosts file to record and check the host's key in (default: ssh's).
-    #[arg(long, value_name = "PATH")]
-    pub known_hosts: Option<PathBuf>,
-    /// Seconds to wait for the host to answer.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    pub connect_timeout: u32,
+}
+
+/// How the preflight runs.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
     /// Free space the preflight requires in the deploy folder, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MIN_FREE_MIB)]
     pub min_free_mib: u64,
+    /// Seconds the preflight may take on the host before it is stopped (a hung
+    /// `nvidia-smi` is a common sign of a sick GPU host).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120, value_parser = seconds)]
+    pub preflight_timeout: u32,
+    /// For testing on a host without a GPU: the preflight skips its GPU, driver and
+    /// library checks (the free-disk check stays). The run's record says so.
+    #[arg(long)]
+    pub no_gpu_checks: bool,
+}
+
+/// How the job runs and where its results go.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// Seconds the job may run on the host before it is stopped, with everything it
+    /// started.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = seconds)]
+    pub job_timeout: u32,
     /// Where results are fetched to, as `<DIR>/<host>/<release>/<run>/` (relative paths are
     /// taken from the workspace root).
     #[arg(long, value_name = "DIR", default_value = "target/deploy")]
     pub fetch_to: PathBuf,
-    /// Test hook: a folder on the host put first on PATH for the preflight and the job
-    /// (the tests put a stand-in nvidia-smi there).
-    #[arg(long, value_name = "DIR")]
-    pub remote_path_prefix: Option<String>,
-    /// Print every command without running any, changing nothing here or there.
-    #[arg(long)]
-    pub dry_run: bool,
     /// Passed to the job (`cargo xtask deploy --host h100 -- --quick`).
     #[arg(last = true)]
     pub args: Vec<String>,
 }
 
+/// `status`, `list`, `rollback`: the host alone.
+#[derive(Debug, Args)]
+pub struct HostOnly {
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// `clean`.
+#[derive(Debug, Args)]
+pub struct Clean {
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// How many releases to keep, `current` among them (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: u32,
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub struct RunAgain {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub preflight: PreflightArgs,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// `stage`.
+#[derive(Debug, Args)]
+pub struct Stage {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub bundle: BundleArgs,
+    #[command(flatten)]
+    pub preflight: PreflightArgs,
+}
+
 impl Deploy {
     pub fn run(self, ws: &Workspace) -> Result<()> {
-        let dry_run = self.dry_run;
-        self.check_inputs()?;
-        let bundle = self.bundle_dir(ws)?;
-        let release = release_of(&bundle, ws, dry_run)?;
-        let expected = expected_hashes(&bundle, dry_run)?;
-        let run = run_id(SystemTime::now());
-        let session = Session {
-            ssh: Ssh {
-                target: self.host.clone(),
-                key: self.key.clone(),
-                known_hosts: self.known_hosts.clone(),
-                connect_timeout_s: self.connect_timeout,
-                control: Some(control_dir().join("ssh")),
-            },
-            host: self.host.to_string(),
-            layout: Layout::new(&self.dir, &release),
-            results: ws
-                .root
-                .join(&self.fetch_to)
-                .join(self.host.label())
-                .join(&release)
-                .join(&run),
-            run,
-            path_prefix: self.path_prefix(),
-            dry_run,
-        };
-        eprintln!(
-            "deploy: {} (release {release}) to {}, folder {}",
-            bundle.display(),
-            session.host,
-            session.layout.dir
-        );
-
-        step("connect");
-        let _connection = Connection::open(&session.ssh, dry_run)?;
-        session.prepare()?;
-        session.copy(&bundle)?;
-        session.verify(expected.as_ref())?;
-        session.preflight(self.min_free_mib)?;
-        session.activate()?;
-        let job_failed = session.run_job(&self.args)?;
-        let fetched = session.fetch();
-        if let Some(job_failed) = job_failed {
-            // The job's failure is the news; a failed fetch only adds to it.
-            if let Err(e) = fetched {
-                eprintln!("warning: {e:#}");
+        match self.action {
+            None => {
+                let s = &self.ship;
+                ship(&s.host, &s.bundle, &s.preflight, Some(&s.job), ws)
             }
-            return Err(job_failed.into());
+            Some(Action::Stage(s)) => ship(&s.host, &s.bundle, &s.preflight, None, ws),
+            Some(Action::Run(r)) => run_again(&r, ws),
+            Some(Action::Status(h)) => manage::status(&mut open(&h.host, false)?),
+            Some(Action::List(h)) => manage::list(&mut open(&h.host, false)?),
+            Some(Action::Rollback(h)) => manage::rollback(&mut open(&h.host, true)?),
+            Some(Action::Clean(c)) => manage::clean(&mut open(&c.host, true)?, c.keep as usize),
         }
-        fetched?;
+    }
+}
 
-        if dry_run {
-            eprintln!("\ndry run: nothing was run, here or on {}", session.host);
+impl HostArgs {
+    fn target(&self) -> &Target {
+        self.host.as_ref().expect("clap requires --host")
+    }
+
+    fn wait(&self) -> Wait {
+        if self.no_wait {
+            Wait::No
         } else {
-            eprintln!(
-                "\ndeployed {release} to {} ({} -> releases/{release}); results in {}",
-                session.host,
-                session.layout.current(),
-                session.results.display()
-            );
+            Wait::Upto(Duration::from_secs(self.lock_timeout.into()))
         }
-        Ok(())
     }
 
     /// What can be checked before building or connecting: the folder name, the key, the
     /// tools.
     fn check_inputs(&self) -> Result<()> {
-        if self.dir.is_empty() || self.dir.contains(['\n', '\0']) {
-            bail!("--dir: expected a path on the host, found {:?}", self.dir);
-        }
         if let Some(key) = &self.key
             && !key.is_file()
         {
@@ -184,10 +295,296 @@ impl Deploy {
         }
         Ok(())
     }
+}
 
-    /// The bundle folder: `--bundle` as given, or the example's (or the GPU tests')
-    /// bundle, built now.
-    fn bundle_dir(&self, ws: &Workspace) -> Result<PathBuf> {
+/// A host reached: the shared connection, the session's steps and, for a command that
+/// changes the folder, its lock. The lock is dropped first: its session rides on the
+/// connection.
+pub struct Opened {
+    pub lock: Option<RemoteLock>,
+    pub session: Session,
+    _connection: Connection,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("session", &self.session)
+            .finish()
+    }
+}
+
+impl Opened {
+    /// Fails when the lock's session went away (the connection dropped): what the lock
+    /// guarded can no longer be trusted to be this command's alone.
+    fn check_lock(&mut self) -> Result<()> {
+        let lost = self.lock.as_mut().is_some_and(|lock| !lock.held());
+        if lost {
+            return Err(DeployError::LockLost {
+                host: self.session.host.clone(),
+                dir: self.session.layout.dir.clone(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// Checks the inputs, connects (the host first: a wrong host or key shows in seconds,
+/// not after a build) and, if `lock`, takes the deploy folder's lock.
+fn open(args: &HostArgs, lock: bool) -> Result<Opened> {
+    args.check_inputs()?;
+    crate::interrupt::install()?;
+    let ssh = Ssh {
+        target: args.target().clone(),
+        key: args.key.clone(),
+        known_hosts: args.known_hosts.clone(),
+        connect_timeout_s: args.connect_timeout,
+        control: Some(session::control_dir().join("ssh")),
+        config: args.ssh_config.clone(),
+        resolved: None,
+    };
+    let mut ssh = ssh;
+    step("connect");
+    ssh.resolve();
+    let connection = Connection::open(&ssh, args.dry_run)?;
+    let now = SystemTime::now();
+    let run = run_id(now);
+    let by = format!("{}, pid {}", crate::lock::who(), std::process::id());
+    let holder = format!(
+        "{by}, since {}: cargo xtask deploy, run {run}",
+        utc_time(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+    );
+    let session = Session {
+        ssh,
+        host: args.target().to_string(),
+        layout: Layout::new(&args.dir),
+        run,
+        path_prefix: args.remote_path_prefix.clone().unwrap_or_default(),
+        by,
+        dry_run: args.dry_run,
+    };
+    let lock = if lock {
+        step("lock the deploy folder");
+        RemoteLock::take(
+            &session.ssh,
+            &session.layout.dir,
+            &holder,
+            args.wait(),
+            args.dry_run,
+        )?
+    } else {
+        None
+    };
+    Ok(Opened {
+        lock,
+        session,
+        _connection: connection,
+    })
+}
+
+impl PreflightArgs {
+    fn plan(&self) -> PreflightPlan {
+        PreflightPlan {
+            min_free_mib: self.min_free_mib,
+            timeout: Duration::from_secs(self.preflight_timeout.into()),
+            gpu_checks: !self.no_gpu_checks,
+        }
+    }
+}
+
+impl JobArgs {
+    fn plan<'a>(&'a self, ws: &Workspace, host: &Target, command: &'static str) -> JobPlan<'a> {
+        JobPlan {
+            args: &self.args,
+            timeout: Duration::from_secs(self.job_timeout.into()),
+            results_root: ws.root.join(&self.fetch_to).join(host.label()),
+            command,
+        }
+    }
+}
+
+/// A deploy (`job`: then the job runs) or a stage (`job` is `None`: `current` stays).
+fn ship(
+    host: &HostArgs,
+    bundle_args: &BundleArgs,
+    preflight: &PreflightArgs,
+    job: Option<&JobArgs>,
+    ws: &Workspace,
+) -> Result<()> {
+    let dry_run = host.dry_run;
+    let mut opened = open(host, true)?;
+    let (bundle, bundle_lock, built) = bundle_args.folder(ws, host.wait(), dry_run)?;
+    // A dry run builds nothing: the folder holds the last bundle built, not this tree's,
+    // so its name and hashes are not this deploy's. The name is the tree's, its hash
+    // left open.
+    let (release, expected) = if dry_run && built {
+        let tree = Revision::of(&ws.root);
+        let release = build_info::release_name(&bundle_args.program(), &tree, None);
+        (release, None)
+    } else {
+        (release_of(&bundle)?, Some(expected_hashes(&bundle)?))
+    };
+    let session = &opened.session;
+    eprintln!(
+        "deploy: {} (release {release}) to {}, folder {}",
+        bundle.display(),
+        session.host,
+        session.layout.dir
+    );
+
+    let state = session.prepare(&release)?;
+    let live = state.current.as_deref() == Some(release.as_str());
+    let mut upload = true;
+    if state.present {
+        step("verify the release already on the host");
+        match session.check_release(&release)? {
+            Check::Verified { files } => {
+                upload = false;
+                let already = if live { "live" } else { "on the host" };
+                eprintln!(
+                    "releases/{release} is already {already}, and its {files} files match its \
+                     {} and its name: nothing to copy",
+                    manifest::FILE
+                );
+            }
+            Check::Damaged(why) => eprintln!(
+                "warning: releases/{release} on {} is damaged, so it is uploaded again \
+                 (the damaged copy goes to releases/{}):{}",
+                session.host,
+                Layout::aside(&release, &session.run),
+                error::list(&why)
+            ),
+        }
+    }
+    if upload {
+        session.copy(&bundle, &release, state.current.as_deref())?;
+        session.verify(&release, expected.as_ref())?;
+    }
+    // What is on the host now is checked; the bundle here may be rebuilt.
+    drop(bundle_lock);
+    let from = if upload {
+        session.upload_dir(&release)
+    } else {
+        session.layout.release_dir(&release)
+    };
+    session.preflight(&from, preflight.plan())?;
+    opened.check_lock()?;
+    let session = &opened.session;
+
+    let Some(job) = job else {
+        if upload {
+            session.place(&release, true, "staged")?;
+        }
+        if !dry_run {
+            eprintln!(
+                "\nstaged {release} on {} (releases/{release}; `current` stays{}); deploying \
+                 this bundle switches to it without copying",
+                session.host,
+                state
+                    .current
+                    .as_deref()
+                    .map(|c| format!(" at {c}"))
+                    .unwrap_or_default()
+            );
+        }
+        return Ok(());
+    };
+    if upload || !live {
+        session.place(&release, upload, "switched")?;
+    }
+    let ran = session.run_job(
+        &release,
+        &job.plan(ws, host.target(), "deploy"),
+        !preflight.no_gpu_checks,
+    )?;
+    if let Some(failed) = ran.failed {
+        return Err(failed.into());
+    }
+    if dry_run {
+        eprintln!("\ndry run: nothing was run, here or on {}", session.host);
+    } else {
+        eprintln!(
+            "\ndeployed {release} to {} ({} -> releases/{release}){}; results in {}",
+            session.host,
+            session.layout.current(),
+            if preflight.no_gpu_checks {
+                ", WITHOUT the preflight's GPU checks"
+            } else {
+                ""
+            },
+            ran.results.display()
+        );
+    }
+    Ok(())
+}
+
+/// `run`: the job of `current` again, once `current` is verified.
+fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
+    let mut opened = open(&args.host, true)?;
+    let session = &opened.session;
+    step("find `current`");
+    let Some(report) = session.inspect()? else {
+        eprintln!("\ndry run: nothing was run, here or on {}", session.host);
+        return Ok(());
+    };
+    let Some(release) = report.current.clone() else {
+        return Err(DeployError::NoCurrent {
+            host: session.host.clone(),
+            dir: session.layout.dir.clone(),
+            found: describe_target(&report.current_target),
+        }
+        .into());
+    };
+    eprintln!("current -> releases/{release}");
+    manage::verify_current(session, &release)?;
+    session.preflight(&session.layout.release_dir(&release), args.preflight.plan())?;
+    opened.check_lock()?;
+    let session = &opened.session;
+    let ran = session.run_job(
+        &release,
+        &args.job.plan(ws, args.host.target(), "run"),
+        !args.preflight.no_gpu_checks,
+    )?;
+    if let Some(failed) = ran.failed {
+        return Err(failed.into());
+    }
+    eprintln!(
+        "\nran {release} again on {}; results in {}",
+        session.host,
+        ran.results.display()
+    );
+    Ok(())
+}
+
+/// Where `current` points, for a message when it is no release.
+fn describe_target(target: &str) -> String {
+    if target.is_empty() {
+        "no `current`".to_string()
+    } else {
+        format!("`current` pointing at {target}, which is not a release")
+    }
+}
+
+impl BundleArgs {
+    /// The program whose bundle is deployed, for a release name a dry run makes up.
+    fn program(&self) -> String {
+        if self.gpu_tests {
+            GPU_TESTS_PROGRAM.to_string()
+        } else {
+            self.example.clone()
+        }
+    }
+
+    /// The bundle folder, `--bundle` as given or the example's (or the GPU tests')
+    /// bundle built now (then `true`), and its lock, which keeps another command from
+    /// rewriting it while it is copied (none in a dry run).
+    fn folder(
+        &self,
+        ws: &Workspace,
+        wait: Wait,
+        dry_run: bool,
+    ) -> Result<(PathBuf, Option<FolderLock>, bool)> {
         if let Some(dir) = &self.bundle {
             for file in [RUN_SH, PREFLIGHT_SH, BUILD_INFO, manifest::FILE] {
                 if !dir.join(file).is_file() {
@@ -199,309 +596,59 @@ impl Deploy {
                     );
                 }
             }
-            return Ok(dir.clone());
+            eprintln!("$ lock {}", crate::lock::lock_path(dir).display());
+            let lock = if dry_run {
+                None
+            } else {
+                Some(FolderLock::take(dir, "cargo xtask deploy --bundle", wait)?)
+            };
+            return Ok((dir.clone(), lock, false));
         }
         let bundle = Bundle {
             example: (!self.gpu_tests).then(|| self.example.clone()),
             gpu_tests: self.gpu_tests,
             out: None,
-            dry_run: self.dry_run,
+            dry_run,
         };
-        eprintln!("== bundle");
-        bundle.build(ws)
+        step("bundle");
+        let built = bundle.build(ws, wait)?;
+        Ok((built.dir, built.lock, true))
     }
+}
 
-    /// The words that put `--remote-path-prefix` first on the remote PATH.
-    fn path_prefix(&self) -> Vec<String> {
-        match &self.remote_path_prefix {
-            Some(dir) => vec![
-                "bash".into(),
-                "-c".into(),
-                WITH_PATH_PREFIX.into(),
-                dir.clone(),
-            ],
-            None => Vec::new(),
+/// `--dir`: a path on the host. The remote shell and rsync take a relative path from the
+/// home folder, so `~/x` becomes `x` (and `~` the home itself); `~user` is refused rather
+/// than made a folder named `~user`.
+fn remote_dir(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains(['\n', '\0']) {
+        return Err(format!("expected a path on the host, found {s:?}"));
+    }
+    match s.strip_prefix('~') {
+        None => Ok(s.to_string()),
+        Some("") | Some("/") => Ok(".".to_string()),
+        Some(rest) if rest.starts_with('/') => Ok(rest.trim_start_matches('/').to_string()),
+        Some(_) => {
+            let user = s.split('/').next().unwrap_or(s);
+            Err(format!(
+                "expected a path on the host, absolute or from the remote home (`~/PATH` or \
+                 `PATH`), found `{user}`, another user's home, which the deploy does not expand: \
+                 give its absolute path"
+            ))
         }
     }
 }
 
-/// One deploy's steps on the host, in the order [`Deploy::run`] takes them.
-#[derive(Debug)]
-struct Session {
-    ssh: Ssh,
-    /// The target as written, for messages.
-    host: String,
-    layout: Layout,
-    /// The run's folder name, on the host and here.
-    run: String,
-    /// Where this run's results are fetched to.
-    results: PathBuf,
-    /// Words put before the preflight and the job (the test hook).
-    path_prefix: Vec<String>,
-    dry_run: bool,
-}
-
-impl Session {
-    fn disk<'a>(&'a self, what: &'static str, place: &'a str) -> Option<Disk<'a>> {
-        Some(Disk {
-            host: &self.host,
-            what,
-            place,
-        })
-    }
-
-    fn prepare(&self) -> Result<()> {
-        step("prepare the deploy folder");
-        let args = [self.layout.dir.clone(), self.layout.release.clone()];
-        let outcome = ssh::run(
-            &mut self.ssh.script(&args),
-            Some(&PREPARE),
-            Show::Quiet,
-            self.dry_run,
-        )?;
-        let disk = self.disk("the release", &self.layout.dir);
-        expect_success(&self.ssh, outcome, "preparing the deploy folder", disk).map(drop)
-    }
-
-    /// rsync into the upload folder, which holds hard links to the release of the same
-    /// name if there is one: `--checksum` then sends only files whose content differs.
-    fn copy(&self, bundle: &Path) -> Result<()> {
-        step("copy the bundle");
-        let incoming = self.layout.incoming();
-        let mut copy = self.ssh.rsync(
-            &["--checksum", "--delete", "--itemize-changes"],
-            &format!("{}/", bundle.display()),
-            &self.ssh.remote(&format!("{incoming}/")),
-        );
-        let outcome = ssh::run(&mut copy, None, Show::Stream, self.dry_run)?;
-        let disk = self.disk("the bundle", &incoming);
-        expect_success(&self.ssh, outcome, "copying the bundle", disk).map(drop)
-    }
-
-    /// Hashes every file of the upload on the host and compares with `expected`.
-    fn verify(&self, expected: Option<&Manifest>) -> Result<()> {
-        step("verify the checksums on the host");
-        let incoming = self.layout.incoming();
-        let mut hashes = self.ssh.script(std::slice::from_ref(&incoming));
-        let outcome = ssh::run(&mut hashes, Some(&HASHES), Show::Quiet, self.dry_run)?;
-        let Some(outcome) = expect_success(&self.ssh, outcome, "hashing the upload", None)? else {
-            return Ok(());
-        };
-        let expected = expected.context("the bundle's manifest was not read")?;
-        let found = Manifest::parse(&outcome.stdout).context("reading the host's sha256sum")?;
-        let mismatches = expected.compare(&found);
-        if !mismatches.is_empty() {
-            return Err(DeployError::ChecksumMismatch {
-                host: self.host.clone(),
-                place: incoming,
-                mismatches,
-            }
-            .into());
+/// A number of seconds for a timeout: at least 1, since 0 would mean no limit to ssh.
+fn seconds(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => {
+            Err("expected a number of seconds, at least 1: 0 would turn the timeout off".into())
         }
-        eprintln!("all {} files match {}", found.entries.len(), manifest::FILE);
-        Ok(())
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "expected a number of seconds (at least 1), found `{s}`"
+        )),
     }
-
-    /// The bundle's `preflight.sh`, run from the upload folder; its `FAIL` lines become
-    /// the error.
-    fn preflight(&self, min_free_mib: u64) -> Result<()> {
-        step("preflight on the host");
-        let mut words = self.path_prefix.clone();
-        words.extend([
-            "bash".to_string(),
-            format!("{}/{PREFLIGHT_SH}", self.layout.incoming()),
-            self.layout.dir.clone(),
-            min_free_mib.to_string(),
-        ]);
-        let outcome = ssh::run(&mut self.ssh.exec(&words), None, Show::Stream, self.dry_run)?;
-        let Some(outcome) = outcome.filter(|o| !o.status.success()) else {
-            return Ok(());
-        };
-        let failures: Vec<String> = outcome
-            .stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix(FAIL_PREFIX))
-            .map(|l| l.trim().to_string())
-            .collect();
-        Err(match self.ssh.classify(&outcome.stderr, None) {
-            None if !failures.is_empty() => DeployError::PreflightFailed {
-                host: self.host.clone(),
-                failures,
-            },
-            _ => failure(&self.ssh, outcome, "the preflight", None),
-        }
-        .into())
-    }
-
-    fn activate(&self) -> Result<()> {
-        step("switch `current`");
-        let args = [self.layout.dir.clone(), self.layout.release.clone()];
-        let outcome = ssh::run(
-            &mut self.ssh.script(&args),
-            Some(&ACTIVATE),
-            Show::Quiet,
-            self.dry_run,
-        )?;
-        let disk = self.disk("the release", &self.layout.dir);
-        if let Some(outcome) = expect_success(&self.ssh, outcome, "switching `current`", disk)? {
-            eprint!("{}", outcome.stdout);
-        }
-        Ok(())
-    }
-
-    /// Runs `run.sh ARGS` with its output streamed. A failing job is returned, not
-    /// raised, so that its results are still fetched; a lost connection is raised.
-    fn run_job(&self, args: &[String]) -> Result<Option<DeployError>> {
-        step("run the job");
-        let run_dir = self.layout.run_dir(&self.run);
-        let mut job = vec![format!("{}/{RUN_SH}", self.layout.release_dir())];
-        job.extend(args.iter().cloned());
-        let mut words = self.path_prefix.clone();
-        words.extend([
-            "env".to_string(),
-            format!("OUT={run_dir}"),
-            "bash".to_string(),
-        ]);
-        words.extend(job.iter().cloned());
-        let outcome = ssh::run(&mut self.ssh.exec(&words), None, Show::Stream, self.dry_run)?;
-        let Some(o) = outcome.filter(|o| !o.status.success()) else {
-            return Ok(None);
-        };
-        // 255 is ssh's own failure (or a job that exits 255: then stderr names no cause).
-        if o.status.code() == Some(255)
-            && let Some(e) = self
-                .ssh
-                .classify(&o.stderr, self.disk("the results", &run_dir))
-        {
-            return Err(e.into());
-        }
-        Ok(Some(DeployError::JobFailed {
-            host: self.host.clone(),
-            command: format!("bash {}", cmd::quote_words(&job)),
-            status: ssh::describe(o.status),
-            tail: o.tail(TAIL_LINES),
-            results: self.results.clone(),
-        }))
-    }
-
-    fn fetch(&self) -> Result<()> {
-        step("fetch the results");
-        eprintln!("$ mkdir -p {}", self.results.display());
-        if !self.dry_run {
-            fs::create_dir_all(&self.results)
-                .with_context(|| format!("could not create {}", self.results.display()))?;
-        }
-        let mut fetch = self.ssh.rsync(
-            &["--itemize-changes"],
-            &self
-                .ssh
-                .remote(&format!("{}/", self.layout.run_dir(&self.run))),
-            &format!("{}/", self.results.display()),
-        );
-        let outcome = ssh::run(&mut fetch, None, Show::Stream, self.dry_run)?;
-        let here = self.results.display().to_string();
-        let disk = Some(Disk {
-            host: "this machine",
-            what: "the results",
-            place: &here,
-        });
-        expect_success(&self.ssh, outcome, "fetching the results", disk).map(drop)
-    }
-}
-
-/// The shared ssh connection: opened once, closed (and its socket's folder removed) when
-/// dropped, whichever way the deploy ends.
-struct Connection<'a> {
-    ssh: &'a Ssh,
-    dry_run: bool,
-}
-
-impl<'a> Connection<'a> {
-    fn open(ssh: &'a Ssh, dry_run: bool) -> Result<Connection<'a>> {
-        let socket = ssh
-            .control
-            .as_ref()
-            .expect("a deploy shares one connection");
-        let folder = socket
-            .parent()
-            .expect("the socket is in a folder of its own");
-        eprintln!("$ mkdir -m 700 {}", folder.display());
-        if !dry_run {
-            use std::os::unix::fs::DirBuilderExt;
-            // A folder left by a killed deploy of the same process id.
-            let _ = fs::remove_dir_all(folder);
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(folder)
-                .with_context(|| format!("could not create {}", folder.display()))?;
-        }
-        // From here on the folder is removed on the way out, whatever happens.
-        let connection = Connection { ssh, dry_run };
-        let outcome = ssh::run(&mut ssh.connect(), None, Show::Quiet, dry_run)?;
-        expect_success(ssh, outcome, "connecting", None)?;
-        Ok(connection)
-    }
-}
-
-impl Drop for Connection<'_> {
-    fn drop(&mut self) {
-        let mut close = self.ssh.disconnect();
-        eprintln!("$ {}", cmd::display(&close));
-        if self.dry_run {
-            return;
-        }
-        // Nothing to close when the connection never opened; either way it is gone.
-        let _ = close
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-        if let Some(folder) = self.ssh.control.as_ref().and_then(|s| s.parent()) {
-            let _ = fs::remove_dir_all(folder);
-        }
-    }
-}
-
-/// A folder for the control socket, private to this process. Under the system's
-/// temporary folder unless that path is long: a Unix socket's path must stay under 108
-/// bytes.
-fn control_dir() -> PathBuf {
-    let name = format!("stepgraph-ssh-{}", std::process::id());
-    let tmp = std::env::temp_dir();
-    if tmp.as_os_str().len() + name.len() < 80 {
-        tmp.join(name)
-    } else {
-        Path::new("/tmp").join(name)
-    }
-}
-
-fn step(what: &str) {
-    eprintln!("\n== {what}");
-}
-
-/// `Ok(outcome)` when the run succeeded (or was not run: a dry run), else the
-/// [`failure`].
-fn expect_success(
-    ssh: &Ssh,
-    outcome: Option<Outcome>,
-    step: &'static str,
-    disk: Option<Disk<'_>>,
-) -> Result<Option<Outcome>> {
-    match outcome {
-        Some(o) if !o.status.success() => Err(failure(ssh, o, step, disk).into()),
-        other => Ok(other),
-    }
-}
-
-/// Why a step failed: ssh's own reasons (or a full disk) when its stderr gives them,
-/// else the step with its status and stderr.
-fn failure(ssh: &Ssh, o: Outcome, step: &'static str, disk: Option<Disk<'_>>) -> DeployError {
-    ssh.classify(&o.stderr, disk)
-        .unwrap_or_else(|| DeployError::Step {
-            step,
-            host: ssh.target.to_string(),
-            status: ssh::describe(o.status),
-            stderr: o.stderr,
-        })
 }
 
 /// Fails with [`DeployError::ToolMissing`] unless `tool` runs here.
@@ -519,45 +666,33 @@ fn require_tool(tool: &'static str, package: &'static str, why: &'static str) ->
     }
 }
 
-/// The release name recorded in the bundle's `build-info.json`; in a dry run whose bundle
-/// was not built, the one it would get.
-fn release_of(bundle: &Path, ws: &Workspace, dry_run: bool) -> Result<String> {
+/// The release name recorded in the bundle's `build-info.json`.
+fn release_of(bundle: &Path) -> Result<String> {
     let path = bundle.join(BUILD_INFO);
-    let text = match fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(_) if dry_run => return Ok(build_info::release_name(&ws.root)),
-        Err(e) => return Err(e).with_context(|| format!("could not read {}", path.display())),
-    };
+    let text =
+        fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
     let info: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let release = info["release"].as_str().unwrap_or_default();
-    let plain = !release.is_empty()
-        && release
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && !release.starts_with('.');
-    if !plain {
+    if !remote::is_release_name(release) || !info["content_sha256"].is_string() {
         bail!(
-            "{}: expected a `release` name (letters, digits, `-`, `_`, `.`), found {:?}; \
-             rebuild the bundle with `cargo xtask bundle`",
+            "{}: expected a `release` name (letters, digits, `-`, `_`, `.`) and a \
+             `content_sha256`, found {:?} and {:?}; rebuild the bundle with `cargo xtask bundle`",
             path.display(),
-            info["release"]
+            info["release"],
+            info["content_sha256"]
         );
     }
     Ok(release.to_string())
 }
 
 /// The hashes the host must report for the upload: the manifest's, and the manifest's
-/// own (so a manifest damaged on the way is caught too). `None` in a dry run whose bundle
-/// was not built.
-fn expected_hashes(bundle: &Path, dry_run: bool) -> Result<Option<Manifest>> {
-    if dry_run && !bundle.join(manifest::FILE).is_file() {
-        return Ok(None);
-    }
+/// own (so a manifest damaged on the way is caught too).
+fn expected_hashes(bundle: &Path) -> Result<Manifest> {
     let mut expected = Manifest::read(bundle)?;
     let own = manifest::hash_files(bundle, &[manifest::FILE.to_string()])?;
     expected.entries.extend(own.entries);
-    Ok(Some(expected))
+    Ok(expected)
 }
 
 /// A run's folder name: the UTC time and this process's id, so two deploys in the same
@@ -567,10 +702,22 @@ fn run_id(now: SystemTime) -> String {
     format!("{}-{}", utc_stamp(secs), std::process::id())
 }
 
-/// `YYYYMMDDTHHMMSSZ` for a Unix time. Written out rather than taken from a date crate:
-/// it is the one date this crate formats, and the conversion is ten lines (Howard
-/// Hinnant's `civil_from_days`).
+/// `YYYYMMDDTHHMMSSZ` for a Unix time.
 fn utc_stamp(unix_secs: u64) -> String {
+    let (y, mo, d, h, mi, s) = civil(unix_secs);
+    format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
+}
+
+/// `2026-11-29 17:05:12 UTC` for a Unix time, for people.
+pub fn utc_time(unix_secs: u64) -> String {
+    let (y, mo, d, h, mi, s) = civil(unix_secs);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC")
+}
+
+/// The UTC calendar date and time of a Unix time. Written out rather than taken from a
+/// date crate: it is the one date this crate formats, and the conversion is ten lines
+/// (Howard Hinnant's `civil_from_days`).
+fn civil(unix_secs: u64) -> (i64, i64, i64, u64, u64, u64) {
     let days = (unix_secs / 86_400) as i64;
     let rem = unix_secs % 86_400;
     let z = days + 719_468;
@@ -582,12 +729,7 @@ fn utc_stamp(unix_secs: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    (year, month, day, rem / 3600, rem / 60 % 60, rem % 60)
 }
 
 #[cfg(test)]
@@ -601,6 +743,19 @@ mod tests {
         assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
         assert_eq!(utc_stamp(4_102_444_799), "20991231T235959Z");
         assert_eq!(utc_stamp(4_107_542_399), "21000228T235959Z");
+        assert_eq!(utc_time(1_700_000_000), "2023-11-14 22:13:20 UTC");
+    }
+
+    #[test]
+    fn a_tilde_in_dir_is_the_remote_home() {
+        assert_eq!(remote_dir("~/x/y").unwrap(), "x/y");
+        assert_eq!(remote_dir("~").unwrap(), ".");
+        assert_eq!(remote_dir("~/").unwrap(), ".");
+        assert_eq!(remote_dir("/abs/~x").unwrap(), "/abs/~x");
+        assert_eq!(remote_dir("rel").unwrap(), "rel");
+        let err = remote_dir("~bob/x").unwrap_err();
+        assert!(err.contains("found `~bob`, another user's home"), "{err}");
+        assert!(remote_dir("").is_err());
     }
 
     #[test]

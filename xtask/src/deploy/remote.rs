@@ -1,18 +1,33 @@
 //! The layout of a deploy folder on the host and the fixed scripts that change it.
 //!
 //! ```text
-//! <dir>/releases/<release>/            one folder per release, as the bundle was built
-//! <dir>/releases/<release>.incoming/   an upload being checked (left there if it fails)
-//! <dir>/current -> releases/<release>  switched only after the checks pass
-//! <dir>/runs/<release>/<run>/          each run's results folder (what is fetched back)
+//! <dir>/releases/<release>/                one folder per release, as the bundle was built;
+//!                                          never written again once it has its name
+//! <dir>/releases/.incoming-<release>-<run>/  an upload being checked (left if it fails,
+//!                                          until `clean`)
+//! <dir>/releases/.damaged-<release>-<run>/ a release that failed its checksums, replaced
+//!                                          by a fresh upload (until `clean`)
+//! <dir>/current -> releases/<release>      switched only after the checks pass
+//! <dir>/runs/<release>/<run>/              each run's results folder (what is fetched back)
+//! <dir>/runs/<release>/<run>.json          the run's record: what started it, how, when
+//! <dir>/runs/<release>/<run>.exit          `<status> <end> <start>` (unix times), written
+//!                                          when it ends
+//! <dir>/runs/.<run>.pid                    while a job or preflight runs: its process group
+//! <dir>/history                            one line per change of `current` and per stage:
+//!                                          `<unix time> <event> <release> <from> <by>`,
+//!                                          tab-separated
+//! <dir>/.lock                              the deploy folder's lock (see `lock.rs`)
 //! ```
 //!
-//! An upload never writes into a release folder: it goes to `.incoming`, seeded with hard
-//! links to the release of the same name if there is one (a redeploy: rsync then sends
-//! only what changed, usually nothing), and replaces the release only once its checksums
-//! and the preflight have passed.
+//! A release's name says what it holds (the program, the revision, the hash of its
+//! content: see [`crate::bundle::build_info::Identity::release`]), so an upload never
+//! goes into a release folder: it goes to a folder of its own, and is renamed to its
+//! release's name once its checksums and the preflight have passed. Files that the
+//! release `current` points at already has are copied there on the host (rsync's
+//! `--copy-dest`: copies, not hard links, so nothing done to the upload reaches a live
+//! file), and only the others travel.
 
-/// A script run on the host by `bash -s`, its values passed as arguments.
+/// A script run on the host by `bash`, its values passed as arguments.
 #[derive(Debug)]
 pub struct Script {
     /// What the echo calls it.
@@ -20,70 +35,203 @@ pub struct Script {
     pub text: &'static str,
 }
 
-/// `PREPARE DIR RELEASE`: the folders, and the upload folder seeded from the release of
-/// the same name.
+/// `PREPARE DIR RELEASE`: the folders; then what is there, one fact a line:
+/// `current <target of current, or nothing>` and, if the release is there,
+/// `present`.
 pub const PREPARE: Script = Script {
     name: "prepare",
     text: r#"set -eu
 dir=$1 release=$2
 mkdir -p -- "$dir/releases" "$dir/runs"
-incoming="$dir/releases/$release.incoming"
-rm -rf -- "$incoming"
-if [ -d "$dir/releases/$release" ]; then
-    cp -al -- "$dir/releases/$release" "$incoming"
+cd -- "$dir"
+printf 'current %s\n' "$(readlink current 2>/dev/null || true)"
+if [ -d "releases/$release" ]; then
+    echo present
 fi
 "#,
 };
 
-/// `HASHES FOLDER`: `sha256sum` of every file under FOLDER, paths relative to it.
+/// `HASHES FOLDER`: `sha256sum` of every file under FOLDER, paths relative to it; then a
+/// line `@@ SHA256SUMS` and the folder's own `SHA256SUMS`, if it has one.
 pub const HASHES: Script = Script {
     name: "hashes",
     text: r#"set -eu -o pipefail
 cd -- "$1"
 find . -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 -r sha256sum --
+echo "@@ SHA256SUMS"
+cat SHA256SUMS 2>/dev/null || true
 "#,
 };
 
-/// `ACTIVATE DIR RELEASE`: the checked upload becomes the release and `current` points
-/// at it. The link is made under a temporary name and renamed over `current`, which
-/// rename(2) does atomically. A redeploy first moves the old folder of the same name
-/// aside, so for that instant a `current` already pointing at it dangles; a job that is
-/// running keeps its open files.
-pub const ACTIVATE: Script = Script {
-    name: "activate",
+/// The line [`HASHES`] puts between the hashes and the manifest.
+pub const HASHES_SEPARATOR: &str = "@@ SHA256SUMS\n";
+
+/// `PLACE DIR RELEASE UPLOAD ASIDE EVENT BY`: the checked upload UPLOAD (a folder name
+/// in `releases/`, or empty when the release is there already) becomes the release; a
+/// folder of that name already there (one that failed its checksums) is first moved to
+/// ASIDE. Unless EVENT is `staged`, `current` then points at the release: the link is
+/// made under a temporary name and renamed over `current`, which rename(2) does
+/// atomically. EVENT (`switched`, `rolled-back`, `staged`) goes into `history`, with
+/// where `current` pointed before and BY.
+pub const PLACE: Script = Script {
+    name: "place",
     text: r#"set -eu
-dir=$1 release=$2
+dir=$1 release=$2 upload=$3 aside=$4 event=$5 by=$6
 cd -- "$dir"
-rm -rf -- "releases/$release.old"
-if [ -e "releases/$release" ]; then
-    mv -T -- "releases/$release" "releases/$release.old"
+if [ -n "$upload" ]; then
+    if [ -e "releases/$release" ]; then
+        mv -T -- "releases/$release" "releases/$aside"
+    fi
+    mv -T -- "releases/$upload" "releases/$release"
 fi
-mv -T -- "releases/$release.incoming" "releases/$release"
-ln -sfn -- "releases/$release" current.new
-mv -T -- current.new current
-rm -rf -- "releases/$release.old"
-echo "current -> $(readlink current)"
+from="$(readlink current 2>/dev/null || true)"
+from="${from#releases/}"
+if [ "$event" != staged ]; then
+    ln -sfn -- "releases/$release" current.new
+    mv -T -- current.new current
+    echo "current -> $(readlink current)"
+fi
+printf '%s\t%s\t%s\t%s\t%s\n' "$(date +%s)" "$event" "$release" "${from:--}" "$by" >>history
 "#,
 };
 
-/// Runs a command with a folder put first on PATH: `bash -c '…' <folder> <command…>`
-/// (the folder is `$0`, the command `"$@"`).
-pub const WITH_PATH_PREFIX: &str = r#"export PATH="$0:$PATH"; exec "$@""#;
+/// `WRITE FILE TEXT`: TEXT and a newline into FILE (its folder made), through a
+/// temporary file renamed over it, so a reader never sees half of it.
+pub const WRITE: Script = Script {
+    name: "write",
+    text: r#"set -eu
+mkdir -p -- "$(dirname -- "$1")"
+printf '%s\n' "$2" >"$1.tmp"
+mv -f -- "$1.tmp" "$1"
+"#,
+};
 
-/// Paths of one release in the deploy folder `dir` on the host.
+/// `INSPECT DIR`: what the deploy folder holds, as sections each opened by a line
+/// `@@ <kind> <names...>`: `current <target>`, `lock free` or `lock held` (its holder on
+/// the next line), `release <name>` (its build-info.json follows), `leftover <name>` (an
+/// upload or damaged folder), `run <release> <run>` (its record follows), `exit
+/// <release> <run>` (its exit file follows), `running <release> <run>`, `history` (the
+/// history file follows).
+pub const INSPECT: Script = Script {
+    name: "inspect",
+    text: r#"set -u
+cd -- "$1" 2>/dev/null || { echo "@@ missing"; exit 0; }
+printf '@@ current %s\n' "$(readlink current 2>/dev/null || true)"
+if [ ! -e .lock ] || flock -n .lock true 2>/dev/null; then
+    echo "@@ lock free"
+else
+    echo "@@ lock held"
+    head -c 600 .lock | tr '\n' ' '
+    echo
+fi
+for d in releases/* releases/.[!.]*; do
+    [ -d "$d" ] || continue
+    name="${d#releases/}"
+    case "$name" in
+        .*) printf '@@ leftover %s\n' "$name" ;;
+        *)
+            printf '@@ release %s\n' "$name"
+            cat -- "$d/build-info.json" 2>/dev/null
+            echo
+            ;;
+    esac
+done
+for record in runs/*/*.json; do
+    [ -f "$record" ] || continue
+    rel="${record#runs/}" && rel="${rel%%/*}"
+    run="${record##*/}" && run="${run%.json}"
+    printf '@@ run %s %s\n' "$rel" "$run"
+    cat -- "$record"
+    echo
+    if [ -f "runs/$rel/$run.exit" ]; then
+        printf '@@ exit %s %s\n' "$rel" "$run"
+        cat -- "runs/$rel/$run.exit"
+    elif pid="$(cat -- "runs/.$run.pid" 2>/dev/null)" && kill -0 -- "$pid" 2>/dev/null; then
+        printf '@@ running %s %s\n' "$rel" "$run"
+    fi
+done
+echo "@@ history"
+cat history 2>/dev/null || true
+"#,
+};
+
+/// `REMOVE DIR NAME...`: removes the folders `releases/NAME` (names checked here first).
+pub const REMOVE: Script = Script {
+    name: "remove",
+    text: r#"set -eu
+cd -- "$1/releases"
+shift
+for name in "$@"; do
+    case "$name" in
+        '' | . | .. | */*) echo "refusing to remove '$name'" >&2; exit 2 ;;
+    esac
+    rm -rf -- "$name"
+    echo "removed releases/$name"
+done
+"#,
+};
+
+/// `GUARD PIDFILE LIMIT_S PATH_PREFIX EXITFILE COMMAND...`: runs COMMAND with a time
+/// limit in a process group of its own, whose id it writes to PIDFILE while it runs, so
+/// that [`STOP`] can end it and everything it started. `timeout` leads that group, and
+/// the limit holds even when the connection to the host is lost. PATH_PREFIX (when not
+/// empty) goes first on PATH (the tests' stand-in nvidia-smi); EXITFILE (when not empty)
+/// gets `<status> <unix time of the end> <unix time of the start>` when COMMAND ends
+/// (both times the host's, so that a skewed clock here does not skew the duration).
+pub const GUARD: Script = Script {
+    name: "guard",
+    text: r#"set -u
+pidfile=$1 limit=$2 prefix=$3 exitfile=$4
+shift 4
+if [ -n "$prefix" ]; then
+    export PATH="$prefix:$PATH"
+fi
+mkdir -p -- "$(dirname -- "$pidfile")"
+start="$(date +%s)"
+timeout --kill-after=5 "$limit" "$@" </dev/null &
+pid=$!
+printf '%s\n' "$pid" >"$pidfile"
+wait "$pid"
+rc=$?
+if [ -n "$exitfile" ]; then
+    printf '%s %s %s\n' "$rc" "$(date +%s)" "$start" >"$exitfile"
+fi
+rm -f -- "$pidfile"
+exit "$rc"
+"#,
+};
+
+/// `STOP PIDFILE`: ends the process group a [`GUARD`] runs, TERM first and KILL two
+/// seconds later; nothing to do when it already ended.
+pub const STOP: Script = Script {
+    name: "stop",
+    text: r#"set -u
+pid="$(cat -- "$1" 2>/dev/null)" || exit 0
+case "$pid" in
+    '' | *[!0-9]*) exit 0 ;;
+esac
+kill -TERM -- "-$pid" 2>/dev/null || kill -TERM -- "$pid" 2>/dev/null || exit 0
+for _ in $(seq 40); do
+    kill -0 -- "-$pid" 2>/dev/null || exit 0
+    sleep 0.05
+done
+kill -KILL -- "-$pid" 2>/dev/null
+exit 0
+"#,
+};
+
+/// Paths in the deploy folder `dir` on the host.
 #[derive(Debug, Clone)]
 pub struct Layout {
     /// The deploy folder as given: relative paths are taken from the remote home.
     pub dir: String,
-    pub release: String,
 }
 
 impl Layout {
-    pub fn new(dir: &str, release: &str) -> Layout {
+    pub fn new(dir: &str) -> Layout {
         let trimmed = dir.trim_end_matches('/');
         Layout {
             dir: if trimmed.is_empty() { "/" } else { trimmed }.to_string(),
-            release: release.to_string(),
         }
     }
 
@@ -95,21 +243,55 @@ impl Layout {
         }
     }
 
-    pub fn release_dir(&self) -> String {
-        self.join(&format!("releases/{}", self.release))
+    pub fn release_dir(&self, release: &str) -> String {
+        self.join(&format!("releases/{release}"))
     }
 
-    pub fn incoming(&self) -> String {
-        self.join(&format!("releases/{}.incoming", self.release))
+    /// The upload folder's name (in `releases/`) of a deploy's run.
+    pub fn upload(release: &str, run: &str) -> String {
+        format!(".incoming-{release}-{run}")
+    }
+
+    /// Where a damaged release goes when a fresh upload replaces it (in `releases/`).
+    pub fn aside(release: &str, run: &str) -> String {
+        format!(".damaged-{release}-{run}")
     }
 
     pub fn current(&self) -> String {
         self.join("current")
     }
 
-    pub fn run_dir(&self, run: &str) -> String {
-        self.join(&format!("runs/{}/{run}", self.release))
+    /// Where a [`GUARD`] writes the process group of what it runs (`name`: the run, or
+    /// `preflight-<run>`).
+    pub fn pidfile(&self, name: &str) -> String {
+        self.join(&format!("runs/.{name}.pid"))
     }
+
+    pub fn run_dir(&self, release: &str, run: &str) -> String {
+        self.join(&format!("runs/{release}/{run}"))
+    }
+
+    /// The run's record (`.json`) or exit file (`.exit`), beside its results folder.
+    pub fn run_file(&self, release: &str, run: &str, ext: &str) -> String {
+        self.join(&format!("runs/{release}/{run}.{ext}"))
+    }
+}
+
+/// The release `current` points at, from the link's target (`releases/<name>`), if it
+/// is one a deploy made.
+pub fn current_release(target: &str) -> Option<&str> {
+    let name = target.strip_prefix("releases/")?;
+    is_release_name(name).then_some(name)
+}
+
+/// Whether `name` can be a release folder's name: letters, digits, `-`, `_`, `.`, not
+/// starting with a `.` (the upload and damaged folders do).
+pub fn is_release_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 #[cfg(test)]
@@ -118,20 +300,45 @@ mod tests {
 
     #[test]
     fn paths_sit_under_the_deploy_folder() {
-        let l = Layout::new("stepgraph/", "abc1234-dirty");
-        assert_eq!(l.release_dir(), "stepgraph/releases/abc1234-dirty");
-        assert_eq!(l.incoming(), "stepgraph/releases/abc1234-dirty.incoming");
+        let l = Layout::new("stepgraph/");
+        let r = "dqn-abc1234-dirty-0123";
+        assert_eq!(
+            l.release_dir(r),
+            "stepgraph/releases/dqn-abc1234-dirty-0123"
+        );
+        assert_eq!(
+            Layout::upload(r, "r1"),
+            ".incoming-dqn-abc1234-dirty-0123-r1"
+        );
+        assert_eq!(Layout::aside(r, "r1"), ".damaged-dqn-abc1234-dirty-0123-r1");
         assert_eq!(l.current(), "stepgraph/current");
-        assert_eq!(l.run_dir("r1"), "stepgraph/runs/abc1234-dirty/r1");
-        assert_eq!(Layout::new("/", "r").current(), "/current");
+        assert_eq!(
+            l.run_dir(r, "r1"),
+            "stepgraph/runs/dqn-abc1234-dirty-0123/r1"
+        );
+        assert_eq!(
+            l.run_file(r, "r1", "json"),
+            "stepgraph/runs/dqn-abc1234-dirty-0123/r1.json"
+        );
+        assert_eq!(l.pidfile("r1"), "stepgraph/runs/.r1.pid");
+        assert_eq!(Layout::new("/").current(), "/current");
+        assert_eq!(current_release("releases/dqn-a-b"), Some("dqn-a-b"));
+        assert_eq!(current_release("releases/.incoming-x"), None);
+        assert_eq!(current_release("/elsewhere"), None);
     }
 
     #[test]
     fn scripts_take_their_values_as_arguments() {
-        for script in [&PREPARE, &HASHES, &ACTIVATE] {
-            assert!(script.text.starts_with("set -eu"), "{}", script.name);
+        for script in [
+            &PREPARE, &HASHES, &PLACE, &WRITE, &INSPECT, &REMOVE, &GUARD, &STOP,
+        ] {
+            assert!(script.text.starts_with("set -"), "{}", script.name);
             assert!(script.text.contains("$1"), "{}", script.name);
         }
-        assert!(ACTIVATE.text.contains("mv -T -- current.new current"));
+        assert!(PLACE.text.contains("mv -T -- current.new current"));
+        assert!(HASHES.text.ends_with(&format!(
+            "echo \"{}\"\ncat SHA256SUMS 2>/dev/null || true\n",
+            HASHES_SEPARATOR.trim_end()
+        )));
     }
 }

@@ -3,13 +3,18 @@
 //!
 //! The one place a shell string is unavoidable is the command ssh hands to the remote
 //! shell: it is built from words, each quoted with [`cmd::quote`], and the logic that
-//! needs more than a word list runs as a fixed script fed to `bash -s` with its values
-//! passed as quoted arguments, never pasted into the script.
+//! needs more than a word list runs as a fixed script fed to `bash -s` (or passed to
+//! `bash -c`, when what it runs keeps stdin) with its values passed as quoted arguments,
+//! never pasted into the script.
+//!
+//! Every run is bounded ([`Remote::limit`]) and watches for Ctrl-C ([`crate::interrupt`]);
+//! a run stopped early first stops what it started on the host ([`Remote::on_stop`]).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -17,6 +22,7 @@ use super::error::DeployError;
 use super::remote::Script;
 use super::target::Target;
 use crate::cmd;
+use crate::interrupt::{self, Waited};
 
 /// How much of each output stream a run keeps (the end of it).
 const KEPT_BYTES: usize = 1 << 20;
@@ -33,11 +39,46 @@ pub struct Ssh {
     /// `ControlPath`: the socket of the one connection every command shares (see
     /// [`Ssh::connect`]). `None`: each command connects on its own.
     pub control: Option<PathBuf>,
+    /// `-F`: the ssh config file to read instead of ssh's own (`--ssh-config`).
+    pub config: Option<PathBuf>,
+    /// Where ssh will really connect, as `ssh -G` says once [`Ssh::resolve`] ran (an
+    /// alias of the ssh config may name another host, port and user).
+    pub resolved: Option<Resolved>,
+}
+
+/// The host, port and user ssh will use for a target (`ssh -G`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub hostname: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl Resolved {
+    /// `ssh -G`'s output: one `keyword value` line per option.
+    pub fn parse(text: &str) -> Option<Resolved> {
+        let value = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+                .map(str::trim)
+        };
+        Some(Resolved {
+            hostname: value("hostname")?.to_string(),
+            port: value("port")?.parse().ok()?,
+            user: value("user").unwrap_or_default().to_string(),
+        })
+    }
 }
 
 /// How long a shared connection outlives its last use if `ssh -O exit` never comes
-/// (the deploy was killed).
-const CONTROL_PERSIST_S: u32 = 120;
+/// (the deploy was killed outright). Long enough for the gaps between steps; a deploy's
+/// lock holds a session open through its long steps (the build, the job).
+const CONTROL_PERSIST_S: u32 = 30;
+
+/// Keepalives: a host that stops answering is given up after about a minute
+/// (`ServerAliveInterval` times `ServerAliveCountMax`), rather than after TCP's hours.
+pub const SERVER_ALIVE_INTERVAL_S: u32 = 15;
+pub const SERVER_ALIVE_COUNT_MAX: u32 = 4;
 
 /// Where a full disk would be, for [`DeployError::DiskFull`]: on which machine, what
 /// needed the room and in which folder.
@@ -61,6 +102,10 @@ pub struct Outcome {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
+    /// Why it was stopped early, if it was.
+    pub stop: Option<Stop>,
+    /// How long it ran.
+    pub elapsed: Duration,
 }
 
 impl Outcome {
@@ -87,19 +132,28 @@ impl Ssh {
     /// connection or uses it (ssh keeps the first value given for an option, so the two
     /// cannot be appended to one another).
     fn options(&self, master: bool) -> Vec<String> {
-        let mut opts: Vec<String> = [
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=accept-new",
-            "-o",
-            "LogLevel=ERROR",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut opts: Vec<String> = Vec::new();
+        if let Some(config) = &self.config {
+            opts.extend(["-F".into(), config.display().to_string()]);
+        }
+        opts.extend(
+            [
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=accept-new",
+                "-o",
+                "LogLevel=ERROR",
+            ]
+            .map(String::from),
+        );
         opts.extend([
             "-o".into(),
             format!("ConnectTimeout={}", self.connect_timeout_s),
+            "-o".into(),
+            format!("ServerAliveInterval={SERVER_ALIVE_INTERVAL_S}"),
+            "-o".into(),
+            format!("ServerAliveCountMax={SERVER_ALIVE_COUNT_MAX}"),
         ]);
         if let Some(port) = self.target.port {
             opts.extend(["-p".into(), port.to_string()]);
@@ -149,6 +203,54 @@ impl Ssh {
         ssh
     }
 
+    /// `ssh -G … -- user@host`: prints the options ssh would use, the host, port and user
+    /// among them, without connecting.
+    pub fn query(&self) -> Command {
+        let mut ssh = Command::new("ssh");
+        ssh.args(self.options(false))
+            .args(["-G", "--"])
+            .arg(self.target.login())
+            .stdin(Stdio::null());
+        ssh
+    }
+
+    /// Asks ssh where it will connect (`ssh -G`), so that messages name that host and
+    /// port, not the alias's defaults. Left unknown when ssh cannot say.
+    pub fn resolve(&mut self) {
+        let mut query = self.query();
+        eprintln!("$ {}", cmd::display(&query));
+        let Ok(out) = query.stderr(Stdio::null()).output() else {
+            return;
+        };
+        if out.status.success() {
+            self.resolved = Resolved::parse(&String::from_utf8_lossy(&out.stdout));
+        }
+        if let Some(r) = &self.resolved {
+            eprintln!(
+                "ssh will connect to {} port {} as {}",
+                r.hostname, r.port, r.user
+            );
+        }
+    }
+
+    /// The host as messages name it: the target's, and the one ssh resolves it to when
+    /// they differ (`gpu-box (10.0.0.7)`).
+    pub fn host_label(&self) -> String {
+        match &self.resolved {
+            Some(r) if r.hostname != self.target.host => {
+                format!("{} ({})", self.target.host, r.hostname)
+            }
+            _ => self.target.host.clone(),
+        }
+    }
+
+    /// The port ssh will use.
+    pub fn port(&self) -> u16 {
+        self.resolved
+            .as_ref()
+            .map_or_else(|| self.target.port_or_default(), |r| r.port)
+    }
+
     /// `ssh -O exit`: closes the shared connection.
     pub fn disconnect(&self) -> Command {
         let mut ssh = Command::new("ssh");
@@ -171,18 +273,39 @@ impl Ssh {
         ssh
     }
 
-    /// `ssh … -- user@host 'bash -s -- <args>'`, to be fed `script` on stdin.
-    pub fn script(&self, args: &[String]) -> Command {
+    /// `ssh … -- user@host 'bash -s -- <args>'`, fed `script` on stdin.
+    pub fn script<'a>(&self, script: &'static Script, args: &[String]) -> Remote<'a> {
         let mut words = vec!["bash".to_string(), "-s".into(), "--".into()];
         words.extend(args.iter().cloned());
         let mut ssh = self.exec(&words);
         ssh.stdin(Stdio::piped());
-        ssh
+        let mut remote = Remote::new(ssh);
+        remote.script = Some(script);
+        remote.feed = true;
+        remote
+    }
+
+    /// `ssh … -- user@host 'bash -c <script> <name> <args>'`: for a script that leaves
+    /// stdin to what it runs. The echo names the script rather than spelling it out.
+    pub fn inline<'a>(&self, script: &'static Script, args: &[String]) -> Remote<'a> {
+        let mut words = vec![
+            "bash".to_string(),
+            "-c".into(),
+            script.text.into(),
+            format!("stepgraph-{}", script.name),
+        ];
+        words.extend(args.iter().cloned());
+        let mut remote = Remote::new(self.exec(&words));
+        // A plain word, which no quoting dresses up.
+        words[2] = format!("@{}-script@", script.name);
+        remote.shown = cmd::display(&self.exec(&words));
+        remote.script = Some(script);
+        remote
     }
 
     /// `rsync -a -e '<ssh …>' <extra> <from> <to>`; one of `from` and `to` is
     /// [`Ssh::remote`].
-    pub fn rsync(&self, extra: &[&str], from: &str, to: &str) -> Command {
+    pub fn rsync(&self, extra: &[&str], from: &[String], to: &str) -> Command {
         let mut shell = vec!["ssh".to_string()];
         shell.extend(self.options(false));
         let mut rsync = Command::new("rsync");
@@ -192,7 +315,7 @@ impl Ssh {
             .arg("-e")
             // rsync splits this itself, honouring the same quotes.
             .arg(cmd::quote_words(&shell))
-            .arg(from)
+            .args(from)
             .arg(to)
             .stdin(Stdio::null());
         rsync
@@ -211,6 +334,35 @@ impl Ssh {
         }
     }
 
+    /// What to do about a key ssh would not use: `chmod` a key others can read, or pass
+    /// the private key for a public one.
+    fn key_hint(&self, stderr: &str) -> String {
+        let key = self.key.as_ref().map(|k| k.display().to_string());
+        let public = self.key.as_ref().is_some_and(|k| {
+            k.extension().is_some_and(|e| e == "pub")
+                || std::fs::read_to_string(k).is_ok_and(|t| {
+                    let t = t.trim_start();
+                    ["ssh-", "ecdsa-", "sk-"].iter().any(|p| t.starts_with(p))
+                })
+        });
+        match key {
+            Some(key) if public => {
+                let private = key.strip_suffix(".pub").unwrap_or("the file without .pub");
+                format!(
+                    "{key} is a public key: --key takes the private key ({private}), whose .pub \
+                     the host lists in its authorized_keys"
+                )
+            }
+            Some(key) if stderr.contains("bad permissions") || stderr.contains("too open") => {
+                format!("ssh uses a private key only its owner can read: `chmod 600 {key}`")
+            }
+            _ if stderr.contains("bad permissions") || stderr.contains("too open") => {
+                "ssh uses a private key only its owner can read: `chmod 600` it".to_string()
+            }
+            _ => "check that --key names a private key ssh can read".to_string(),
+        }
+    }
+
     /// The error for a failed ssh or rsync run when its stderr says why: the connection
     /// or the login (ssh's own messages), a full `disk` (when the step names one), rsync
     /// missing on the host. `None` when it is none of those; the caller then names the
@@ -222,8 +374,8 @@ impl Ssh {
                 .find(|l| needles.iter().any(|n| l.contains(n)))
                 .map(|l| l.trim().to_string())
         };
-        let host = self.target.host.clone();
-        let port = self.target.port_or_default();
+        let host = self.host_label();
+        let port = self.port();
         let unreachable = |found: String| DeployError::Unreachable {
             host: host.clone(),
             port,
@@ -254,6 +406,24 @@ impl Ssh {
             return Some(unreachable(format!(
                 "something that closed the connection before ssh could log in (`{l}`)"
             )));
+        }
+        // ssh's own reason for not offering a key comes before the refusal it causes.
+        let key_lines: Vec<String> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                l.starts_with("Permissions ")
+                    || l.starts_with("Load key ")
+                    || l.contains("UNPROTECTED PRIVATE KEY FILE")
+            })
+            .map(String::from)
+            .collect();
+        if !key_lines.is_empty() && line_with(&["Permission denied ("]).is_some() {
+            return Some(DeployError::KeyUnusable {
+                key: self.key_description(),
+                found: key_lines.join("\n  "),
+                hint: self.key_hint(stderr),
+            });
         }
         if let Some(l) = line_with(&["Permission denied ("]) {
             return Some(DeployError::AuthRefused {
@@ -290,47 +460,147 @@ impl Ssh {
     }
 }
 
-/// Echoes `cmd` (with `script` as a here-document in a dry run, or named otherwise) and,
-/// unless it is a dry run, runs it: `script` on its stdin, its output shown as it comes
-/// (`Show::Stream`) or only kept. `None` in a dry run.
-pub fn run(
-    cmd: &mut Command,
-    script: Option<&Script>,
+/// What a run waits for: at most `limit`, and the way it stops early.
+pub struct Remote<'a> {
+    cmd: Command,
+    /// The echo: the command as a reader would type it, a script shown by name.
+    shown: String,
+    /// A script fed to `bash -s` on stdin (`feed`), or passed inline to `bash -c`.
+    script: Option<&'static Script>,
+    feed: bool,
     show: Show,
-    dry_run: bool,
-) -> Result<Option<Outcome>> {
-    match script {
-        Some(s) if dry_run => eprintln!("$ {} <<'EOF'\n{}EOF", cmd::display(cmd), s.text),
-        Some(s) => eprintln!("$ {} <<'EOF' (the {} script)", cmd::display(cmd), s.name),
-        None => eprintln!("$ {}", cmd::display(cmd)),
+    limit: Option<Duration>,
+    interruptible: bool,
+    on_stop: Option<&'a dyn Fn()>,
+}
+
+impl std::fmt::Debug for Remote<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("shown", &self.shown)
+            .finish()
     }
-    if dry_run {
-        return Ok(None);
+}
+
+/// How long a child is given to end by itself once its remote side was stopped, before
+/// it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Why a run ended before its command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Its limit passed.
+    TimedOut(Duration),
+    /// SIGINT or SIGTERM asked the deploy to stop.
+    Interrupted(&'static str),
+}
+
+impl<'a> Remote<'a> {
+    /// Any command, run in a process group of its own (so that a Ctrl-C reaches only
+    /// xtask, which stops the remote side first) with its output kept.
+    pub fn new(mut cmd: Command) -> Remote<'a> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        Remote {
+            shown: cmd::display(&cmd),
+            cmd,
+            script: None,
+            feed: false,
+            show: Show::Quiet,
+            limit: None,
+            interruptible: true,
+            on_stop: None,
+        }
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("could not start `{}`", cmd::display(cmd)))?;
-    let stream = show == Show::Stream;
-    let out = child.stdout.take().expect("stdout is piped");
-    let err = child.stderr.take().expect("stderr is piped");
-    let out = thread::spawn(move || keep(out, stream.then(std::io::stdout)));
-    let err = thread::spawn(move || keep(err, stream.then(std::io::stderr)));
-    // Written once the readers run, so a chatty command cannot block us both.
-    if let Some(s) = script {
-        let mut stdin = child.stdin.take().expect("stdin is piped for a script");
-        // A broken pipe means ssh ended early (it could not connect); its stderr says why.
-        let _ = stdin.write_all(s.text.as_bytes());
+
+    pub fn show(mut self, show: Show) -> Self {
+        self.show = show;
+        self
     }
-    let stdout = out.join().expect("the stdout reader does not panic")?;
-    let stderr = err.join().expect("the stderr reader does not panic")?;
-    let status = child.wait()?;
-    Ok(Some(Outcome {
-        status,
-        stdout,
-        stderr,
-    }))
+
+    /// Stops the run when `limit` passes.
+    pub fn limit(mut self, limit: Duration) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Not stopped by a signal: the clean-up a signal asked for.
+    pub fn uninterruptible(mut self) -> Self {
+        self.interruptible = false;
+        self
+    }
+
+    /// Called when the run is stopped early, before the local process is: stops what it
+    /// started on the host.
+    pub fn on_stop(mut self, f: &'a dyn Fn()) -> Self {
+        self.on_stop = Some(f);
+        self
+    }
+
+    /// Echoes the command (with its script as a here-document in a dry run, or named
+    /// otherwise) and, unless it is a dry run, runs it: the script on its stdin if fed,
+    /// its output shown as it comes (`Show::Stream`) or only kept. `None` in a dry run.
+    pub fn run(mut self, dry_run: bool) -> Result<Option<Outcome>> {
+        match self.script {
+            Some(s) if dry_run && self.feed => {
+                eprintln!("$ {} <<'EOF'\n{}EOF", self.shown, s.text)
+            }
+            Some(s) if dry_run => eprintln!(
+                "$ {}\n  (the {} script, passed to `bash -c`:)\n{}",
+                self.shown, s.name, s.text
+            ),
+            Some(s) if self.feed => eprintln!("$ {} <<'EOF' (the {} script)", self.shown, s.name),
+            _ => eprintln!("$ {}", self.shown),
+        }
+        if dry_run {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let mut child = self
+            .cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("could not start `{}`", self.shown))?;
+        let stream = self.show == Show::Stream;
+        let out = child.stdout.take().expect("stdout is piped");
+        let err = child.stderr.take().expect("stderr is piped");
+        let out = thread::spawn(move || keep(out, stream.then(std::io::stdout)));
+        let err = thread::spawn(move || keep(err, stream.then(std::io::stderr)));
+        // Written once the readers run, so a chatty command cannot block us both.
+        if let Some(s) = self.script.filter(|_| self.feed) {
+            let mut stdin = child.stdin.take().expect("stdin is piped for a script");
+            // A broken pipe means ssh ended early (it could not connect); its stderr says why.
+            let _ = stdin.write_all(s.text.as_bytes());
+        }
+        let deadline = self.limit.map(|l| started + l);
+        let (status, stop) = match interrupt::wait(&mut child, deadline, self.interruptible)? {
+            Waited::Exited(status) => (status, None),
+            Waited::TimedOut => {
+                let limit = self.limit.expect("only a limit times out");
+                (self.stop(&mut child)?, Some(Stop::TimedOut(limit)))
+            }
+            Waited::Interrupted(signal) => {
+                (self.stop(&mut child)?, Some(Stop::Interrupted(signal)))
+            }
+        };
+        let stdout = out.join().expect("the stdout reader does not panic")?;
+        let stderr = err.join().expect("the stderr reader does not panic")?;
+        Ok(Some(Outcome {
+            status,
+            stdout,
+            stderr,
+            stop,
+            elapsed: started.elapsed(),
+        }))
+    }
+
+    fn stop(&self, child: &mut std::process::Child) -> Result<ExitStatus> {
+        if let Some(f) = self.on_stop {
+            f();
+        }
+        Ok(interrupt::stop(child, STOP_GRACE)?)
+    }
 }
 
 /// Reads `from` to its end, passing each chunk on to `to` at once (no waiting for a
@@ -378,7 +648,63 @@ mod tests {
             known_hosts: Some("/tmp/kh".into()),
             connect_timeout_s: 5,
             control: None,
+            config: None,
+            resolved: None,
         }
+    }
+
+    #[test]
+    fn ssh_g_says_where_ssh_connects() {
+        let r = Resolved::parse("user root\nhostname 127.0.0.1\nport 2301\naddkeystoagent false\n")
+            .unwrap();
+        assert_eq!(r.hostname, "127.0.0.1");
+        assert_eq!((r.port, r.user.as_str()), (2301, "root"));
+        let s = Ssh {
+            target: "gpu".parse().unwrap(),
+            resolved: Some(r),
+            ..ssh(None)
+        };
+        assert_eq!(s.host_label(), "gpu (127.0.0.1)");
+        assert_eq!(s.port(), 2301);
+        let msg = s
+            .classify(
+                "ssh: connect to host 127.0.0.1 port 2301: Connection refused",
+                None,
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.starts_with("cannot reach gpu (127.0.0.1): expected an ssh server on port 2301"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_key_ssh_would_not_use_keeps_ssh_s_reason() {
+        let s = ssh(Some("/k/id"));
+        let stderr = "@@@@@@@@@@@\n@         WARNING: UNPROTECTED PRIVATE KEY FILE!          @\n\
+            Permissions 0644 for '/k/id' are too open.\n\
+            Load key \"/k/id\": bad permissions\n\
+            root@127.0.0.1: Permission denied (publickey).\n";
+        let msg = s.classify(stderr, None).unwrap().to_string();
+        assert!(
+            msg.contains("Permissions 0644 for '/k/id' are too open."),
+            "{msg}"
+        );
+        assert!(msg.contains("`chmod 600 /k/id`"), "{msg}");
+        let public = ssh(Some("/k/id.pub"));
+        let msg = public
+            .classify(
+                "Load key \"/k/id.pub\": error in libcrypto\nroot@h: Permission denied (publickey).",
+                None,
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.contains("Load key \"/k/id.pub\": error in libcrypto"),
+            "{msg}"
+        );
+        assert!(msg.contains("--key takes the private key (/k/id)"), "{msg}");
     }
 
     #[test]
@@ -387,7 +713,7 @@ mod tests {
         assert_eq!(
             cmd::display(&cmd),
             "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR \
-             -o ConnectTimeout=5 -p 2222 -i /k/id -o IdentitiesOnly=yes \
+             -o ConnectTimeout=5 -o ServerAliveInterval=15 -o ServerAliveCountMax=4 -p 2222 -i /k/id -o IdentitiesOnly=yes \
              -o UserKnownHostsFile=/tmp/kh -- root@127.0.0.1 'ls '\\''/a b'\\'''"
         );
     }
@@ -401,7 +727,7 @@ mod tests {
         let open = cmd::display(&s.connect());
         assert!(
             open.ends_with(
-                "-o ControlPath=/tmp/c/cm -o ControlMaster=yes -o ControlPersist=120 -f -N \
+                "-o ControlPath=/tmp/c/cm -o ControlMaster=yes -o ControlPersist=30 -f -N \
                  -- root@127.0.0.1"
             ),
             "{open}"
@@ -422,7 +748,7 @@ mod tests {
     #[test]
     fn rsync_gets_the_same_ssh_as_its_shell() {
         let s = ssh(None);
-        let cmd = s.rsync(&["--delete"], "b/", &s.remote("d/releases/r/"));
+        let cmd = s.rsync(&["--delete"], &["b/".into()], &s.remote("d/releases/r/"));
         let args: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -480,6 +806,8 @@ mod tests {
             status: std::process::ExitStatus::default(),
             stdout: "a\nb\n\nc\n".into(),
             stderr: String::new(),
+            stop: None,
+            elapsed: Duration::ZERO,
         };
         assert_eq!(outcome.tail(2), ["b", "c"]);
         assert_eq!(outcome.tail(9), ["a", "b", "c"]);

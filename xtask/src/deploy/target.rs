@@ -90,8 +90,16 @@ impl FromStr for Target {
                     let (host, port) = rest.split_once(':').expect("one colon");
                     (host, Some(port))
                 }
-                // A bare IPv6 address: no port can follow it unbracketed.
-                _ => (rest, None),
+                // A bare IPv6 address: no port can follow it unbracketed. Anything else with
+                // two colons is a mistake (`host:2222:22`), not an address.
+                _ if rest.parse::<std::net::Ipv6Addr>().is_ok() => (rest, None),
+                _ => {
+                    return Err(format!(
+                        "{expected}, found `{rest}` in `{s}`: more than one `:`, which only an \
+                         IPv6 address has (one port at most; an IPv6 address with a port goes \
+                         in brackets)"
+                    ));
+                }
             }
         };
         let port = port
@@ -155,6 +163,16 @@ mod tests {
         assert_eq!(v6.label(), "__1-2200");
         assert_eq!(v6.to_string(), "me@[::1]:2200");
         assert_eq!(t("me@::1").host, "::1");
+        assert_eq!(t("fe80::1:2").host, "fe80::1:2");
+        let err = "root@host:2222:22".parse::<Target>().unwrap_err();
+        assert!(
+            err.ends_with(
+                "found `host:2222:22` in `root@host:2222:22`: more than one `:`, which \
+                 only an IPv6 address has (one port at most; an IPv6 address with a port goes in \
+                 brackets)"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -167,6 +185,8 @@ mod tests {
             "root@[::1",
             "-oProxyCommand=x",
             "a b",
+            "host:2222:22",
+            "me@gpu:22:",
         ] {
             let err = bad.parse::<Target>().unwrap_err();
             assert!(err.starts_with("expected user@host"), "{bad}: {err}");
