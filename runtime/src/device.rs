@@ -356,6 +356,14 @@ impl<T: DeviceRepr + ValidAsZeroBits> AllocLike for DeviceBuffer<T> {
     }
 }
 
+/// A trainer's own `CudaSlice` as per-stream or per-branch scratch: the copies are made in
+/// the device's context (whose event tracking is off), like the step's other buffers.
+impl<T: DeviceRepr + ValidAsZeroBits> AllocLike for cudarc::driver::CudaSlice<T> {
+    fn alloc_like(&self, device: &Device, what: &str) -> Result<Self> {
+        Ok(device.alloc_zeros(what, self.len())?.into_cuda_slice())
+    }
+}
+
 impl<T: AllocLike, const N: usize> AllocLike for [T; N] {
     fn alloc_like(&self, device: &Device, what: &str) -> Result<Self> {
         let v: Vec<T> = self
