@@ -9,6 +9,8 @@
 mod blas;
 #[path = "gpu/comm.rs"]
 mod comm;
+#[path = "gpu/every.rs"]
+mod every;
 #[path = "gpu/guard.rs"]
 mod guard;
 #[path = "gpu/interop.rs"]

@@ -106,7 +106,11 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             let c = Literal::f64_suffixed(cost);
             quote!(.with_cost(#c))
         });
-        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost)
+        let every = step.ops[inst.op].every.as_ref().map(|e| {
+            let text = e.text();
+            quote!(.with_every(#text))
+        });
+        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every)
     });
     let edges = plan.deps.iter().map(|d| {
         let (from, to) = (lit_u32(d.from), lit_u32(d.to));
@@ -387,7 +391,19 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let issue_ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
         let id = lit_u32(k);
         let call = op_call(step, inst);
-        quote!(__i.op(#rt::OpId(#id), |__st| #call)?;)
+        match &step.ops[inst.op].every {
+            None => quote!(__i.op(#rt::OpId(#id), |__st| #call)?;),
+            Some(every) => {
+                // Spanned on the count, so that a field of another type is reported there.
+                let count = match every {
+                    crate::model::Every::Field(f) => quote_spanned!(f.span()=> __c.#f),
+                    crate::model::Every::Count(n, _) => {
+                        Literal::u32_unsuffixed(*n).into_token_stream()
+                    }
+                };
+                quote!(__i.op_every(#rt::OpId(#id), #count, |__st| #call)?;)
+            }
+        }
     });
     let spec = spec(
         step,

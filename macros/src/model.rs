@@ -103,9 +103,36 @@ pub struct Op {
     pub joins: Vec<StreamRef>,
     pub after: Vec<Ident>,
     pub cost: Option<f64>,
+    /// `#[every(k)]`: the op runs at every k-th replay only, as a conditional node.
+    pub every: Option<Every>,
     pub params: Vec<Param>,
     /// The function with stepgraph's attributes removed.
     pub item: ItemFn,
+}
+
+/// How often an `#[every(..)]` op runs: every `k`-th replay, `k` a config field or a count.
+pub enum Every {
+    /// A `u32` field of the config.
+    Field(Ident),
+    /// A literal count, at least 1.
+    Count(u32, Span),
+}
+
+impl Every {
+    pub fn span(&self) -> Span {
+        match self {
+            Every::Field(i) => i.span(),
+            Every::Count(_, s) => *s,
+        }
+    }
+
+    /// How the plan prints it: the field's name or the count.
+    pub fn text(&self) -> String {
+        match self {
+            Every::Field(i) => i.to_string(),
+            Every::Count(n, _) => n.to_string(),
+        }
+    }
 }
 
 pub struct Param {

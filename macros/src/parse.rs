@@ -13,8 +13,8 @@ use syn::{
 
 use crate::errors::Errors;
 use crate::model::{
-    BufKind, Buffer, ConfigField, IndexSpec, Op, Param, ParamKind, Placement, Priority, Step,
-    StreamDecl, StreamRef, Struct,
+    BufKind, Buffer, ConfigField, Every, IndexSpec, Op, Param, ParamKind, Placement, Priority,
+    Step, StreamDecl, StreamRef, Struct,
 };
 
 /// The widest stream group `streams(.., name[N])` may declare.
@@ -432,14 +432,14 @@ impl SpecialNames {
     }
 }
 
+/// The attributes that make a `fn` an op and that parsing removes from it.
+const OP_ATTRS: [&str; 5] = ["stream", "join", "after", "cost", "every"];
+
 /// Which `fn`s of the module are ops: those that take the capture stream or its cuBLASLt
 /// handle (there is no other way to put work into the step), and those that carry an op
 /// attribute. Every other `fn` is a helper the ops may call, kept as it is.
 fn is_op(f: &ItemFn, names: &SpecialNames) -> bool {
-    let attributed = f
-        .attrs
-        .iter()
-        .any(|a| ["stream", "join", "after", "cost"].iter().any(|n| is(a, n)));
+    let attributed = f.attrs.iter().any(|a| OP_ATTRS.iter().any(|n| is(a, n)));
     attributed
         || f.sig.inputs.iter().any(|input| match input {
             FnArg::Typed(pt) => match &*pt.ty {
@@ -457,6 +457,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
     let mut joins = Vec::new();
     let mut after = Vec::new();
     let mut cost = None;
+    let mut every = None;
     for attr in &f.attrs {
         if is(attr, "stream") {
             match attr.parse_args::<StreamSyntax>() {
@@ -511,6 +512,42 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
                 Ok(list) => after.extend(list),
                 Err(e) => errors.push(syn::Error::new(e.span(), "expected #[after(op, ..)]")),
             }
+        } else if is(attr, "every") {
+            let mut reported = false;
+            let parsed = match attr.parse_args::<syn::Expr>() {
+                Ok(syn::Expr::Path(p)) if p.qself.is_none() => {
+                    p.path.get_ident().cloned().map(Every::Field)
+                }
+                Ok(syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(l),
+                    ..
+                })) => match l.base10_parse::<u32>() {
+                    Ok(0) => {
+                        errors
+                            .spanned(&l, "#[every(0)] never runs: expected a count of at least 1");
+                        reported = true;
+                        None
+                    }
+                    Ok(n) => Some(Every::Count(n, l.span())),
+                    Err(_) => {
+                        errors.spanned(&l, "expected a count that fits in 32 bits");
+                        reported = true;
+                        None
+                    }
+                },
+                _ => None,
+            };
+            match parsed {
+                Some(e) if every.is_some() => {
+                    errors.at(e.span(), "an op has one #[every]: remove the second")
+                }
+                Some(e) => every = Some(e),
+                None if reported => {}
+                None => errors.spanned(
+                    attr,
+                    "expected #[every(k)], with k a config field (u32) or a count: the op runs at every k-th replay",
+                ),
+            }
         } else if is(attr, "cost") {
             let parsed = attr
                 .parse_args::<LitFloat>()
@@ -525,8 +562,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             }
         }
     }
-    f.attrs
-        .retain(|a| !["stream", "join", "after", "cost"].iter().any(|n| is(a, n)));
+    f.attrs.retain(|a| !OP_ATTRS.iter().any(|n| is(a, n)));
 
     let index_var = match &placement {
         Some(Placement {
@@ -613,6 +649,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
         joins,
         after,
         cost,
+        every,
         params,
         item: f,
     })

@@ -367,6 +367,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         }
 
         check_view_borrows(op, &buffers, &buf_ix, &view_parent, errors);
+        check_every(op, &config, errors);
 
         // Joins.
         for (ji, j) in op.joins.iter().enumerate() {
@@ -880,6 +881,24 @@ fn check_view_borrows(
             }
         }
         seen.push((root, p, write));
+    }
+}
+
+/// `#[every(k)]` names a config field: the count is read from the config when the step is
+/// captured.
+fn check_every(op: &Op, config: &[String], errors: &Errors) {
+    let Some(crate::model::Every::Field(f)) = &op.every else {
+        return;
+    };
+    let name = f.to_string();
+    if !config.contains(&name) {
+        errors.spanned(
+            f,
+            format!(
+                "#[every({name})] names no config field of this step{} (the count is a `u32` field of the #[config] struct, or a number)",
+                suggestion(&name, config.iter().map(String::as_str))
+            ),
+        );
     }
 }
 

@@ -168,7 +168,7 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
                 out,
                 "    op{i} [label={}, fillcolor=\"{fill}\", fontcolor=\"{}\", \
                  style=\"{style}\", penwidth={pen}];",
-                dot_str(op.name),
+                dot_str(&op_label(op)),
                 text_color_on(fill, 1.0)
             );
         }
@@ -280,8 +280,11 @@ fn timeline(plan: &PlanDesc) -> Timeline {
             if let Some(e) = op.record {
                 let _ = write!(tooltip, ", records {}", event_label(e));
             }
+            if let Some(k) = op.every {
+                let _ = write!(tooltip, ", every {k} replays (a conditional node)");
+            }
             Bar {
-                name: op.name.to_string(),
+                name: op_label(op),
                 part: op.func.to_string(),
                 lane: lane_of(op.stream.index()),
                 start: levels[i] as f64 + INSET,
@@ -417,6 +420,14 @@ fn dot_str(text: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// An op's label: its name, and for an `#[every(k)]` op how often it runs.
+fn op_label(op: &stepgraph_plan::OpDesc) -> String {
+    match op.every {
+        Some(k) => format!("{} (every {k})", op.name),
+        None => op.name.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -193,6 +193,9 @@ pub struct OpDesc {
     pub record: Option<EventId>,
     /// The cost hint from `#[cost(..)]`, 1.0 without one.
     pub cost: f64,
+    /// `#[every(k)]`: the op runs at every k-th replay only (a conditional node of the
+    /// graph); `k` as written, a config field or a count.
+    pub every: Option<&'static str>,
 }
 
 impl BufferDesc {
@@ -246,6 +249,7 @@ impl OpDesc {
             waits: &[],
             record: None,
             cost: 1.0,
+            every: None,
         }
     }
 
@@ -275,6 +279,14 @@ impl OpDesc {
     /// Its cost hint.
     pub const fn with_cost(self, cost: f64) -> OpDesc {
         OpDesc { cost, ..self }
+    }
+
+    /// The same op, run at every `k`-th replay only (`k` as the step wrote it).
+    pub const fn with_every(self, k: &'static str) -> OpDesc {
+        OpDesc {
+            every: Some(k),
+            ..self
+        }
     }
 }
 
@@ -821,6 +833,9 @@ impl fmt::Display for PlanDesc {
             if let Some(e) = op.record {
                 write!(f, "  records e{}", e.0)?;
             }
+            if let Some(k) = op.every {
+                write!(f, "  every {k} replays")?;
+            }
             writeln!(f)?;
         }
         let views: Vec<String> = self
@@ -889,6 +904,7 @@ mod tests {
             waits,
             record,
             cost: 1.0,
+            every: None,
         }
     }
 

@@ -64,6 +64,8 @@ pub struct Executor {
     /// Orderings beyond the plan's: views of one buffer that overlap once the buffers are
     /// known ([`Executor::order_overlapping_views`]).
     extra: ExtraOrderings,
+    /// The counters and the body stream of `#[every]` ops, if the plan has any.
+    every: Option<crate::every::EveryOps>,
     /// Whether captures are read back and checked against the plan.
     verify: bool,
     last_verify: Option<VerifyReport>,
@@ -197,6 +199,7 @@ impl Executor {
             abort_joins,
             last_refresh: None,
             extra: ExtraOrderings::none(plan.ops.len()),
+            every: crate::every::EveryOps::new(device, plan)?,
             verify: options.verify,
             last_verify: None,
             options,
@@ -454,7 +457,16 @@ impl Executor {
             self.last_verify = report;
         }
         match &mut self.graph {
-            Some(graph) => self.last_refresh = Some(graph.update(captured).map_err(wrap)?),
+            // A conditional node's handle is the capture's own: a new capture has new
+            // handles, which an in-place update would pair with the old nodes, so a graph
+            // with `#[every]` ops is instantiated anew.
+            Some(graph) if self.every.is_none() => {
+                self.last_refresh = Some(graph.update(captured).map_err(wrap)?)
+            }
+            Some(_) => {
+                self.graph = Some(Graph::instantiate(captured, self.node_priority).map_err(wrap)?);
+                self.last_refresh = Some(Refresh::Reinstantiated);
+            }
             None => {
                 self.graph = Some(Graph::instantiate(captured, self.node_priority).map_err(wrap)?)
             }
@@ -897,6 +909,27 @@ impl Issue<'_> {
     /// Issues op `id`: its stream waits on the planned events, the op body runs with its
     /// capture stream, and the planned event is recorded after it. Errors name the op.
     pub fn op(&self, id: OpId, body: impl FnOnce(&CaptureStream<'_>) -> Result<()>) -> Result<()> {
+        self.issue(id, None, body)
+    }
+
+    /// Issues op `id` of an `#[every(k)]`: as [`Issue::op`], with its work inside a
+    /// conditional node that runs at every `k`-th replay (in an eager run, at every `k`-th
+    /// run). Fails for `k = 0`, or if the plan does not mark the op `every`.
+    pub fn op_every(
+        &self,
+        id: OpId,
+        k: u32,
+        body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.issue(id, Some(k), body)
+    }
+
+    fn issue(
+        &self,
+        id: OpId,
+        every: Option<u32>,
+        body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
+    ) -> Result<()> {
         let exec = self.exec;
         // The plan was checked when the executor was built; the id comes from the caller.
         let op = exec.plan.op(id)?;
@@ -907,6 +940,20 @@ impl Issue<'_> {
             op: op.name,
             stream: stream_name,
             source: Box::new(e),
+        };
+        // The conditional machinery of an `#[every]` op, and its count.
+        let every = match (every, op.every, exec.every.as_ref()) {
+            (None, None, _) => None,
+            (Some(k), Some(_), Some(ops)) => {
+                crate::every::check_count(k).map_err(named)?;
+                Some((k, ops))
+            }
+            _ => {
+                return Err(named(Error::Invalid(
+                    "the op is issued with an #[every] count the plan does not give it, or without the one it does"
+                        .into(),
+                )));
+            }
         };
         let ordered = self.mode.enqueues() && exec.parallel();
         if ordered {
@@ -928,8 +975,20 @@ impl Issue<'_> {
         if let (true, Some(t)) = (capturing, self.extras.timers) {
             record_external(&t.start[id.index()], stream).map_err(named)?;
         }
+        // Where the op's work goes: its stream, or the body of its conditional node. An
+        // eager run of an `#[every]` op skips the work when it is not its turn.
+        let (work_stream, body_graph) = match (every, self.mode) {
+            (Some((k, ops)), Mode::Capture) => {
+                let body = ops.begin_body(stream, id.index(), k).map_err(named)?;
+                (&ops.body_stream, Some(body))
+            }
+            (Some((k, ops)), Mode::Eager) if !ops.eager_turn(id.index(), k) => {
+                return self.finish(id, op, stream, ordered, &named);
+            }
+            _ => (stream, None),
+        };
         let cs = CaptureStream {
-            stream,
+            stream: work_stream,
             mode: self.mode,
             name: stream_name,
             blas: &exec.blas[phys],
@@ -940,16 +999,24 @@ impl Issue<'_> {
             let _issuing = crate::guard::IssuingOp::enter(exec.plan.step, op.name);
             body(&cs)
         };
+        // The body's capture ends whatever happened, so that its stream leaves capture.
+        let body_ended = match (every, body_graph) {
+            (Some((_, ops)), Some(_)) => {
+                Some(check_still_capturing(work_stream).and_then(|()| ops.end_body()))
+            }
+            _ => None,
+        };
         // A host-side call that could not return its error (a buffer dropped) fails the
         // op all the same.
         if let Some(e) = crate::guard::take_pending() {
             return Err(named(e));
         }
         issued.map_err(named)?;
-        if capturing {
-            check_still_capturing(stream).map_err(named)?;
+        if let Some(ended) = body_ended {
+            ended.map_err(named)?;
         }
         if capturing {
+            check_still_capturing(stream).map_err(named)?;
             if let Some(t) = self.extras.timers {
                 record_external(&t.end[id.index()], stream).map_err(named)?;
             }
@@ -963,8 +1030,22 @@ impl Issue<'_> {
                     .nodes
                     .extend(nodes.into_iter().filter(|&n| seen.insert(n as usize)));
                 entry.counts = cs.counts.get();
+                entry.body = body_graph;
             }
         }
+        self.finish(id, op, stream, ordered, &named)
+    }
+
+    /// Records the events that other streams wait on after op `id`.
+    fn finish(
+        &self,
+        id: OpId,
+        op: &OpDesc,
+        stream: &CudaStream,
+        ordered: bool,
+        named: &dyn Fn(Error) -> Error,
+    ) -> Result<()> {
+        let exec = self.exec;
         if ordered {
             let extra = exec.extra.records[id.index()].map(|e| &exec.extra.events[e]);
             for ev in op

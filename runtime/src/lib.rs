@@ -32,6 +32,7 @@ mod buffer;
 mod comm;
 mod device;
 mod error;
+mod every;
 mod executor;
 mod graph;
 mod guard;
@@ -190,6 +191,42 @@ pub use stepgraph_macros::StepBuffer;
 ///   every member of `branch`, even what it shares no buffer with.
 /// - `#[after(op)]`: the op runs after the (earlier) op `op`.
 /// - `#[cost(3.0)]`: a relative cost hint for the critical path by cost.
+/// - `#[every(k)]`: the op runs at every `k`-th replay only (`k` a `u32` config field or
+///   a number): a target network synced every K steps, a report every N. The graph holds a
+///   one-thread kernel that counts the replays and a conditional node whose body is the
+///   op's work, so nothing is captured again; the plan orders the op as if it always ran.
+///   The body may hold kernels, matmuls, copies and memsets, not collectives. An eager run
+///   counts eager runs.
+///
+///   ```
+///   #[stepgraph::step(streams(main))]
+///   mod dqn_like {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub online: DeviceBuffer<f32>,
+///           pub target: DeviceBuffer<f32>,
+///       }
+///
+///       #[config]
+///       #[derive(Clone, Copy)]
+///       pub struct Config {
+///           pub target_sync: u32,
+///       }
+///
+///       fn train(s: &CaptureStream<'_>, target: &DeviceBuffer<f32>, online: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(target, online) // stands for a training step that reads the target
+///       }
+///
+///       #[every(target_sync)]
+///       fn sync_target(s: &CaptureStream<'_>, online: &DeviceBuffer<f32>, target: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(online, target)
+///       }
+///   }
+///
+///   assert_eq!(dqn_like::PLAN.ops[1].every, Some("target_sync"));
+///   ```
 ///
 /// ```
 /// #[stepgraph::step(streams(main, branch[2], log(low)))]

@@ -46,6 +46,9 @@ pub struct OpCounts {
 pub(crate) struct OpNodes {
     pub nodes: Vec<sys::CUgraphNode>,
     pub counts: OpCounts,
+    /// An `#[every]` op's body graph, where its work is (its own nodes in the step's graph
+    /// are the counting kernel and the conditional node).
+    pub body: Option<sys::CUgraph>,
 }
 
 /// What a successful verification covered.
@@ -210,6 +213,23 @@ pub(crate) fn verify_graph(
         }
         shape.recorded = recorded.len();
         shape.nodes = judged_nodes(&recorded, op.counts.collectives);
+        if let Some(body) = op.body {
+            // An `#[every]` op: in the step's graph its counting kernel and conditional
+            // node (ordered like any op's nodes); what it issued is in the body.
+            shape.kernels = 0;
+            shape.memcpys = 0;
+            shape.memsets = 0;
+            let inner = graph_nodes(body)?;
+            for &n in &inner {
+                match node_type(n)? {
+                    sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
+                    sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
+                    sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
+                    _ => {}
+                }
+            }
+            shape.recorded = inner.len();
+        }
         ops.push(shape);
     }
     check(plan, extra, one_stream, nodes.len(), &edges, &ops)

@@ -1,0 +1,63 @@
+//! The runtime's one kernel (`runtime/cuda/every.cu`, behind `#[every]` ops) is committed
+//! as PTX (`runtime/src/every.ptx`), so that the runtime builds without nvcc. This checks
+//! that the PTX is what nvcc makes of the source today: a change to one without the other
+//! fails here, with the command that regenerates it.
+//!
+//! nvcc is the one `cargo xtask test` installs and names in `NVCC` (or the workspace's
+//! `target/nvcc`, where it installs it).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the build crate sits in the workspace")
+        .to_path_buf()
+}
+
+fn nvcc() -> PathBuf {
+    if let Some(n) = std::env::var_os("NVCC") {
+        return PathBuf::from(n);
+    }
+    let installed = workspace().join("target/nvcc/nvidia/cu13/bin/nvcc");
+    assert!(
+        installed.is_file(),
+        "this test needs nvcc: run it through `cargo xtask test` (which installs it), or set NVCC"
+    );
+    installed
+}
+
+/// The PTX without its comment lines (nvcc's banner names its build).
+fn code(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim_start().starts_with("//") && !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_committed_ptx_is_what_nvcc_makes_of_every_cu() {
+    let root = workspace().join("runtime");
+    let out = tempfile::tempdir().expect("a temporary folder");
+    let ptx = out.path().join("every.ptx");
+    let status = Command::new(nvcc())
+        .args(["-arch=compute_90", "-ptx"])
+        .arg(root.join("cuda/every.cu"))
+        .arg("-o")
+        .arg(&ptx)
+        .status()
+        .expect("nvcc runs");
+    assert!(status.success(), "nvcc failed on runtime/cuda/every.cu");
+    let fresh = std::fs::read_to_string(&ptx).expect("nvcc wrote the PTX");
+    let committed =
+        std::fs::read_to_string(root.join("src/every.ptx")).expect("runtime/src/every.ptx");
+    assert_eq!(
+        code(&committed),
+        code(&fresh),
+        "runtime/src/every.ptx is stale: regenerate it with `nvcc -arch=compute_90 -ptx \
+         cuda/every.cu -o src/every.ptx` in runtime/"
+    );
+    // The kernel the runtime loads by name.
+    assert!(committed.contains(".visible .entry stepgraph_every("));
+}

@@ -1,0 +1,18 @@
+// The one kernel of the runtime: what an `#[every(k)]` op's conditional node runs after.
+// It counts the step's replays, modulo k, in a counter of the op's own, and opens the
+// node at every k-th one. `src/every.ptx` is this file compiled by
+//   nvcc -arch=compute_90 -ptx cuda/every.cu -o src/every.ptx
+// (committed, so that the runtime builds without nvcc; the driver JIT-compiles it, and
+// resolves cudaGraphSetConditional, when it loads it). build/tests/runtime_ptx.rs checks
+// that the two agree.
+#include <cuda_runtime.h>
+
+extern "C" __global__ void stepgraph_every(cudaGraphConditionalHandle handle, unsigned int* count,
+                                           unsigned int k) {
+    unsigned int c = *count + 1;
+    if (c >= k) {
+        c = 0;
+    }
+    *count = c;
+    cudaGraphSetConditional(handle, c == 0 ? 1u : 0u);
+}
