@@ -8,7 +8,7 @@ use super::error::DeployError;
 use super::remote::REMOVE;
 use super::report::{Release, Report, Run};
 use super::session::{Check, Session, expect_success, step};
-use super::{Opened, describe_target, utc_time};
+use super::{Opened, utc_time};
 
 /// The deploy folder as the host has it; `None` (after saying so) in a dry run.
 fn inspect(opened: &Opened) -> Result<Option<Report>> {
@@ -44,14 +44,7 @@ pub fn status(opened: &mut Opened) -> Result<()> {
         return Ok(());
     };
     let session = &opened.session;
-    let Some(current) = report.current.clone() else {
-        return Err(DeployError::NoCurrent {
-            host: session.host.clone(),
-            dir: session.layout.dir.clone(),
-            found: describe_target(&report.current_target),
-        }
-        .into());
-    };
+    let current = report.live(&session.host, &session.layout.dir)?;
     let verified = verify_current(session, &current);
     println!("{} in {}:", session.host, session.layout.dir);
     println!("current: {current}");
@@ -144,14 +137,7 @@ pub fn rollback(opened: &mut Opened) -> Result<()> {
     };
     opened.check_lock()?;
     let session = &opened.session;
-    let Some(current) = report.current.clone() else {
-        return Err(DeployError::NoCurrent {
-            host: session.host.clone(),
-            dir: session.layout.dir.clone(),
-            found: describe_target(&report.current_target),
-        }
-        .into());
-    };
+    let current = report.live(&session.host, &session.layout.dir)?;
     let mut passed = Vec::new();
     for candidate in report.rollback_candidates(&current) {
         if report.release(&candidate).is_none() {

@@ -528,14 +528,7 @@ fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
         eprintln!("\ndry run: nothing was run, here or on {}", session.host);
         return Ok(());
     };
-    let Some(release) = report.current.clone() else {
-        return Err(DeployError::NoCurrent {
-            host: session.host.clone(),
-            dir: session.layout.dir.clone(),
-            found: describe_target(&report.current_target),
-        }
-        .into());
-    };
+    let release = report.live(&session.host, &session.layout.dir)?;
     eprintln!("current -> releases/{release}");
     manage::verify_current(session, &release)?;
     session.preflight(&session.layout.release_dir(&release), args.preflight.plan())?;
@@ -555,15 +548,6 @@ fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
         ran.results.display()
     );
     Ok(())
-}
-
-/// Where `current` points, for a message when it is no release.
-fn describe_target(target: &str) -> String {
-    if target.is_empty() {
-        "no `current`".to_string()
-    } else {
-        format!("`current` pointing at {target}, which is not a release")
-    }
 }
 
 impl BundleArgs {

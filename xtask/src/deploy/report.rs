@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::error::DeployError;
 use super::remote;
 
 /// One release folder.
@@ -132,6 +133,23 @@ pub struct Report {
 }
 
 impl Report {
+    /// The release `current` points at, or the error saying there is none in `dir` on
+    /// `host` and where `current` points instead.
+    pub fn live(&self, host: &str, dir: &str) -> Result<String, DeployError> {
+        self.current.clone().ok_or_else(|| DeployError::NoCurrent {
+            host: host.to_string(),
+            dir: dir.to_string(),
+            found: if self.current_target.is_empty() {
+                "no `current`".to_string()
+            } else {
+                format!(
+                    "`current` pointing at {}, which is not a release",
+                    self.current_target
+                )
+            },
+        })
+    }
+
     pub fn parse(text: &str) -> Report {
         let mut report = Report::default();
         // The section being read: its header words and its lines.
