@@ -202,33 +202,27 @@ pub(crate) fn verify_graph(
                     plan.ops[i].name
                 )));
             };
-            let ty = node_type(n)?;
+            recorded.push((ix, node_type(n)?));
+        }
+        shape.nodes = judged_nodes(&recorded, op.counts.collectives);
+        // What the op issued is in its own nodes, or, for an `#[every]` op, in its body
+        // (its own nodes are then the counting kernel and the conditional node, ordered
+        // like any op's).
+        let work: Vec<sys::CUgraphNodeType> = match op.body {
+            Some(body) => graph_nodes(body)?
+                .into_iter()
+                .map(node_type)
+                .collect::<Result<_>>()?,
+            None => recorded.iter().map(|&(_, ty)| ty).collect(),
+        };
+        shape.recorded = work.len();
+        for ty in work {
             match ty {
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
                 sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
                 _ => {}
             }
-            recorded.push((ix, ty));
-        }
-        shape.recorded = recorded.len();
-        shape.nodes = judged_nodes(&recorded, op.counts.collectives);
-        if let Some(body) = op.body {
-            // An `#[every]` op: in the step's graph its counting kernel and conditional
-            // node (ordered like any op's nodes); what it issued is in the body.
-            shape.kernels = 0;
-            shape.memcpys = 0;
-            shape.memsets = 0;
-            let inner = graph_nodes(body)?;
-            for &n in &inner {
-                match node_type(n)? {
-                    sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
-                    sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
-                    sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
-                    _ => {}
-                }
-            }
-            shape.recorded = inner.len();
         }
         ops.push(shape);
     }
