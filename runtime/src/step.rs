@@ -223,14 +223,7 @@ impl<S: StepSpec> Step<S> {
     /// Runs the ops once without a graph, issued as they come (the eager baseline), on
     /// the same streams and events.
     pub fn run_eager(&mut self) -> Result<()> {
-        let Step {
-            exec,
-            buffers,
-            scratch,
-            config,
-            kernels,
-        } = self;
-        exec.run_eager(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+        self.with_ops(|exec, issue| exec.run_eager(issue))
     }
 
     /// Waits for the last replay or eager run.
@@ -322,17 +315,7 @@ impl<S: StepSpec> Step<S> {
     /// it `replays` times and returns the median timeline: per-op durations, per-stream
     /// busy time, the measured critical path, the overlap. The normal graph is untouched.
     pub fn profile(&mut self, replays: usize) -> Result<Profile> {
-        let Step {
-            exec,
-            buffers,
-            scratch,
-            config,
-            kernels,
-        } = self;
-        exec.profile(
-            &mut |issue| S::issue(issue, buffers, scratch, config, kernels),
-            replays,
-        )
+        self.with_ops(|exec, issue| exec.profile(issue, replays))
     }
 
     /// Captures the step once more and measures its work bound: every kernel timed alone,
@@ -340,20 +323,22 @@ impl<S: StepSpec> Step<S> {
     /// this step's buffers (in-place updates included): measure when the values no longer
     /// matter.
     pub fn work_bound(&mut self) -> Result<WorkBound> {
-        let Step {
-            exec,
-            buffers,
-            scratch,
-            config,
-            kernels,
-        } = self;
-        exec.work_bound(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+        self.with_ops(|exec, issue| exec.work_bound(issue))
     }
 
     /// Captures the step again, reads the graph back from the driver and checks it
     /// against the plan: every dependency ordered, nothing independent ordered, each op's
     /// nodes what it issued. Debug builds do this at every capture.
     pub fn verify(&mut self) -> Result<VerifyReport> {
+        self.with_ops(|exec, issue| exec.verify(issue))
+    }
+
+    /// Runs `f` with the executor and the closure that issues this step's ops, which the
+    /// executor's passes (capture, eager run, profile, verify, work bound) take.
+    fn with_ops<R>(
+        &mut self,
+        f: impl FnOnce(&mut Executor, &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> R,
+    ) -> R {
         let Step {
             exec,
             buffers,
@@ -361,18 +346,13 @@ impl<S: StepSpec> Step<S> {
             config,
             kernels,
         } = self;
-        exec.verify(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+        f(exec, &mut |issue| {
+            S::issue(issue, buffers, scratch, config, kernels)
+        })
     }
 
     fn capture(&mut self) -> Result<()> {
-        let Step {
-            exec,
-            buffers,
-            scratch,
-            config,
-            kernels,
-        } = self;
-        exec.capture(&mut |issue| S::issue(issue, buffers, scratch, config, kernels))
+        self.with_ops(|exec, issue| exec.capture(issue))
     }
 }
 
