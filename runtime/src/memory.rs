@@ -322,7 +322,12 @@ impl<T> DeviceBuffer<T> {
     /// # Ok::<(), stepgraph::Error>(())
     /// ```
     pub fn view(&self, range: impl RangeBounds<usize>) -> Result<View<'_, T>> {
-        let span = Span::of(range, self.len(), "view")?;
+        self.view_named(range, "view")
+    }
+
+    /// [`view`](Self::view), an out-of-range `range` reported as `what`'s.
+    fn view_named(&self, range: impl RangeBounds<usize>, what: &str) -> Result<View<'_, T>> {
+        let span = Span::of(range, self.len(), what)?;
         let inner = self.slice.slice(span);
         Ok(View { inner, span })
     }
@@ -337,7 +342,16 @@ impl<T> DeviceBuffer<T> {
     /// # Ok::<(), stepgraph::Error>(())
     /// ```
     pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<ViewMut<'_, T>> {
-        let span = Span::of(range, self.len(), "view_mut")?;
+        self.view_mut_named(range, "view_mut")
+    }
+
+    /// [`view_mut`](Self::view_mut), an out-of-range `range` reported as `what`'s.
+    fn view_mut_named(
+        &mut self,
+        range: impl RangeBounds<usize>,
+        what: &str,
+    ) -> Result<ViewMut<'_, T>> {
+        let span = Span::of(range, self.len(), what)?;
         let inner = self.slice.slice_mut(span);
         let addr = {
             let (ptr, _sync) = inner.device_ptr(inner.stream());
@@ -345,6 +359,33 @@ impl<T> DeviceBuffer<T> {
         };
         Ok(ViewMut { inner, span, addr })
     }
+}
+
+/// What both kinds of view say of themselves: their length and where they lie.
+macro_rules! view_accessors {
+    ($view:ident) => {
+        impl<T> $view<'_, T> {
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                self.span.len()
+            }
+
+            /// Whether it holds no elements.
+            pub fn is_empty(&self) -> bool {
+                self.span.is_empty()
+            }
+
+            /// Where it starts in its buffer, in elements.
+            pub fn offset(&self) -> usize {
+                self.span.start()
+            }
+
+            /// The elements of its buffer it covers.
+            pub fn span(&self) -> Span {
+                self.span
+            }
+        }
+    };
 }
 
 /// Elements of a [`DeviceBuffer`], read-only: what `buf.view(a..b)` gives and what an op
@@ -366,27 +407,9 @@ impl<T> fmt::Debug for View<'_, T> {
     }
 }
 
+view_accessors!(View);
+
 impl<'a, T> View<'a, T> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.span.len()
-    }
-
-    /// Whether it holds no elements.
-    pub fn is_empty(&self) -> bool {
-        self.span.is_empty()
-    }
-
-    /// Where it starts in its buffer, in elements.
-    pub fn offset(&self) -> usize {
-        self.span.start()
-    }
-
-    /// The elements of its buffer it covers.
-    pub fn span(&self) -> Span {
-        self.span
-    }
-
     /// The cudarc view, for existing code that takes `&CudaView<T>`.
     pub fn as_cuda_view(&self) -> &CudaView<'a, T> {
         &self.inner
@@ -413,27 +436,9 @@ impl<T> fmt::Debug for ViewMut<'_, T> {
     }
 }
 
+view_accessors!(ViewMut);
+
 impl<'a, T> ViewMut<'a, T> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.span.len()
-    }
-
-    /// Whether it holds no elements.
-    pub fn is_empty(&self) -> bool {
-        self.span.is_empty()
-    }
-
-    /// Where it starts in its buffer, in elements.
-    pub fn offset(&self) -> usize {
-        self.span.start()
-    }
-
-    /// The elements of its buffer it covers.
-    pub fn span(&self) -> Span {
-        self.span
-    }
-
     /// The cudarc view, for existing code that takes `&CudaView<T>`.
     pub fn as_cuda_view(&self) -> CudaView<'_, T> {
         self.inner.as_view()
@@ -572,8 +577,7 @@ pub fn declared_view<'a, T>(
     span: Span,
     what: &str,
 ) -> Result<View<'a, T>> {
-    check_declared(parent, span, what)?;
-    parent.view(span)
+    parent.view_named(span, what)
 }
 
 /// [`declared_view`] for an op that writes the view.
@@ -583,20 +587,7 @@ pub fn declared_view_mut<'a, T>(
     span: Span,
     what: &str,
 ) -> Result<ViewMut<'a, T>> {
-    check_declared(parent, span, what)?;
-    parent.view_mut(span)
-}
-
-fn check_declared<T>(parent: &DeviceBuffer<T>, span: Span, what: &str) -> Result<()> {
-    if span.end() > parent.len() {
-        return Err(Error::OutOfBounds {
-            what: what.to_string(),
-            start: span.start(),
-            end: span.end(),
-            len: parent.len(),
-        });
-    }
-    Ok(())
+    parent.view_mut_named(span, what)
 }
 
 #[cfg(test)]
