@@ -8,7 +8,9 @@
 //! conflict like one buffer, and [`overlap_orderings`] finds the pairs of ops the
 //! schedule must then order and does not. The runtime adds a wait for each.
 
-use crate::dag;
+use std::ops::Range;
+
+use crate::{Access, BufId, OpId, PlanDesc, dag};
 
 /// One op's accesses for [`overlap_orderings`]: `(resource, writes)`, a resource being an
 /// opaque index (a buffer's copy, a view's element).
@@ -51,6 +53,57 @@ pub fn overlap_orderings(
     added
 }
 
+impl PlanDesc {
+    /// [`overlap_orderings`] for this plan's views: `place(view, copy)` is where that copy
+    /// of a view buffer ([`BufferDesc::view_of`](crate::BufferDesc::view_of)) lies in its
+    /// parent, and `edges` the schedule's happens-before (op indices). Two copies overlap
+    /// when they are views of one parent and share an element.
+    pub fn view_orderings(
+        &self,
+        edges: &[(usize, usize)],
+        place: impl Fn(BufId, u16) -> Option<Range<usize>>,
+    ) -> Vec<(OpId, OpId)> {
+        // Resources as opaque indices: each (buffer, copy) an op accesses, once.
+        let mut resources: Vec<(BufId, u16)> = Vec::new();
+        let accesses: Vec<Vec<(usize, bool)>> = self
+            .ops
+            .iter()
+            .map(|op| {
+                op.accesses
+                    .iter()
+                    .map(|a| {
+                        let r = (a.buf, a.copy);
+                        let ix = resources.iter().position(|&x| x == r).unwrap_or_else(|| {
+                            resources.push(r);
+                            resources.len() - 1
+                        });
+                        (ix, a.access == Access::Write)
+                    })
+                    .collect()
+            })
+            .collect();
+        // Where each resource lies, for the views among them: (parent, elements).
+        let placed: Vec<Option<(BufId, Range<usize>)>> = resources
+            .iter()
+            .map(|&(buf, copy)| {
+                let parent = self.buffers.get(buf.index())?.view_of?;
+                Some((parent, place(buf, copy)?))
+            })
+            .collect();
+        let overlapping = |x: usize, y: usize| match (&placed[x], &placed[y]) {
+            (Some((p, a)), Some((q, b))) => {
+                p == q && !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
+            }
+            _ => false,
+        };
+        let ops: Vec<&Accesses> = accesses.iter().map(Vec::as_slice).collect();
+        overlap_orderings(&ops, edges, overlapping)
+            .into_iter()
+            .map(|(a, b)| (OpId(a as u32), OpId(b as u32)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +122,39 @@ mod tests {
         assert_eq!(overlap_orderings(&[a, c], &[], overlap), vec![]);
         // Already ordered by the schedule: nothing to add.
         assert_eq!(overlap_orderings(&[a, b], &[(0, 1)], overlap), vec![]);
+    }
+
+    #[test]
+    fn a_plans_views_are_ordered_where_their_places_overlap() {
+        use crate::{AccessDesc, BufKind, BufferDesc, OpDesc, StreamDesc, StreamId};
+        const PLAN: PlanDesc = PlanDesc::new("views")
+            .with_streams(&[StreamDesc::named("main"), StreamDesc::named("side")])
+            .with_buffers(&[
+                BufferDesc::new("all", BufKind::Shared),
+                BufferDesc::new("a", BufKind::Shared).with_view_of(BufId(0)),
+                BufferDesc::new("b", BufKind::Shared).with_view_of(BufId(0)),
+            ])
+            .with_ops(&[
+                OpDesc::new("fill_a", StreamId(0)).with_accesses(&[AccessDesc::write(BufId(1), 0)]),
+                OpDesc::new("fill_b", StreamId(1)).with_accesses(&[AccessDesc::write(BufId(2), 0)]),
+            ]);
+        let at = |a: Range<usize>, b: Range<usize>| {
+            move |buf: BufId, _: u16| {
+                Some(if buf == BufId(1) {
+                    a.clone()
+                } else {
+                    b.clone()
+                })
+            }
+        };
+        assert_eq!(
+            PLAN.view_orderings(&[], at(0..10, 5..15)),
+            vec![(OpId(0), OpId(1))]
+        );
+        assert!(PLAN.view_orderings(&[], at(0..10, 10..15)).is_empty());
+        assert!(PLAN.view_orderings(&[], at(0..0, 0..15)).is_empty());
+        // Unknown places overlap nothing.
+        assert!(PLAN.view_orderings(&[], |_, _| None).is_empty());
     }
 
     #[test]

@@ -249,32 +249,6 @@ impl Executor {
         views: &[(BufId, &[Span])],
     ) -> Result<Vec<(OpId, OpId)>> {
         let plan = self.plan;
-        let spans = |r: (usize, usize)| -> Option<(usize, Span)> {
-            let parent = plan.buffers.get(r.0)?.view_of?;
-            let (_, s) = views.iter().find(|(b, _)| b.index() == r.0)?;
-            Some((parent.index(), *s.get(r.1)?))
-        };
-        // Resources as opaque indices for `overlap_orderings`.
-        let mut resources: Vec<(usize, usize)> = Vec::new();
-        let accesses: Vec<Vec<(usize, bool)>> = plan
-            .ops
-            .iter()
-            .map(|op| {
-                op.accesses
-                    .iter()
-                    .map(|a| {
-                        let r = (a.buf.index(), a.copy as usize);
-                        let ix = resources.iter().position(|&x| x == r).unwrap_or_else(|| {
-                            resources.push(r);
-                            resources.len() - 1
-                        });
-                        (ix, a.access == crate::plan::Access::Write)
-                    })
-                    .collect()
-            })
-            .collect();
-        let placed: Vec<Option<(usize, Span)>> = resources.iter().map(|&r| spans(r)).collect();
-        let ops: Vec<&[(usize, bool)]> = accesses.iter().map(Vec::as_slice).collect();
         let edges: Vec<(usize, usize)> = if self.parallel() {
             plan.schedule_edges()
                 .into_iter()
@@ -284,15 +258,11 @@ impl Executor {
             // One stream orders everything already.
             (1..plan.ops.len()).map(|b| (b - 1, b)).collect()
         };
-        let added = crate::plan::views::overlap_orderings(
-            &ops,
-            &edges,
-            |x, y| matches!((placed[x], placed[y]), (Some((p, a)), Some((q, b))) if p == q && a.overlaps(&b)),
-        );
-        let added: Vec<(OpId, OpId)> = added
-            .into_iter()
-            .map(|(a, b)| (OpId(a as u32), OpId(b as u32)))
-            .collect();
+        let place = |buf: BufId, copy: u16| {
+            let (_, spans) = views.iter().find(|(b, _)| *b == buf)?;
+            spans.get(usize::from(copy)).map(|s| s.start()..s.end())
+        };
+        let added = plan.view_orderings(&edges, place);
         self.extra = ExtraOrderings::new(&self.device, plan.ops.len(), &added)?;
         self.stale = true;
         Ok(added)
