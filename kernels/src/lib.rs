@@ -411,14 +411,7 @@ mod tests {
     /// `#define NAME value` lines of a file in `cuda/`.
     fn cuda_defines(file: &str) -> std::collections::HashMap<String, String> {
         let path = format!("{}/cuda/{file}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .filter_map(|l| {
-                let mut words = l.trim().strip_prefix("#define ")?.split_whitespace();
-                Some((words.next()?.to_string(), words.next()?.to_string()))
-            })
-            .collect()
+        stepgraph_testkit::cuda_defines(&path).unwrap()
     }
 
     #[test]

@@ -106,6 +106,30 @@ pub fn check_within(case: &str, what: &str, got: &[f32], want: &[f32], floor: f6
     );
 }
 
+/// The `#define NAME value` lines of a CUDA source, by name: for a test that a kernel
+/// crate's Rust constants agree with the ones its `.cu` files define.
+///
+/// ```
+/// let dir = std::env::temp_dir().join("stepgraph-testkit-defines");
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let file = dir.join("k.cuh");
+/// std::fs::write(&file, "#define CHUNK 256\n  #define SLOTS 8 // slots\nint x;\n").unwrap();
+/// let defines = stepgraph_testkit::cuda_defines(&file).unwrap();
+/// assert_eq!(defines["CHUNK"], "256");
+/// assert_eq!(defines["SLOTS"], "8");
+/// ```
+pub fn cuda_defines(
+    path: impl AsRef<std::path::Path>,
+) -> std::io::Result<std::collections::HashMap<String, String>> {
+    Ok(std::fs::read_to_string(path)?
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.trim().strip_prefix("#define ")?.split_whitespace();
+            Some((words.next()?.to_string(), words.next()?.to_string()))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
