@@ -13,6 +13,8 @@ mod comm;
 mod every;
 #[path = "gpu/guard.rs"]
 mod guard;
+#[path = "gpu/host_io.rs"]
+mod host_io;
 #[path = "gpu/interop.rs"]
 mod interop;
 #[path = "gpu/launch.rs"]

@@ -55,7 +55,7 @@ use crate::scalars::DeviceScalars;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a buffer of a step",
     label = "not device memory the plan can order",
-    note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, a Communicator, cudarc's CudaSlice<T>, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
+    note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, HostInput<T>, HostOutput<T>, a Communicator, cudarc's CudaSlice<T>, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
     note = "host handles (Device, streams, steps) would let an op synchronise, allocate, download or replay inside the capture, and interior mutability (RefCell, Mutex, Arc) write through `&`; keep them outside the step"
 )]
 pub unsafe trait StepBuffer {}
@@ -66,6 +66,16 @@ unsafe impl<T> StepBuffer for DeviceBuffer<T> {}
 // SAFETY: a device copy and pinned host values that only `set` (with the proof that no
 // replay is in flight) writes; an op reaches them through `refresh`, a copy in the graph.
 unsafe impl<T> StepBuffer for DeviceScalars<T> {}
+
+// SAFETY: pinned staging slots that an op reaches only through `CaptureStream::stage`,
+// a copy in the graph; the host writes a slot only through `Step::fill`, once the replay
+// that read it has finished.
+unsafe impl<T> StepBuffer for crate::host_io::HostInput<T> {}
+
+// SAFETY: pinned slots that an op reaches only through `CaptureStream::read_back`, a copy
+// in the graph; the host reads a slot only through `Step::read_back`, once the replay that
+// wrote it has finished.
+unsafe impl<T> StepBuffer for crate::host_io::HostOutput<T> {}
 
 // SAFETY: an NCCL communicator, used by an op only to enqueue collectives on its capture
 // stream; the plan orders every op that takes it by `&mut`.

@@ -202,7 +202,7 @@ impl EveryOps {
 }
 
 /// The nodes the next work captured on `stream` will depend on.
-fn capture_dependencies(stream: &CudaStream) -> Result<Vec<sys::CUgraphNode>> {
+pub(crate) fn capture_dependencies(stream: &CudaStream) -> Result<Vec<sys::CUgraphNode>> {
     let mut status = MaybeUninit::uninit();
     let mut deps: *const sys::CUgraphNode = std::ptr::null();
     let mut n = 0usize;

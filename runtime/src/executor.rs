@@ -13,6 +13,7 @@ use crate::blas::BlasHandle;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
+use crate::host_io::{HostInput, HostOutput, IoKind, IoPass, ReadBack};
 use crate::memory::Span;
 use crate::options::{Options, Schedule};
 use crate::plan::{BufId, OpDesc, OpId, PlanDesc, StreamDesc, StreamId, StreamPriority};
@@ -70,6 +71,13 @@ pub struct Executor {
     verify: bool,
     last_verify: Option<VerifyReport>,
     options: Options,
+    /// Identifies this executor to the host inputs and outputs its graph copies.
+    id: u64,
+    /// Replay numbers and completion events, for host inputs and outputs.
+    clock: crate::host_io::Clock,
+    /// The graph's copies from and to host inputs and outputs, re-pointed before each
+    /// replay at the slots it uses. Empty: replays record no event.
+    patches: RefCell<Vec<crate::host_io::Patch>>,
 }
 
 impl fmt::Debug for Executor {
@@ -203,6 +211,9 @@ impl Executor {
             verify: options.verify,
             last_verify: None,
             options,
+            id: crate::host_io::next_executor_id(),
+            clock: crate::host_io::Clock::new(device)?,
+            patches: RefCell::new(Vec::new()),
         })
     }
 
@@ -359,12 +370,25 @@ impl Executor {
         mode: Mode,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
         extras: Extras<'_>,
+        io: &IoPass,
     ) -> Result<()> {
         issue(&Issue {
             exec: self,
             mode,
             extras,
+            io,
         })
+    }
+
+    /// What a pass tells the copies to and from host inputs and outputs: `kind` says
+    /// whose copies they are, `seq` which replay they serve.
+    fn io_pass(&self, kind: Option<IoKind>, seq: u64) -> IoPass {
+        IoPass {
+            owner: self.id,
+            seq,
+            kind,
+            captured: RefCell::new(Vec::new()),
+        }
     }
 
     fn sync_all(&self) -> Result<()> {
@@ -404,7 +428,17 @@ impl Executor {
             tracker,
             timers: None,
         };
-        let captured = self.capture_graph(issue, extras).map_err(wrap)?;
+        let io = self.io_pass(Some(IoKind::Graph), self.clock.launched() + 1);
+        let captured = self.capture_graph(issue, extras, &io).map_err(wrap)?;
+        // The copies from and to host rings, found in the new graph; they make it be
+        // instantiated anew, since a patched node is one of the instantiated graph's.
+        let patches = io
+            .captured
+            .into_inner()
+            .into_iter()
+            .map(crate::host_io::Patch::new)
+            .collect::<Result<Vec<_>>>()
+            .map_err(wrap)?;
         if tracker.is_some() {
             if let Some(path) = self.options.graph_dot_path(step, self.device.ordinal()) {
                 captured.write_dot(&path).map_err(wrap)?;
@@ -430,7 +464,7 @@ impl Executor {
             // A conditional node's handle is the capture's own: a new capture has new
             // handles, which an in-place update would pair with the old nodes, so a graph
             // with `#[every]` ops is instantiated anew.
-            Some(graph) if self.every.is_none() => {
+            Some(graph) if self.every.is_none() && patches.is_empty() => {
                 self.last_refresh = Some(graph.update(captured).map_err(wrap)?)
             }
             Some(_) => {
@@ -441,6 +475,7 @@ impl Executor {
                 self.graph = Some(Graph::instantiate(captured, self.node_priority).map_err(wrap)?)
             }
         }
+        *self.patches.get_mut() = patches;
         self.stale = false;
         let origin = self.origin().clone();
         if let Some(graph) = &self.graph {
@@ -480,10 +515,11 @@ impl Executor {
         &self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
         extras: Extras<'_>,
+        io: &IoPass,
     ) -> Result<CapturedGraph> {
         // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
         // is created inside the capture.
-        let dry = self.pass(Mode::Dry, issue, Extras::default());
+        let dry = self.pass(Mode::Dry, issue, Extras::default(), io);
         crate::guard::free_deferred();
         dry?;
         self.sync_all()?;
@@ -497,7 +533,7 @@ impl Executor {
             .as_ref()
             .map_or(Ok(()), |t| record_external(&t.begin, &origin))
             .and_then(|()| self.record_fork_events())
-            .and_then(|()| self.pass(Mode::Capture, issue, extras))
+            .and_then(|()| self.pass(Mode::Capture, issue, extras, io))
             .and_then(|()| self.final_joins());
         if issued.is_err() {
             self.abort_join();
@@ -544,7 +580,10 @@ impl Executor {
             tracker: None,
             timers: Some(&timers),
         };
-        let captured = self.capture_graph(issue, extras)?;
+        // Its copies from and to host rings use the slots the next replay uses: ones no
+        // read-back refers to, and inputs the host cannot write while this runs.
+        let io = self.io_pass(None, self.clock.launched() + 1);
+        let captured = self.capture_graph(issue, extras, &io)?;
         let graph = Graph::instantiate(captured, self.node_priority)?;
         let origin = self.origin();
         graph.upload(origin)?;
@@ -644,7 +683,8 @@ impl Executor {
             timers: None,
         };
         // The captured graph owns the nodes measured; it lives to the end of this call.
-        let captured = self.capture_graph(issue, extras)?;
+        let io = self.io_pass(None, self.clock.launched() + 1);
+        let captured = self.capture_graph(issue, extras, &io)?;
         let bound = crate::work::measure(
             self.plan,
             &self.device,
@@ -677,11 +717,16 @@ impl Executor {
     /// the same streams and events as the capture.
     pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
         crate::guard::check("Step::run_eager")?;
+        // An eager run is numbered like a replay: its copies from and to host rings use
+        // the slots a replay would, and the host waits for it the same way.
+        let seq = self.clock.next()?;
         self.record_fork_events()?;
-        let ran = self.pass(Mode::Eager, issue, Extras::default());
+        let io = self.io_pass(Some(IoKind::Eager), seq);
+        let ran = self.pass(Mode::Eager, issue, Extras::default(), &io);
         crate::guard::free_deferred();
         ran?;
-        self.final_joins()
+        self.final_joins()?;
+        self.clock.launched_on(seq, self.origin())
     }
 
     /// Whether a rebind has invalidated the graph.
@@ -703,9 +748,100 @@ impl Executor {
                 self.plan.step
             )));
         };
-        // One driver call and nothing else: a completion event recorded per replay
-        // would cost about another microsecond of host time on every step.
-        graph.launch(self.origin())
+        let mut patches = self.patches.borrow_mut();
+        if patches.is_empty() {
+            // One driver call and nothing else: a completion event recorded per replay
+            // would cost about another microsecond of host time on every step.
+            return graph.launch(self.origin());
+        }
+        // Host inputs and outputs: each copy points at this replay's slot, and the
+        // replay's completion is recorded, so the host knows when its slots are free.
+        let seq = self.clock.next()?;
+        let ctx = self.device.context();
+        for patch in patches.iter_mut() {
+            patch.prepare(graph.exec(), ctx, seq)?;
+        }
+        graph.launch(self.origin())?;
+        self.clock.launched_on(seq, self.origin())
+    }
+
+    /// The number of replays and eager runs launched so far that copy from or to host
+    /// inputs and outputs (the number a [`ReadBack`](crate::ReadBack) names), or of eager
+    /// runs alone for a step with none.
+    pub fn replays_launched(&self) -> u64 {
+        self.clock.launched()
+    }
+
+    /// Waits until the replay that last read `input`'s next slot has finished, then lets
+    /// `write` fill that slot; the next replay copies it.
+    pub(crate) fn fill<T, R>(
+        &self,
+        input: &HostInput<T>,
+        write: impl FnOnce(&mut [T]) -> R,
+    ) -> Result<R> {
+        crate::guard::check("Step::fill")?;
+        input.ring.check_owner(self.id, self.plan.step)?;
+        let (slot, reader) = {
+            let st = input.ring.state();
+            let slot = st.next_fill();
+            (slot, st.used_by[slot])
+        };
+        self.clock.wait(reader)?;
+        // SAFETY: the replay that last read the slot has finished, and no later one reads
+        // it: replays launched since read the other slot, and none can be launched while
+        // the step is borrowed for this call. The slice does not outlive `write`.
+        let out = write(unsafe { input.slot_mut(slot) });
+        input.ring.state().current = slot;
+        Ok(out)
+    }
+
+    /// The newest values that a finished replay copied into `out`, without waiting;
+    /// `None` if no replay that wrote it has finished.
+    pub(crate) fn read_back<'s, T>(
+        &'s self,
+        out: &'s HostOutput<T>,
+    ) -> Result<Option<ReadBack<'s, T>>> {
+        crate::guard::check("Step::read_back")?;
+        out.ring.check_owner(self.id, self.plan.step)?;
+        let used = out.ring.state().newest_first();
+        for (seq, slot) in used {
+            if self.clock.is_finished(seq)? {
+                // SAFETY: replay `seq` has finished writing the slot, and the replays in
+                // flight (at most MAX_IN_FLIGHT, all later) write other slots; no replay
+                // can be launched while the read-back borrows the step.
+                let values = unsafe { out.slot(slot) };
+                return Ok(Some(ReadBack {
+                    values,
+                    replay: seq,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The values the latest replay that wrote `out` copied, waiting for it.
+    pub(crate) fn read_back_latest<'s, T>(
+        &'s self,
+        out: &'s HostOutput<T>,
+    ) -> Result<ReadBack<'s, T>> {
+        crate::guard::check("Step::read_back_latest")?;
+        out.ring.check_owner(self.id, self.plan.step)?;
+        let newest = out.ring.state().newest_first().first().copied();
+        let Some((seq, slot)) = newest else {
+            return Err(Error::Invalid(format!(
+                "`{}` has not been written yet: no replay of step `{}` has run",
+                out.name(),
+                self.plan.step
+            )));
+        };
+        self.clock.wait(seq)?;
+        // SAFETY: as in `read_back`: replay `seq` has finished and later ones write other
+        // slots.
+        let values = unsafe { out.slot(slot) };
+        Ok(ReadBack {
+            values,
+            replay: seq,
+        })
     }
 
     /// Waits until the last replay (or eager run) has finished. Every side stream is
@@ -715,7 +851,9 @@ impl Executor {
         crate::guard::check("Step::wait")?;
         self.origin()
             .synchronize()
-            .map_err(Error::driver("cuStreamSynchronize"))
+            .map_err(Error::driver("cuStreamSynchronize"))?;
+        self.clock.all_finished();
+        Ok(())
     }
 
     /// Waits for the last replay and returns the proof host-side values may be written.
@@ -814,6 +952,7 @@ pub struct Issue<'a> {
     exec: &'a Executor,
     mode: Mode,
     extras: Extras<'a>,
+    io: &'a IoPass,
 }
 
 /// What a capture records besides the ops; the caller owns both.
@@ -963,6 +1102,8 @@ impl Issue<'_> {
             name: stream_name,
             blas: &exec.blas[phys],
             counts: Default::default(),
+            // A conditional op's copies may not run at every replay: no host rings.
+            io: (op.every.is_none()).then_some(self.io),
         };
         let issued = {
             // Host-side calls from the body fail, naming the op, until it returns.

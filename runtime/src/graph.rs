@@ -163,6 +163,11 @@ impl Graph {
             .map_err(Error::driver("cuGraphLaunch"))
     }
 
+    /// The executable instance, for patching its nodes.
+    pub(crate) fn exec(&self) -> sys::CUgraphExec {
+        self.exec
+    }
+
     /// The captured graph, for reading its nodes and edges back.
     pub fn raw(&self) -> sys::CUgraph {
         self.graph

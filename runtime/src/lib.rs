@@ -18,6 +18,11 @@
 //!   [`DeviceBuffer`] and its [`View`]s and [`ViewMut`]s (all [`DeviceMem`]),
 //!   [`DeviceScalars`], [`Communicator`] for NCCL collectives, and kernels ([`Module`],
 //!   [`Kernel`], [`kernel::Launch`]);
+//! - data in and out at the step's speed: [`HostInput`] (a batch the host fills while the
+//!   previous replay runs, copied in by [`CaptureStream::stage`]) and [`HostOutput`]
+//!   (values copied out by [`CaptureStream::read_back`] and read a replay or more late
+//!   with [`Step::read_back`], without waiting), both double-buffered in pinned memory
+//!   and copied inside the graph; `#[every(k)]` ops for work at every k-th replay;
 //! - the device: [`Device`], [`Error`];
 //! - a trainer's existing cudarc code: [`Device::from_context`], `CudaSlice` buffers
 //!   ([`DeviceBuffer::from_cuda_slice`], and `CudaSlice` is a [`StepBuffer`] itself),
@@ -36,6 +41,7 @@ mod every;
 mod executor;
 mod graph;
 mod guard;
+mod host_io;
 pub mod kernel;
 mod memory;
 mod options;
@@ -52,6 +58,7 @@ pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{AllocLike, Device};
 pub use error::{Error, Result};
+pub use host_io::{HostInput, HostOutput, INPUT_SLOTS, MAX_IN_FLIGHT, OUTPUT_SLOTS, ReadBack};
 pub use kernel::{Kernel, Module};
 pub use memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
 pub use options::{Options, Schedule};

@@ -9,6 +9,7 @@ use cudarc::driver::DeviceRepr;
 use crate::device::Device;
 use crate::error::Result;
 use crate::executor::{Executor, Issue};
+use crate::host_io::{HostInput, HostOutput, ReadBack};
 use crate::memory::{DeviceMem, Span};
 use crate::options::{Options, Schedule};
 use crate::plan::{BufId, OpId, PlanDesc, Profile};
@@ -235,6 +236,56 @@ impl<S: StepSpec> Step<S> {
     /// (device scalars) may be written; while it lives the step cannot be replayed.
     pub fn host_access(&self) -> Result<HostAccess<'_>> {
         self.exec.host_access()
+    }
+
+    /// Lets `write` fill the next staging slot of the host input `select` picks; the next
+    /// replay copies it to the device. Waits only for the replay that last read that slot
+    /// (two replays back when the host fills every step), so the host fills batch n+1
+    /// while replay n runs. While `write` runs the step is borrowed, so nothing can
+    /// replay it: a slot a replay is reading is never written.
+    ///
+    /// Fails unless an op of this step copies the input (`CaptureStream::stage`).
+    pub fn fill<T, R>(
+        &mut self,
+        select: impl FnOnce(&S::Buffers) -> &HostInput<T>,
+        write: impl FnOnce(&mut [T]) -> R,
+    ) -> Result<R> {
+        self.exec.fill(select(&self.buffers), write)
+    }
+
+    /// [`Step::fill`] with a copy of `data`, which must have the input's length.
+    pub fn stage<T: Copy>(
+        &mut self,
+        select: impl FnOnce(&S::Buffers) -> &HostInput<T>,
+        data: &[T],
+    ) -> Result<()> {
+        let input = select(&self.buffers);
+        crate::host_io::check_len(
+            &format!("the data staged into `{}`", input.name()),
+            input.len(),
+            data.len(),
+        )?;
+        self.exec.fill(input, |slot| slot.copy_from_slice(data))
+    }
+
+    /// The newest values a finished replay copied into the host output `select` picks
+    /// (`CaptureStream::read_back`), without waiting for the GPU: `None` until a replay
+    /// that wrote it has finished. [`ReadBack::replay`] says which replay wrote them.
+    /// While the read-back lives the step cannot be replayed, so the values stay put.
+    pub fn read_back<T>(
+        &self,
+        select: impl FnOnce(&S::Buffers) -> &HostOutput<T>,
+    ) -> Result<Option<ReadBack<'_, T>>> {
+        self.exec.read_back(select(&self.buffers))
+    }
+
+    /// The values the latest replay copied into the host output `select` picks, waiting
+    /// for that replay to finish. Fails if no replay has run.
+    pub fn read_back_latest<T>(
+        &self,
+        select: impl FnOnce(&S::Buffers) -> &HostOutput<T>,
+    ) -> Result<ReadBack<'_, T>> {
+        self.exec.read_back_latest(select(&self.buffers))
     }
 
     /// The buffers. Reading them on the host needs [`Step::wait`] first.

@@ -10,6 +10,7 @@ use cudarc::driver::{
 
 use crate::blas::BlasHandle;
 use crate::error::{Error, Result};
+use crate::host_io::{self, Captured, HostInput, HostOutput, IoKind, IoPass};
 use crate::kernel::{ArgCheck, Kernel};
 use crate::memory::{DeviceMem, DeviceMemMut};
 use crate::scalars::DeviceScalars;
@@ -53,6 +54,9 @@ pub struct CaptureStream<'a> {
     pub(crate) blas: &'a BlasHandle,
     /// What the op issued on this stream, for the verifier.
     pub(crate) counts: Cell<OpCounts>,
+    /// The pass's copies to and from host rings; `None` inside a conditional op, whose
+    /// copies could not be pointed at a new slot per replay.
+    pub(crate) io: Option<&'a IoPass>,
 }
 
 impl fmt::Debug for CaptureStream<'_> {
@@ -229,6 +233,102 @@ impl<'a> CaptureStream<'a> {
     ) -> Result<()> {
         if self.mode.enqueues() {
             scalars.enqueue_refresh(self.stream)?;
+        }
+        self.count(|c| c.copies += 1);
+        Ok(())
+    }
+
+    /// Copies the host input's slot that the host filled last into `dst` (a buffer or a
+    /// view of the same length). Captured, this is a memcpy node from pinned memory that
+    /// is pointed at the newest slot before each replay ([`HostInput`] says how the slots
+    /// turn), so the copy runs on a copy engine inside the graph and the host fills the
+    /// next batch while the replay runs.
+    ///
+    /// Fails inside an `#[every]` op (the copy runs at every replay, or its slots could
+    /// not be told apart), and for a length mismatch.
+    pub fn stage<T: DeviceRepr>(
+        &self,
+        input: &HostInput<T>,
+        dst: &mut impl DeviceMemMut<T>,
+    ) -> Result<()> {
+        let (address, len) = host_io::device_side_mut(dst);
+        host_io::check_len(
+            &format!("the device side of the staged copy of `{}`", input.name()),
+            input.len(),
+            len,
+        )?;
+        self.host_copy(&input.ring, address)
+    }
+
+    /// Copies `src` (a buffer or a view) into the next slot of a host output. Captured,
+    /// this is a memcpy node to pinned memory that is pointed at the next slot before
+    /// each replay; the host reads the newest finished replay's values with
+    /// [`Step::read_back`](crate::Step::read_back), without waiting for the GPU.
+    ///
+    /// Fails inside an `#[every]` op, and for a length mismatch.
+    pub fn read_back<T: DeviceRepr>(
+        &self,
+        src: &impl DeviceMem<T>,
+        out: &mut HostOutput<T>,
+    ) -> Result<()> {
+        let (address, len) = host_io::device_side(src);
+        host_io::check_len(
+            &format!("the device side of the read-back into `{}`", out.name()),
+            out.len(),
+            len,
+        )?;
+        self.host_copy(&out.ring, address)
+    }
+
+    fn host_copy(&self, ring: &std::sync::Arc<host_io::Ring>, device: u64) -> Result<()> {
+        let Some(io) = self.io else {
+            return Err(Error::Invalid(format!(
+                "`{}` is copied inside a conditional op: host inputs and outputs are copied at \
+                 every replay, in an op without #[every]",
+                ring.what
+            )));
+        };
+        if self.mode.enqueues() {
+            ring.bind(io.owner)?;
+            let slot = {
+                let mut st = ring.state();
+                let slot = match ring.direction {
+                    // A graph's copy is pointed at its slot before each replay; until then
+                    // it refers to the slot the next replay would use.
+                    host_io::Direction::ToDevice => st.current,
+                    host_io::Direction::ToHost => st.slot_for(ring.direction, io.seq),
+                };
+                if io.kind == Some(IoKind::Eager) {
+                    st.mark(slot, io.seq);
+                }
+                slot
+            };
+            self.bind()?;
+            host_io::enqueue(
+                ring.direction,
+                ring.slot_ptr(slot),
+                device,
+                ring.bytes,
+                self.stream,
+            )?;
+            if self.mode == Mode::Capture && io.kind == Some(IoKind::Graph) {
+                let node = match crate::every::capture_dependencies(self.stream)?.as_slice() {
+                    [node] => *node,
+                    found => {
+                        return Err(Error::Invalid(format!(
+                            "after the copy of `{}` the capture expected one new node, found {} \
+                             dependencies",
+                            ring.what,
+                            found.len()
+                        )));
+                    }
+                };
+                io.captured.borrow_mut().push(Captured {
+                    ring: ring.clone(),
+                    slot,
+                    node,
+                });
+            }
         }
         self.count(|c| c.copies += 1);
         Ok(())
