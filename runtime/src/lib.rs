@@ -16,8 +16,8 @@
 //! - what ops receive: [`CaptureStream`] (which has no way to synchronise, allocate or
 //!   copy to the host), [`Blas`] for cuBLASLt ([`Matmul`], [`MatmulArgs`]),
 //!   [`DeviceBuffer`] and its [`View`]s and [`ViewMut`]s (all [`DeviceMem`]),
-//!   [`DeviceScalars`], [`Communicator`] for NCCL collectives, and kernels ([`Module`],
-//!   [`Kernel`], [`kernel::Launch`]);
+//!   [`DeviceScalars`], [`DeviceFlag`] (what `#[when]` ops run on), [`Communicator`] for
+//!   NCCL collectives, and kernels ([`Module`], [`Kernel`], [`kernel::Launch`]);
 //! - the device: [`Device`], [`Error`];
 //! - a trainer's existing cudarc code: [`Device::from_context`], `CudaSlice` buffers
 //!   ([`DeviceBuffer::from_cuda_slice`], and `CudaSlice` is a [`StepBuffer`] itself),
@@ -34,6 +34,7 @@ mod device;
 mod error;
 mod every;
 mod executor;
+mod flag;
 mod graph;
 mod guard;
 pub mod kernel;
@@ -52,6 +53,7 @@ pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{AllocLike, Device};
 pub use error::{Error, Result};
+pub use flag::DeviceFlag;
 pub use kernel::{Kernel, Module};
 pub use memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
 pub use options::{Options, Schedule};
@@ -364,6 +366,7 @@ pub mod __rt_v1 {
     pub use crate::device::{AllocLike, Device};
     pub use crate::error::{Error, Result};
     pub use crate::executor::Issue;
+    pub use crate::flag::{DeviceFlag, WhenFlag, when_flag};
     pub use crate::kernel::{
         Image, Kernel, KernelDecl, Module, ModuleDecl, ParamDecl, Registry, bf16, f16,
     };

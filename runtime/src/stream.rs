@@ -10,6 +10,7 @@ use cudarc::driver::{
 
 use crate::blas::BlasHandle;
 use crate::error::{Error, Result};
+use crate::flag::DeviceFlag;
 use crate::kernel::{ArgCheck, Kernel};
 use crate::memory::{DeviceMem, DeviceMemMut};
 use crate::scalars::DeviceScalars;
@@ -128,6 +129,30 @@ impl<'a> CaptureStream<'a> {
                 )
             }
             .map_err(Error::driver("cuMemsetD8Async"))?;
+        }
+        self.count(|c| c.memsets += 1);
+        Ok(())
+    }
+
+    /// Sets or clears `flag` (a captured memset), for a `#[when(flag)]` op later in the
+    /// step or in a later replay. A kernel of the op's own may write it instead, to decide
+    /// from the data.
+    pub fn set_flag(&self, flag: &mut DeviceFlag, set: bool) -> Result<()> {
+        if self.mode.enqueues() {
+            self.bind()?;
+            // SAFETY: the address is that of the flag's one live u32, borrowed mutably for
+            // this call (a captured memset's memory is kept alive by the step that owns
+            // the graph).
+            unsafe {
+                cudarc::driver::sys::cuMemsetD32Async(
+                    flag.device_address(),
+                    u32::from(set),
+                    1,
+                    self.stream.cu_stream(),
+                )
+            }
+            .result()
+            .map_err(Error::driver("cuMemsetD32Async"))?;
         }
         self.count(|c| c.memsets += 1);
         Ok(())
