@@ -229,6 +229,45 @@ pub use stepgraph_macros::StepBuffer;
 ///
 ///   assert_eq!(dqn_like::PLAN.ops[1].every, Some("target_sync"));
 ///   ```
+/// - `#[when(flag)]`: the op runs only at the replays where `flag`, a [`DeviceFlag`]
+///   field of the buffers, is set when the op's turn comes: work the GPU decides on from
+///   the data (a reset after a divergence, a log of an outlier). The graph holds a
+///   one-thread kernel that reads the flag and a conditional node whose body is the op's
+///   work, so nothing is captured again. The op reads the flag without naming it among
+///   its parameters: the plan orders it after the op that set it, and an op that writes
+///   the flag later after it. The flag is a shared buffer (not scratch, per-branch or a
+///   view), and an op has one condition (`#[every]` or `#[when]`). The body's rules are
+///   `#[every]`'s. An eager run reads the flag on the op's stream and waits for the read.
+///
+///   ```
+///   #[stepgraph::step(streams(main))]
+///   mod guarded {
+///       use stepgraph::{CaptureStream, DeviceBuffer, DeviceFlag, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub loss: DeviceBuffer<f32>,
+///           pub diverged: DeviceFlag,
+///           pub params: DeviceBuffer<f32>,
+///           pub backup: DeviceBuffer<f32>,
+///       }
+///
+///       fn check(s: &CaptureStream<'_>, loss: &DeviceBuffer<f32>, diverged: &mut DeviceFlag) -> Result<()> {
+///           // Stands for a kernel that sets it when `loss` is not finite.
+///           s.set_flag(diverged, loss.is_empty())
+///       }
+///
+///       #[when(diverged)]
+///       fn restore(s: &CaptureStream<'_>, backup: &DeviceBuffer<f32>, params: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(backup, params)
+///       }
+///   }
+///
+///   let plan = guarded::Step::plan();
+///   assert_eq!(plan.ops[1].when, Some(stepgraph::plan::BufId(1)));
+///   assert!(plan.to_string().contains("when diverged"));
+///   assert_eq!(plan.ops[1].waits.len(), 0); // after `check` on one stream: stream order
+///   ```
 ///
 /// ```
 /// #[stepgraph::step(streams(main, branch[2], log(low)))]
