@@ -23,6 +23,8 @@ mod launch;
 mod optim;
 #[path = "gpu/views.rs"]
 mod views;
+#[path = "gpu/when.rs"]
+mod when;
 
 use std::sync::Arc;
 

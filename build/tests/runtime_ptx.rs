@@ -1,7 +1,7 @@
-//! The runtime's one kernel (`runtime/cuda/every.cu`, behind `#[every]` ops) is committed
-//! as PTX (`runtime/src/every.ptx`), so that the runtime builds without nvcc. This checks
-//! that the PTX is what nvcc makes of the source today: a change to one without the other
-//! fails here, with the command that regenerates it.
+//! The runtime's kernels (`runtime/cuda/every.cu`, behind `#[every]` and `#[when]` ops)
+//! are committed as PTX (`runtime/src/every.ptx`), so that the runtime builds without
+//! nvcc. This checks that the PTX is what nvcc makes of the source today: a change to one
+//! without the other fails here, with the command that regenerates it.
 //!
 //! nvcc is the one `cargo xtask test` installs and names in `NVCC` (or the workspace's
 //! `target/nvcc`, where it installs it).
@@ -58,6 +58,7 @@ fn the_committed_ptx_is_what_nvcc_makes_of_every_cu() {
         "runtime/src/every.ptx is stale: regenerate it with `nvcc -arch=compute_90 -ptx \
          cuda/every.cu -o src/every.ptx` in runtime/"
     );
-    // The kernel the runtime loads by name.
+    // The kernels the runtime loads by name.
     assert!(committed.contains(".visible .entry stepgraph_every("));
+    assert!(committed.contains(".visible .entry stepgraph_when("));
 }

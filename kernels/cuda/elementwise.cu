@@ -32,3 +32,12 @@ extern "C" __global__ void fill_affine(float* y, unsigned n, float start, float 
         y[i] = fmaf((float)i, step, start);
     }
 }
+
+// *flag <- x[index] > threshold (1 or 0), one thread: a condition decided on the device
+// from the data (a loss past a bound, a value of the right sign), for a `#[when]` op.
+extern "C" __global__ void flag_above(const float* __restrict__ x, unsigned index,
+                                      float threshold, unsigned* flag) {
+    if (global_index() == 0) {
+        *flag = x[index] > threshold ? 1u : 0u;
+    }
+}

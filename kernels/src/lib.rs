@@ -172,6 +172,38 @@ impl Kernels {
         }
     }
 
+    /// `flag <- x[index] > threshold` (1 or 0), one thread: a condition the device decides
+    /// from the data. `flag` is one `u32`, a [`DeviceFlag`](stepgraph::DeviceFlag) for a
+    /// `#[when(flag)]` op (or any one-element buffer); a NaN is not above anything.
+    ///
+    /// Fails with [`Error::Invalid`] if `index` is out of range of `x`, and with
+    /// [`Error::LengthMismatch`] unless `flag` holds one element.
+    pub fn flag_above(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &impl DeviceMem<f32>,
+        index: usize,
+        threshold: f32,
+        flag: &mut impl DeviceMemMut<u32>,
+    ) -> Result<()> {
+        if index >= x.len() {
+            return Err(Error::Invalid(format!(
+                "flag_above: index {index} is out of range: x has {} elements",
+                x.len()
+            )));
+        }
+        same_len("flag_above: flag", 1, flag.len())?;
+        // In range of a u32 because x.len() is, checked here.
+        len_u32("flag_above: x", x.len())?;
+        let index = index as u32;
+        // SAFETY: one thread reads x[index], in range (checked above), and writes the
+        // flag's one element.
+        unsafe {
+            self.raw
+                .flag_above(stream, elementwise_config(1), x, index, threshold, flag)
+        }
+    }
+
     /// `y[i] <- start + i * step` (`fmaf(i, step, start)`).
     pub fn fill_affine(
         &self,
@@ -242,6 +274,7 @@ mod tests {
             ("elementwise", "axpby"),
             ("elementwise", "scale_by_scalar"),
             ("elementwise", "fill_affine"),
+            ("elementwise", "flag_above"),
             ("optim", "grad_sq_norm_partial"),
             ("optim", "grad_sq_norm_finish"),
             ("optim", "adam_clip_update"),

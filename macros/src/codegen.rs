@@ -110,7 +110,16 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             let text = e.text();
             quote!(.with_every(#text))
         });
-        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every)
+        let when = step.ops[inst.op].when.as_ref().and_then(|flag| {
+            let b = step
+                .buffers
+                .iter()
+                .flat_map(|b| &b.fields)
+                .position(|b| b.name == *flag)?;
+            let b = lit_u16(b);
+            Some(quote!(.with_when(#rt::BufId(#b))))
+        });
+        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when)
     });
     let edges = plan.deps.iter().map(|d| {
         let (from, to) = (lit_u32(d.from), lit_u32(d.to));
@@ -391,9 +400,15 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let issue_ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
         let id = lit_u32(k);
         let call = op_call(step, inst);
-        match &step.ops[inst.op].every {
-            None => quote!(__i.op(#rt::OpId(#id), |__st| #call)?;),
-            Some(every) => {
+        let op = &step.ops[inst.op];
+        match (&op.every, &op.when) {
+            (None, None) => quote!(__i.op(#rt::OpId(#id), |__st| #call)?;),
+            (_, Some(flag)) => {
+                // Spanned on the flag, so that a field of another type is reported there.
+                let flag = quote_spanned!(flag.span()=> #rt::when_flag(&__b.#flag));
+                quote!(__i.op_when(#rt::OpId(#id), #flag, |__st| #call)?;)
+            }
+            (Some(every), None) => {
                 // Spanned on the count, so that a field of another type is reported there.
                 let count = match every {
                     crate::model::Every::Field(f) => quote_spanned!(f.span()=> __c.#f),

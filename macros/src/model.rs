@@ -105,6 +105,9 @@ pub struct Op {
     pub cost: Option<f64>,
     /// `#[every(k)]`: the op runs at every k-th replay only, as a conditional node.
     pub every: Option<Every>,
+    /// `#[when(flag)]`: the op runs only when the device flag `flag` (a buffer) is set,
+    /// as a conditional node; the op reads the flag.
+    pub when: Option<Ident>,
     pub params: Vec<Param>,
     /// The function with stepgraph's attributes removed.
     pub item: ItemFn,

@@ -433,7 +433,7 @@ impl SpecialNames {
 }
 
 /// The attributes that make a `fn` an op and that parsing removes from it.
-const OP_ATTRS: [&str; 5] = ["stream", "join", "after", "cost", "every"];
+const OP_ATTRS: [&str; 6] = ["stream", "join", "after", "cost", "every", "when"];
 
 /// Which `fn`s of the module are ops: those that take the capture stream or its cuBLASLt
 /// handle (there is no other way to put work into the step), and those that carry an op
@@ -458,6 +458,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
     let mut after = Vec::new();
     let mut cost = None;
     let mut every = None;
+    let mut when: Option<Ident> = None;
     for attr in &f.attrs {
         if is(attr, "stream") {
             match attr.parse_args::<StreamSyntax>() {
@@ -546,6 +547,17 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
                 None => errors.spanned(
                     attr,
                     "expected #[every(k)], with k a config field (u32) or a count: the op runs at every k-th replay",
+                ),
+            }
+        } else if is(attr, "when") {
+            match attr.parse_args::<Ident>() {
+                Ok(flag) if when.is_some() => {
+                    errors.spanned(&flag, "an op has one #[when]: remove the second")
+                }
+                Ok(flag) => when = Some(flag),
+                Err(_) => errors.spanned(
+                    attr,
+                    "expected #[when(flag)], with flag a DeviceFlag field of the buffers: the op runs when the flag is set",
                 ),
             }
         } else if is(attr, "cost") {
@@ -650,6 +662,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
         after,
         cost,
         every,
+        when,
         params,
         item: f,
     })

@@ -223,6 +223,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
 
     // --- per op: placement, parameters, joins, orderings ---------------------------
     let mut infos: Vec<OpInfo> = Vec::new();
+    // Per op: the buffer index of its `#[when]` flag, where it resolved.
+    let mut flags: Vec<Option<usize>> = Vec::new();
     let mut branch_widths: Vec<Option<u32>> = vec![None; buffers.len()];
     // An op whose stream did not resolve would also make the stream it meant look
     // unused; that second error would only repeat the first.
@@ -368,6 +370,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
 
         check_view_borrows(op, &buffers, &buf_ix, &view_parent, errors);
         check_every(op, &config, errors);
+        check_one_condition(op, errors);
+        flags.push(check_when(op, &buffers, &buf_ix, &config, errors));
 
         // Joins.
         for (ji, j) in op.joins.iter().enumerate() {
@@ -548,6 +552,14 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                     }
                 };
                 args.push(arg);
+            }
+            // A `#[when]` op reads its flag (its conditional node does, before the work):
+            // ordered after the op that set it, and before an op that writes it next.
+            if let Some(bi) = flags[i] {
+                let res = Resource { buf: bi, copy: 0 };
+                if !accesses.contains(&(res, Access::Read)) {
+                    accesses.push((res, Access::Read));
+                }
             }
             let name = match index {
                 // An index comes only with a group placement.
@@ -902,6 +914,92 @@ fn check_every(op: &Op, config: &[String], errors: &Errors) {
     }
 }
 
+/// One conditional node per op: `#[every]` and `#[when]` together would need two, and
+/// which of them the work follows would be a guess.
+fn check_one_condition(op: &Op, errors: &Errors) {
+    if let (Some(_), Some(flag)) = (&op.every, &op.when) {
+        errors.spanned(
+            flag,
+            format!(
+                "op `{}` has both #[every] and #[when]: an op has one condition; split it into two ops, or set the flag every k-th step",
+                op.name
+            ),
+        );
+    }
+}
+
+/// `#[when(flag)]` names one shared `DeviceFlag` of the buffers, which the op reads and
+/// does not write: the node reads the flag's one address at every replay. Returns the
+/// flag's buffer index when it is one. (That the field is a `DeviceFlag` is the
+/// compiler's to check, at the attribute, in the expansion.)
+fn check_when(
+    op: &Op,
+    buffers: &[&crate::model::Buffer],
+    buf_ix: &HashMap<String, usize>,
+    config: &[String],
+    errors: &Errors,
+) -> Option<usize> {
+    let flag = op.when.as_ref()?;
+    let name = flag.to_string();
+    let Some(&bi) = buf_ix.get(&name) else {
+        let why = if config.contains(&name) {
+            format!(
+                " (`{name}` is a config field; the flag is on the device, a DeviceFlag field of the #[buffers] struct)"
+            )
+        } else {
+            let names: Vec<String> = buffers.iter().map(|b| b.name.to_string()).collect();
+            format!(
+                "{} (the flag is a DeviceFlag field of the #[buffers] struct)",
+                suggestion(&name, names.iter().map(String::as_str))
+            )
+        };
+        errors.spanned(
+            flag,
+            format!("#[when({name})] names no buffer of this step{why}"),
+        );
+        return None;
+    };
+    let buf = buffers[bi];
+    // Each stream or branch would have its own copy, and the op would read one of them
+    // while another op set another; a view is a place in another buffer, not a flag.
+    let refused = if buf.view_of.is_some() {
+        Some("is a #[view] of another buffer")
+    } else {
+        match buf.kind {
+            BufKind::Shared => None,
+            BufKind::PerBranch => Some("is #[per_branch], one copy per branch"),
+            BufKind::ScratchPerStream | BufKind::ScratchPerBranch => {
+                Some("is #[scratch], one copy per stream or branch that holds nothing between ops")
+            }
+        }
+    };
+    if let Some(what) = refused {
+        errors.spanned(
+            flag,
+            format!("#[when({name})]: `{name}` {what}; the flag is one shared DeviceFlag field, which every op that sets or reads it sees"),
+        );
+        return None;
+    }
+    // The generated issue call lends the flag to the node while the op's work borrows
+    // its buffers; the node reads the flag before the work, so a write there is for the
+    // next replay and belongs in a later op.
+    if let Some(p) = op
+        .params
+        .iter()
+        .find(|p| p.kind == ParamKind::Write && p.binding == *flag)
+    {
+        errors.at(
+            p.span,
+            format!(
+                "op `{}` runs #[when({name})] and writes `{name}`: the flag decides whether the op runs; clear or set it in another op (it may read it with `&`)",
+                op.name
+            ),
+        );
+        return None;
+    }
+    Some(bi)
+}
+
 /// A join that names the op's own stream through a group (the group, or its own member
 /// of it): what is wrong with it, if anything. `info` holds the op's placement, `group`
 /// the streams the join names.
@@ -1175,6 +1273,48 @@ mod tests {
                 "this step declares 65536 buffers: expected at most 65535 (the plan numbers them in 16 bits); `b65535` goes past the limit"
             ]
         );
+    }
+
+    #[test]
+    fn a_when_op_reads_its_flag_once_whether_or_not_it_names_it() {
+        let errors = Errors::new();
+        let module: syn::ItemMod = syn::parse_quote!(
+            mod guarded {
+                #[buffers]
+                pub struct Buffers {
+                    pub x: DeviceBuffer<f32>,
+                    pub go: DeviceFlag,
+                }
+                fn set(s: &CaptureStream<'_>, go: &mut DeviceFlag) -> Result<()> {
+                    todo!()
+                }
+                #[when(go)]
+                fn a(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+                    todo!()
+                }
+                #[when(go)]
+                fn b(
+                    s: &CaptureStream<'_>,
+                    go: &DeviceFlag,
+                    x: &mut DeviceBuffer<f32>,
+                ) -> Result<()> {
+                    todo!()
+                }
+            }
+        );
+        let args = crate::parse::parse_args(quote!(streams(main)), &errors);
+        let step = crate::parse::parse(args, module, &errors).unwrap();
+        let resolved = validate(&step, &errors).unwrap();
+        assert!(errors.finish().is_none());
+        let go = Resource { buf: 1, copy: 0 };
+        for op in &resolved.problem.ops[1..] {
+            let reads = op
+                .accesses
+                .iter()
+                .filter(|&&a| a == (go, Access::Read))
+                .count();
+            assert_eq!(reads, 1, "{:?}", op.accesses);
+        }
     }
 
     #[test]

@@ -168,7 +168,7 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
                 out,
                 "    op{i} [label={}, fillcolor=\"{fill}\", fontcolor=\"{}\", \
                  style=\"{style}\", penwidth={pen}];",
-                dot_str(&op_label(op)),
+                dot_str(&op_label(plan, op)),
                 text_color_on(fill, 1.0)
             );
         }
@@ -283,8 +283,12 @@ fn timeline(plan: &PlanDesc) -> Timeline {
             if let Some(k) = op.every {
                 let _ = write!(tooltip, ", every {k} replays (a conditional node)");
             }
+            if let Some(flag) = op.when {
+                let flag = plan.buffer_name(flag);
+                let _ = write!(tooltip, ", when {flag} is set (a conditional node)");
+            }
             Bar {
-                name: op_label(op),
+                name: op_label(plan, op),
                 part: op.func.to_string(),
                 lane: lane_of(op.stream.index()),
                 start: levels[i] as f64 + INSET,
@@ -422,11 +426,13 @@ fn dot_str(text: &str) -> String {
     out
 }
 
-/// An op's label: its name, and for an `#[every(k)]` op how often it runs.
-fn op_label(op: &stepgraph_plan::OpDesc) -> String {
-    match op.every {
-        Some(k) => format!("{} (every {k})", op.name),
-        None => op.name.to_string(),
+/// An op's label: its name, and for a conditional op when it runs (`#[every(k)]`,
+/// `#[when(flag)]`).
+fn op_label(plan: &PlanDesc, op: &stepgraph_plan::OpDesc) -> String {
+    match (op.every, op.when) {
+        (Some(k), _) => format!("{} (every {k})", op.name),
+        (None, Some(flag)) => format!("{} (when {})", op.name, plan.buffer_name(flag)),
+        (None, None) => op.name.to_string(),
     }
 }
 
@@ -537,6 +543,35 @@ mod tests {
                 "b side level 1, waits e1, records e2",
                 "d main level 2, waits e2"
             ]
+        );
+    }
+
+    #[test]
+    fn a_conditional_op_is_labelled_with_its_condition_in_both_pictures() {
+        use stepgraph_plan::{AccessDesc, BufId, BufKind, BufferDesc};
+        const PLAN: PlanDesc = PlanDesc::new("cond")
+            .with_streams(&[StreamDesc::named("main")])
+            .with_buffers(&[BufferDesc::new("go", BufKind::Shared)])
+            .with_ops(&[
+                OpDesc::new("set", StreamId(0)).with_accesses(&[AccessDesc::write(BufId(0), 0)]),
+                OpDesc::new("maybe", StreamId(0))
+                    .with_accesses(&[AccessDesc::read(BufId(0), 0)])
+                    .with_when(BufId(0)),
+                OpDesc::new("sync", StreamId(0)).with_every("k"),
+            ])
+            .with_critical_paths(&[OpId(0), OpId(1), OpId(2)], &[OpId(0), OpId(1), OpId(2)]);
+        PLAN.check().unwrap();
+        let dot = plan_dot(&PLAN);
+        assert!(dot.contains("label=\"maybe (when go)\""), "{dot}");
+        assert!(dot.contains("label=\"sync (every k)\""), "{dot}");
+        let svg = plan_svg(&PLAN);
+        let doc = parse(&svg);
+        let titles: Vec<String> = with_class(&doc, "op").iter().map(title_of).collect();
+        assert!(
+            titles
+                .iter()
+                .any(|t| t.ends_with(", when go is set (a conditional node)")),
+            "{titles:?}"
         );
     }
 

@@ -196,6 +196,10 @@ pub struct OpDesc {
     /// `#[every(k)]`: the op runs at every k-th replay only (a conditional node of the
     /// graph); `k` as written, a config field or a count.
     pub every: Option<&'static str>,
+    /// `#[when(flag)]`: the op runs only at the replays where the device flag `flag` (a
+    /// buffer of the step, which the op's accesses read) is set (a conditional node of
+    /// the graph).
+    pub when: Option<BufId>,
 }
 
 impl BufferDesc {
@@ -250,6 +254,7 @@ impl OpDesc {
             record: None,
             cost: 1.0,
             every: None,
+            when: None,
         }
     }
 
@@ -285,6 +290,16 @@ impl OpDesc {
     pub const fn with_every(self, k: &'static str) -> OpDesc {
         OpDesc {
             every: Some(k),
+            ..self
+        }
+    }
+
+    /// The same op, run only at the replays where the device flag `flag` is set. The op
+    /// must read `flag` among its accesses, so that it is ordered after the op that set
+    /// it.
+    pub const fn with_when(self, flag: BufId) -> OpDesc {
+        OpDesc {
+            when: Some(flag),
             ..self
         }
     }
@@ -517,6 +532,31 @@ impl PlanDesc {
                     e.0
                 ));
             }
+            if let Some(flag) = op.when {
+                // The conditional node reads the flag when it runs: unless the op's
+                // accesses say so, nothing orders it after the op that set the flag.
+                if flag.index() >= buffers {
+                    problems.push(format!(
+                        "op {i} `{name}` runs when buffer {} is set; expected a buffer index below {buffers}",
+                        flag.0
+                    ));
+                } else if !op
+                    .accesses
+                    .iter()
+                    .any(|a| a.buf == flag && a.access == Access::Read)
+                {
+                    problems.push(format!(
+                        "op {i} `{name}` runs when `{}` is set but does not read it; expected a read of the flag among its accesses",
+                        self.buffers[flag.index()].name
+                    ));
+                }
+                // One conditional node per op: two conditions would need two.
+                if op.every.is_some() {
+                    problems.push(format!(
+                        "op {i} `{name}` has both #[every] and #[when]; expected one condition"
+                    ));
+                }
+            }
         }
         for (k, buf) in self.buffers.iter().enumerate() {
             let Some(parent) = buf.view_of else { continue };
@@ -597,6 +637,11 @@ impl PlanDesc {
             msg.push_str(&format!("\n(and {more} more problems)"));
         }
         Err(PlanError(msg))
+    }
+
+    /// The name of buffer `id`, `?` for an index outside the plan.
+    pub fn buffer_name(&self, id: BufId) -> &'static str {
+        self.buffers.get(id.index()).map_or("?", |b| b.name)
     }
 
     /// Op `id`, or an error saying how many ops there are.
@@ -836,6 +881,9 @@ impl fmt::Display for PlanDesc {
             if let Some(k) = op.every {
                 write!(f, "  every {k} replays")?;
             }
+            if let Some(flag) = op.when {
+                write!(f, "  when {}", self.buffer_name(flag))?;
+            }
             writeln!(f)?;
         }
         let views: Vec<String> = self
@@ -905,6 +953,7 @@ mod tests {
             record,
             cost: 1.0,
             every: None,
+            when: None,
         }
     }
 
@@ -1125,6 +1174,41 @@ mod tests {
             ),
         ];
         for (plan, expected) in cases {
+            assert_eq!(check_err(&plan), expected);
+        }
+    }
+
+    #[test]
+    fn a_when_op_reads_its_flag_in_range_and_has_no_second_condition() {
+        // `b` reads x: it may run when x is set, and prints so.
+        let b = GOOD.ops[1].with_when(BufId(0));
+        let plan = PlanDesc {
+            ops: with_op(1, b),
+            ..GOOD
+        };
+        plan.check().unwrap();
+        assert!(plan.to_string().contains("  when x\n"), "{plan}");
+        let cases: Vec<(OpDesc, &str)> = vec![
+            (
+                GOOD.ops[1].with_when(BufId(2)),
+                "plan `t`: op 1 `b` runs when buffer 2 is set; expected a buffer index below 2",
+            ),
+            (
+                // `a` writes x and does not read it: nothing orders it after x's writer.
+                GOOD.ops[0].with_when(BufId(0)),
+                "plan `t`: op 0 `a` runs when `x` is set but does not read it; expected a read of the flag among its accesses",
+            ),
+            (
+                b.with_every("4"),
+                "plan `t`: op 1 `b` has both #[every] and #[when]; expected one condition",
+            ),
+        ];
+        for (op, expected) in cases {
+            let i = if op.name == "a" { 0 } else { 1 };
+            let plan = PlanDesc {
+                ops: with_op(i, op),
+                ..GOOD
+            };
             assert_eq!(check_err(&plan), expected);
         }
     }

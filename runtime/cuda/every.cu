@@ -1,6 +1,7 @@
-// The one kernel of the runtime: what an `#[every(k)]` op's conditional node runs after.
-// It counts the step's replays, modulo k, in a counter of the op's own, and opens the
-// node at every k-th one. `src/every.ptx` is this file compiled by
+// The runtime's kernels: what a conditional op's node runs after. `stepgraph_every`
+// (an `#[every(k)]` op) counts the step's replays, modulo k, in a counter of the op's own,
+// and opens the node at every k-th one; `stepgraph_when` (a `#[when(flag)]` op) opens it
+// when the flag is set at that point of the replay. `src/every.ptx` is this file compiled by
 //   nvcc -arch=compute_90 -ptx cuda/every.cu -o src/every.ptx
 // (committed, so that the runtime builds without nvcc; the driver JIT-compiles it, and
 // resolves cudaGraphSetConditional, when it loads it). build/tests/runtime_ptx.rs checks
@@ -15,4 +16,11 @@ extern "C" __global__ void stepgraph_every(cudaGraphConditionalHandle handle, un
     }
     *count = c;
     cudaGraphSetConditional(handle, c == 0 ? 1u : 0u);
+}
+
+// One thread reads the flag after the op that set it (the plan orders the op after the
+// flag's writer, as for any read), so the node sees this replay's value.
+extern "C" __global__ void stepgraph_when(cudaGraphConditionalHandle handle,
+                                          const unsigned int* flag) {
+    cudaGraphSetConditional(handle, *flag != 0 ? 1u : 0u);
 }

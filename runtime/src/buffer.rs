@@ -6,16 +6,17 @@
 //! only reads.
 
 use crate::comm::Communicator;
+use crate::flag::DeviceFlag;
 use crate::memory::{DeviceBuffer, Span};
 use crate::scalars::DeviceScalars;
 
 /// Device memory that a step's ops are handed: the type of every field of a step's
 /// `#[buffers]` struct.
 ///
-/// Implemented for [`DeviceBuffer`], [`DeviceScalars`], [`Communicator`], cudarc's
-/// [`CudaSlice`](cudarc::driver::CudaSlice) (a trainer's existing buffers, and its structs
-/// of them, enter a step unchanged) and arrays of step buffers, and derived for a struct
-/// whose fields are all step buffers with `#[derive(StepBuffer)]`:
+/// Implemented for [`DeviceBuffer`], [`DeviceScalars`], [`DeviceFlag`], [`Communicator`],
+/// cudarc's [`CudaSlice`](cudarc::driver::CudaSlice) (a trainer's existing buffers, and
+/// its structs of them, enter a step unchanged) and arrays of step buffers, and derived
+/// for a struct whose fields are all step buffers with `#[derive(StepBuffer)]`:
 ///
 /// ```
 /// use stepgraph::{DeviceBuffer, StepBuffer};
@@ -55,13 +56,18 @@ use crate::scalars::DeviceScalars;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a buffer of a step",
     label = "not device memory the plan can order",
-    note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, HostInput<T>, HostOutput<T>, a Communicator, cudarc's CudaSlice<T>, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
+    note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, DeviceFlag, HostInput<T>, HostOutput<T>, a Communicator, cudarc's CudaSlice<T>, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
     note = "host handles (Device, streams, steps) would let an op synchronise, allocate, download or replay inside the capture, and interior mutability (RefCell, Mutex, Arc) write through `&`; keep them outside the step"
 )]
 pub unsafe trait StepBuffer {}
 
 // SAFETY: device memory, reached only through the borrow an op is given.
 unsafe impl<T> StepBuffer for DeviceBuffer<T> {}
+
+// SAFETY: one u32 of device memory, reached only through the borrow an op is given (and
+// by the conditional node of the `#[when]` op that names it, which the plan orders as a
+// read).
+unsafe impl StepBuffer for DeviceFlag {}
 
 // SAFETY: a device copy and pinned host values that only `set` (with the proof that no
 // replay is in flight) writes; an op reaches them through `refresh`, a copy in the graph.

@@ -1,16 +1,20 @@
-//! `#[every(k)]` ops: work that runs at every k-th replay of one graph, as a CUDA
-//! conditional node, with no second graph and no re-capture.
+//! Conditional ops: `#[every(k)]` work that runs at every k-th replay of one graph, and
+//! `#[when(flag)]` work that runs at the replays where a device flag is set, each as a
+//! CUDA conditional node, with no second graph and no re-capture.
 //!
 //! Captured, such an op is three things on its stream: a one-thread kernel
-//! (`cuda/every.cu`) that counts the replays in the op's own counter, modulo k, and sets
-//! the node's condition at every k-th one; the conditional (IF) node after it; and the
-//! op's own work, captured into the node's body graph on a stream of the executor's own
+//! (`cuda/every.cu`) that sets the node's condition (`stepgraph_every` counts the replays
+//! in the op's own counter, modulo k, and opens it at every k-th one; `stepgraph_when`
+//! opens it when the flag is nonzero); the conditional (IF) node after it; and the op's
+//! own work, captured into the node's body graph on a stream of the executor's own
 //! (`cuStreamBeginCaptureToGraph`). The body may hold kernels, memsets and copies (and
 //! conditionals), the driver's rule for conditional bodies, so cuBLASLt matmuls and kernel
 //! launches are fine and collectives are not.
 //!
-//! An eager run counts on the host, in a count of its own: the op's work runs at every
-//! k-th eager run.
+//! An eager run of an `#[every]` op counts on the host, in a count of its own: the op's
+//! work runs at every k-th eager run. An eager run of a `#[when]` op reads the flag on
+//! the op's stream, after its waits, and waits for that read: one synchronisation per such
+//! op, acceptable in the eager baseline, which exists to be compared, not to be fast.
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -21,15 +25,25 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::flag::DeviceFlag;
 use crate::memory::DeviceBuffer;
 use crate::plan::PlanDesc;
 
 /// `cuda/every.cu`, compiled to PTX (the driver JIT-compiles it when it loads it).
 const PTX: &str = include_str!("every.ptx");
 
-/// What a step with `#[every]` ops needs, created with its executor.
-pub(crate) struct EveryOps {
-    kernel: CudaFunction,
+/// What a conditional node runs after: the kernel that sets its condition, and what for.
+pub(crate) enum Condition<'a> {
+    /// `#[every(k)]`: at every `k`-th replay.
+    Every(u32),
+    /// `#[when(flag)]`: when the flag is set.
+    When(&'a DeviceFlag),
+}
+
+/// What a step with conditional ops needs, created with its executor.
+pub(crate) struct ConditionalOps {
+    every: CudaFunction,
+    when: CudaFunction,
     /// Where each conditional op's work is captured, into its node's body.
     pub(crate) body_stream: Arc<CudaStream>,
     /// Per op: its replay counter (`None` for an op that runs at every replay).
@@ -40,25 +54,31 @@ pub(crate) struct EveryOps {
     _module: Arc<cudarc::driver::CudaModule>,
 }
 
-impl EveryOps {
-    /// Loads the kernel and allocates a counter per `#[every]` op of `plan`; `None` when
-    /// the plan has none.
-    pub(crate) fn new(device: &Device, plan: &PlanDesc) -> Result<Option<EveryOps>> {
-        if plan.ops.iter().all(|op| op.every.is_none()) {
+impl ConditionalOps {
+    /// Loads the kernels and allocates a counter per `#[every]` op of `plan`; `None` when
+    /// the plan has no conditional op.
+    pub(crate) fn new(device: &Device, plan: &PlanDesc) -> Result<Option<ConditionalOps>> {
+        if plan
+            .ops
+            .iter()
+            .all(|op| op.every.is_none() && op.when.is_none())
+        {
             return Ok(None);
         }
         let ctx = device.context();
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
             .map_err(Error::driver("cuModuleLoadData"))?;
-        let kernel =
+        let load = |kernel: &'static str| {
             module
-                .load_function("stepgraph_every")
+                .load_function(kernel)
                 .map_err(|source| Error::KernelMissing {
                     module: "stepgraph_every",
-                    kernel: "stepgraph_every",
+                    kernel,
                     source,
-                })?;
+                })
+        };
+        let (every, when) = (load("stepgraph_every")?, load("stepgraph_when")?);
         let counters = plan
             .ops
             .iter()
@@ -71,8 +91,9 @@ impl EveryOps {
             })
             .collect::<Result<_>>()?;
         let body_stream = ctx.new_stream().map_err(Error::driver("cuStreamCreate"))?;
-        Ok(Some(EveryOps {
-            kernel,
+        Ok(Some(ConditionalOps {
+            every,
+            when,
             body_stream,
             counters,
             eager: plan.ops.iter().map(|_| Cell::new(0)).collect(),
@@ -87,24 +108,45 @@ impl EveryOps {
         c == 0
     }
 
-    /// Puts the counting kernel and the conditional node on `stream` (capturing) and
+    /// Whether the eager run now starting runs the work of a `#[when]` op on `stream`
+    /// (after its waits): reads `flag` there and waits for the read.
+    pub(crate) fn eager_flag(stream: &CudaStream, flag: &DeviceFlag) -> Result<bool> {
+        let mut value = [0u32];
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(Error::driver("cuCtxSetCurrent"))?;
+        // SAFETY: `value` has room for the flag's one u32, and the copy is synchronised
+        // below, before `value` is read or released.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut value,
+                flag.device_address(),
+                stream.cu_stream(),
+            )
+        }
+        .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
+        stream
+            .synchronize()
+            .map_err(Error::driver("cuStreamSynchronize"))?;
+        Ok(value[0] != 0)
+    }
+
+    /// Puts the condition's kernel and the conditional node on `stream` (capturing) and
     /// begins capturing the body on the body stream; the op's work goes there until
-    /// [`EveryOps::end_body`]. Returns the body graph.
+    /// [`ConditionalOps::end_body`]. Returns the body graph.
     pub(crate) fn begin_body(
         &self,
         stream: &CudaStream,
         op: usize,
-        k: u32,
+        condition: Condition<'_>,
     ) -> Result<sys::CUgraph> {
-        let counter = self.counters[op]
-            .as_ref()
-            .ok_or_else(|| Error::Invalid("an #[every] op without a counter".into()))?;
         let ctx = stream.context();
         let graph = crate::verify::capturing_graph(stream.cu_stream())?;
         let mut handle: sys::CUgraphConditionalHandle = 0;
         // SAFETY: `graph` is the graph being captured on `stream`; the handle belongs to
         // it and is used only by the node added to it below. Default 0 and no flags: the
-        // condition is what the counting kernel sets at each replay.
+        // condition is what the condition's kernel sets at each replay.
         unsafe { sys::cuGraphConditionalHandleCreate(&mut handle, graph, ctx.cu_ctx(), 0, 0) }
             .result()
             .map_err(Error::driver("cuGraphConditionalHandleCreate"))?;
@@ -113,12 +155,29 @@ impl EveryOps {
             block_dim: (1, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.kernel);
-        launch.arg(&handle).arg(counter.as_cuda_slice()).arg(&k);
-        // SAFETY: the kernel's parameters are a conditional handle (a u64), a pointer to
-        // one u32 (the counter, alive as long as the executor and its graphs) and a u32;
-        // one thread reads and writes the one counter.
-        unsafe { launch.launch(config) }.map_err(Error::driver("cuLaunchKernel"))?;
+        match condition {
+            Condition::Every(k) => {
+                let counter = self.counters[op]
+                    .as_ref()
+                    .ok_or_else(|| Error::Invalid("an #[every] op without a counter".into()))?;
+                let mut launch = stream.launch_builder(&self.every);
+                launch.arg(&handle).arg(counter.as_cuda_slice()).arg(&k);
+                // SAFETY: the kernel's parameters are a conditional handle (a u64), a
+                // pointer to one u32 (the counter, alive as long as the executor and its
+                // graphs) and a u32; one thread reads and writes the one counter.
+                unsafe { launch.launch(config) }.map_err(Error::driver("cuLaunchKernel"))?;
+            }
+            Condition::When(flag) => {
+                let address = flag.device_address();
+                let mut launch = stream.launch_builder(&self.when);
+                launch.arg(&handle).arg(&address);
+                // SAFETY: the kernel's parameters are a conditional handle (a u64) and a
+                // pointer to one u32 (the flag, a buffer of the step, alive as long as the
+                // graphs that captured it: a step's buffers outlive its executor, and a
+                // rebind captures again); one thread reads it.
+                unsafe { launch.launch(config) }.map_err(Error::driver("cuLaunchKernel"))?;
+            }
+        }
 
         // The conditional node, after what the stream has issued so far (the kernel).
         let deps = capture_dependencies(stream)?;

@@ -12,6 +12,8 @@ use cudarc::driver::{CudaEvent, CudaStream, result};
 use crate::blas::BlasHandle;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::every::Condition;
+use crate::flag::DeviceFlag;
 use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
 use crate::host_io::{HostInput, HostOutput, IoKind, IoPass, ReadBack};
 use crate::memory::Span;
@@ -65,8 +67,9 @@ pub struct Executor {
     /// Orderings beyond the plan's: views of one buffer that overlap once the buffers are
     /// known ([`Executor::order_overlapping_views`]).
     extra: ExtraOrderings,
-    /// The counters and the body stream of `#[every]` ops, if the plan has any.
-    every: Option<crate::every::EveryOps>,
+    /// The kernels, counters and body stream of conditional ops (`#[every]`, `#[when]`),
+    /// if the plan has any.
+    conditional: Option<crate::every::ConditionalOps>,
     /// Whether captures are read back and checked against the plan.
     verify: bool,
     last_verify: Option<VerifyReport>,
@@ -207,7 +210,7 @@ impl Executor {
             abort_joins,
             last_refresh: None,
             extra: ExtraOrderings::none(plan.ops.len()),
-            every: crate::every::EveryOps::new(device, plan)?,
+            conditional: crate::every::ConditionalOps::new(device, plan)?,
             verify: options.verify,
             last_verify: None,
             options,
@@ -463,8 +466,8 @@ impl Executor {
         match &mut self.graph {
             // A conditional node's handle is the capture's own: a new capture has new
             // handles, which an in-place update would pair with the old nodes, so a graph
-            // with `#[every]` ops is instantiated anew.
-            Some(graph) if self.every.is_none() && patches.is_empty() => {
+            // with conditional ops, or with host rings' patched copies, is instantiated anew.
+            Some(graph) if self.conditional.is_none() && patches.is_empty() => {
                 self.last_refresh = Some(graph.update(captured).map_err(wrap)?)
             }
             Some(_) => {
@@ -1030,13 +1033,27 @@ impl Issue<'_> {
         k: u32,
         body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
     ) -> Result<()> {
-        self.issue(id, Some(k), body)
+        self.issue(id, Some(Condition::Every(k)), body)
+    }
+
+    /// Issues op `id` of a `#[when(flag)]`: as [`Issue::op`], with its work inside a
+    /// conditional node that runs only at the replays where `flag` is set when the op's
+    /// turn comes (the plan orders the op after the flag's writer, as a read). An eager
+    /// run reads the flag on the op's stream and waits for that read before it runs the
+    /// work or skips it. Fails if the plan does not mark the op `when`.
+    pub fn op_when(
+        &self,
+        id: OpId,
+        flag: &DeviceFlag,
+        body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.issue(id, Some(Condition::When(flag)), body)
     }
 
     fn issue(
         &self,
         id: OpId,
-        every: Option<u32>,
+        condition: Option<Condition<'_>>,
         body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
     ) -> Result<()> {
         let exec = self.exec;
@@ -1050,16 +1067,19 @@ impl Issue<'_> {
             stream: stream_name,
             source: Box::new(e),
         };
-        // The conditional machinery of an `#[every]` op, and its count.
-        let every = match (every, op.every, exec.every.as_ref()) {
-            (None, None, _) => None,
-            (Some(k), Some(_), Some(ops)) => {
+        // The conditional machinery of an `#[every]` or `#[when]` op, and its condition.
+        let conditional = match (condition, op.every, op.when, exec.conditional.as_ref()) {
+            (None, None, None, _) => None,
+            (Some(Condition::Every(k)), Some(_), None, Some(ops)) => {
                 crate::every::check_count(k).map_err(named)?;
-                Some((k, ops))
+                Some((Condition::Every(k), ops))
+            }
+            (Some(Condition::When(flag)), None, Some(_), Some(ops)) => {
+                Some((Condition::When(flag), ops))
             }
             _ => {
                 return Err(named(Error::Invalid(
-                    "the op is issued with an #[every] count the plan does not give it, or without the one it does"
+                    "the op is issued with a condition (#[every], #[when]) the plan does not give it, or without the one it does"
                         .into(),
                 )));
             }
@@ -1085,13 +1105,21 @@ impl Issue<'_> {
             record_external(&t.start[id.index()], stream).map_err(named)?;
         }
         // Where the op's work goes: its stream, or the body of its conditional node. An
-        // eager run of an `#[every]` op skips the work when it is not its turn.
-        let (work_stream, body_graph) = match (every, self.mode) {
-            (Some((k, ops)), Mode::Capture) => {
-                let body = ops.begin_body(stream, id.index(), k).map_err(named)?;
-                (&ops.body_stream, Some(body))
+        // eager run of a conditional op skips the work when its condition does not hold:
+        // not its turn, or its flag clear (read after the waits above).
+        let (work_stream, body_graph) = match (conditional, self.mode) {
+            (Some((condition, ops)), Mode::Capture) => {
+                let body = ops
+                    .begin_body(stream, id.index(), condition)
+                    .map_err(named)?;
+                (&ops.body_stream, Some((body, ops)))
             }
-            (Some((k, ops)), Mode::Eager) if !ops.eager_turn(id.index(), k) => {
+            (Some((Condition::Every(k), ops)), Mode::Eager) if !ops.eager_turn(id.index(), k) => {
+                return self.finish(id, op, stream, ordered, &named);
+            }
+            (Some((Condition::When(flag), _)), Mode::Eager)
+                if !crate::every::ConditionalOps::eager_flag(stream, flag).map_err(named)? =>
+            {
                 return self.finish(id, op, stream, ordered, &named);
             }
             _ => (stream, None),
@@ -1103,7 +1131,7 @@ impl Issue<'_> {
             blas: &exec.blas[phys],
             counts: Default::default(),
             // A conditional op's copies may not run at every replay: no host rings.
-            io: (op.every.is_none()).then_some(self.io),
+            io: (op.every.is_none() && op.when.is_none()).then_some(self.io),
         };
         let issued = {
             // Host-side calls from the body fail, naming the op, until it returns.
@@ -1111,12 +1139,8 @@ impl Issue<'_> {
             body(&cs)
         };
         // The body's capture ends whatever happened, so that its stream leaves capture.
-        let body_ended = match (every, body_graph) {
-            (Some((_, ops)), Some(_)) => {
-                Some(check_still_capturing(work_stream).and_then(|()| ops.end_body()))
-            }
-            _ => None,
-        };
+        let body_ended = body_graph
+            .map(|(_, ops)| check_still_capturing(work_stream).and_then(|()| ops.end_body()));
         // A host-side call that could not return its error (a buffer dropped) fails the
         // op all the same.
         if let Some(e) = crate::guard::take_pending() {
@@ -1141,7 +1165,7 @@ impl Issue<'_> {
                     .nodes
                     .extend(nodes.into_iter().filter(|&n| seen.insert(n as usize)));
                 entry.counts = cs.counts.get();
-                entry.body = body_graph;
+                entry.body = body_graph.map(|(body, _)| body);
             }
         }
         self.finish(id, op, stream, ordered, &named)

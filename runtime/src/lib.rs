@@ -16,13 +16,14 @@
 //! - what ops receive: [`CaptureStream`] (which has no way to synchronise, allocate or
 //!   copy to the host), [`Blas`] for cuBLASLt ([`Matmul`], [`MatmulArgs`]),
 //!   [`DeviceBuffer`] and its [`View`]s and [`ViewMut`]s (all [`DeviceMem`]),
-//!   [`DeviceScalars`], [`Communicator`] for NCCL collectives, and kernels ([`Module`],
-//!   [`Kernel`], [`kernel::Launch`]);
+//!   [`DeviceScalars`], [`DeviceFlag`] (what `#[when]` ops run on), [`Communicator`] for
+//!   NCCL collectives, and kernels ([`Module`], [`Kernel`], [`kernel::Launch`]);
 //! - data in and out at the step's speed: [`HostInput`] (a batch the host fills while the
 //!   previous replay runs, copied in by [`CaptureStream::stage`]) and [`HostOutput`]
 //!   (values copied out by [`CaptureStream::read_back`] and read a replay or more late
 //!   with [`Step::read_back`], without waiting), both double-buffered in pinned memory
-//!   and copied inside the graph; `#[every(k)]` ops for work at every k-th replay;
+//!   and copied inside the graph; `#[every(k)]` and `#[when(flag)]` ops for work at
+//!   every k-th replay or while a device flag is set;
 //! - the device: [`Device`], [`Error`];
 //! - a trainer's existing cudarc code: [`Device::from_context`], `CudaSlice` buffers
 //!   ([`DeviceBuffer::from_cuda_slice`], and `CudaSlice` is a [`StepBuffer`] itself),
@@ -39,6 +40,7 @@ mod device;
 mod error;
 mod every;
 mod executor;
+mod flag;
 mod graph;
 mod guard;
 mod host_io;
@@ -58,6 +60,7 @@ pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use device::{AllocLike, Device};
 pub use error::{Error, Result};
+pub use flag::DeviceFlag;
 pub use host_io::{HostInput, HostOutput, INPUT_SLOTS, MAX_IN_FLIGHT, OUTPUT_SLOTS, ReadBack};
 pub use kernel::{Kernel, Module};
 pub use memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
@@ -234,6 +237,45 @@ pub use stepgraph_macros::StepBuffer;
 ///
 ///   assert_eq!(dqn_like::PLAN.ops[1].every, Some("target_sync"));
 ///   ```
+/// - `#[when(flag)]`: the op runs only at the replays where `flag`, a [`DeviceFlag`]
+///   field of the buffers, is set when the op's turn comes: work the GPU decides on from
+///   the data (a reset after a divergence, a log of an outlier). The graph holds a
+///   one-thread kernel that reads the flag and a conditional node whose body is the op's
+///   work, so nothing is captured again. The op reads the flag without naming it among
+///   its parameters: the plan orders it after the op that set it, and an op that writes
+///   the flag later after it. The flag is a shared buffer (not scratch, per-branch or a
+///   view), and an op has one condition (`#[every]` or `#[when]`). The body's rules are
+///   `#[every]`'s. An eager run reads the flag on the op's stream and waits for the read.
+///
+///   ```
+///   #[stepgraph::step(streams(main))]
+///   mod guarded {
+///       use stepgraph::{CaptureStream, DeviceBuffer, DeviceFlag, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub loss: DeviceBuffer<f32>,
+///           pub diverged: DeviceFlag,
+///           pub params: DeviceBuffer<f32>,
+///           pub backup: DeviceBuffer<f32>,
+///       }
+///
+///       fn check(s: &CaptureStream<'_>, loss: &DeviceBuffer<f32>, diverged: &mut DeviceFlag) -> Result<()> {
+///           // Stands for a kernel that sets it when `loss` is not finite.
+///           s.set_flag(diverged, loss.is_empty())
+///       }
+///
+///       #[when(diverged)]
+///       fn restore(s: &CaptureStream<'_>, backup: &DeviceBuffer<f32>, params: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(backup, params)
+///       }
+///   }
+///
+///   let plan = guarded::Step::plan();
+///   assert_eq!(plan.ops[1].when, Some(stepgraph::plan::BufId(1)));
+///   assert!(plan.to_string().contains("when diverged"));
+///   assert_eq!(plan.ops[1].waits.len(), 0); // after `check` on one stream: stream order
+///   ```
 ///
 /// ```
 /// #[stepgraph::step(streams(main, branch[2], log(low)))]
@@ -371,6 +413,7 @@ pub mod __rt_v1 {
     pub use crate::device::{AllocLike, Device};
     pub use crate::error::{Error, Result};
     pub use crate::executor::Issue;
+    pub use crate::flag::{DeviceFlag, WhenFlag, when_flag};
     pub use crate::kernel::{
         Image, Kernel, KernelDecl, Module, ModuleDecl, ParamDecl, Registry, bf16, f16,
     };

@@ -12,7 +12,7 @@ use cudarc::driver::{DeviceSlice, PushKernelArg};
 use crate::device::Device;
 use crate::error::{Error, Result};
 
-mod sealed {
+pub(crate) mod sealed {
     /// Only this crate's memory types: the plan's orderings and the length checks of
     /// every call rely on the address and length they report.
     pub trait Sealed {}

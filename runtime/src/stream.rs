@@ -10,6 +10,7 @@ use cudarc::driver::{
 
 use crate::blas::BlasHandle;
 use crate::error::{Error, Result};
+use crate::flag::DeviceFlag;
 use crate::host_io::{self, Captured, HostInput, HostOutput, IoKind, IoPass};
 use crate::kernel::{ArgCheck, Kernel};
 use crate::memory::{DeviceMem, DeviceMemMut};
@@ -137,6 +138,30 @@ impl<'a> CaptureStream<'a> {
         Ok(())
     }
 
+    /// Sets or clears `flag` (a captured memset), for a `#[when(flag)]` op later in the
+    /// step or in a later replay. A kernel of the op's own may write it instead, to decide
+    /// from the data.
+    pub fn set_flag(&self, flag: &mut DeviceFlag, set: bool) -> Result<()> {
+        if self.mode.enqueues() {
+            self.bind()?;
+            // SAFETY: the address is that of the flag's one live u32, borrowed mutably for
+            // this call (a captured memset's memory is kept alive by the step that owns
+            // the graph).
+            unsafe {
+                cudarc::driver::sys::cuMemsetD32Async(
+                    flag.device_address(),
+                    u32::from(set),
+                    1,
+                    self.stream.cu_stream(),
+                )
+            }
+            .result()
+            .map_err(Error::driver("cuMemsetD32Async"))?;
+        }
+        self.count(|c| c.memsets += 1);
+        Ok(())
+    }
+
     /// Copies `src` into `dst` (buffers or views); both must have the same length.
     pub fn copy<T: DeviceRepr>(
         &self,
@@ -244,7 +269,7 @@ impl<'a> CaptureStream<'a> {
     /// turn), so the copy runs on a copy engine inside the graph and the host fills the
     /// next batch while the replay runs.
     ///
-    /// Fails inside an `#[every]` op (the copy runs at every replay, or its slots could
+    /// Fails inside an `#[every]` or `#[when]` op (the copy runs at every replay, or its slots could
     /// not be told apart), and for a length mismatch.
     pub fn stage<T: DeviceRepr>(
         &self,
@@ -265,7 +290,7 @@ impl<'a> CaptureStream<'a> {
     /// each replay; the host reads the newest finished replay's values with
     /// [`Step::read_back`](crate::Step::read_back), without waiting for the GPU.
     ///
-    /// Fails inside an `#[every]` op, and for a length mismatch.
+    /// Fails inside an `#[every]` or `#[when]` op, and for a length mismatch.
     pub fn read_back<T: DeviceRepr>(
         &self,
         src: &impl DeviceMem<T>,
@@ -284,7 +309,7 @@ impl<'a> CaptureStream<'a> {
         let Some(io) = self.io else {
             return Err(Error::Invalid(format!(
                 "`{}` is copied inside a conditional op: host inputs and outputs are copied at \
-                 every replay, in an op without #[every]",
+                 every replay, in an op without #[every] or #[when]",
                 ring.what
             )));
         };

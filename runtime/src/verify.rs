@@ -46,8 +46,8 @@ pub struct OpCounts {
 pub(crate) struct OpNodes {
     pub nodes: Vec<sys::CUgraphNode>,
     pub counts: OpCounts,
-    /// An `#[every]` op's body graph, where its work is (its own nodes in the step's graph
-    /// are the counting kernel and the conditional node).
+    /// A conditional op's (`#[every]`, `#[when]`) body graph, where its work is (its own
+    /// nodes in the step's graph are the condition's kernel and the conditional node).
     pub body: Option<sys::CUgraph>,
 }
 
@@ -205,9 +205,9 @@ pub(crate) fn verify_graph(
             recorded.push((ix, node_type(n)?));
         }
         shape.nodes = judged_nodes(&recorded, op.counts.collectives);
-        // What the op issued is in its own nodes, or, for an `#[every]` op, in its body
-        // (its own nodes are then the counting kernel and the conditional node, ordered
-        // like any op's).
+        // What the op issued is in its own nodes, or, for a conditional op (`#[every]`,
+        // `#[when]`), in its body (its own nodes are then the condition's kernel and the
+        // conditional node, ordered like any op's).
         let work: Vec<sys::CUgraphNodeType> = match op.body {
             Some(body) => graph_nodes(body)?
                 .into_iter()
