@@ -2666,6 +2666,14 @@ mod tests {
             ("iqn", "iqn_finish"),
             ("iqn", "iqn_fused"),
             ("iqn", "iqn_fused_finish"),
+            ("replay", "replay_draw"),
+            ("replay", "replay_advance"),
+            ("replay", "replay_gather"),
+            ("replay", "replay_gather_rows4"),
+            ("replay", "replay_gather_rows"),
+            ("replay", "replay_fill_normal"),
+            ("replay", "replay_fill_actions"),
+            ("replay", "replay_fill_bernoulli"),
         ];
         assert_eq!(names, want);
         // A struct passed by value: its size is the PTX's (eight device addresses).
