@@ -113,10 +113,10 @@ pub enum BatchSource {
 }
 
 // SAFETY: each variant is a step buffer (checked below) and the enum adds only its
-// discriminant, plain data an op reads through the `&` or `&mut` it is given: no host
-// handle and no interior mutability. Which variant a step holds is fixed when it is
-// built (no op can change it through `&`, and the ops that take it by `&mut` do not), so
-// the capture records the work of the variant every replay runs.
+// discriminant, plain data an op reads through the `&` it is given: no host handle and
+// no interior mutability. The ops take it by `&` only, so the variant a replay runs is
+// the one its capture matched on; a change of variant between replays is a change of the
+// step's buffers, which the step captures anew like any other.
 unsafe impl StepBuffer for BatchSource {}
 
 /// Compiles only for a step buffer: the variants' check.
