@@ -2345,11 +2345,17 @@ pub struct TransitionRowsMut<'a> {
 /// tensors are independent draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplayTensor {
+    /// `s [N, S]`.
     S = 0,
+    /// `s2 [N, S]`.
     S2 = 1,
+    /// `act [N, D]`.
     Act = 2,
+    /// `r [N]`.
     R = 3,
+    /// `done [N]`.
     Done = 4,
+    /// `win [N, W, S]`.
     Win = 5,
 }
 
