@@ -59,7 +59,8 @@ pub struct KernelWork {
     pub share: f64,
     /// Share of the GPU its grid occupies, `min(1, blocks / resident)`.
     pub grid_share: f64,
-    /// Its time alone, in milliseconds.
+    /// Its time alone, in milliseconds; 0 for the counting kernel of an `#[every]` op,
+    /// which sets a condition of the step's graph and so is not launched outside it.
     pub alone_ms: f64,
 }
 
@@ -375,6 +376,11 @@ pub(crate) fn measure(
             ops.push(work);
             continue;
         }
+        // An `#[every]` op's one kernel counts its replays and sets its conditional node's
+        // condition through a handle of the step's graph: copied into a graph of its own
+        // that handle is foreign, so it is listed (one thread, nothing to share) but not
+        // launched alone. Its body, which runs at every k-th replay only, is not counted.
+        let conditional = plan.ops.get(i).is_some_and(|o| o.every.is_some());
         for &node in &op.nodes {
             if node_type(node)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
                 work.other_nodes += 1;
@@ -394,7 +400,11 @@ pub(crate) fn measure(
                 resident,
                 share: wave_share(blocks, resident),
                 grid_share: grid_share(blocks, resident),
-                alone_ms: time_alone(device, stream, &marks, node, &p).map_err(what)?,
+                alone_ms: if conditional {
+                    0.0
+                } else {
+                    time_alone(device, stream, &marks, node, &p).map_err(what)?
+                },
             });
         }
         ops.push(work);

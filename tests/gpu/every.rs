@@ -224,3 +224,34 @@ fn gpu_eager_runs_keep_the_cadence_of_replays() -> Result<()> {
     }
     Ok(())
 }
+
+/// The work bound lists an `#[every]` op's counting kernel without launching it alone (its
+/// condition handle belongs to the step's graph), and times every other kernel; the step
+/// replays as before afterwards.
+#[test]
+fn gpu_the_work_bound_lists_a_conditional_ops_kernel_untimed() -> Result<()> {
+    let (mut step, _) = build(84, 2)?;
+    let work = step.work_bound()?;
+    assert_eq!(work.ops.len(), 4);
+    for op in &work.ops {
+        match op.name.as_str() {
+            "sync" | "project" => {
+                assert!(!op.kernels.is_empty(), "{}: its counting kernel", op.name);
+                assert!(
+                    op.kernels.iter().all(|k| k.alone_ms == 0.0),
+                    "{}: launched alone",
+                    op.name
+                );
+                assert!(op.other_nodes >= 1, "{}: its conditional node", op.name);
+            }
+            "train" => assert!(
+                !op.kernels.is_empty() && op.kernels.iter().all(|k| k.alone_ms > 0.0),
+                "train: {:?}",
+                op.kernels
+            ),
+            _ => {}
+        }
+    }
+    step.replay()?;
+    step.wait()
+}

@@ -2318,6 +2318,322 @@ impl Kernels {
     }
 }
 
+// ---- cuda/replay.cu: the replay buffer's fill, the draw of a batch and its gathers ----
+
+/// The rows of transitions the gathers read or write: `s`, `s2` `[rows, S]`, `act`
+/// `[rows, D]`, `r`, `done` `[rows]` (the replay buffer's rows, or a batch's).
+#[derive(Clone, Copy, Debug)]
+pub struct TransitionRows<'a> {
+    pub s: &'a DeviceBuffer<f32>,
+    pub s2: &'a DeviceBuffer<f32>,
+    pub act: &'a DeviceBuffer<i32>,
+    pub r: &'a DeviceBuffer<f32>,
+    pub done: &'a DeviceBuffer<f32>,
+}
+
+/// The same, written.
+#[derive(Debug)]
+pub struct TransitionRowsMut<'a> {
+    pub s: &'a mut DeviceBuffer<f32>,
+    pub s2: &'a mut DeviceBuffer<f32>,
+    pub act: &'a mut DeviceBuffer<i32>,
+    pub r: &'a mut DeviceBuffer<f32>,
+    pub done: &'a mut DeviceBuffer<f32>,
+}
+
+/// Which tensor of the replay buffer a fill writes: each has a key of its own, so the
+/// tensors are independent draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayTensor {
+    /// `s [N, S]`.
+    S = 0,
+    /// `s2 [N, S]`.
+    S2 = 1,
+    /// `act [N, D]`.
+    Act = 2,
+    /// `r [N]`.
+    R = 3,
+    /// `done [N]`.
+    Done = 4,
+    /// `win [N, W, S]`.
+    Win = 5,
+}
+
+impl ReplayTensor {
+    /// The tensor's number in the generator's key (`tensor` in `cuda/replay.cu`).
+    pub const fn id(self) -> u64 {
+        self as u64
+    }
+}
+
+/// The grid of the fill kernels, which stride over any length.
+fn fill_config() -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (1024, 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The rows `rows` of a buffer of `len` elements, `width` each, or the error that names
+/// `what`.
+fn rows_of(what: &str, len: usize, width: usize) -> Result<usize> {
+    if width == 0 || len % width != 0 {
+        return Err(Error::Invalid(format!(
+            "{what}: {len} elements are not whole rows of {width}"
+        )));
+    }
+    Ok(len / width)
+}
+
+impl Kernels {
+    /// The draw of one replay from the generator at `counter[0]`: `idx[b]` uniform in
+    /// `[0, capacity)` for every `b < idx.len()`, and `tau` (IQN's fractions) uniform in
+    /// `[0.02, 0.98]`. Reads the counter and does not move it: [`Kernels::replay_advance`]
+    /// does, after. [`replay_draw_reference`](crate::reference::replay_draw_reference)
+    /// computes the same bits on the CPU.
+    ///
+    /// One thread per index and per fraction, blocks of [`BLOCK_THREADS`].
+    pub fn replay_draw(
+        &self,
+        stream: &CaptureStream<'_>,
+        counter: &DeviceBuffer<u64>,
+        idx: &mut DeviceBuffer<u32>,
+        tau: &mut DeviceBuffer<f32>,
+        seed: u64,
+        capacity: usize,
+    ) -> Result<()> {
+        check_len("replay_draw: counter", counter.len(), 1)?;
+        let capacity = positive("replay_draw: capacity", capacity)?;
+        let batch = len_u32("replay_draw: idx", idx.len())?;
+        let taus = len_u32("replay_draw: tau", tau.len())?;
+        let n = len_u32("replay_draw: idx and tau together", idx.len() + tau.len())?;
+        // SAFETY: threads with e >= n = idx.len() + tau.len() return; thread e writes
+        // idx[e] (e < idx.len()) or tau[e - idx.len()]; the counter holds one element.
+        unsafe {
+            self.raw.replay_draw(
+                stream,
+                elementwise_config(n),
+                counter,
+                idx,
+                tau,
+                seed,
+                capacity,
+                batch,
+                taus,
+            )
+        }
+    }
+
+    /// `counter[0] += 1`: the next replay draws from the next key.
+    pub fn replay_advance(
+        &self,
+        stream: &CaptureStream<'_>,
+        counter: &mut DeviceBuffer<u64>,
+    ) -> Result<()> {
+        check_len("replay_advance: counter", counter.len(), 1)?;
+        // SAFETY: one thread writes counter[0], which exists (checked above).
+        unsafe {
+            self.raw
+                .replay_advance(stream, elementwise_config(1), counter)
+        }
+    }
+
+    /// `dst[b] = src[idx[b]]` for the per-row tensors of transitions (`s`, `s2`, `act`,
+    /// `r`, `done`), `state` floats per state and `branches` actions per row. `src` holds
+    /// the replay buffer's rows, `dst` one row per index. An index out of range (only a
+    /// caller's own can be: the draw's are below the capacity) gathers NaN and action 0,
+    /// which the step's finite check stops at.
+    ///
+    /// One thread per element of a row's `2 S + D + 2` values, blocks of [`BLOCK_THREADS`].
+    pub fn replay_gather(
+        &self,
+        stream: &CaptureStream<'_>,
+        idx: &DeviceBuffer<u32>,
+        src: TransitionRows<'_>,
+        dst: TransitionRowsMut<'_>,
+        state: usize,
+        branches: usize,
+    ) -> Result<()> {
+        let state32 = positive("replay_gather: state", state)?;
+        let branches32 = positive("replay_gather: branches", branches)?;
+        let capacity = src.r.len();
+        let batch = idx.len();
+        let cap32 = positive("replay_gather: the buffer's rows", capacity)?;
+        check_len(
+            "replay_gather: src.s ([capacity, S])",
+            src.s.len(),
+            product("replay_gather: src.s", &[capacity, state])?,
+        )?;
+        check_len(
+            "replay_gather: src.s2 ([capacity, S])",
+            src.s2.len(),
+            src.s.len(),
+        )?;
+        check_len(
+            "replay_gather: src.act ([capacity, D])",
+            src.act.len(),
+            product("replay_gather: src.act", &[capacity, branches])?,
+        )?;
+        check_len(
+            "replay_gather: src.done ([capacity])",
+            src.done.len(),
+            capacity,
+        )?;
+        let rows = product("replay_gather: s", &[batch, state])?;
+        check_len("replay_gather: s ([B, S])", dst.s.len(), rows)?;
+        check_len("replay_gather: s2 ([B, S])", dst.s2.len(), rows)?;
+        check_len(
+            "replay_gather: act ([B, D])",
+            dst.act.len(),
+            product("replay_gather: act", &[batch, branches])?,
+        )?;
+        check_len("replay_gather: r ([B])", dst.r.len(), batch)?;
+        check_len("replay_gather: done ([B])", dst.done.len(), batch)?;
+        let width = product("replay_gather: a row", &[2, state])?
+            .checked_add(branches + 2)
+            .ok_or_else(|| Error::Invalid("replay_gather: a row's width overflows".into()))?;
+        let n = len_u32(
+            "replay_gather: B rows of 2 S + D + 2",
+            product("replay_gather: rows", &[batch, width])?,
+        )?;
+        let batch32 = len_u32("replay_gather: idx", batch)?;
+        // SAFETY: threads with i >= n = B (2 S + D + 2) return; each reads idx[b] for
+        // b < B and a source row only when it is below the capacity, whose rows every
+        // source holds (checked above), and writes one element of its destination row.
+        unsafe {
+            self.raw.replay_gather(
+                stream,
+                elementwise_config(n),
+                idx,
+                src.s,
+                src.s2,
+                src.act,
+                src.r,
+                src.done,
+                dst.s,
+                dst.s2,
+                dst.act,
+                dst.r,
+                dst.done,
+                cap32,
+                batch32,
+                state32,
+                branches32,
+            )
+        }
+    }
+
+    /// `dst[b, :] = src[idx[b], :]` for rows of `width` floats (the window of past
+    /// states, `W S`). An index out of range gathers NaN. Rows of a multiple of 4 floats
+    /// are copied as `float4`s, one thread each; other widths one thread per float.
+    pub fn replay_gather_rows(
+        &self,
+        stream: &CaptureStream<'_>,
+        idx: &DeviceBuffer<u32>,
+        src: &DeviceBuffer<f32>,
+        dst: &mut DeviceBuffer<f32>,
+        width: usize,
+    ) -> Result<()> {
+        let width32 = positive("replay_gather_rows: width", width)?;
+        let capacity = rows_of("replay_gather_rows: src", src.len(), width)?;
+        let cap32 = positive("replay_gather_rows: the buffer's rows", capacity)?;
+        len_u32("replay_gather_rows: src", src.len())?;
+        let batch = idx.len();
+        let batch32 = len_u32("replay_gather_rows: idx", batch)?;
+        check_len(
+            "replay_gather_rows: dst ([B, width])",
+            dst.len(),
+            product("replay_gather_rows: dst", &[batch, width])?,
+        )?;
+        let n = dst.len() as u32;
+        if width % 4 == 0 {
+            // SAFETY: threads with i >= B width / 4 return; each reads idx[b], b < B, and
+            // a float4 of source row idx[b] only when it is below the capacity (rows of
+            // `width` floats, 16-byte aligned as width is a multiple of 4 in a whole
+            // allocation), and writes a float4 of destination row b.
+            unsafe {
+                self.raw.replay_gather_rows4(
+                    stream,
+                    elementwise_config(n / 4),
+                    idx,
+                    src,
+                    dst,
+                    cap32,
+                    batch32,
+                    width32,
+                )
+            }
+        } else {
+            // SAFETY: as above, one float per thread, for i < B width.
+            unsafe {
+                self.raw.replay_gather_rows(
+                    stream,
+                    elementwise_config(n),
+                    idx,
+                    src,
+                    dst,
+                    cap32,
+                    batch32,
+                    width32,
+                )
+            }
+        }
+    }
+
+    /// Fills `x` with standard normals (Box-Muller), drawn from the key of `(seed,
+    /// tensor)`.
+    pub fn replay_fill_normal(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &mut DeviceBuffer<f32>,
+        seed: u64,
+        tensor: ReplayTensor,
+    ) -> Result<()> {
+        let n = x.len() as u64;
+        // SAFETY: the grid-stride loop writes x[i] for i < n = x.len() only.
+        unsafe {
+            self.raw
+                .replay_fill_normal(stream, fill_config(), x, n, seed, tensor.id())
+        }
+    }
+
+    /// Fills `x` with actions uniform in `[0, actions)`.
+    pub fn replay_fill_actions(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &mut DeviceBuffer<i32>,
+        actions: usize,
+        seed: u64,
+        tensor: ReplayTensor,
+    ) -> Result<()> {
+        let actions = positive("replay_fill_actions: actions", actions)?;
+        let n = x.len() as u64;
+        // SAFETY: the grid-stride loop writes x[i] for i < n = x.len() only.
+        unsafe {
+            self.raw
+                .replay_fill_actions(stream, fill_config(), x, n, actions, seed, tensor.id())
+        }
+    }
+
+    /// Fills `x` with 1 at probability `p` and 0 otherwise.
+    pub fn replay_fill_bernoulli(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &mut DeviceBuffer<f32>,
+        p: f32,
+        seed: u64,
+        tensor: ReplayTensor,
+    ) -> Result<()> {
+        let n = x.len() as u64;
+        // SAFETY: the grid-stride loop writes x[i] for i < n = x.len() only.
+        unsafe {
+            self.raw
+                .replay_fill_bernoulli(stream, fill_config(), x, n, p, seed, tensor.id())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2356,6 +2672,14 @@ mod tests {
             ("iqn", "iqn_finish"),
             ("iqn", "iqn_fused"),
             ("iqn", "iqn_fused_finish"),
+            ("replay", "replay_draw"),
+            ("replay", "replay_advance"),
+            ("replay", "replay_gather"),
+            ("replay", "replay_gather_rows4"),
+            ("replay", "replay_gather_rows"),
+            ("replay", "replay_fill_normal"),
+            ("replay", "replay_fill_actions"),
+            ("replay", "replay_fill_bernoulli"),
         ];
         assert_eq!(names, want);
         // A struct passed by value: its size is the PTX's (eight device addresses).

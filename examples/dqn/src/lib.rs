@@ -10,6 +10,8 @@
 //!   `stepgraph-kernels`;
 //! - [`reference`](mod@reference): a CPU reference of every kernel, whose gradients the unit tests check
 //!   against finite differences;
+//! - [`replay`]: where the batch comes from, a replay buffer on the device sampled inside
+//!   the graph or a batch the host uploads;
 //! - [`npy`]: NumPy files, the exchange format with `reference.py`.
 //!
 //! The `dqn` binary trains, benchmarks and writes the check's tensors.
@@ -19,3 +21,4 @@ pub mod layers;
 pub mod model;
 pub mod npy;
 pub mod reference;
+pub mod replay;

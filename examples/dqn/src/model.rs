@@ -17,6 +17,9 @@ use crate::kernels::{
     trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
 };
 
+use crate::kernels::{TransitionRows, TransitionRowsMut};
+use crate::replay::{BatchSource, Sampler};
+
 use crate::layers::{
     Branch, BranchAct, BranchBack, Buf, D, Linear, Sizes, Trunk, TrunkAct, forward,
     input_grad_spec, linear_spec, mask1_len, param_grads, param_grads_wide, trunk_forward,
@@ -178,7 +181,9 @@ pub fn named<'a>(
     tensors!(trunk, branch, iql, iqn, attn)
 }
 
-/// One batch of transitions (MODEL.md's inputs).
+/// One batch of transitions (MODEL.md's inputs) but the window of past states, which is
+/// a buffer of its own (`win`): only the attention head reads it, so its gather runs on
+/// the attention head's stream.
 #[derive(Debug, StepBuffer)]
 pub struct Batch {
     pub s: Buf,
@@ -186,7 +191,6 @@ pub struct Batch {
     pub act: DeviceBuffer<i32>,
     pub r: Buf,
     pub done: Buf,
-    pub win: Buf,
     pub tau: Buf,
 }
 
@@ -295,7 +299,12 @@ pub mod dqn {
     #[buffers]
     #[derive(Debug)]
     pub struct Buffers {
+        /// The replay buffer the batch is drawn from, or the batch the host uploaded.
+        pub source: BatchSource,
+        pub sampler: Sampler,
         pub batch: Batch,
+        /// `[B, W, S]`, the batch's windows of past states.
+        pub win: Buf,
         pub params: Model,
         pub target: Model,
         pub act: TrunkAct,
@@ -349,12 +358,116 @@ pub mod dqn {
         pub sizes: Sizes,
         pub gamma: f32,
         pub hyper: AdamHyper,
+        /// The replay buffer's generator: the seed of every draw.
+        pub replay_seed: u64,
+        /// K: the target network is updated at every K-th replay (K, 2K, ...).
+        pub target_sync: u32,
+        /// τ of the Polyak update `θ⁻ ← (1 − τ) θ⁻ + τ θ`, in (0, 1]; 0 copies `θ`.
+        pub polyak: f32,
     }
 
     /// Zero the main losses and refresh lr and the bias corrections from the host.
     fn begin(stream: &CaptureStream<'_>, losses: &mut Buf, optim: &mut Optim) -> Result<()> {
         stream.memset_zeros(losses)?;
         stream.refresh(&mut optim.scalars)
+    }
+
+    /// The rows of this replay's batch and IQN's fractions, drawn inside the graph from
+    /// the replay buffer's generator, which then moves its counter on. A host-fed batch
+    /// has no rows to draw: the indices are zeroed, so nothing reads stale ones.
+    fn draw_sample(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        replay_seed: u64,
+        source: &BatchSource,
+        sampler: &mut Sampler,
+        batch: &mut Batch,
+    ) -> Result<()> {
+        match source {
+            BatchSource::Replay(replay) => {
+                let Sampler { counter, idx } = sampler;
+                k.replay_draw(
+                    stream,
+                    counter,
+                    idx,
+                    &mut batch.tau,
+                    replay_seed,
+                    replay.capacity(),
+                )?;
+                k.replay_advance(stream, counter)
+            }
+            BatchSource::Host(_) => stream.memset_zeros(&mut sampler.idx),
+        }
+    }
+
+    /// The batch's per-row tensors: the drawn rows of the replay buffer, or copies of
+    /// the host's batch (with its fractions).
+    fn load_batch(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        source: &BatchSource,
+        sampler: &Sampler,
+        batch: &mut Batch,
+    ) -> Result<()> {
+        match source {
+            BatchSource::Replay(replay) => {
+                let src = TransitionRows {
+                    s: &replay.s,
+                    s2: &replay.s2,
+                    act: &replay.act,
+                    r: &replay.r,
+                    done: &replay.done,
+                };
+                let Batch {
+                    s,
+                    s2,
+                    act,
+                    r,
+                    done,
+                    tau: _,
+                } = batch;
+                let dst = TransitionRowsMut {
+                    s,
+                    s2,
+                    act,
+                    r,
+                    done,
+                };
+                k.replay_gather(stream, &sampler.idx, src, dst, sizes.state, D)
+            }
+            BatchSource::Host(host) => {
+                stream.copy(&host.s, &mut batch.s)?;
+                stream.copy(&host.s2, &mut batch.s2)?;
+                stream.copy(&host.act, &mut batch.act)?;
+                stream.copy(&host.r, &mut batch.r)?;
+                stream.copy(&host.done, &mut batch.done)?;
+                stream.copy(&host.tau, &mut batch.tau)
+            }
+        }
+    }
+
+    /// The windows of past states, on the attention head's stream (only it reads them):
+    /// the largest gather runs beside the trunk instead of before it.
+    #[stream(aux_attn)]
+    fn load_window(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        source: &BatchSource,
+        sampler: &Sampler,
+        win: &mut Buf,
+    ) -> Result<()> {
+        match source {
+            BatchSource::Replay(replay) => k.replay_gather_rows(
+                stream,
+                &sampler.idx,
+                &replay.win,
+                win,
+                sizes.window * sizes.state,
+            ),
+            BatchSource::Host(host) => stream.copy(&host.win, win),
+        }
     }
 
     #[cost(3.0)]
@@ -795,6 +908,7 @@ pub mod dqn {
         k: &Kernels,
         sizes: Sizes,
         batch: &Batch,
+        win: &Buf,
         params: &Model,
         attn_act: &mut AttnAct,
         attn_grad: &mut Attn,
@@ -808,7 +922,7 @@ pub mod dqn {
         stream.memset_zeros(attn_losses)?;
         forward(
             &blas,
-            &batch.win,
+            win,
             &a.emb,
             &mut x.emb,
             rows,
@@ -867,7 +981,7 @@ pub mod dqn {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
-        batch: &Batch,
+        win: &Buf,
         attn_act: &mut AttnAct,
         attn_grad: &mut Attn,
     ) -> Result<()> {
@@ -895,7 +1009,7 @@ pub mod dqn {
             stream,
             k,
             &x.demb,
-            &batch.win,
+            win,
             &mut attn_grad.emb,
             rows,
             s.state,
@@ -1052,6 +1166,27 @@ pub mod dqn {
             .collect();
         k.generic
             .adam_clip_update(stream, table, &mut slots, sq_norm, scalars, hyper)
+    }
+
+    /// The target network from the online one, at every `target_sync`-th replay (a
+    /// conditional node): a copy of every tensor, or with `polyak = τ` the Polyak update
+    /// `θ⁻ ← (1 − τ) θ⁻ + τ θ` (`fmaf(τ, θ, (1 − τ) θ⁻)`, `axpby`).
+    #[every(target_sync)]
+    fn update_target(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        polyak: f32,
+        params: &Model,
+        target: &mut Model,
+    ) -> Result<()> {
+        for ((_, p), (_, t)) in params.named().into_iter().zip(target.named_mut()) {
+            if polyak == 0.0 {
+                stream.copy(p, t)?;
+            } else {
+                k.generic.axpby(stream, p, t, polyak, 1.0 - polyak)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1230,8 +1365,14 @@ impl dqn::Buffers {
 }
 
 /// Allocates every buffer of the step for `sizes`, with parameters zeroed (the caller
-/// uploads initial values); `comm` is this rank's place among the data-parallel ranks.
-pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::Buffers> {
+/// uploads initial values), drawing its batches from `source`; `comm` is this rank's
+/// place among the data-parallel ranks.
+pub fn allocate(
+    device: &Device,
+    s: &Sizes,
+    source: BatchSource,
+    comm: Communicator,
+) -> Result<dqn::Buffers> {
     let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
     let (b, h) = (s.batch, s.hidden);
     let bw = b * s.window;
@@ -1271,15 +1412,17 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
     };
     let branch_act = |d: usize| BranchAct::zeros(device, s, &format!("branch{d}"));
     Ok(dqn::Buffers {
+        source,
+        sampler: Sampler::new(device, b)?,
         batch: Batch {
             s: z("s", b * s.state)?,
             s2: z("s2", b * s.state)?,
             act: device.alloc_zeros("act", b * D)?,
             r: z("r", b)?,
             done: z("done", b)?,
-            win: z("win", bw * s.state)?,
             tau: z("tau", b * s.quantiles)?,
         },
+        win: z("win", bw * s.state)?,
         target: Model::zeros(device, s, "target")?,
         params,
         act: TrunkAct::zeros(device, s, "act")?,
@@ -1403,12 +1546,44 @@ pub fn allocate(device: &Device, s: &Sizes, comm: Communicator) -> Result<dqn::B
 mod tests {
     use super::dqn;
 
-    /// The step's plan, checked without a GPU: every conflicting access of the 29 ops
+    /// The step's plan, checked without a GPU: every conflicting access of the 33 ops
     /// ordered, nothing independent ordered.
     #[test]
     fn the_plan_orders_every_conflict_and_nothing_else() {
+        assert_eq!(dqn::PLAN.ops.len(), 33);
         let audit = dqn::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
+    }
+
+    fn op(name: &str) -> &'static stepgraph::plan::OpDesc {
+        dqn::PLAN
+            .ops
+            .iter()
+            .find(|o| o.name == name)
+            .unwrap_or_else(|| panic!("no op {name}"))
+    }
+
+    /// The batch is drawn and loaded first, the window on the attention head's stream;
+    /// the target update is the last op, conditional on `target_sync`.
+    #[test]
+    fn the_batch_is_loaded_first_and_the_target_updated_last() {
+        let names: Vec<&str> = dqn::PLAN.ops.iter().map(|o| o.name).collect();
+        assert_eq!(
+            names[..5],
+            [
+                "begin",
+                "draw_sample",
+                "load_batch",
+                "load_window",
+                "trunk_forward_s"
+            ]
+        );
+        assert_eq!(names.last(), Some(&"update_target"));
+        let stream = |o: &str| dqn::PLAN.streams[op(o).stream.index()].name;
+        assert_eq!(stream("load_window"), stream("attention_head"));
+        assert_eq!(stream("load_batch"), stream("trunk_forward_s"));
+        assert!(op("update_target").every.is_some());
+        assert!(dqn::PLAN.ops.iter().filter(|o| o.every.is_some()).count() == 1);
     }
 }

@@ -1106,6 +1106,90 @@ pub fn trunk_l1_grad_reference(
     (narrow(&dw1), narrow(&db1))
 }
 
+// ---- the replay buffer's generator (cuda/replay.cu) ----
+
+const REPLAY_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// splitmix64's output function, as `splitmix` in `cuda/replay.cu`.
+pub fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(REPLAY_GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The key of one replay's draw (or, with `!seed`, of one tensor's fill).
+pub fn replay_key(seed: u64, counter: u64) -> u64 {
+    splitmix(splitmix(seed) ^ counter)
+}
+
+/// The bits of element `e` under `key`.
+pub fn replay_bits(key: u64, e: u64) -> u64 {
+    splitmix(key.wrapping_add(e.wrapping_mul(REPLAY_GAMMA)))
+}
+
+/// The top 24 bits as a float in `[0, 1)`, exactly.
+pub fn uniform24(bits: u64) -> f32 {
+    (bits >> 40) as f32 * (1.0 / 16_777_216.0)
+}
+
+/// Uniform in `[0, n)`: the high word of `bits n`.
+pub fn below(bits: u64, n: u32) -> u32 {
+    ((u128::from(bits) * u128::from(n)) >> 64) as u32
+}
+
+/// What [`Kernels::replay_draw`](crate::kernels::Kernels::replay_draw) draws at counter
+/// `counter`: `batch` indices in `[0, capacity)` and `taus` fractions in `[0.02, 0.98]`,
+/// the same bits.
+pub fn replay_draw_reference(
+    seed: u64,
+    counter: u64,
+    capacity: u32,
+    batch: usize,
+    taus: usize,
+) -> (Vec<u32>, Vec<f32>) {
+    let key = replay_key(seed, counter);
+    let idx = (0..batch)
+        .map(|b| below(replay_bits(key, b as u64), capacity))
+        .collect();
+    let tau = (0..taus)
+        .map(|j| 0.96f32.mul_add(uniform24(replay_bits(key, (batch + j) as u64)), 0.02))
+        .collect();
+    (idx, tau)
+}
+
+/// What [`Kernels::replay_fill_actions`](crate::kernels::Kernels::replay_fill_actions)
+/// writes, bit for bit.
+pub fn replay_fill_actions_reference(n: usize, actions: u32, seed: u64, tensor: u64) -> Vec<i32> {
+    let key = replay_key(!seed, tensor);
+    (0..n)
+        .map(|i| below(replay_bits(key, i as u64), actions) as i32)
+        .collect()
+}
+
+/// What [`Kernels::replay_fill_bernoulli`](crate::kernels::Kernels::replay_fill_bernoulli)
+/// writes, bit for bit.
+pub fn replay_fill_bernoulli_reference(n: usize, p: f32, seed: u64, tensor: u64) -> Vec<f32> {
+    let key = replay_key(!seed, tensor);
+    (0..n)
+        .map(|i| f32::from(u8::from(uniform24(replay_bits(key, i as u64)) < p)))
+        .collect()
+}
+
+/// What [`Kernels::replay_fill_normal`](crate::kernels::Kernels::replay_fill_normal)
+/// writes, in f64 (the kernel's `logf` and `cosf` differ in the last bits).
+pub fn replay_fill_normal_reference(n: usize, seed: u64, tensor: u64) -> Vec<f32> {
+    let key = replay_key(!seed, tensor);
+    (0..n)
+        .map(|i| {
+            let bits = replay_bits(key, i as u64);
+            let u1 = f64::from(uniform24(bits).max(1e-7));
+            let u2 = f64::from(uniform24(bits << 24));
+            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1825,5 +1909,80 @@ mod tests {
             &[out.dbp],
             &numeric_grad(&[bp], |x| loss(&o, &wp, x[0])),
         );
+    }
+
+    /// The replay generator's draw: indices in range and spread evenly over the buffer,
+    /// fractions in [0.02, 0.98] with mean 0.5, a fresh draw at every counter, and the
+    /// same draw again for the same (seed, counter).
+    #[test]
+    fn the_replay_draw_is_uniform_in_range_and_fresh_per_counter() {
+        let (capacity, batch, taus) = (1000u32, 20_000, 40_000);
+        let (idx, tau) = replay_draw_reference(7, 0, capacity, batch, taus);
+        assert!(idx.iter().all(|&i| i < capacity));
+        let mut counts = vec![0usize; 10];
+        for &i in &idx {
+            counts[(i / 100) as usize] += 1;
+        }
+        // 2000 expected a decile; 5 sigma is about 210.
+        assert!(counts.iter().all(|&c| c.abs_diff(2000) < 250), "{counts:?}");
+        assert!(tau.iter().all(|&t| (0.02..=0.98).contains(&t)));
+        let mean = tau.iter().map(|&t| f64::from(t)).sum::<f64>() / taus as f64;
+        // sd of the mean: 0.96 / sqrt(12 * 40000) = 1.4e-3.
+        assert!((mean - 0.5).abs() < 7e-3, "{mean}");
+        let (again, _) = replay_draw_reference(7, 0, capacity, batch, taus);
+        assert_eq!(idx, again);
+        let (next, _) = replay_draw_reference(7, 1, capacity, batch, taus);
+        let same = idx.iter().zip(&next).filter(|(a, b)| a == b).count();
+        // 1 in 1000 rows alike by chance: about 20.
+        assert!(
+            same < 60,
+            "{same} of {batch} indices equal at the next counter"
+        );
+        let (other_seed, _) = replay_draw_reference(8, 0, capacity, batch, taus);
+        assert_ne!(idx, other_seed);
+    }
+
+    /// The fills have the host generator's distributions: normals of mean 0 and variance
+    /// 1, actions uniform over 0..A, done at probability 0.1.
+    #[test]
+    fn the_replay_fills_have_the_generated_transitions_distributions() {
+        let n = 50_000;
+        let x = replay_fill_normal_reference(n, 3, 0);
+        let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+        let var = x
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / n as f64;
+        assert!(
+            mean.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+            "{mean} {var}"
+        );
+        let act = replay_fill_actions_reference(n, 5, 3, 2);
+        let mut counts = [0usize; 5];
+        for &a in &act {
+            counts[usize::try_from(a).unwrap()] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| c.abs_diff(n / 5) < 500),
+            "{counts:?}"
+        );
+        let done = replay_fill_bernoulli_reference(n, 0.1, 3, 4);
+        let ones = done.iter().filter(|&&d| d == 1.0).count();
+        assert!(done.iter().all(|&d| d == 0.0 || d == 1.0));
+        assert!(ones.abs_diff(n / 10) < 350, "{ones}");
+        // Two tensors of one seed are independent draws.
+        let y = replay_fill_normal_reference(n, 3, 1);
+        assert_ne!(x, y);
+    }
+
+    /// `below` is the high word of a 128-bit product: 0 for bits 0, n - 1 for all ones.
+    #[test]
+    fn below_maps_the_bits_onto_the_range() {
+        assert_eq!(below(0, 7), 0);
+        assert_eq!(below(u64::MAX, 7), 6);
+        assert_eq!(below(1 << 63, 10), 5);
+        assert_eq!(uniform24(u64::MAX), 1.0 - 1.0 / 16_777_216.0);
+        assert_eq!(splitmix(0), 0xE220_A839_7B1D_CDAF);
     }
 }

@@ -1,6 +1,8 @@
-//! GPU tests of the DQN step's kernels, each against its CPU reference: they need a CUDA
-//! GPU of compute capability 9.0 and run only with the `gpu-tests` feature (`cargo xtask
-//! bundle --gpu-tests` builds them for the GPU host). Every test uses random data.
+//! GPU tests of the DQN step's kernels, each against its CPU reference, and of the whole
+//! step (`gpu/step.rs`: the replay buffer's draw and gathers, the host-fed batch, the
+//! target update every K replays): they need a CUDA GPU of compute capability 9.0 and run
+//! only with the `gpu-tests` feature (`cargo xtask bundle --gpu-tests` builds them for the
+//! GPU host). Every test uses random data.
 #![cfg(feature = "gpu-tests")]
 
 #[path = "gpu/attention.rs"]
@@ -13,6 +15,8 @@ mod dueling;
 mod iql;
 #[path = "gpu/iqn.rs"]
 mod iqn;
+#[path = "gpu/step.rs"]
+mod step;
 #[path = "gpu/trunk.rs"]
 mod trunk;
 

@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p stepgraph-dqn -- [--steps N] [--batch B] [--hidden H] ...
+//! cargo run --release -p stepgraph-dqn -- [--source replay|host] [--replay N]
+//!                                         [--target-sync K] [--polyak TAU]
 //! cargo run --release -p stepgraph-dqn -- --check DIR [--steps 3]   # for reference.py check DIR
 //! cargo run --release -p stepgraph-dqn -- --gpus N [--steps N]    # data parallel, NCCL
 //! cargo run --release -p stepgraph-dqn -- --print-plan dot|svg
@@ -21,6 +23,7 @@ use stepgraph_dqn::kernels::{Kernels, LossSlot};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::npy;
+use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
 use stepgraph_kernels::{AdamHyper, AdamScalars};
 
 const LR: f32 = 3e-4;
@@ -47,8 +50,37 @@ struct Options {
     serial_replay: bool,
     /// Put a NaN into one past state of this training step's batch: shows the guard that
     /// stops training at a non-finite loss or gradient, names the tensors, and keeps the
-    /// state of the step before.
+    /// state of the step before. Needs the host-fed batch, which it implies.
     inject_nan: Option<usize>,
+    /// Where the training run's batches come from (`--source`); `None`: the replay
+    /// buffer, or the host with `--inject-nan`. `--check` and `--gpus` feed the host's.
+    source: Option<Source>,
+    /// The replay buffer's rows (`--replay`).
+    replay: usize,
+    /// K of `--target-sync`: the target network is updated at every K-th step.
+    target_sync: u32,
+    /// τ of `--polyak`; 0 (the default) copies the parameters.
+    polyak: f32,
+}
+
+/// `--source`: where the training run's batches come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The replay buffer on the device, sampled inside the graph.
+    Replay,
+    /// Generated transitions uploaded before each step.
+    Host,
+}
+
+impl Options {
+    /// The training run's source.
+    fn source(&self) -> Source {
+        self.source.unwrap_or(if self.inject_nan.is_some() {
+            Source::Host
+        } else {
+            Source::Replay
+        })
+    }
 }
 
 /// The options of `args` (the command line without the program name).
@@ -61,6 +93,10 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
         gpus: None,
         serial_replay: false,
         inject_nan: None,
+        source: None,
+        replay: 1_000_000,
+        target_sync: 100,
+        polyak: 0.0,
     };
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -94,12 +130,80 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
             "--check" => o.check = Some(PathBuf::from(value()?)),
             "--gpus" => o.gpus = Some(number()?),
             "--inject-nan" => o.inject_nan = Some(number()?),
+            "--replay" => match number()? {
+                0 => return Err("--replay 0: expected a capacity of at least 1 transition".into()),
+                n => o.replay = n,
+            },
+            "--target-sync" => {
+                let k = number()?;
+                o.target_sync = match u32::try_from(k) {
+                    Ok(k) if k >= 1 => k,
+                    _ => {
+                        return Err(format!(
+                            "--target-sync {k}: expected a count of steps from 1 to {}",
+                            u32::MAX
+                        ));
+                    }
+                };
+            }
+            "--polyak" => {
+                let v = value()?;
+                let tau: f32 = v
+                    .parse()
+                    .map_err(|_| format!("--polyak expects a number, found {v:?}"))?;
+                if !(tau > 0.0 && tau <= 1.0) {
+                    return Err(format!(
+                        "--polyak {v}: expected τ with 0 < τ ≤ 1 (leave it out for a hard copy)"
+                    ));
+                }
+                o.polyak = tau;
+            }
+            "--source" => {
+                o.source = Some(match value()?.as_str() {
+                    "replay" => Source::Replay,
+                    "host" => Source::Host,
+                    v => return Err(format!("--source expects replay or host, found {v:?}")),
+                });
+            }
             other => {
                 return Err(format!(
-                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, --inject-nan STEP, or a size \
+                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, --inject-nan STEP, \
+                     --source replay|host, --replay N, --target-sync K, --polyak TAU, or a size \
                      (--batch --state --hidden --glu --actions --quantiles --cosines --window --width --heads)"
                 ));
             }
+        }
+    }
+    if o.source == Some(Source::Replay) {
+        if o.check.is_some() || o.gpus.is_some() {
+            // Both compare steps on batches that must be the same on both sides: the ones
+            // the host generated, wrote to disk (`--check`) and split over the ranks.
+            return Err(
+                "--source replay applies to the training run: --check and --gpus feed the \
+                 host's batches"
+                    .into(),
+            );
+        }
+        if o.inject_nan.is_some() {
+            return Err(
+                "--inject-nan poisons an uploaded batch: expected --source host or no --source"
+                    .into(),
+            );
+        }
+    }
+    if let Some(dir) = &o.check {
+        let steps = o.steps.unwrap_or(3);
+        let k = o.target_sync as usize;
+        if k <= steps {
+            // reference.py recomputes every step against the target it read before step
+            // 1 (target/): an update inside the checked steps would fail rows that are
+            // right.
+            return Err(format!(
+                "--check {} with --target-sync {k}: the target would be updated at step {k} \
+                 of the {steps} checked, and reference.py checks every step against the \
+                 target before step 1; expected --target-sync above {steps}",
+                dir.display()
+            ));
         }
     }
     if let Some(t) = o.inject_nan {
@@ -290,14 +394,27 @@ impl Transitions {
         }
     }
 
+    /// Into the step's host-fed batch, which its load ops copy into its batch at the
+    /// next replay; fails for a step that samples its replay buffer.
     fn upload(&self, step: &mut dqn::Step) -> Result<()> {
-        step.upload(|b| &b.batch.s, &self.s)?;
-        step.upload(|b| &b.batch.s2, &self.s2)?;
-        step.upload(|b| &b.batch.act, &self.act)?;
-        step.upload(|b| &b.batch.r, &self.r)?;
-        step.upload(|b| &b.batch.done, &self.done)?;
-        step.upload(|b| &b.batch.win, &self.win)?;
-        step.upload(|b| &b.batch.tau, &self.tau)
+        if step.buffers().source.host().is_none() {
+            return Err(stepgraph::Error::Invalid(
+                "an uploaded batch needs a step built with the host-fed source (--source host)"
+                    .into(),
+            ));
+        }
+        fn host(b: &dqn::Buffers) -> &HostBatch {
+            b.source
+                .host()
+                .expect("checked above: the step is host-fed")
+        }
+        step.upload(|b| &host(b).s, &self.s)?;
+        step.upload(|b| &host(b).s2, &self.s2)?;
+        step.upload(|b| &host(b).act, &self.act)?;
+        step.upload(|b| &host(b).r, &self.r)?;
+        step.upload(|b| &host(b).done, &self.done)?;
+        step.upload(|b| &host(b).win, &self.win)?;
+        step.upload(|b| &host(b).tau, &self.tau)
     }
 
     fn write(&self, dir: &Path, s: &Sizes) -> std::result::Result<(), npy::NpyError> {
@@ -312,23 +429,43 @@ impl Transitions {
     }
 }
 
-fn build(device: &Device, s: &Sizes, schedule: Schedule) -> Result<dqn::Step> {
-    build_rank(device, s, schedule, Communicator::single())
+/// The step for `s` under `schedule`, its batches from `source` (a replay buffer of
+/// `o.replay` rows filled from `o.seed`, the same for every step built with that seed),
+/// its target updated as `o` says.
+fn build(
+    device: &Device,
+    o: &Options,
+    s: &Sizes,
+    schedule: Schedule,
+    source: Source,
+) -> Result<dqn::Step> {
+    build_rank(device, o, s, schedule, source, Communicator::single())
 }
 
 /// The step of one data-parallel rank (`s.batch` is this rank's slice of the batch).
 fn build_rank(
     device: &Device,
+    o: &Options,
     s: &Sizes,
     schedule: Schedule,
+    source: Source,
     comm: Communicator,
 ) -> Result<dqn::Step> {
     let kernels = std::sync::Arc::new(Kernels::load(device)?);
-    let buffers = model::allocate(device, s, comm)?;
+    let source = match source {
+        Source::Replay => BatchSource::Replay(ReplayBuffer::generated(
+            device, &kernels, s, o.replay, o.seed,
+        )?),
+        Source::Host => BatchSource::Host(HostBatch::zeros(device, s)?),
+    };
+    let buffers = model::allocate(device, s, source, comm)?;
     let config = dqn::Config {
         sizes: *s,
         gamma: GAMMA,
         hyper: HYPER,
+        replay_seed: o.seed,
+        target_sync: o.target_sync,
+        polyak: o.polyak,
     };
     dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
 }
@@ -451,7 +588,7 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
     let s = &o.sizes;
     let steps = o.steps.unwrap_or(3);
     let mut rng = Rng::new(o.seed);
-    let mut step = build(device, s, Schedule::Planned)?;
+    let mut step = build(device, o, s, Schedule::Planned, Source::Host)?;
     let init = initialise(&mut rng, s, &mut step)?;
     for (name, v) in &init {
         npy::write(
@@ -535,13 +672,18 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A step under `schedule`, initialised from `seed`, with the first generated batch
-/// uploaded and the step count at 1: the same values for every schedule compared.
-fn seeded_step(device: &Device, s: &Sizes, seed: u64, schedule: Schedule) -> Result<dqn::Step> {
-    let mut step = build(device, s, schedule)?;
-    let mut rng = Rng::new(seed);
+/// A step under `schedule`, initialised from `o.seed`, with the first generated batch
+/// uploaded (host-fed) or its replay buffer filled from the seed (sampled), and the step
+/// count at 1: the same values for every schedule compared.
+fn seeded_step(device: &Device, o: &Options, schedule: Schedule) -> Result<dqn::Step> {
+    let s = &o.sizes;
+    let source = o.source();
+    let mut step = build(device, o, s, schedule, source)?;
+    let mut rng = Rng::new(o.seed);
     initialise(&mut rng, s, &mut step)?;
-    Transitions::generate(&mut rng, s).upload(&mut step)?;
+    if source == Source::Host {
+        Transitions::generate(&mut rng, s).upload(&mut step)?;
+    }
     set_step_count(&step, 1)?;
     Ok(step)
 }
@@ -549,7 +691,7 @@ fn seeded_step(device: &Device, s: &Sizes, seed: u64, schedule: Schedule) -> Res
 /// One replay of the one-stream step, nothing else launched after it: under Nsight
 /// Compute the last kernels profiled are the graph's, in capture order.
 fn serial_replay(device: &Device, o: &Options) -> Result<()> {
-    let mut serial = seeded_step(device, &o.sizes, o.seed, Schedule::OneStream)?;
+    let mut serial = seeded_step(device, o, Schedule::OneStream)?;
     serial.replay()?;
     serial.wait()?;
     let counts = serial.executor().node_counts()?;
@@ -564,16 +706,33 @@ fn serial_replay(device: &Device, o: &Options) -> Result<()> {
 fn train(device: &Device, o: &Options) -> Result<()> {
     let s = &o.sizes;
     println!("device: {}; sizes {s:?}", device.name());
+    let source = o.source();
+    match source {
+        Source::Replay => println!(
+            "batches: sampled inside the graph from a replay buffer of {} transitions",
+            o.replay
+        ),
+        Source::Host => println!("batches: generated on the host and uploaded before each step"),
+    }
+    let target = if o.polyak > 0.0 {
+        format!("Polyak update with τ = {}", o.polyak)
+    } else {
+        "copy".to_string()
+    };
+    println!("target network: {target} every {} steps", o.target_sync);
     let mut rng = Rng::new(o.seed);
     let t0 = Instant::now();
-    let mut step = build(device, s, Schedule::Planned)?;
+    let mut step = build(device, o, s, Schedule::Planned, source)?;
     println!(
         "built and captured the step in {:.1} ms",
         t0.elapsed().as_secs_f64() * 1e3
     );
     println!("{}", step.verify()?);
     initialise(&mut rng, s, &mut step)?;
-    let pool: Vec<Transitions> = (0..4).map(|_| Transitions::generate(&mut rng, s)).collect();
+    let pool: Vec<Transitions> = match source {
+        Source::Host => (0..4).map(|_| Transitions::generate(&mut rng, s)).collect(),
+        Source::Replay => Vec::new(),
+    };
     let mut times = Vec::new();
     let steps = o.steps.unwrap_or(200).max(1);
     for t in 1..=steps {
@@ -583,7 +742,9 @@ fn train(device: &Device, o: &Options) -> Result<()> {
             poisoned.upload(&mut step)?;
             Some(optimizer_state(&step)?)
         } else {
-            pool[t % pool.len()].upload(&mut step)?;
+            if !pool.is_empty() {
+                pool[t % pool.len()].upload(&mut step)?;
+            }
             None
         };
         set_step_count(&step, t as u32)?;
@@ -623,19 +784,21 @@ fn train(device: &Device, o: &Options) -> Result<()> {
             );
         }
     }
-    compare(device, s, o.seed, &mut step)
+    compare(device, o, &mut step)
 }
 
 /// (a) eager, (b) one-stream graph, (c) stepgraph graph, (d) the critical-path bound.
-fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Result<()> {
+fn compare(device: &Device, o: &Options, planned: &mut dqn::Step) -> Result<()> {
+    let s = &o.sizes;
     let reps = 200;
     let c = median(&mut planned.executor().time_replays(30, reps)?);
-    // The same step on one stream, from the same initialisation and batch.
-    let mut serial = seeded_step(device, s, seed, Schedule::OneStream)?;
+    // The same step on one stream, from the same initialisation and batch (or replay
+    // buffer, filled from the same seed).
+    let mut serial = seeded_step(device, o, Schedule::OneStream)?;
     let b = median(&mut serial.executor().time_replays(30, reps)?);
     // The planned step with the declared stream priorities ignored: what they buy.
     let c_flat = median(
-        &mut seeded_step(device, s, seed, Schedule::PlannedEqualPriority)?
+        &mut seeded_step(device, o, Schedule::PlannedEqualPriority)?
             .executor()
             .time_replays(30, reps)?,
     );
@@ -809,22 +972,32 @@ fn compare(device: &Device, s: &Sizes, seed: u64, planned: &mut dqn::Step) -> Re
 fn part_of(func: &str) -> &'static str {
     match func {
         "begin" | "trunk_forward_s" | "trunk_backward" => "trunk",
+        "draw_sample" | "load_batch" | "load_window" => "batch",
         "branch_forward" | "branch_backward" => "branches",
         "trunk_forward_next" | "branch_forward_next" | "double_dqn_target" | "dueling_losses" => {
             "ddqn"
         }
-        "clip_and_adam" => "adam",
+        "clip_and_adam" | "update_target" => "adam",
         f if f.starts_with("reduce_") => "allreduce",
         _ => "aux",
     }
 }
 
-/// `trunk=.. branches=.. ddqn=.. aux=.. adam=.. allreduce=..`: each part's summed op time
-/// in ms, from a profile (ops on parallel streams add up, so the parts can sum to more
-/// than the step). `allreduce` is the data-parallel collectives (about nothing on one GPU).
+/// `trunk=.. branches=.. ddqn=.. aux=.. adam=.. allreduce=.. batch=..`: each part's summed
+/// op time in ms, from a profile (ops on parallel streams add up, so the parts can sum to
+/// more than the step). `allreduce` is the data-parallel collectives (about nothing on one
+/// GPU); `batch` the draw and the loads of the batch.
 fn breakdown(profile: &stepgraph::Profile) -> String {
-    let names = ["trunk", "branches", "ddqn", "aux", "adam", "allreduce"];
-    let mut ms = [0.0f64; 6];
+    let names = [
+        "trunk",
+        "branches",
+        "ddqn",
+        "aux",
+        "adam",
+        "allreduce",
+        "batch",
+    ];
+    let mut ms = [0.0f64; 7];
     for op in &profile.ops {
         if let Some(i) = names.iter().position(|&n| n == part_of(&op.func)) {
             ms[i] += op.duration_ms();
@@ -851,6 +1024,18 @@ mod tests {
         let o = parse("--steps 30 --inject-nan 17 --batch 1024 --glu 48").unwrap();
         assert_eq!((o.steps, o.inject_nan), (Some(30), Some(17)));
         assert_eq!((o.sizes.batch, o.sizes.glu), (1024, 48));
+        // --inject-nan uploads its poisoned batch: the host-fed source, unless told.
+        assert_eq!(o.source(), Source::Host);
+        let o = parse("").unwrap();
+        assert_eq!(o.source(), Source::Replay);
+        assert_eq!((o.replay, o.target_sync, o.polyak), (1_000_000, 100, 0.0));
+        let o = parse("--source host --replay 4096 --target-sync 4 --polyak 0.005").unwrap();
+        assert_eq!(o.source(), Source::Host);
+        assert_eq!((o.replay, o.target_sync, o.polyak), (4096, 4, 0.005));
+        assert_eq!(parse("--polyak 1").unwrap().polyak, 1.0);
+        // The default K, 100, is far above the 3 checked steps.
+        assert!(parse("--check /tmp/x").is_ok());
+        assert!(parse("--check /tmp/x --target-sync 4 --source host").is_ok());
         for (line, want) in [
             (
                 "--batch",
@@ -880,6 +1065,48 @@ mod tests {
             (
                 "--inject-nan 3 --check /tmp/x",
                 "--inject-nan applies to the training run",
+            ),
+            (
+                "--target-sync 0",
+                "--target-sync 0: expected a count of steps from 1 to",
+            ),
+            (
+                "--target-sync 5000000000",
+                "--target-sync 5000000000: expected a count of steps from 1 to",
+            ),
+            ("--polyak 0", "--polyak 0: expected τ with 0 < τ ≤ 1"),
+            ("--polyak 1.5", "--polyak 1.5: expected τ with 0 < τ ≤ 1"),
+            ("--polyak -0.1", "--polyak -0.1: expected τ with 0 < τ ≤ 1"),
+            ("--polyak NaN", "--polyak NaN: expected τ with 0 < τ ≤ 1"),
+            ("--polyak x", "--polyak expects a number, found \"x\""),
+            (
+                "--source disk",
+                "--source expects replay or host, found \"disk\"",
+            ),
+            (
+                "--replay 0",
+                "--replay 0: expected a capacity of at least 1 transition",
+            ),
+            (
+                "--source replay --check /tmp/x --target-sync 10",
+                "--source replay applies to the training run",
+            ),
+            (
+                "--source replay --gpus 2",
+                "--source replay applies to the training run",
+            ),
+            (
+                "--source replay --inject-nan 3",
+                "--inject-nan poisons an uploaded batch",
+            ),
+            (
+                "--check /tmp/x --target-sync 3",
+                "--check /tmp/x with --target-sync 3: the target would be updated at step 3 of \
+                 the 3 checked",
+            ),
+            (
+                "--check /tmp/x --steps 10 --target-sync 10",
+                "--check /tmp/x with --target-sync 10",
             ),
         ] {
             let err = parse(line)
@@ -966,7 +1193,15 @@ mod tests {
         let names: Vec<&str> = parts.iter().map(|(n, _)| *n).collect();
         assert_eq!(
             names,
-            ["trunk", "branches", "ddqn", "aux", "adam", "allreduce"]
+            [
+                "trunk",
+                "branches",
+                "ddqn",
+                "aux",
+                "adam",
+                "allreduce",
+                "batch"
+            ]
         );
         let total: f64 = profile.ops.iter().map(|o| o.duration_ms()).sum();
         let summed: f64 = parts.iter().map(|(_, t)| t).sum();
@@ -974,7 +1209,8 @@ mod tests {
             (total - summed).abs() < 5e-3,
             "{line}: parts {summed} vs ops {total}"
         );
-        // The fixture was recorded before the step had collectives: those are 0.
+        // The fixture was recorded before the step had collectives and loaded its own
+        // batch: those are 0.
         assert!(parts[..5].iter().all(|(_, t)| *t > 0.0), "{line}");
         // Every op of the step is named in `part_of`'s table or is an auxiliary head.
         for op in dqn::PLAN.ops {

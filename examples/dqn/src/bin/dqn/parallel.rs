@@ -17,7 +17,8 @@ use stepgraph::stats::median;
 use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
 
 use super::{
-    Options, Rng, Transitions, build, build_rank, check_finite, initialise, losses, set_step_count,
+    Options, Rng, Source, Transitions, build, build_rank, check_finite, initialise, losses,
+    set_step_count,
 };
 use stepgraph_dqn::model::dqn;
 
@@ -173,7 +174,7 @@ fn rank_main(
     let mut s = o.sizes;
     s.batch /= ranks;
     let built = Communicator::join(&device, id, rank, ranks)
-        .and_then(|comm| build_rank(&device, &s, Schedule::Planned, comm));
+        .and_then(|comm| build_rank(&device, o, &s, Schedule::Planned, Source::Host, comm));
     let mut step = meet(&points[1], built, "the first all-reduce")?;
     // Where each rank is, on stderr: a rank that waits on a collective shows how far it got.
     eprintln!("rank {rank}: joined NCCL and captured the step");
@@ -279,7 +280,7 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
     }
 
     // One GPU, the whole batch, no NCCL: the reference of the check and of the speed-up.
-    let mut whole = build(device, s, Schedule::Planned)?;
+    let mut whole = build(device, o, s, Schedule::Planned, Source::Host)?;
     initialise(&mut Rng::new(o.seed), s, &mut whole)?;
     check_steps(&mut whole, &pool)?;
     let want = snapshot(&whole)?;
