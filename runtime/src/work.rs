@@ -293,14 +293,62 @@ fn blocks_per_sm(func: sys::CUfunction, threads: u32, shared: u32) -> Result<u64
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// Median time of one copy of `src` alone, in milliseconds, from a chain of [`COPIES`];
-/// `marks` are [`LAUNCHES`] + 1 timing events, recorded between the launches.
+/// How long one timing of a kernel alone may take before it is given up: a chain of
+/// [`COPIES`] launched [`LAUNCHES`] + 1 times of a kernel of the step, milliseconds each.
+pub const ALONE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The memsets that kernel node `node` depends on directly: cuBLASLt clears a counter in
+/// its workspace before some Hopper kernels (a persistent tile scheduler's), and such a
+/// kernel run again without the clear waits for arrivals that never come, so its copies
+/// alone are preceded by the same clears.
+fn preceding_memsets(node: sys::CUgraphNode) -> Result<Vec<sys::CUDA_MEMSET_NODE_PARAMS>> {
+    let mut n = 0usize;
+    // SAFETY: a node of a live graph; null arrays ask for the count only.
+    unsafe {
+        sys::cuGraphNodeGetDependencies_v2(node, std::ptr::null_mut(), std::ptr::null_mut(), &mut n)
+    }
+    .result()
+    .map_err(Error::driver("cuGraphNodeGetDependencies"))?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut deps = vec![std::ptr::null_mut(); n];
+    // SAFETY: CUgraphEdgeData is plain data, valid when zeroed; the driver refuses to drop
+    // an edge's data, so it is read too.
+    let mut data = vec![unsafe { std::mem::zeroed::<sys::CUgraphEdgeData>() }; n];
+    // SAFETY: both arrays have room for `n` entries.
+    unsafe {
+        sys::cuGraphNodeGetDependencies_v2(node, deps.as_mut_ptr(), data.as_mut_ptr(), &mut n)
+    }
+    .result()
+    .map_err(Error::driver("cuGraphNodeGetDependencies"))?;
+    let mut memsets = Vec::new();
+    for &dep in deps.iter().take(n) {
+        if node_type(dep)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET {
+            continue;
+        }
+        let mut p = MaybeUninit::<sys::CUDA_MEMSET_NODE_PARAMS>::zeroed();
+        // SAFETY: a memset node of the live graph; `p` is a valid out-pointer.
+        unsafe { sys::cuGraphMemsetNodeGetParams(dep, p.as_mut_ptr()) }
+            .result()
+            .map_err(Error::driver("cuGraphMemsetNodeGetParams"))?;
+        // SAFETY: zeroed, then written by the driver.
+        memsets.push(unsafe { p.assume_init() });
+    }
+    Ok(memsets)
+}
+
+/// Median time of one copy of `src` alone, in milliseconds, from a chain of [`COPIES`],
+/// each after the memsets `src` depends on (`clears`, timed with it: tiny); `marks` are
+/// [`LAUNCHES`] + 1 timing events, recorded between the launches. Fails, rather than
+/// waiting for ever, if the chain runs past [`ALONE_DEADLINE`].
 fn time_alone(
     device: &Device,
     stream: &CudaStream,
     marks: &[CudaEvent],
     src: sys::CUgraphNode,
     params: &sys::CUDA_KERNEL_NODE_PARAMS,
+    clears: &[sys::CUDA_MEMSET_NODE_PARAMS],
 ) -> Result<f64> {
     let ctx = device.context();
     let mut raw = std::ptr::null_mut();
@@ -312,6 +360,25 @@ fn time_alone(
     let graph = unsafe { CapturedGraph::new(raw, ctx.clone()) };
     let mut prev: Option<sys::CUgraphNode> = None;
     for _ in 0..COPIES {
+        for clear in clears {
+            let mut node = std::ptr::null_mut();
+            let deps: &[sys::CUgraphNode] = prev.as_slice();
+            // SAFETY: the graph is live; `clear` was read from a live memset node of the
+            // same context, whose memory outlives this call.
+            unsafe {
+                sys::cuGraphAddMemsetNode(
+                    &mut node,
+                    raw,
+                    deps.as_ptr(),
+                    deps.len(),
+                    clear,
+                    ctx.cu_ctx(),
+                )
+            }
+            .result()
+            .map_err(Error::driver("cuGraphAddMemsetNode"))?;
+            prev = Some(node);
+        }
         let mut node = std::ptr::null_mut();
         let deps: &[sys::CUgraphNode] = prev.as_slice();
         // SAFETY: the graph is live; `params` was read from a live kernel node of the same
@@ -337,9 +404,23 @@ fn time_alone(
             exec.launch(stream)?;
         }
     }
-    stream
-        .synchronize()
-        .map_err(Error::driver("cuStreamSynchronize"))?;
+    let started = std::time::Instant::now();
+    let last = marks
+        .last()
+        .ok_or_else(|| Error::Invalid("no timing marks".into()))?;
+    while !last
+        .try_is_complete()
+        .map_err(Error::driver("cuEventQuery"))?
+    {
+        if started.elapsed() > ALONE_DEADLINE {
+            return Err(Error::Invalid(format!(
+                "run alone, it did not finish within {} s: it waits for work of the step \
+                 that is not copied with it",
+                ALONE_DEADLINE.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
     let mut each = marks
         .windows(2)
         .map(|w| elapsed_ms(&w[0], &w[1]).map(|ms| ms / COPIES as f64))
@@ -403,7 +484,8 @@ pub(crate) fn measure(
                 alone_ms: if conditional {
                     0.0
                 } else {
-                    time_alone(device, stream, &marks, node, &p).map_err(what)?
+                    let clears = preceding_memsets(node).map_err(what)?;
+                    time_alone(device, stream, &marks, node, &p, &clears).map_err(what)?
                 },
             });
         }
