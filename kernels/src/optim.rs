@@ -2,7 +2,7 @@
 //! clipping over a table of parameters in one launch, and deterministic column sums
 //! (`cuda/optim.cu`).
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, DeviceScalars, Error, LaunchConfig, Result};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, DeviceMem, Error, LaunchConfig, Result};
 
 use crate::Kernels;
 use crate::launch::{
@@ -137,6 +137,13 @@ impl ParamTable {
     /// The entries, in table order.
     pub fn entries(&self) -> &[ParamEntry] {
         &self.entries
+    }
+
+    /// The table as the kernels read it ([`PARAM_TABLE_WORDS`] `u64` words per entry:
+    /// param, grad, m and v addresses, length, start), for a crate's own kernels over
+    /// every parameter (a health check, an EMA of the weights).
+    pub fn on_device(&self) -> &DeviceBuffer<u64> {
+        &self.table
     }
 
     /// Elements of all parameters together.
@@ -350,7 +357,8 @@ impl Kernels {
     /// launch (formulas in `cuda/optim.cu` and MODEL.md). Reads `sq_norm[0]`
     /// ([`Kernels::grad_sq_norm`]) and, from device memory at run time, the learning rate
     /// and the bias corrections at [`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`] of
-    /// `scalars`.
+    /// `scalars`: a [`DeviceScalars`](stepgraph::DeviceScalars)' device copy, or a buffer an op stages from a
+    /// `HostInput` at every replay ([`AdamScalars::values`] fills either).
     ///
     /// A non-finite `sq_norm[0]` (a NaN or infinite gradient, or a sum of squares that
     /// overflows) skips the update: parameters and moments keep their values, so one bad
@@ -365,7 +373,7 @@ impl Kernels {
         table: &ParamTable,
         slots: &mut [AdamSlot<'_>],
         sq_norm: &DeviceBuffer<f32>,
-        scalars: &DeviceScalars<f32>,
+        scalars: &impl DeviceMem<f32>,
         hyper: AdamHyper,
     ) -> Result<()> {
         table.check_count("adam_clip_update: slots (one per table entry)", slots.len())?;
@@ -398,7 +406,7 @@ impl Kernels {
                 count,
                 total,
                 sq_norm,
-                scalars.on_device(),
+                scalars,
                 max_norm,
                 beta1,
                 beta2,

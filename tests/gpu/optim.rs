@@ -95,7 +95,14 @@ fn run(
             .zip(m.iter_mut().zip(v.iter_mut()))
             .map(|((param, grad), (m, v))| AdamSlot { param, grad, m, v })
             .collect();
-        k.adam_clip_update(stream, &table, &mut slots, &sq_norm, &device_scalars, hyper)
+        k.adam_clip_update(
+            stream,
+            &table,
+            &mut slots,
+            &sq_norm,
+            device_scalars.on_device(),
+            hyper,
+        )
     })?;
     let down = |bufs: &[DeviceBuffer<f32>]| -> Result<Vec<Vec<f32>>> {
         bufs.iter().map(|b| device.download(b)).collect()

@@ -3,10 +3,12 @@
 //! next-state forward passes on `ddqn`; IQN and Attention each on their own stream.
 
 use stepgraph::{
-    CaptureStream, Communicator, Device, DeviceBuffer, DeviceScalars, Epilogue, MatmulArgs,
+    CaptureStream, Communicator, Device, DeviceBuffer, Epilogue, HostInput, HostOutput, MatmulArgs,
     ReduceOp, Result, StepBuffer,
 };
-use stepgraph_kernels::{AdamHyper, AdamSlot, ParamEntry, ParamTable, column_sums_scratch_len};
+use stepgraph_kernels::{
+    ADAM_SCALARS, AdamHyper, AdamSlot, ParamEntry, ParamTable, column_sums_scratch_len,
+};
 
 use crate::kernels::{
     AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs,
@@ -17,7 +19,7 @@ use crate::kernels::{
     trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
 };
 
-use crate::kernels::{TransitionRows, TransitionRowsMut};
+use crate::kernels::{TransitionRows, TransitionRowsMut, Watch};
 use crate::replay::{BatchSource, Sampler};
 
 use crate::layers::{
@@ -268,8 +270,10 @@ pub struct AttnAct {
     pub bias_scratch: Buf,
 }
 
-/// The optimizer's state: Adam's moments, the pointer table, the norm, the device
-/// scalars (lr and the bias corrections, refreshed every step).
+/// The optimizer's state: Adam's moments, the pointer table, the norm, and lr and the
+/// bias corrections: staged by the host before each replay (`scalars_in`, pinned and
+/// double-buffered, so setting the next step's count never waits for the replay in
+/// flight) and copied to `scalars` inside the graph.
 #[derive(Debug, StepBuffer)]
 pub struct Optim {
     pub m: Model,
@@ -277,7 +281,16 @@ pub struct Optim {
     pub table: ParamTable,
     pub sq_norm: Buf,
     pub scratch: Buf,
-    pub scalars: DeviceScalars<f32>,
+    pub scalars_in: HostInput<f32>,
+    pub scalars: Buf,
+}
+
+/// The step's health (`Kernels::watch_step`): the watch words on the device, updated at
+/// every replay, and their read-back, which the host reads a few replays late.
+#[derive(Debug, StepBuffer)]
+pub struct Health {
+    pub watch: DeviceBuffer<u32>,
+    pub watch_out: HostOutput<u32>,
 }
 
 /// Every buffer of one gradient bucket, for one all-reduce (an NCCL group) over it.
@@ -350,6 +363,7 @@ pub mod dqn {
         /// stream ([`Communicator::single`] when one process trains alone).
         pub comm: Communicator,
         pub optim: Optim,
+        pub health: Health,
     }
 
     #[config]
@@ -366,10 +380,10 @@ pub mod dqn {
         pub polyak: f32,
     }
 
-    /// Zero the main losses and refresh lr and the bias corrections from the host.
+    /// Zero the main losses and copy in lr and the bias corrections the host staged.
     fn begin(stream: &CaptureStream<'_>, losses: &mut Buf, optim: &mut Optim) -> Result<()> {
         stream.memset_zeros(losses)?;
-        stream.refresh(&mut optim.scalars)
+        stream.stage(&optim.scalars_in, &mut optim.scalars)
     }
 
     /// The rows of this replay's batch and IQN's fractions, drawn inside the graph from
@@ -400,8 +414,8 @@ pub mod dqn {
         }
     }
 
-    /// The batch's per-row tensors: the drawn rows of the replay buffer, or copies of
-    /// the host's batch (with its fractions).
+    /// The batch's per-row tensors: the drawn rows of the replay buffer, or the host's
+    /// batch (with its fractions) from the staging slots it filled last.
     fn load_batch(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -437,12 +451,12 @@ pub mod dqn {
                 k.replay_gather(stream, &sampler.idx, src, dst, sizes.state, D)
             }
             BatchSource::Host(host) => {
-                stream.copy(&host.s, &mut batch.s)?;
-                stream.copy(&host.s2, &mut batch.s2)?;
-                stream.copy(&host.act, &mut batch.act)?;
-                stream.copy(&host.r, &mut batch.r)?;
-                stream.copy(&host.done, &mut batch.done)?;
-                stream.copy(&host.tau, &mut batch.tau)
+                stream.stage(&host.s, &mut batch.s)?;
+                stream.stage(&host.s2, &mut batch.s2)?;
+                stream.stage(&host.act, &mut batch.act)?;
+                stream.stage(&host.r, &mut batch.r)?;
+                stream.stage(&host.done, &mut batch.done)?;
+                stream.stage(&host.tau, &mut batch.tau)
             }
         }
     }
@@ -466,7 +480,7 @@ pub mod dqn {
                 win,
                 sizes.window * sizes.state,
             ),
-            BatchSource::Host(host) => stream.copy(&host.win, win),
+            BatchSource::Host(host) => stream.stage(&host.win, win),
         }
     }
 
@@ -1131,8 +1145,11 @@ pub mod dqn {
         stream.all_reduce(comm, &mut bufs, ReduceOp::Avg)
     }
 
-    /// Global-norm clipping and Adam over every parameter.
+    /// Global-norm clipping and Adam over every parameter, with the step's watch in
+    /// between: a replay whose losses or gradients are not finite is latched for the host,
+    /// and neither it nor any later replay is applied.
     #[cost(2.0)]
+    #[allow(clippy::too_many_arguments)]
     fn clip_and_adam(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -1142,8 +1159,12 @@ pub mod dqn {
         iql_grad: &Iql,
         iqn_grad: &Iqn,
         attn_grad: &Attn,
+        losses: &Buf,
+        iqn_losses: &Buf,
+        attn_losses: &Buf,
         params: &mut Model,
         optim: &mut Optim,
+        health: &mut Health,
     ) -> Result<()> {
         let grads = named(trunk_grad, branch_grad, iql_grad, iqn_grad, attn_grad);
         let grad_refs: Vec<&Buf> = grads.iter().map(|(_, g)| *g).collect();
@@ -1153,10 +1174,18 @@ pub mod dqn {
             table,
             sq_norm,
             scratch,
+            scalars_in: _,
             scalars,
         } = optim;
         k.generic
             .grad_sq_norm(stream, table, &grad_refs, scratch, sq_norm)?;
+        k.watch_step(
+            stream,
+            table,
+            [losses, iqn_losses, attn_losses],
+            sq_norm,
+            &mut health.watch,
+        )?;
         let mut slots: Vec<AdamSlot<'_>> = params
             .named_mut()
             .into_iter()
@@ -1187,6 +1216,13 @@ pub mod dqn {
             }
         }
         Ok(())
+    }
+
+    /// The watch back to the host, into the next of its pinned slots: the host reads it
+    /// every few replays without waiting for the GPU.
+    fn report(stream: &CaptureStream<'_>, health: &mut Health) -> Result<()> {
+        let Health { watch, watch_out } = health;
+        stream.read_back(&*watch, watch_out)
     }
 }
 
@@ -1395,6 +1431,7 @@ pub fn allocate(
             .collect::<Result<Vec<_>>>()?
     };
     let table = ParamTable::new(device, entries)?;
+    let tensors = table.entries().len();
     let scratch = z("grad norm partials", table.blocks())?;
     let iqn = iqn_fused_dims(s);
     // The fused kernel keeps cosf, phi and dphi_pre on chip: the unfused path's [B N, ·]
@@ -1537,7 +1574,12 @@ pub fn allocate(
             table,
             sq_norm: z("grad sq norm", 1)?,
             scratch,
-            scalars: DeviceScalars::new(device, "adam scalars", &[0.0, 1.0, 1.0])?,
+            scalars_in: HostInput::new(device, "adam scalars (staged)", ADAM_SCALARS)?,
+            scalars: z("adam scalars", ADAM_SCALARS)?,
+        },
+        health: Health {
+            watch: device.alloc_zeros("watch", Watch::words(tensors))?,
+            watch_out: HostOutput::new(device, "watch (read back)", Watch::words(tensors))?,
         },
     })
 }
@@ -1546,11 +1588,11 @@ pub fn allocate(
 mod tests {
     use super::dqn;
 
-    /// The step's plan, checked without a GPU: every conflicting access of the 33 ops
+    /// The step's plan, checked without a GPU: every conflicting access of the 34 ops
     /// ordered, nothing independent ordered.
     #[test]
     fn the_plan_orders_every_conflict_and_nothing_else() {
-        assert_eq!(dqn::PLAN.ops.len(), 33);
+        assert_eq!(dqn::PLAN.ops.len(), 34);
         let audit = dqn::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
@@ -1565,7 +1607,8 @@ mod tests {
     }
 
     /// The batch is drawn and loaded first, the window on the attention head's stream;
-    /// the target update is the last op, conditional on `target_sync`.
+    /// the target update, conditional on `target_sync`, comes after Adam, and the watch's
+    /// read-back is the last op, after the watch in `clip_and_adam`.
     #[test]
     fn the_batch_is_loaded_first_and_the_target_updated_last() {
         let names: Vec<&str> = dqn::PLAN.ops.iter().map(|o| o.name).collect();
@@ -1579,7 +1622,10 @@ mod tests {
                 "trunk_forward_s"
             ]
         );
-        assert_eq!(names.last(), Some(&"update_target"));
+        assert_eq!(
+            names[names.len() - 3..],
+            ["clip_and_adam", "update_target", "report"]
+        );
         let stream = |o: &str| dqn::PLAN.streams[op(o).stream.index()].name;
         assert_eq!(stream("load_window"), stream("attention_head"));
         assert_eq!(stream("load_batch"), stream("trunk_forward_s"));

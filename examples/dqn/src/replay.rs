@@ -6,7 +6,7 @@
 //! the rows ([`Kernels::replay_draw`], from a generator whose counter lives in device
 //! memory and is moved on by the step itself) and gather them into the step's batch.
 
-use stepgraph::{Device, DeviceBuffer, Result, StepBuffer};
+use stepgraph::{Device, DeviceBuffer, HostInput, Result, StepBuffer};
 
 use crate::kernels::{Kernels, ReplayTensor};
 use crate::layers::{Buf, D, Sizes};
@@ -71,44 +71,47 @@ impl ReplayBuffer {
     }
 }
 
-/// One batch as MODEL.md's inputs, which the host uploads (`s`, `s2` `[B, S]`, `act`
-/// `[B, D]`, `r`, `done` `[B]`, `win` `[B, W, S]`, `tau` `[B, N]`) and the step's load
-/// ops copy into its batch.
+/// One batch as MODEL.md's inputs, fed by the host (`s`, `s2` `[B, S]`, `act` `[B, D]`,
+/// `r`, `done` `[B]`, `win` `[B, W, S]`, `tau` `[B, N]`): pinned, double-buffered staging
+/// that the step's load ops copy into its batch inside the graph, so the host fills the
+/// next batch (`Step::stage`, `Step::fill`) while the current replay runs.
 #[derive(Debug, StepBuffer)]
 pub struct HostBatch {
-    pub s: Buf,
-    pub s2: Buf,
-    pub act: DeviceBuffer<i32>,
-    pub r: Buf,
-    pub done: Buf,
-    pub win: Buf,
-    pub tau: Buf,
+    pub s: HostInput<f32>,
+    pub s2: HostInput<f32>,
+    pub act: HostInput<i32>,
+    pub r: HostInput<f32>,
+    pub done: HostInput<f32>,
+    pub win: HostInput<f32>,
+    pub tau: HostInput<f32>,
 }
 
 impl HostBatch {
-    /// Zeros for `s`'s sizes.
-    pub fn zeros(device: &Device, s: &Sizes) -> Result<HostBatch> {
-        let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
+    /// Staging slots for `s`'s sizes, zeroed.
+    pub fn new(device: &Device, s: &Sizes) -> Result<HostBatch> {
+        let f = |what: &str, n: usize| HostInput::<f32>::new(device, what, n);
         let b = s.batch;
         Ok(HostBatch {
-            s: z("host s", b * s.state)?,
-            s2: z("host s2", b * s.state)?,
-            act: device.alloc_zeros("host act", b * D)?,
-            r: z("host r", b)?,
-            done: z("host done", b)?,
-            win: z("host win", b * s.window * s.state)?,
-            tau: z("host tau", b * s.quantiles)?,
+            s: f("host s", b * s.state)?,
+            s2: f("host s2", b * s.state)?,
+            act: HostInput::new(device, "host act", b * D)?,
+            r: f("host r", b)?,
+            done: f("host done", b)?,
+            win: f("host win", b * s.window * s.state)?,
+            tau: f("host tau", b * s.quantiles)?,
         })
     }
 }
 
 /// Where the step's batch comes from: the step's `draw_sample`, `load_batch` and
 /// `load_window` ops each take it and match on it once.
+// One per step, built once and never moved in a loop: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum BatchSource {
     /// Rows drawn from the buffer inside the graph, fresh at every replay.
     Replay(ReplayBuffer),
-    /// The batch the host uploaded before the replay, copied device to device.
+    /// The batch the host staged before the replay, copied from pinned memory.
     Host(HostBatch),
 }
 

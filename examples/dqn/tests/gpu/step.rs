@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use stepgraph::{Communicator, Device, Result, Schedule};
-use stepgraph_dqn::kernels::{Kernels, ReplayTensor};
+use stepgraph_dqn::kernels::{Kernels, ReplayTensor, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, Model, dqn};
 use stepgraph_dqn::reference::{
@@ -61,13 +61,25 @@ fn build(
     polyak: f32,
     seed: u64,
 ) -> Result<dqn::Step> {
+    build_with(device, feed, target_sync, polyak, seed, Schedule::Planned)
+}
+
+/// [`build`] under `schedule`.
+fn build_with(
+    device: &Device,
+    feed: Feed,
+    target_sync: u32,
+    polyak: f32,
+    seed: u64,
+    schedule: Schedule,
+) -> Result<dqn::Step> {
     let s = sizes();
     let k = Arc::new(Kernels::load(device)?);
     let source = match feed {
         Feed::Replay => {
             BatchSource::Replay(ReplayBuffer::generated(device, &k, &s, CAPACITY, seed)?)
         }
-        Feed::Host => BatchSource::Host(HostBatch::zeros(device, &s)?),
+        Feed::Host => BatchSource::Host(HostBatch::new(device, &s)?),
     };
     let buffers = model::allocate(device, &s, source, Communicator::single())?;
     let config = dqn::Config {
@@ -78,7 +90,7 @@ fn build(
         target_sync,
         polyak,
     };
-    let mut step = dqn::Step::with_schedule(device, k, buffers, config, Schedule::Planned)?;
+    let mut step = dqn::Step::with_schedule(device, k, buffers, config, schedule)?;
     let mut rng = Rng::new(seed ^ 0x1417);
     let n = step.buffers().params.named().len();
     for i in 0..n {
@@ -95,13 +107,9 @@ fn build(
 }
 
 /// Adam's step count `t` for the next replay (lr 3e-4 and the bias corrections).
-fn set_step_count(step: &dqn::Step, t: u32) -> Result<()> {
+fn set_step_count(step: &mut dqn::Step, t: u32) -> Result<()> {
     let values = AdamScalars::at_step(3e-4, &HYPER, t).values();
-    let access = step.host_access()?;
-    for (i, v) in values.into_iter().enumerate() {
-        step.buffers().optim.scalars.set(&access, i, v)?;
-    }
-    Ok(())
+    step.stage(|b| &b.optim.scalars_in, &values)
 }
 
 /// One training step: step count `t`, a replay, and its end.
@@ -334,13 +342,13 @@ fn gpu_a_host_fed_step_trains_on_the_batch_uploaded_before_each_replay() -> Resu
     let mut rng = Rng::new(42);
     for t in 1..=2u32 {
         let x = host_data(&mut rng, &s);
-        step.upload(|b| &host(b).s, &x.s)?;
-        step.upload(|b| &host(b).s2, &x.s2)?;
-        step.upload(|b| &host(b).act, &x.act)?;
-        step.upload(|b| &host(b).r, &x.r)?;
-        step.upload(|b| &host(b).done, &x.done)?;
-        step.upload(|b| &host(b).win, &x.win)?;
-        step.upload(|b| &host(b).tau, &x.tau)?;
+        step.stage(|b| &host(b).s, &x.s)?;
+        step.stage(|b| &host(b).s2, &x.s2)?;
+        step.stage(|b| &host(b).act, &x.act)?;
+        step.stage(|b| &host(b).r, &x.r)?;
+        step.stage(|b| &host(b).done, &x.done)?;
+        step.stage(|b| &host(b).win, &x.win)?;
+        step.stage(|b| &host(b).tau, &x.tau)?;
         train_step(&mut step, t)?;
         for (what, got, want) in [
             ("s", step.download(|b| &b.batch.s)?, &x.s),
@@ -444,6 +452,116 @@ fn gpu_the_dqn_graph_with_its_conditional_target_update_verifies() -> Result<()>
         let mut step = build(&device, feed, 3, polyak, 44)?;
         let report = step.verify()?;
         eprintln!("{feed:?}, polyak {polyak}: {report}");
+    }
+    Ok(())
+}
+
+/// Every parameter and Adam moment, host side.
+fn optimizer_state(step: &dqn::Step) -> Result<Vec<Vec<f32>>> {
+    step.buffers()
+        .state()
+        .into_iter()
+        .flat_map(|(_, named)| named)
+        .map(|(_, buf)| step.executor().download(buf))
+        .collect()
+}
+
+/// The watch inside the graph: a host-fed step whose third batch holds a NaN in one past
+/// state. Replays run without a wait; the watch read back afterwards (a few replays
+/// late) names replay 3, its non-finite attention loss and the gradients the NaN reached,
+/// and the parameters and moments are still those after replay 2, bit for bit, though
+/// three more replays ran after it. Before replay 3 the read-backs say all is finite.
+#[test]
+fn gpu_the_watch_latches_the_first_bad_replay_and_applies_none_after_it() -> Result<()> {
+    let device = device();
+    let s = sizes();
+    let mut step = build(&device, Feed::Host, 1000, 0.0, 44)?;
+    let mut rng = Rng::new(44);
+    let tensors = step.buffers().grads().len();
+    let stage = |step: &mut dqn::Step, x: &HostData| -> Result<()> {
+        step.stage(|b| &host(b).s, &x.s)?;
+        step.stage(|b| &host(b).s2, &x.s2)?;
+        step.stage(|b| &host(b).act, &x.act)?;
+        step.stage(|b| &host(b).r, &x.r)?;
+        step.stage(|b| &host(b).done, &x.done)?;
+        step.stage(|b| &host(b).win, &x.win)?;
+        step.stage(|b| &host(b).tau, &x.tau)
+    };
+    let mut after_two = None;
+    for t in 1..=6u32 {
+        let mut x = host_data(&mut rng, &s);
+        if t == 3 {
+            x.win[0] = f32::NAN;
+            // The one wait: the state the bad replay must leave as it is.
+            step.wait()?;
+            after_two = Some(optimizer_state(&step)?);
+            let w = Watch::parse(&step.read_back_latest(|b| &b.health.watch_out)?, tensors)?;
+            assert_eq!((w.replays, w.bad.clone()), (2, None), "after replay 2");
+            assert!(w.losses.iter().all(|l| l.is_finite()), "{:?}", w.losses);
+        }
+        stage(&mut step, &x)?;
+        set_step_count(&mut step, t)?;
+        step.replay()?;
+    }
+    let w = Watch::parse(&step.read_back_latest(|b| &b.health.watch_out)?, tensors)?;
+    assert_eq!(w.replays, 6);
+    let bad = w.bad.expect("replay 3 latched");
+    assert_eq!(bad.replay, 3);
+    assert!(
+        bad.losses[4].is_nan(),
+        "L_attn of replay 3: {:?}",
+        bad.losses
+    );
+    assert!(!bad.sq_norm.is_finite());
+    // The NaN entered through the attention head's window: its gradients are named, and
+    // the counts add up to no more than each tensor's length.
+    let names = step.buffers().grads();
+    let reached: Vec<&str> = names
+        .iter()
+        .zip(&bad.non_finite)
+        .filter(|(_, (nan, inf))| nan + inf > 0)
+        .map(|((name, _), _)| name.as_str())
+        .collect();
+    assert!(!reached.is_empty(), "no gradient named");
+    for ((name, buf), (nan, inf)) in names.iter().zip(&bad.non_finite) {
+        assert!((nan + inf) as usize <= buf.len(), "{name}: {nan} + {inf}");
+    }
+    assert!(
+        optimizer_state(&step)? == after_two.expect("taken before replay 3"),
+        "the parameters and moments after replay 6 are those after replay 2; named: {reached:?}"
+    );
+    Ok(())
+}
+
+/// The work bound of the whole step, both feeds and both schedules, after eager runs and
+/// a profile as the benchmark does them: every kernel timed alone.
+#[test]
+fn gpu_the_work_bound_times_every_kernel_of_the_step() -> Result<()> {
+    let device = device();
+    for schedule in [Schedule::Planned, Schedule::OneStream] {
+        for feed in [Feed::Replay, Feed::Host] {
+            eprintln!("work bound: {schedule:?} {feed:?}");
+            let mut step = build_with(&device, feed, 4, 0.0, 45, schedule)?;
+            set_step_count(&mut step, 1)?;
+            step.replay()?;
+            for _ in 0..5 {
+                step.run_eager()?;
+            }
+            step.wait()?;
+            let profile = step.profile(3)?;
+            assert_eq!(profile.ops.len(), dqn::PLAN.ops.len());
+            let work = step.work_bound()?;
+            assert!(work.bound_ms() > 0.0, "{schedule:?} {feed:?}: {work}");
+            let adam = work
+                .ops
+                .iter()
+                .find(|o| o.name == "clip_and_adam")
+                .expect("clip_and_adam");
+            assert!(
+                adam.kernels.iter().any(|k| k.name == "watch_step"),
+                "{schedule:?} {feed:?}: {work}"
+            );
+        }
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use stepgraph::stats::median;
 use stepgraph::{Communicator, Device, Result, Schedule};
-use stepgraph_dqn::kernels::{Kernels, LossSlot};
+use stepgraph_dqn::kernels::{BadReplay, Kernels, LossSlot, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::npy;
@@ -61,6 +61,9 @@ struct Options {
     target_sync: u32,
     /// τ of `--polyak`; 0 (the default) copies the parameters.
     polyak: f32,
+    /// `--report-every N`: the training loop reads the step's watch (losses, the finite
+    /// check) back every N steps, a few replays late and without waiting.
+    report_every: usize,
 }
 
 /// `--source`: where the training run's batches come from.
@@ -97,6 +100,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
         replay: 1_000_000,
         target_sync: 100,
         polyak: 0.0,
+        report_every: 20,
     };
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -130,6 +134,10 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
             "--check" => o.check = Some(PathBuf::from(value()?)),
             "--gpus" => o.gpus = Some(number()?),
             "--inject-nan" => o.inject_nan = Some(number()?),
+            "--report-every" => match number()? {
+                0 => return Err("--report-every 0: expected a count of steps of at least 1".into()),
+                n => o.report_every = n,
+            },
             "--replay" => match number()? {
                 0 => return Err("--replay 0: expected a capacity of at least 1 transition".into()),
                 n => o.replay = n,
@@ -168,7 +176,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
             other => {
                 return Err(format!(
                     "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, --inject-nan STEP, \
-                     --source replay|host, --replay N, --target-sync K, --polyak TAU, or a size \
+                     --source replay|host, --replay N, --target-sync K, --polyak TAU, --report-every N, or a size \
                      (--batch --state --hidden --glu --actions --quantiles --cosines --window --width --heads)"
                 ));
             }
@@ -394,13 +402,18 @@ impl Transitions {
         }
     }
 
-    /// Into the step's host-fed batch, which its load ops copy into its batch at the
-    /// next replay; fails for a step that samples its replay buffer.
-    fn upload(&self, step: &mut dqn::Step) -> Result<()> {
+    /// Into the step's host-fed staging slots, which its load ops copy into its batch at
+    /// the next replay (waiting only for the replay that last read those slots); fails
+    /// for a step that samples its replay buffer.
+    fn stage(&self, step: &mut dqn::Step) -> Result<()> {
+        self.stage_timed(step).map(|_| ())
+    }
+
+    /// [`Transitions::stage`], returning the milliseconds spent waiting for the slots.
+    fn stage_timed(&self, step: &mut dqn::Step) -> Result<f64> {
         if step.buffers().source.host().is_none() {
             return Err(stepgraph::Error::Invalid(
-                "an uploaded batch needs a step built with the host-fed source (--source host)"
-                    .into(),
+                "a staged batch needs a step built with the host-fed source (--source host)".into(),
             ));
         }
         fn host(b: &dqn::Buffers) -> &HostBatch {
@@ -408,13 +421,13 @@ impl Transitions {
                 .host()
                 .expect("checked above: the step is host-fed")
         }
-        step.upload(|b| &host(b).s, &self.s)?;
-        step.upload(|b| &host(b).s2, &self.s2)?;
-        step.upload(|b| &host(b).act, &self.act)?;
-        step.upload(|b| &host(b).r, &self.r)?;
-        step.upload(|b| &host(b).done, &self.done)?;
-        step.upload(|b| &host(b).win, &self.win)?;
-        step.upload(|b| &host(b).tau, &self.tau)
+        Ok(fill_from(step, |b| &host(b).s, &self.s)?
+            + fill_from(step, |b| &host(b).s2, &self.s2)?
+            + fill_from(step, |b| &host(b).act, &self.act)?
+            + fill_from(step, |b| &host(b).r, &self.r)?
+            + fill_from(step, |b| &host(b).done, &self.done)?
+            + fill_from(step, |b| &host(b).win, &self.win)?
+            + fill_from(step, |b| &host(b).tau, &self.tau)?)
     }
 
     fn write(&self, dir: &Path, s: &Sizes) -> std::result::Result<(), npy::NpyError> {
@@ -427,6 +440,35 @@ impl Transitions {
         npy::write(&dir.join("win.npy"), &[b, s.window, s.state], &self.win)?;
         npy::write(&dir.join("tau.npy"), &[b, s.quantiles], &self.tau)
     }
+}
+
+/// Fills the next staging slot of the input `select` picks with `data`, copied by as many
+/// threads as the host has (a 33 MB window batch is several milliseconds for one);
+/// returns the milliseconds spent waiting for the slot.
+fn fill_from<T: Copy + Send + Sync>(
+    step: &mut dqn::Step,
+    select: impl FnOnce(&dqn::Buffers) -> &stepgraph::HostInput<T>,
+    data: &[T],
+) -> Result<f64> {
+    let called = Instant::now();
+    step.fill(select, |slot| {
+        let waited = called.elapsed().as_secs_f64() * 1e3;
+        if slot.len() != data.len() {
+            return Err(stepgraph::Error::LengthMismatch {
+                what: "a staged batch tensor".into(),
+                expected: slot.len(),
+                found: data.len(),
+            });
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chunk = data.len().div_ceil(threads).max(1 << 16);
+        std::thread::scope(|scope| {
+            for (d, s) in slot.chunks_mut(chunk).zip(data.chunks(chunk)) {
+                scope.spawn(move || d.copy_from_slice(s));
+            }
+        });
+        Ok(waited)
+    })?
 }
 
 /// The step for `s` under `schedule`, its batches from `source` (a replay buffer of
@@ -456,7 +498,7 @@ fn build_rank(
         Source::Replay => BatchSource::Replay(ReplayBuffer::generated(
             device, &kernels, s, o.replay, o.seed,
         )?),
-        Source::Host => BatchSource::Host(HostBatch::zeros(device, s)?),
+        Source::Host => BatchSource::Host(HostBatch::new(device, s)?),
     };
     let buffers = model::allocate(device, s, source, comm)?;
     let config = dqn::Config {
@@ -470,14 +512,11 @@ fn build_rank(
     dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
 }
 
-/// Sets Adam's step count `t` (lr and the bias corrections) for the next replay.
-fn set_step_count(step: &dqn::Step, t: u32) -> Result<()> {
+/// Stages Adam's step count `t` (lr and the bias corrections) for the next replay: it
+/// waits only for the replay two back, which read the slot it writes.
+fn set_step_count(step: &mut dqn::Step, t: u32) -> Result<()> {
     let values = AdamScalars::at_step(LR, &HYPER, t).values();
-    let access = step.host_access()?;
-    for (i, v) in values.into_iter().enumerate() {
-        step.buffers().optim.scalars.set(&access, i, v)?;
-    }
-    Ok(())
+    step.stage(|b| &b.optim.scalars_in, &values)
 }
 
 /// The seven loss values of the last replay: L, L_td, L_iql, L_iqn, L_attn, L_cql, L_conf.
@@ -496,74 +535,69 @@ fn losses(step: &dqn::Step) -> Result<[f32; 7]> {
     ])
 }
 
-/// The last replay's losses ([`losses`]); fails with the names of every non-finite loss
-/// and gradient when a loss or the gradient norm is not finite. Cheap when all is well:
-/// four small downloads (the norm and the three loss buffers).
-pub(crate) fn check_finite(step: &dqn::Step, t: usize) -> Result<[f32; 7]> {
-    let sq_norm = step.download(|b| &b.optim.sq_norm)?[0];
-    let l = losses(step)?;
-    if sq_norm.is_finite() && l.iter().all(|x| x.is_finite()) {
-        return Ok(l);
+/// The last replay's losses, from the step's watch ([`Watch`]); fails with the report of
+/// the first replay that was not finite ([`non_finite_report`]) once there was one. One
+/// small download.
+pub(crate) fn check_finite(step: &dqn::Step) -> Result<[f32; 7]> {
+    let words = step.download(|b| &b.health.watch)?;
+    let watch = Watch::parse(&words, step.buffers().grads().len())?;
+    match &watch.bad {
+        Some(bad) => Err(stepgraph::Error::Invalid(non_finite_report(
+            bad,
+            &tensors(step),
+        ))),
+        None => Ok(watch.losses),
     }
-    let grads = step
-        .buffers()
-        .grads()
-        .into_iter()
-        .map(|(name, buf)| Ok((name, step.executor().download(buf)?)))
-        .collect::<Result<Vec<_>>>()?;
-    Err(stepgraph::Error::Invalid(non_finite_report(
-        t, &l, sq_norm, &grads,
-    )))
 }
 
-/// What went non-finite in step `t`, by MODEL.md's names, and what happened to the
-/// update: `adam_clip_update` skips a step whose gradient norm is not finite.
-fn non_finite_report(t: usize, l: &[f32; 7], sq_norm: f32, grads: &[(String, Vec<f32>)]) -> String {
-    let count = |v: &[f32]| {
-        let nan = v.iter().filter(|x| x.is_nan()).count();
-        let inf = v.iter().filter(|x| x.is_infinite()).count();
-        (nan, inf)
-    };
+/// Every gradient's name and length, in the parameter table's order (the watch's).
+fn tensors(step: &dqn::Step) -> Vec<(String, usize)> {
+    step.buffers()
+        .grads()
+        .into_iter()
+        .map(|(name, buf)| (name, buf.len()))
+        .collect()
+}
+
+/// What went non-finite in the replay the watch latched, by MODEL.md's names: its
+/// losses, its gradients with their NaN and Inf elements, or a sum of squares that
+/// overflowed. The watch applied neither it nor any later replay.
+fn non_finite_report(bad: &BadReplay, tensors: &[(String, usize)]) -> String {
+    let t = bad.replay;
     let mut parts = Vec::new();
     let bad_losses: Vec<String> = LossSlot::ALL
         .iter()
-        .zip(l)
+        .zip(&bad.losses)
         .filter(|(_, x)| !x.is_finite())
         .map(|(slot, x)| format!("{} = {x}", slot.model_name()))
         .collect();
     if !bad_losses.is_empty() {
         parts.push(format!("loss {}", bad_losses.join(", ")));
     }
-    let bad_grads: Vec<String> = grads
+    let bad_grads: Vec<String> = tensors
         .iter()
-        .filter_map(|(name, g)| match count(g) {
-            (0, 0) => None,
-            (nan, inf) => Some(format!("{name} ({nan} NaN, {inf} Inf of {})", g.len())),
-        })
+        .zip(&bad.non_finite)
+        .filter(|(_, (nan, inf))| nan + inf > 0)
+        .map(|((name, len), (nan, inf))| format!("{name} ({nan} NaN, {inf} Inf of {len})"))
         .collect();
     if !bad_grads.is_empty() {
         parts.push(format!(
             "{} of {} gradients: {}",
             bad_grads.len(),
-            grads.len(),
+            tensors.len(),
             bad_grads.join(", ")
         ));
-    } else if !sq_norm.is_finite() {
+    } else if !bad.sq_norm.is_finite() {
         parts.push(format!(
-            "the gradients' sum of squares ({sq_norm}), though every gradient is finite"
+            "the gradients' sum of squares ({}), though every gradient is finite",
+            bad.sq_norm
         ));
     }
-    let update = if sq_norm.is_finite() {
-        "every gradient is finite, so this step's update was applied".to_string()
-    } else {
-        format!(
-            "the update was skipped: the parameters and Adam's moments are those after step {}",
-            t - 1
-        )
-    };
     format!(
-        "step {t} is not finite: {}; {update}; training stopped",
-        parts.join("; ")
+        "step {t} is not finite: {}; it was not applied, nor any step after it: the \
+         parameters and Adam's moments are those after step {}; training stopped",
+        parts.join("; "),
+        t - 1
     )
 }
 
@@ -639,8 +673,8 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
         batch
             .write(&dir.join(format!("step{k}/in")), s)
             .map_err(io_error)?;
-        batch.upload(&mut step)?;
-        set_step_count(&step, k as u32)?;
+        batch.stage(&mut step)?;
+        set_step_count(&mut step, k as u32)?;
         step.replay()?;
         let out = dir.join(format!("step{k}/out"));
         let l = losses(&step)?;
@@ -676,15 +710,24 @@ fn write_check(device: &Device, o: &Options, dir: &Path) -> Result<()> {
 /// uploaded (host-fed) or its replay buffer filled from the seed (sampled), and the step
 /// count at 1: the same values for every schedule compared.
 fn seeded_step(device: &Device, o: &Options, schedule: Schedule) -> Result<dqn::Step> {
+    seeded_step_from(device, o, schedule, o.source())
+}
+
+/// [`seeded_step`] with its batches from `source`.
+fn seeded_step_from(
+    device: &Device,
+    o: &Options,
+    schedule: Schedule,
+    source: Source,
+) -> Result<dqn::Step> {
     let s = &o.sizes;
-    let source = o.source();
     let mut step = build(device, o, s, schedule, source)?;
     let mut rng = Rng::new(o.seed);
     initialise(&mut rng, s, &mut step)?;
     if source == Source::Host {
-        Transitions::generate(&mut rng, s).upload(&mut step)?;
+        Transitions::generate(&mut rng, s).stage(&mut step)?;
     }
-    set_step_count(&step, 1)?;
+    set_step_count(&mut step, 1)?;
     Ok(step)
 }
 
@@ -733,65 +776,264 @@ fn train(device: &Device, o: &Options) -> Result<()> {
         Source::Host => (0..4).map(|_| Transitions::generate(&mut rng, s)).collect(),
         Source::Replay => Vec::new(),
     };
-    let mut times = Vec::new();
     let steps = o.steps.unwrap_or(200).max(1);
+    let every = o.report_every;
+    let samples = s.batch as f64;
+    let bar = indicatif::ProgressBar::new(steps as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("[{bar:40}] step {pos:>5}/{len}  {msg}  eta {eta}")
+            .map_err(io_error)?
+            .progress_chars("#>."),
+    );
+    // Without a terminal (a log) the bar draws nothing: a line per report instead.
+    let lines = bar.is_hidden();
+    // The step `--inject-nan` poisons and the state before it, to show that it is kept.
+    let mut poisoned: Option<(usize, Vec<Vec<f32>>)> = None;
+    let start = Instant::now();
     for t in 1..=steps {
-        let before = if o.inject_nan == Some(t) {
-            let mut poisoned = pool[t % pool.len()].clone();
-            poisoned.win[0] = f32::NAN;
-            poisoned.upload(&mut step)?;
-            Some(optimizer_state(&step)?)
-        } else {
-            if !pool.is_empty() {
-                pool[t % pool.len()].upload(&mut step)?;
-            }
-            None
-        };
-        set_step_count(&step, t as u32)?;
-        let start = Instant::now();
+        if o.inject_nan == Some(t) {
+            // The one wait of the loop: the state before the poisoned step.
+            step.wait()?;
+            poisoned = Some((t, optimizer_state(&step)?));
+            let mut batch = pool[t % pool.len()].clone();
+            batch.win[0] = f32::NAN;
+            batch.stage(&mut step)?;
+        } else if !pool.is_empty() {
+            pool[t % pool.len()].stage(&mut step)?;
+        }
+        set_step_count(&mut step, t as u32)?;
         step.replay()?;
-        step.wait()?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-        let l = match (check_finite(&step, t), before) {
-            (Ok(_), Some(_)) => {
-                return Err(stepgraph::Error::Invalid(format!(
-                    "--inject-nan {t}: the step with a NaN in its batch passed the finite check"
-                )));
-            }
-            (Ok(l), None) => l,
-            (Err(e), before) => {
-                if let Some(before) = before {
-                    let kept = before == optimizer_state(&step)?;
-                    println!(
-                        "--inject-nan {t}: the parameters and Adam's moments after step {t} {} \
-                         those after step {} (bit for bit)",
-                        if kept { "are" } else { "are NOT" },
-                        t - 1
-                    );
+        // Every `every` steps the newest finished replay's watch, without waiting (the
+        // last step waits for its own): the losses, and the bad step if there was one.
+        if t % every == 0 || t == steps {
+            let watch = read_watch(&step, t == steps)?;
+            if let Some(w) = watch {
+                let rate = t as f64 / start.elapsed().as_secs_f64();
+                let msg = format!(
+                    "loss {:.5} (step {})  {rate:.0} steps/s  {:.2}M samples/s",
+                    w.losses[0],
+                    w.replays,
+                    rate * samples / 1e6
+                );
+                bar.set_position(t as u64);
+                bar.set_message(msg.clone());
+                if lines {
+                    println!("step {t:>5}/{steps}  {msg}");
                 }
-                return Err(e);
+                if let Some(bad) = &w.bad {
+                    bar.abandon();
+                    return Err(stopped_at(&step, bad, poisoned.take())?);
+                }
             }
-        };
-        if t % 20 == 0 || t == 1 || t == steps {
-            let done = t * 40 / steps;
-            println!(
-                "[{}{}] step {t:>5}/{}  loss {:.5}  step {:.3} ms",
-                "#".repeat(done),
-                ".".repeat(40 - done),
-                steps,
-                l[0],
-                median(&mut times.clone())
-            );
         }
     }
-    compare(device, o, &mut step)
+    step.wait()?;
+    let wall = start.elapsed().as_secs_f64() * 1e3;
+    bar.finish();
+    if let Some((t, _)) = poisoned {
+        return Err(stepgraph::Error::Invalid(format!(
+            "--inject-nan {t}: the step with a NaN in its batch passed the finite check"
+        )));
+    }
+    let e2e = wall / steps as f64;
+    println!(
+        "end to end: {e2e:.3} ms per training step ({steps} steps in {:.2} s, {:.0} steps/s, \
+         {:.2}M samples/s), batches {}",
+        wall / 1e3,
+        1e3 / e2e,
+        samples / e2e / 1e3,
+        match source {
+            Source::Replay => "sampled inside the graph",
+            Source::Host => "staged by the host",
+        }
+    );
+    compare(device, o, &mut step, e2e)
+}
+
+/// The step's watch as the newest finished replay left it, without waiting (`None` if
+/// none has finished), or with `latest` as the latest replay did, waiting for it.
+fn read_watch(step: &dqn::Step, latest: bool) -> Result<Option<Watch>> {
+    let n = tensors(step).len();
+    if latest {
+        let w = step.read_back_latest(|b| &b.health.watch_out)?;
+        return Watch::parse(&w, n).map(Some);
+    }
+    step.read_back(|b| &b.health.watch_out)?
+        .map(|w| Watch::parse(&w, n))
+        .transpose()
+}
+
+/// The error that stops training at the bad step the watch latched: its report, and
+/// for `--inject-nan`, whether the state is the one before it, bit for bit.
+fn stopped_at(
+    step: &dqn::Step,
+    bad: &BadReplay,
+    poisoned: Option<(usize, Vec<Vec<f32>>)>,
+) -> Result<stepgraph::Error> {
+    if let Some((t, before)) = poisoned {
+        step.wait()?;
+        let kept = before == optimizer_state(step)?;
+        println!(
+            "--inject-nan {t}: the parameters and Adam's moments now {} those after step {} \
+             (bit for bit); the watch latched step {}",
+            if kept { "are" } else { "are NOT" },
+            t - 1,
+            bad.replay
+        );
+    }
+    Ok(stepgraph::Error::Invalid(non_finite_report(
+        bad,
+        &tensors(step),
+    )))
+}
+
+/// The end-to-end time per training step of one way of feeding the step: the wall time
+/// of the main loop's steps divided by their number, fresh data every step, the watch
+/// read back every `--report-every` steps; next to the replay time of the same graph.
+struct EndToEnd {
+    source: Source,
+    steps: usize,
+    /// Wall time per step of the loop.
+    e2e_ms: f64,
+    /// Median replay time of the same graph (CUDA events), sampling or staged copies
+    /// included.
+    replay_ms: f64,
+    /// Host time per step spent staging the batch (waiting for its slot included).
+    staging_ms: f64,
+    /// Host time per step spent waiting for a slot (the replay two back to finish).
+    waiting_ms: f64,
+    /// The first steps as the host saw them: (staging began, staged, replay launched), ms
+    /// from the loop's start.
+    timeline: Vec<(f64, f64, f64)>,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::Replay => "device-sampled",
+            Source::Host => "host-fed",
+        }
+    }
+}
+
+impl EndToEnd {
+    fn name(&self) -> &'static str {
+        self.source.name()
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"source\": \"{}\", \"steps\": {}, \"end_to_end_ms\": {}, \"replay_ms\": {}, \"staging_ms\": {}, \"waiting_ms\": {}}}",
+            self.name(),
+            self.steps,
+            self.e2e_ms,
+            self.replay_ms,
+            self.staging_ms,
+            self.waiting_ms
+        )
+    }
+}
+
+impl std::fmt::Display for EndToEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "end to end, {}: {:.3} ms per step over {} steps; its graph replays in {:.3} ms \
+             ((e)/(c) = {:.3}); host staging {:.3} ms per step, {:.3} of it waiting for a slot",
+            self.name(),
+            self.e2e_ms,
+            self.steps,
+            self.replay_ms,
+            self.e2e_ms / self.replay_ms,
+            self.staging_ms,
+            self.waiting_ms
+        )?;
+        if self.source == Source::Host {
+            // Staging n+1 while replay n runs: each staging ends long before the replay
+            // it feeds could start, since replay n takes `replay_ms` after its launch.
+            writeln!(f, "host timeline (ms from the loop's start):")?;
+            for (k, (a, b, l)) in self.timeline.iter().enumerate() {
+                writeln!(
+                    f,
+                    "  step {:>2}: staged {a:8.3} .. {b:8.3}, launched {l:8.3}",
+                    k + 1
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The main loop on a step of its own, fed from `source`: warm-up steps, then `steps`
+/// timed ones. Host-fed, every step stages one of eight generated batches in turn (a
+/// fresh copy into the staging slot: what a host-side replay's gather costs at least).
+fn end_to_end(device: &Device, o: &Options, source: Source, steps: usize) -> Result<EndToEnd> {
+    let s = &o.sizes;
+    let mut step = seeded_step_from(device, o, Schedule::Planned, source)?;
+    let mut rng = Rng::new(o.seed ^ 0xe2e);
+    let pool: Vec<Transitions> = match source {
+        Source::Host => (0..8).map(|_| Transitions::generate(&mut rng, s)).collect(),
+        Source::Replay => Vec::new(),
+    };
+    let every = o.report_every;
+    let run = |step: &mut dqn::Step, n: usize, record: bool| -> Result<EndToEnd> {
+        let start = Instant::now();
+        let ms = |t: Instant| t.duration_since(start).as_secs_f64() * 1e3;
+        let (mut staging, mut waiting) = (0.0, 0.0);
+        let mut timeline = Vec::new();
+        for t in 1..=n {
+            let a = Instant::now();
+            if !pool.is_empty() {
+                waiting += pool[t % pool.len()].stage_timed(step)?;
+            }
+            set_step_count(step, t as u32)?;
+            let b = Instant::now();
+            staging += (b - a).as_secs_f64() * 1e3;
+            step.replay()?;
+            if record && timeline.len() < 8 {
+                timeline.push((ms(a), ms(b), ms(Instant::now())));
+            }
+            if t % every == 0 {
+                read_watch(step, false)?;
+            }
+        }
+        step.wait()?;
+        let per = |x: f64| x / n as f64;
+        Ok(EndToEnd {
+            source,
+            steps: n,
+            e2e_ms: per(ms(Instant::now())),
+            replay_ms: 0.0,
+            staging_ms: per(staging),
+            waiting_ms: per(waiting),
+            timeline,
+        })
+    };
+    run(&mut step, 20, false)?;
+    let mut e2e = run(&mut step, steps, true)?;
+    e2e.replay_ms = median(&mut step.executor().time_replays(30, steps)?);
+    if let Some(bad) = read_watch(&step, true)?.and_then(|w| w.bad) {
+        return Err(stepgraph::Error::Invalid(non_finite_report(
+            &bad,
+            &tensors(&step),
+        )));
+    }
+    Ok(e2e)
 }
 
 /// (a) eager, (b) one-stream graph, (c) stepgraph graph, (d) the critical-path bound.
-fn compare(device: &Device, o: &Options, planned: &mut dqn::Step) -> Result<()> {
+fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f64) -> Result<()> {
     let s = &o.sizes;
     let reps = 200;
     let c = median(&mut planned.executor().time_replays(30, reps)?);
+    // End to end, both ways of feeding the step, each on a step of its own.
+    let feeds = [Source::Replay, Source::Host]
+        .into_iter()
+        .map(|source| end_to_end(device, o, source, reps))
+        .collect::<Result<Vec<EndToEnd>>>()?;
+    for f in &feeds {
+        println!("{f}");
+    }
     // The same step on one stream, from the same initialisation and batch (or replay
     // buffer, filled from the same seed).
     let mut serial = seeded_step(device, o, Schedule::OneStream)?;
@@ -869,6 +1111,15 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step) -> Result<()> 
         c / d
     );
     println!("| (w) work bound | {w:.3} | (c)/(w) = {:.3} |", c / w);
+    for f in &feeds {
+        println!(
+            "| (e) end to end per training step, {} | {:.3} | (e)/(c) of its graph ({:.3}) = {:.3} |",
+            f.name(),
+            f.e2e_ms,
+            f.replay_ms,
+            f.e2e_ms / f.replay_ms
+        );
+    }
     let wg = work.grid_bound_ms();
     println!(
         "| (w') work bound, grid shares not averaged over waves | {wg:.3} | (c)/(w') = {:.3} |",
@@ -901,6 +1152,11 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step) -> Result<()> 
     );
     let parts = breakdown(&profile);
     println!("step breakdown: {parts}");
+    println!(
+        "end to end in the training run above: {trained_e2e:.3} ms per step ({})",
+        o.source().name()
+    );
+    let feeds_json: Vec<String> = feeds.iter().map(EndToEnd::json).collect();
     let dir = PathBuf::from(std::env::var_os("OUT").unwrap_or_else(|| ".".into()));
     let ops: Vec<String> = alone
         .ops
@@ -932,7 +1188,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step) -> Result<()> 
         })
         .collect();
     let json = format!(
-        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"ops\": [{}], \"kernels\": [{}]}}\n",
+        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
         device.name(),
         s.batch,
         work.alone_ms(),
@@ -945,6 +1201,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step) -> Result<()> 
             "null".into()
         },
         parts,
+        feeds_json.join(", "),
         ops.join(", "),
         kernels.join(", ")
     );
@@ -977,7 +1234,7 @@ fn part_of(func: &str) -> &'static str {
         "trunk_forward_next" | "branch_forward_next" | "double_dqn_target" | "dueling_losses" => {
             "ddqn"
         }
-        "clip_and_adam" | "update_target" => "adam",
+        "clip_and_adam" | "update_target" | "report" => "adam",
         f if f.starts_with("reduce_") => "allreduce",
         _ => "aux",
     }
@@ -1116,19 +1373,29 @@ mod tests {
         }
     }
 
-    fn grads(bad: &[(&str, usize, f32)]) -> Vec<(String, Vec<f32>)> {
-        ["w1", "b1", "wqkv", "bp"]
+    /// Four tensors of ten elements, with `bad` (name, NaN count, Inf count) latched.
+    fn latched(
+        replay: u32,
+        losses: [f32; 7],
+        sq_norm: f32,
+        bad: &[(&str, u32, u32)],
+    ) -> (BadReplay, Vec<(String, usize)>) {
+        let names = ["w1", "b1", "wqkv", "bp"];
+        let non_finite = names
             .iter()
             .map(|&n| {
-                let mut g = vec![0.5f32; 10];
-                for &(name, at, x) in bad {
-                    if name == n {
-                        g[at] = x;
-                    }
-                }
-                (n.to_string(), g)
+                bad.iter()
+                    .find(|(name, ..)| *name == n)
+                    .map_or((0, 0), |&(_, nan, inf)| (nan, inf))
             })
-            .collect()
+            .collect();
+        let bad = BadReplay {
+            replay,
+            losses,
+            sq_norm,
+            non_finite,
+        };
+        (bad, names.iter().map(|n| (n.to_string(), 10)).collect())
     }
 
     #[test]
@@ -1136,35 +1403,34 @@ mod tests {
         let mut l = [0.5f32; 7];
         l[4] = f32::NAN;
         l[0] = f32::NAN;
-        let g = grads(&[
-            ("wqkv", 3, f32::NAN),
-            ("wqkv", 4, f32::NAN),
-            ("bp", 0, f32::INFINITY),
-        ]);
-        let msg = non_finite_report(17, &l, f32::NAN, &g);
+        let (bad, tensors) = latched(17, l, f32::NAN, &[("wqkv", 2, 0), ("bp", 0, 1)]);
+        let msg = non_finite_report(&bad, &tensors);
         assert_eq!(
             msg,
             "step 17 is not finite: loss L = NaN, L_attn = NaN; 2 of 4 gradients: \
-             wqkv (2 NaN, 0 Inf of 10), bp (0 NaN, 1 Inf of 10); the update was skipped: \
-             the parameters and Adam's moments are those after step 16; training stopped"
+             wqkv (2 NaN, 0 Inf of 10), bp (0 NaN, 1 Inf of 10); it was not applied, nor any \
+             step after it: the parameters and Adam's moments are those after step 16; \
+             training stopped"
         );
     }
 
     #[test]
-    fn a_non_finite_loss_with_finite_gradients_says_the_update_was_applied() {
+    fn a_non_finite_loss_with_finite_gradients_is_named_alone() {
         let mut l = [0.5f32; 7];
         l[5] = f32::INFINITY;
-        let msg = non_finite_report(3, &l, 2.0, &grads(&[]));
+        let (bad, tensors) = latched(3, l, 2.0, &[]);
+        let msg = non_finite_report(&bad, &tensors);
         assert!(
-            msg.starts_with("step 3 is not finite: loss L_cql = inf; "),
+            msg.starts_with("step 3 is not finite: loss L_cql = inf; it was not applied"),
             "{msg}"
         );
-        assert!(msg.contains("so this step's update was applied"), "{msg}");
+        assert!(msg.contains("those after step 2"), "{msg}");
     }
 
     #[test]
     fn an_overflowing_norm_of_finite_gradients_is_named_as_such() {
-        let msg = non_finite_report(5, &[0.5; 7], f32::INFINITY, &grads(&[("w1", 0, 3e19)]));
+        let (bad, tensors) = latched(5, [0.5; 7], f32::INFINITY, &[]);
+        let msg = non_finite_report(&bad, &tensors);
         assert!(
             msg.contains("the gradients' sum of squares (inf), though every gradient is finite"),
             "{msg}"

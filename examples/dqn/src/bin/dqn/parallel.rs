@@ -56,12 +56,12 @@ fn slice(t: &Transitions, rank: usize, ranks: usize, batch: usize) -> Transition
 fn check_steps(step: &mut dqn::Step, batches: &[Transitions]) -> Result<()> {
     let mut first_bad = None;
     for t in 1..=CHECK_STEPS {
-        batches[t as usize % batches.len()].upload(step)?;
+        batches[t as usize % batches.len()].stage(step)?;
         set_step_count(step, t)?;
         step.replay()?;
         step.wait()?;
         if first_bad.is_none() {
-            first_bad = check_finite(step, t as usize).err();
+            first_bad = check_finite(step).err();
         }
     }
     first_bad.map_or(Ok(()), Err)
