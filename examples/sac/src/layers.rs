@@ -3,8 +3,7 @@
 //! passes of a three-layer MLP as cuBLASLt matmuls and the ReLU backward kernel.
 
 use stepgraph::{
-    Blas, CaptureStream, Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision, Result,
-    StepBuffer,
+    Blas, CaptureStream, Device, Epilogue, Matmul, MatmulArgs, Precision, Result, StepBuffer,
 };
 
 use crate::kernels::{Buf, Kernels};
@@ -349,6 +348,3 @@ pub fn mlp_backward(
     }
     Ok(())
 }
-
-/// A one-element buffer's worth of `DeviceBuffer` for counters.
-pub type Counter = DeviceBuffer<u64>;
