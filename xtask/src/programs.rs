@@ -1,6 +1,6 @@
 //! The programs xtask builds, runs, bundles and draws, wherever they live in the
-//! workspace: the small examples of the root package and the DQN trainer's binary in its
-//! own crate. Commands name a program; this table says how cargo builds it.
+//! workspace: the small examples of the root package and the trainers' binaries in their
+//! own crates. Commands name a program; this table says how cargo builds it.
 
 use anyhow::{Result, bail};
 
@@ -12,6 +12,9 @@ pub const DQN: &str = "stepgraph-dqn";
 
 /// The migration example's crate: a plain-cudarc trainer and its stepgraph step.
 pub const MIGRATE: &str = "stepgraph-migrate";
+
+/// The soft actor-critic example's crate: a second trainer on the public API alone.
+pub const SAC: &str = "stepgraph-sac";
 
 /// How cargo names a program's target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +58,11 @@ pub const PROGRAMS: &[Program] = &[
         package: MIGRATE,
         target: Target::Bin,
     },
+    Program {
+        name: "sac",
+        package: SAC,
+        target: Target::Bin,
+    },
 ];
 
 /// The main job: what `cargo xtask demo` runs and `cargo xtask deploy` ships by default.
@@ -62,7 +70,7 @@ pub const DEMO: &str = "dqn";
 
 /// The packages whose integration tests named `gpu*` need a GPU: built with their
 /// `gpu-tests` feature into the GPU-test bundle, compiled (not run) by `cargo xtask test`.
-pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE];
+pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE, SAC];
 
 /// The integration tests that need a GPU, by name (a cargo target pattern, passed as is:
 /// no shell expands it). The other test binaries stay home: the suite's `ui` runs
@@ -112,7 +120,7 @@ mod tests {
         let e = Program::find("dqnn").unwrap_err().to_string();
         assert_eq!(
             e,
-            "no program `dqnn` in this workspace: expected one of dqn, fork_join, capture_cost, migrate"
+            "no program `dqnn` in this workspace: expected one of dqn, fork_join, capture_cost, migrate, sac"
         );
         assert!(Program::find(DEMO).is_ok());
     }
@@ -127,6 +135,7 @@ mod tests {
                 (MIGRATE, Target::Bin) => {
                     root.join(format!("examples/migrate/src/bin/{}.rs", p.name))
                 }
+                (SAC, Target::Bin) => root.join(format!("examples/sac/src/bin/{}/main.rs", p.name)),
                 other => panic!("no layout known for {other:?}"),
             };
             assert!(path.is_file(), "{} is missing", path.display());

@@ -1,0 +1,215 @@
+// The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
+// ReLU's backward, the critic loss, the counter-based noise, the tanh-Gaussian sample and
+// its backward, the soft target, the actor loss and the temperature's gradient. The
+// matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
+// cuBLASLt's and stepgraph-kernels'.
+//
+// Sums over the batch are done by one block of SAC_REDUCE_THREADS threads in a fixed
+// order (each thread its strided elements in turn, then block_sum), so they give the same
+// bits on every run.
+
+#include "stepgraph/common.cuh"
+#include "stepgraph/reduce.cuh"
+
+#define SAC_REDUCE_THREADS 1024
+#define SAC_GAMMA_64 0x9E3779B97F4A7C15ull
+#define SAC_LOG_SQRT_2PI 0.91893853320467274f
+#define SAC_LOG_STD_MIN (-20.0f)
+#define SAC_LOG_STD_MAX 2.0f
+#define SAC_TANH_EPS 1e-6f
+
+// out[b, :] = [x[b, :], a[b, :]]: x [B, S], a [B, A], out [B, S + A]. One thread per
+// element of out.
+extern "C" __global__ void concat_cols(const float* __restrict__ x, const float* __restrict__ a,
+                                       float* __restrict__ out, unsigned rows, unsigned xs,
+                                       unsigned as) {
+    const unsigned i = global_index();
+    const unsigned c = xs + as;
+    if (i >= rows * c) {
+        return;
+    }
+    const unsigned b = i / c;
+    const unsigned j = i - b * c;
+    out[i] = j < xs ? x[b * xs + j] : a[b * as + (j - xs)];
+}
+
+// dz[i] <- h[i] > 0 ? dz[i] : 0, in place: ReLU's backward from its output h. One thread
+// per element.
+extern "C" __global__ void relu_backward(const float* __restrict__ h, float* __restrict__ dz,
+                                         unsigned n) {
+    const unsigned i = global_index();
+    if (i < n) {
+        dz[i] = h[i] > 0.0f ? dz[i] : 0.0f;
+    }
+}
+
+// The critic loss: dq[i] = 2 (q[i] - y[i]) / n, loss[0] = sum (q[i] - y[i])^2 / n. One
+// block of SAC_REDUCE_THREADS.
+extern "C" __global__ void mse_loss(const float* __restrict__ q, const float* __restrict__ y,
+                                    float* __restrict__ dq, float* __restrict__ loss,
+                                    unsigned n) {
+    const float inv = 1.0f / (float)n;
+    float acc = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+        const float d = q[i] - y[i];
+        dq[i] = 2.0f * d * inv;
+        acc = fmaf(d, d, acc);
+    }
+    const float s = block_sum(acc);
+    if (threadIdx.x == 0) {
+        loss[0] = s * inv;
+    }
+}
+
+__device__ __forceinline__ unsigned long long sac_splitmix(unsigned long long z) {
+    z += SAC_GAMMA_64;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// The step's normals: element e < n of eps_next, element e - n of eps_cur, from
+// key = splitmix(splitmix(seed) ^ *counter), bits = splitmix(key + e GAMMA), Box-Muller
+// on two 24-bit uniforms (MODEL.md, "The noise"). One thread per element of both.
+extern "C" __global__ void draw_normals(const unsigned long long* __restrict__ counter,
+                                        float* __restrict__ eps_next,
+                                        float* __restrict__ eps_cur, unsigned long long seed,
+                                        unsigned n) {
+    const unsigned e = global_index();
+    if (e >= 2 * n) {
+        return;
+    }
+    const unsigned long long key = sac_splitmix(sac_splitmix(seed) ^ *counter);
+    const unsigned long long bits = sac_splitmix(key + (unsigned long long)e * SAC_GAMMA_64);
+    const float u1 = (float)((unsigned)(bits >> 40) + 1u) * 5.9604644775390625e-8f;
+    const float u2 = (float)((unsigned)(bits >> 16) & 0xFFFFFFu) * 5.9604644775390625e-8f;
+    const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    if (e < n) {
+        eps_next[e] = z;
+    } else {
+        eps_cur[e - n] = z;
+    }
+}
+
+// counter += 1, after the draw that read it (one thread).
+extern "C" __global__ void advance_counter(unsigned long long* __restrict__ counter) {
+    if (global_index() == 0) {
+        *counter += 1;
+    }
+}
+
+// The tanh-Gaussian sample: head [B, 2A] (mean, then raw log_std), eps [B, A];
+// act = tanh(mean + exp(clamp(raw, -20, 2)) eps) [B, A], logp [B] (MODEL.md). One thread
+// per row.
+extern "C" __global__ void tanh_gauss_sample(const float* __restrict__ head,
+                                             const float* __restrict__ eps,
+                                             float* __restrict__ act, float* __restrict__ logp,
+                                             unsigned rows, unsigned dims) {
+    const unsigned b = global_index();
+    if (b >= rows) {
+        return;
+    }
+    float lp = 0.0f;
+    for (unsigned j = 0; j < dims; ++j) {
+        const float mean = head[b * 2 * dims + j];
+        const float ls = fminf(fmaxf(head[b * 2 * dims + dims + j], SAC_LOG_STD_MIN),
+                               SAC_LOG_STD_MAX);
+        const float e = eps[b * dims + j];
+        const float u = fmaf(expf(ls), e, mean);
+        const float a = tanhf(u);
+        act[b * dims + j] = a;
+        lp += -0.5f * e * e - ls - SAC_LOG_SQRT_2PI - logf(1.0f - a * a + SAC_TANH_EPS);
+    }
+    logp[b] = lp;
+}
+
+// y = r + gamma (1 - done) (min(q1n, q2n) - exp(log_alpha[0]) logp_next), [B]. One thread
+// per element.
+extern "C" __global__ void soft_target(const float* __restrict__ r,
+                                       const float* __restrict__ done,
+                                       const float* __restrict__ q1n,
+                                       const float* __restrict__ q2n,
+                                       const float* __restrict__ logp_next,
+                                       const float* __restrict__ log_alpha,
+                                       float* __restrict__ y, float gamma, unsigned n) {
+    const unsigned i = global_index();
+    if (i < n) {
+        const float alpha = expf(log_alpha[0]);
+        const float v = fminf(q1n[i], q2n[i]) - alpha * logp_next[i];
+        y[i] = r[i] + gamma * (1.0f - done[i]) * v;
+    }
+}
+
+// The actor loss mean(alpha logp - min(q1, q2)) into loss[0] and its gradients with
+// respect to q1 and q2: -1/n to the smaller (Q1 on a tie), 0 to the other. One block of
+// SAC_REDUCE_THREADS.
+extern "C" __global__ void actor_loss(const float* __restrict__ q1, const float* __restrict__ q2,
+                                      const float* __restrict__ logp,
+                                      const float* __restrict__ log_alpha,
+                                      float* __restrict__ dq1, float* __restrict__ dq2,
+                                      float* __restrict__ loss, unsigned n) {
+    const float inv = 1.0f / (float)n;
+    const float alpha = expf(log_alpha[0]);
+    float acc = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+        const bool first = q1[i] <= q2[i];
+        const float m = first ? q1[i] : q2[i];
+        dq1[i] = first ? -inv : 0.0f;
+        dq2[i] = first ? 0.0f : -inv;
+        acc += fmaf(alpha, logp[i], -m);
+    }
+    const float s = block_sum(acc);
+    if (threadIdx.x == 0) {
+        loss[0] = s * inv;
+    }
+}
+
+// The actor loss's gradient with respect to the actor's head [B, 2A] (MODEL.md, "Actor"):
+// from the critics' input gradients dx1, dx2 [B, C] (their action columns S .. S + A,
+// C = S + A), the entropy term alpha / B logp, through the tanh, the reparameterisation
+// and the clamp. One thread per (b, j), j < A.
+extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
+                                               const float* __restrict__ eps,
+                                               const float* __restrict__ act,
+                                               const float* __restrict__ dx1,
+                                               const float* __restrict__ dx2,
+                                               const float* __restrict__ log_alpha,
+                                               float* __restrict__ dhead, unsigned rows,
+                                               unsigned dims, unsigned obs) {
+    const unsigned i = global_index();
+    if (i >= rows * dims) {
+        return;
+    }
+    const unsigned b = i / dims;
+    const unsigned j = i - b * dims;
+    const unsigned c = obs + dims;
+    const float scale = expf(log_alpha[0]) / (float)rows;
+    const float raw = head[b * 2 * dims + dims + j];
+    const float ls = fminf(fmaxf(raw, SAC_LOG_STD_MIN), SAC_LOG_STD_MAX);
+    const float a = act[i];
+    const float one_minus = 1.0f - a * a;
+    const float g = 2.0f * a * one_minus / (one_minus + SAC_TANH_EPS);
+    const float da = dx1[b * c + obs + j] + dx2[b * c + obs + j];
+    const float du = fmaf(scale, g, da * one_minus);
+    const bool inside = raw >= SAC_LOG_STD_MIN && raw <= SAC_LOG_STD_MAX;
+    dhead[b * 2 * dims + j] = du;
+    dhead[b * 2 * dims + dims + j] = inside ? fmaf(du * expf(ls), eps[i], -scale) : 0.0f;
+}
+
+// The temperature's loss -log_alpha mean(logp + target_entropy) into loss[0] and its
+// gradient -mean(logp + target_entropy) into grad[0]. One block of SAC_REDUCE_THREADS.
+extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
+                                      const float* __restrict__ log_alpha,
+                                      float* __restrict__ grad, float* __restrict__ loss,
+                                      float target_entropy, unsigned n) {
+    float acc = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+        acc += logp[i] + target_entropy;
+    }
+    const float s = block_sum(acc);
+    if (threadIdx.x == 0) {
+        const float mean = s / (float)n;
+        grad[0] = -mean;
+        loss[0] = -log_alpha[0] * mean;
+    }
+}

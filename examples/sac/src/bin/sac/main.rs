@@ -1,0 +1,159 @@
+//! One soft actor-critic update with twin critics as a stepgraph step (MODEL.md has the
+//! exact math): builds and captures the step, replays it and prints the losses.
+//!
+//! ```text
+//! cargo run --release -p stepgraph-sac -- [--steps N] [--batch B] [--obs S] [--action A]
+//!                                         [--hidden H] [--seed N] [--one-stream]
+//! cargo run --release -p stepgraph-sac -- --print-plan dot|svg
+//! ```
+//! With no GPU it prints the plan and says what the run needs.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use stepgraph::{Device, Result, Schedule};
+use stepgraph_sac::host::Trainer;
+use stepgraph_sac::kernels::Kernels;
+use stepgraph_sac::layers::Sizes;
+use stepgraph_sac::model::sac;
+
+/// Command-line options.
+#[derive(Debug)]
+struct Options {
+    sizes: Sizes,
+    steps: usize,
+    seed: u64,
+    one_stream: bool,
+}
+
+const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
+                     [--seed N] [--one-stream] | --print-plan dot|svg";
+
+fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
+    let mut o = Options {
+        sizes: Sizes::default(),
+        steps: 100,
+        seed: 42,
+        one_stream: false,
+    };
+    while let Some(flag) = args.next() {
+        if flag == "--one-stream" {
+            o.one_stream = true;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(USAGE.into());
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let number = |name: &str| -> std::result::Result<usize, String> {
+            match value.parse::<usize>() {
+                Ok(0) => Err(format!("{name} must be at least 1, found 0")),
+                Ok(v) => Ok(v),
+                Err(_) => Err(format!("{name} takes a positive integer, found `{value}`")),
+            }
+        };
+        match flag.as_str() {
+            "--steps" => o.steps = number("--steps")?,
+            "--batch" => o.sizes.batch = number("--batch")?,
+            "--obs" => o.sizes.obs = number("--obs")?,
+            "--action" => o.sizes.action = number("--action")?,
+            "--hidden" => o.sizes.hidden = number("--hidden")?,
+            "--seed" => {
+                o.seed = value
+                    .parse()
+                    .map_err(|_| format!("--seed takes an unsigned integer, found `{value}`"))?
+            }
+            _ => return Err(format!("unknown flag `{flag}`\n{USAGE}")),
+        }
+    }
+    o.sizes.check().map_err(|e| e.to_string())?;
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = stepgraph_picture::print_plan_if_asked(&sac::PLAN) {
+        return code;
+    }
+    let options = match parse_options(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sac: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}", sac::PLAN);
+    let device = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!(
+                "the update needs a CUDA GPU with compute capability 9.0 and the CUDA 13 \
+                 libraries: {}",
+                e.chain()
+            );
+            return ExitCode::SUCCESS;
+        }
+    };
+    match train(&device, &options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sac failed: {}", e.chain());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn train(device: &Device, o: &Options) -> Result<()> {
+    let kernels = Arc::new(Kernels::load(device)?);
+    let schedule = if o.one_stream {
+        Schedule::OneStream
+    } else {
+        Schedule::Planned
+    };
+    let mut trainer = Trainer::new(device, kernels, o.sizes, o.seed, schedule)?;
+    for i in 0..o.steps {
+        trainer.update()?;
+        if i == 0 || i + 1 == o.steps {
+            let [q1, q2, pi, alpha] = trainer.losses()?;
+            println!(
+                "step {:>5}: L_Q1 {q1:.5} L_Q2 {q2:.5} L_pi {pi:.5} L_alpha {alpha:.5}",
+                i + 1
+            );
+        }
+    }
+    let mut times = trainer.step.time_replays(5, 20)?;
+    println!(
+        "replay: median {:.3} ms over {} replays",
+        stepgraph::stats::median(&mut times),
+        times.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> std::result::Result<Options, String> {
+        parse_options(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn the_flags_set_the_sizes_and_bad_ones_say_why() {
+        let o = parse(&["--batch", "512", "--hidden", "64", "--one-stream"]).unwrap();
+        assert_eq!(
+            (o.sizes.batch, o.sizes.hidden, o.one_stream),
+            (512, 64, true)
+        );
+        assert_eq!(o.sizes.action, 8);
+        assert!(parse(&["--batch", "0"]).unwrap_err().contains("at least 1"));
+        assert!(parse(&["--obs", "x"]).unwrap_err().contains("`x`"));
+        assert!(parse(&["--steps"]).unwrap_err().contains("needs a value"));
+        assert!(
+            parse(&["--nope", "1"])
+                .unwrap_err()
+                .contains("unknown flag")
+        );
+    }
+}

@@ -1,0 +1,420 @@
+//! The SAC step's own kernels (`cuda/sac.cu`, MODEL.md), built by stepgraph-build like any
+//! user crate's, each behind a wrapper that checks sizes before it launches; the
+//! optimizer's kernels and `axpby` (the Polyak update) come from `stepgraph-kernels`.
+//!
+//! Shapes are row-major (`[B, X]` puts row `b` at offset `b X`). Every wrapper fails with
+//! [`Error::LengthMismatch`](stepgraph::Error::LengthMismatch) or [`Error::Invalid`](stepgraph::Error::Invalid) before anything is launched when a
+//! buffer's length does not match the sizes it is given. Each kernel has a CPU reference
+//! in [`reference`](crate::reference).
+
+use std::sync::Arc;
+
+use stepgraph::{CaptureStream, Device, DeviceBuffer, LaunchConfig, Result};
+use stepgraph_kernels::launch::{check_len, elementwise_config, len_u32, positive, product};
+
+/// The registry stepgraph-build generated from `cuda/*.cu`.
+mod raw {
+    stepgraph::include_kernels!();
+}
+pub use raw::{KernelId, ModuleId};
+
+/// f32 device buffer.
+pub type Buf = DeviceBuffer<f32>;
+
+/// Threads of the one-block reductions (`SAC_REDUCE_THREADS` in `cuda/sac.cu`).
+pub const REDUCE_THREADS: u32 = 1024;
+
+/// The lower clamp of the actor's log standard deviation.
+pub const LOG_STD_MIN: f32 = -20.0;
+/// The upper clamp of the actor's log standard deviation.
+pub const LOG_STD_MAX: f32 = 2.0;
+/// The constant in the tanh correction `log(1 − tanh(u)² + 1e-6)`.
+pub const TANH_EPS: f32 = 1e-6;
+
+/// One block of [`REDUCE_THREADS`]: a fixed-order sum over the whole batch.
+fn reduce_config() -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (REDUCE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The SAC step's kernels and the generic ones it uses, loaded once per device.
+#[derive(Debug)]
+pub struct Kernels {
+    raw: raw::Kernels,
+    /// The optimizer's kernels and `axpby` (`stepgraph-kernels`).
+    pub generic: Arc<stepgraph_kernels::Kernels>,
+}
+
+impl Kernels {
+    /// Loads this crate's module and the generic kernels into `device`'s context; each
+    /// kernel's parameter list is checked against its CUDA signature.
+    pub fn load(device: &Device) -> Result<Kernels> {
+        Ok(Kernels {
+            raw: raw::Kernels::load(device)?,
+            generic: Arc::new(stepgraph_kernels::Kernels::load(device)?),
+        })
+    }
+
+    /// A kernel of this crate, for launches without a wrapper.
+    pub fn kernel(&self, id: KernelId) -> &stepgraph::Kernel {
+        self.raw.kernel(id)
+    }
+
+    /// `out[b] = [x[b], a[b]]`: `x [rows, xs]`, `a [rows, as_]`, `out [rows, xs + as_]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn concat_cols(
+        &self,
+        stream: &CaptureStream<'_>,
+        x: &Buf,
+        a: &Buf,
+        out: &mut Buf,
+        rows: usize,
+        xs: usize,
+        as_: usize,
+    ) -> Result<()> {
+        let r = positive("concat_cols: rows", rows)?;
+        let c1 = positive("concat_cols: xs", xs)?;
+        let c2 = positive("concat_cols: as", as_)?;
+        check_len(
+            "concat_cols: x ([rows, xs])",
+            x.len(),
+            product("concat_cols", &[rows, xs])?,
+        )?;
+        check_len(
+            "concat_cols: a ([rows, as])",
+            a.len(),
+            product("concat_cols", &[rows, as_])?,
+        )?;
+        let n = product("concat_cols", &[rows, xs + as_])?;
+        check_len("concat_cols: out ([rows, xs + as])", out.len(), n)?;
+        let n = len_u32("concat_cols: out", n)?;
+        // SAFETY: threads with i >= n = rows (xs + as) return; thread i reads x[b xs + j]
+        // (j < xs) or a[b as + j - xs] (j - xs < as) with b < rows, all in range (lengths
+        // checked above), and writes out[i].
+        unsafe {
+            self.raw
+                .concat_cols(stream, elementwise_config(n), x, a, out, r, c1, c2)
+        }
+    }
+
+    /// `dz[i] = h[i] > 0 ? dz[i] : 0`, in place: ReLU's backward from its output.
+    pub fn relu_backward(&self, stream: &CaptureStream<'_>, h: &Buf, dz: &mut Buf) -> Result<()> {
+        check_len("relu_backward: dz (the length of h)", dz.len(), h.len())?;
+        let n = len_u32("relu_backward: h", h.len())?;
+        // SAFETY: threads with i >= n return; h and dz hold n elements (checked above).
+        unsafe {
+            self.raw
+                .relu_backward(stream, elementwise_config(n), h, dz, n)
+        }
+    }
+
+    /// The critic loss: `dq = 2 (q − y) / n`, `loss[0] = mean (q − y)²`, `n = q.len()`.
+    pub fn mse_loss(
+        &self,
+        stream: &CaptureStream<'_>,
+        q: &Buf,
+        y: &Buf,
+        dq: &mut Buf,
+        loss: &mut Buf,
+    ) -> Result<()> {
+        let n = positive("mse_loss: q", q.len())?;
+        check_len("mse_loss: y (the length of q)", y.len(), q.len())?;
+        check_len("mse_loss: dq (the length of q)", dq.len(), q.len())?;
+        check_len("mse_loss: loss ([1])", loss.len(), 1)?;
+        // SAFETY: one block strides over i < n of q, y and dq (all n long, checked) and
+        // writes loss[0].
+        unsafe {
+            self.raw
+                .mse_loss(stream, reduce_config(), q, y, dq, loss, n)
+        }
+    }
+
+    /// The step's normals from the generator's key `(seed, counter[0])` (MODEL.md, "The
+    /// noise"): elements `0 .. n` into `eps_next`, `n .. 2n` into `eps_cur`.
+    pub fn draw_normals(
+        &self,
+        stream: &CaptureStream<'_>,
+        counter: &DeviceBuffer<u64>,
+        eps_next: &mut Buf,
+        eps_cur: &mut Buf,
+        seed: u64,
+    ) -> Result<()> {
+        check_len("draw_normals: counter", counter.len(), 1)?;
+        check_len(
+            "draw_normals: eps_cur (the length of eps_next)",
+            eps_cur.len(),
+            eps_next.len(),
+        )?;
+        let n = positive("draw_normals: eps_next", eps_next.len())?;
+        let both = len_u32("draw_normals: both outputs", 2 * eps_next.len())?;
+        // SAFETY: threads with e >= 2n return; thread e writes eps_next[e] (e < n) or
+        // eps_cur[e - n], both n long (checked); the counter holds one element.
+        unsafe {
+            self.raw.draw_normals(
+                stream,
+                elementwise_config(both),
+                counter,
+                eps_next,
+                eps_cur,
+                seed,
+                n,
+            )
+        }
+    }
+
+    /// `counter[0] += 1`: the next step draws from the next key.
+    pub fn advance_counter(
+        &self,
+        stream: &CaptureStream<'_>,
+        counter: &mut DeviceBuffer<u64>,
+    ) -> Result<()> {
+        check_len("advance_counter: counter", counter.len(), 1)?;
+        // SAFETY: one thread writes counter[0], which exists (checked above).
+        unsafe {
+            self.raw
+                .advance_counter(stream, elementwise_config(1), counter)
+        }
+    }
+
+    /// The tanh-Gaussian sample: `head [rows, 2 dims]` (mean, raw log_std), `eps [rows,
+    /// dims]`; writes `act [rows, dims]` and `logp [rows]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tanh_gauss_sample(
+        &self,
+        stream: &CaptureStream<'_>,
+        head: &Buf,
+        eps: &Buf,
+        act: &mut Buf,
+        logp: &mut Buf,
+        rows: usize,
+        dims: usize,
+    ) -> Result<()> {
+        let r = positive("tanh_gauss_sample: rows", rows)?;
+        let d = positive("tanh_gauss_sample: dims", dims)?;
+        let rd = product("tanh_gauss_sample", &[rows, dims])?;
+        check_len(
+            "tanh_gauss_sample: head ([rows, 2 dims])",
+            head.len(),
+            product("tanh_gauss_sample", &[rows, 2, dims])?,
+        )?;
+        len_u32("tanh_gauss_sample: head", head.len())?;
+        check_len("tanh_gauss_sample: eps ([rows, dims])", eps.len(), rd)?;
+        check_len("tanh_gauss_sample: act ([rows, dims])", act.len(), rd)?;
+        check_len("tanh_gauss_sample: logp ([rows])", logp.len(), rows)?;
+        // SAFETY: threads with b >= rows return; thread b touches row b of head, eps, act
+        // and logp, all holding `rows` rows (checked above).
+        unsafe {
+            self.raw
+                .tanh_gauss_sample(stream, elementwise_config(r), head, eps, act, logp, r, d)
+        }
+    }
+
+    /// `y = r + γ (1 − done) (min(q1n, q2n) − exp(log_alpha[0]) logp_next)`, all `[n]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn soft_target(
+        &self,
+        stream: &CaptureStream<'_>,
+        r: &Buf,
+        done: &Buf,
+        q1n: &Buf,
+        q2n: &Buf,
+        logp_next: &Buf,
+        log_alpha: &Buf,
+        y: &mut Buf,
+        gamma: f32,
+    ) -> Result<()> {
+        let n = len_u32("soft_target: y", y.len())?;
+        for (what, len) in [
+            ("soft_target: r (the length of y)", r.len()),
+            ("soft_target: done (the length of y)", done.len()),
+            ("soft_target: q1n (the length of y)", q1n.len()),
+            ("soft_target: q2n (the length of y)", q2n.len()),
+            ("soft_target: logp_next (the length of y)", logp_next.len()),
+        ] {
+            check_len(what, len, y.len())?;
+        }
+        check_len("soft_target: log_alpha ([1])", log_alpha.len(), 1)?;
+        // SAFETY: threads with i >= n return; every [n] input holds n elements and
+        // log_alpha one (checked above).
+        unsafe {
+            self.raw.soft_target(
+                stream,
+                elementwise_config(n),
+                r,
+                done,
+                q1n,
+                q2n,
+                logp_next,
+                log_alpha,
+                y,
+                gamma,
+                n,
+            )
+        }
+    }
+
+    /// The actor loss `loss[0] = mean(α logp − min(q1, q2))` and its gradients `dq1`,
+    /// `dq2` with respect to the critics' outputs (`−1/n` to the smaller, Q1 on a tie).
+    #[allow(clippy::too_many_arguments)]
+    pub fn actor_loss(
+        &self,
+        stream: &CaptureStream<'_>,
+        q1: &Buf,
+        q2: &Buf,
+        logp: &Buf,
+        log_alpha: &Buf,
+        dq1: &mut Buf,
+        dq2: &mut Buf,
+        loss: &mut Buf,
+    ) -> Result<()> {
+        let n = positive("actor_loss: q1", q1.len())?;
+        for (what, len) in [
+            ("actor_loss: q2 (the length of q1)", q2.len()),
+            ("actor_loss: logp (the length of q1)", logp.len()),
+            ("actor_loss: dq1 (the length of q1)", dq1.len()),
+            ("actor_loss: dq2 (the length of q1)", dq2.len()),
+        ] {
+            check_len(what, len, q1.len())?;
+        }
+        check_len("actor_loss: log_alpha ([1])", log_alpha.len(), 1)?;
+        check_len("actor_loss: loss ([1])", loss.len(), 1)?;
+        // SAFETY: one block strides over i < n of the [n] buffers (checked) and writes
+        // loss[0]; log_alpha holds one element.
+        unsafe {
+            self.raw.actor_loss(
+                stream,
+                reduce_config(),
+                q1,
+                q2,
+                logp,
+                log_alpha,
+                dq1,
+                dq2,
+                loss,
+                n,
+            )
+        }
+    }
+
+    /// The actor loss's gradient with respect to the actor's head, `dhead [rows, 2 dims]`,
+    /// from the critics' input gradients `dx1`, `dx2 [rows, obs + dims]` (their action
+    /// columns), the sample's `head`, `eps` and `act`, and `log_alpha` (MODEL.md, "Actor").
+    #[allow(clippy::too_many_arguments)]
+    pub fn tanh_gauss_backward(
+        &self,
+        stream: &CaptureStream<'_>,
+        head: &Buf,
+        eps: &Buf,
+        act: &Buf,
+        dx1: &Buf,
+        dx2: &Buf,
+        log_alpha: &Buf,
+        dhead: &mut Buf,
+        rows: usize,
+        dims: usize,
+        obs: usize,
+    ) -> Result<()> {
+        let r = positive("tanh_gauss_backward: rows", rows)?;
+        let d = positive("tanh_gauss_backward: dims", dims)?;
+        let o = positive("tanh_gauss_backward: obs", obs)?;
+        let what = "tanh_gauss_backward";
+        let rd = product(what, &[rows, dims])?;
+        let heads = product(what, &[rows, 2, dims])?;
+        let inputs = product(what, &[rows, obs + dims])?;
+        check_len(
+            "tanh_gauss_backward: head ([rows, 2 dims])",
+            head.len(),
+            heads,
+        )?;
+        check_len(
+            "tanh_gauss_backward: dhead ([rows, 2 dims])",
+            dhead.len(),
+            heads,
+        )?;
+        check_len("tanh_gauss_backward: eps ([rows, dims])", eps.len(), rd)?;
+        check_len("tanh_gauss_backward: act ([rows, dims])", act.len(), rd)?;
+        check_len(
+            "tanh_gauss_backward: dx1 ([rows, obs + dims])",
+            dx1.len(),
+            inputs,
+        )?;
+        check_len(
+            "tanh_gauss_backward: dx2 ([rows, obs + dims])",
+            dx2.len(),
+            inputs,
+        )?;
+        check_len("tanh_gauss_backward: log_alpha ([1])", log_alpha.len(), 1)?;
+        len_u32("tanh_gauss_backward: dx1", inputs)?;
+        len_u32("tanh_gauss_backward: head", heads)?;
+        let n = len_u32("tanh_gauss_backward: act", rd)?;
+        // SAFETY: threads with i >= rows dims return; thread (b, j) reads row b of head,
+        // eps, act, dx1 and dx2 at columns < their widths and writes row b of dhead, all
+        // of the lengths checked above.
+        unsafe {
+            self.raw.tanh_gauss_backward(
+                stream,
+                elementwise_config(n),
+                head,
+                eps,
+                act,
+                dx1,
+                dx2,
+                log_alpha,
+                dhead,
+                r,
+                d,
+                o,
+            )
+        }
+    }
+
+    /// The temperature's gradient `grad[0] = −mean(logp + target_entropy)` and loss
+    /// `loss[0] = −log_alpha[0] mean(logp + target_entropy)`.
+    pub fn alpha_grad(
+        &self,
+        stream: &CaptureStream<'_>,
+        logp: &Buf,
+        log_alpha: &Buf,
+        grad: &mut Buf,
+        loss: &mut Buf,
+        target_entropy: f32,
+    ) -> Result<()> {
+        let n = positive("alpha_grad: logp", logp.len())?;
+        check_len("alpha_grad: log_alpha ([1])", log_alpha.len(), 1)?;
+        check_len("alpha_grad: grad ([1])", grad.len(), 1)?;
+        check_len("alpha_grad: loss ([1])", loss.len(), 1)?;
+        // SAFETY: one block strides over logp's n elements and writes grad[0] and
+        // loss[0]; log_alpha holds one element (checked above).
+        unsafe {
+            self.raw.alpha_grad(
+                stream,
+                reduce_config(),
+                logp,
+                log_alpha,
+                grad,
+                loss,
+                target_entropy,
+                n,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The constants here are the ones `cuda/sac.cu` defines.
+    #[test]
+    fn the_constants_agree_with_the_cuda_source() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/sac.cu");
+        let d = stepgraph_testkit::cuda_defines(std::path::Path::new(path)).unwrap();
+        assert_eq!(d["SAC_REDUCE_THREADS"], REDUCE_THREADS.to_string());
+        assert_eq!(d["SAC_LOG_STD_MIN"], "(-20.0f)");
+        assert_eq!(d["SAC_LOG_STD_MAX"], "2.0f");
+        assert_eq!(d["SAC_TANH_EPS"], "1e-6f");
+    }
+}

@@ -1,0 +1,350 @@
+//! The networks of the SAC step as device buffers (parameters, and with the same shapes
+//! their gradients and Adam moments), their activations, and the forward and backward
+//! passes of a three-layer MLP as cuBLASLt matmuls and the ReLU backward kernel.
+
+use stepgraph::{
+    Blas, CaptureStream, Device, Epilogue, Matmul, MatmulArgs, Precision, Result, StepBuffer,
+};
+
+use crate::kernels::{Buf, Kernels};
+
+/// Every GEMM of the step runs in TF32 (MODEL.md, "Forward passes").
+pub const PRECISION: Precision = Precision::Tf32;
+
+/// The step's sizes (MODEL.md's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    /// `B`: transitions per step.
+    pub batch: usize,
+    /// `S`: observation features.
+    pub obs: usize,
+    /// `A`: action dimensions.
+    pub action: usize,
+    /// `H`: the hidden width of every network.
+    pub hidden: usize,
+}
+
+impl Default for Sizes {
+    /// B 16384, S 64, A 8, H 256.
+    fn default() -> Sizes {
+        Sizes {
+            batch: 16384,
+            obs: 64,
+            action: 8,
+            hidden: 256,
+        }
+    }
+}
+
+impl Sizes {
+    /// Small sizes, for quick checks.
+    pub fn small() -> Sizes {
+        Sizes {
+            batch: 256,
+            obs: 12,
+            action: 3,
+            hidden: 32,
+        }
+    }
+
+    /// `C = S + A`: a critic's input.
+    pub fn critic_in(&self) -> usize {
+        self.obs + self.action
+    }
+
+    /// The critics' shape.
+    pub fn critic(&self) -> MlpDims {
+        MlpDims {
+            rows: self.batch,
+            inp: self.critic_in(),
+            hidden: self.hidden,
+            out: 1,
+        }
+    }
+
+    /// The actor's shape: its head is the mean and the raw log_std, `2A` outputs.
+    pub fn actor(&self) -> MlpDims {
+        MlpDims {
+            rows: self.batch,
+            inp: self.obs,
+            hidden: self.hidden,
+            out: 2 * self.action,
+        }
+    }
+
+    /// Checks that no size is zero and that every tensor fits a kernel launch.
+    pub fn check(&self) -> Result<()> {
+        for (name, v) in [
+            ("batch", self.batch),
+            ("obs", self.obs),
+            ("action", self.action),
+            ("hidden", self.hidden),
+        ] {
+            if v == 0 {
+                return Err(stepgraph::Error::Invalid(format!(
+                    "Sizes: {name} must be at least 1"
+                )));
+            }
+        }
+        let widest = self.hidden.max(self.critic_in()).max(2 * self.action);
+        stepgraph_kernels::launch::product("Sizes: [batch, widest]", &[self.batch, widest])
+            .and_then(|n| stepgraph_kernels::launch::len_u32("Sizes: [batch, widest]", n))
+            .map(|_| ())
+    }
+}
+
+/// A three-layer MLP's sizes: `rows` inputs of `inp` features, two hidden layers of
+/// `hidden`, `out` outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlpDims {
+    pub rows: usize,
+    pub inp: usize,
+    pub hidden: usize,
+    pub out: usize,
+}
+
+/// A linear layer `y = x wᵀ + b`, `w[out, in]`.
+#[derive(Debug, StepBuffer)]
+pub struct Linear {
+    pub w: Buf,
+    pub b: Buf,
+}
+
+impl Linear {
+    pub fn zeros(device: &Device, name: &str, out: usize, inp: usize) -> Result<Linear> {
+        Ok(Linear {
+            w: device.alloc_zeros(&format!("{name}.w"), out * inp)?,
+            b: device.alloc_zeros(&format!("{name}.b"), out)?,
+        })
+    }
+}
+
+/// A network's three layers (`l1 [H, in]`, `l2 [H, H]`, `l3 [out, H]`); also the shape
+/// of its gradients and Adam moments.
+#[derive(Debug, StepBuffer)]
+pub struct Mlp {
+    pub l1: Linear,
+    pub l2: Linear,
+    pub l3: Linear,
+}
+
+impl Mlp {
+    pub fn zeros(device: &Device, d: MlpDims, name: &str) -> Result<Mlp> {
+        Ok(Mlp {
+            l1: Linear::zeros(device, &format!("{name}.l1"), d.hidden, d.inp)?,
+            l2: Linear::zeros(device, &format!("{name}.l2"), d.hidden, d.hidden)?,
+            l3: Linear::zeros(device, &format!("{name}.l3"), d.out, d.hidden)?,
+        })
+    }
+
+    /// Its tensors in one fixed order (`w1, b1, w2, b2, w3, b3`), the optimizer's.
+    pub fn tensors(&self) -> [&Buf; 6] {
+        [
+            &self.l1.w, &self.l1.b, &self.l2.w, &self.l2.b, &self.l3.w, &self.l3.b,
+        ]
+    }
+
+    /// The same, writable.
+    pub fn tensors_mut(&mut self) -> [&mut Buf; 6] {
+        let Mlp { l1, l2, l3 } = self;
+        [
+            &mut l1.w, &mut l1.b, &mut l2.w, &mut l2.b, &mut l3.w, &mut l3.b,
+        ]
+    }
+
+    /// The MODEL.md names of [`Mlp::tensors`].
+    pub const NAMES: [&'static str; 6] = ["w1", "b1", "w2", "b2", "w3", "b3"];
+}
+
+/// A forward pass of an MLP over one batch: both hidden layers' ReLU outputs and the
+/// output.
+#[derive(Debug, StepBuffer)]
+pub struct MlpAct {
+    /// `[rows, H]`.
+    pub h1: Buf,
+    /// `[rows, H]`.
+    pub h2: Buf,
+    /// `[rows, out]`.
+    pub out: Buf,
+}
+
+impl MlpAct {
+    pub fn zeros(device: &Device, d: MlpDims, name: &str) -> Result<MlpAct> {
+        Ok(MlpAct {
+            h1: device.alloc_zeros(&format!("{name}.h1"), d.rows * d.hidden)?,
+            h2: device.alloc_zeros(&format!("{name}.h2"), d.rows * d.hidden)?,
+            out: device.alloc_zeros(&format!("{name}.out"), d.rows * d.out)?,
+        })
+    }
+}
+
+/// An MLP's backward scratch: the hidden layers' pre-activation gradients.
+#[derive(Debug, StepBuffer)]
+pub struct MlpBack {
+    /// `[rows, H]`: `dz2`.
+    pub dz2: Buf,
+    /// `[rows, H]`: `dz1`.
+    pub dz1: Buf,
+}
+
+impl MlpBack {
+    pub fn zeros(device: &Device, d: MlpDims, name: &str) -> Result<MlpBack> {
+        Ok(MlpBack {
+            dz2: device.alloc_zeros(&format!("{name}.dz2"), d.rows * d.hidden)?,
+            dz1: device.alloc_zeros(&format!("{name}.dz1"), d.rows * d.hidden)?,
+        })
+    }
+}
+
+/// `y[rows, out] = epilogue(x[rows, in] wᵀ + b)`.
+pub fn linear_spec(rows: usize, inp: usize, out: usize, epilogue: Epilogue) -> Matmul {
+    Matmul::new(rows, out, inp)
+        .with_trans_b(true)
+        .with_precision(PRECISION)
+        .with_epilogue(epilogue)
+}
+
+/// `dw[out, in] = dyᵀ x` with `db[out] = Σ_rows dy` from the same matmul.
+pub fn weight_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
+    Matmul::new(out, inp, rows)
+        .with_trans_a(true)
+        .with_precision(PRECISION)
+        .with_epilogue(Epilogue::BgradA)
+}
+
+/// `dx[rows, in] = dy[rows, out] w[out, in]`.
+pub fn input_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
+    Matmul::new(rows, inp, out).with_precision(PRECISION)
+}
+
+/// Every GEMM shape of an MLP of `d`'s sizes, forward and backward.
+pub fn mlp_specs(d: MlpDims) -> [Matmul; 8] {
+    let MlpDims {
+        rows,
+        inp,
+        hidden: h,
+        out,
+    } = d;
+    [
+        linear_spec(rows, inp, h, Epilogue::ReluBias),
+        linear_spec(rows, h, h, Epilogue::ReluBias),
+        linear_spec(rows, h, out, Epilogue::Bias),
+        weight_grad_spec(rows, h, out),
+        input_grad_spec(rows, h, out),
+        weight_grad_spec(rows, h, h),
+        input_grad_spec(rows, h, h),
+        weight_grad_spec(rows, inp, h),
+    ]
+}
+
+/// The forward pass `out = l3(relu(l2(relu(l1(x)))))`, each bias (and ReLU) a matmul
+/// epilogue.
+pub fn mlp_forward(
+    blas: &Blas<'_>,
+    d: MlpDims,
+    x: &Buf,
+    net: &Mlp,
+    act: &mut MlpAct,
+) -> Result<()> {
+    let MlpDims {
+        rows,
+        inp,
+        hidden: h,
+        out,
+    } = d;
+    let relu = |i, o| linear_spec(rows, i, o, Epilogue::ReluBias);
+    blas.matmul(
+        &relu(inp, h),
+        x,
+        &net.l1.w,
+        &mut act.h1,
+        MatmulArgs::new().bias(&net.l1.b),
+    )?;
+    blas.matmul(
+        &relu(h, h),
+        &act.h1,
+        &net.l2.w,
+        &mut act.h2,
+        MatmulArgs::new().bias(&net.l2.b),
+    )?;
+    let last = linear_spec(rows, h, out, Epilogue::Bias);
+    blas.matmul(
+        &last,
+        &act.h2,
+        &net.l3.w,
+        &mut act.out,
+        MatmulArgs::new().bias(&net.l3.b),
+    )
+}
+
+/// The backward pass of an MLP from the gradient `dout [rows, out]` of its output, given
+/// its input `x` and the forward pass `act`: into `grads` (the parameters' gradients,
+/// biases from the `BgradA` epilogue) when given, and into `dx [rows, in]` (the input's
+/// gradient) when given; `back` holds the hidden layers' gradients on the way.
+#[allow(clippy::too_many_arguments)]
+pub fn mlp_backward(
+    blas: &Blas<'_>,
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    d: MlpDims,
+    net: &Mlp,
+    x: &Buf,
+    act: &MlpAct,
+    dout: &Buf,
+    back: &mut MlpBack,
+    mut grads: Option<&mut Mlp>,
+    dx: Option<&mut Buf>,
+) -> Result<()> {
+    let MlpDims {
+        rows,
+        inp,
+        hidden: h,
+        out,
+    } = d;
+    let param = |blas: &Blas<'_>, dy: &Buf, x: &Buf, g: &mut Linear, i, o| {
+        let spec = weight_grad_spec(rows, i, o);
+        blas.matmul(
+            &spec,
+            dy,
+            x,
+            &mut g.w,
+            MatmulArgs::new().bias_grad(&mut g.b),
+        )
+    };
+    if let Some(g) = grads.as_deref_mut() {
+        param(blas, dout, &act.h2, &mut g.l3, h, out)?;
+    }
+    let MlpBack { dz2, dz1 } = back;
+    blas.matmul(
+        &input_grad_spec(rows, h, out),
+        dout,
+        &net.l3.w,
+        dz2,
+        MatmulArgs::new(),
+    )?;
+    k.relu_backward(stream, &act.h2, dz2)?;
+    if let Some(g) = grads.as_deref_mut() {
+        param(blas, dz2, &act.h1, &mut g.l2, h, h)?;
+    }
+    blas.matmul(
+        &input_grad_spec(rows, h, h),
+        &*dz2,
+        &net.l2.w,
+        dz1,
+        MatmulArgs::new(),
+    )?;
+    k.relu_backward(stream, &act.h1, dz1)?;
+    if let Some(g) = grads {
+        param(blas, dz1, x, &mut g.l1, inp, h)?;
+    }
+    if let Some(dx) = dx {
+        blas.matmul(
+            &input_grad_spec(rows, inp, h),
+            &*dz1,
+            &net.l1.w,
+            dx,
+            MatmulArgs::new(),
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,338 @@
+//! CPU references of the SAC step's kernels (`cuda/sac.cu`), in f64 where the kernel
+//! rounds differently (transcendentals), for the GPU tests to compare against; the unit
+//! tests check the gradients against finite differences of the losses they come from.
+
+use crate::kernels::{LOG_STD_MAX, LOG_STD_MIN, TANH_EPS};
+
+/// `½ log 2π`.
+const LOG_SQRT_2PI: f64 = 0.918_938_533_204_672_7;
+
+/// splitmix64's increment.
+const GAMMA_64: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// splitmix64's output function after its increment (`cuda/sac.cu`'s `sac_splitmix`).
+pub fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(GAMMA_64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `[x[b], a[b]]` for every row: `x [rows, xs]`, `a [rows, as_]`.
+pub fn concat_cols_reference(x: &[f32], a: &[f32], rows: usize, xs: usize, as_: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows * (xs + as_));
+    for b in 0..rows {
+        out.extend_from_slice(&x[b * xs..(b + 1) * xs]);
+        out.extend_from_slice(&a[b * as_..(b + 1) * as_]);
+    }
+    out
+}
+
+/// `dz[i] = h[i] > 0 ? dz[i] : 0`.
+pub fn relu_backward_reference(h: &[f32], dz: &mut [f32]) {
+    for (d, &v) in dz.iter_mut().zip(h) {
+        if v <= 0.0 || v.is_nan() {
+            *d = 0.0;
+        }
+    }
+}
+
+/// `(dq, loss)`: `dq = 2 (q − y) / n`, `loss = mean (q − y)²`.
+pub fn mse_loss_reference(q: &[f32], y: &[f32]) -> (Vec<f32>, f32) {
+    let n = q.len() as f64;
+    let dq = q
+        .iter()
+        .zip(y)
+        .map(|(&q, &y)| (2.0 * (f64::from(q) - f64::from(y)) / n) as f32)
+        .collect();
+    let loss = q
+        .iter()
+        .zip(y)
+        .map(|(&q, &y)| (f64::from(q) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / n;
+    (dq, loss as f32)
+}
+
+/// The step's normals `(eps_next, eps_cur)`, `n` each, for `(seed, counter)`.
+pub fn draw_normals_reference(seed: u64, counter: u64, n: usize) -> (Vec<f32>, Vec<f32>) {
+    let key = splitmix(splitmix(seed) ^ counter);
+    let z: Vec<f32> = (0..2 * n as u64)
+        .map(|e| {
+            let bits = splitmix(key.wrapping_add(e.wrapping_mul(GAMMA_64)));
+            let u1 = (((bits >> 40) as u32 + 1) as f64) / (1u64 << 24) as f64;
+            let u2 = (((bits >> 16) as u32 & 0xFF_FFFF) as f64) / (1u64 << 24) as f64;
+            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+        })
+        .collect();
+    (z[..n].to_vec(), z[n..].to_vec())
+}
+
+/// The clamped log standard deviation.
+fn clamp_log_std(raw: f32) -> f64 {
+    f64::from(raw.clamp(LOG_STD_MIN, LOG_STD_MAX))
+}
+
+/// `(act, logp)` of the tanh-Gaussian sample: `head [rows, 2 dims]`, `eps [rows, dims]`.
+pub fn tanh_gauss_sample_reference(
+    head: &[f32],
+    eps: &[f32],
+    rows: usize,
+    dims: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut act = vec![0.0; rows * dims];
+    let mut logp = vec![0.0; rows];
+    for b in 0..rows {
+        let mut lp = 0.0f64;
+        for j in 0..dims {
+            let mean = f64::from(head[b * 2 * dims + j]);
+            let ls = clamp_log_std(head[b * 2 * dims + dims + j]);
+            let e = f64::from(eps[b * dims + j]);
+            let a = (mean + ls.exp() * e).tanh();
+            act[b * dims + j] = a as f32;
+            lp += -0.5 * e * e - ls - LOG_SQRT_2PI - (1.0 - a * a + f64::from(TANH_EPS)).ln();
+        }
+        logp[b] = lp as f32;
+    }
+    (act, logp)
+}
+
+/// `y = r + γ (1 − done) (min(q1n, q2n) − exp(log_alpha) logp_next)`.
+pub fn soft_target_reference(
+    r: &[f32],
+    done: &[f32],
+    q1n: &[f32],
+    q2n: &[f32],
+    logp_next: &[f32],
+    log_alpha: f32,
+    gamma: f32,
+) -> Vec<f32> {
+    let alpha = f64::from(log_alpha).exp();
+    (0..r.len())
+        .map(|i| {
+            let v = f64::from(q1n[i].min(q2n[i])) - alpha * f64::from(logp_next[i]);
+            (f64::from(r[i]) + f64::from(gamma) * (1.0 - f64::from(done[i])) * v) as f32
+        })
+        .collect()
+}
+
+/// `(dq1, dq2, loss)` of the actor loss `mean(α logp − min(q1, q2))`.
+pub fn actor_loss_reference(
+    q1: &[f32],
+    q2: &[f32],
+    logp: &[f32],
+    log_alpha: f32,
+) -> (Vec<f32>, Vec<f32>, f32) {
+    let n = q1.len();
+    let inv = 1.0 / n as f32;
+    let alpha = f64::from(log_alpha).exp();
+    let first: Vec<bool> = q1.iter().zip(q2).map(|(a, b)| a <= b).collect();
+    let dq1 = first.iter().map(|&f| if f { -inv } else { 0.0 }).collect();
+    let dq2 = first.iter().map(|&f| if f { 0.0 } else { -inv }).collect();
+    let loss = (0..n)
+        .map(|i| alpha * f64::from(logp[i]) - f64::from(q1[i].min(q2[i])))
+        .sum::<f64>()
+        / n as f64;
+    (dq1, dq2, loss as f32)
+}
+
+/// `dhead [rows, 2 dims]` of the actor loss (MODEL.md, "Actor"), from the sample's `head`,
+/// `eps`, `act` and the critics' input gradients `dx1`, `dx2 [rows, obs + dims]`.
+#[allow(clippy::too_many_arguments)]
+pub fn tanh_gauss_backward_reference(
+    head: &[f32],
+    eps: &[f32],
+    act: &[f32],
+    dx1: &[f32],
+    dx2: &[f32],
+    log_alpha: f32,
+    rows: usize,
+    dims: usize,
+    obs: usize,
+) -> Vec<f32> {
+    let c = obs + dims;
+    let scale = f64::from(log_alpha).exp() / rows as f64;
+    let mut dhead = vec![0.0; rows * 2 * dims];
+    for b in 0..rows {
+        for j in 0..dims {
+            let raw = head[b * 2 * dims + dims + j];
+            let ls = clamp_log_std(raw);
+            let a = f64::from(act[b * dims + j]);
+            let one_minus = 1.0 - a * a;
+            let g = 2.0 * a * one_minus / (one_minus + f64::from(TANH_EPS));
+            let da = f64::from(dx1[b * c + obs + j]) + f64::from(dx2[b * c + obs + j]);
+            let du = scale * g + da * one_minus;
+            dhead[b * 2 * dims + j] = du as f32;
+            let inside = (LOG_STD_MIN..=LOG_STD_MAX).contains(&raw);
+            dhead[b * 2 * dims + dims + j] = if inside {
+                (du * ls.exp() * f64::from(eps[b * dims + j]) - scale) as f32
+            } else {
+                0.0
+            };
+        }
+    }
+    dhead
+}
+
+/// `(grad, loss)` of the temperature: `−mean(logp + H̄)` and `−log_alpha mean(logp + H̄)`.
+pub fn alpha_grad_reference(logp: &[f32], log_alpha: f32, target_entropy: f32) -> (f32, f32) {
+    let mean = logp
+        .iter()
+        .map(|&l| f64::from(l) + f64::from(target_entropy))
+        .sum::<f64>()
+        / logp.len() as f64;
+    (-mean as f32, (-f64::from(log_alpha) * mean) as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stepgraph_testkit::Rng;
+
+    /// The actor's loss as a function of its head alone, the critics' input gradient
+    /// replaced by a fixed linear term `Σ w ⊙ â`: `mean(α logp) + Σ w â`.
+    fn head_loss(
+        head: &[f32],
+        eps: &[f32],
+        w: &[f64],
+        log_alpha: f32,
+        rows: usize,
+        dims: usize,
+    ) -> f64 {
+        let (act, logp) = tanh_gauss_sample_reference(head, eps, rows, dims);
+        // Recomputed in f64 for the finite differences: act and logp are rounded to f32.
+        let alpha = f64::from(log_alpha).exp();
+        let mut total = 0.0;
+        for b in 0..rows {
+            let mut lp = 0.0;
+            for j in 0..dims {
+                let mean = f64::from(head[b * 2 * dims + j]);
+                let ls = clamp_log_std(head[b * 2 * dims + dims + j]);
+                let e = f64::from(eps[b * dims + j]);
+                let a = (mean + ls.exp() * e).tanh();
+                lp += -0.5 * e * e - ls - LOG_SQRT_2PI - (1.0 - a * a + f64::from(TANH_EPS)).ln();
+                total += w[b * dims + j] * a;
+            }
+            total += alpha * lp / rows as f64;
+        }
+        let _ = (act, logp);
+        total
+    }
+
+    #[test]
+    fn the_head_gradient_matches_finite_differences_of_the_actor_loss() {
+        let (rows, dims, obs) = (3, 4, 2);
+        let c = obs + dims;
+        let mut rng = Rng::new(11);
+        let mut head = rng.vec(rows * 2 * dims, -1.0, 1.0);
+        // One log_std past each clamp: no gradient reaches it.
+        head[dims] = 3.0;
+        head[2 * dims + dims + 1] = -25.0;
+        let eps = rng.vec(rows * dims, -1.5, 1.5);
+        let log_alpha = -0.7f32;
+        // dx1 + dx2's action columns play the role of w.
+        let dx1 = rng.vec(rows * c, -0.5, 0.5);
+        let dx2 = rng.vec(rows * c, -0.5, 0.5);
+        let w: Vec<f64> = (0..rows * dims)
+            .map(|i| {
+                let (b, j) = (i / dims, i % dims);
+                f64::from(dx1[b * c + obs + j]) + f64::from(dx2[b * c + obs + j])
+            })
+            .collect();
+        let (act, _) = tanh_gauss_sample_reference(&head, &eps, rows, dims);
+        let dhead = tanh_gauss_backward_reference(
+            &head, &eps, &act, &dx1, &dx2, log_alpha, rows, dims, obs,
+        );
+        for k in 0..head.len() {
+            let h = 1e-3f32;
+            let (mut up, mut down) = (head.clone(), head.clone());
+            up[k] += h;
+            down[k] -= h;
+            let fd = (head_loss(&up, &eps, &w, log_alpha, rows, dims)
+                - head_loss(&down, &eps, &w, log_alpha, rows, dims))
+                / (f64::from(up[k]) - f64::from(down[k]));
+            let got = f64::from(dhead[k]);
+            assert!(
+                (got - fd).abs() <= 2e-3 * fd.abs().max(1e-2),
+                "dhead[{k}]: {got} against finite differences {fd}"
+            );
+        }
+        assert_eq!(dhead[dims], 0.0);
+        assert_eq!(dhead[2 * dims + dims + 1], 0.0);
+    }
+
+    #[test]
+    fn the_critic_and_temperature_gradients_are_their_losses_derivatives() {
+        let mut rng = Rng::new(3);
+        let q = rng.vec(50, -2.0, 2.0);
+        let y = rng.vec(50, -2.0, 2.0);
+        let (dq, loss) = mse_loss_reference(&q, &y);
+        let mut up = q.clone();
+        up[7] += 1e-2;
+        let (_, loss_up) = mse_loss_reference(&up, &y);
+        let fd = (f64::from(loss_up) - f64::from(loss)) / f64::from(up[7] - q[7]);
+        assert!((fd - f64::from(dq[7])).abs() < 1e-3, "{fd} {}", dq[7]);
+        let logp = rng.vec(50, -10.0, 5.0);
+        let (g, l) = alpha_grad_reference(&logp, 0.3, -8.0);
+        let (_, l2) = alpha_grad_reference(&logp, 0.31, -8.0);
+        assert!(((f64::from(l2) - f64::from(l)) / 0.01 - f64::from(g)).abs() < 1e-3);
+    }
+
+    #[test]
+    fn the_actor_loss_sends_its_gradient_to_the_smaller_critic() {
+        let (dq1, dq2, loss) =
+            actor_loss_reference(&[1.0, 3.0, 2.0], &[2.0, 1.0, 2.0], &[0.5, 0.5, 0.5], 0.0);
+        let t = -1.0 / 3.0;
+        assert_eq!(dq1, [t, 0.0, t]);
+        assert_eq!(dq2, [0.0, t, 0.0]);
+        assert!((loss - (0.5 - 4.0 / 3.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_normals_are_standard_and_each_key_gives_fresh_ones() {
+        let (a, b) = draw_normals_reference(42, 0, 20000);
+        let (c, _) = draw_normals_reference(42, 1, 20000);
+        let all: Vec<f64> = a.iter().chain(&b).map(|&v| f64::from(v)).collect();
+        let mean = all.iter().sum::<f64>() / all.len() as f64;
+        let var = all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / all.len() as f64;
+        assert!(mean.abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.03, "variance {var}");
+        assert!(all.iter().all(|v| v.is_finite()));
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(draw_normals_reference(42, 0, 20000).0, a);
+    }
+
+    #[test]
+    fn the_sample_is_in_range_and_its_log_prob_is_the_corrected_density() {
+        // One dimension, mean 0, log_std 0, eps 0: a = 0, logp = -½ log 2π - log(1 + 1e-6).
+        let (act, logp) = tanh_gauss_sample_reference(&[0.0, 0.0], &[0.0], 1, 1);
+        assert_eq!(act, [0.0]);
+        assert!((f64::from(logp[0]) + LOG_SQRT_2PI).abs() < 1e-5);
+        let mut rng = Rng::new(5);
+        let head = rng.vec(64 * 16, -3.0, 3.0);
+        let eps = rng.vec(64 * 8, -3.0, 3.0);
+        let (act, logp) = tanh_gauss_sample_reference(&head, &eps, 64, 8);
+        assert!(act.iter().all(|a| a.abs() <= 1.0));
+        assert!(logp.iter().all(|l| l.is_finite()));
+    }
+
+    #[test]
+    fn concat_relu_and_target_are_what_they_say() {
+        let out = concat_cols_reference(&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0], 2, 2, 1);
+        assert_eq!(out, [1.0, 2.0, 5.0, 3.0, 4.0, 6.0]);
+        let mut dz = [1.0, 2.0, 3.0];
+        relu_backward_reference(&[0.5, 0.0, -1.0], &mut dz);
+        assert_eq!(dz, [1.0, 0.0, 0.0]);
+        let y = soft_target_reference(
+            &[1.0, 1.0],
+            &[0.0, 1.0],
+            &[2.0, 2.0],
+            &[3.0, 3.0],
+            &[1.0, 1.0],
+            0.0,
+            0.5,
+        );
+        assert_eq!(y, [1.5, 1.0]);
+    }
+}

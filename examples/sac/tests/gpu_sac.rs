@@ -1,0 +1,383 @@
+//! GPU tests of the SAC step: each kernel of `cuda/sac.cu` against its CPU reference on
+//! random data (outputs poisoned with NaN first, so an element a kernel did not write
+//! fails), and the whole step, planned on four streams, against the same step on one
+//! stream, bit for bit. They need a CUDA GPU of compute capability 9.0 and run only with
+//! the `gpu-tests` feature (`cargo xtask bundle --gpu-tests` builds them for the GPU
+//! host).
+//!
+//! Bounds: the kernels use IEEE `expf`, `logf`, `tanhf`, `sqrtf` and `cospif` (a few ulps
+//! each; the build does not pass `--use_fast_math`) where the references use f64, so the
+//! elementwise outputs agree to about 1e-6 relative; the one-block sums add up to 16384
+//! f32 terms in a fixed order (within about 1e-5 relative of the f64 sum). The sample's
+//! inputs keep `|u| ≲ 3` except for the clamped rows, so `1 − tanh(u)²` is not lost to
+//! cancellation in f32.
+#![cfg(feature = "gpu-tests")]
+
+use std::sync::Arc;
+
+use stepgraph::{CaptureStream, Device, Result, Schedule};
+use stepgraph_sac::host::Trainer;
+use stepgraph_sac::kernels::Kernels;
+use stepgraph_sac::layers::{Mlp, Sizes};
+use stepgraph_sac::reference::*;
+use stepgraph_testkit::{Rng, bits, check_within, nan_buffer};
+
+fn gpu() -> (Device, Kernels) {
+    let device = Device::new(0).expect("these tests need a CUDA GPU of compute capability 9.0");
+    let k = Kernels::load(&device).expect("kernels load");
+    (device, k)
+}
+
+/// Runs `body` once, eagerly, on a fresh stream, and waits for it.
+fn run_one_op(device: &Device, body: impl FnOnce(&CaptureStream<'_>) -> Result<()>) {
+    stepgraph::exec::run_once(device, body).expect("the kernel runs");
+}
+
+/// The batch sizes each kernel is tried at: the step's, and ragged ones.
+const ROWS: [usize; 3] = [16384, 1001, 1];
+
+#[test]
+fn gpu_concat_and_relu_backward_are_exact() {
+    let (device, k) = gpu();
+    for rows in ROWS {
+        let (xs, as_) = (64, 8);
+        let mut rng = Rng::new(rows as u64);
+        let x = rng.vec_nonzero(rows * xs, -1.0, 1.0);
+        let a = rng.vec_nonzero(rows * as_, -1.0, 1.0);
+        let (xb, ab) = (
+            device.upload_new("x", &x).unwrap(),
+            device.upload_new("a", &a).unwrap(),
+        );
+        let mut out = nan_buffer(&device, "out", rows * (xs + as_)).unwrap();
+        run_one_op(&device, |s| {
+            k.concat_cols(s, &xb, &ab, &mut out, rows, xs, as_)
+        });
+        let want = concat_cols_reference(&x, &a, rows, xs, as_);
+        assert_eq!(
+            bits(&[&device.download(&out).unwrap()]),
+            bits(&[&want]),
+            "concat, {rows} rows"
+        );
+
+        let h = rng.vec(rows * 256, -1.0, 1.0);
+        let dz = rng.vec_nonzero(rows * 256, -1.0, 1.0);
+        let hb = device.upload_new("h", &h).unwrap();
+        let mut dzb = device.upload_new("dz", &dz).unwrap();
+        run_one_op(&device, |s| k.relu_backward(s, &hb, &mut dzb));
+        let mut want = dz.clone();
+        relu_backward_reference(&h, &mut want);
+        assert_eq!(
+            bits(&[&device.download(&dzb).unwrap()]),
+            bits(&[&want]),
+            "relu, {rows} rows"
+        );
+    }
+}
+
+#[test]
+fn gpu_mse_loss_matches_its_reference() {
+    let (device, k) = gpu();
+    for rows in ROWS {
+        let mut rng = Rng::new(7 + rows as u64);
+        let q = rng.vec_nonzero(rows, -3.0, 3.0);
+        let y = rng.vec_nonzero(rows, -3.0, 3.0);
+        let (qb, yb) = (
+            device.upload_new("q", &q).unwrap(),
+            device.upload_new("y", &y).unwrap(),
+        );
+        let mut dq = nan_buffer(&device, "dq", rows).unwrap();
+        let mut loss = nan_buffer(&device, "loss", 1).unwrap();
+        run_one_op(&device, |s| k.mse_loss(s, &qb, &yb, &mut dq, &mut loss));
+        let (want_dq, want_loss) = mse_loss_reference(&q, &y);
+        let case = format!("mse_loss, {rows} rows");
+        let floor = 1e-3 / rows as f64;
+        check_within(
+            &case,
+            "dq",
+            &device.download(&dq).unwrap(),
+            &want_dq,
+            floor,
+            1e-6,
+        );
+        check_within(
+            &case,
+            "loss",
+            &device.download(&loss).unwrap(),
+            &[want_loss],
+            1e-3,
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn gpu_normals_match_their_reference_and_move_on_with_the_counter() {
+    let (device, k) = gpu();
+    let n = 16384 * 8;
+    let seed = 0x5AC;
+    let mut counter = device.upload_new("counter", &[5u64]).unwrap();
+    let mut next = nan_buffer(&device, "eps_next", n).unwrap();
+    let mut cur = nan_buffer(&device, "eps", n).unwrap();
+    for c in 5..7u64 {
+        run_one_op(&device, |s| {
+            k.draw_normals(s, &counter, &mut next, &mut cur, seed)?;
+            k.advance_counter(s, &mut counter)
+        });
+        let (want_next, want_cur) = draw_normals_reference(seed, c, n);
+        let case = format!("draw_normals, counter {c}");
+        check_within(
+            &case,
+            "eps_next",
+            &device.download(&next).unwrap(),
+            &want_next,
+            1e-2,
+            1e-5,
+        );
+        check_within(
+            &case,
+            "eps",
+            &device.download(&cur).unwrap(),
+            &want_cur,
+            1e-2,
+            1e-5,
+        );
+    }
+    assert_eq!(device.download(&counter).unwrap(), [7]);
+}
+
+/// A head `[rows, 2 dims]`: means in ±0.5, raw log_std in [−3, 0], and in every 7th row
+/// one raw log_std below the lower clamp and one above the upper.
+fn random_head(rng: &mut Rng, rows: usize, dims: usize) -> Vec<f32> {
+    let mut head = Vec::with_capacity(rows * 2 * dims);
+    for b in 0..rows {
+        head.extend(rng.vec_nonzero(dims, -0.5, 0.5));
+        let mut ls = rng.vec_nonzero(dims, -3.0, 0.0);
+        if b % 7 == 0 && dims >= 2 {
+            ls[0] = -25.0;
+            ls[1] = 3.0;
+        }
+        head.extend(ls);
+    }
+    head
+}
+
+#[test]
+fn gpu_tanh_gauss_sample_matches_its_reference() {
+    let (device, k) = gpu();
+    let dims = 8;
+    for rows in ROWS {
+        let mut rng = Rng::new(11 + rows as u64);
+        let head = random_head(&mut rng, rows, dims);
+        let mut eps = rng.vec_nonzero(rows * dims, -2.0, 2.0);
+        // Small noise where log_std clamps at 2, so that u stays moderate there too.
+        for b in (0..rows).step_by(7) {
+            eps[b * dims + 1] *= 0.05;
+        }
+        let hb = device.upload_new("head", &head).unwrap();
+        let eb = device.upload_new("eps", &eps).unwrap();
+        let mut act = nan_buffer(&device, "act", rows * dims).unwrap();
+        let mut logp = nan_buffer(&device, "logp", rows).unwrap();
+        run_one_op(&device, |s| {
+            k.tanh_gauss_sample(s, &hb, &eb, &mut act, &mut logp, rows, dims)
+        });
+        let (want_act, want_logp) = tanh_gauss_sample_reference(&head, &eps, rows, dims);
+        let case = format!("tanh_gauss_sample, {rows} rows");
+        check_within(
+            &case,
+            "act",
+            &device.download(&act).unwrap(),
+            &want_act,
+            1e-2,
+            1e-4,
+        );
+        check_within(
+            &case,
+            "logp",
+            &device.download(&logp).unwrap(),
+            &want_logp,
+            1.0,
+            1e-4,
+        );
+    }
+}
+
+#[test]
+fn gpu_tanh_gauss_backward_matches_its_reference() {
+    let (device, k) = gpu();
+    let (dims, obs) = (8, 64);
+    let c = obs + dims;
+    for rows in ROWS {
+        let mut rng = Rng::new(13 + rows as u64);
+        let head = random_head(&mut rng, rows, dims);
+        let eps = rng.vec_nonzero(rows * dims, -2.0, 2.0);
+        let act = rng.vec_nonzero(rows * dims, -0.95, 0.95);
+        let dx1 = rng.vec_nonzero(rows * c, -1e-3, 1e-3);
+        let dx2 = rng.vec_nonzero(rows * c, -1e-3, 1e-3);
+        let log_alpha = -0.4f32;
+        let up = |what: &str, v: &[f32]| device.upload_new(what, v).unwrap();
+        let (hb, eb, ab) = (up("head", &head), up("eps", &eps), up("act", &act));
+        let (d1, d2, la) = (
+            up("dx1", &dx1),
+            up("dx2", &dx2),
+            up("log_alpha", &[log_alpha]),
+        );
+        let mut dhead = nan_buffer(&device, "dhead", rows * 2 * dims).unwrap();
+        run_one_op(&device, |s| {
+            k.tanh_gauss_backward(s, &hb, &eb, &ab, &d1, &d2, &la, &mut dhead, rows, dims, obs)
+        });
+        let want = tanh_gauss_backward_reference(
+            &head, &eps, &act, &dx1, &dx2, log_alpha, rows, dims, obs,
+        );
+        let got = device.download(&dhead).unwrap();
+        // Relative to the gradient's scale: where the entropy and critic terms cancel,
+        // an element is small and its f32 rounding is the larger terms'.
+        let floor = 1e-2 * stepgraph_testkit::rms(&want);
+        check_within(
+            &format!("tanh_gauss_backward, {rows} rows"),
+            "dhead",
+            &got,
+            &want,
+            floor,
+            1e-4,
+        );
+    }
+}
+
+#[test]
+fn gpu_soft_target_actor_loss_and_alpha_grad_match_their_references() {
+    let (device, k) = gpu();
+    for rows in ROWS {
+        let mut rng = Rng::new(17 + rows as u64);
+        let up = |what: &str, v: &[f32]| device.upload_new(what, v).unwrap();
+        let r = rng.vec_nonzero(rows, -1.0, 1.0);
+        let done: Vec<f32> = (0..rows)
+            .map(|i| if i % 9 == 0 { 1.0 } else { 0.0 })
+            .collect();
+        let q1 = rng.vec_nonzero(rows, -3.0, 3.0);
+        let mut q2 = rng.vec_nonzero(rows, -3.0, 3.0);
+        q2[0] = q1[0]; // a tie: the gradient goes to Q1
+        let logp = rng.vec_nonzero(rows, -12.0, 4.0);
+        let log_alpha = 0.3f32;
+        let (rb, db, q1b, q2b, lb) = (
+            up("r", &r),
+            up("done", &done),
+            up("q1", &q1),
+            up("q2", &q2),
+            up("logp", &logp),
+        );
+        let la = up("log_alpha", &[log_alpha]);
+        let case = format!("{rows} rows");
+
+        let mut y = nan_buffer(&device, "y", rows).unwrap();
+        run_one_op(&device, |s| {
+            k.soft_target(s, &rb, &db, &q1b, &q2b, &lb, &la, &mut y, 0.99)
+        });
+        let want = soft_target_reference(&r, &done, &q1, &q2, &logp, log_alpha, 0.99);
+        check_within(
+            &case,
+            "soft_target y",
+            &device.download(&y).unwrap(),
+            &want,
+            1.0,
+            1e-5,
+        );
+
+        let mut dq1 = nan_buffer(&device, "dq1", rows).unwrap();
+        let mut dq2 = nan_buffer(&device, "dq2", rows).unwrap();
+        let mut loss = nan_buffer(&device, "loss", 1).unwrap();
+        run_one_op(&device, |s| {
+            k.actor_loss(s, &q1b, &q2b, &lb, &la, &mut dq1, &mut dq2, &mut loss)
+        });
+        let (w1, w2, wl) = actor_loss_reference(&q1, &q2, &logp, log_alpha);
+        assert_eq!(
+            bits(&[&device.download(&dq1).unwrap()]),
+            bits(&[&w1]),
+            "{case}: dq1"
+        );
+        assert_eq!(
+            bits(&[&device.download(&dq2).unwrap()]),
+            bits(&[&w2]),
+            "{case}: dq2"
+        );
+        check_within(
+            &case,
+            "actor loss",
+            &device.download(&loss).unwrap(),
+            &[wl],
+            1.0,
+            1e-5,
+        );
+
+        let mut grad = nan_buffer(&device, "grad", 1).unwrap();
+        let mut aloss = nan_buffer(&device, "alpha loss", 1).unwrap();
+        run_one_op(&device, |s| {
+            k.alpha_grad(s, &lb, &la, &mut grad, &mut aloss, -8.0)
+        });
+        let (wg, wal) = alpha_grad_reference(&logp, log_alpha, -8.0);
+        check_within(
+            &case,
+            "alpha grad",
+            &device.download(&grad).unwrap(),
+            &[wg],
+            1.0,
+            1e-5,
+        );
+        check_within(
+            &case,
+            "alpha loss",
+            &device.download(&aloss).unwrap(),
+            &[wal],
+            1.0,
+            1e-5,
+        );
+    }
+}
+
+/// Every parameter of a trainer, and its losses, as bits.
+fn state_bits(t: &Trainer) -> (Vec<u32>, Vec<u32>) {
+    let params = t.parameters().unwrap();
+    let refs: Vec<&[f32]> = params.iter().map(|p| p.as_slice()).collect();
+    (bits(&refs), bits(&[&t.losses().unwrap()]))
+}
+
+/// The planned step on four streams and the same step on one stream, from the same seed,
+/// give the same bits after every one of a few updates; the updates change what they
+/// should (the critics, their targets, the actor, `log α`) and leave every loss finite.
+#[test]
+fn gpu_the_planned_step_replays_the_one_stream_step_bit_for_bit() {
+    let (device, k) = gpu();
+    let k = Arc::new(k);
+    for sizes in [Sizes::small(), Sizes::default()] {
+        let seed = 2026;
+        let mut planned = Trainer::new(&device, k.clone(), sizes, seed, Schedule::Planned).unwrap();
+        let mut serial =
+            Trainer::new(&device, k.clone(), sizes, seed, Schedule::OneStream).unwrap();
+        let start = planned.parameters().unwrap();
+        for t in 1..=3 {
+            planned.update().unwrap();
+            serial.update().unwrap();
+            let (p, pl) = state_bits(&planned);
+            let (s, sl) = state_bits(&serial);
+            assert_eq!(pl, sl, "{sizes:?}, update {t}: the losses differ");
+            assert!(p == s, "{sizes:?}, update {t}: the parameters differ");
+            let losses = planned.losses().unwrap();
+            assert!(
+                losses.iter().all(|l| l.is_finite()),
+                "{sizes:?}: {losses:?}"
+            );
+            eprintln!("{sizes:?}, update {t}: L_Q1, L_Q2, L_pi, L_alpha = {losses:?}");
+        }
+        let end = planned.parameters().unwrap();
+        let n = Mlp::NAMES.len();
+        // [q1, q2, q1_target, q2_target, actor] × 6 tensors, then log_alpha: all moved.
+        for (i, (a, b)) in start.iter().zip(&end).enumerate() {
+            let name = match i / n {
+                5 => "log_alpha".to_string(),
+                net => format!("network {net}, {}", Mlp::NAMES[i % n]),
+            };
+            assert_ne!(a, b, "{sizes:?}: {name} did not change");
+        }
+        let counter = planned.step.download(|b| &b.noise.counter).unwrap();
+        assert_eq!(counter, [3], "{sizes:?}: one draw per update");
+    }
+}
