@@ -785,6 +785,31 @@ impl PlanDesc {
             .collect()
     }
 
+    /// Whether the schedule orders op `a` before op `b` (by stream order and waits,
+    /// transitively): what a step's own tests ask of its plan ("the actor's update comes
+    /// after both critics'"). False for `a == b` and for ids outside the plan.
+    ///
+    /// ```
+    /// use stepgraph_plan::{AccessDesc, BufId, BufKind, BufferDesc, OpDesc, OpId, PlanDesc, StreamDesc, StreamId};
+    ///
+    /// static PLAN: PlanDesc = PlanDesc::new("two")
+    ///     .with_streams(&[StreamDesc::named("main")])
+    ///     .with_buffers(&[BufferDesc::new("x", BufKind::Shared)])
+    ///     .with_ops(&[
+    ///         OpDesc::new("fill", StreamId(0)).with_accesses(&[AccessDesc::write(BufId(0), 0)]),
+    ///         OpDesc::new("use", StreamId(0)).with_accesses(&[AccessDesc::read(BufId(0), 0)]),
+    ///     ]);
+    /// assert!(PLAN.orders(OpId(0), OpId(1)));
+    /// assert!(!PLAN.orders(OpId(1), OpId(0)));
+    /// ```
+    pub fn orders(&self, a: OpId, b: OpId) -> bool {
+        let n = self.ops.len();
+        if a.index() >= n || b.index() >= n || a == b {
+            return false;
+        }
+        dag::closure(n, &self.schedule_edges_ix())[b.index()].contains(a.index())
+    }
+
     fn schedule_edges_ix(&self) -> Vec<(usize, usize)> {
         self.schedule_edges()
             .into_iter()

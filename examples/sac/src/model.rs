@@ -863,22 +863,10 @@ mod tests {
     }
 
     /// Whether the schedule orders op `a` before op `b`: by stream order, or by a chain of
-    /// waits on events recorded after earlier ops. Computed from the plan's public fields
-    /// (the plan has no query for it).
+    /// waits on events recorded after earlier ops (`PlanDesc::orders`).
     fn before(a: usize, b: usize) -> bool {
-        let ops = sac::PLAN.ops;
-        let mut reach = vec![false; ops.len()];
-        reach[a] = true;
-        for j in a + 1..=b {
-            let by_stream = (a..j).any(|i| reach[i] && ops[i].stream == ops[j].stream);
-            let by_wait = ops[j].waits.iter().any(|e| {
-                sac::PLAN.events[e.index()]
-                    .after
-                    .is_some_and(|i| i.index() >= a && reach[i.index()])
-            });
-            reach[j] = by_stream || by_wait;
-        }
-        reach[b]
+        use stepgraph::plan::OpId;
+        sac::PLAN.orders(OpId(a as u32), OpId(b as u32))
     }
 
     /// The actor's gradient goes through the critics as updated in this step: every op
