@@ -1286,11 +1286,11 @@ mod tests {
                     pub go: DeviceFlag,
                 }
                 fn set(s: &CaptureStream<'_>, go: &mut DeviceFlag) -> Result<()> {
-                    todo!()
+                    Ok(())
                 }
                 #[when(go)]
                 fn a(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
-                    todo!()
+                    Ok(())
                 }
                 #[when(go)]
                 fn b(
@@ -1298,7 +1298,7 @@ mod tests {
                     go: &DeviceFlag,
                     x: &mut DeviceBuffer<f32>,
                 ) -> Result<()> {
-                    todo!()
+                    Ok(())
                 }
             }
         );

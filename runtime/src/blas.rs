@@ -877,18 +877,6 @@ impl Operands {
     }
 }
 
-fn length(what: String, expected: usize, found: usize) -> Result<()> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            found,
-        })
-    }
-}
-
 /// Checks a call's operands against its spec, before anything touches CUDA: cuBLASLt
 /// reads and writes exactly the extents the spec implies, so a short buffer would be
 /// read or written past its end on the GPU.
@@ -908,7 +896,7 @@ fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
     // leading dimension) may be followed by more of that matrix.
     let operand = |which: char, expected: usize, found: usize, strided: bool| {
         if !strided {
-            return length(spec.describe(which), expected, found);
+            return crate::error::check_len(spec.describe(which), expected, found);
         }
         if found < expected {
             return Err(Error::Invalid(format!(
@@ -975,7 +963,7 @@ fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
             } else {
                 "n"
             };
-            length(
+            crate::error::check_len(
                 format!(
                     "matmul bias of epilogue {:?} ({dim} = {expected})",
                     spec.epilogue
@@ -1019,7 +1007,7 @@ fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
             } else {
                 format!("matmul GELU input (m = {} rows of ld {ld})", spec.m)
             };
-            length(what, expected, len)?;
+            crate::error::check_len(what, expected, len)?;
         }
     }
     Ok(())

@@ -303,3 +303,16 @@ impl Error {
         move |source| Error::Blas { call, source }
     }
 }
+
+/// `Ok` when `found` is `expected`, else [`Error::LengthMismatch`] naming `what`: the one
+/// length check of the crate's operands.
+pub(crate) fn check_len(what: impl Into<String>, expected: usize, found: usize) -> Result<()> {
+    if expected == found {
+        return Ok(());
+    }
+    Err(Error::LengthMismatch {
+        what: what.into(),
+        expected,
+        found,
+    })
+}

@@ -31,7 +31,6 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DeviceRepr, ValidAsZero
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::memory::{DeviceMem, DeviceMemMut};
 
 /// Staging slots of a [`HostInput`]: the host fills one while a replay reads the other.
 pub const INPUT_SLOTS: usize = 2;
@@ -652,28 +651,6 @@ pub(crate) fn enqueue(
                 .map_err(Error::driver("cuMemcpyDtoHAsync"))
         }
     }
-}
-
-/// Checks that device memory of `found` elements matches a ring of `expected`.
-pub(crate) fn check_len(what: &str, expected: usize, found: usize) -> Result<()> {
-    if expected != found {
-        return Err(Error::LengthMismatch {
-            what: what.to_string(),
-            expected,
-            found,
-        });
-    }
-    Ok(())
-}
-
-/// The device side of a copy, for the length check and the address.
-pub(crate) fn device_side<T>(m: &impl DeviceMem<T>) -> (u64, usize) {
-    (m.device_address(), m.len())
-}
-
-/// The device side of a copy into device memory.
-pub(crate) fn device_side_mut<T>(m: &mut impl DeviceMemMut<T>) -> (u64, usize) {
-    (m.device_address(), m.len())
 }
 
 #[cfg(test)]

@@ -260,8 +260,8 @@ impl<S: StepSpec> Step<S> {
         data: &[T],
     ) -> Result<()> {
         let input = select(&self.buffers);
-        crate::host_io::check_len(
-            &format!("the data staged into `{}`", input.name()),
+        crate::error::check_len(
+            format!("the data staged into `{}`", input.name()),
             input.len(),
             data.len(),
         )?;

@@ -276,13 +276,12 @@ impl<'a> CaptureStream<'a> {
         input: &HostInput<T>,
         dst: &mut impl DeviceMemMut<T>,
     ) -> Result<()> {
-        let (address, len) = host_io::device_side_mut(dst);
-        host_io::check_len(
-            &format!("the device side of the staged copy of `{}`", input.name()),
+        crate::error::check_len(
+            format!("the device side of the staged copy of `{}`", input.name()),
             input.len(),
-            len,
+            dst.len(),
         )?;
-        self.host_copy(&input.ring, address)
+        self.host_copy(&input.ring, dst.device_address())
     }
 
     /// Copies `src` (a buffer or a view) into the next slot of a host output. Captured,
@@ -296,13 +295,12 @@ impl<'a> CaptureStream<'a> {
         src: &impl DeviceMem<T>,
         out: &mut HostOutput<T>,
     ) -> Result<()> {
-        let (address, len) = host_io::device_side(src);
-        host_io::check_len(
-            &format!("the device side of the read-back into `{}`", out.name()),
+        crate::error::check_len(
+            format!("the device side of the read-back into `{}`", out.name()),
             out.len(),
-            len,
+            src.len(),
         )?;
-        self.host_copy(&out.ring, address)
+        self.host_copy(&out.ring, src.device_address())
     }
 
     fn host_copy(&self, ring: &std::sync::Arc<host_io::Ring>, device: u64) -> Result<()> {
@@ -317,12 +315,9 @@ impl<'a> CaptureStream<'a> {
             ring.bind(io.owner)?;
             let slot = {
                 let mut st = ring.state();
-                let slot = match ring.direction {
-                    // A graph's copy is pointed at its slot before each replay; until then
-                    // it refers to the slot the next replay would use.
-                    host_io::Direction::ToDevice => st.current,
-                    host_io::Direction::ToHost => st.slot_for(ring.direction, io.seq),
-                };
+                // A graph's copy is pointed at its slot before each replay; until then it
+                // refers to the slot replay `io.seq` would use.
+                let slot = st.slot_for(ring.direction, io.seq);
                 if io.kind == Some(IoKind::Eager) {
                     st.mark(slot, io.seq);
                 }

@@ -521,26 +521,21 @@ fn set_step_count(step: &mut dqn::Step, t: u32) -> Result<()> {
 
 /// The seven loss values of the last replay: L, L_td, L_iql, L_iqn, L_attn, L_cql, L_conf.
 fn losses(step: &dqn::Step) -> Result<[f32; 7]> {
-    let main = step.download(|b| &b.losses)?;
-    let iqn = step.download(|b| &b.iqn_losses)?;
-    let attn = step.download(|b| &b.attn_losses)?;
-    Ok([
-        main[0] + iqn[0] + attn[0],
-        main[1],
-        main[2],
-        iqn[3],
-        attn[4],
-        main[5],
-        main[6],
-    ])
+    Ok(watch(step)?.losses)
+}
+
+/// The step's watch after the last replay (one small download; `watch_step` sums L from
+/// the three loss buffers in the order the host would).
+fn watch(step: &dqn::Step) -> Result<Watch> {
+    let words = step.download(|b| &b.health.watch)?;
+    Watch::parse(&words, step.buffers().grads().len())
 }
 
 /// The last replay's losses, from the step's watch ([`Watch`]); fails with the report of
 /// the first replay that was not finite ([`non_finite_report`]) once there was one. One
 /// small download.
 pub(crate) fn check_finite(step: &dqn::Step) -> Result<[f32; 7]> {
-    let words = step.download(|b| &b.health.watch)?;
-    let watch = Watch::parse(&words, step.buffers().grads().len())?;
+    let watch = watch(step)?;
     match &watch.bad {
         Some(bad) => Err(stepgraph::Error::Invalid(non_finite_report(
             bad,
