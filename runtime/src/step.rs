@@ -315,10 +315,11 @@ impl<S: StepSpec> Step<S> {
     }
 
     /// Waits for the last replay and copies the buffer `select` picks (a `DeviceBuffer` or
-    /// a `CudaSlice`) to the host.
-    pub fn download<T: DeviceRepr + Clone + Default, M: DeviceMem<T>>(
-        &self,
-        select: impl FnOnce(&S::Buffers) -> &M,
+    /// a `CudaSlice`) to the host. The selector may also return a reference it was given
+    /// from outside, borrowed from [`Step::buffers`] (its lifetime is the step's borrow).
+    pub fn download<'s, T: DeviceRepr + Clone + Default, M: DeviceMem<T> + 's>(
+        &'s self,
+        select: impl FnOnce(&'s S::Buffers) -> &'s M,
     ) -> Result<Vec<T>> {
         self.exec.download(select(&self.buffers))
     }

@@ -1,6 +1,7 @@
 // The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
 // ReLU's backward, the critic loss, the counter-based noise, the tanh-Gaussian sample and
-// its backward, the soft target, the actor loss and the temperature's gradient. The
+// its backward, the critics' minimum, the soft target, the actor loss and its routing to
+// the critics, and the temperature's gradient. The
 // matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
 // cuBLASLt's and stepgraph-kernels'.
 //
@@ -123,40 +124,49 @@ extern "C" __global__ void tanh_gauss_sample(const float* __restrict__ head,
     logp[b] = lp;
 }
 
-// y = r + gamma (1 - done) (min(q1n, q2n) - exp(log_alpha[0]) logp_next), [B]. One thread
-// per element.
+// The running minimum over the critics, one critic at a time: critic `index` (0 first)
+// with outputs q [n] into qmin and its index into argmin, the lower index on a tie. Index
+// 0 copies. One thread per element.
+extern "C" __global__ void critic_min(const float* __restrict__ q, float* __restrict__ qmin,
+                                      unsigned* __restrict__ argmin, unsigned index,
+                                      unsigned n) {
+    const unsigned i = global_index();
+    if (i >= n) {
+        return;
+    }
+    if (index == 0 || q[i] < qmin[i]) {
+        qmin[i] = q[i];
+        argmin[i] = index;
+    }
+}
+
+// y = r + gamma (1 - done) (qmin - exp(log_alpha[0]) logp_next), [n], with qmin the
+// target critics' minimum. One thread per element.
 extern "C" __global__ void soft_target(const float* __restrict__ r,
                                        const float* __restrict__ done,
-                                       const float* __restrict__ q1n,
-                                       const float* __restrict__ q2n,
+                                       const float* __restrict__ qmin,
                                        const float* __restrict__ logp_next,
                                        const float* __restrict__ log_alpha,
                                        float* __restrict__ y, float gamma, unsigned n) {
     const unsigned i = global_index();
     if (i < n) {
         const float alpha = expf(log_alpha[0]);
-        const float v = fminf(q1n[i], q2n[i]) - alpha * logp_next[i];
+        const float v = qmin[i] - alpha * logp_next[i];
         y[i] = r[i] + gamma * (1.0f - done[i]) * v;
     }
 }
 
-// The actor loss mean(alpha logp - min(q1, q2)) into loss[0] and its gradients with
-// respect to q1 and q2: -1/n to the smaller (Q1 on a tie), 0 to the other. One block of
-// SAC_REDUCE_THREADS.
-extern "C" __global__ void actor_loss(const float* __restrict__ q1, const float* __restrict__ q2,
+// The actor loss mean(alpha logp - qmin) into loss[0], qmin the critics' minimum. One
+// block of SAC_REDUCE_THREADS.
+extern "C" __global__ void actor_loss(const float* __restrict__ qmin,
                                       const float* __restrict__ logp,
                                       const float* __restrict__ log_alpha,
-                                      float* __restrict__ dq1, float* __restrict__ dq2,
                                       float* __restrict__ loss, unsigned n) {
     const float inv = 1.0f / (float)n;
     const float alpha = expf(log_alpha[0]);
     float acc = 0.0f;
     for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
-        const bool first = q1[i] <= q2[i];
-        const float m = first ? q1[i] : q2[i];
-        dq1[i] = first ? -inv : 0.0f;
-        dq2[i] = first ? 0.0f : -inv;
-        acc += fmaf(alpha, logp[i], -m);
+        acc += fmaf(alpha, logp[i], -qmin[i]);
     }
     const float s = block_sum(acc);
     if (threadIdx.x == 0) {
@@ -164,33 +174,56 @@ extern "C" __global__ void actor_loss(const float* __restrict__ q1, const float*
     }
 }
 
-// The actor loss's gradient with respect to the actor's head [B, 2A] (MODEL.md, "Actor"):
-// from the critics' input gradients dx1, dx2 [B, C] (their action columns S .. S + A,
-// C = S + A), the entropy term alpha / B logp, through the tanh, the reparameterisation
-// and the clamp. One thread per (b, j), j < A.
-extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
-                                               const float* __restrict__ eps,
-                                               const float* __restrict__ act,
-                                               const float* __restrict__ dx1,
-                                               const float* __restrict__ dx2,
-                                               const float* __restrict__ log_alpha,
-                                               float* __restrict__ dhead, unsigned rows,
-                                               unsigned dims, unsigned obs) {
+// The actor loss's gradient with respect to critic `index`'s output: -1/n where it is the
+// minimum, else 0. One thread per element.
+extern "C" __global__ void argmin_grad(const unsigned* __restrict__ argmin,
+                                       float* __restrict__ dq, unsigned index, unsigned n) {
+    const unsigned i = global_index();
+    if (i < n) {
+        dq[i] = argmin[i] == index ? -1.0f / (float)n : 0.0f;
+    }
+}
+
+// da[b, j] (+)= dx[b, obs + j]: the action columns of a critic's input gradient dx
+// [rows, obs + dims], added into da [rows, dims] (written, not added, when first != 0).
+// One thread per element of da.
+extern "C" __global__ void add_action_cols(const float* __restrict__ dx, float* __restrict__ da,
+                                           unsigned rows, unsigned dims, unsigned obs,
+                                           unsigned first) {
     const unsigned i = global_index();
     if (i >= rows * dims) {
         return;
     }
     const unsigned b = i / dims;
     const unsigned j = i - b * dims;
-    const unsigned c = obs + dims;
+    const float g = dx[b * (obs + dims) + obs + j];
+    da[i] = first ? g : da[i] + g;
+}
+
+// The actor loss's gradient with respect to the actor's head [B, 2A] (MODEL.md, "Actor"):
+// from da [B, A], the loss's gradient with respect to the action through the critics, the
+// entropy term alpha / B logp, through the tanh, the reparameterisation and the clamp.
+// One thread per (b, j), j < A.
+extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
+                                               const float* __restrict__ eps,
+                                               const float* __restrict__ act,
+                                               const float* __restrict__ da,
+                                               const float* __restrict__ log_alpha,
+                                               float* __restrict__ dhead, unsigned rows,
+                                               unsigned dims) {
+    const unsigned i = global_index();
+    if (i >= rows * dims) {
+        return;
+    }
+    const unsigned b = i / dims;
+    const unsigned j = i - b * dims;
     const float scale = expf(log_alpha[0]) / (float)rows;
     const float raw = head[b * 2 * dims + dims + j];
     const float ls = fminf(fmaxf(raw, SAC_LOG_STD_MIN), SAC_LOG_STD_MAX);
     const float a = act[i];
     const float one_minus = 1.0f - a * a;
     const float g = 2.0f * a * one_minus / (one_minus + SAC_TANH_EPS);
-    const float da = dx1[b * c + obs + j] + dx2[b * c + obs + j];
-    const float du = fmaf(scale, g, da * one_minus);
+    const float du = fmaf(scale, g, da[i] * one_minus);
     const bool inside = raw >= SAC_LOG_STD_MIN && raw <= SAC_LOG_STD_MAX;
     dhead[b * 2 * dims + j] = du;
     dhead[b * 2 * dims + dims + j] = inside ? fmaf(du * expf(ls), eps[i], -scale) : 0.0f;

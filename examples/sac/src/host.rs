@@ -102,11 +102,13 @@ pub fn upload_batch(
 pub fn initial_buffers(device: &Device, sizes: &Sizes, seed: u64) -> Result<sac::Buffers> {
     let mut b = allocate(device, sizes)?;
     let mut rng = Rng::new(seed);
-    init_mlp(device, &mut rng, &mut b.q1_net)?;
-    init_mlp(device, &mut rng, &mut b.q2_net)?;
+    for critic in &mut b.critic {
+        init_mlp(device, &mut rng, critic)?;
+    }
     init_mlp(device, &mut rng, &mut b.actor_net)?;
-    copy_mlp(device, &b.q1_net, &mut b.q1_target)?;
-    copy_mlp(device, &b.q2_net, &mut b.q2_target)?;
+    for (critic, target) in b.critic.iter().zip(&mut b.critic_target) {
+        copy_mlp(device, critic, target)?;
+    }
     device.upload(&mut b.log_alpha, &[INITIAL_LOG_ALPHA])?;
     upload_batch(device, &mut rng, sizes, &mut b.batch)?;
     device.synchronize()?;
@@ -139,43 +141,61 @@ impl Trainer {
 
     /// One update: stages lr and the bias corrections of step `t + 1`, then replays.
     pub fn update(&mut self) -> Result<()> {
-        self.t += 1;
-        let hyper = self.step.config().hyper;
-        let values = AdamScalars::at_step(LR, &hyper, self.t).values();
-        self.step.stage(|b| &b.scalars.staged, &values)?;
+        self.stage_next()?;
         self.step.replay()
     }
 
+    /// The same update run eagerly: every op issued to its stream, no graph (for
+    /// comparison with the replay).
+    pub fn update_eager(&mut self) -> Result<()> {
+        self.stage_next()?;
+        self.step.run_eager()
+    }
+
+    /// Stages the scalars of step `t + 1`.
+    fn stage_next(&mut self) -> Result<()> {
+        self.t += 1;
+        let hyper = self.step.config().hyper;
+        let values = AdamScalars::at_step(LR, &hyper, self.t).values();
+        self.step.stage(|b| &b.scalars.staged, &values)
+    }
+
+    /// Every network of the step, named: the critics, their targets, the actor.
+    pub fn networks(b: &sac::Buffers) -> Vec<(String, &Mlp)> {
+        let critics = b.critic.iter().enumerate();
+        let targets = b.critic_target.iter().enumerate();
+        critics
+            .map(|(i, n)| (format!("critic{i}"), n))
+            .chain(targets.map(|(i, n)| (format!("critic{i}_target"), n)))
+            .chain([("actor".to_string(), &b.actor_net)])
+            .collect()
+    }
+
     /// Every parameter after the last finished replay (waits for it): the critics, their
-    /// targets, the actor, `log α`, in that order, each as its `tensors()`.
+    /// targets, the actor ([`Trainer::networks`]'s order), each as its `tensors()`, then
+    /// `log α`.
     pub fn parameters(&self) -> Result<Vec<Vec<f32>>> {
         self.step.wait()?;
-        let nets: [fn(&sac::Buffers) -> &Mlp; 5] = [
-            |b| &b.q1_net,
-            |b| &b.q2_net,
-            |b| &b.q1_target,
-            |b| &b.q2_target,
-            |b| &b.actor_net,
-        ];
+        let b = self.step.buffers();
         let mut out = Vec::new();
-        for net in nets {
-            for i in 0..Mlp::NAMES.len() {
-                out.push(self.step.download(|b| net(b).tensors()[i])?);
+        for (_, net) in Self::networks(b) {
+            for t in net.tensors() {
+                out.push(self.step.download(|_| t)?);
             }
         }
         out.push(self.step.download(|b| &b.log_alpha)?);
         Ok(out)
     }
 
-    /// The losses of the last finished replay: `[L_Q1, L_Q2, L_π, L_α]`.
-    pub fn losses(&self) -> Result<[f32; 4]> {
+    /// The losses of the last finished replay (waits for it): each critic's `L_Qi`, then
+    /// `L_π` and `L_α`.
+    pub fn losses(&self) -> Result<Vec<f32>> {
         self.step.wait()?;
-        let one = |f: fn(&sac::Buffers) -> &Buf| -> Result<f32> { Ok(self.step.download(f)?[0]) };
-        Ok([
-            one(|b| &b.q1_pass.loss)?,
-            one(|b| &b.q2_pass.loss)?,
-            one(|b| &b.actor_loss.loss)?,
-            one(|b| &b.temperature.loss)?,
-        ])
+        let b = self.step.buffers();
+        let critics = b.critic_pass.iter().map(|p| &p.loss);
+        critics
+            .chain([&b.actor_loss.loss, &b.temperature.loss])
+            .map(|l| Ok(self.step.download(|_| l)?[0]))
+            .collect()
     }
 }

@@ -212,15 +212,41 @@ impl Kernels {
         }
     }
 
-    /// `y = r + γ (1 − done) (min(q1n, q2n) − exp(log_alpha[0]) logp_next)`, all `[n]`.
+    /// The running minimum over the critics: critic `index`'s outputs `q [n]` into `qmin`
+    /// and its index into `argmin` where it is smaller (the lower index on a tie);
+    /// `index == 0` copies. Called once per critic, in index order.
+    pub fn critic_min(
+        &self,
+        stream: &CaptureStream<'_>,
+        q: &Buf,
+        qmin: &mut Buf,
+        argmin: &mut DeviceBuffer<u32>,
+        index: usize,
+    ) -> Result<()> {
+        let n = len_u32("critic_min: q", q.len())?;
+        check_len("critic_min: qmin (the length of q)", qmin.len(), q.len())?;
+        check_len(
+            "critic_min: argmin (the length of q)",
+            argmin.len(),
+            q.len(),
+        )?;
+        let index = len_u32("critic_min: index", index)?;
+        // SAFETY: threads with i >= n return; q, qmin and argmin hold n elements (checked).
+        unsafe {
+            self.raw
+                .critic_min(stream, elementwise_config(n), q, qmin, argmin, index, n)
+        }
+    }
+
+    /// `y = r + γ (1 − done) (qmin − exp(log_alpha[0]) logp_next)`, all `[n]`, with
+    /// `qmin` the target critics' minimum ([`Kernels::critic_min`]).
     #[allow(clippy::too_many_arguments)]
     pub fn soft_target(
         &self,
         stream: &CaptureStream<'_>,
         r: &Buf,
         done: &Buf,
-        q1n: &Buf,
-        q2n: &Buf,
+        qmin: &Buf,
         logp_next: &Buf,
         log_alpha: &Buf,
         y: &mut Buf,
@@ -230,8 +256,7 @@ impl Kernels {
         for (what, len) in [
             ("soft_target: r (the length of y)", r.len()),
             ("soft_target: done (the length of y)", done.len()),
-            ("soft_target: q1n (the length of y)", q1n.len()),
-            ("soft_target: q2n (the length of y)", q2n.len()),
+            ("soft_target: qmin (the length of y)", qmin.len()),
             ("soft_target: logp_next (the length of y)", logp_next.len()),
         ] {
             check_len(what, len, y.len())?;
@@ -245,8 +270,7 @@ impl Kernels {
                 elementwise_config(n),
                 r,
                 done,
-                q1n,
-                q2n,
+                qmin,
                 logp_next,
                 log_alpha,
                 y,
@@ -256,52 +280,99 @@ impl Kernels {
         }
     }
 
-    /// The actor loss `loss[0] = mean(α logp − min(q1, q2))` and its gradients `dq1`,
-    /// `dq2` with respect to the critics' outputs (`−1/n` to the smaller, Q1 on a tie).
-    #[allow(clippy::too_many_arguments)]
+    /// The actor loss `loss[0] = mean(α logp − qmin)`, `qmin` the critics' minimum.
     pub fn actor_loss(
         &self,
         stream: &CaptureStream<'_>,
-        q1: &Buf,
-        q2: &Buf,
+        qmin: &Buf,
         logp: &Buf,
         log_alpha: &Buf,
-        dq1: &mut Buf,
-        dq2: &mut Buf,
         loss: &mut Buf,
     ) -> Result<()> {
-        let n = positive("actor_loss: q1", q1.len())?;
-        for (what, len) in [
-            ("actor_loss: q2 (the length of q1)", q2.len()),
-            ("actor_loss: logp (the length of q1)", logp.len()),
-            ("actor_loss: dq1 (the length of q1)", dq1.len()),
-            ("actor_loss: dq2 (the length of q1)", dq2.len()),
-        ] {
-            check_len(what, len, q1.len())?;
-        }
+        let n = positive("actor_loss: qmin", qmin.len())?;
+        check_len(
+            "actor_loss: logp (the length of qmin)",
+            logp.len(),
+            qmin.len(),
+        )?;
         check_len("actor_loss: log_alpha ([1])", log_alpha.len(), 1)?;
         check_len("actor_loss: loss ([1])", loss.len(), 1)?;
-        // SAFETY: one block strides over i < n of the [n] buffers (checked) and writes
+        // SAFETY: one block strides over i < n of qmin and logp (checked) and writes
         // loss[0]; log_alpha holds one element.
         unsafe {
-            self.raw.actor_loss(
+            self.raw
+                .actor_loss(stream, reduce_config(), qmin, logp, log_alpha, loss, n)
+        }
+    }
+
+    /// The actor loss's gradient with respect to critic `index`'s output: `dq = −1/n`
+    /// where `argmin` names it, else 0.
+    pub fn argmin_grad(
+        &self,
+        stream: &CaptureStream<'_>,
+        argmin: &DeviceBuffer<u32>,
+        dq: &mut Buf,
+        index: usize,
+    ) -> Result<()> {
+        let n = positive("argmin_grad: argmin", argmin.len())?;
+        check_len(
+            "argmin_grad: dq (the length of argmin)",
+            dq.len(),
+            argmin.len(),
+        )?;
+        let index = len_u32("argmin_grad: index", index)?;
+        // SAFETY: threads with i >= n return; argmin and dq hold n elements (checked).
+        unsafe {
+            self.raw
+                .argmin_grad(stream, elementwise_config(n), argmin, dq, index, n)
+        }
+    }
+
+    /// `da (+)= dx[:, obs..]`: the action columns of a critic's input gradient `dx [rows,
+    /// obs + dims]` into `da [rows, dims]`, written when `first`, added otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_action_cols(
+        &self,
+        stream: &CaptureStream<'_>,
+        dx: &Buf,
+        da: &mut Buf,
+        rows: usize,
+        dims: usize,
+        obs: usize,
+        first: bool,
+    ) -> Result<()> {
+        let what = "add_action_cols";
+        let (r, d, o) = (
+            positive("add_action_cols: rows", rows)?,
+            positive("add_action_cols: dims", dims)?,
+            positive("add_action_cols: obs", obs)?,
+        );
+        let inputs = product(what, &[rows, obs + dims])?;
+        check_len("add_action_cols: dx ([rows, obs + dims])", dx.len(), inputs)?;
+        len_u32("add_action_cols: dx", inputs)?;
+        let n = product(what, &[rows, dims])?;
+        check_len("add_action_cols: da ([rows, dims])", da.len(), n)?;
+        let n = len_u32("add_action_cols: da", n)?;
+        // SAFETY: threads with i >= rows dims return; thread (b, j) reads dx[b (obs + dims)
+        // + obs + j] and da[i], in range by the lengths checked above.
+        unsafe {
+            self.raw.add_action_cols(
                 stream,
-                reduce_config(),
-                q1,
-                q2,
-                logp,
-                log_alpha,
-                dq1,
-                dq2,
-                loss,
-                n,
+                elementwise_config(n),
+                dx,
+                da,
+                r,
+                d,
+                o,
+                u32::from(first),
             )
         }
     }
 
     /// The actor loss's gradient with respect to the actor's head, `dhead [rows, 2 dims]`,
-    /// from the critics' input gradients `dx1`, `dx2 [rows, obs + dims]` (their action
-    /// columns), the sample's `head`, `eps` and `act`, and `log_alpha` (MODEL.md, "Actor").
+    /// from `da [rows, dims]` (the loss's gradient with respect to the action through the
+    /// critics, [`Kernels::add_action_cols`]), the sample's `head`, `eps` and `act`, and
+    /// `log_alpha` (MODEL.md, "Actor").
     #[allow(clippy::too_many_arguments)]
     pub fn tanh_gauss_backward(
         &self,
@@ -309,21 +380,17 @@ impl Kernels {
         head: &Buf,
         eps: &Buf,
         act: &Buf,
-        dx1: &Buf,
-        dx2: &Buf,
+        da: &Buf,
         log_alpha: &Buf,
         dhead: &mut Buf,
         rows: usize,
         dims: usize,
-        obs: usize,
     ) -> Result<()> {
         let r = positive("tanh_gauss_backward: rows", rows)?;
         let d = positive("tanh_gauss_backward: dims", dims)?;
-        let o = positive("tanh_gauss_backward: obs", obs)?;
         let what = "tanh_gauss_backward";
         let rd = product(what, &[rows, dims])?;
         let heads = product(what, &[rows, 2, dims])?;
-        let inputs = product(what, &[rows, obs + dims])?;
         check_len(
             "tanh_gauss_backward: head ([rows, 2 dims])",
             head.len(),
@@ -336,23 +403,13 @@ impl Kernels {
         )?;
         check_len("tanh_gauss_backward: eps ([rows, dims])", eps.len(), rd)?;
         check_len("tanh_gauss_backward: act ([rows, dims])", act.len(), rd)?;
-        check_len(
-            "tanh_gauss_backward: dx1 ([rows, obs + dims])",
-            dx1.len(),
-            inputs,
-        )?;
-        check_len(
-            "tanh_gauss_backward: dx2 ([rows, obs + dims])",
-            dx2.len(),
-            inputs,
-        )?;
+        check_len("tanh_gauss_backward: da ([rows, dims])", da.len(), rd)?;
         check_len("tanh_gauss_backward: log_alpha ([1])", log_alpha.len(), 1)?;
-        len_u32("tanh_gauss_backward: dx1", inputs)?;
         len_u32("tanh_gauss_backward: head", heads)?;
         let n = len_u32("tanh_gauss_backward: act", rd)?;
         // SAFETY: threads with i >= rows dims return; thread (b, j) reads row b of head,
-        // eps, act, dx1 and dx2 at columns < their widths and writes row b of dhead, all
-        // of the lengths checked above.
+        // eps, act and da at columns < their widths and writes row b of dhead, all of the
+        // lengths checked above.
         unsafe {
             self.raw.tanh_gauss_backward(
                 stream,
@@ -360,13 +417,11 @@ impl Kernels {
                 head,
                 eps,
                 act,
-                dx1,
-                dx2,
+                da,
                 log_alpha,
                 dhead,
                 r,
                 d,
-                o,
             )
         }
     }

@@ -66,20 +66,36 @@ pub struct CriticPass {
 #[derive(Debug, StepBuffer)]
 pub struct ActorCriticPass {
     pub act: MlpAct,
+    /// `∂L_π/∂q [B]`: this critic's share of the actor loss's gradient.
+    pub dq: Buf,
     pub back: MlpBack,
     /// `[B, C]`: the critic's input gradient.
     pub dx: Buf,
 }
 
-/// The actor loss's outputs.
+/// The minimum over the critics' outputs and which critic gave it, per row.
+#[derive(Debug, StepBuffer)]
+pub struct CriticMin {
+    /// `[B]`.
+    pub q: Buf,
+    /// `[B]`: the index of the smallest critic (the lowest on a tie).
+    pub argmin: DeviceBuffer<u32>,
+}
+
+/// The actor loss: the critics' minimum at the actor's sample and `L_π`.
 #[derive(Debug, StepBuffer)]
 pub struct ActorLoss {
-    /// `∂L_π/∂q1 [B]`.
-    pub dq1: Buf,
-    /// `∂L_π/∂q2 [B]`.
-    pub dq2: Buf,
+    pub min: CriticMin,
     /// `[1]`: `L_π`.
     pub loss: Buf,
+}
+
+/// The actor's backward: the loss's gradient with respect to the action and the head,
+/// and the MLP's scratch.
+#[derive(Debug, StepBuffer)]
+pub struct ActorBack {
+    /// `∂L_π/∂â [B, A]`, summed over the critics.
+    pub da: Buf,
     /// `∂L_π/∂head [B, 2A]`.
     pub dhead: Buf,
     pub back: MlpBack,
@@ -167,7 +183,7 @@ fn target_pass(
 /// A critic's training pass: forward at `[s, a]`, the MSE against `y`, the backward into
 /// `grads`.
 #[allow(clippy::too_many_arguments)]
-fn critic_pass(
+fn train_critic(
     s: &CaptureStream<'_>,
     k: &Kernels,
     d: MlpDims,
@@ -218,8 +234,9 @@ fn sample(
     k.concat_cols(s, obs, action, x, sizes.batch, sizes.obs, sizes.action)
 }
 
-/// A critic's pass for the actor: forward at the actor's sample, the backward of `dq`
-/// to the input (no weight gradients).
+/// A critic's pass for the actor: forward at the actor's sample; or, given the critics'
+/// `argmin` and this critic's index, its share of the actor loss's gradient and the
+/// backward of it to the input (no weight gradients).
 #[allow(clippy::too_many_arguments)]
 fn actor_critic_pass(
     s: &CaptureStream<'_>,
@@ -227,18 +244,27 @@ fn actor_critic_pass(
     d: MlpDims,
     x: &Buf,
     net: &Mlp,
-    dq: Option<&Buf>,
+    argmin: Option<(&DeviceBuffer<u32>, usize)>,
     pass: &mut ActorCriticPass,
 ) -> Result<()> {
     let blas = s.blas();
-    let ActorCriticPass { act, back, dx } = pass;
-    match dq {
+    let ActorCriticPass { act, dq, back, dx } = pass;
+    match argmin {
         None => mlp_forward(&blas, d, x, net, act),
-        Some(dq) => mlp_backward(&blas, s, k, d, net, x, act, dq, back, None, Some(dx)),
+        Some((argmin, index)) => {
+            k.argmin_grad(s, argmin, dq, index)?;
+            mlp_backward(&blas, s, k, d, net, x, act, dq, back, None, Some(dx))
+        }
     }
 }
 
-#[stepgraph::step(streams(main, q1, q2, actor), kernels = Kernels)]
+/// How many critics the step trains: one stream each (`critic[0]`, `critic[1]`, ...), the
+/// soft target and the actor loss over their minimum. The stream group's width in
+/// `streams(..)` below is the same number; the macro checks that every `#[per_branch]`
+/// array has it.
+pub const CRITICS: usize = 2;
+
+#[stepgraph::step(streams(main, critic[2], actor), kernels = Kernels)]
 pub mod sac {
     use super::*;
 
@@ -250,30 +276,37 @@ pub mod sac {
         pub scalars: Scalars,
         /// `[B, C]`: `[s, a]`, the critics' training input.
         pub x_data: Buf,
-        pub q1_net: Mlp,
-        pub q2_net: Mlp,
-        pub q1_target: Mlp,
-        pub q2_target: Mlp,
+        /// The critics `Qi`.
+        #[per_branch]
+        pub critic: [Mlp; CRITICS],
+        /// The target critics `Qi'`.
+        #[per_branch]
+        pub critic_target: [Mlp; CRITICS],
         pub actor_net: Mlp,
         /// `[1]`.
         pub log_alpha: Buf,
         /// The actor's sample at `s2`, with `ε'`.
         pub next_pi: Policy,
-        pub q1_next: TargetPass,
-        pub q2_next: TargetPass,
+        /// Each target critic at `[s2, a']`.
+        #[per_branch]
+        pub critic_next: [TargetPass; CRITICS],
+        /// The target critics' minimum.
+        pub next_min: CriticMin,
         /// `[B]`: the soft target.
         pub y: Buf,
-        pub q1_pass: CriticPass,
-        pub q2_pass: CriticPass,
-        pub q1_grad: Mlp,
-        pub q2_grad: Mlp,
-        pub q1_optim: Optim,
-        pub q2_optim: Optim,
+        #[per_branch]
+        pub critic_pass: [CriticPass; CRITICS],
+        #[per_branch]
+        pub critic_grad: [Mlp; CRITICS],
+        #[per_branch]
+        pub critic_optim: [Optim; CRITICS],
         /// The actor's sample at `s`, with `ε`.
         pub pi: Policy,
-        pub q1_actor: ActorCriticPass,
-        pub q2_actor: ActorCriticPass,
+        /// Each critic's passes for the actor's gradient.
+        #[per_branch]
+        pub critic_actor: [ActorCriticPass; CRITICS],
         pub actor_loss: ActorLoss,
+        pub actor_back: ActorBack,
         pub actor_grad: Mlp,
         pub actor_optim: Optim,
         pub temperature: Temperature,
@@ -345,29 +378,26 @@ pub mod sac {
         sample(stream, k, sizes, &batch.s2, &noise.next, actor_net, next_pi)
     }
 
-    #[stream(q1)]
-    fn q1_target_pass(
+    /// Target critic `d` at `[s2, a']`, on critic `d`'s stream.
+    #[stream(critic[d])]
+    fn critic_target_pass(
         stream: &CaptureStream<'_>,
         sizes: Sizes,
         next_pi: &Policy,
-        q1_target: &Mlp,
-        q1_next: &mut TargetPass,
+        critic_target: &Mlp,
+        critic_next: &mut TargetPass,
     ) -> Result<()> {
-        target_pass(stream, sizes.critic(), &next_pi.x, q1_target, q1_next)
+        target_pass(
+            stream,
+            sizes.critic(),
+            &next_pi.x,
+            critic_target,
+            critic_next,
+        )
     }
 
-    #[stream(q2)]
-    fn q2_target_pass(
-        stream: &CaptureStream<'_>,
-        sizes: Sizes,
-        next_pi: &Policy,
-        q2_target: &Mlp,
-        q2_next: &mut TargetPass,
-    ) -> Result<()> {
-        target_pass(stream, sizes.critic(), &next_pi.x, q2_target, q2_next)
-    }
-
-    /// `y = r + γ (1 − done) (min(Q1', Q2') − α log π')`.
+    /// `y = r + γ (1 − done) (minᵢ Qi'(s2, a') − α log π')`, after every target pass.
+    #[join(critic)]
     #[allow(clippy::too_many_arguments)]
     fn soft_target(
         stream: &CaptureStream<'_>,
@@ -375,17 +405,20 @@ pub mod sac {
         gamma: f32,
         batch: &Batch,
         next_pi: &Policy,
-        q1_next: &TargetPass,
-        q2_next: &TargetPass,
+        critic_next: &[TargetPass; CRITICS],
         log_alpha: &Buf,
+        next_min: &mut CriticMin,
         y: &mut Buf,
     ) -> Result<()> {
+        let CriticMin { q, argmin } = next_min;
+        for (i, pass) in critic_next.iter().enumerate() {
+            k.critic_min(stream, &pass.act.out, q, argmin, i)?;
+        }
         k.soft_target(
             stream,
             &batch.r,
             &batch.done,
-            &q1_next.act.out,
-            &q2_next.act.out,
+            q,
             &next_pi.logp,
             log_alpha,
             y,
@@ -393,78 +426,51 @@ pub mod sac {
         )
     }
 
-    #[stream(q1)]
+    /// Critic `d`'s loss against `y` and its gradient.
+    #[stream(critic[d])]
     #[allow(clippy::too_many_arguments)]
-    fn q1_loss(
+    fn critic_loss(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
         x_data: &Buf,
         y: &Buf,
-        q1_net: &Mlp,
-        q1_pass: &mut CriticPass,
-        q1_grad: &mut Mlp,
+        critic: &Mlp,
+        critic_pass: &mut CriticPass,
+        critic_grad: &mut Mlp,
     ) -> Result<()> {
-        critic_pass(
+        train_critic(
             stream,
             k,
             sizes.critic(),
             x_data,
             y,
-            q1_net,
-            q1_pass,
-            q1_grad,
+            critic,
+            critic_pass,
+            critic_grad,
         )
     }
 
-    #[stream(q2)]
-    #[allow(clippy::too_many_arguments)]
-    fn q2_loss(
+    /// Critic `d`'s clipped Adam step, with an optimizer of its own.
+    #[stream(critic[d])]
+    fn critic_adam(
         stream: &CaptureStream<'_>,
         k: &Kernels,
-        sizes: Sizes,
-        x_data: &Buf,
-        y: &Buf,
-        q2_net: &Mlp,
-        q2_pass: &mut CriticPass,
-        q2_grad: &mut Mlp,
+        hyper: AdamHyper,
+        scalars: &Scalars,
+        critic_grad: &Mlp,
+        critic: &mut Mlp,
+        critic_optim: &mut Optim,
     ) -> Result<()> {
-        critic_pass(
+        adam(
             stream,
             k,
-            sizes.critic(),
-            x_data,
-            y,
-            q2_net,
-            q2_pass,
-            q2_grad,
+            hyper,
+            &scalars.values,
+            critic_grad,
+            critic,
+            critic_optim,
         )
-    }
-
-    #[stream(q1)]
-    fn q1_adam(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        hyper: AdamHyper,
-        scalars: &Scalars,
-        q1_grad: &Mlp,
-        q1_net: &mut Mlp,
-        q1_optim: &mut Optim,
-    ) -> Result<()> {
-        adam(stream, k, hyper, &scalars.values, q1_grad, q1_net, q1_optim)
-    }
-
-    #[stream(q2)]
-    fn q2_adam(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        hyper: AdamHyper,
-        scalars: &Scalars,
-        q2_grad: &Mlp,
-        q2_net: &mut Mlp,
-        q2_optim: &mut Optim,
-    ) -> Result<()> {
-        adam(stream, k, hyper, &scalars.values, q2_grad, q2_net, q2_optim)
     }
 
     /// `â, log π` at `s` from the actor before its update: needs no critic, so it runs
@@ -482,102 +488,66 @@ pub mod sac {
         sample(stream, k, sizes, &batch.s, &noise.cur, actor_net, pi)
     }
 
-    /// `Q1([s, â])` with Q1 as `q1_adam` left it.
-    #[stream(q1)]
-    fn q1_at_policy(
+    /// `Qd([s, â])` with critic `d` as its Adam step left it.
+    #[stream(critic[d])]
+    fn critic_at_policy(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
         pi: &Policy,
-        q1_net: &Mlp,
-        q1_actor: &mut ActorCriticPass,
+        critic: &Mlp,
+        critic_actor: &mut ActorCriticPass,
     ) -> Result<()> {
-        actor_critic_pass(stream, k, sizes.critic(), &pi.x, q1_net, None, q1_actor)
+        actor_critic_pass(stream, k, sizes.critic(), &pi.x, critic, None, critic_actor)
     }
 
-    #[stream(q2)]
-    fn q2_at_policy(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        sizes: Sizes,
-        pi: &Policy,
-        q2_net: &Mlp,
-        q2_actor: &mut ActorCriticPass,
-    ) -> Result<()> {
-        actor_critic_pass(stream, k, sizes.critic(), &pi.x, q2_net, None, q2_actor)
-    }
-
-    /// `L_π = mean(α log π − min(q1, q2))` and its gradients with respect to q1 and q2.
+    /// `L_π = mean(α log π − minᵢ qᵢ)`, after every critic's pass at the sample.
     #[stream(actor)]
+    #[join(critic)]
     fn policy_loss(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         pi: &Policy,
-        q1_actor: &ActorCriticPass,
-        q2_actor: &ActorCriticPass,
+        critic_actor: &[ActorCriticPass; CRITICS],
         log_alpha: &Buf,
         actor_loss: &mut ActorLoss,
     ) -> Result<()> {
-        let ActorLoss { dq1, dq2, loss, .. } = actor_loss;
-        k.actor_loss(
-            stream,
-            &q1_actor.act.out,
-            &q2_actor.act.out,
-            &pi.logp,
-            log_alpha,
-            dq1,
-            dq2,
-            loss,
-        )
+        let ActorLoss { min, loss } = actor_loss;
+        for (i, pass) in critic_actor.iter().enumerate() {
+            k.critic_min(stream, &pass.act.out, &mut min.q, &mut min.argmin, i)?;
+        }
+        k.actor_loss(stream, &min.q, &pi.logp, log_alpha, loss)
     }
 
-    /// `∂L_π/∂[s, â]` through Q1 (its weights get no gradient).
-    #[stream(q1)]
+    /// `∂L_π/∂[s, â]` through critic `d` where it is the minimum (its weights get no
+    /// gradient).
+    #[stream(critic[d])]
     #[allow(clippy::too_many_arguments)]
-    fn q1_input_grad(
+    fn critic_input_grad(
         stream: &CaptureStream<'_>,
         k: &Kernels,
+        d: usize,
         sizes: Sizes,
         pi: &Policy,
-        q1_net: &Mlp,
+        critic: &Mlp,
         actor_loss: &ActorLoss,
-        q1_actor: &mut ActorCriticPass,
+        critic_actor: &mut ActorCriticPass,
     ) -> Result<()> {
         actor_critic_pass(
             stream,
             k,
             sizes.critic(),
             &pi.x,
-            q1_net,
-            Some(&actor_loss.dq1),
-            q1_actor,
+            critic,
+            Some((&actor_loss.min.argmin, d)),
+            critic_actor,
         )
     }
 
-    #[stream(q2)]
-    #[allow(clippy::too_many_arguments)]
-    fn q2_input_grad(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        sizes: Sizes,
-        pi: &Policy,
-        q2_net: &Mlp,
-        actor_loss: &ActorLoss,
-        q2_actor: &mut ActorCriticPass,
-    ) -> Result<()> {
-        actor_critic_pass(
-            stream,
-            k,
-            sizes.critic(),
-            &pi.x,
-            q2_net,
-            Some(&actor_loss.dq2),
-            q2_actor,
-        )
-    }
-
-    /// The actor's gradients: through the tanh-Gaussian sample, then its MLP.
+    /// The actor's gradients: the critics' input gradients summed, through the
+    /// tanh-Gaussian sample, then its MLP.
     #[stream(actor)]
+    #[join(critic)]
     #[allow(clippy::too_many_arguments)]
     fn actor_backward(
         stream: &CaptureStream<'_>,
@@ -586,26 +556,27 @@ pub mod sac {
         batch: &Batch,
         noise: &Noise,
         pi: &Policy,
-        q1_actor: &ActorCriticPass,
-        q2_actor: &ActorCriticPass,
+        critic_actor: &[ActorCriticPass; CRITICS],
         log_alpha: &Buf,
         actor_net: &Mlp,
-        actor_loss: &mut ActorLoss,
+        actor_back: &mut ActorBack,
         actor_grad: &mut Mlp,
     ) -> Result<()> {
-        let ActorLoss { dhead, back, .. } = actor_loss;
+        let ActorBack { da, dhead, back } = actor_back;
+        let (rows, dims, obs) = (sizes.batch, sizes.action, sizes.obs);
+        for (i, pass) in critic_actor.iter().enumerate() {
+            k.add_action_cols(stream, &pass.dx, da, rows, dims, obs, i == 0)?;
+        }
         k.tanh_gauss_backward(
             stream,
             &pi.act.out,
             &noise.cur,
             &pi.action,
-            &q1_actor.dx,
-            &q2_actor.dx,
+            da,
             log_alpha,
             dhead,
-            sizes.batch,
-            sizes.action,
-            sizes.obs,
+            rows,
+            dims,
         )?;
         let blas = stream.blas();
         mlp_backward(
@@ -678,26 +649,16 @@ pub mod sac {
             .adam_clip_update(stream, table, &mut slots, sq_norm, &scalars.values, hyper)
     }
 
-    #[stream(q1)]
-    fn q1_polyak(
+    /// Target critic `d` toward critic `d` as updated in this step.
+    #[stream(critic[d])]
+    fn critic_polyak(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         tau: f32,
-        q1_net: &Mlp,
-        q1_target: &mut Mlp,
+        critic: &Mlp,
+        critic_target: &mut Mlp,
     ) -> Result<()> {
-        polyak(stream, k, tau, q1_net, q1_target)
-    }
-
-    #[stream(q2)]
-    fn q2_polyak(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        tau: f32,
-        q2_net: &Mlp,
-        q2_target: &mut Mlp,
-    ) -> Result<()> {
-        polyak(stream, k, tau, q2_net, q2_target)
+        polyak(stream, k, tau, critic, critic_target)
     }
 }
 
@@ -745,9 +706,30 @@ fn critic_pass_bufs(device: &Device, s: &Sizes, name: &str) -> Result<CriticPass
 fn actor_critic_pass_bufs(device: &Device, s: &Sizes, name: &str) -> Result<ActorCriticPass> {
     Ok(ActorCriticPass {
         act: MlpAct::zeros(device, s.critic(), name)?,
+        dq: device.alloc_zeros(&format!("{name}.dq"), s.batch)?,
         back: MlpBack::zeros(device, s.critic(), name)?,
         dx: device.alloc_zeros(&format!("{name}.dx"), s.batch * s.critic_in())?,
     })
+}
+
+/// The critics' minimum, `[B]` each.
+fn critic_min(device: &Device, s: &Sizes, name: &str) -> Result<CriticMin> {
+    Ok(CriticMin {
+        q: device.alloc_zeros(&format!("{name}.q"), s.batch)?,
+        argmin: device.alloc_zeros(&format!("{name}.argmin"), s.batch)?,
+    })
+}
+
+/// One buffer per critic, `critic{i}` in each name.
+fn per_critic<T>(
+    mut make: impl FnMut(usize, String) -> Result<T>,
+    what: &str,
+) -> Result<[T; CRITICS]> {
+    let all = (0..CRITICS)
+        .map(|i| make(i, format!("critic{i}{what}")))
+        .collect::<Result<Vec<T>>>()?;
+    all.try_into()
+        .map_err(|_| stepgraph::Error::Invalid(format!("expected {CRITICS} critics")))
 }
 
 /// Allocates every buffer of the step for `sizes`, zeroed: the caller uploads the
@@ -757,14 +739,14 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
     let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
     let (b, c) = (s.batch, s.critic_in());
     let (cd, ad) = (s.critic(), s.actor());
-    let q1_net = Mlp::zeros(device, cd, "q1")?;
-    let q2_net = Mlp::zeros(device, cd, "q2")?;
+    let critic = per_critic(|_, name| Mlp::zeros(device, cd, &name), "")?;
+    let critic_grad = per_critic(|_, name| Mlp::zeros(device, cd, &name), ".grad")?;
+    let critic_optim = per_critic(
+        |i, name| optim(device, cd, &name, &critic[i], &critic_grad[i]),
+        "",
+    )?;
     let actor_net = Mlp::zeros(device, ad, "actor")?;
-    let q1_grad = Mlp::zeros(device, cd, "q1.grad")?;
-    let q2_grad = Mlp::zeros(device, cd, "q2.grad")?;
     let actor_grad = Mlp::zeros(device, ad, "actor.grad")?;
-    let q1_optim = optim(device, cd, "q1", &q1_net, &q1_grad)?;
-    let q2_optim = optim(device, cd, "q2", &q2_net, &q2_grad)?;
     let actor_optim = optim(device, ad, "actor", &actor_net, &actor_grad)?;
     let log_alpha = z("log_alpha", 1)?;
     let temperature = {
@@ -802,33 +784,32 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
             values: z("adam scalars", ADAM_SCALARS)?,
         },
         x_data: z("x_data", b * c)?,
-        q1_target: Mlp::zeros(device, cd, "q1_target")?,
-        q2_target: Mlp::zeros(device, cd, "q2_target")?,
-        q1_net,
-        q2_net,
+        critic_target: per_critic(|_, name| Mlp::zeros(device, cd, &name), "_target")?,
+        critic,
         actor_net,
         log_alpha,
         next_pi: policy(device, s, "next_pi")?,
-        q1_next: TargetPass {
-            act: MlpAct::zeros(device, cd, "q1_next")?,
-        },
-        q2_next: TargetPass {
-            act: MlpAct::zeros(device, cd, "q2_next")?,
-        },
+        critic_next: per_critic(
+            |_, name| {
+                Ok(TargetPass {
+                    act: MlpAct::zeros(device, cd, &name)?,
+                })
+            },
+            "_next",
+        )?,
+        next_min: critic_min(device, s, "next_min")?,
         y: z("y", b)?,
-        q1_pass: critic_pass_bufs(device, s, "q1_pass")?,
-        q2_pass: critic_pass_bufs(device, s, "q2_pass")?,
-        q1_grad,
-        q2_grad,
-        q1_optim,
-        q2_optim,
+        critic_pass: per_critic(|_, name| critic_pass_bufs(device, s, &name), "_pass")?,
+        critic_grad,
+        critic_optim,
         pi: policy(device, s, "pi")?,
-        q1_actor: actor_critic_pass_bufs(device, s, "q1_actor")?,
-        q2_actor: actor_critic_pass_bufs(device, s, "q2_actor")?,
+        critic_actor: per_critic(|_, name| actor_critic_pass_bufs(device, s, &name), "_actor")?,
         actor_loss: ActorLoss {
-            dq1: z("actor.dq1", b)?,
-            dq2: z("actor.dq2", b)?,
+            min: critic_min(device, s, "actor.min")?,
             loss: z("actor.loss", 1)?,
+        },
+        actor_back: ActorBack {
+            da: z("actor.da", b * s.action)?,
             dhead: z("actor.dhead", b * 2 * s.action)?,
             back: MlpBack::zeros(device, ad, "actor")?,
         },
@@ -840,7 +821,7 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
 
 #[cfg(test)]
 mod tests {
-    use super::sac;
+    use super::{CRITICS, sac};
 
     fn op(name: &str) -> usize {
         sac::PLAN
@@ -850,13 +831,18 @@ mod tests {
             .unwrap_or_else(|| panic!("no op {name}"))
     }
 
-    fn stream(name: &str) -> &'static str {
-        sac::PLAN.streams[sac::PLAN.ops[op(name)].stream.index()].name
+    /// Critic `i`'s replica of the replicated op `func`.
+    fn critic_op(func: &str, i: usize) -> usize {
+        op(&format!("{func}[{i}]"))
+    }
+
+    fn stream_of(op: usize) -> &'static str {
+        sac::PLAN.streams[sac::PLAN.ops[op].stream.index()].name
     }
 
     #[test]
     fn the_plan_audits_clean() {
-        assert_eq!(sac::PLAN.ops.len(), 22);
+        assert_eq!(sac::PLAN.ops.len(), 10 + 6 * CRITICS);
         let audit = sac::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
@@ -870,59 +856,58 @@ mod tests {
     }
 
     /// The actor's gradient goes through the critics as updated in this step: every op
-    /// that reads a critic for the actor comes after both critics' Adam steps, and the
-    /// temperature's update after every op that reads `α`.
+    /// that reads a critic for the actor comes after that critic's Adam step, the actor's
+    /// own ops after every critic's, and the temperature's update after every op that
+    /// reads `α`.
     #[test]
-    fn the_actor_sees_both_updated_critics() {
-        // Each critic's passes for the actor come after its own Adam step ...
-        for (critic_op, pass) in [
-            ("q1_adam", "q1_at_policy"),
-            ("q1_adam", "q1_input_grad"),
-            ("q2_adam", "q2_at_policy"),
-            ("q2_adam", "q2_input_grad"),
-        ] {
-            assert!(before(op(critic_op), op(pass)), "{critic_op} before {pass}");
-        }
-        // ... and the actor's own ops, on its stream, after both.
-        for actor_op in ["policy_loss", "actor_backward", "actor_adam"] {
-            for critic_op in ["q1_adam", "q2_adam"] {
+    fn the_actor_sees_every_updated_critic() {
+        for i in 0..CRITICS {
+            let adam = critic_op("critic_adam", i);
+            for pass in ["critic_at_policy", "critic_input_grad", "critic_polyak"] {
                 assert!(
-                    before(op(critic_op), op(actor_op)),
-                    "{critic_op} is not ordered before {actor_op}"
+                    before(adam, critic_op(pass, i)),
+                    "critic {i}: adam before {pass}"
                 );
             }
+            for actor_op in ["policy_loss", "actor_backward", "actor_adam"] {
+                assert!(
+                    before(adam, op(actor_op)),
+                    "critic {i}'s Adam step is not ordered before {actor_op}"
+                );
+            }
+            // No critic's pass for the actor waits for another critic's update.
+            for j in (0..CRITICS).filter(|&j| j != i) {
+                assert!(!before(adam, critic_op("critic_at_policy", j)), "{i} {j}");
+            }
+            // The Polyak update writes the target after the soft target's pass read it.
+            let target = critic_op("critic_target_pass", i);
+            assert!(before(target, critic_op("critic_polyak", i)));
+            // The actor's sample needs no critic: nothing orders an update before it.
+            assert!(!before(adam, op("actor_sample")));
         }
-        // Q1's pass for the actor does not wait for Q2's update.
-        assert!(!before(op("q2_adam"), op("q1_at_policy")));
         for reader in ["soft_target", "policy_loss", "actor_backward"] {
             assert!(before(op(reader), op("alpha_update")), "{reader}");
         }
-        // The Polyak updates read the updated critics and write the targets after the
-        // soft target's passes read them.
-        for (adam, target, polyak) in [
-            ("q1_adam", "q1_target_pass", "q1_polyak"),
-            ("q2_adam", "q2_target_pass", "q2_polyak"),
-        ] {
-            assert!(before(op(adam), op(polyak)) && before(op(target), op(polyak)));
-        }
-        // The actor's sample needs no critic: nothing orders the critics' updates before it.
-        assert!(!before(op("q1_adam"), op("actor_sample")));
-        assert!(!before(op("q2_adam"), op("actor_sample")));
     }
 
     #[test]
     fn the_critics_run_on_streams_of_their_own() {
-        for (a, b) in [
-            ("q1_loss", "q2_loss"),
-            ("q1_adam", "q2_adam"),
-            ("q1_at_policy", "q2_at_policy"),
-            ("q1_input_grad", "q2_input_grad"),
+        for func in [
+            "critic_target_pass",
+            "critic_loss",
+            "critic_adam",
+            "critic_at_policy",
+            "critic_input_grad",
+            "critic_polyak",
         ] {
-            assert_ne!(stream(a), stream(b), "{a} and {b}");
-            assert_ne!(stream(a), stream("actor_backward"));
+            for i in 0..CRITICS {
+                assert_eq!(
+                    stream_of(critic_op(func, i)),
+                    format!("critic[{i}]"),
+                    "{func}"
+                );
+            }
         }
-        assert_eq!(stream("q1_loss"), "q1");
-        assert_eq!(stream("q2_loss"), "q2");
-        assert_eq!(stream("actor_backward"), "actor");
+        assert_eq!(stream_of(op("actor_backward")), "actor");
     }
 }

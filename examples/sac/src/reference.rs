@@ -97,12 +97,28 @@ pub fn tanh_gauss_sample_reference(
     (act, logp)
 }
 
-/// `y = r + γ (1 − done) (min(q1n, q2n) − exp(log_alpha) logp_next)`.
+/// `(qmin, argmin)` over the critics' outputs `qs[i] [n]`: the smallest, the lowest index
+/// on a tie.
+pub fn critic_min_reference(qs: &[&[f32]]) -> (Vec<f32>, Vec<u32>) {
+    let n = qs.first().map_or(0, |q| q.len());
+    let mut qmin = vec![0.0f32; n];
+    let mut argmin = vec![0u32; n];
+    for b in 0..n {
+        for (i, q) in qs.iter().enumerate() {
+            if i == 0 || q[b] < qmin[b] {
+                qmin[b] = q[b];
+                argmin[b] = i as u32;
+            }
+        }
+    }
+    (qmin, argmin)
+}
+
+/// `y = r + γ (1 − done) (qmin − exp(log_alpha) logp_next)`.
 pub fn soft_target_reference(
     r: &[f32],
     done: &[f32],
-    q1n: &[f32],
-    q2n: &[f32],
+    qmin: &[f32],
     logp_next: &[f32],
     log_alpha: f32,
     gamma: f32,
@@ -110,47 +126,62 @@ pub fn soft_target_reference(
     let alpha = f64::from(log_alpha).exp();
     (0..r.len())
         .map(|i| {
-            let v = f64::from(q1n[i].min(q2n[i])) - alpha * f64::from(logp_next[i]);
+            let v = f64::from(qmin[i]) - alpha * f64::from(logp_next[i]);
             (f64::from(r[i]) + f64::from(gamma) * (1.0 - f64::from(done[i])) * v) as f32
         })
         .collect()
 }
 
-/// `(dq1, dq2, loss)` of the actor loss `mean(α logp − min(q1, q2))`.
-pub fn actor_loss_reference(
-    q1: &[f32],
-    q2: &[f32],
-    logp: &[f32],
-    log_alpha: f32,
-) -> (Vec<f32>, Vec<f32>, f32) {
-    let n = q1.len();
-    let inv = 1.0 / n as f32;
+/// The actor loss `mean(α logp − qmin)`.
+pub fn actor_loss_reference(qmin: &[f32], logp: &[f32], log_alpha: f32) -> f32 {
     let alpha = f64::from(log_alpha).exp();
-    let first: Vec<bool> = q1.iter().zip(q2).map(|(a, b)| a <= b).collect();
-    let dq1 = first.iter().map(|&f| if f { -inv } else { 0.0 }).collect();
-    let dq2 = first.iter().map(|&f| if f { 0.0 } else { -inv }).collect();
-    let loss = (0..n)
-        .map(|i| alpha * f64::from(logp[i]) - f64::from(q1[i].min(q2[i])))
-        .sum::<f64>()
-        / n as f64;
-    (dq1, dq2, loss as f32)
+    let sum = qmin
+        .iter()
+        .zip(logp)
+        .map(|(&q, &l)| alpha * f64::from(l) - f64::from(q))
+        .sum::<f64>();
+    (sum / qmin.len() as f64) as f32
+}
+
+/// Critic `index`'s share of the actor loss's gradient: `−1/n` where it is the minimum.
+pub fn argmin_grad_reference(argmin: &[u32], index: u32) -> Vec<f32> {
+    let inv = -1.0 / argmin.len() as f32;
+    argmin
+        .iter()
+        .map(|&m| if m == index { inv } else { 0.0 })
+        .collect()
+}
+
+/// `da = Σᵢ dxs[i][:, obs..]`, added in index order in f32 as the kernel does: the
+/// critics' input gradients `[rows, obs + dims]` at the action's columns.
+pub fn add_action_cols_reference(dxs: &[&[f32]], rows: usize, dims: usize, obs: usize) -> Vec<f32> {
+    let c = obs + dims;
+    let mut da = vec![0.0f32; rows * dims];
+    for (i, dx) in dxs.iter().enumerate() {
+        for b in 0..rows {
+            for j in 0..dims {
+                let g = dx[b * c + obs + j];
+                let d = &mut da[b * dims + j];
+                *d = if i == 0 { g } else { *d + g };
+            }
+        }
+    }
+    da
 }
 
 /// `dhead [rows, 2 dims]` of the actor loss (MODEL.md, "Actor"), from the sample's `head`,
-/// `eps`, `act` and the critics' input gradients `dx1`, `dx2 [rows, obs + dims]`.
+/// `eps`, `act` and `da [rows, dims]`, the loss's gradient with respect to the action
+/// through the critics.
 #[allow(clippy::too_many_arguments)]
 pub fn tanh_gauss_backward_reference(
     head: &[f32],
     eps: &[f32],
     act: &[f32],
-    dx1: &[f32],
-    dx2: &[f32],
+    da: &[f32],
     log_alpha: f32,
     rows: usize,
     dims: usize,
-    obs: usize,
 ) -> Vec<f32> {
-    let c = obs + dims;
     let scale = f64::from(log_alpha).exp() / rows as f64;
     let mut dhead = vec![0.0; rows * 2 * dims];
     for b in 0..rows {
@@ -160,8 +191,7 @@ pub fn tanh_gauss_backward_reference(
             let a = f64::from(act[b * dims + j]);
             let one_minus = 1.0 - a * a;
             let g = 2.0 * a * one_minus / (one_minus + f64::from(TANH_EPS));
-            let da = f64::from(dx1[b * c + obs + j]) + f64::from(dx2[b * c + obs + j]);
-            let du = scale * g + da * one_minus;
+            let du = scale * g + f64::from(da[b * dims + j]) * one_minus;
             dhead[b * 2 * dims + j] = du as f32;
             let inside = (LOG_STD_MIN..=LOG_STD_MAX).contains(&raw);
             dhead[b * 2 * dims + dims + j] = if inside {
@@ -221,8 +251,7 @@ mod tests {
 
     #[test]
     fn the_head_gradient_matches_finite_differences_of_the_actor_loss() {
-        let (rows, dims, obs) = (3, 4, 2);
-        let c = obs + dims;
+        let (rows, dims) = (3, 4);
         let mut rng = Rng::new(11);
         let mut head = rng.vec(rows * 2 * dims, -1.0, 1.0);
         // One log_std past each clamp: no gradient reaches it.
@@ -230,19 +259,11 @@ mod tests {
         head[2 * dims + dims + 1] = -25.0;
         let eps = rng.vec(rows * dims, -1.5, 1.5);
         let log_alpha = -0.7f32;
-        // dx1 + dx2's action columns play the role of w.
-        let dx1 = rng.vec(rows * c, -0.5, 0.5);
-        let dx2 = rng.vec(rows * c, -0.5, 0.5);
-        let w: Vec<f64> = (0..rows * dims)
-            .map(|i| {
-                let (b, j) = (i / dims, i % dims);
-                f64::from(dx1[b * c + obs + j]) + f64::from(dx2[b * c + obs + j])
-            })
-            .collect();
+        // The critics' summed action gradient plays the role of w.
+        let da = rng.vec(rows * dims, -0.5, 0.5);
+        let w: Vec<f64> = da.iter().map(|&v| f64::from(v)).collect();
         let (act, _) = tanh_gauss_sample_reference(&head, &eps, rows, dims);
-        let dhead = tanh_gauss_backward_reference(
-            &head, &eps, &act, &dx1, &dx2, log_alpha, rows, dims, obs,
-        );
+        let dhead = tanh_gauss_backward_reference(&head, &eps, &act, &da, log_alpha, rows, dims);
         for k in 0..head.len() {
             let h = 1e-3f32;
             let (mut up, mut down) = (head.clone(), head.clone());
@@ -279,13 +300,34 @@ mod tests {
     }
 
     #[test]
-    fn the_actor_loss_sends_its_gradient_to_the_smaller_critic() {
-        let (dq1, dq2, loss) =
-            actor_loss_reference(&[1.0, 3.0, 2.0], &[2.0, 1.0, 2.0], &[0.5, 0.5, 0.5], 0.0);
-        let t = -1.0 / 3.0;
-        assert_eq!(dq1, [t, 0.0, t]);
-        assert_eq!(dq2, [0.0, t, 0.0]);
-        assert!((loss - (0.5 - 4.0 / 3.0)).abs() < 1e-6);
+    fn the_actor_loss_sends_its_gradient_to_the_smallest_critic() {
+        let (q1, q2, q3) = (
+            [1.0, 3.0, 2.0, 5.0],
+            [2.0, 1.0, 2.0, 5.0],
+            [4.0, 4.0, 0.5, 5.0],
+        );
+        let (two, argmin2) = critic_min_reference(&[&q1, &q2]);
+        assert_eq!(
+            (two, argmin2.clone()),
+            (vec![1.0, 1.0, 2.0, 5.0], vec![0, 1, 0, 0])
+        );
+        let (three, argmin3) = critic_min_reference(&[&q1, &q2, &q3]);
+        assert_eq!(
+            (three.clone(), argmin3.clone()),
+            (vec![1.0, 1.0, 0.5, 5.0], vec![0, 1, 2, 0])
+        );
+        let t = -0.25;
+        assert_eq!(argmin_grad_reference(&argmin3, 0), [t, 0.0, 0.0, t]);
+        assert_eq!(argmin_grad_reference(&argmin3, 2), [0.0, 0.0, t, 0.0]);
+        let loss = actor_loss_reference(&three, &[0.5; 4], 0.0);
+        assert!((loss - (0.5 - 7.5 / 4.0)).abs() < 1e-6, "{loss}");
+        let dx1 = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let dx2 = [0.5; 6];
+        // rows 2, obs 1, dims 2: the action columns are 1..3 of each row of 3.
+        assert_eq!(
+            add_action_cols_reference(&[&dx1, &dx2], 2, 2, 1),
+            [2.5, 3.5, 5.5, 6.5]
+        );
     }
 
     #[test]
@@ -324,15 +366,7 @@ mod tests {
         let mut dz = [1.0, 2.0, 3.0];
         relu_backward_reference(&[0.5, 0.0, -1.0], &mut dz);
         assert_eq!(dz, [1.0, 0.0, 0.0]);
-        let y = soft_target_reference(
-            &[1.0, 1.0],
-            &[0.0, 1.0],
-            &[2.0, 2.0],
-            &[3.0, 3.0],
-            &[1.0, 1.0],
-            0.0,
-            0.5,
-        );
+        let y = soft_target_reference(&[1.0, 1.0], &[0.0, 1.0], &[2.0, 2.0], &[1.0, 1.0], 0.0, 0.5);
         assert_eq!(y, [1.5, 1.0]);
     }
 }

@@ -202,7 +202,7 @@ fn gpu_tanh_gauss_sample_matches_its_reference() {
 }
 
 #[test]
-fn gpu_tanh_gauss_backward_matches_its_reference() {
+fn gpu_tanh_gauss_backward_and_the_action_gradient_match_their_references() {
     let (device, k) = gpu();
     let (dims, obs) = (8, 64);
     let c = obs + dims;
@@ -211,23 +211,29 @@ fn gpu_tanh_gauss_backward_matches_its_reference() {
         let head = random_head(&mut rng, rows, dims);
         let eps = rng.vec_nonzero(rows * dims, -2.0, 2.0);
         let act = rng.vec_nonzero(rows * dims, -0.95, 0.95);
-        let dx1 = rng.vec_nonzero(rows * c, -1e-3, 1e-3);
-        let dx2 = rng.vec_nonzero(rows * c, -1e-3, 1e-3);
+        // Three critics' input gradients, summed into the action's gradient.
+        let dxs: Vec<Vec<f32>> = (0..3)
+            .map(|_| rng.vec_nonzero(rows * c, -1e-3, 1e-3))
+            .collect();
         let log_alpha = -0.4f32;
         let up = |what: &str, v: &[f32]| device.upload_new(what, v).unwrap();
         let (hb, eb, ab) = (up("head", &head), up("eps", &eps), up("act", &act));
-        let (d1, d2, la) = (
-            up("dx1", &dx1),
-            up("dx2", &dx2),
-            up("log_alpha", &[log_alpha]),
-        );
+        let dxb: Vec<_> = dxs.iter().map(|d| up("dx", d)).collect();
+        let la = up("log_alpha", &[log_alpha]);
+        let mut da = nan_buffer(&device, "da", rows * dims).unwrap();
         let mut dhead = nan_buffer(&device, "dhead", rows * 2 * dims).unwrap();
         run_one_op(&device, |s| {
-            k.tanh_gauss_backward(s, &hb, &eb, &ab, &d1, &d2, &la, &mut dhead, rows, dims, obs)
+            for (i, dx) in dxb.iter().enumerate() {
+                k.add_action_cols(s, dx, &mut da, rows, dims, obs, i == 0)?;
+            }
+            k.tanh_gauss_backward(s, &hb, &eb, &ab, &da, &la, &mut dhead, rows, dims)
         });
-        let want = tanh_gauss_backward_reference(
-            &head, &eps, &act, &dx1, &dx2, log_alpha, rows, dims, obs,
-        );
+        let dx_refs: Vec<&[f32]> = dxs.iter().map(|d| d.as_slice()).collect();
+        let want_da = add_action_cols_reference(&dx_refs, rows, dims, obs);
+        let got_da = device.download(&da).unwrap();
+        assert_eq!(bits(&[&got_da]), bits(&[&want_da]), "da, {rows} rows");
+        let want =
+            tanh_gauss_backward_reference(&head, &eps, &act, &want_da, log_alpha, rows, dims);
         let got = device.download(&dhead).unwrap();
         // Relative to the gradient's scale: where the entropy and critic terms cancel,
         // an element is small and its f32 rounding is the larger terms'.
@@ -253,26 +259,50 @@ fn gpu_soft_target_actor_loss_and_alpha_grad_match_their_references() {
         let done: Vec<f32> = (0..rows)
             .map(|i| if i % 9 == 0 { 1.0 } else { 0.0 })
             .collect();
-        let q1 = rng.vec_nonzero(rows, -3.0, 3.0);
-        let mut q2 = rng.vec_nonzero(rows, -3.0, 3.0);
-        q2[0] = q1[0]; // a tie: the gradient goes to Q1
+        // Three critics, with ties: the lower index wins one.
+        let mut qs: Vec<Vec<f32>> = (0..3).map(|_| rng.vec_nonzero(rows, -3.0, 3.0)).collect();
+        qs[1][0] = qs[0][0];
+        if rows > 1 {
+            qs[2][1] = qs[1][1].min(qs[0][1]);
+        }
         let logp = rng.vec_nonzero(rows, -12.0, 4.0);
         let log_alpha = 0.3f32;
-        let (rb, db, q1b, q2b, lb) = (
-            up("r", &r),
-            up("done", &done),
-            up("q1", &q1),
-            up("q2", &q2),
-            up("logp", &logp),
-        );
+        let (rb, db, lb) = (up("r", &r), up("done", &done), up("logp", &logp));
+        let qb: Vec<_> = qs.iter().map(|q| up("q", q)).collect();
         let la = up("log_alpha", &[log_alpha]);
         let case = format!("{rows} rows");
 
+        let mut qmin = nan_buffer(&device, "qmin", rows).unwrap();
+        let mut argmin = device.upload_new("argmin", &vec![u32::MAX; rows]).unwrap();
         let mut y = nan_buffer(&device, "y", rows).unwrap();
+        let mut dqs: Vec<_> = (0..3)
+            .map(|_| nan_buffer(&device, "dq", rows).unwrap())
+            .collect();
+        let mut loss = nan_buffer(&device, "loss", 1).unwrap();
         run_one_op(&device, |s| {
-            k.soft_target(s, &rb, &db, &q1b, &q2b, &lb, &la, &mut y, 0.99)
+            for (i, q) in qb.iter().enumerate() {
+                k.critic_min(s, q, &mut qmin, &mut argmin, i)?;
+            }
+            k.soft_target(s, &rb, &db, &qmin, &lb, &la, &mut y, 0.99)?;
+            k.actor_loss(s, &qmin, &lb, &la, &mut loss)?;
+            for (i, dq) in dqs.iter_mut().enumerate() {
+                k.argmin_grad(s, &argmin, dq, i)?;
+            }
+            Ok(())
         });
-        let want = soft_target_reference(&r, &done, &q1, &q2, &logp, log_alpha, 0.99);
+        let q_refs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+        let (want_min, want_argmin) = critic_min_reference(&q_refs);
+        assert_eq!(
+            bits(&[&device.download(&qmin).unwrap()]),
+            bits(&[&want_min]),
+            "{case}: qmin"
+        );
+        assert_eq!(
+            device.download(&argmin).unwrap(),
+            want_argmin,
+            "{case}: argmin"
+        );
+        let want = soft_target_reference(&r, &done, &want_min, &logp, log_alpha, 0.99);
         check_within(
             &case,
             "soft_target y",
@@ -281,24 +311,15 @@ fn gpu_soft_target_actor_loss_and_alpha_grad_match_their_references() {
             1.0,
             1e-5,
         );
-
-        let mut dq1 = nan_buffer(&device, "dq1", rows).unwrap();
-        let mut dq2 = nan_buffer(&device, "dq2", rows).unwrap();
-        let mut loss = nan_buffer(&device, "loss", 1).unwrap();
-        run_one_op(&device, |s| {
-            k.actor_loss(s, &q1b, &q2b, &lb, &la, &mut dq1, &mut dq2, &mut loss)
-        });
-        let (w1, w2, wl) = actor_loss_reference(&q1, &q2, &logp, log_alpha);
-        assert_eq!(
-            bits(&[&device.download(&dq1).unwrap()]),
-            bits(&[&w1]),
-            "{case}: dq1"
-        );
-        assert_eq!(
-            bits(&[&device.download(&dq2).unwrap()]),
-            bits(&[&w2]),
-            "{case}: dq2"
-        );
+        for (i, dq) in dqs.iter().enumerate() {
+            let want = argmin_grad_reference(&want_argmin, i as u32);
+            assert_eq!(
+                bits(&[&device.download(dq).unwrap()]),
+                bits(&[&want]),
+                "{case}: dq of critic {i}"
+            );
+        }
+        let wl = actor_loss_reference(&want_min, &logp, log_alpha);
         check_within(
             &case,
             "actor loss",
@@ -369,11 +390,13 @@ fn gpu_the_planned_step_replays_the_one_stream_step_bit_for_bit() {
         }
         let end = planned.parameters().unwrap();
         let n = Mlp::NAMES.len();
-        // [q1, q2, q1_target, q2_target, actor] × 6 tensors, then log_alpha: all moved.
+        let nets = Trainer::networks(planned.step.buffers());
+        // Every network's 6 tensors (Trainer::networks' order), then log_alpha: all moved.
+        assert_eq!(start.len(), nets.len() * n + 1);
         for (i, (a, b)) in start.iter().zip(&end).enumerate() {
-            let name = match i / n {
-                5 => "log_alpha".to_string(),
-                net => format!("network {net}, {}", Mlp::NAMES[i % n]),
+            let name = match nets.get(i / n) {
+                None => "log_alpha".to_string(),
+                Some((net, _)) => format!("{net}.{}", Mlp::NAMES[i % n]),
             };
             assert_ne!(a, b, "{sizes:?}: {name} did not change");
         }

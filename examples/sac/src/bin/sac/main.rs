@@ -4,10 +4,16 @@
 //! ```text
 //! cargo run --release -p stepgraph-sac -- [--steps N] [--batch B] [--obs S] [--action A]
 //!                                         [--hidden H] [--seed N] [--one-stream]
+//! cargo run --release -p stepgraph-sac -- --bench DIR [--replays N] [sizes]
 //! cargo run --release -p stepgraph-sac -- --print-plan dot|svg
 //! ```
+//! `--bench` times eager, the one-stream graph and the planned graph against the
+//! critical-path and work bounds (`bench.rs`) and writes its records into DIR.
 //! With no GPU it prints the plan and says what the run needs.
 
+mod bench;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -24,10 +30,14 @@ struct Options {
     steps: usize,
     seed: u64,
     one_stream: bool,
+    /// `--bench DIR`: time the variants and bounds instead of training.
+    bench: Option<PathBuf>,
+    /// Replays per timing.
+    replays: usize,
 }
 
 const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--one-stream] | --print-plan dot|svg";
+                     [--seed N] [--one-stream] [--bench DIR [--replays N]] | --print-plan dot|svg";
 
 fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
     let mut o = Options {
@@ -35,6 +45,8 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
         steps: 100,
         seed: 42,
         one_stream: false,
+        bench: None,
+        replays: 200,
     };
     while let Some(flag) = args.next() {
         if flag == "--one-stream" {
@@ -60,6 +72,8 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
             "--obs" => o.sizes.obs = number("--obs")?,
             "--action" => o.sizes.action = number("--action")?,
             "--hidden" => o.sizes.hidden = number("--hidden")?,
+            "--replays" => o.replays = number("--replays")?,
+            "--bench" => o.bench = Some(PathBuf::from(&value)),
             "--seed" => {
                 o.seed = value
                     .parse()
@@ -95,7 +109,20 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    match train(&device, &options) {
+    let run = match &options.bench {
+        Some(dir) => Kernels::load(&device).and_then(|k| {
+            bench::run(
+                &device,
+                &Arc::new(k),
+                options.sizes,
+                options.seed,
+                options.replays,
+                dir,
+            )
+        }),
+        None => train(&device, &options),
+    };
+    match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sac failed: {}", e.chain());
@@ -115,11 +142,7 @@ fn train(device: &Device, o: &Options) -> Result<()> {
     for i in 0..o.steps {
         trainer.update()?;
         if i == 0 || i + 1 == o.steps {
-            let [q1, q2, pi, alpha] = trainer.losses()?;
-            println!(
-                "step {:>5}: L_Q1 {q1:.5} L_Q2 {q2:.5} L_pi {pi:.5} L_alpha {alpha:.5}",
-                i + 1
-            );
+            println!("step {:>5}: {}", i + 1, losses_line(&trainer.losses()?));
         }
     }
     let mut times = trainer.step.time_replays(5, 20)?;
@@ -129,6 +152,19 @@ fn train(device: &Device, o: &Options) -> Result<()> {
         times.len()
     );
     Ok(())
+}
+
+/// `L_Q1 .. L_QN L_pi L_alpha`, as [`Trainer::losses`] orders them.
+fn losses_line(losses: &[f32]) -> String {
+    let n = losses.len().saturating_sub(2);
+    let names = (1..=n)
+        .map(|i| format!("L_Q{i}"))
+        .chain(["L_pi".into(), "L_alpha".into()]);
+    names
+        .zip(losses)
+        .map(|(name, l)| format!("{name} {l:.5}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -1,0 +1,139 @@
+//! `sac --bench DIR`: the step's variants and its bounds, timed on one GPU in one run.
+//!
+//! (a) eager on one stream, (b) the one-stream graph, (c) the planned graph, (d) the
+//! critical path of the plan with every op at its time alone, (w) the work bound (every
+//! kernel alone, weighted by the share of the GPU its grid occupies). Medians of CUDA
+//! event timings over `replays` replays after warm-up; (a) is timed on the host around
+//! each eager step and its wait, as a training loop would see it. The planned step's
+//! profile is written as a record (`cargo xtask render-profile` draws it), a timeline SVG
+//! and a Chrome trace; the figures as `sac_bench.json`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use stepgraph::stats::median;
+use stepgraph::{Device, Error, Result, Schedule};
+use stepgraph_sac::host::Trainer;
+use stepgraph_sac::kernels::Kernels;
+use stepgraph_sac::layers::Sizes;
+use stepgraph_sac::model::{CRITICS, sac};
+
+/// Warm-up replays before each timing.
+const WARMUP: usize = 30;
+
+/// Writes `text` to `dir/name`, saying which file could not be written.
+fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
+    let path = dir.join(name);
+    std::fs::write(&path, text)
+        .map_err(|e| Error::Invalid(format!("could not write {}: {e}", path.display())))
+}
+
+/// Times every variant and bound for `sizes` over `replays` replays; writes the records
+/// into `dir`.
+pub fn run(
+    device: &Device,
+    kernels: &Arc<Kernels>,
+    sizes: Sizes,
+    seed: u64,
+    replays: usize,
+    dir: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Invalid(format!("could not create {}: {e}", dir.display())))?;
+    let mut planned = Trainer::new(device, kernels.clone(), sizes, seed, Schedule::Planned)?;
+    let mut serial = Trainer::new(device, kernels.clone(), sizes, seed, Schedule::OneStream)?;
+    // A few real updates first, so that the timed state is a trained one (the values
+    // replayed below do not change the kernels' work: every size is fixed).
+    for _ in 0..10 {
+        planned.update()?;
+        serial.update()?;
+    }
+    let c = median(&mut planned.step.executor().time_replays(WARMUP, replays)?);
+    let b = median(&mut serial.step.executor().time_replays(WARMUP, replays)?);
+    for _ in 0..WARMUP {
+        serial.update_eager()?;
+    }
+    serial.step.wait()?;
+    let mut eager = Vec::with_capacity(replays);
+    for _ in 0..replays {
+        let t = Instant::now();
+        serial.update_eager()?;
+        serial.step.wait()?;
+        eager.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let a = median(&mut eager);
+    // Each op alone: the one-stream profile runs one op at a time.
+    let alone = serial.step.profile(50)?;
+    let costs: Vec<f64> = alone.ops.iter().map(|op| op.duration_ms()).collect();
+    let (path, d) = sac::PLAN.longest_path(&costs);
+    let path: Vec<&str> = path.iter().map(|o| sac::PLAN.ops[o.index()].name).collect();
+    let profile = planned.step.profile(50)?;
+    println!("{profile}");
+    println!("critical path (ops alone): {}", path.join(" -> "));
+    println!("| op | alone ms | in parallel ms | ratio |");
+    println!("| --- | --- | --- | --- |");
+    for (al, p) in alone.ops.iter().zip(&profile.ops) {
+        println!(
+            "| {} | {:.4} | {:.4} | {:.2} |",
+            al.name,
+            al.duration_ms(),
+            p.duration_ms(),
+            p.duration_ms() / al.duration_ms().max(1e-9)
+        );
+    }
+    // The work bound last: it runs every kernel many times over on the one-stream step's
+    // buffers, whose values are not used again.
+    let work = serial.step.work_bound()?;
+    println!("{work}");
+    let w = work.bound_ms();
+    let bound = d.max(w);
+    println!(
+        "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics, {replays} replays",
+        sizes.batch, sizes.obs, sizes.action, sizes.hidden
+    );
+    println!("| variant | median ms | ratio |");
+    println!("| --- | --- | --- |");
+    println!(
+        "| (a) eager, one stream | {a:.3} | (a)/(c) = {:.3} |",
+        a / c
+    );
+    println!("| (b) one-stream graph | {b:.3} | (b)/(c) = {:.3} |", b / c);
+    println!("| (c) stepgraph graph | {c:.3} | |");
+    println!(
+        "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
+        c / d
+    );
+    println!("| (w) work bound | {w:.3} | (c)/(w) = {:.3} |", c / w);
+    println!(
+        "| larger bound, max((d), (w)) | {bound:.3} | (c)/max = {:.3} |",
+        c / bound
+    );
+    let json = format!(
+        "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
+         \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
+         \"planned_ms\": {c}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \
+         \"planned_over_bound\": {}, \"critical_path\": [{}]}}\n",
+        sizes.batch,
+        sizes.obs,
+        sizes.action,
+        sizes.hidden,
+        c / bound,
+        path.iter()
+            .map(|p| format!("\"{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    write(dir, "sac_bench.json", &json)?;
+    let record = stepgraph_picture::record::to_string(&profile)
+        .map_err(|e| Error::Invalid(format!("could not record the profile: {e}")))?;
+    write(dir, "sac.profile.json", &record)?;
+    write(
+        dir,
+        "sac.timeline.svg",
+        &stepgraph_picture::timeline_svg(&profile),
+    )?;
+    let trace = stepgraph_picture::trace_json(&profile)
+        .map_err(|e| Error::Invalid(format!("could not write the trace: {e}")))?;
+    write(dir, "sac.trace.json", &trace)
+}
