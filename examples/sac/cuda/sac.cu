@@ -1,5 +1,5 @@
 // The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
-// ReLU's backward, the critic loss, the counter-based noise, the tanh-Gaussian sample and
+// ReLU's backward (alone, and after a one-unit output layer), the critic loss, the counter-based noise, the tanh-Gaussian sample and
 // its backward, the critics' minimum, the soft target, the actor loss and its routing to
 // the critics, and the temperature's gradient. The
 // matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
@@ -42,6 +42,24 @@ extern "C" __global__ void relu_backward(const float* __restrict__ h, float* __r
     if (i < n) {
         dz[i] = h[i] > 0.0f ? dz[i] : 0.0f;
     }
+}
+
+// A critic's last hidden layer's gradient through its ReLU, from the gradient dq [B] of
+// its one output: dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0, h [B, H] the ReLU's output, w
+// [H] the output layer's weights: the matmul of inner size 1 and ReLU's backward in one
+// pass over h. One thread per element.
+extern "C" __global__ void outer_relu_grad(const float* __restrict__ dq,
+                                           const float* __restrict__ w,
+                                           const float* __restrict__ h,
+                                           float* __restrict__ dz, unsigned rows,
+                                           unsigned cols) {
+    const unsigned i = global_index();
+    if (i >= rows * cols) {
+        return;
+    }
+    const unsigned b = i / cols;
+    const unsigned j = i - b * cols;
+    dz[i] = h[i] > 0.0f ? dq[b] * w[j] : 0.0f;
 }
 
 // The critic loss: dq[i] = 2 (q[i] - y[i]) / n, loss[0] = sum (q[i] - y[i])^2 / n. One

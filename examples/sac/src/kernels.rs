@@ -111,6 +111,31 @@ impl Kernels {
         }
     }
 
+    /// `dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0`: the gradient through a hidden ReLU of
+    /// output `h [rows, cols]` from `dq [rows]`, the gradient of a one-unit output layer
+    /// of weights `w [cols]`.
+    pub fn outer_relu_grad(
+        &self,
+        stream: &CaptureStream<'_>,
+        dq: &Buf,
+        w: &Buf,
+        h: &Buf,
+        dz: &mut Buf,
+    ) -> Result<()> {
+        let rows = positive("outer_relu_grad: dq", dq.len())?;
+        let cols = positive("outer_relu_grad: w", w.len())?;
+        let n = product("outer_relu_grad", &[dq.len(), w.len()])?;
+        check_len("outer_relu_grad: h ([rows, cols])", h.len(), n)?;
+        check_len("outer_relu_grad: dz ([rows, cols])", dz.len(), n)?;
+        let n = len_u32("outer_relu_grad: dz", n)?;
+        // SAFETY: threads with i >= rows cols return; thread (b, j) reads dq[b], w[j], h[i]
+        // and writes dz[i], all in range by the lengths checked above.
+        unsafe {
+            self.raw
+                .outer_relu_grad(stream, elementwise_config(n), dq, w, h, dz, rows, cols)
+        }
+    }
+
     /// The critic loss: `dq = 2 (q − y) / n`, `loss[0] = mean (q − y)²`, `n = q.len()`.
     pub fn mse_loss(
         &self,

@@ -315,14 +315,20 @@ pub fn mlp_backward(
         param(blas, dout, &act.h2, &mut g.l3, h, out)?;
     }
     let MlpBack { dz2, dz1 } = back;
-    blas.matmul(
-        &input_grad_spec(rows, h, out),
-        dout,
-        &net.l3.w,
-        dz2,
-        MatmulArgs::new(),
-    )?;
-    k.relu_backward(stream, &act.h2, dz2)?;
+    if out == 1 {
+        // A one-unit output layer (a critic's): the matmul of inner size 1 and the ReLU's
+        // backward in one pass.
+        k.outer_relu_grad(stream, dout, &net.l3.w, &act.h2, dz2)?;
+    } else {
+        blas.matmul(
+            &input_grad_spec(rows, h, out),
+            dout,
+            &net.l3.w,
+            dz2,
+            MatmulArgs::new(),
+        )?;
+        k.relu_backward(stream, &act.h2, dz2)?;
+    }
     if let Some(g) = grads.as_deref_mut() {
         param(blas, dz2, &act.h1, &mut g.l2, h, h)?;
     }

@@ -37,6 +37,21 @@ pub fn relu_backward_reference(h: &[f32], dz: &mut [f32]) {
     }
 }
 
+/// `dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0`, `h [rows, w.len()]`.
+pub fn outer_relu_grad_reference(dq: &[f32], w: &[f32], h: &[f32]) -> Vec<f32> {
+    let cols = w.len();
+    h.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v > 0.0 {
+                dq[i / cols] * w[i % cols]
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
 /// `(dq, loss)`: `dq = 2 (q − y) / n`, `loss = mean (q − y)²`.
 pub fn mse_loss_reference(q: &[f32], y: &[f32]) -> (Vec<f32>, f32) {
     let n = q.len() as f64;

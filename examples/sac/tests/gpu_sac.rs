@@ -37,7 +37,7 @@ fn run_one_op(device: &Device, body: impl FnOnce(&CaptureStream<'_>) -> Result<(
 const ROWS: [usize; 3] = [16384, 1001, 1];
 
 #[test]
-fn gpu_concat_and_relu_backward_are_exact() {
+fn gpu_concat_and_the_relu_backwards_are_exact() {
     let (device, k) = gpu();
     for rows in ROWS {
         let (xs, as_) = (64, 8);
@@ -70,6 +70,22 @@ fn gpu_concat_and_relu_backward_are_exact() {
             bits(&[&device.download(&dzb).unwrap()]),
             bits(&[&want]),
             "relu, {rows} rows"
+        );
+
+        let (dq, w) = (
+            rng.vec_nonzero(rows, -1.0, 1.0),
+            rng.vec_nonzero(256, -1.0, 1.0),
+        );
+        let (dqb, wb) = (
+            device.upload_new("dq", &dq).unwrap(),
+            device.upload_new("w", &w).unwrap(),
+        );
+        let mut dz = nan_buffer(&device, "dz", rows * 256).unwrap();
+        run_one_op(&device, |s| k.outer_relu_grad(s, &dqb, &wb, &hb, &mut dz));
+        assert_eq!(
+            bits(&[&device.download(&dz).unwrap()]),
+            bits(&[&outer_relu_grad_reference(&dq, &w, &h)]),
+            "outer_relu_grad, {rows} rows"
         );
     }
 }

@@ -86,6 +86,10 @@ pub fn run(
     // buffers, whose values are not used again.
     let work = serial.step.work_bound()?;
     println!("{work}");
+    // Where the heavier ops' time goes, kernel by kernel.
+    for op in work.ops.iter().filter(|o| o.alone_ms() >= 0.02) {
+        print!("{}", work.kernel_table(&op.name));
+    }
     let w = work.bound_ms();
     let bound = d.max(w);
     println!(
