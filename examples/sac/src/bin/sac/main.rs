@@ -4,14 +4,18 @@
 //! ```text
 //! cargo run --release -p stepgraph-sac -- [--steps N] [--batch B] [--obs S] [--action A]
 //!                                         [--hidden H] [--seed N] [--one-stream]
+//! cargo run --release -p stepgraph-sac -- --check DIR [--steps 3] [sizes] [--one-stream]
 //! cargo run --release -p stepgraph-sac -- --print-plan dot|svg
 //! ```
-//! With no GPU it prints the plan and says what the run needs.
+//! With no GPU it prints the plan and says what the run needs. `--check DIR` writes the
+//! seeded state and each step's inputs and outputs for `reference.py check DIR`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use std::path::PathBuf;
 use stepgraph::{Device, Result, Schedule};
+
 use stepgraph_sac::host::Trainer;
 use stepgraph_sac::kernels::Kernels;
 use stepgraph_sac::layers::Sizes;
@@ -21,20 +25,34 @@ use stepgraph_sac::model::sac;
 #[derive(Debug)]
 struct Options {
     sizes: Sizes,
-    steps: usize,
+    /// Steps to train, or to check with `--check` (100 and 3 when not given).
+    steps: Option<usize>,
     seed: u64,
     one_stream: bool,
+    /// `--check DIR`: write the check's tensors there instead of training.
+    check: Option<PathBuf>,
+}
+
+impl Options {
+    fn schedule(&self) -> Schedule {
+        if self.one_stream {
+            Schedule::OneStream
+        } else {
+            Schedule::Planned
+        }
+    }
 }
 
 const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--one-stream] | --print-plan dot|svg";
+                     [--seed N] [--one-stream] [--check DIR] | --print-plan dot|svg";
 
 fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
     let mut o = Options {
         sizes: Sizes::default(),
-        steps: 100,
+        steps: None,
         seed: 42,
         one_stream: false,
+        check: None,
     };
     while let Some(flag) = args.next() {
         if flag == "--one-stream" {
@@ -55,7 +73,8 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
             }
         };
         match flag.as_str() {
-            "--steps" => o.steps = number("--steps")?,
+            "--steps" => o.steps = Some(number("--steps")?),
+            "--check" => o.check = Some(PathBuf::from(&value)),
             "--batch" => o.sizes.batch = number("--batch")?,
             "--obs" => o.sizes.obs = number("--obs")?,
             "--action" => o.sizes.action = number("--action")?,
@@ -92,10 +111,29 @@ fn main() -> ExitCode {
                  libraries: {}",
                 e.chain()
             );
-            return ExitCode::SUCCESS;
+            // Training without a GPU is a plan print; a check without one wrote nothing.
+            return if options.check.is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
-    match train(&device, &options) {
+    let run = match &options.check {
+        Some(dir) => Kernels::load(&device).and_then(|k| {
+            stepgraph_sac::check::run(
+                &device,
+                Arc::new(k),
+                options.sizes,
+                options.seed,
+                options.schedule(),
+                options.steps.unwrap_or(3),
+                dir,
+            )
+        }),
+        None => train(&device, &options),
+    };
+    match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sac failed: {}", e.chain());
@@ -106,15 +144,11 @@ fn main() -> ExitCode {
 
 fn train(device: &Device, o: &Options) -> Result<()> {
     let kernels = Arc::new(Kernels::load(device)?);
-    let schedule = if o.one_stream {
-        Schedule::OneStream
-    } else {
-        Schedule::Planned
-    };
-    let mut trainer = Trainer::new(device, kernels, o.sizes, o.seed, schedule)?;
-    for i in 0..o.steps {
+    let mut trainer = Trainer::new(device, kernels, o.sizes, o.seed, o.schedule())?;
+    let steps = o.steps.unwrap_or(100);
+    for i in 0..steps {
         trainer.update()?;
-        if i == 0 || i + 1 == o.steps {
+        if i == 0 || i + 1 == steps {
             let [q1, q2, pi, alpha] = trainer.losses()?;
             println!(
                 "step {:>5}: L_Q1 {q1:.5} L_Q2 {q2:.5} L_pi {pi:.5} L_alpha {alpha:.5}",
@@ -147,6 +181,11 @@ mod tests {
             (512, 64, true)
         );
         assert_eq!(o.sizes.action, 8);
+        assert_eq!((o.steps, o.check.as_ref()), (None, None));
+        let o = parse(&["--check", "/tmp/d", "--steps", "2"]).unwrap();
+        assert_eq!(o.check, Some(PathBuf::from("/tmp/d")));
+        assert_eq!(o.steps, Some(2));
+        assert!(parse(&["--check"]).unwrap_err().contains("needs a value"));
         assert!(parse(&["--batch", "0"]).unwrap_err().contains("at least 1"));
         assert!(parse(&["--obs", "x"]).unwrap_err().contains("`x`"));
         assert!(parse(&["--steps"]).unwrap_err().contains("needs a value"));
