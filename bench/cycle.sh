@@ -10,8 +10,11 @@
 #   run *        the bundle's run.sh: every GPU test binary, then every example (dqn's
 #                benchmark and bounds, fork_join, capture_cost): run.log, run/
 #   gpu          only the GPU test binaries: gpu.log (see --gpu-args, --gpu-memcheck)
-#   pytest *     reference.py's, combine.py's and dram_bound.py's own tests: pytest.log
+#   pytest *     reference.py's, combine.py's and dram_bound.py's own tests: pytest.log,
+#                and the SAC reference's: pytest-sac.log
 #   check *      the DQN check against PyTorch at each --check-sizes: check-SIZE.log
+#   sac-check *  the SAC check against PyTorch at each --sac-check-sizes: sac-check-SIZE.log
+#   sac-torch    the SAC update in PyTorch: sac_pytorch_bench.{log,json}
 #   inject-nan * dqn --inject-nan: the non-finite guard stops and names the tensors
 #   torch *      the same model in PyTorch: pytorch_bench.{log,json}
 #   combine *    one table with the ratios: combine.log, dqn_results.json
@@ -36,8 +39,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-all_parts=(run gpu pytest check inject-nan torch combine dram gpus1 memcheck sanitize bench)
-selected=run,pytest,check,inject-nan,torch,combine,gpus1,memcheck,bench
+all_parts=(run gpu pytest check sac-check sac-torch inject-nan torch combine dram gpus1 memcheck
+    sanitize bench)
+selected=run,pytest,check,sac-check,inject-nan,torch,combine,gpus1,memcheck,bench
 skip=""
 repeat=2
 dqn_args=""
@@ -80,7 +84,7 @@ part_bench() {
 }
 
 bench_setup
-echo "# parts: $selected; bundle $bundle; dqn $dqn"
+echo "# parts: $selected; bundle $bundle; dqn $dqn; sac $sac"
 bench_device
 for p in "${all_parts[@]}"; do
     [[ ",$selected," == *",$p,"* ]] && bench_part "$p"

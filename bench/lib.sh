@@ -14,6 +14,10 @@
 bundle=.device/bundle           # --bundle: from `cargo xtask bundle --gpu-tests`
 dqn=                            # --dqn: default $bundle/bin/dqn
 py=examples/dqn                 # --py: reference.py, combine.py, dram_bound.py, test_*.py
+sac=                            # --sac: default $bundle/bin/sac
+sac_py=examples/sac             # --sac-py: the SAC example's reference.py and test_*.py
+sac_check_sizes=default,b1000-h200-a6
+sac_torch_limit=300             # --sac-torch-limit: seconds per variant of part sac-torch
 wheels=.device/wheels           # --wheels: pytest's wheels, if the host lacks pytest
 check_sizes=default,fallback,b1024-glu48
 check_dtypes=tf32
@@ -43,12 +47,22 @@ declare -A size_flags=(
     [b1024-glu48]="--batch 1024 --glu 48"
 )
 
+# The SAC check's named sizes (--sac-check-sizes), as sac flags.
+declare -A sac_size_flags=(
+    [default]=""
+    [b1000-h200-a6]="--batch 1000 --hidden 200 --action 6"
+)
+
 # The options both scripts take, for their --help.
 # shellcheck disable=SC2016 # literal text
 BENCH_COMMON_USAGE='Options of every bench script:
   --bundle DIR          the GPU-test bundle (default .device/bundle)
   --dqn PATH            the dqn binary the parts run (default BUNDLE/bin/dqn)
   --py DIR              the DQN example'"'"'s Python (default examples/dqn)
+  --sac PATH            the sac binary of parts sac-check (default BUNDLE/bin/sac)
+  --sac-py DIR          the SAC example'"'"'s Python (default examples/sac)
+  --sac-check-sizes LIST sizes of part sac-check (default default,b1000-h200-a6)
+  --sac-torch-limit S   seconds each variant of part sac-torch may take (default 300)
   --wheels DIR          wheels to install for pytest (default .device/wheels; none: skipped)
   --check-sizes LIST    sizes of part check (default default,fallback,b1024-glu48); names:
                         default, fallback, fallback-hidden, b1024-glu32, b1024-glu48, or
@@ -102,7 +116,8 @@ bench_common_option() {
             shift_by=3
             return
             ;;
-        --bundle | --dqn | --py | --wheels | --check-sizes | --check-dtypes | --gpu-args | \
+        --bundle | --dqn | --py | --sac | --sac-py | --sac-check-sizes | --sac-torch-limit | \
+            --wheels | --check-sizes | --check-dtypes | --gpu-args | \
             --gpu-memcheck | --gpus1-steps | --memcheck-tools | --memcheck-args | \
             --memcheck-timeout | --torch-steps | --torch-warmup | --torch-variants | \
             --torch-compile-modes | --inject-nan | --inject-nan-steps) ;;
@@ -115,6 +130,10 @@ bench_common_option() {
         --bundle) bundle="$v" ;;
         --dqn) dqn="$v" ;;
         --py) py="$v" ;;
+        --sac) sac="$v" ;;
+        --sac-py) sac_py="$v" ;;
+        --sac-check-sizes) sac_check_sizes="$v" ;;
+        --sac-torch-limit) bench_number "$opt" "$v"; sac_torch_limit="$v" ;;
         --wheels) wheels="$v" ;;
         --check-sizes) check_sizes="$v" ;;
         --check-dtypes) check_dtypes="$v" ;;
@@ -146,6 +165,10 @@ bench_setup() {
         [ -n "${size_flags[$s]+set}" ] ||
             bench_die "unknown check size '$s': expected one of ${!size_flags[*]} (or --check-size NAME FLAGS)"
     done
+    for s in ${sac_check_sizes//,/ }; do
+        [ -n "${sac_size_flags[$s]+set}" ] ||
+            bench_die "unknown SAC check size '$s': expected one of ${!sac_size_flags[*]}"
+    done
     for d in ${check_dtypes//,/ }; do
         case "$d" in
             tf32 | float64) ;;
@@ -159,9 +182,12 @@ bench_setup() {
         esac
     done
     [ -n "$dqn" ] || dqn="$bundle/bin/dqn"
+    [ -n "$sac" ] || sac="$bundle/bin/sac"
     bundle="$(realpath -m "$bundle")"
     dqn="$(realpath -m "$dqn")"
     py="$(realpath -m "$py")"
+    sac="$(realpath -m "$sac")"
+    sac_py="$(realpath -m "$sac_py")"
     wheels="$(realpath -m "$wheels")"
     out="$(realpath -m "${OUT:-${TMPDIR:-/tmp}/stepgraph-bench/$(date -u +%Y%m%dT%H%M%SZ)}")"
     if [ "$dry" = 1 ]; then
@@ -305,7 +331,9 @@ part_gpu() {
     done
 }
 
-# pytest: reference.py's, combine.py's and dram_bound.py's own tests (CPU): pytest.log.
+# pytest: reference.py's, combine.py's and dram_bound.py's own tests (CPU): pytest.log;
+# the SAC reference's in a run of their own (both examples have a test_reference.py and a
+# reference.py): pytest-sac.log.
 part_pytest() {
     local path=()
     if compgen -G "$wheels/*.whl" >/dev/null || [ "$dry" = 1 ]; then
@@ -314,6 +342,9 @@ part_pytest() {
     fi
     bench_to pytest.log "${path[@]}" timeout 300 python3 -m pytest -q -p no:cacheprovider "$py"/test_*.py
     bench_rc pytest.log pytest $?
+    bench_to pytest-sac.log "${path[@]}" timeout 300 python3 -m pytest -q -p no:cacheprovider \
+        "$sac_py"/test_*.py
+    bench_rc pytest-sac.log pytest-sac $?
 }
 
 # check [DQN LABEL]: the DQN check against PyTorch at each size of --check-sizes: dqn
@@ -345,6 +376,38 @@ part_check() {
                 "$logs/reference_check-$label$size$suffix.json" 2>/dev/null
         done
     done
+}
+
+# sac-check: the SAC check against PyTorch at each --sac-check-sizes: sac --check writes
+# three steps, reference.py recomputes each from the Rust state (TF32 on both sides):
+# sac-check-SIZE.log and sac_reference_check-SIZE.json.
+part_sac_check() {
+    local size dir log flags rc
+    for size in ${sac_check_sizes//,/ }; do
+        read -ra flags <<< "${sac_size_flags[$size]}"
+        dir="$work/sac-check-$size"
+        log="sac-check-$size.log"
+        [ "$dry" = 1 ] || rm -rf "$dir"
+        bench_to "$log" timeout 300 "$sac" --check "$dir" "${flags[@]}"
+        rc=$?
+        if [ "$rc" -eq 0 ]; then
+            bench_to "$log" timeout 300 python3 "$sac_py/reference.py" check "$dir" --device cuda
+            rc=$?
+        fi
+        bench_rc "$log" sac-check "$rc"
+        [ "$dry" = 1 ] || cp "$dir/reference_check.json" "$logs/sac_reference_check-$size.json" \
+            2>/dev/null
+    done
+}
+
+# sac-torch: the SAC update in PyTorch at MODEL.md's sizes (eager, CUDA graph,
+# torch.compile in three modes, each under --sac-torch-limit seconds):
+# sac_pytorch_bench.{log,json}.
+part_sac_torch() {
+    bench_to sac_pytorch_bench.log timeout 1800 python3 "$sac_py/reference.py" bench --device cuda \
+        --iters "$torch_steps" --warmup "$torch_warmup" --limit "$sac_torch_limit" \
+        --json "$logs/sac_pytorch_bench.json"
+    bench_rc sac_pytorch_bench.log sac-bench $?
 }
 
 # inject-nan: a NaN in one step's batch; the trainer must stop there, name the tensors

@@ -1,7 +1,8 @@
 //! What a GPU test of a kernel or a step needs besides the GPU: seeded random inputs
 //! (never zeros, which hide an element a kernel forgot to write), buffers of NaN that a
 //! kernel must overwrite, and comparisons against a reference computed another way,
-//! with the error printed whether or not it passes.
+//! with the error printed whether or not it passes; and [`npy`], the NumPy files an
+//! example exchanges with its PyTorch reference.
 //!
 //! ```
 //! use stepgraph_testkit::{Rng, check_within};
@@ -14,6 +15,8 @@
 //! ```
 
 use stepgraph::{Device, DeviceBuffer, Result};
+
+pub mod npy;
 
 /// xorshift64*: small, seedable, the same draws on every machine.
 #[derive(Clone, Debug)]

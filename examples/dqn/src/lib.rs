@@ -11,14 +11,14 @@
 //! - [`reference`](mod@reference): a CPU reference of every kernel, whose gradients the unit tests check
 //!   against finite differences;
 //! - [`replay`]: where the batch comes from, a replay buffer on the device sampled inside
-//!   the graph or a batch the host uploads;
-//! - [`npy`]: NumPy files, the exchange format with `reference.py`.
+//!   the graph or a batch the host uploads.
+//!
+//! The `.npy` files it exchanges with `reference.py` are `stepgraph_testkit::npy`'s.
 //!
 //! The `dqn` binary trains, benchmarks and writes the check's tensors.
 
 pub mod kernels;
 pub mod layers;
 pub mod model;
-pub mod npy;
 pub mod reference;
 pub mod replay;

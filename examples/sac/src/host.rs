@@ -199,3 +199,16 @@ impl Trainer {
             .collect()
     }
 }
+
+/// `L_Q1 .. L_QN L_pi L_alpha` with their values, as [`Trainer::losses`] orders them.
+pub fn losses_line(losses: &[f32]) -> String {
+    let n = losses.len().saturating_sub(2);
+    let names = (1..=n)
+        .map(|i| format!("L_Q{i}"))
+        .chain(["L_pi".into(), "L_alpha".into()]);
+    names
+        .zip(losses)
+        .map(|(name, l)| format!("{name} {l:.6}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -10,10 +10,12 @@
 //!   `stepgraph-kernels` (global norm, clipped Adam, `axpby` for the Polyak update);
 //! - [`reference`](mod@reference): a CPU reference of every kernel;
 //! - [`host`]: the seeded initial state and batch, and [`host::Trainer`], which stages
-//!   Adam's step-dependent scalars before each replay.
+//!   Adam's step-dependent scalars before each replay;
+//! - [`check`]: the tensors `sac --check DIR` writes for `reference.py check`.
 //!
 //! The `sac` binary builds and captures the step; without a GPU it prints the plan.
 
+pub mod check;
 pub mod host;
 pub mod kernels;
 pub mod layers;

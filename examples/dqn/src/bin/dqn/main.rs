@@ -22,9 +22,9 @@ use stepgraph::{Communicator, Device, Result, Schedule};
 use stepgraph_dqn::kernels::{BadReplay, Kernels, LossSlot, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
-use stepgraph_dqn::npy;
 use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
 use stepgraph_kernels::{AdamHyper, AdamScalars};
+use stepgraph_testkit::npy;
 
 const LR: f32 = 3e-4;
 const GAMMA: f32 = 0.99;

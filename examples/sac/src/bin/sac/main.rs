@@ -4,12 +4,14 @@
 //! ```text
 //! cargo run --release -p stepgraph-sac -- [--steps N] [--batch B] [--obs S] [--action A]
 //!                                         [--hidden H] [--seed N] [--one-stream]
+//! cargo run --release -p stepgraph-sac -- --check DIR [--steps 3] [sizes] [--one-stream]
 //! cargo run --release -p stepgraph-sac -- --bench DIR [--replays N] [sizes]
 //! cargo run --release -p stepgraph-sac -- --print-plan dot|svg
 //! ```
-//! `--bench` times eager, the one-stream graph and the planned graph against the
+//! With no GPU it prints the plan and says what the run needs. `--check DIR` writes the
+//! seeded state and each step's inputs and outputs for `reference.py check DIR`;
+//! `--bench DIR` times eager, the one-stream graph and the planned graph against the
 //! critical-path and work bounds (`bench.rs`) and writes its records into DIR.
-//! With no GPU it prints the plan and says what the run needs.
 
 mod bench;
 
@@ -18,7 +20,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use stepgraph::{Device, Result, Schedule};
-use stepgraph_sac::host::Trainer;
+
+use stepgraph_sac::host::{Trainer, losses_line};
 use stepgraph_sac::kernels::Kernels;
 use stepgraph_sac::layers::Sizes;
 use stepgraph_sac::model::sac;
@@ -27,24 +30,39 @@ use stepgraph_sac::model::sac;
 #[derive(Debug)]
 struct Options {
     sizes: Sizes,
-    steps: usize,
+    /// Steps to train, or to check with `--check` (100 and 3 when not given).
+    steps: Option<usize>,
     seed: u64,
     one_stream: bool,
+    /// `--check DIR`: write the check's tensors there instead of training.
+    check: Option<PathBuf>,
     /// `--bench DIR`: time the variants and bounds instead of training.
     bench: Option<PathBuf>,
     /// Replays per timing.
     replays: usize,
 }
 
+impl Options {
+    fn schedule(&self) -> Schedule {
+        if self.one_stream {
+            Schedule::OneStream
+        } else {
+            Schedule::Planned
+        }
+    }
+}
+
 const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--one-stream] [--bench DIR [--replays N]] | --print-plan dot|svg";
+                     [--seed N] [--one-stream] [--check DIR] [--bench DIR [--replays N]] \
+                     | --print-plan dot|svg";
 
 fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
     let mut o = Options {
         sizes: Sizes::default(),
-        steps: 100,
+        steps: None,
         seed: 42,
         one_stream: false,
+        check: None,
         bench: None,
         replays: 200,
     };
@@ -67,7 +85,8 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
             }
         };
         match flag.as_str() {
-            "--steps" => o.steps = number("--steps")?,
+            "--steps" => o.steps = Some(number("--steps")?),
+            "--check" => o.check = Some(PathBuf::from(&value)),
             "--batch" => o.sizes.batch = number("--batch")?,
             "--obs" => o.sizes.obs = number("--obs")?,
             "--action" => o.sizes.action = number("--action")?,
@@ -106,11 +125,31 @@ fn main() -> ExitCode {
                  libraries: {}",
                 e.chain()
             );
-            return ExitCode::SUCCESS;
+            // Training without a GPU is a plan print; a check without one wrote nothing.
+            return if options.check.is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
-    let run = match &options.bench {
-        Some(dir) => Kernels::load(&device).and_then(|k| {
+    let run = match (&options.check, &options.bench) {
+        (Some(_), Some(_)) => {
+            eprintln!("sac: --check and --bench are two runs: give one");
+            return ExitCode::from(2);
+        }
+        (Some(dir), None) => Kernels::load(&device).and_then(|k| {
+            stepgraph_sac::check::run(
+                &device,
+                Arc::new(k),
+                options.sizes,
+                options.seed,
+                options.schedule(),
+                options.steps.unwrap_or(3),
+                dir,
+            )
+        }),
+        (None, Some(dir)) => Kernels::load(&device).and_then(|k| {
             bench::run(
                 &device,
                 &Arc::new(k),
@@ -120,7 +159,7 @@ fn main() -> ExitCode {
                 dir,
             )
         }),
-        None => train(&device, &options),
+        (None, None) => train(&device, &options),
     };
     match run {
         Ok(()) => ExitCode::SUCCESS,
@@ -133,15 +172,11 @@ fn main() -> ExitCode {
 
 fn train(device: &Device, o: &Options) -> Result<()> {
     let kernels = Arc::new(Kernels::load(device)?);
-    let schedule = if o.one_stream {
-        Schedule::OneStream
-    } else {
-        Schedule::Planned
-    };
-    let mut trainer = Trainer::new(device, kernels, o.sizes, o.seed, schedule)?;
-    for i in 0..o.steps {
+    let mut trainer = Trainer::new(device, kernels, o.sizes, o.seed, o.schedule())?;
+    let steps = o.steps.unwrap_or(100);
+    for i in 0..steps {
         trainer.update()?;
-        if i == 0 || i + 1 == o.steps {
+        if i == 0 || i + 1 == steps {
             println!("step {:>5}: {}", i + 1, losses_line(&trainer.losses()?));
         }
     }
@@ -152,19 +187,6 @@ fn train(device: &Device, o: &Options) -> Result<()> {
         times.len()
     );
     Ok(())
-}
-
-/// `L_Q1 .. L_QN L_pi L_alpha`, as [`Trainer::losses`] orders them.
-fn losses_line(losses: &[f32]) -> String {
-    let n = losses.len().saturating_sub(2);
-    let names = (1..=n)
-        .map(|i| format!("L_Q{i}"))
-        .chain(["L_pi".into(), "L_alpha".into()]);
-    names
-        .zip(losses)
-        .map(|(name, l)| format!("{name} {l:.5}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]
@@ -183,6 +205,11 @@ mod tests {
             (512, 64, true)
         );
         assert_eq!(o.sizes.action, 8);
+        assert_eq!((o.steps, o.check.as_ref()), (None, None));
+        let o = parse(&["--check", "/tmp/d", "--steps", "2"]).unwrap();
+        assert_eq!(o.check, Some(PathBuf::from("/tmp/d")));
+        assert_eq!(o.steps, Some(2));
+        assert!(parse(&["--check"]).unwrap_err().contains("needs a value"));
         assert!(parse(&["--batch", "0"]).unwrap_err().contains("at least 1"));
         assert!(parse(&["--obs", "x"]).unwrap_err().contains("`x`"));
         assert!(parse(&["--steps"]).unwrap_err().contains("needs a value"));

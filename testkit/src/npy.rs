@@ -1,5 +1,5 @@
-//! NumPy `.npy` files (format version 1.0), for exchanging tensors with the PyTorch
-//! oracle: little-endian `f4` and `i4`, C order. Small on purpose: it writes what numpy
+//! NumPy `.npy` files (format version 1.0), for exchanging tensors with a PyTorch
+//! reference: little-endian `f4` and `i4`, C order. Small on purpose: it writes what numpy
 //! reads and reads what it writes for these two types, and refuses anything else with an
 //! error that says what it expected and what it found.
 
