@@ -264,7 +264,10 @@ fn actor_critic_pass(
 /// array has it.
 pub const CRITICS: usize = 2;
 
-#[stepgraph::step(streams(main, critic[2], actor), kernels = Kernels)]
+// The actor's stream runs at low priority: its sample at `s` has slack until the policy
+// loss, and at equal priority takes the GPU from the critics' target passes and losses on
+// the critical path (`sac --bench` measures the step both ways, (c) and (c')).
+#[stepgraph::step(streams(main, critic[2], actor(low)), kernels = Kernels)]
 pub mod sac {
     use super::*;
 

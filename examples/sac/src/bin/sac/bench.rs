@@ -51,6 +51,18 @@ pub fn run(
     }
     let c = median(&mut planned.step.executor().time_replays(WARMUP, replays)?);
     let b = median(&mut serial.step.executor().time_replays(WARMUP, replays)?);
+    // The planned step with the declared stream priorities ignored: what they buy.
+    let c_flat = {
+        let mut flat = Trainer::new(
+            device,
+            kernels.clone(),
+            sizes,
+            seed,
+            Schedule::PlannedEqualPriority,
+        )?;
+        flat.update()?;
+        median(&mut flat.step.executor().time_replays(WARMUP, replays)?)
+    };
     for _ in 0..WARMUP {
         serial.update_eager()?;
     }
@@ -105,6 +117,10 @@ pub fn run(
     println!("| (b) one-stream graph | {b:.3} | (b)/(c) = {:.3} |", b / c);
     println!("| (c) stepgraph graph | {c:.3} | |");
     println!(
+        "| (c') stepgraph graph, equal stream priorities | {c_flat:.3} | (c)/(c') = {:.3} |",
+        c / c_flat
+    );
+    println!(
         "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
         c / d
     );
@@ -116,7 +132,7 @@ pub fn run(
     let json = format!(
         "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
          \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
-         \"planned_ms\": {c}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \
+         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \
          \"planned_over_bound\": {}, \"critical_path\": [{}]}}\n",
         sizes.batch,
         sizes.obs,
