@@ -19,6 +19,8 @@ mod host_io;
 mod interop;
 #[path = "gpu/launch.rs"]
 mod launch;
+#[path = "gpu/multi_tensor.rs"]
+mod multi_tensor;
 #[path = "gpu/optim.rs"]
 mod optim;
 #[path = "gpu/views.rs"]

@@ -1,6 +1,6 @@
-//! CPU references of this crate's kernels: the elementwise ones bit for bit, the
-//! optimizer's with the kernel's f32 operations in the kernel's order, the reductions in
-//! f64. The GPU tests compare the kernels with these.
+//! CPU references of this crate's kernels: the elementwise ones and Adam's clock bit for
+//! bit, the optimizer's with the kernel's f32 operations in the kernel's order, the
+//! reductions in f64. The GPU tests compare the kernels with these.
 
 use crate::{ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars};
 
@@ -82,6 +82,16 @@ pub fn adam_clip_update_reference(
     }
 }
 
+/// What [`Kernels::adam_tick`](crate::Kernels::adam_tick) does to a clock that has taken
+/// `t` steps: the new count `t + 1` and the scalars it writes, bit for bit
+/// ([`AdamScalars::at_step`] at `t + 1`, a count past `u32::MAX` clamped as the kernel
+/// clamps it).
+pub fn adam_tick_reference(t: u64, lr: f32, hyper: &AdamHyper) -> (u64, AdamScalars) {
+    let now = t.wrapping_add(1);
+    let exp = u32::try_from(now).unwrap_or(u32::MAX);
+    (now, AdamScalars::at_step(lr, hyper, exp))
+}
+
 /// What [`Kernels::column_sums`](crate::Kernels::column_sums) computes: `out[c] = Σ_r x[r,
 /// c]` (summed in f64).
 pub fn column_sums_reference(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
@@ -141,6 +151,22 @@ mod tests {
                 "{sq_norm}"
             );
         }
+    }
+
+    #[test]
+    fn adam_ticks_count_from_the_given_step() {
+        let hyper = AdamHyper::default();
+        assert_eq!(
+            adam_tick_reference(0, 0.5, &hyper),
+            (1, AdamScalars::at_step(0.5, &hyper, 1))
+        );
+        assert_eq!(
+            adam_tick_reference(41, 0.5, &hyper),
+            (42, AdamScalars::at_step(0.5, &hyper, 42))
+        );
+        // Far past where beta^t underflows, the corrections are exactly 1.
+        let (t, s) = adam_tick_reference(u64::from(u32::MAX) + 7, 0.5, &hyper);
+        assert_eq!((t, s.bias1, s.bias2), (u64::from(u32::MAX) + 8, 1.0, 1.0));
     }
 
     #[test]
