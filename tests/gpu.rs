@@ -23,6 +23,8 @@ mod launch;
 mod multi_tensor;
 #[path = "gpu/optim.rs"]
 mod optim;
+#[path = "gpu/random.rs"]
+mod random;
 #[path = "gpu/views.rs"]
 mod views;
 #[path = "gpu/when.rs"]

@@ -3,8 +3,11 @@
 //! global gradient norm, Adam with global-norm clipping over a [`ParamTable`] in one
 //! launch, Adam's step count on the device in an [`AdamClock`], deterministic column
 //! sums), multi-tensor ops over a [`PairTable`] ([`Kernels::axpby_table`], a Polyak target
-//! update in one launch). A model's own kernels live with the model, built the same way
-//! (the DQN trainer in `examples/dqn` is one).
+//! update in one launch), and a counter-based random generator whose state lives on the
+//! device ([`DeviceRng`]: normals, uniforms, row indices, and [`Kernels::gather_rows`] of
+//! the drawn rows), so that a replayed graph draws fresh values with nothing from the
+//! host. A model's own kernels live with the model, built the same way (the DQN trainer
+//! in `examples/dqn` is one).
 //!
 //! `build.rs` is a few lines on `stepgraph-build`, which compiles `cuda/*.cu` with nvcc (a
 //! cubin for sm_90 and PTX the driver JIT-compiles elsewhere), embeds the images, and
@@ -48,10 +51,12 @@ pub use raw::{KernelId, ModuleId, NVCC_RELEASE, NVCC_VERSION};
 pub mod launch;
 mod multi_tensor;
 mod optim;
+mod random;
 mod reference;
 
 pub use multi_tensor::*;
 pub use optim::*;
+pub use random::*;
 pub use reference::*;
 
 use launch::{elementwise_config, len_u32, same_len};
@@ -286,6 +291,11 @@ mod tests {
             ("optim", "adam_tick"),
             ("optim", "column_sums_partial"),
             ("optim", "column_sums_finish"),
+            ("random", "rng_normal"),
+            ("random", "rng_uniform"),
+            ("random", "rng_indices"),
+            ("random", "rng_advance"),
+            ("random", "gather_rows"),
         ];
         assert_eq!(names, want);
         let axpby = KernelId::Axpby.decl();
