@@ -19,8 +19,12 @@ mod host_io;
 mod interop;
 #[path = "gpu/launch.rs"]
 mod launch;
+#[path = "gpu/multi_tensor.rs"]
+mod multi_tensor;
 #[path = "gpu/optim.rs"]
 mod optim;
+#[path = "gpu/random.rs"]
+mod random;
 #[path = "gpu/views.rs"]
 mod views;
 #[path = "gpu/when.rs"]
@@ -193,6 +197,37 @@ fn gpu_fork_join_replay_equals_sequential_execution() {
     let counts = parallel.executor().node_counts().unwrap();
     assert_eq!(counts.kernels, 4 * 5 + 3, "{counts:?}");
     assert_eq!(counts.memcpys, 4 + 1, "{counts:?}");
+}
+
+#[test]
+fn gpu_download_many_equals_one_download_per_buffer_in_order() {
+    let device = device();
+    let k = kernels(&device);
+    let seed = Rng::new(13).vec_nonzero(N, -1.0, 1.0);
+    let config = fork_join::Config { iters: ITERS };
+    let mut step =
+        fork_join::Step::new(&device, k, fork_join_buffers(&device, &seed), config).unwrap();
+    step.replay().unwrap();
+    // Queued right behind the replay: the one wait must cover it.
+    let many = step
+        .download_many(|b| b.lanes.iter().rev().chain([&b.total, &b.seed]).collect())
+        .unwrap();
+    let mut one_by_one: Vec<Vec<f32>> = (0..4)
+        .rev()
+        .map(|d| step.download(|b| &b.lanes[d]).unwrap())
+        .collect();
+    one_by_one.push(step.download(|b| &b.total).unwrap());
+    one_by_one.push(step.download(|b| &b.seed).unwrap());
+    assert_eq!(many.len(), 6);
+    for (i, (m, o)) in many.iter().zip(&one_by_one).enumerate() {
+        assert_eq!(bits(&[m]), bits(&[o]), "buffer {i}");
+    }
+    assert!(max_rel_err(&many[4], &fork_join_reference(&seed, ITERS)) < 1e-5);
+    // Nothing selected: nothing copied, still no error.
+    let none = step
+        .download_many::<f32, DeviceBuffer<f32>>(|_| Vec::new())
+        .unwrap();
+    assert!(none.is_empty());
 }
 
 #[test]

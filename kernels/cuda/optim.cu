@@ -1,7 +1,7 @@
 // An optimizer step over every parameter of a model and the reductions it needs: the global
 // gradient norm, Adam with global-norm clipping over a table of parameters in one launch
-// (the DQN example's update, examples/dqn/MODEL.md "Update"), and deterministic column
-// sums (bias gradients).
+// (the DQN example's update, examples/dqn/MODEL.md "Update"), Adam's step count on the
+// device, and deterministic column sums (bias gradients).
 //
 // Every reduction here is two-pass: a first kernel writes one partial per block, each a
 // fixed-order sum; a finishing kernel adds the partials in order. The grid depends only on
@@ -9,6 +9,7 @@
 
 #include "stepgraph/common.cuh"
 #include "stepgraph/reduce.cuh"
+#include "stepgraph/table.cuh"
 
 // The parameter table (built once on the host by `stepgraph_kernels::ParamTable`): T
 // entries of PARAM_TABLE_WORDS u64 each, entry k at words [6k, 6k + 6):
@@ -19,27 +20,17 @@
 #define PARAM_TABLE_WORDS 6
 #define OPTIM_CHUNK 512
 
-// Indices into the device scalars (a DeviceScalars<f32>) that adam_clip_update reads.
+// Indices into the device scalars (an AdamClock's, or a DeviceScalars<f32>) that
+// adam_clip_update reads and adam_tick writes.
 #define ADAM_LR 0
 #define ADAM_BIAS1 1  // 1 - beta1^t
 #define ADAM_BIAS2 2  // 1 - beta2^t
 
 typedef unsigned long long u64;
 
-// The last entry whose start is <= i (the entry that holds element i, or a zero-length
-// entry just before it, which the caller's loop skips). Entries are sorted by start and
-// start_0 = 0.
+// The entry that holds element i (see stepgraph/table.cuh); start is word 5.
 __device__ __forceinline__ unsigned entry_at(const u64* __restrict__ table, unsigned T, u64 i) {
-    unsigned lo = 0, hi = T;
-    while (hi - lo > 1) {
-        const unsigned mid = lo + (hi - lo) / 2;
-        if (table[(size_t)mid * PARAM_TABLE_WORDS + 5] <= i) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
+    return table_entry_at(table, T, PARAM_TABLE_WORDS, 5, i);
 }
 
 // Per-block sums of g^2 over the table's gradients: partials[x] = sum of g^2 over block x's
@@ -129,6 +120,42 @@ extern "C" __global__ void __launch_bounds__(256)
             param[j] -= lr * (mj / bias1) / (sqrtf(vj / bias2) + eps);
         }
     }
+}
+
+// beta^t by repeated squaring, in double, the multiplications in the order of
+// `stepgraph_kernels::AdamScalars::at_step`'s (optim.rs, `pow_by_squaring`). __dmul_rn and
+// __dsub_rn are never merged into a multiply-add (nvcc contracts plain * and - when it
+// can), so the host and the device round the same operations and get the same bits.
+__device__ __forceinline__ double adam_pow(double base, unsigned exp) {
+    double r = 1.0;
+    while (true) {
+        if (exp & 1u) {
+            r = __dmul_rn(r, base);
+        }
+        exp >>= 1;
+        if (exp == 0u) {
+            break;
+        }
+        base = __dmul_rn(base, base);
+    }
+    return r;
+}
+
+// Adam's clock (`stepgraph_kernels::AdamClock`): t[0] += 1, then scalars <- [lr,
+// 1 - beta1^t, 1 - beta2^t] for the new t, the bias corrections in double and rounded
+// once, as AdamScalars::at_step computes them (t past 2^31 - 1 counts as 2^31 - 1 there;
+// beta^t is 0 long before). One thread, before the update that reads the scalars.
+extern "C" __global__ void adam_tick(u64* __restrict__ t, float* __restrict__ scalars, float lr,
+                                     double beta1, double beta2) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) {
+        return;
+    }
+    const u64 now = t[0] + 1;
+    t[0] = now;
+    const unsigned exp = now > 0x7fffffffull ? 0x7fffffffu : (unsigned)now;
+    scalars[ADAM_LR] = lr;
+    scalars[ADAM_BIAS1] = __double2float_rn(__dsub_rn(1.0, adam_pow(beta1, exp)));
+    scalars[ADAM_BIAS2] = __double2float_rn(__dsub_rn(1.0, adam_pow(beta2, exp)));
 }
 
 // Column sums, first pass: partials[y, c] = sum of x[r, c] over rows r of chunk y,

@@ -19,7 +19,9 @@ pub fn product(what: &str, factors: &[usize]) -> Result<usize> {
 /// A size that the kernels divide by or loop over: at least 1, and a 32-bit unsigned.
 pub fn positive(what: &str, value: usize) -> Result<u32> {
     if value == 0 {
-        return Err(Error::Invalid(format!("{what} must be at least 1")));
+        return Err(Error::Invalid(format!(
+            "{what}: expected at least 1, found 0"
+        )));
     }
     len_u32(what, value)
 }

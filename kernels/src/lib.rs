@@ -1,8 +1,13 @@
 //! stepgraph's generic CUDA kernels, for any step: elementwise ops, a fill, the
-//! fork_join example's iterated affine map, and an optimizer step over a whole model (the
+//! fork_join example's iterated affine map, an optimizer step over a whole model (the
 //! global gradient norm, Adam with global-norm clipping over a [`ParamTable`] in one
-//! launch, deterministic column sums). A model's own kernels live with the model, built
-//! the same way (the DQN trainer in `examples/dqn` is one).
+//! launch, Adam's step count on the device in an [`AdamClock`], deterministic column
+//! sums), multi-tensor ops over a [`PairTable`] ([`Kernels::axpby_table`], a Polyak target
+//! update in one launch), and a counter-based random generator whose state lives on the
+//! device ([`DeviceRng`]: normals, uniforms, row indices, and [`Kernels::gather_rows`] of
+//! the drawn rows), so that a replayed graph draws fresh values with nothing from the
+//! host. A model's own kernels live with the model, built the same way (the DQN trainer
+//! in `examples/dqn` is one).
 //!
 //! `build.rs` is a few lines on `stepgraph-build`, which compiles `cuda/*.cu` with nvcc (a
 //! cubin for sm_90 and PTX the driver JIT-compiles elsewhere), embeds the images, and
@@ -44,10 +49,14 @@ mod raw {
 pub use raw::{KernelId, ModuleId, NVCC_RELEASE, NVCC_VERSION};
 
 pub mod launch;
+mod multi_tensor;
 mod optim;
+mod random;
 mod reference;
 
+pub use multi_tensor::*;
 pub use optim::*;
+pub use random::*;
 pub use reference::*;
 
 use launch::{elementwise_config, len_u32, same_len};
@@ -275,11 +284,18 @@ mod tests {
             ("elementwise", "scale_by_scalar"),
             ("elementwise", "fill_affine"),
             ("elementwise", "flag_above"),
+            ("multi_tensor", "axpby_table"),
             ("optim", "grad_sq_norm_partial"),
             ("optim", "grad_sq_norm_finish"),
             ("optim", "adam_clip_update"),
+            ("optim", "adam_tick"),
             ("optim", "column_sums_partial"),
             ("optim", "column_sums_finish"),
+            ("random", "rng_normal"),
+            ("random", "rng_uniform"),
+            ("random", "rng_indices"),
+            ("random", "rng_advance"),
+            ("random", "gather_rows"),
         ];
         assert_eq!(names, want);
         let axpby = KernelId::Axpby.decl();
@@ -455,6 +471,9 @@ mod tests {
         assert_eq!(optim["ADAM_LR"], ADAM_LR.to_string());
         assert_eq!(optim["ADAM_BIAS1"], ADAM_BIAS1.to_string());
         assert_eq!(optim["ADAM_BIAS2"], ADAM_BIAS2.to_string());
+        let multi = cuda_defines("multi_tensor.cu");
+        assert_eq!(multi["PAIR_TABLE_WORDS"], PAIR_TABLE_WORDS.to_string());
+        assert_eq!(multi["PAIR_CHUNK"], PAIR_CHUNK.to_string());
     }
 
     #[test]
@@ -500,6 +519,26 @@ mod tests {
         let s = AdamScalars::at_step(3e-4, &hyper, 2);
         assert_eq!(s.values(), [3e-4, 0.19, (1.0 - 0.999f64 * 0.999) as f32]);
         assert_eq!(ADAM_SCALARS, 3);
+    }
+
+    #[test]
+    fn adam_powers_by_squaring_are_the_powi_values() {
+        // at_step moved from f64::powi to a documented order the device repeats; on this
+        // platform powi is compiler-rt's __powidf2, the same order, so no value changed.
+        for beta in [0.9f64, 0.999, 0.99, 0.5, 0.999_999] {
+            for t in (0..5000).chain([65_535, 1 << 20, 1 << 30, i32::MAX as u32]) {
+                assert_eq!(
+                    optim::pow_by_squaring(beta, t).to_bits(),
+                    beta.powi(t as i32).to_bits(),
+                    "{beta}^{t}"
+                );
+            }
+        }
+        let hyper = AdamHyper::default();
+        assert_eq!(
+            AdamScalars::at_step(1e-3, &hyper, u32::MAX),
+            AdamScalars::at_step(1e-3, &hyper, i32::MAX as u32)
+        );
     }
 
     #[test]

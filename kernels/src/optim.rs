@@ -263,13 +263,16 @@ pub struct AdamScalars {
 }
 
 impl AdamScalars {
-    /// The values for step `t` (counting from 1), the bias corrections computed in f64.
+    /// The values for step `t` (counting from 1), the bias corrections computed in f64
+    /// (`βᵗ` by repeated squaring, which [`Kernels::adam_tick`] repeats on the device bit
+    /// for bit) and rounded once. A `t` past `i32::MAX` counts as `i32::MAX`: `βᵗ` is 0
+    /// long before, for any `β < 1`.
     pub fn at_step(lr: f32, hyper: &AdamHyper, t: u32) -> AdamScalars {
-        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        let t = t.min(i32::MAX as u32);
         AdamScalars {
             lr,
-            bias1: (1.0 - hyper.beta1.powi(t)) as f32,
-            bias2: (1.0 - hyper.beta2.powi(t)) as f32,
+            bias1: (1.0 - pow_by_squaring(hyper.beta1, t)) as f32,
+            bias2: (1.0 - pow_by_squaring(hyper.beta2, t)) as f32,
         }
     }
 
@@ -280,6 +283,77 @@ impl AdamScalars {
         v[ADAM_BIAS1] = self.bias1;
         v[ADAM_BIAS2] = self.bias2;
         v
+    }
+}
+
+/// `base^exp` by repeated squaring in f64: the multiplications in a fixed order, so that
+/// `adam_pow` in `cuda/optim.cu` gets the same bits (the order of `f64::powi` is the
+/// platform's business). It is the order of compiler-rt's `__powidf2`, which `powi` calls
+/// on x86-64, so the values are those `powi` gave there.
+pub(crate) fn pow_by_squaring(mut base: f64, mut exp: u32) -> f64 {
+    let mut r = 1.0;
+    loop {
+        if exp & 1 == 1 {
+            r *= base;
+        }
+        exp >>= 1;
+        if exp == 0 {
+            return r;
+        }
+        base *= base;
+    }
+}
+
+/// Adam's step count `t` on the device, with the scalars [`Kernels::adam_clip_update`]
+/// reads: [`Kernels::adam_tick`] advances `t` and writes `[lr, 1 − β1ᵗ, 1 − β2ᵗ]` (at
+/// [`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`]) inside the graph, so each replay takes
+/// the next step's bias corrections with nothing staged from the host.
+///
+/// A step buffer: hold it in a step's `#[buffers]` (or a `#[derive(StepBuffer)]` struct
+/// of them); the op that ticks takes it by `&mut`, the update by `&`, and the plan orders
+/// them.
+///
+/// ```ignore
+/// // In the optimizer op, with `clock: &mut AdamClock`:
+/// k.adam_tick(stream, clock, 3e-4, hyper)?;
+/// k.grad_sq_norm(stream, &table, &grads, scratch, sq_norm)?;
+/// k.adam_clip_update(stream, &table, &mut slots, sq_norm, clock.scalars(), hyper)?;
+/// // On the host, after replays: the steps taken so far.
+/// let t = step.download(|b| b.clock.t())?[0];
+/// ```
+#[derive(Debug)]
+pub struct AdamClock {
+    t: DeviceBuffer<u64>,
+    scalars: DeviceBuffer<f32>,
+}
+
+// SAFETY: device memory only (the step count and the scalars), reached through the
+// borrow an op is given.
+unsafe impl stepgraph::StepBuffer for AdamClock {}
+
+impl AdamClock {
+    /// A clock that has taken `t` steps (0 for a fresh model, the saved count to resume):
+    /// its next tick makes step `t + 1`. Blocking: call it when building the step.
+    ///
+    /// The scalars hold NaN until the first tick, so an update issued before its tick
+    /// turns the parameters to NaN, plainly, instead of training with stale corrections.
+    pub fn new(device: &Device, t: u64) -> Result<AdamClock> {
+        Ok(AdamClock {
+            t: device.upload_new("Adam step count", &[t])?,
+            scalars: device.upload_new("Adam scalars", &[f32::NAN; ADAM_SCALARS])?,
+        })
+    }
+
+    /// The step count, one `u64`: the steps taken (the `t` of the last tick). Download it
+    /// to save a run's position, or to check it.
+    pub fn t(&self) -> &DeviceBuffer<u64> {
+        &self.t
+    }
+
+    /// The scalars the last tick wrote, `[lr, 1 − β1ᵗ, 1 − β2ᵗ]`, for
+    /// [`Kernels::adam_clip_update`] (or a crate's own kernels).
+    pub fn scalars(&self) -> &DeviceBuffer<f32> {
+        &self.scalars
     }
 }
 
@@ -357,8 +431,10 @@ impl Kernels {
     /// launch (formulas in `cuda/optim.cu` and MODEL.md). Reads `sq_norm[0]`
     /// ([`Kernels::grad_sq_norm`]) and, from device memory at run time, the learning rate
     /// and the bias corrections at [`ADAM_LR`], [`ADAM_BIAS1`], [`ADAM_BIAS2`] of
-    /// `scalars`: a [`DeviceScalars`](stepgraph::DeviceScalars)' device copy, or a buffer an op stages from a
-    /// `HostInput` at every replay ([`AdamScalars::values`] fills either).
+    /// `scalars`: an [`AdamClock`]'s ([`AdamClock::scalars`], advanced on the device by
+    /// [`Kernels::adam_tick`]), a [`DeviceScalars`](stepgraph::DeviceScalars)' device copy,
+    /// or a buffer an op stages from a `HostInput` at every replay ([`AdamScalars::values`]
+    /// fills either of the last two).
     ///
     /// A non-finite `sq_norm[0]` (a NaN or infinite gradient, or a sum of squares that
     /// overflows) skips the update: parameters and moments keep their values, so one bad
@@ -414,6 +490,43 @@ impl Kernels {
                 omb2,
                 eps,
             )
+        }
+    }
+
+    /// Advances Adam's clock by one step: `t ← t + 1`, then the clock's scalars ←
+    /// [`AdamScalars::at_step`]`(lr, hyper, t)`, computed on the device in f64 with the
+    /// same operations, so the same bits ([`adam_tick_reference`](crate::adam_tick_reference)
+    /// is the CPU version). One thread; issue it before the update that reads
+    /// [`AdamClock::scalars`]. `lr` is fixed in the captured launch; `hyper`'s `β1` and `β2`
+    /// are the ones the update uses.
+    ///
+    /// Fails with [`Error::Invalid`] unless `0 ≤ β < 1` for both betas (outside that range
+    /// the bias corrections are not corrections).
+    pub fn adam_tick(
+        &self,
+        stream: &CaptureStream<'_>,
+        clock: &mut AdamClock,
+        lr: f32,
+        hyper: AdamHyper,
+    ) -> Result<()> {
+        for (name, beta) in [("beta1", hyper.beta1), ("beta2", hyper.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return Err(Error::Invalid(format!(
+                    "adam_tick: expected {name} in [0, 1), found {beta}"
+                )));
+            }
+        }
+        let config = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let AdamClock { t, scalars } = clock;
+        // SAFETY: one thread writes t[0] (the clock holds one u64) and scalars[0..3] (it
+        // holds ADAM_SCALARS = 3 floats); both were allocated so by `AdamClock::new`.
+        unsafe {
+            self.raw
+                .adam_tick(stream, config, t, scalars, lr, hyper.beta1, hyper.beta2)
         }
     }
 

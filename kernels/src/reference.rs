@@ -1,8 +1,10 @@
-//! CPU references of this crate's kernels: the elementwise ones bit for bit, the
-//! optimizer's with the kernel's f32 operations in the kernel's order, the reductions in
-//! f64. The GPU tests compare the kernels with these.
+//! CPU references of this crate's kernels: the elementwise ones, the random draws
+//! (normals within [`RNG_NORMAL_ULPS`](crate::RNG_NORMAL_ULPS)) and Adam's clock bit for
+//! bit, the optimizer's with the kernel's f32 operations in the kernel's order, the
+//! reductions in f64. The GPU tests compare the kernels with these.
 
-use crate::{ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars};
+use crate::random::{cospi, float_below, unit24};
+use crate::{ADAM_BIAS1, ADAM_BIAS2, ADAM_LR, AdamHyper, AdamScalars, Substream, rng_bits};
 
 fn check(what: &str, found: usize, expected: usize) {
     assert_eq!(found, expected, "{what}: wrong length");
@@ -82,6 +84,89 @@ pub fn adam_clip_update_reference(
     }
 }
 
+/// What [`Kernels::adam_tick`](crate::Kernels::adam_tick) does to a clock that has taken
+/// `t` steps: the new count `t + 1` and the scalars it writes, bit for bit
+/// ([`AdamScalars::at_step`] at `t + 1`, a count past `u32::MAX` clamped as the kernel
+/// clamps it).
+pub fn adam_tick_reference(t: u64, lr: f32, hyper: &AdamHyper) -> (u64, AdamScalars) {
+    let now = t.wrapping_add(1);
+    let exp = u32::try_from(now).unwrap_or(u32::MAX);
+    (now, AdamScalars::at_step(lr, hyper, exp))
+}
+
+/// What [`Kernels::rng_normal`](crate::Kernels::rng_normal) draws into `n` elements at
+/// `counter`: Box-Muller in f64, rounded once (the kernel's are within
+/// [`RNG_NORMAL_ULPS`](crate::RNG_NORMAL_ULPS) ulps of these).
+pub fn rng_normal_reference(seed: u64, counter: u64, substream: Substream, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|e| {
+            let bits = rng_bits(seed, counter, substream, e as u32);
+            let u1 = (((bits >> 40) + 1) as f64) / 16_777_216.0;
+            let u2 = (((bits >> 16) & 0xFF_FFFF) as f64) / 16_777_216.0;
+            ((-2.0 * u1.ln()).sqrt() * cospi(2.0 * u2)) as f32
+        })
+        .collect()
+}
+
+/// What [`Kernels::rng_uniform`](crate::Kernels::rng_uniform) draws into `n` elements at
+/// `counter`, bit for bit.
+pub fn rng_uniform_reference(
+    seed: u64,
+    counter: u64,
+    substream: Substream,
+    lo: f32,
+    hi: f32,
+    n: usize,
+) -> Vec<f32> {
+    (0..n)
+        .map(|e| {
+            let u = unit24(rng_bits(seed, counter, substream, e as u32));
+            let v = (hi - lo).mul_add(u, lo);
+            if v < hi { v } else { float_below(hi) }
+        })
+        .collect()
+}
+
+/// What [`Kernels::rng_indices`](crate::Kernels::rng_indices) draws into `n` indices at
+/// `counter`, bit for bit: the high word of `bits · rows`.
+pub fn rng_indices_reference(
+    seed: u64,
+    counter: u64,
+    substream: Substream,
+    rows: u32,
+    n: usize,
+) -> Vec<u32> {
+    (0..n)
+        .map(|e| {
+            let bits = rng_bits(seed, counter, substream, e as u32);
+            ((u128::from(bits) * u128::from(rows)) >> 64) as u32
+        })
+        .collect()
+}
+
+/// What [`Kernels::gather_rows`](crate::Kernels::gather_rows) writes: `dst[i, :] =
+/// src[idx[i], :]`, a row of NaN for an index out of range.
+///
+/// # Panics
+/// If `row_len` is 0 or `src` is not a whole number of rows.
+pub fn gather_rows_reference(src: &[f32], idx: &[u32], row_len: usize) -> Vec<f32> {
+    assert!(
+        row_len > 0 && src.len() % row_len == 0,
+        "gather_rows_reference: src is not whole rows"
+    );
+    let rows = src.len() / row_len;
+    idx.iter()
+        .flat_map(|&r| {
+            let r = r as usize;
+            if r < rows {
+                src[r * row_len..(r + 1) * row_len].to_vec()
+            } else {
+                vec![f32::NAN; row_len]
+            }
+        })
+        .collect()
+}
+
 /// What [`Kernels::column_sums`](crate::Kernels::column_sums) computes: `out[c] = Σ_r x[r,
 /// c]` (summed in f64).
 pub fn column_sums_reference(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
@@ -141,6 +226,71 @@ mod tests {
                 "{sq_norm}"
             );
         }
+    }
+
+    #[test]
+    fn adam_ticks_count_from_the_given_step() {
+        let hyper = AdamHyper::default();
+        assert_eq!(
+            adam_tick_reference(0, 0.5, &hyper),
+            (1, AdamScalars::at_step(0.5, &hyper, 1))
+        );
+        assert_eq!(
+            adam_tick_reference(41, 0.5, &hyper),
+            (42, AdamScalars::at_step(0.5, &hyper, 42))
+        );
+        // Far past where beta^t underflows, the corrections are exactly 1.
+        let (t, s) = adam_tick_reference(u64::from(u32::MAX) + 7, 0.5, &hyper);
+        assert_eq!((t, s.bias1, s.bias2), (u64::from(u32::MAX) + 8, 1.0, 1.0));
+    }
+
+    #[test]
+    fn uniforms_stay_in_their_range_even_where_the_rounding_reaches_hi() {
+        for (lo, hi) in [(0.0f32, 1.0f32), (1.0, 2.0), (-3.0, -2.5), (-1e-30, 1e-30)] {
+            let u = rng_uniform_reference(9, 2, Substream(3), lo, hi, 4096);
+            assert!(u.iter().all(|v| (lo..hi).contains(v)), "[{lo}, {hi})");
+            assert!(u.windows(2).any(|w| w[0] != w[1]), "[{lo}, {hi})");
+        }
+        // 1 + (1 - 2^-24) rounds to 2: the largest u in [1, 2) must still land below 2.
+        let top = (1.0f32 - f32::EPSILON / 2.0).mul_add(1.0, 1.0);
+        assert_eq!(top, 2.0);
+        assert_eq!(float_below(2.0), 2.0 - f32::EPSILON);
+    }
+
+    #[test]
+    fn indices_are_below_rows_and_cover_them() {
+        for rows in [1u32, 2, 7, 1000] {
+            let idx = rng_indices_reference(5, 0, Substream(0), rows, 20_000);
+            assert!(idx.iter().all(|&i| i < rows), "{rows}");
+            let distinct: std::collections::HashSet<_> = idx.iter().collect();
+            assert_eq!(distinct.len(), rows as usize, "{rows}");
+        }
+    }
+
+    #[test]
+    fn normals_have_mean_zero_and_unit_variance() {
+        let z = rng_normal_reference(11, 3, Substream(0), 100_000);
+        let mean = z.iter().map(|&v| f64::from(v)).sum::<f64>() / z.len() as f64;
+        let var = z
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / z.len() as f64;
+        assert!(
+            mean.abs() < 0.02 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
+        assert!(z.iter().all(|v| v.abs() < 5.8));
+        // Another counter, other values.
+        assert_ne!(z[..8], rng_normal_reference(11, 4, Substream(0), 8)[..]);
+    }
+
+    #[test]
+    fn gathers_rows_and_nan_for_an_index_out_of_range() {
+        let src = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let got = gather_rows_reference(&src, &[2, 0, 3], 2);
+        assert_eq!(got[..4], [5.0, 6.0, 1.0, 2.0]);
+        assert!(got[4].is_nan() && got[5].is_nan());
     }
 
     #[test]

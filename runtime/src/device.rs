@@ -321,6 +321,39 @@ impl Device {
         Ok(out)
     }
 
+    /// Copies every buffer of `bufs` to the host, in order: the copies are queued one
+    /// after another and waited for once, instead of once each as [`Device::download`]
+    /// per buffer would. Blocks until done.
+    pub fn download_many<T: DeviceRepr + Clone + Default, M: DeviceMem<T> + ?Sized>(
+        &self,
+        bufs: &[&M],
+    ) -> Result<Vec<Vec<T>>> {
+        crate::guard::check("Device::download_many")?;
+        self.bind()?;
+        let mut outs: Vec<Vec<T>> = bufs.iter().map(|b| vec![T::default(); b.len()]).collect();
+        let mut queued = Ok(());
+        for (out, buf) in outs.iter_mut().zip(bufs) {
+            // SAFETY: `out` has room for `buf.len()` elements, and every queued copy is
+            // synchronised below, before `outs` is returned or dropped.
+            queued = unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    out,
+                    buf.device_address(),
+                    self.host_stream.cu_stream(),
+                )
+            }
+            .map_err(Error::driver("cuMemcpyDtoHAsync"));
+            if queued.is_err() {
+                break;
+            }
+        }
+        // Even after a failed copy: the ones queued before it write into `outs`.
+        let synced = self.sync_host_stream();
+        queued?;
+        synced?;
+        Ok(outs)
+    }
+
     fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()

@@ -888,6 +888,20 @@ impl Executor {
         self.device.download(buf)
     }
 
+    /// Waits for the last replay once, then copies every buffer of `bufs` to the host, in
+    /// order.
+    pub fn download_many<
+        T: cudarc::driver::DeviceRepr + Clone + Default,
+        M: crate::DeviceMem<T>,
+    >(
+        &self,
+        bufs: &[&M],
+    ) -> Result<Vec<Vec<T>>> {
+        crate::guard::check("Step::download_many")?;
+        self.wait()?;
+        self.device.download_many(bufs)
+    }
+
     /// Device time of `iters` replays after `warmup` unmeasured ones, in milliseconds
     /// each, from timing events recorded around each replay on the origin stream.
     pub fn time_replays(&self, warmup: usize, iters: usize) -> Result<Vec<f64>> {

@@ -324,6 +324,54 @@ impl<S: StepSpec> Step<S> {
         self.exec.download(select(&self.buffers))
     }
 
+    /// Waits for the last replay once and copies every buffer `select` picks to the host,
+    /// in the order picked: a whole network's tensors with one wait, where
+    /// [`Step::download`] per tensor would wait for each.
+    ///
+    /// ```no_run
+    /// #[stepgraph::step(streams(main))]
+    /// mod net {
+    ///     use stepgraph::{CaptureStream, DeviceBuffer, Result, StepBuffer};
+    ///
+    ///     #[derive(StepBuffer)]
+    ///     pub struct Linear {
+    ///         pub w: DeviceBuffer<f32>,
+    ///         pub b: DeviceBuffer<f32>,
+    ///     }
+    ///
+    ///     #[buffers]
+    ///     pub struct Buffers {
+    ///         pub layers: [Linear; 2],
+    ///     }
+    ///
+    ///     fn clear(stream: &CaptureStream<'_>, layers: &mut [Linear; 2]) -> Result<()> {
+    ///         for l in layers {
+    ///             stream.memset_zeros(&mut l.w)?;
+    ///             stream.memset_zeros(&mut l.b)?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let device = stepgraph::Device::new(0)?;
+    /// let layer = |n| -> stepgraph::Result<net::Linear> {
+    ///     Ok(net::Linear { w: device.alloc_zeros("w", n * n)?, b: device.alloc_zeros("b", n)? })
+    /// };
+    /// let buffers = net::Buffers { layers: [layer(8)?, layer(4)?] };
+    /// let mut step = net::Step::new(&device, (), buffers, net::Config {})?;
+    /// step.replay()?;
+    /// let tensors = step.download_many(|b| b.layers.iter().flat_map(|l| [&l.w, &l.b]).collect())?;
+    /// let lens: Vec<usize> = tensors.iter().map(Vec::len).collect();
+    /// assert_eq!(lens, [64, 8, 16, 4]);
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
+    pub fn download_many<T: DeviceRepr + Clone + Default, M: DeviceMem<T>>(
+        &self,
+        select: impl FnOnce(&S::Buffers) -> Vec<&M>,
+    ) -> Result<Vec<Vec<T>>> {
+        self.exec.download_many(&select(&self.buffers))
+    }
+
     /// The executor: streams, events, the graph. The way down to the layer below.
     pub fn executor(&self) -> &Executor {
         &self.exec

@@ -1,8 +1,10 @@
 //! GPU tests of the optimizer's two launches (`Kernels::grad_sq_norm`, then
 //! `Kernels::adam_clip_update`, as the step's `clip_and_adam` issues them) against the
 //! CPU references, over tensors whose lengths put chunk boundaries inside tensors, at
-//! them, and between tensors of one element; and of the guard that skips a step whose
-//! gradients are not finite. They need a CUDA GPU of compute capability 9.0.
+//! them, and between tensors of one element; of the guard that skips a step whose
+//! gradients are not finite; and of Adam's clock on the device (`Kernels::adam_tick`),
+//! bit for bit against `AdamScalars::at_step`. They need a CUDA GPU of compute capability
+//! 9.0.
 //!
 //! Bounds: the norm is a sum of up to ~70k squares that the kernels add in f32 in chunks
 //! of 512 and the reference in f64, so [`NORM_BOUND`] relative; the update is a few f32
@@ -15,8 +17,8 @@
 use super::{Rng, bits, check_within, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, DeviceScalars, Result};
 use stepgraph_kernels::{
-    AdamHyper, AdamScalars, AdamSlot, Kernels, OPTIM_CHUNK, ParamEntry, ParamTable,
-    adam_clip_update_reference, grad_sq_norm_reference,
+    ADAM_SCALARS, AdamClock, AdamHyper, AdamScalars, AdamSlot, Kernels, OPTIM_CHUNK, ParamEntry,
+    ParamTable, adam_clip_update_reference, adam_tick_reference, grad_sq_norm_reference,
 };
 
 const NORM_BOUND: f64 = 1e-5;
@@ -63,6 +65,15 @@ fn state(seed: u64, grad_scale: f32) -> State {
     }
 }
 
+/// Where the update's learning rate and bias corrections come from.
+enum Scalars {
+    /// Device scalars set on the host.
+    Staged(AdamScalars),
+    /// An [`AdamClock`] that has taken `after` steps, ticked once (at [`LR`]) before the
+    /// update.
+    Clock { after: u64 },
+}
+
 /// Runs the two launches once on the GPU; returns `sq_norm` and the state after them.
 fn run(
     device: &Device,
@@ -70,6 +81,17 @@ fn run(
     x: &State,
     scalars: AdamScalars,
     hyper: AdamHyper,
+) -> Result<(f32, State)> {
+    run_with(device, k, x, hyper, Scalars::Staged(scalars))
+}
+
+/// [`run`], with the scalars from `scalars`.
+fn run_with(
+    device: &Device,
+    k: &Kernels,
+    x: &State,
+    hyper: AdamHyper,
+    scalars: Scalars,
 ) -> Result<(f32, State)> {
     let up = |what: &str, v: &[Vec<f32>]| -> Result<Vec<DeviceBuffer<f32>>> {
         v.iter().map(|t| device.upload_new(what, t)).collect()
@@ -85,8 +107,20 @@ fn run(
     let mut scratch = device.upload_new("norm partials", &vec![f32::NAN; table.blocks()])?;
     // Finite and wrong: a NaN the norm kernel failed to write would pass as "not finite".
     let mut sq_norm = device.upload_new("sq_norm", &[-1.0f32])?;
-    let device_scalars = DeviceScalars::new(device, "adam scalars", &scalars.values())?;
+    enum Held {
+        Staged(DeviceScalars<f32>),
+        Clock(AdamClock),
+    }
+    let mut held = match scalars {
+        Scalars::Staged(s) => {
+            Held::Staged(DeviceScalars::new(device, "adam scalars", &s.values())?)
+        }
+        Scalars::Clock { after } => Held::Clock(AdamClock::new(device, after)?),
+    };
     run_one_op(device, |stream| {
+        if let Held::Clock(clock) = &mut held {
+            k.adam_tick(stream, clock, LR, hyper)?;
+        }
         let grads: Vec<&DeviceBuffer<f32>> = grad.iter().collect();
         k.grad_sq_norm(stream, &table, &grads, &mut scratch, &mut sq_norm)?;
         let mut slots: Vec<AdamSlot<'_>> = param
@@ -100,7 +134,10 @@ fn run(
             &table,
             &mut slots,
             &sq_norm,
-            device_scalars.on_device(),
+            match &held {
+                Held::Staged(staged) => staged.on_device(),
+                Held::Clock(clock) => clock.scalars(),
+            },
             hyper,
         )
     })?;
@@ -233,6 +270,164 @@ fn gpu_adam_skips_a_step_whose_gradient_is_not_finite() -> Result<()> {
             bits(&[&flat(&x.param)]),
             "{case}: the reference skips too"
         );
+    }
+    Ok(())
+}
+
+/// The scalars of `ticks` ticks of a clock that starts at `t0`, one row of three per
+/// tick, and the count it ends at, from one eager run.
+fn tick_history(
+    device: &Device,
+    k: &Kernels,
+    t0: u64,
+    ticks: usize,
+    lr: f32,
+    hyper: AdamHyper,
+) -> Result<(Vec<f32>, u64)> {
+    let mut clock = AdamClock::new(device, t0)?;
+    let mut history = super::nan_buffer(device, "scalars per tick", ticks * ADAM_SCALARS)?;
+    run_one_op(device, |stream| {
+        for i in 0..ticks {
+            k.adam_tick(stream, &mut clock, lr, hyper)?;
+            let mut row = history.view_mut(i * ADAM_SCALARS..(i + 1) * ADAM_SCALARS)?;
+            stream.copy(clock.scalars(), &mut row)?;
+        }
+        Ok(())
+    })?;
+    Ok((device.download(&history)?, device.download(clock.t())?[0]))
+}
+
+#[test]
+fn gpu_adam_clock_ticks_equal_at_step_bit_for_bit() -> Result<()> {
+    let device = super::device();
+    let k = super::kernels(&device);
+    let mut rng = Rng::new(71);
+    let custom = AdamHyper {
+        beta1: 0.95,
+        beta2: 0.9999,
+        ..AdamHyper::default()
+    };
+    for hyper in [AdamHyper::default(), custom] {
+        let lr = 1e-4 + rng.next_f32() * 1e-3;
+        // Steps 1..=2000 from a fresh clock.
+        let (history, t) = tick_history(&device, &k, 0, 2000, lr, hyper)?;
+        assert_eq!(t, 2000);
+        let want: Vec<f32> = (1..=2000u32)
+            .flat_map(|t| AdamScalars::at_step(lr, &hyper, t).values())
+            .collect();
+        assert_eq!(bits(&[&history]), bits(&[&want]), "{hyper:?}");
+        // Resumed clocks: where beta2^t is still far from 0, where beta1^t underflows,
+        // and either side of the count the exponent stops at.
+        for t0 in [
+            12_345u64,
+            700_000,
+            (i32::MAX - 1) as u64,
+            i32::MAX as u64,
+            1 << 40,
+        ] {
+            let (history, t) = tick_history(&device, &k, t0, 2, lr, hyper)?;
+            assert_eq!(t, t0 + 2, "from {t0}");
+            let (t1, s1) = adam_tick_reference(t0, lr, &hyper);
+            let (t2, s2) = adam_tick_reference(t1, lr, &hyper);
+            assert_eq!(t2, t);
+            let want = [s1.values(), s2.values()].concat();
+            assert_eq!(bits(&[&history]), bits(&[&want]), "from {t0}, {hyper:?}");
+        }
+    }
+    // A beta outside [0, 1) is refused before anything runs.
+    let bad = AdamHyper {
+        beta2: 1.0,
+        ..AdamHyper::default()
+    };
+    let err = tick_history(&device, &k, 0, 1, 1e-3, bad).unwrap_err();
+    assert!(
+        err.chain()
+            .contains("adam_tick: expected beta2 in [0, 1), found 1"),
+        "{}",
+        err.chain()
+    );
+    Ok(())
+}
+
+/// A step that ticks the clock and updates with its scalars, as a trainer's would.
+#[stepgraph::step(streams(main), kernels = Kernels)]
+mod clocked {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub clock: AdamClock,
+        pub scalars_seen: DeviceBuffer<f32>,
+    }
+
+    #[config]
+    #[derive(Clone, Copy)]
+    pub struct Config {
+        pub lr: f32,
+    }
+
+    fn tick(
+        s: &stepgraph::CaptureStream<'_>,
+        k: &Kernels,
+        clock: &mut AdamClock,
+        lr: f32,
+    ) -> Result<()> {
+        k.adam_tick(s, clock, lr, AdamHyper::default())
+    }
+
+    fn record(
+        s: &stepgraph::CaptureStream<'_>,
+        clock: &AdamClock,
+        scalars_seen: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        s.copy(clock.scalars(), scalars_seen)
+    }
+}
+
+#[test]
+fn gpu_adam_clock_advances_at_every_replay_from_a_resumed_count() -> Result<()> {
+    let device = super::device();
+    let k = super::kernels(&device);
+    let (lr, hyper, t0) = (3e-4f32, AdamHyper::default(), 41u64);
+    let buffers = clocked::Buffers {
+        clock: AdamClock::new(&device, t0)?,
+        scalars_seen: super::nan_buffer(&device, "scalars seen", ADAM_SCALARS)?,
+    };
+    let mut step = clocked::Step::new(&device, k, buffers, clocked::Config { lr })?;
+    for replay in 1..=5u64 {
+        step.replay()?;
+        let seen = step.download(|b| &b.scalars_seen)?;
+        let want = AdamScalars::at_step(lr, &hyper, (t0 + replay) as u32).values();
+        assert_eq!(bits(&[&seen]), bits(&[&want]), "replay {replay}");
+        assert_eq!(step.download(|b| b.clock.t())?, [t0 + replay]);
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_adam_update_with_the_clock_matches_the_one_with_staged_scalars() -> Result<()> {
+    let device = super::device();
+    let k = super::kernels(&device);
+    let hyper = AdamHyper::default();
+    let x = state(5, 1.0);
+    let t = 9u32;
+    let staged = run(&device, &k, &x, AdamScalars::at_step(LR, &hyper, t), hyper)?;
+    let clocked = run_with(
+        &device,
+        &k,
+        &x,
+        hyper,
+        Scalars::Clock {
+            after: u64::from(t) - 1,
+        },
+    )?;
+    assert_eq!(staged.0.to_bits(), clocked.0.to_bits(), "sq_norm");
+    for (what, a, b) in [
+        ("param", &staged.1.param, &clocked.1.param),
+        ("m", &staged.1.m, &clocked.1.m),
+        ("v", &staged.1.v, &clocked.1.v),
+    ] {
+        assert_eq!(bits(&[&flat(a)]), bits(&[&flat(b)]), "{what}");
     }
     Ok(())
 }
