@@ -365,9 +365,9 @@ impl<S: StepSpec> Step<S> {
     /// assert_eq!(lens, [64, 8, 16, 4]);
     /// # Ok::<(), stepgraph::Error>(())
     /// ```
-    pub fn download_many<T: DeviceRepr + Clone + Default, M: DeviceMem<T>>(
-        &self,
-        select: impl FnOnce(&S::Buffers) -> Vec<&M>,
+    pub fn download_many<'s, T: DeviceRepr + Clone + Default, M: DeviceMem<T> + 's>(
+        &'s self,
+        select: impl FnOnce(&'s S::Buffers) -> Vec<&'s M>,
     ) -> Result<Vec<Vec<T>>> {
         self.exec.download_many(&select(&self.buffers))
     }

@@ -1,5 +1,5 @@
 // The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
-// ReLU's backward (alone, and after a one-unit output layer), the critic loss, the counter-based noise, the tanh-Gaussian sample and
+// ReLU's backward (alone, and after a one-unit output layer), the critic loss, the tanh-Gaussian sample and
 // its backward, the critics' minimum, the soft target, the actor loss and its routing to
 // the critics, and the temperature's gradient. The
 // matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
@@ -13,7 +13,6 @@
 #include "stepgraph/reduce.cuh"
 
 #define SAC_REDUCE_THREADS 1024
-#define SAC_GAMMA_64 0x9E3779B97F4A7C15ull
 #define SAC_LOG_SQRT_2PI 0.91893853320467274f
 #define SAC_LOG_STD_MIN (-20.0f)
 #define SAC_LOG_STD_MAX 2.0f
@@ -77,43 +76,6 @@ extern "C" __global__ void mse_loss(const float* __restrict__ q, const float* __
     const float s = block_sum(acc);
     if (threadIdx.x == 0) {
         loss[0] = s * inv;
-    }
-}
-
-__device__ __forceinline__ unsigned long long sac_splitmix(unsigned long long z) {
-    z += SAC_GAMMA_64;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// The step's normals: element e < n of eps_next, element e - n of eps_cur, from
-// key = splitmix(splitmix(seed) ^ *counter), bits = splitmix(key + e GAMMA), Box-Muller
-// on two 24-bit uniforms (MODEL.md, "The noise"). One thread per element of both.
-extern "C" __global__ void draw_normals(const unsigned long long* __restrict__ counter,
-                                        float* __restrict__ eps_next,
-                                        float* __restrict__ eps_cur, unsigned long long seed,
-                                        unsigned n) {
-    const unsigned e = global_index();
-    if (e >= 2 * n) {
-        return;
-    }
-    const unsigned long long key = sac_splitmix(sac_splitmix(seed) ^ *counter);
-    const unsigned long long bits = sac_splitmix(key + (unsigned long long)e * SAC_GAMMA_64);
-    const float u1 = (float)((unsigned)(bits >> 40) + 1u) * 5.9604644775390625e-8f;
-    const float u2 = (float)((unsigned)(bits >> 16) & 0xFFFFFFu) * 5.9604644775390625e-8f;
-    const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-    if (e < n) {
-        eps_next[e] = z;
-    } else {
-        eps_cur[e - n] = z;
-    }
-}
-
-// counter += 1, after the draw that read it (one thread).
-extern "C" __global__ void advance_counter(unsigned long long* __restrict__ counter) {
-    if (global_index() == 0) {
-        *counter += 1;
     }
 }
 

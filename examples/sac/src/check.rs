@@ -11,7 +11,7 @@ use std::path::Path;
 
 use stepgraph::{Device, Result, Schedule};
 
-use crate::host::{LR, Trainer, losses_line};
+use crate::host::{Trainer, losses_line};
 use crate::kernels::{Buf, Kernels, LOG_STD_MAX, LOG_STD_MIN, TANH_EPS};
 use crate::layers::{Mlp, Sizes};
 use crate::model::{Optim, sac};
@@ -152,6 +152,7 @@ pub fn inputs<'a>(b: &'a sac::Buffers, sizes: &Sizes) -> Vec<Tensor<'a>> {
 /// them, and how the dump was made.
 pub fn config_json(
     config: &sac::Config,
+    seed: u64,
     critics: usize,
     steps: usize,
     schedule: Schedule,
@@ -167,7 +168,7 @@ pub fn config_json(
         "gamma": config.gamma,
         "tau": config.tau,
         "target_entropy": config.target_entropy,
-        "lr": LR,
+        "lr": config.lr,
         "beta1": h.beta1,
         "beta2": h.beta2,
         "eps": h.eps,
@@ -175,7 +176,7 @@ pub fn config_json(
         "log_std_min": LOG_STD_MIN,
         "log_std_max": LOG_STD_MAX,
         "tanh_eps": TANH_EPS,
-        "seed": config.seed,
+        "seed": seed,
         "steps": steps,
         "schedule": schedule_name(schedule),
     })
@@ -217,7 +218,7 @@ pub fn run(
     let mut trainer = Trainer::new(device, kernels, sizes, seed, schedule)?;
     std::fs::create_dir_all(dir).map_err(|e| io_error(format!("{}: {e}", dir.display())))?;
     let critics = critic_count(trainer.step.buffers());
-    let json = config_json(trainer.step.config(), critics, steps, schedule);
+    let json = config_json(trainer.step.config(), seed, critics, steps, schedule);
     let path = dir.join("config.json");
     std::fs::write(&path, format!("{json:#}\n"))
         .map_err(|e| io_error(format!("{}: {e}", path.display())))?;
@@ -249,8 +250,8 @@ mod tests {
     /// The keys `reference.py` requires of `config.json` (its `CONFIG_KEYS`).
     #[test]
     fn the_config_has_every_key_the_reference_reads() {
-        let c = crate::host::config(Sizes::small(), 7);
-        let json = config_json(&c, 2, 3, Schedule::OneStream);
+        let c = crate::host::config(Sizes::small());
+        let json = config_json(&c, 7, 2, 3, Schedule::OneStream);
         let src = include_str!("../reference.py");
         let at = src
             .find("\nCONFIG_KEYS = (")

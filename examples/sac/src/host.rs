@@ -1,9 +1,9 @@
-//! The host's side of the step: the seeded initial parameters and batch, uploaded into
-//! the step's buffers, and [`Trainer`], which stages Adam's step-dependent scalars before
-//! each replay.
+//! The host's side of the step: the seeded initial parameters and replay buffer, uploaded
+//! into the step's buffers once, and [`Trainer`], which replays the step. Nothing is
+//! staged per step: the step draws its batch and noise and advances Adam's clock itself.
 
 use stepgraph::{Device, Result, Schedule};
-use stepgraph_kernels::{AdamHyper, AdamScalars};
+use stepgraph_kernels::AdamHyper;
 
 use crate::kernels::{Buf, Kernels};
 use crate::layers::{Mlp, Sizes};
@@ -17,16 +17,18 @@ pub const GAMMA: f32 = 0.99;
 pub const TAU: f32 = 0.005;
 /// `log α` at the start: `α = 1`.
 pub const INITIAL_LOG_ALPHA: f32 = 0.0;
+/// Transitions in the replay buffer unless `--replay` says otherwise.
+pub const DEFAULT_REPLAY: usize = 1 << 18;
 
-/// The step's config for `sizes` and the noise `seed`: MODEL.md's constants.
-pub fn config(sizes: Sizes, seed: u64) -> sac::Config {
+/// The step's config for `sizes`: MODEL.md's constants.
+pub fn config(sizes: Sizes) -> sac::Config {
     sac::Config {
         sizes,
         gamma: GAMMA,
         tau: TAU,
         target_entropy: -(sizes.action as f32),
         hyper: AdamHyper::default(),
-        seed,
+        lr: LR,
     }
 }
 
@@ -77,30 +79,36 @@ fn copy_mlp(device: &Device, src: &Mlp, dst: &mut Mlp) -> Result<()> {
     Ok(())
 }
 
-/// A generated batch: observations uniform in [−1, 1), actions in (−0.99, 0.99),
+/// A generated replay buffer: observations uniform in [−1, 1), actions in (−0.99, 0.99),
 /// rewards in [−1, 1), `done = 1` with probability 0.1.
-pub fn upload_batch(
+pub fn upload_replay(
     device: &Device,
     rng: &mut Rng,
     s: &Sizes,
-    batch: &mut crate::model::Batch,
+    replay: &mut crate::model::Replay,
 ) -> Result<()> {
-    let (b, o, a) = (s.batch, s.obs, s.action);
+    let (n, o, a) = (replay.r.len(), s.obs, s.action);
     let up = |buf: &mut Buf, v: Vec<f32>| device.upload(buf, &v);
-    up(&mut batch.s, rng.vec(b * o, -1.0, 1.0))?;
-    up(&mut batch.a, rng.vec(b * a, -0.99, 0.99))?;
-    up(&mut batch.r, rng.vec(b, -1.0, 1.0))?;
-    up(&mut batch.s2, rng.vec(b * o, -1.0, 1.0))?;
-    let done = (0..b)
+    up(&mut replay.s, rng.vec(n * o, -1.0, 1.0))?;
+    up(&mut replay.a, rng.vec(n * a, -0.99, 0.99))?;
+    up(&mut replay.r, rng.vec(n, -1.0, 1.0))?;
+    up(&mut replay.s2, rng.vec(n * o, -1.0, 1.0))?;
+    let done = (0..n)
         .map(|_| if rng.uniform() < 0.1 { 1.0 } else { 0.0 })
         .collect();
-    up(&mut batch.done, done)
+    up(&mut replay.done, done)
 }
 
 /// The step's buffers for `sizes`, seeded: the networks initialised from `seed`, the
-/// target critics copies of the critics, `log α = 0`, a generated batch.
-pub fn initial_buffers(device: &Device, sizes: &Sizes, seed: u64) -> Result<sac::Buffers> {
-    let mut b = allocate(device, sizes)?;
+/// target critics copies of the critics, `log α = 0`, a generated replay buffer of
+/// `replay` transitions, the device generator of `seed`.
+pub fn initial_buffers(
+    device: &Device,
+    sizes: &Sizes,
+    replay: usize,
+    seed: u64,
+) -> Result<sac::Buffers> {
+    let mut b = allocate(device, sizes, replay, seed)?;
     let mut rng = Rng::new(seed);
     for critic in &mut b.critic {
         init_mlp(device, &mut rng, critic)?;
@@ -110,22 +118,21 @@ pub fn initial_buffers(device: &Device, sizes: &Sizes, seed: u64) -> Result<sac:
         copy_mlp(device, critic, target)?;
     }
     device.upload(&mut b.log_alpha, &[INITIAL_LOG_ALPHA])?;
-    upload_batch(device, &mut rng, sizes, &mut b.batch)?;
+    upload_replay(device, &mut rng, sizes, &mut b.replay)?;
     device.synchronize()?;
     Ok(b)
 }
 
-/// The captured step and the count of replays, for Adam's bias corrections.
+/// The captured step.
 #[derive(Debug)]
 pub struct Trainer {
     /// The step.
     pub step: sac::Step,
-    /// Replays so far.
-    pub t: u32,
 }
 
 impl Trainer {
-    /// The seeded step for `sizes`, captured with `schedule`.
+    /// The seeded step for `sizes` with a replay buffer of [`DEFAULT_REPLAY`]
+    /// transitions, captured with `schedule`.
     pub fn new(
         device: &Device,
         kernels: std::sync::Arc<Kernels>,
@@ -133,31 +140,33 @@ impl Trainer {
         seed: u64,
         schedule: Schedule,
     ) -> Result<Trainer> {
-        let buffers = initial_buffers(device, &sizes, seed)?;
-        let step =
-            sac::Step::with_schedule(device, kernels, buffers, config(sizes, seed), schedule)?;
-        Ok(Trainer { step, t: 0 })
+        Trainer::with_replay(device, kernels, sizes, DEFAULT_REPLAY, seed, schedule)
     }
 
-    /// One update: stages lr and the bias corrections of step `t + 1`, then replays.
+    /// The same with a replay buffer of `replay` transitions.
+    pub fn with_replay(
+        device: &Device,
+        kernels: std::sync::Arc<Kernels>,
+        sizes: Sizes,
+        replay: usize,
+        seed: u64,
+        schedule: Schedule,
+    ) -> Result<Trainer> {
+        let buffers = initial_buffers(device, &sizes, replay, seed)?;
+        let step = sac::Step::with_schedule(device, kernels, buffers, config(sizes), schedule)?;
+        Ok(Trainer { step })
+    }
+
+    /// One update: one replay of the graph (it draws its batch and noise and advances
+    /// Adam's clock itself).
     pub fn update(&mut self) -> Result<()> {
-        self.stage_next()?;
         self.step.replay()
     }
 
     /// The same update run eagerly: every op issued to its stream, no graph (for
     /// comparison with the replay).
     pub fn update_eager(&mut self) -> Result<()> {
-        self.stage_next()?;
         self.step.run_eager()
-    }
-
-    /// Stages the scalars of step `t + 1`.
-    fn stage_next(&mut self) -> Result<()> {
-        self.t += 1;
-        let hyper = self.step.config().hyper;
-        let values = AdamScalars::at_step(LR, &hyper, self.t).values();
-        self.step.stage(|b| &b.scalars.staged, &values)
     }
 
     /// Every network of the step, named: the critics, their targets, the actor.
@@ -175,28 +184,24 @@ impl Trainer {
     /// targets, the actor ([`Trainer::networks`]'s order), each as its `tensors()`, then
     /// `log α`.
     pub fn parameters(&self) -> Result<Vec<Vec<f32>>> {
-        self.step.wait()?;
-        let b = self.step.buffers();
-        let mut out = Vec::new();
-        for (_, net) in Self::networks(b) {
-            for t in net.tensors() {
-                out.push(self.step.download(|_| t)?);
-            }
-        }
-        out.push(self.step.download(|b| &b.log_alpha)?);
-        Ok(out)
+        self.step.download_many(|b| {
+            let nets = Self::networks(b)
+                .into_iter()
+                .flat_map(|(_, net)| net.tensors());
+            nets.chain([&b.log_alpha]).collect()
+        })
     }
 
     /// The losses of the last finished replay (waits for it): each critic's `L_Qi`, then
     /// `L_π` and `L_α`.
     pub fn losses(&self) -> Result<Vec<f32>> {
-        self.step.wait()?;
-        let b = self.step.buffers();
-        let critics = b.critic_pass.iter().map(|p| &p.loss);
-        critics
-            .chain([&b.actor_loss.loss, &b.temperature.loss])
-            .map(|l| Ok(self.step.download(|_| l)?[0]))
-            .collect()
+        let all = self.step.download_many(|b| {
+            let critics = b.critic_pass.iter().map(|p| &p.loss);
+            critics
+                .chain([&b.actor_loss.loss, &b.temperature.loss])
+                .collect()
+        })?;
+        Ok(all.iter().map(|l| l[0]).collect())
     }
 }
 

@@ -157,53 +157,6 @@ impl Kernels {
         }
     }
 
-    /// The step's normals from the generator's key `(seed, counter[0])` (MODEL.md, "The
-    /// noise"): elements `0 .. n` into `eps_next`, `n .. 2n` into `eps_cur`.
-    pub fn draw_normals(
-        &self,
-        stream: &CaptureStream<'_>,
-        counter: &DeviceBuffer<u64>,
-        eps_next: &mut Buf,
-        eps_cur: &mut Buf,
-        seed: u64,
-    ) -> Result<()> {
-        check_len("draw_normals: counter", counter.len(), 1)?;
-        check_len(
-            "draw_normals: eps_cur (the length of eps_next)",
-            eps_cur.len(),
-            eps_next.len(),
-        )?;
-        let n = positive("draw_normals: eps_next", eps_next.len())?;
-        let both = len_u32("draw_normals: both outputs", 2 * eps_next.len())?;
-        // SAFETY: threads with e >= 2n return; thread e writes eps_next[e] (e < n) or
-        // eps_cur[e - n], both n long (checked); the counter holds one element.
-        unsafe {
-            self.raw.draw_normals(
-                stream,
-                elementwise_config(both),
-                counter,
-                eps_next,
-                eps_cur,
-                seed,
-                n,
-            )
-        }
-    }
-
-    /// `counter[0] += 1`: the next step draws from the next key.
-    pub fn advance_counter(
-        &self,
-        stream: &CaptureStream<'_>,
-        counter: &mut DeviceBuffer<u64>,
-    ) -> Result<()> {
-        check_len("advance_counter: counter", counter.len(), 1)?;
-        // SAFETY: one thread writes counter[0], which exists (checked above).
-        unsafe {
-            self.raw
-                .advance_counter(stream, elementwise_config(1), counter)
-        }
-    }
-
     /// The tanh-Gaussian sample: `head [rows, 2 dims]` (mean, raw log_std), `eps [rows,
     /// dims]`; writes `act [rows, dims]` and `logp [rows]`.
     #[allow(clippy::too_many_arguments)]

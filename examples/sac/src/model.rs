@@ -1,17 +1,39 @@
 //! The SAC update step of MODEL.md as a stepgraph step: its buffers and its ops in
-//! program order. The batch, the noise, the soft target and the Polyak updates' inputs
-//! are on `main`; each critic on its own stream (`q1`, `q2`), for its update and for the
-//! passes the actor's gradient takes through it; the actor and the temperature on `actor`.
+//! program order. Adam's clock, the batch drawn from the replay buffer, the noise and the
+//! soft target are on `main`; each critic on its own stream of the group `critic[N]`, for
+//! its update, the passes the actor's gradient takes through it and its Polyak update;
+//! the actor and the temperature on `actor`.
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, HostInput, Result, StepBuffer};
-use stepgraph_kernels::{ADAM_SCALARS, AdamHyper, AdamSlot, ParamEntry, ParamTable};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, StepBuffer};
+use stepgraph_kernels::{
+    AdamClock, AdamHyper, AdamSlot, DeviceRng, PairTable, ParamEntry, ParamTable, Substream,
+};
 
 use crate::kernels::{Buf, Kernels};
 use crate::layers::{Mlp, MlpAct, MlpBack, MlpDims, Sizes, mlp_backward, mlp_forward};
 
-/// One batch of transitions (MODEL.md's inputs), uploaded by the host.
+/// The replay buffer: `R` transitions on the device, filled before training; each step
+/// draws its batch from it.
+#[derive(Debug, StepBuffer)]
+pub struct Replay {
+    /// `[R, S]`.
+    pub s: Buf,
+    /// `[R, A]`.
+    pub a: Buf,
+    /// `[R]`.
+    pub r: Buf,
+    /// `[R, S]`.
+    pub s2: Buf,
+    /// `[R]`.
+    pub done: Buf,
+}
+
+/// One batch of transitions (MODEL.md's inputs), gathered from the replay buffer at the
+/// rows `idx` the step drew.
 #[derive(Debug, StepBuffer)]
 pub struct Batch {
+    /// `[B]`: the replay rows of this step's batch.
+    pub idx: DeviceBuffer<u32>,
     /// `[B, S]`.
     pub s: Buf,
     /// `[B, A]`, in (−1, 1).
@@ -24,11 +46,9 @@ pub struct Batch {
     pub done: Buf,
 }
 
-/// The counter-based generator's state and the step's normals.
+/// The step's normals.
 #[derive(Debug, StepBuffer)]
 pub struct Noise {
-    /// `[1]`: moved on once per step.
-    pub counter: DeviceBuffer<u64>,
     /// `ε' [B, A]`, for the next observations.
     pub next: Buf,
     /// `ε [B, A]`, for the current ones.
@@ -124,14 +144,6 @@ pub struct Temperature {
     pub scratch: Buf,
 }
 
-/// lr and Adam's bias corrections: staged by the host before each replay and copied in
-/// by the step's first op; every optimizer reads the copy.
-#[derive(Debug, StepBuffer)]
-pub struct Scalars {
-    pub staged: HostInput<f32>,
-    pub values: Buf,
-}
-
 /// The critics' activations at the next observations, under the target critics.
 #[derive(Debug, StepBuffer)]
 pub struct TargetPass {
@@ -143,7 +155,7 @@ fn adam(
     stream: &CaptureStream<'_>,
     k: &Kernels,
     hyper: AdamHyper,
-    scalars: &Buf,
+    scalars: &DeviceBuffer<f32>,
     grads: &Mlp,
     params: &mut Mlp,
     optim: &mut Optim,
@@ -205,13 +217,26 @@ fn train_critic(
     mlp_backward(&blas, s, k, d, net, x, act, dq, back, Some(grads), None)
 }
 
-/// The Polyak update `target ← τ θ + (1 − τ) target`.
-fn polyak(s: &CaptureStream<'_>, k: &Kernels, tau: f32, net: &Mlp, target: &mut Mlp) -> Result<()> {
-    for (p, t) in net.tensors().into_iter().zip(target.tensors_mut()) {
-        k.generic.axpby(s, p, t, tau, 1.0 - tau)?;
-    }
-    Ok(())
+/// The Polyak update `target ← τ θ + (1 − τ) target` over the whole network in one
+/// launch (`table` pairs `net`'s tensors with `target`'s).
+fn polyak(
+    s: &CaptureStream<'_>,
+    k: &Kernels,
+    tau: f32,
+    table: &PairTable,
+    net: &Mlp,
+    target: &mut Mlp,
+) -> Result<()> {
+    let mut targets = target.tensors_mut();
+    k.generic
+        .axpby_table(s, table, &net.tensors(), &mut targets, tau, 1.0 - tau)
 }
+
+/// The noise's and the batch's substreams of the step's generator: different, so that
+/// the draws of one step are unrelated.
+pub const NOISE_NEXT: Substream = Substream(0);
+pub const NOISE_CUR: Substream = Substream(1);
+pub const BATCH_ROWS: Substream = Substream(2);
 
 /// The actor's sample at `obs` with `eps`, into `out`.
 fn sample(
@@ -274,9 +299,13 @@ pub mod sac {
     #[buffers]
     #[derive(Debug)]
     pub struct Buffers {
+        /// Adam's step count and the bias corrections, advanced in the graph.
+        pub clock: AdamClock,
+        /// The step's random generator: the batch's rows and the noise.
+        pub rng: DeviceRng,
+        pub replay: Replay,
         pub batch: Batch,
         pub noise: Noise,
-        pub scalars: Scalars,
         /// `[B, C]`: `[s, a]`, the critics' training input.
         pub x_data: Buf,
         /// The critics `Qi`.
@@ -303,6 +332,9 @@ pub mod sac {
         pub critic_grad: [Mlp; CRITICS],
         #[per_branch]
         pub critic_optim: [Optim; CRITICS],
+        /// Each critic's tensors paired with its target's, for the Polyak update.
+        #[per_branch]
+        pub polyak_table: [PairTable; CRITICS],
         /// The actor's sample at `s`, with `ε`.
         pub pi: Policy,
         /// Each critic's passes for the actor's gradient.
@@ -326,26 +358,54 @@ pub mod sac {
         /// `H̄ = −A`.
         pub target_entropy: f32,
         pub hyper: AdamHyper,
-        /// The noise generator's seed.
-        pub seed: u64,
+        /// Every optimizer's learning rate.
+        pub lr: f32,
     }
 
-    /// lr and the bias corrections the host staged for this replay.
-    fn begin(stream: &CaptureStream<'_>, scalars: &mut Scalars) -> Result<()> {
-        let Scalars { staged, values } = scalars;
-        stream.stage(staged, values)
+    /// Adam's step count moves on and the bias corrections of the new step are written,
+    /// in the graph: no host work per step.
+    fn begin(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        lr: f32,
+        hyper: AdamHyper,
+        clock: &mut AdamClock,
+    ) -> Result<()> {
+        k.generic.adam_tick(stream, clock, lr, hyper)
     }
 
-    /// This step's `ε'` and `ε`, then the generator's counter moves on.
+    /// This step's batch: `B` rows drawn uniformly from the replay buffer, gathered.
+    fn draw_batch(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        rng: &DeviceRng,
+        replay: &Replay,
+        batch: &mut Batch,
+    ) -> Result<()> {
+        let g = &k.generic;
+        let rows = replay.r.len();
+        g.rng_indices(stream, rng, BATCH_ROWS, rows, &mut batch.idx)?;
+        let idx = &batch.idx;
+        g.gather_rows(stream, &replay.s, idx, &mut batch.s, sizes.obs)?;
+        g.gather_rows(stream, &replay.a, idx, &mut batch.a, sizes.action)?;
+        g.gather_rows(stream, &replay.r, idx, &mut batch.r, 1)?;
+        g.gather_rows(stream, &replay.s2, idx, &mut batch.s2, sizes.obs)?;
+        g.gather_rows(stream, &replay.done, idx, &mut batch.done, 1)
+    }
+
+    /// This step's `ε'` and `ε`, then the generator moves on: the next step draws a new
+    /// batch and new noise.
     fn draw_noise(
         stream: &CaptureStream<'_>,
         k: &Kernels,
-        seed: u64,
+        rng: &mut DeviceRng,
         noise: &mut Noise,
     ) -> Result<()> {
-        let Noise { counter, next, cur } = noise;
-        k.draw_normals(stream, counter, next, cur, seed)?;
-        k.advance_counter(stream, counter)
+        let g = &k.generic;
+        g.rng_normal(stream, rng, NOISE_NEXT, &mut noise.next)?;
+        g.rng_normal(stream, rng, NOISE_CUR, &mut noise.cur)?;
+        g.rng_advance(stream, rng)
     }
 
     /// The critics' training input `[s, a]`.
@@ -460,7 +520,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         hyper: AdamHyper,
-        scalars: &Scalars,
+        clock: &AdamClock,
         critic_grad: &Mlp,
         critic: &mut Mlp,
         critic_optim: &mut Optim,
@@ -469,7 +529,7 @@ pub mod sac {
             stream,
             k,
             hyper,
-            &scalars.values,
+            clock.scalars(),
             critic_grad,
             critic,
             critic_optim,
@@ -602,7 +662,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         hyper: AdamHyper,
-        scalars: &Scalars,
+        clock: &AdamClock,
         actor_grad: &Mlp,
         actor_net: &mut Mlp,
         actor_optim: &mut Optim,
@@ -611,7 +671,7 @@ pub mod sac {
             stream,
             k,
             hyper,
-            &scalars.values,
+            clock.scalars(),
             actor_grad,
             actor_net,
             actor_optim,
@@ -625,7 +685,7 @@ pub mod sac {
         k: &Kernels,
         target_entropy: f32,
         hyper: AdamHyper,
-        scalars: &Scalars,
+        clock: &AdamClock,
         pi: &Policy,
         log_alpha: &mut Buf,
         temperature: &mut Temperature,
@@ -649,7 +709,7 @@ pub mod sac {
             v,
         }];
         k.generic
-            .adam_clip_update(stream, table, &mut slots, sq_norm, &scalars.values, hyper)
+            .adam_clip_update(stream, table, &mut slots, sq_norm, clock.scalars(), hyper)
     }
 
     /// Target critic `d` toward critic `d` as updated in this step.
@@ -658,10 +718,11 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         tau: f32,
+        polyak_table: &PairTable,
         critic: &Mlp,
         critic_target: &mut Mlp,
     ) -> Result<()> {
-        polyak(stream, k, tau, critic, critic_target)
+        polyak(stream, k, tau, polyak_table, critic, critic_target)
     }
 }
 
@@ -735,9 +796,11 @@ fn per_critic<T>(
         .map_err(|_| stepgraph::Error::Invalid(format!("expected {CRITICS} critics")))
 }
 
-/// Allocates every buffer of the step for `sizes`, zeroed: the caller uploads the
-/// parameters, `log α` and the batch ([`crate::host::initial_buffers`] does).
-pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
+/// Allocates every buffer of the step for `sizes`, zeroed, with a replay buffer of
+/// `replay` rows and the generator of `seed`: the caller uploads the parameters (the
+/// targets the critics' copies), `log α` and the replay buffer
+/// ([`crate::host::initial_buffers`] does).
+pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<sac::Buffers> {
     s.check()?;
     let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
     let (b, c) = (s.batch, s.critic_in());
@@ -748,6 +811,23 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
         |i, name| optim(device, cd, &name, &critic[i], &critic_grad[i]),
         "",
     )?;
+    let critic_target = per_critic(|_, name| Mlp::zeros(device, cd, &name), "_target")?;
+    let polyak_table = per_critic(
+        |i, _| {
+            let pairs: Vec<_> = critic[i]
+                .tensors()
+                .into_iter()
+                .zip(critic_target[i].tensors())
+                .collect();
+            PairTable::new(device, &pairs)
+        },
+        "",
+    )?;
+    if replay == 0 {
+        return Err(stepgraph::Error::Invalid(
+            "the replay buffer must hold at least 1 transition, found 0".into(),
+        ));
+    }
     let actor_net = Mlp::zeros(device, ad, "actor")?;
     let actor_grad = Mlp::zeros(device, ad, "actor.grad")?;
     let actor_optim = optim(device, ad, "actor", &actor_net, &actor_grad)?;
@@ -769,8 +849,19 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
             table,
         }
     };
+    let rz = |what: &str, width: usize| z(what, replay * width);
     Ok(sac::Buffers {
+        clock: AdamClock::new(device, 0)?,
+        rng: DeviceRng::new(device, seed)?,
+        replay: Replay {
+            s: rz("replay.s", s.obs)?,
+            a: rz("replay.a", s.action)?,
+            r: rz("replay.r", 1)?,
+            s2: rz("replay.s2", s.obs)?,
+            done: rz("replay.done", 1)?,
+        },
         batch: Batch {
+            idx: device.alloc_zeros("batch rows", b)?,
             s: z("s", b * s.obs)?,
             a: z("a", b * s.action)?,
             r: z("r", b)?,
@@ -778,16 +869,12 @@ pub fn allocate(device: &Device, s: &Sizes) -> Result<sac::Buffers> {
             done: z("done", b)?,
         },
         noise: Noise {
-            counter: device.alloc_zeros("noise counter", 1)?,
             next: z("eps_next", b * s.action)?,
             cur: z("eps", b * s.action)?,
         },
-        scalars: Scalars {
-            staged: HostInput::new(device, "adam scalars (staged)", ADAM_SCALARS)?,
-            values: z("adam scalars", ADAM_SCALARS)?,
-        },
         x_data: z("x_data", b * c)?,
-        critic_target: per_critic(|_, name| Mlp::zeros(device, cd, &name), "_target")?,
+        critic_target,
+        polyak_table,
         critic,
         actor_net,
         log_alpha,
@@ -845,7 +932,7 @@ mod tests {
 
     #[test]
     fn the_plan_audits_clean() {
-        assert_eq!(sac::PLAN.ops.len(), 10 + 6 * CRITICS);
+        assert_eq!(sac::PLAN.ops.len(), 11 + 6 * CRITICS);
         let audit = sac::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");

@@ -7,17 +7,6 @@ use crate::kernels::{LOG_STD_MAX, LOG_STD_MIN, TANH_EPS};
 /// `½ log 2π`.
 const LOG_SQRT_2PI: f64 = 0.918_938_533_204_672_7;
 
-/// splitmix64's increment.
-const GAMMA_64: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// splitmix64's output function after its increment (`cuda/sac.cu`'s `sac_splitmix`).
-pub fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(GAMMA_64);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// `[x[b], a[b]]` for every row: `x [rows, xs]`, `a [rows, as_]`.
 pub fn concat_cols_reference(x: &[f32], a: &[f32], rows: usize, xs: usize, as_: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(rows * (xs + as_));
@@ -67,20 +56,6 @@ pub fn mse_loss_reference(q: &[f32], y: &[f32]) -> (Vec<f32>, f32) {
         .sum::<f64>()
         / n;
     (dq, loss as f32)
-}
-
-/// The step's normals `(eps_next, eps_cur)`, `n` each, for `(seed, counter)`.
-pub fn draw_normals_reference(seed: u64, counter: u64, n: usize) -> (Vec<f32>, Vec<f32>) {
-    let key = splitmix(splitmix(seed) ^ counter);
-    let z: Vec<f32> = (0..2 * n as u64)
-        .map(|e| {
-            let bits = splitmix(key.wrapping_add(e.wrapping_mul(GAMMA_64)));
-            let u1 = (((bits >> 40) as u32 + 1) as f64) / (1u64 << 24) as f64;
-            let u2 = (((bits >> 16) as u32 & 0xFF_FFFF) as f64) / (1u64 << 24) as f64;
-            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-        })
-        .collect();
-    (z[..n].to_vec(), z[n..].to_vec())
 }
 
 /// The clamped log standard deviation.
@@ -343,21 +318,6 @@ mod tests {
             add_action_cols_reference(&[&dx1, &dx2], 2, 2, 1),
             [2.5, 3.5, 5.5, 6.5]
         );
-    }
-
-    #[test]
-    fn the_normals_are_standard_and_each_key_gives_fresh_ones() {
-        let (a, b) = draw_normals_reference(42, 0, 20000);
-        let (c, _) = draw_normals_reference(42, 1, 20000);
-        let all: Vec<f64> = a.iter().chain(&b).map(|&v| f64::from(v)).collect();
-        let mean = all.iter().sum::<f64>() / all.len() as f64;
-        let var = all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / all.len() as f64;
-        assert!(mean.abs() < 0.02, "mean {mean}");
-        assert!((var - 1.0).abs() < 0.03, "variance {var}");
-        assert!(all.iter().all(|v| v.is_finite()));
-        assert_ne!(a, b);
-        assert_ne!(a, c);
-        assert_eq!(draw_normals_reference(42, 0, 20000).0, a);
     }
 
     #[test]

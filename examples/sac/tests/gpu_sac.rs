@@ -126,41 +126,6 @@ fn gpu_mse_loss_matches_its_reference() {
     }
 }
 
-#[test]
-fn gpu_normals_match_their_reference_and_move_on_with_the_counter() {
-    let (device, k) = gpu();
-    let n = 16384 * 8;
-    let seed = 0x5AC;
-    let mut counter = device.upload_new("counter", &[5u64]).unwrap();
-    let mut next = nan_buffer(&device, "eps_next", n).unwrap();
-    let mut cur = nan_buffer(&device, "eps", n).unwrap();
-    for c in 5..7u64 {
-        run_one_op(&device, |s| {
-            k.draw_normals(s, &counter, &mut next, &mut cur, seed)?;
-            k.advance_counter(s, &mut counter)
-        });
-        let (want_next, want_cur) = draw_normals_reference(seed, c, n);
-        let case = format!("draw_normals, counter {c}");
-        check_within(
-            &case,
-            "eps_next",
-            &device.download(&next).unwrap(),
-            &want_next,
-            1e-2,
-            1e-5,
-        );
-        check_within(
-            &case,
-            "eps",
-            &device.download(&cur).unwrap(),
-            &want_cur,
-            1e-2,
-            1e-5,
-        );
-    }
-    assert_eq!(device.download(&counter).unwrap(), [7]);
-}
-
 /// A head `[rows, 2 dims]`: means in ±0.5, raw log_std in [−3, 0], and in every 7th row
 /// one raw log_std below the lower clamp and one above the upper.
 fn random_head(rng: &mut Rng, rows: usize, dims: usize) -> Vec<f32> {
@@ -416,7 +381,86 @@ fn gpu_the_planned_step_replays_the_one_stream_step_bit_for_bit() {
             };
             assert_ne!(a, b, "{sizes:?}: {name} did not change");
         }
-        let counter = planned.step.download(|b| &b.noise.counter).unwrap();
+        let counter = planned.step.download(|b| b.rng.counter()).unwrap();
         assert_eq!(counter, [3], "{sizes:?}: one draw per update");
+        let t = planned.step.download(|b| b.clock.t()).unwrap();
+        assert_eq!(t, [3], "{sizes:?}: one Adam step per update");
+    }
+}
+
+/// Each update draws its own batch from the replay buffer and its own noise, in the graph:
+/// the rows are the CPU draw of the generator at that update's counter, the batch is
+/// those rows of the replay buffer bit for bit, the normals are the reference's within
+/// their ulp bound, and the next update draws other rows.
+#[test]
+fn gpu_each_update_draws_a_fresh_batch_and_noise_from_the_replay_buffer() {
+    use stepgraph_kernels::{RNG_NORMAL_ULPS, gather_rows_reference, rng_indices_reference};
+    use stepgraph_sac::model::{BATCH_ROWS, NOISE_CUR, NOISE_NEXT};
+    let (device, k) = gpu();
+    let sizes = Sizes::small();
+    let (rows, seed) = (5003, 77);
+    let mut t =
+        Trainer::with_replay(&device, Arc::new(k), sizes, rows, seed, Schedule::Planned).unwrap();
+    let replay = t
+        .step
+        .download_many(|b| {
+            vec![
+                &b.replay.s,
+                &b.replay.a,
+                &b.replay.r,
+                &b.replay.s2,
+                &b.replay.done,
+            ]
+        })
+        .unwrap();
+    let widths = [sizes.obs, sizes.action, 1, sizes.obs, 1];
+    let mut previous = None;
+    for counter in 0..2u64 {
+        t.update().unwrap();
+        let idx = t.step.download(|b| &b.batch.idx).unwrap();
+        let want = rng_indices_reference(seed, counter, BATCH_ROWS, rows as u32, sizes.batch);
+        assert_eq!(idx, want, "update {counter}: the rows drawn");
+        assert!(idx.iter().all(|&i| (i as usize) < rows));
+        let batch = t
+            .step
+            .download_many(|b| {
+                vec![
+                    &b.batch.s,
+                    &b.batch.a,
+                    &b.batch.r,
+                    &b.batch.s2,
+                    &b.batch.done,
+                ]
+            })
+            .unwrap();
+        for (field, ((got, src), w)) in batch.iter().zip(&replay).zip(widths).enumerate() {
+            let want = gather_rows_reference(src, &idx, w);
+            assert_eq!(
+                bits(&[got]),
+                bits(&[&want]),
+                "update {counter}: batch field {field}"
+            );
+        }
+        let n = sizes.batch * sizes.action;
+        let noise = t
+            .step
+            .download_many(|b| vec![&b.noise.next, &b.noise.cur])
+            .unwrap();
+        for (sub, got) in [NOISE_NEXT, NOISE_CUR].into_iter().zip(&noise) {
+            let want = stepgraph_kernels::rng_normal_reference(seed, counter, sub, n);
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g.to_bits() as i64 - w.to_bits() as i64).unsigned_abs())
+                .max()
+                .unwrap();
+            assert!(
+                worst <= u64::from(RNG_NORMAL_ULPS),
+                "update {counter}: {worst} ulps"
+            );
+        }
+        if let Some(p) = previous.replace(idx.clone()) {
+            assert_ne!(p, idx, "two updates drew the same rows");
+        }
     }
 }

@@ -35,14 +35,29 @@ pub fn run(
     device: &Device,
     kernels: &Arc<Kernels>,
     sizes: Sizes,
+    replay: usize,
     seed: u64,
     replays: usize,
     dir: &Path,
 ) -> Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::Invalid(format!("could not create {}: {e}", dir.display())))?;
-    let mut planned = Trainer::new(device, kernels.clone(), sizes, seed, Schedule::Planned)?;
-    let mut serial = Trainer::new(device, kernels.clone(), sizes, seed, Schedule::OneStream)?;
+    let mut planned = Trainer::with_replay(
+        device,
+        kernels.clone(),
+        sizes,
+        replay,
+        seed,
+        Schedule::Planned,
+    )?;
+    let mut serial = Trainer::with_replay(
+        device,
+        kernels.clone(),
+        sizes,
+        replay,
+        seed,
+        Schedule::OneStream,
+    )?;
     // A few real updates first, so that the timed state is a trained one (the values
     // replayed below do not change the kernels' work: every size is fixed).
     for _ in 0..10 {
@@ -53,13 +68,8 @@ pub fn run(
     let b = median(&mut serial.step.executor().time_replays(WARMUP, replays)?);
     // The planned step with the declared stream priorities ignored: what they buy.
     let c_flat = {
-        let mut flat = Trainer::new(
-            device,
-            kernels.clone(),
-            sizes,
-            seed,
-            Schedule::PlannedEqualPriority,
-        )?;
+        let equal = Schedule::PlannedEqualPriority;
+        let mut flat = Trainer::with_replay(device, kernels.clone(), sizes, replay, seed, equal)?;
         flat.update()?;
         median(&mut flat.step.executor().time_replays(WARMUP, replays)?)
     };

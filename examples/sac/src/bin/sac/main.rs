@@ -40,6 +40,8 @@ struct Options {
     bench: Option<PathBuf>,
     /// Replays per timing.
     replays: usize,
+    /// Transitions in the replay buffer.
+    replay: usize,
 }
 
 impl Options {
@@ -53,7 +55,7 @@ impl Options {
 }
 
 const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--one-stream] [--check DIR] [--bench DIR [--replays N]] \
+                     [--seed N] [--replay N] [--one-stream] [--check DIR] [--bench DIR [--replays N]] \
                      | --print-plan dot|svg";
 
 fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
@@ -65,6 +67,7 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
         check: None,
         bench: None,
         replays: 200,
+        replay: stepgraph_sac::host::DEFAULT_REPLAY,
     };
     while let Some(flag) = args.next() {
         if flag == "--one-stream" {
@@ -92,6 +95,7 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
             "--action" => o.sizes.action = number("--action")?,
             "--hidden" => o.sizes.hidden = number("--hidden")?,
             "--replays" => o.replays = number("--replays")?,
+            "--replay" => o.replay = number("--replay")?,
             "--bench" => o.bench = Some(PathBuf::from(&value)),
             "--seed" => {
                 o.seed = value
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
                 &device,
                 &Arc::new(k),
                 options.sizes,
+                options.replay,
                 options.seed,
                 options.replays,
                 dir,
@@ -172,7 +177,8 @@ fn main() -> ExitCode {
 
 fn train(device: &Device, o: &Options) -> Result<()> {
     let kernels = Arc::new(Kernels::load(device)?);
-    let mut trainer = Trainer::new(device, kernels, o.sizes, o.seed, o.schedule())?;
+    let mut trainer =
+        Trainer::with_replay(device, kernels, o.sizes, o.replay, o.seed, o.schedule())?;
     let steps = o.steps.unwrap_or(100);
     for i in 0..steps {
         trainer.update()?;
