@@ -735,6 +735,10 @@ def cmd_write_fake(args):
 
 # ----------------------------------------------------------------------------- bench
 
+# Rows of the bench's replay buffer, the Rust example's default (`DEFAULT_REPLAY`).
+REPLAY_ROWS = 1 << 18
+
+
 class BenchModel:
     """The update with N critics in PyTorch, as fast as eager PyTorch reasonably goes:
     fused Adam (foreach on a CPU), foreach clipping and a foreach lerp for Polyak, the
@@ -761,12 +765,29 @@ class BenchModel:
         kw["capturable"] = capturable
         self.opts = [torch.optim.Adam(p, **kw) for p in self.critics] + \
             [torch.optim.Adam(self.actor, **kw), torch.optim.Adam([self.log_alpha], **kw)]
-        x = torch.rand(B, 2 * S + A + 2, device=device, generator=gen)
-        self.s, self.s2 = x[:, :S] * 2 - 1, x[:, S:2 * S] * 2 - 1
-        self.a = (x[:, 2 * S:2 * S + A] * 2 - 1) * 0.99
-        self.r, self.done = x[:, -2] * 2 - 1, (x[:, -1] < 0.1).float()
+        # A replay buffer on the device, as the Rust step's, that each update draws its
+        # batch from (the same work: an index draw and a gather per update).
+        rows = c.get("replay", REPLAY_ROWS)
+        self.replay = torch.rand(rows, 2 * S + A + 2, generator=gen).to(device)
         self.device = device
+        self.draw_batch()
         self.losses = torch.zeros(c["critics"] + 2, device=device)
+
+    def draw_batch(self):
+        """B rows of the replay buffer into the batch's tensors, in place (a CUDA graph
+        replays into the same memory)."""
+        c = self.c
+        B, S, A = c["batch"], c["obs"], c["action"]
+        idx = torch.randint(self.replay.shape[0], (B,), device=self.device)
+        x = self.replay.index_select(0, idx)
+        parts = dict(s=x[:, :S] * 2 - 1, s2=x[:, S:2 * S] * 2 - 1,
+                     a=(x[:, 2 * S:2 * S + A] * 2 - 1) * 0.99, r=x[:, -2] * 2 - 1,
+                     done=(x[:, -1] < 0.1).float())
+        for name, v in parts.items():
+            if hasattr(self, name):
+                getattr(self, name).copy_(v)
+            else:
+                setattr(self, name, v.clone())
 
     def critic_loss(self, eps_next):
         c = self.c
@@ -812,6 +833,7 @@ class BenchModel:
         def update():
             for o in self.opts:
                 o.zero_grad(set_to_none=True)
+            self.draw_batch()
             noise = torch.randn(2, B, A, device=self.device)
             lq = critic_loss(noise[0])
             lq.sum().backward()
@@ -857,7 +879,10 @@ def run_variant(name, c, args, device):
     elif name.startswith("compile:"):
         mode = name.split(":", 1)[1]
         importlib.import_module("torch._dynamo").reset()
-        inner = model.make_update(lambda f: torch.compile(f, mode=mode))
+        # dynamic=False: the four optimizer steps share one code object with different
+        # shapes, and automatic dynamic shapes then fail in torch 2.11's guards
+        # (IndexError in produce_guards, measured on the H200).
+        inner = model.make_update(lambda f: torch.compile(f, mode=mode, dynamic=False))
 
         def step():
             if mode == "reduce-overhead":

@@ -164,22 +164,6 @@ extern "C" __global__ void argmin_grad(const unsigned* __restrict__ argmin,
     }
 }
 
-// da[b, j] (+)= dx[b, obs + j]: the action columns of a critic's input gradient dx
-// [rows, obs + dims], added into da [rows, dims] (written, not added, when first != 0).
-// One thread per element of da.
-extern "C" __global__ void add_action_cols(const float* __restrict__ dx, float* __restrict__ da,
-                                           unsigned rows, unsigned dims, unsigned obs,
-                                           unsigned first) {
-    const unsigned i = global_index();
-    if (i >= rows * dims) {
-        return;
-    }
-    const unsigned b = i / dims;
-    const unsigned j = i - b * dims;
-    const float g = dx[b * (obs + dims) + obs + j];
-    da[i] = first ? g : da[i] + g;
-}
-
 // The actor loss's gradient with respect to the actor's head [B, 2A] (MODEL.md, "Actor"):
 // from da [B, A], the loss's gradient with respect to the action through the critics, the
 // entropy term alpha / B logp, through the tanh, the reparameterisation and the clamp.

@@ -306,50 +306,9 @@ impl Kernels {
         }
     }
 
-    /// `da (+)= dx[:, obs..]`: the action columns of a critic's input gradient `dx [rows,
-    /// obs + dims]` into `da [rows, dims]`, written when `first`, added otherwise.
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_action_cols(
-        &self,
-        stream: &CaptureStream<'_>,
-        dx: &Buf,
-        da: &mut Buf,
-        rows: usize,
-        dims: usize,
-        obs: usize,
-        first: bool,
-    ) -> Result<()> {
-        let what = "add_action_cols";
-        let (r, d, o) = (
-            positive("add_action_cols: rows", rows)?,
-            positive("add_action_cols: dims", dims)?,
-            positive("add_action_cols: obs", obs)?,
-        );
-        let inputs = product(what, &[rows, obs + dims])?;
-        check_len("add_action_cols: dx ([rows, obs + dims])", dx.len(), inputs)?;
-        len_u32("add_action_cols: dx", inputs)?;
-        let n = product(what, &[rows, dims])?;
-        check_len("add_action_cols: da ([rows, dims])", da.len(), n)?;
-        let n = len_u32("add_action_cols: da", n)?;
-        // SAFETY: threads with i >= rows dims return; thread (b, j) reads dx[b (obs + dims)
-        // + obs + j] and da[i], in range by the lengths checked above.
-        unsafe {
-            self.raw.add_action_cols(
-                stream,
-                elementwise_config(n),
-                dx,
-                da,
-                r,
-                d,
-                o,
-                u32::from(first),
-            )
-        }
-    }
-
     /// The actor loss's gradient with respect to the actor's head, `dhead [rows, 2 dims]`,
     /// from `da [rows, dims]` (the loss's gradient with respect to the action through the
-    /// critics, [`Kernels::add_action_cols`]), the sample's `head`, `eps` and `act`, and
+    /// critics, summed), the sample's `head`, `eps` and `act`, and
     /// `log_alpha` (MODEL.md, "Actor").
     #[allow(clippy::too_many_arguments)]
     pub fn tanh_gauss_backward(

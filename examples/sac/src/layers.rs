@@ -6,6 +6,8 @@ use stepgraph::{
     Blas, CaptureStream, Device, Epilogue, Matmul, MatmulArgs, Precision, Result, StepBuffer,
 };
 
+use stepgraph_kernels::column_sums_scratch_len;
+
 use crate::kernels::{Buf, Kernels};
 
 /// Every GEMM of the step runs in TF32 (MODEL.md, "Forward passes").
@@ -178,20 +180,27 @@ impl MlpAct {
     }
 }
 
-/// An MLP's backward scratch: the hidden layers' pre-activation gradients.
+/// An MLP's backward scratch: the hidden layers' pre-activation gradients and the bias
+/// gradients' partial column sums.
 #[derive(Debug, StepBuffer)]
 pub struct MlpBack {
     /// `[rows, H]`: `dz2`.
     pub dz2: Buf,
     /// `[rows, H]`: `dz1`.
     pub dz1: Buf,
+    /// The partial sums of [`Kernels::column_sums`](stepgraph_kernels::Kernels::column_sums),
+    /// for every layer's bias gradient in turn.
+    pub sums: Buf,
 }
 
 impl MlpBack {
     pub fn zeros(device: &Device, d: MlpDims, name: &str) -> Result<MlpBack> {
+        let sums =
+            column_sums_scratch_len(d.rows, d.hidden).max(column_sums_scratch_len(d.rows, d.out));
         Ok(MlpBack {
             dz2: device.alloc_zeros(&format!("{name}.dz2"), d.rows * d.hidden)?,
             dz1: device.alloc_zeros(&format!("{name}.dz1"), d.rows * d.hidden)?,
+            sums: device.alloc_zeros(&format!("{name}.bias sums"), sums)?,
         })
     }
 }
@@ -204,37 +213,18 @@ pub fn linear_spec(rows: usize, inp: usize, out: usize, epilogue: Epilogue) -> M
         .with_epilogue(epilogue)
 }
 
-/// `dw[out, in] = dyᵀ x` with `db[out] = Σ_rows dy` from the same matmul.
+/// `dw[out, in] = dyᵀ x`. (The bias gradient `Σ_rows dy` is a column sum of its own: at
+/// these shapes cuBLASLt's `BgradA` epilogue is a separate kernel of one to 32 blocks
+/// after the matmul's split-K reduction, PERF.md.)
 pub fn weight_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
     Matmul::new(out, inp, rows)
         .with_trans_a(true)
         .with_precision(PRECISION)
-        .with_epilogue(Epilogue::BgradA)
 }
 
 /// `dx[rows, in] = dy[rows, out] w[out, in]`.
 pub fn input_grad_spec(rows: usize, inp: usize, out: usize) -> Matmul {
     Matmul::new(rows, inp, out).with_precision(PRECISION)
-}
-
-/// Every GEMM shape of an MLP of `d`'s sizes, forward and backward.
-pub fn mlp_specs(d: MlpDims) -> [Matmul; 8] {
-    let MlpDims {
-        rows,
-        inp,
-        hidden: h,
-        out,
-    } = d;
-    [
-        linear_spec(rows, inp, h, Epilogue::ReluBias),
-        linear_spec(rows, h, h, Epilogue::ReluBias),
-        linear_spec(rows, h, out, Epilogue::Bias),
-        weight_grad_spec(rows, h, out),
-        input_grad_spec(rows, h, out),
-        weight_grad_spec(rows, h, h),
-        input_grad_spec(rows, h, h),
-        weight_grad_spec(rows, inp, h),
-    ]
 }
 
 /// The forward pass `out = l3(relu(l2(relu(l1(x)))))`, each bias (and ReLU) a matmul
@@ -279,8 +269,10 @@ pub fn mlp_forward(
 
 /// The backward pass of an MLP from the gradient `dout [rows, out]` of its output, given
 /// its input `x` and the forward pass `act`: into `grads` (the parameters' gradients,
-/// biases from the `BgradA` epilogue) when given, and into `dx [rows, in]` (the input's
-/// gradient) when given; `back` holds the hidden layers' gradients on the way.
+/// biases as column sums) when given, and, given `(dx, first)`, the input's gradient at
+/// its columns `first..in` into `dx [rows, in − first]` (only the columns a caller needs
+/// are computed: a critic's action columns for the actor); `back` holds the hidden
+/// layers' gradients on the way.
 #[allow(clippy::too_many_arguments)]
 pub fn mlp_backward(
     blas: &Blas<'_>,
@@ -293,7 +285,7 @@ pub fn mlp_backward(
     dout: &Buf,
     back: &mut MlpBack,
     mut grads: Option<&mut Mlp>,
-    dx: Option<&mut Buf>,
+    dx: Option<(&mut Buf, usize)>,
 ) -> Result<()> {
     let MlpDims {
         rows,
@@ -301,20 +293,17 @@ pub fn mlp_backward(
         hidden: h,
         out,
     } = d;
-    let param = |blas: &Blas<'_>, dy: &Buf, x: &Buf, g: &mut Linear, i, o| {
+    // A layer's parameter gradients from its output's gradient `dy [rows, o]` and its
+    // input `x [rows, i]`.
+    let param = |blas: &Blas<'_>, dy: &Buf, x: &Buf, g: &mut Linear, sums: &mut Buf, i, o| {
         let spec = weight_grad_spec(rows, i, o);
-        blas.matmul(
-            &spec,
-            dy,
-            x,
-            &mut g.w,
-            MatmulArgs::new().bias_grad(&mut g.b),
-        )
+        blas.matmul(&spec, dy, x, &mut g.w, MatmulArgs::new())?;
+        k.generic.column_sums(stream, dy, rows, o, sums, &mut g.b)
     };
+    let MlpBack { dz2, dz1, sums } = back;
     if let Some(g) = grads.as_deref_mut() {
-        param(blas, dout, &act.h2, &mut g.l3, h, out)?;
+        param(blas, dout, &act.h2, &mut g.l3, sums, h, out)?;
     }
-    let MlpBack { dz2, dz1 } = back;
     if out == 1 {
         // A one-unit output layer (a critic's): the matmul of inner size 1 and the ReLU's
         // backward in one pass.
@@ -330,7 +319,7 @@ pub fn mlp_backward(
         k.relu_backward(stream, &act.h2, dz2)?;
     }
     if let Some(g) = grads.as_deref_mut() {
-        param(blas, dz2, &act.h1, &mut g.l2, h, h)?;
+        param(blas, dz2, &act.h1, &mut g.l2, sums, h, h)?;
     }
     blas.matmul(
         &input_grad_spec(rows, h, h),
@@ -341,16 +330,20 @@ pub fn mlp_backward(
     )?;
     k.relu_backward(stream, &act.h1, dz1)?;
     if let Some(g) = grads {
-        param(blas, dz1, x, &mut g.l1, inp, h)?;
+        param(blas, dz1, x, &mut g.l1, sums, inp, h)?;
     }
-    if let Some(dx) = dx {
-        blas.matmul(
-            &input_grad_spec(rows, inp, h),
-            &*dz1,
-            &net.l1.w,
-            dx,
-            MatmulArgs::new(),
-        )?;
+    if let Some((dx, first)) = dx {
+        // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
+        let cols = inp.checked_sub(first).filter(|&c| c > 0).ok_or_else(|| {
+            stepgraph::Error::Invalid(format!(
+                "mlp_backward: the input gradient's first column must be below the input's \
+                 {inp}, found {first}"
+            ))
+        })?;
+        let spec = input_grad_spec(rows, cols, h).with_ld_b(inp);
+        let span = stepgraph::Span::columns(h, inp, first, cols);
+        let w1 = net.l1.w.view(span.start()..span.end())?;
+        blas.matmul(&spec, &*dz1, &w1, dx, MatmulArgs::new())?;
     }
     Ok(())
 }

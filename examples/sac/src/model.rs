@@ -89,8 +89,9 @@ pub struct ActorCriticPass {
     /// `∂L_π/∂q [B]`: this critic's share of the actor loss's gradient.
     pub dq: Buf,
     pub back: MlpBack,
-    /// `[B, C]`: the critic's input gradient.
-    pub dx: Buf,
+    /// `[B, A]`: the critic's input gradient at the action's columns (the actor needs no
+    /// other).
+    pub da: Buf,
 }
 
 /// The minimum over the critics' outputs and which critic gave it, per row.
@@ -273,12 +274,14 @@ fn actor_critic_pass(
     pass: &mut ActorCriticPass,
 ) -> Result<()> {
     let blas = s.blas();
-    let ActorCriticPass { act, dq, back, dx } = pass;
+    let ActorCriticPass { act, dq, back, da } = pass;
     match argmin {
         None => mlp_forward(&blas, d, x, net, act),
         Some((argmin, index)) => {
             k.argmin_grad(s, argmin, dq, index)?;
-            mlp_backward(&blas, s, k, d, net, x, act, dq, back, None, Some(dx))
+            // The action is the input's last `A` columns, after the observation's `S`.
+            let obs = d.inp - da.len() / d.rows;
+            mlp_backward(&blas, s, k, d, net, x, act, dq, back, None, Some((da, obs)))
         }
     }
 }
@@ -626,9 +629,15 @@ pub mod sac {
         actor_grad: &mut Mlp,
     ) -> Result<()> {
         let ActorBack { da, dhead, back } = actor_back;
-        let (rows, dims, obs) = (sizes.batch, sizes.action, sizes.obs);
-        for (i, pass) in critic_actor.iter().enumerate() {
-            k.add_action_cols(stream, &pass.dx, da, rows, dims, obs, i == 0)?;
+        let (rows, dims) = (sizes.batch, sizes.action);
+        // da = ((da_0 + da_1) + ...) + da_{N-1}, in f32 in critic order (axpby with a = b =
+        // 1 is one rounded add).
+        let (first, rest) = critic_actor.split_first().ok_or_else(|| {
+            stepgraph::Error::Invalid("the actor's gradient needs at least one critic".into())
+        })?;
+        stream.copy(&first.da, da)?;
+        for pass in rest {
+            k.generic.axpby(stream, &pass.da, da, 1.0, 1.0)?;
         }
         k.tanh_gauss_backward(
             stream,
@@ -772,7 +781,7 @@ fn actor_critic_pass_bufs(device: &Device, s: &Sizes, name: &str) -> Result<Acto
         act: MlpAct::zeros(device, s.critic(), name)?,
         dq: device.alloc_zeros(&format!("{name}.dq"), s.batch)?,
         back: MlpBack::zeros(device, s.critic(), name)?,
-        dx: device.alloc_zeros(&format!("{name}.dx"), s.batch * s.critic_in())?,
+        da: device.alloc_zeros(&format!("{name}.da"), s.batch * s.action)?,
     })
 }
 

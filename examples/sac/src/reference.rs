@@ -142,23 +142,6 @@ pub fn argmin_grad_reference(argmin: &[u32], index: u32) -> Vec<f32> {
         .collect()
 }
 
-/// `da = Σᵢ dxs[i][:, obs..]`, added in index order in f32 as the kernel does: the
-/// critics' input gradients `[rows, obs + dims]` at the action's columns.
-pub fn add_action_cols_reference(dxs: &[&[f32]], rows: usize, dims: usize, obs: usize) -> Vec<f32> {
-    let c = obs + dims;
-    let mut da = vec![0.0f32; rows * dims];
-    for (i, dx) in dxs.iter().enumerate() {
-        for b in 0..rows {
-            for j in 0..dims {
-                let g = dx[b * c + obs + j];
-                let d = &mut da[b * dims + j];
-                *d = if i == 0 { g } else { *d + g };
-            }
-        }
-    }
-    da
-}
-
 /// `dhead [rows, 2 dims]` of the actor loss (MODEL.md, "Actor"), from the sample's `head`,
 /// `eps`, `act` and `da [rows, dims]`, the loss's gradient with respect to the action
 /// through the critics.
@@ -311,13 +294,6 @@ mod tests {
         assert_eq!(argmin_grad_reference(&argmin3, 2), [0.0, 0.0, t, 0.0]);
         let loss = actor_loss_reference(&three, &[0.5; 4], 0.0);
         assert!((loss - (0.5 - 7.5 / 4.0)).abs() < 1e-6, "{loss}");
-        let dx1 = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        let dx2 = [0.5; 6];
-        // rows 2, obs 1, dims 2: the action columns are 1..3 of each row of 3.
-        assert_eq!(
-            add_action_cols_reference(&[&dx1, &dx2], 2, 2, 1),
-            [2.5, 3.5, 5.5, 6.5]
-        );
     }
 
     #[test]
