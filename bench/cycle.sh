@@ -14,6 +14,7 @@
 #                and the SAC reference's: pytest-sac.log
 #   check *      the DQN check against PyTorch at each --check-sizes: check-SIZE.log
 #   sac-check *  the SAC check against PyTorch at each --sac-check-sizes: sac-check-SIZE.log
+#   sac-bench    the SAC step's variants and bounds at each --sac-check-sizes: sac-bench-SIZE.log
 #   sac-torch    the SAC update in PyTorch: sac_pytorch_bench.{log,json}
 #   inject-nan * dqn --inject-nan: the non-finite guard stops and names the tensors
 #   torch *      the same model in PyTorch: pytorch_bench.{log,json}
@@ -39,7 +40,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 
-all_parts=(run gpu pytest check sac-check sac-torch inject-nan torch combine dram gpus1 memcheck
+all_parts=(run gpu pytest check sac-check sac-bench sac-torch inject-nan torch combine dram gpus1 memcheck
     sanitize bench)
 selected=run,pytest,check,sac-check,inject-nan,torch,combine,gpus1,memcheck,bench
 skip=""

@@ -400,6 +400,20 @@ part_sac_check() {
     done
 }
 
+# sac-bench: the SAC step's variants and bounds (`sac --bench`: eager, the one-stream graph,
+# the planned graph with and without its stream priorities, the critical-path and work
+# bounds, each op alone and in the graph) at each --sac-check-sizes:
+# sac-bench-SIZE.log and the records in sac-bench-SIZE/.
+part_sac_bench() {
+    local size flags
+    for size in ${sac_check_sizes//,/ }; do
+        read -ra flags <<< "${sac_size_flags[$size]}"
+        bench_dir "$logs/sac-bench-$size"
+        bench_to "sac-bench-$size.log" timeout 300 "$sac" --bench "$logs/sac-bench-$size" "${flags[@]}"
+        bench_rc "sac-bench-$size.log" sac-bench $?
+    done
+}
+
 # sac-torch: the SAC update in PyTorch at MODEL.md's sizes (eager, CUDA graph,
 # torch.compile in three modes, each under --sac-torch-limit seconds):
 # sac_pytorch_bench.{log,json}.

@@ -2,10 +2,10 @@
 //! before the first step, and for each step its inputs and outputs, as `.npy` files
 //! (`stepgraph_testkit::npy`). The layout is described at the top of `reference.py`.
 //!
-//! All knowledge of where a tensor sits in [`sac::Buffers`] is in [`critics`],
+//! All knowledge of where a tensor sits in [`sac::Buffers`] is in `critics`,
 //! [`state`], [`outputs`] and [`inputs`]; everything else goes by the names they give.
 //! Critics are numbered from 0 and every per-critic name is built in one loop, so the
-//! number of critics is whatever [`critics`] returns.
+//! number of critics is whatever `critics` returns.
 
 use std::path::Path;
 
