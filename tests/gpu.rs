@@ -11,6 +11,8 @@ mod blas;
 mod comm;
 #[path = "gpu/every.rs"]
 mod every;
+#[path = "gpu/gather_table.rs"]
+mod gather_table;
 #[path = "gpu/guard.rs"]
 mod guard;
 #[path = "gpu/host_io.rs"]

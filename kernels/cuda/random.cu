@@ -12,11 +12,15 @@
 // is, for 32-bit sub and e, and multiplying by an odd constant is a bijection. Substream 0
 // gives the draws of the DQN and SAC examples' generators.
 //
-// Also the gather of drawn rows. One thread per element, blocks of 256.
+// Also the gather of drawn rows: of one array, one thread per element, blocks of 256; and
+// of several arrays at the same indices in one launch, over a gather table.
 
 #include "stepgraph/common.cuh"
+#include "stepgraph/table.cuh"
 
 #define RNG_GAMMA 0x9E3779B97F4A7C15ull
+#define GATHER_TABLE_WORDS 5
+#define GATHER_CHUNK 512
 
 typedef unsigned long long u64;
 
@@ -102,4 +106,56 @@ extern "C" __global__ void gather_rows(const float* __restrict__ src, unsigned r
     const unsigned r = i / row_len, c = i - r * row_len;
     const unsigned row = idx[r];
     dst[i] = row < rows ? src[(size_t)row * row_len + c] : __int_as_float(0x7fc00000);
+}
+
+// The gather table (built once on the host by `stepgraph_kernels::GatherTable`): T entries
+// of GATHER_TABLE_WORDS u64 each, entry k at words [5k, 5k + 5):
+//   0: src (const float*, `rows` rows), 1: dst (float*, `batch` rows), 2: row_len,
+//   3: width (floats per unit: 4 where row_len is a multiple of 4 and both addresses are
+//   16-byte aligned, else 1), 4: start (units of the entries 0..k).
+// An entry's units are its dst's elements in groups of `width`: batch row_len / width of
+// them. The units of all entries are concatenated into one index space [0, units); block b
+// takes units [b GATHER_CHUNK, (b + 1) GATHER_CHUNK) of it, whichever entries they fall in,
+// so the grid follows the size of the destinations, not their number. Consecutive threads
+// take consecutive units of a row: the reads along a row are coalesced, as the writes are.
+
+// dst_k[i, :] <- src_k[idx[i], :] for every entry k, as gather_rows does one (a row of NaN
+// for an index out of range), idx holding `batch` indices. Grid: ceil(units /
+// GATHER_CHUNK) blocks of 256.
+extern "C" __global__ void __launch_bounds__(256)
+    gather_rows_table(const u64* __restrict__ table, unsigned T, u64 units,
+                      const unsigned* __restrict__ idx, unsigned rows, unsigned batch) {
+    const u64 c0 = (u64)blockIdx.x * GATHER_CHUNK;
+    const u64 c1 = min(c0 + GATHER_CHUNK, units);
+    const float nan = __int_as_float(0x7fc00000);
+    for (unsigned k = table_entry_at(table, T, GATHER_TABLE_WORDS, 4, c0); k < T; ++k) {
+        const u64* ent = table + (size_t)k * GATHER_TABLE_WORDS;
+        const u64 start = ent[4];
+        if (start >= c1) {
+            break;
+        }
+        const unsigned row_len = (unsigned)ent[2], width = (unsigned)ent[3];
+        const unsigned per_row = row_len / width;
+        // The entry's units fit 32 bits: its dst's length does (checked on the host).
+        const unsigned lo = (unsigned)(max(c0, start) - start);
+        const unsigned hi = (unsigned)(min(c1, start + (u64)batch * per_row) - start);
+        if (width == 4) {
+            const float4* src = reinterpret_cast<const float4*>(ent[0]);
+            float4* dst = reinterpret_cast<float4*>(ent[1]);
+            for (unsigned j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+                const unsigned r = j / per_row, c = j - r * per_row;
+                const unsigned row = idx[r];
+                dst[j] = row < rows ? src[(size_t)row * per_row + c]
+                                    : make_float4(nan, nan, nan, nan);
+            }
+        } else {
+            const float* src = reinterpret_cast<const float*>(ent[0]);
+            float* dst = reinterpret_cast<float*>(ent[1]);
+            for (unsigned j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+                const unsigned r = j / row_len, c = j - r * row_len;
+                const unsigned row = idx[r];
+                dst[j] = row < rows ? src[(size_t)row * row_len + c] : nan;
+            }
+        }
+    }
 }

@@ -5,9 +5,10 @@
 //! sums), multi-tensor ops over a [`PairTable`] ([`Kernels::axpby_table`], a Polyak target
 //! update in one launch), and a counter-based random generator whose state lives on the
 //! device ([`DeviceRng`]: normals, uniforms, row indices, and [`Kernels::gather_rows`] of
-//! the drawn rows), so that a replayed graph draws fresh values with nothing from the
-//! host. A model's own kernels live with the model, built the same way (the DQN trainer
-//! in `examples/dqn` is one).
+//! the drawn rows, or [`Kernels::gather_rows_table`] of several arrays at the same rows in
+//! one launch over a [`GatherTable`], a replay buffer's fields into a batch), so that a
+//! replayed graph draws fresh values with nothing from the host. A model's own kernels
+//! live with the model, built the same way (the DQN trainer in `examples/dqn` is one).
 //!
 //! `build.rs` is a few lines on `stepgraph-build`, which compiles `cuda/*.cu` with nvcc (a
 //! cubin for sm_90 and PTX the driver JIT-compiles elsewhere), embeds the images, and
@@ -296,6 +297,7 @@ mod tests {
             ("random", "rng_indices"),
             ("random", "rng_advance"),
             ("random", "gather_rows"),
+            ("random", "gather_rows_table"),
         ];
         assert_eq!(names, want);
         let axpby = KernelId::Axpby.decl();
@@ -464,7 +466,7 @@ mod tests {
     }
 
     #[test]
-    fn optimizer_constants_match_the_cuda_source() {
+    fn table_constants_match_the_cuda_source() {
         let optim = cuda_defines("optim.cu");
         assert_eq!(optim["PARAM_TABLE_WORDS"], PARAM_TABLE_WORDS.to_string());
         assert_eq!(optim["OPTIM_CHUNK"], OPTIM_CHUNK.to_string());
@@ -474,6 +476,9 @@ mod tests {
         let multi = cuda_defines("multi_tensor.cu");
         assert_eq!(multi["PAIR_TABLE_WORDS"], PAIR_TABLE_WORDS.to_string());
         assert_eq!(multi["PAIR_CHUNK"], PAIR_CHUNK.to_string());
+        let random = cuda_defines("random.cu");
+        assert_eq!(random["GATHER_TABLE_WORDS"], GATHER_TABLE_WORDS.to_string());
+        assert_eq!(random["GATHER_CHUNK"], GATHER_CHUNK.to_string());
     }
 
     #[test]

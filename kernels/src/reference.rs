@@ -167,6 +167,19 @@ pub fn gather_rows_reference(src: &[f32], idx: &[u32], row_len: usize) -> Vec<f3
         .collect()
 }
 
+/// What [`Kernels::gather_rows_table`](crate::Kernels::gather_rows_table) writes: for
+/// each entry `(src, row_len)`, the [`gather_rows_reference`] of `src` at `idx`, one
+/// destination per entry, in order.
+///
+/// # Panics
+/// If a `row_len` is 0 or a `src` is not a whole number of rows.
+pub fn gather_rows_table_reference(entries: &[(&[f32], usize)], idx: &[u32]) -> Vec<Vec<f32>> {
+    entries
+        .iter()
+        .map(|&(src, row_len)| gather_rows_reference(src, idx, row_len))
+        .collect()
+}
+
 /// What [`Kernels::column_sums`](crate::Kernels::column_sums) computes: `out[c] = Σ_r x[r,
 /// c]` (summed in f64).
 pub fn column_sums_reference(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
@@ -291,6 +304,13 @@ mod tests {
         let got = gather_rows_reference(&src, &[2, 0, 3], 2);
         assert_eq!(got[..4], [5.0, 6.0, 1.0, 2.0]);
         assert!(got[4].is_nan() && got[5].is_nan());
+    }
+
+    #[test]
+    fn a_table_gathers_every_entry_at_the_same_rows() {
+        let (s, r) = ([1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [10.0f32, 20.0, 30.0]);
+        let got = gather_rows_table_reference(&[(&s, 2), (&r, 1)], &[2, 0]);
+        assert_eq!(got, [vec![5.0, 6.0, 1.0, 2.0], vec![30.0, 10.0]]);
     }
 
     #[test]
