@@ -6,7 +6,8 @@
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, StepBuffer};
 use stepgraph_kernels::{
-    AdamClock, AdamHyper, AdamSlot, DeviceRng, PairTable, ParamEntry, ParamTable, Substream,
+    AdamClock, AdamHyper, AdamSlot, DeviceRng, GatherTable, PairTable, ParamEntry, ParamTable,
+    Substream,
 };
 
 use crate::kernels::{Buf, Kernels};
@@ -307,6 +308,8 @@ pub mod sac {
         /// The step's random generator: the batch's rows and the noise.
         pub rng: DeviceRng,
         pub replay: Replay,
+        /// The replay buffer's fields paired with the batch's, for one gather of all five.
+        pub batch_table: GatherTable,
         pub batch: Batch,
         pub noise: Noise,
         /// `[B, C]`: `[s, a]`, the critics' training input.
@@ -377,24 +380,28 @@ pub mod sac {
         k.generic.adam_tick(stream, clock, lr, hyper)
     }
 
-    /// This step's batch: `B` rows drawn uniformly from the replay buffer, gathered.
+    /// This step's batch: `B` rows drawn uniformly from the replay buffer, all five fields
+    /// gathered in one launch.
     fn draw_batch(
         stream: &CaptureStream<'_>,
         k: &Kernels,
-        sizes: Sizes,
         rng: &DeviceRng,
         replay: &Replay,
+        batch_table: &GatherTable,
         batch: &mut Batch,
     ) -> Result<()> {
         let g = &k.generic;
-        let rows = replay.r.len();
-        g.rng_indices(stream, rng, BATCH_ROWS, rows, &mut batch.idx)?;
-        let idx = &batch.idx;
-        g.gather_rows(stream, &replay.s, idx, &mut batch.s, sizes.obs)?;
-        g.gather_rows(stream, &replay.a, idx, &mut batch.a, sizes.action)?;
-        g.gather_rows(stream, &replay.r, idx, &mut batch.r, 1)?;
-        g.gather_rows(stream, &replay.s2, idx, &mut batch.s2, sizes.obs)?;
-        g.gather_rows(stream, &replay.done, idx, &mut batch.done, 1)
+        let Batch {
+            idx,
+            s,
+            a,
+            r,
+            s2,
+            done,
+        } = batch;
+        g.rng_indices(stream, rng, BATCH_ROWS, batch_table.rows(), idx)?;
+        let srcs = [&replay.s, &replay.a, &replay.r, &replay.s2, &replay.done];
+        g.gather_rows_table(stream, batch_table, &*idx, &srcs, &mut [s, a, r, s2, done])
     }
 
     /// This step's `ε'` and `ε`, then the generator moves on: the next step draws a new
@@ -859,24 +866,42 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         }
     };
     let rz = |what: &str, width: usize| z(what, replay * width);
+    let replay_buf = Replay {
+        s: rz("replay.s", s.obs)?,
+        a: rz("replay.a", s.action)?,
+        r: rz("replay.r", 1)?,
+        s2: rz("replay.s2", s.obs)?,
+        done: rz("replay.done", 1)?,
+    };
+    let batch = Batch {
+        idx: device.alloc_zeros("batch rows", b)?,
+        s: z("s", b * s.obs)?,
+        a: z("a", b * s.action)?,
+        r: z("r", b)?,
+        s2: z("s2", b * s.obs)?,
+        done: z("done", b)?,
+    };
+    let batch_table = {
+        let (rp, bt) = (&replay_buf, &batch);
+        GatherTable::new(
+            device,
+            replay,
+            b,
+            &[
+                (&rp.s, &bt.s, s.obs),
+                (&rp.a, &bt.a, s.action),
+                (&rp.r, &bt.r, 1),
+                (&rp.s2, &bt.s2, s.obs),
+                (&rp.done, &bt.done, 1),
+            ],
+        )?
+    };
     Ok(sac::Buffers {
         clock: AdamClock::new(device, 0)?,
         rng: DeviceRng::new(device, seed)?,
-        replay: Replay {
-            s: rz("replay.s", s.obs)?,
-            a: rz("replay.a", s.action)?,
-            r: rz("replay.r", 1)?,
-            s2: rz("replay.s2", s.obs)?,
-            done: rz("replay.done", 1)?,
-        },
-        batch: Batch {
-            idx: device.alloc_zeros("batch rows", b)?,
-            s: z("s", b * s.obs)?,
-            a: z("a", b * s.action)?,
-            r: z("r", b)?,
-            s2: z("s2", b * s.obs)?,
-            done: z("done", b)?,
-        },
+        replay: replay_buf,
+        batch_table,
+        batch,
         noise: Noise {
             next: z("eps_next", b * s.action)?,
             cur: z("eps", b * s.action)?,
