@@ -105,6 +105,11 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
             _ => return Err(format!("unknown flag `{flag}`\n{USAGE}")),
         }
     }
+    if o.check.is_some() && o.bench.is_some() {
+        return Err(format!(
+            "--check and --bench are two runs: give one\n{USAGE}"
+        ));
+    }
     o.sizes.check().map_err(|e| e.to_string())?;
     Ok(o)
 }
@@ -137,12 +142,9 @@ fn main() -> ExitCode {
             };
         }
     };
+    // parse_options refuses --check with --bench.
     let run = match (&options.check, &options.bench) {
-        (Some(_), Some(_)) => {
-            eprintln!("sac: --check and --bench are two runs: give one");
-            return ExitCode::from(2);
-        }
-        (Some(dir), None) => Kernels::load(&device).and_then(|k| {
+        (Some(dir), _) => Kernels::load(&device).and_then(|k| {
             stepgraph_sac::check::run(
                 &device,
                 Arc::new(k),
@@ -216,6 +218,21 @@ mod tests {
         assert_eq!(o.check, Some(PathBuf::from("/tmp/d")));
         assert_eq!(o.steps, Some(2));
         assert!(parse(&["--check"]).unwrap_err().contains("needs a value"));
+        let o = parse(&["--bench", "/tmp/b", "--replays", "50", "--replay", "1000"]).unwrap();
+        assert_eq!(
+            (o.bench, o.replays, o.replay),
+            (Some(PathBuf::from("/tmp/b")), 50, 1000)
+        );
+        assert!(
+            parse(&["--bench", "/tmp/b", "--check", "/tmp/d"])
+                .unwrap_err()
+                .contains("two runs")
+        );
+        assert!(
+            parse(&["--replay", "0"])
+                .unwrap_err()
+                .contains("at least 1")
+        );
         assert!(parse(&["--batch", "0"]).unwrap_err().contains("at least 1"));
         assert!(parse(&["--obs", "x"]).unwrap_err().contains("`x`"));
         assert!(parse(&["--steps"]).unwrap_err().contains("needs a value"));
