@@ -127,8 +127,8 @@ pub fn outputs<'a>(b: &'a sac::Buffers, sizes: &Sizes) -> Vec<Tensor<'a>> {
     }
     out.push(Tensor::new("actor.loss", vec![1], &b.actor_loss.loss));
     out.extend(mlp("actor", ".grad", &b.actor_grad));
-    out.push(Tensor::new("alpha.loss", vec![1], &b.temperature.loss));
-    out.push(Tensor::new("log_alpha.grad", vec![1], &b.temperature.grad));
+    out.push(Tensor::new("alpha.loss", vec![1], &b.alpha_grad.loss));
+    out.push(Tensor::new("log_alpha.grad", vec![1], &b.alpha_grad.grad));
     out.push(Tensor::new("y", vec![sizes.batch], &b.y));
     out.extend(state(b));
     out

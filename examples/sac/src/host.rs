@@ -198,7 +198,7 @@ impl Trainer {
         let all = self.step.download_many(|b| {
             let critics = b.critic_pass.iter().map(|p| &p.loss);
             critics
-                .chain([&b.actor_loss.loss, &b.temperature.loss])
+                .chain([&b.actor_loss.loss, &b.alpha_grad.loss])
                 .collect()
         })?;
         Ok(all.iter().map(|l| l[0]).collect())

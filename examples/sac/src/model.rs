@@ -133,17 +133,22 @@ pub struct Optim {
     pub scratch: Buf,
 }
 
-/// The temperature's gradient, loss and optimizer (`log α` itself is a buffer of the
-/// step, read by many ops).
+/// The temperature's loss, gradient and its norm, and the table its optimizer reads
+/// (`log α` itself is a buffer of the step, read by many ops).
 #[derive(Debug, StepBuffer)]
-pub struct Temperature {
+pub struct AlphaGrad {
     pub grad: Buf,
     pub loss: Buf,
-    pub m: Buf,
-    pub v: Buf,
     pub table: ParamTable,
     pub sq_norm: Buf,
     pub scratch: Buf,
+}
+
+/// The temperature's Adam moments.
+#[derive(Debug, StepBuffer)]
+pub struct Temperature {
+    pub m: Buf,
+    pub v: Buf,
 }
 
 /// The critics' activations at the next observations, under the target critics.
@@ -350,6 +355,7 @@ pub mod sac {
         pub actor_back: ActorBack,
         pub actor_grad: Mlp,
         pub actor_optim: Optim,
+        pub alpha_grad: AlphaGrad,
         pub temperature: Temperature,
     }
 
@@ -561,6 +567,30 @@ pub mod sac {
         sample(stream, k, sizes, &batch.s, &noise.cur, actor_net, pi)
     }
 
+    /// `L_α` and its gradient (with its norm for the clipping), from the sample at `s`:
+    /// early, while the actor's stream waits for the critics, so that only Adam's step on
+    /// `log α` is left for the end of the step.
+    #[stream(actor)]
+    fn alpha_loss(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        target_entropy: f32,
+        pi: &Policy,
+        log_alpha: &Buf,
+        alpha_grad: &mut AlphaGrad,
+    ) -> Result<()> {
+        let AlphaGrad {
+            grad,
+            loss,
+            table,
+            sq_norm,
+            scratch,
+        } = alpha_grad;
+        k.alpha_grad(stream, &pi.logp, log_alpha, grad, loss, target_entropy)?;
+        k.generic
+            .grad_sq_norm(stream, table, &[&*grad], scratch, sq_norm)
+    }
+
     /// `Qd([s, â])` with critic `d` as its Adam step left it.
     #[stream(critic[d])]
     fn critic_at_policy(
@@ -694,38 +724,33 @@ pub mod sac {
         )
     }
 
-    /// `L_α` and one clipped Adam step on `log α`, after every op that reads `α`.
-    #[stream(actor)]
+    /// One clipped Adam step on `log α`, after every op that reads `α`; on `main`, beside
+    /// the actor's Adam step.
     fn alpha_update(
         stream: &CaptureStream<'_>,
         k: &Kernels,
-        target_entropy: f32,
         hyper: AdamHyper,
         clock: &AdamClock,
-        pi: &Policy,
+        alpha_grad: &AlphaGrad,
         log_alpha: &mut Buf,
         temperature: &mut Temperature,
     ) -> Result<()> {
-        let Temperature {
-            grad,
-            loss,
-            m,
-            v,
-            table,
-            sq_norm,
-            scratch,
-        } = temperature;
-        k.alpha_grad(stream, &pi.logp, log_alpha, grad, loss, target_entropy)?;
-        k.generic
-            .grad_sq_norm(stream, table, &[&*grad], scratch, sq_norm)?;
+        let Temperature { m, v } = temperature;
+        let g = alpha_grad;
         let mut slots = [AdamSlot {
             param: log_alpha,
-            grad,
+            grad: &g.grad,
             m,
             v,
         }];
-        k.generic
-            .adam_clip_update(stream, table, &mut slots, sq_norm, clock.scalars(), hyper)
+        k.generic.adam_clip_update(
+            stream,
+            &g.table,
+            &mut slots,
+            &g.sq_norm,
+            clock.scalars(),
+            hyper,
+        )
     }
 
     /// Target critic `d` toward critic `d` as updated in this step.
@@ -848,22 +873,21 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
     let actor_grad = Mlp::zeros(device, ad, "actor.grad")?;
     let actor_optim = optim(device, ad, "actor", &actor_net, &actor_grad)?;
     let log_alpha = z("log_alpha", 1)?;
-    let temperature = {
+    let (alpha_grad, temperature) = {
         let (grad, m, v) = (
             z("alpha.grad", 1)?,
             z("alpha.adam_m", 1)?,
             z("alpha.adam_v", 1)?,
         );
         let table = ParamTable::new(device, vec![ParamEntry::of(&log_alpha, &grad, &m, &v)?])?;
-        Temperature {
+        let alpha_grad = AlphaGrad {
             loss: z("alpha.loss", 1)?,
             sq_norm: z("alpha.sq_norm", 1)?,
             scratch: z("alpha.norm partials", table.blocks())?,
             grad,
-            m,
-            v,
             table,
-        }
+        };
+        (alpha_grad, Temperature { m, v })
     };
     let rz = |what: &str, width: usize| z(what, replay * width);
     let replay_buf = Replay {
@@ -939,6 +963,7 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         },
         actor_grad,
         actor_optim,
+        alpha_grad,
         temperature,
     })
 }
@@ -966,7 +991,7 @@ mod tests {
 
     #[test]
     fn the_plan_audits_clean() {
-        assert_eq!(sac::PLAN.ops.len(), 11 + 6 * CRITICS);
+        assert_eq!(sac::PLAN.ops.len(), 12 + 6 * CRITICS);
         let audit = sac::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
