@@ -147,29 +147,58 @@ impl PairTable {
         xs: &[&DeviceBuffer<f32>],
         ys: &[&mut DeviceBuffer<f32>],
     ) -> Result<()> {
-        for (side, found) in [("xs", xs.len()), ("ys", ys.len())] {
-            if found != self.entries.len() {
-                return Err(Error::LengthMismatch {
-                    what: format!("{what}: {side} (one per table pair)"),
-                    expected: self.entries.len(),
-                    found,
-                });
-            }
-        }
-        for (k, &(x, y, len)) in self.entries.iter().enumerate() {
-            for (side, buf, addr) in [("x", xs[k], x), ("y", &*ys[k], y)] {
-                if buf.device_address() != addr || buf.len() != len {
-                    return Err(Error::Invalid(format!(
-                        "{what}: expected pair {k}'s {side} to be the table's buffer ({len} \
-                         elements at {addr:#x}), found {} elements at {:#x}",
-                        buf.len(),
-                        buf.device_address()
-                    )));
-                }
-            }
-        }
-        Ok(())
+        let recorded: Vec<[(u64, usize); 2]> = self
+            .entries
+            .iter()
+            .map(|&(x, y, len)| [(x, len), (y, len)])
+            .collect();
+        let xs = xs.iter().map(|b| (b.device_address(), b.len())).collect();
+        let ys = ys.iter().map(|b| (b.device_address(), b.len())).collect();
+        check_table_buffers(
+            what,
+            "pair",
+            [("xs", "x"), ("ys", "y")],
+            &recorded,
+            [xs, ys],
+        )
     }
+}
+
+/// The buffers a launch over a table of tensors is given, against the table's record of
+/// them: on each of the two sides one buffer per entry, in table order, each at the
+/// address and of the length recorded (a launch then writes only buffers its caller
+/// borrowed). `item` names an entry in the errors ("pair", "entry"), `sides` each side's
+/// name in the plural (the count) and in the singular (one buffer); `found` holds each
+/// side's `(address, length)`s.
+pub(crate) fn check_table_buffers(
+    what: &str,
+    item: &str,
+    sides: [(&str, &str); 2],
+    recorded: &[[(u64, usize); 2]],
+    found: [Vec<(u64, usize)>; 2],
+) -> Result<()> {
+    for ((plural, _), side) in sides.iter().zip(&found) {
+        if side.len() != recorded.len() {
+            return Err(Error::LengthMismatch {
+                what: format!("{what}: {plural} (one per table {item})"),
+                expected: recorded.len(),
+                found: side.len(),
+            });
+        }
+    }
+    for (k, entry) in recorded.iter().enumerate() {
+        for (s, &(addr, len)) in entry.iter().enumerate() {
+            let (got_addr, got_len) = found[s][k];
+            if got_addr != addr || got_len != len {
+                return Err(Error::Invalid(format!(
+                    "{what}: expected {item} {k}'s {} to be the table's buffer ({len} \
+                     elements at {addr:#x}), found {got_len} elements at {got_addr:#x}",
+                    sides[s].1
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Kernels {
@@ -206,6 +235,44 @@ impl Kernels {
 
 #[cfg(test)]
 mod tests {
+    use super::check_table_buffers;
+
+    /// The check names the side and the entry that differ, as the GPU tests expect.
+    #[test]
+    fn a_launch_is_refused_buffers_that_are_not_the_tables() {
+        let recorded = [[(0x100, 4), (0x200, 4)], [(0x300, 2), (0x400, 2)]];
+        let sides = [("xs", "x"), ("ys", "y")];
+        let good = || [vec![(0x100, 4), (0x300, 2)], vec![(0x200, 4), (0x400, 2)]];
+        check_table_buffers("t", "pair", sides, &recorded, good()).unwrap();
+        let mut wrong = good();
+        wrong[1][0] = (0x208, 4);
+        let e = check_table_buffers("t", "pair", sides, &recorded, wrong).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected pair 0's y to be the table's buffer (4 elements at 0x200), found 4 elements at 0x208"),
+            "{e}"
+        );
+        let mut short = good();
+        short[0].pop();
+        let e = check_table_buffers("t", "pair", sides, &recorded, short).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("xs (one per table pair): expected 2 elements, found 1"),
+            "{e}"
+        );
+        let mut longer = good();
+        longer[0][1] = (0x300, 3);
+        let e = check_table_buffers(
+            "t",
+            "entry",
+            [("srcs", "src"), ("dsts", "dst")],
+            &recorded,
+            longer,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("entry 1's src"), "{e}");
+    }
+
     use super::*;
 
     #[test]

@@ -553,31 +553,15 @@ impl GatherTable {
         srcs: &[&DeviceBuffer<f32>],
         dsts: &[&mut DeviceBuffer<f32>],
     ) -> Result<()> {
-        for (side, found) in [("srcs", srcs.len()), ("dsts", dsts.len())] {
-            if found != self.entries.len() {
-                return Err(Error::LengthMismatch {
-                    what: format!("{what}: {side} (one per table entry)"),
-                    expected: self.entries.len(),
-                    found,
-                });
-            }
-        }
-        for (k, e) in self.entries.iter().enumerate() {
-            for (side, buf, addr, len) in [
-                ("src", srcs[k], e.src, e.src_len),
-                ("dst", &*dsts[k], e.dst, e.dst_len),
-            ] {
-                if buf.device_address() != addr || buf.len() != len {
-                    return Err(Error::Invalid(format!(
-                        "{what}: expected entry {k}'s {side} to be the table's buffer ({len} \
-                         elements at {addr:#x}), found {} elements at {:#x}",
-                        buf.len(),
-                        buf.device_address()
-                    )));
-                }
-            }
-        }
-        Ok(())
+        let recorded: Vec<[(u64, usize); 2]> = self
+            .entries
+            .iter()
+            .map(|e| [(e.src, e.src_len), (e.dst, e.dst_len)])
+            .collect();
+        let srcs = srcs.iter().map(|b| (b.device_address(), b.len())).collect();
+        let dsts = dsts.iter().map(|b| (b.device_address(), b.len())).collect();
+        let sides = [("srcs", "src"), ("dsts", "dst")];
+        crate::multi_tensor::check_table_buffers(what, "entry", sides, &recorded, [srcs, dsts])
     }
 }
 
