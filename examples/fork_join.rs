@@ -30,7 +30,7 @@ mod fork_join {
     pub struct Buffers {
         pub seed: DeviceBuffer<f32>,
         #[per_branch]
-        pub lanes: [DeviceBuffer<f32>; 4],
+        pub lanes: [DeviceBuffer<f32>; CHAIN_WIDTH],
         pub total: DeviceBuffer<f32>,
     }
 

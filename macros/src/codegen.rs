@@ -181,6 +181,28 @@ fn defines(step: &Step, name: &str) -> bool {
         .any(|i| i == name)
 }
 
+/// `NAME_WIDTH`, one `usize` const per stream group `name[N]`: the number of branches, for
+/// the `#[per_branch]` arrays' types (`[T; NAME_WIDTH]`) and any code outside the step
+/// that loops over the branches, so that the width is written once, in `streams(..)`.
+/// Left out where the module defines an item of that name.
+fn group_widths(step: &Step) -> TokenStream {
+    let consts = step.streams.iter().filter_map(|st| {
+        let width = st.width?;
+        let name = format!("{}_WIDTH", st.name.to_string().to_uppercase());
+        if defines(step, &name) {
+            return None;
+        }
+        let ident = Ident::new(&name, st.name.span());
+        let width = Literal::usize_unsuffixed(width as usize);
+        let doc = format!(
+            "The width of the stream group `{}`: its branches, one stream each.",
+            st.name
+        );
+        Some(quote!(#[doc = #doc] pub const #ident: usize = #width;))
+    });
+    quote!(#(#consts)*)
+}
+
 /// `Buffers` and `Config`, or empty stand-ins when the step declares none.
 fn structs(step: &Step) -> TokenStream {
     let buffers = match &step.buffers {
@@ -329,6 +351,7 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         .map(|o| &o.item)
         .map(|f| quote!(#[allow(clippy::too_many_arguments)] #f));
     let structs = structs(step);
+    let widths = group_widths(step);
     let plan_const = plan_const(step, resolved, plan);
     let buffers_ty = buffers_ident(step);
     let config_ty = config_ident(step);
@@ -448,6 +471,7 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         #(#attrs)*
         #vis mod #name {
             #(#other)*
+            #widths
             #structs
             #(#op_fns)*
             #rt_use
@@ -488,6 +512,7 @@ pub fn stand_in(step: &Step) -> TokenStream {
         })
         .map(|o| &o.item);
     let structs = structs(step);
+    let widths = group_widths(step);
     let buffers_ty = buffers_ident(step);
     let config_ty = config_ident(step);
     let kernels_ty = kernels_ty(step);
@@ -529,6 +554,7 @@ pub fn stand_in(step: &Step) -> TokenStream {
         #[allow(dead_code, unused)]
         #vis mod #name {
             #(#other)*
+            #widths
             #structs
             #(#op_fns)*
             #rt_use

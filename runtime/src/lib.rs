@@ -135,7 +135,9 @@ pub use stepgraph_macros::StepBuffer;
 ///   - none: one copy, shared by every op;
 ///   - `#[per_branch]`: an array `[T; N]` with one element per member of the stream
 ///     group of the ops that use it; a replicated op gets its own element, an op off the
-///     group the whole array;
+///     group the whole array. For each group `name[N]` the module defines
+///     `NAME_WIDTH: usize = N`, so the arrays can be `[T; NAME_WIDTH]` and the width is
+///     written once (a mismatch is a compile error naming the array);
 ///   - `#[scratch(per_stream)]`: scratch that holds nothing between steps; each stream
 ///     that uses it gets a copy of its own (the struct holds the first, the step
 ///     allocates the others with [`AllocLike`]), so that streams never share it;

@@ -1,5 +1,7 @@
 mod fork_join {
     use super::*;
+    ///The width of the stream group `chain`: its branches, one stream each.
+    pub const CHAIN_WIDTH: usize = 4;
     pub struct Buffers {
         pub seed: DeviceBuffer<f32>,
         pub lanes: [DeviceBuffer<f32>; 4],
