@@ -4,6 +4,7 @@
 
 use stepgraph::{Device, Result, Schedule};
 use stepgraph_kernels::AdamHyper;
+use stepgraph_testkit::Rng;
 
 use crate::kernels::{Buf, Kernels};
 use crate::layers::{Mlp, Sizes};
@@ -29,30 +30,6 @@ pub fn config(sizes: Sizes) -> sac::Config {
         target_entropy: -(sizes.action as f32),
         hyper: AdamHyper::default(),
         lr: LR,
-    }
-}
-
-/// xorshift64*: the same draws on every machine.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator for `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in [0, 1), 24 random bits.
-    pub fn uniform(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    /// `n` values uniform in [lo, hi).
-    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| lo + (hi - lo) * self.uniform()).collect()
     }
 }
 
@@ -94,7 +71,7 @@ pub fn upload_replay(
     up(&mut replay.r, rng.vec(n, -1.0, 1.0))?;
     up(&mut replay.s2, rng.vec(n * o, -1.0, 1.0))?;
     let done = (0..n)
-        .map(|_| if rng.uniform() < 0.1 { 1.0 } else { 0.0 })
+        .map(|_| if rng.next_f32() < 0.1 { 1.0 } else { 0.0 })
         .collect();
     up(&mut replay.done, done)
 }
