@@ -62,7 +62,7 @@ pub fn upload_replay(
     device: &Device,
     rng: &mut Rng,
     s: &Sizes,
-    replay: &mut crate::model::Replay,
+    replay: &mut crate::model::Transitions,
 ) -> Result<()> {
     let (n, o, a) = (replay.r.len(), s.obs, s.action);
     let up = |buf: &mut Buf, v: Vec<f32>| device.upload(buf, &v);

@@ -13,38 +13,55 @@ use stepgraph_kernels::{
 use crate::kernels::{Buf, Kernels};
 use crate::layers::{Mlp, MlpAct, MlpBack, MlpDims, Sizes, mlp_backward, mlp_forward};
 
-/// The replay buffer: `R` transitions on the device, filled before training; each step
-/// draws its batch from it.
+/// Transitions, row-major, `n` of them: both the replay buffer (`R` rows on the device,
+/// filled before training) and each step's batch (MODEL.md's inputs, `B` rows gathered
+/// from it).
 #[derive(Debug, StepBuffer)]
-pub struct Replay {
-    /// `[R, S]`.
+pub struct Transitions {
+    /// `[n, S]`.
     pub s: Buf,
-    /// `[R, A]`.
+    /// `[n, A]`, in (−1, 1).
     pub a: Buf,
-    /// `[R]`.
+    /// `[n]`.
     pub r: Buf,
-    /// `[R, S]`.
+    /// `[n, S]`.
     pub s2: Buf,
-    /// `[R]`.
+    /// `[n]`, 0 or 1.
     pub done: Buf,
 }
 
-/// One batch of transitions (MODEL.md's inputs), gathered from the replay buffer at the
-/// rows `idx` the step drew.
-#[derive(Debug, StepBuffer)]
-pub struct Batch {
-    /// `[B]`: the replay rows of this step's batch.
-    pub idx: DeviceBuffer<u32>,
-    /// `[B, S]`.
-    pub s: Buf,
-    /// `[B, A]`, in (−1, 1).
-    pub a: Buf,
-    /// `[B]`.
-    pub r: Buf,
-    /// `[B, S]`.
-    pub s2: Buf,
-    /// `[B]`, 0 or 1.
-    pub done: Buf,
+impl Transitions {
+    /// `rows` zeroed transitions for `sizes`, each field named `name.field`.
+    pub fn zeros(device: &Device, name: &str, rows: usize, sizes: &Sizes) -> Result<Transitions> {
+        let z = |field: &str, width: usize| {
+            device.alloc_zeros::<f32>(&format!("{name}.{field}"), rows * width)
+        };
+        Ok(Transitions {
+            s: z("s", sizes.obs)?,
+            a: z("a", sizes.action)?,
+            r: z("r", 1)?,
+            s2: z("s2", sizes.obs)?,
+            done: z("done", 1)?,
+        })
+    }
+
+    /// Every field with its row length, in one order (`s, a, r, s2, done`).
+    pub fn fields(&self, sizes: &Sizes) -> [(&Buf, usize); 5] {
+        let (o, a) = (sizes.obs, sizes.action);
+        [
+            (&self.s, o),
+            (&self.a, a),
+            (&self.r, 1),
+            (&self.s2, o),
+            (&self.done, 1),
+        ]
+    }
+
+    /// The same fields, writable.
+    pub fn fields_mut(&mut self) -> [&mut Buf; 5] {
+        let Transitions { s, a, r, s2, done } = self;
+        [s, a, r, s2, done]
+    }
 }
 
 /// The step's normals.
@@ -312,10 +329,12 @@ pub mod sac {
         pub clock: AdamClock,
         /// The step's random generator: the batch's rows and the noise.
         pub rng: DeviceRng,
-        pub replay: Replay,
+        pub replay: Transitions,
         /// The replay buffer's fields paired with the batch's, for one gather of all five.
         pub batch_table: GatherTable,
-        pub batch: Batch,
+        /// `[B]`: the replay rows of this step's batch.
+        pub batch_rows: DeviceBuffer<u32>,
+        pub batch: Transitions,
         pub noise: Noise,
         /// `[B, C]`: `[s, a]`, the critics' training input.
         pub x_data: Buf,
@@ -391,23 +410,23 @@ pub mod sac {
     fn draw_batch(
         stream: &CaptureStream<'_>,
         k: &Kernels,
+        sizes: Sizes,
         rng: &DeviceRng,
-        replay: &Replay,
+        replay: &Transitions,
         batch_table: &GatherTable,
-        batch: &mut Batch,
+        batch_rows: &mut DeviceBuffer<u32>,
+        batch: &mut Transitions,
     ) -> Result<()> {
         let g = &k.generic;
-        let Batch {
-            idx,
-            s,
-            a,
-            r,
-            s2,
-            done,
-        } = batch;
-        g.rng_indices(stream, rng, BATCH_ROWS, batch_table.rows(), idx)?;
-        let srcs = [&replay.s, &replay.a, &replay.r, &replay.s2, &replay.done];
-        g.gather_rows_table(stream, batch_table, &*idx, &srcs, &mut [s, a, r, s2, done])
+        g.rng_indices(stream, rng, BATCH_ROWS, batch_table.rows(), batch_rows)?;
+        let srcs = replay.fields(&sizes).map(|(f, _)| f);
+        g.gather_rows_table(
+            stream,
+            batch_table,
+            &*batch_rows,
+            &srcs,
+            &mut batch.fields_mut(),
+        )
     }
 
     /// This step's `ε'` and `ε`, then the generator moves on: the next step draws a new
@@ -429,7 +448,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
-        batch: &Batch,
+        batch: &Transitions,
         x_data: &mut Buf,
     ) -> Result<()> {
         k.concat_cols(
@@ -449,7 +468,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
-        batch: &Batch,
+        batch: &Transitions,
         noise: &Noise,
         actor_net: &Mlp,
         next_pi: &mut Policy,
@@ -482,7 +501,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         gamma: f32,
-        batch: &Batch,
+        batch: &Transitions,
         next_pi: &Policy,
         critic_next: &[TargetPass; CRITIC_WIDTH],
         log_alpha: &Buf,
@@ -559,7 +578,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
-        batch: &Batch,
+        batch: &Transitions,
         noise: &Noise,
         actor_net: &Mlp,
         pi: &mut Policy,
@@ -656,7 +675,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
-        batch: &Batch,
+        batch: &Transitions,
         noise: &Noise,
         pi: &Policy,
         critic_actor: &[ActorCriticPass; CRITIC_WIDTH],
@@ -889,42 +908,21 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         };
         (alpha_grad, Temperature { m, v })
     };
-    let rz = |what: &str, width: usize| z(what, replay * width);
-    let replay_buf = Replay {
-        s: rz("replay.s", s.obs)?,
-        a: rz("replay.a", s.action)?,
-        r: rz("replay.r", 1)?,
-        s2: rz("replay.s2", s.obs)?,
-        done: rz("replay.done", 1)?,
-    };
-    let batch = Batch {
-        idx: device.alloc_zeros("batch rows", b)?,
-        s: z("s", b * s.obs)?,
-        a: z("a", b * s.action)?,
-        r: z("r", b)?,
-        s2: z("s2", b * s.obs)?,
-        done: z("done", b)?,
-    };
-    let batch_table = {
-        let (rp, bt) = (&replay_buf, &batch);
-        GatherTable::new(
-            device,
-            replay,
-            b,
-            &[
-                (&rp.s, &bt.s, s.obs),
-                (&rp.a, &bt.a, s.action),
-                (&rp.r, &bt.r, 1),
-                (&rp.s2, &bt.s2, s.obs),
-                (&rp.done, &bt.done, 1),
-            ],
-        )?
-    };
+    let replay_buf = Transitions::zeros(device, "replay", replay, s)?;
+    let batch = Transitions::zeros(device, "batch", b, s)?;
+    let entries: Vec<_> = replay_buf
+        .fields(s)
+        .into_iter()
+        .zip(batch.fields(s))
+        .map(|((src, row_len), (dst, _))| (src, dst, row_len))
+        .collect();
+    let batch_table = GatherTable::new(device, replay, b, &entries)?;
     Ok(sac::Buffers {
         clock: AdamClock::new(device, 0)?,
         rng: DeviceRng::new(device, seed)?,
         replay: replay_buf,
         batch_table,
+        batch_rows: device.alloc_zeros("batch rows", b)?,
         batch,
         noise: Noise {
             next: z("eps_next", b * s.action)?,

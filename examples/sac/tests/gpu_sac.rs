@@ -405,7 +405,7 @@ fn gpu_each_update_draws_a_fresh_batch_and_noise_from_the_replay_buffer() {
     let mut previous = None;
     for counter in 0..2u64 {
         t.update().unwrap();
-        let idx = t.step.download(|b| &b.batch.idx).unwrap();
+        let idx = t.step.download(|b| &b.batch_rows).unwrap();
         let want = rng_indices_reference(seed, counter, BATCH_ROWS, rows as u32, sizes.batch);
         assert_eq!(idx, want, "update {counter}: the rows drawn");
         assert!(idx.iter().all(|&i| (i as usize) < rows));
