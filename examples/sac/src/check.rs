@@ -194,11 +194,13 @@ fn io_error(e: impl std::fmt::Display) -> stepgraph::Error {
     stepgraph::Error::Invalid(e.to_string())
 }
 
-/// Downloads every tensor of `tensors` (after the last replay) into `dir/NAME.npy`.
+/// Downloads every tensor of `tensors` (after the last replay, one wait) into
+/// `dir/NAME.npy`.
 fn write(step: &sac::Step, dir: &Path, tensors: &[Tensor<'_>]) -> Result<()> {
-    for t in tensors {
-        let v = step.executor().download(t.buf)?;
-        stepgraph_testkit::npy::write(&dir.join(format!("{}.npy", t.name)), &t.shape, &v)
+    let bufs: Vec<&Buf> = tensors.iter().map(|t| t.buf).collect();
+    let values = step.executor().download_many(&bufs)?;
+    for (t, v) in tensors.iter().zip(&values) {
+        stepgraph_testkit::npy::write(&dir.join(format!("{}.npy", t.name)), &t.shape, v)
             .map_err(|e| io_error(format!("--check: {e}")))?;
     }
     Ok(())
