@@ -311,6 +311,71 @@ pub struct Matmul {
     pub ld_b: Option<usize>,
     /// The same for D, and for C, which has D's layout.
     pub ld_d: Option<usize>,
+    /// How many SMs cuBLASLt's heuristic plans the matmul for.
+    pub sm_target: SmTarget,
+}
+
+/// How many of the GPU's SMs cuBLASLt plans a matmul for
+/// (`CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET`).
+///
+/// cuBLASLt picks a matmul's tiles and its split of `k` so that its grid fills the GPU.
+/// A matmul that runs beside others on parallel streams (a stream group's members, each
+/// doing the same layer) does not have the GPU to itself: planned for all of it, each
+/// splits `k` as if alone, and the partial products and their reductions of all of them
+/// take turns on the SMs. Planned for its share, each launches a grid that fits beside
+/// the others.
+///
+/// Whether it pays depends on the shapes and on what really runs at once: measure the
+/// step both ways (a matmul's result is the same to within its precision either way,
+/// not bit for bit, since the split of `k` may change).
+///
+/// ```
+/// use stepgraph::{Matmul, Precision, SmTarget};
+///
+/// // One of two critics' layers, on its own stream beside the other's.
+/// let fc = Matmul::new(16384, 256, 256)
+///     .with_trans_b(true)
+///     .with_precision(Precision::Tf32)
+///     .with_sm_target(SmTarget::Share(2));
+/// assert_eq!(fc.sm_target.sms(132), Some(66));
+/// assert!(fc.to_string().ends_with(" sms=1/2"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SmTarget {
+    /// The whole GPU: cuBLASLt's default.
+    #[default]
+    Whole,
+    /// The GPU's SMs divided by this many, rounded down: for a matmul that runs beside
+    /// this many − 1 others like it (pass a stream group's `NAME_WIDTH`).
+    Share(u32),
+    /// Exactly this many SMs (at most the GPU's).
+    Count(u32),
+}
+
+impl SmTarget {
+    /// The SM count it stands for on a GPU of `sms` SMs: `None` for the whole GPU, or for
+    /// a target that names no SM or more than the GPU has.
+    pub const fn sms(self, sms: u32) -> Option<u32> {
+        let n = match self {
+            SmTarget::Whole => return None,
+            SmTarget::Share(0) => return None,
+            SmTarget::Share(parts) => sms / parts,
+            SmTarget::Count(n) => n,
+        };
+        if n == 0 || n > sms { None } else { Some(n) }
+    }
+}
+
+impl fmt::Display for SmTarget {
+    /// `whole`, `1/N` for a share, or the count.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SmTarget::Whole => write!(f, "whole"),
+            SmTarget::Share(parts) => write!(f, "1/{parts}"),
+            SmTarget::Count(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 /// A leading dimension, or the packed one.
@@ -360,6 +425,7 @@ impl Matmul {
             ld_a: None,
             ld_b: None,
             ld_d: None,
+            sm_target: SmTarget::Whole,
         }
     }
 
@@ -433,6 +499,12 @@ impl Matmul {
     /// ```
     pub const fn with_ld_d(mut self, ld: usize) -> Matmul {
         self.ld_d = Some(ld);
+        self
+    }
+
+    /// Plans the matmul for a part of the GPU's SMs: see [`SmTarget`].
+    pub const fn with_sm_target(mut self, target: SmTarget) -> Matmul {
+        self.sm_target = target;
         self
     }
 
@@ -564,6 +636,11 @@ impl Matmul {
         {
             return invalid("epilogues with an aux matrix or a bias gradient take no batch");
         }
+        match self.sm_target {
+            SmTarget::Share(0) => return invalid("an SM share must divide the GPU by at least 1"),
+            SmTarget::Count(0) => return invalid("an SM count target must be at least 1"),
+            _ => {}
+        }
         // cuBLASLt has no DRELU/DGELU kernel for k = 1.
         if self.k == 1
             && matches!(
@@ -625,6 +702,9 @@ impl fmt::Display for Matmul {
             if let Some(ld) = ld {
                 write!(f, " {name}={ld}")?;
             }
+        }
+        if self.sm_target != SmTarget::Whole {
+            write!(f, " sms={}", self.sm_target)?;
         }
         Ok(())
     }
@@ -1367,6 +1447,22 @@ impl BlasHandle {
                 desc.set(A::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &(ld as i64))?;
             }
         }
+        if spec.sm_target != SmTarget::Whole {
+            let sms = self.device.sm_count()?;
+            let target = u32::try_from(sms)
+                .ok()
+                .and_then(|sms| spec.sm_target.sms(sms))
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "matmul {spec}: the SM target {} names no SM of the GPU's {sms}: \
+                         expected a count from 1 to {sms}, or a share of at most {sms}",
+                        spec.sm_target
+                    ))
+                })?;
+            // SAFETY: SM_COUNT_TARGET is an `int32_t`; `target` is at most the device's
+            // SM count, an `int`.
+            unsafe { desc.set(A::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &(target as i32)) }?;
+        }
         desc.set_pointers(ptrs)?;
         // cuBLASLt's A and B are the user's B and A (see `col_major_problem`).
         let [a, b, c, d] = key.align;
@@ -2104,6 +2200,49 @@ mod tests {
             .with_batch(2)
             .with_epilogue(Epilogue::GeluBias);
         check_operands(&spec, &ops_for(&spec)).unwrap();
+    }
+
+    #[test]
+    fn sm_targets_resolve_against_the_gpu_and_name_themselves() {
+        assert_eq!(SmTarget::Whole.sms(132), None);
+        assert_eq!(SmTarget::Share(1).sms(132), Some(132));
+        assert_eq!(SmTarget::Share(2).sms(132), Some(66));
+        // Rounded down, never to nothing.
+        assert_eq!(SmTarget::Share(5).sms(132), Some(26));
+        assert_eq!(SmTarget::Share(133).sms(132), None);
+        assert_eq!(SmTarget::Share(0).sms(132), None);
+        assert_eq!(SmTarget::Count(132).sms(132), Some(132));
+        assert_eq!(SmTarget::Count(133).sms(132), None);
+        assert_eq!(SmTarget::Count(0).sms(132), None);
+        let spec = Matmul::new(8, 4, 2);
+        assert!(!spec.to_string().contains("sms="));
+        assert_eq!(
+            spec.with_sm_target(SmTarget::Count(40))
+                .with_ld_d(5)
+                .to_string(),
+            "8x4x2 f32 trans_a=false trans_b=false epilogue=Default ld_d=5 sms=40"
+        );
+        // A spec planned for a share is a plan of its own.
+        assert_ne!(spec, spec.with_sm_target(SmTarget::Share(2)));
+    }
+
+    #[test]
+    fn an_sm_target_of_nothing_is_refused() {
+        for (target, why) in [
+            (
+                SmTarget::Share(0),
+                "an SM share must divide the GPU by at least 1",
+            ),
+            (SmTarget::Count(0), "an SM count target must be at least 1"),
+        ] {
+            let spec = Matmul::new(4, 4, 4).with_sm_target(target);
+            let msg = invalid(spec.check_spec().unwrap_err());
+            assert!(msg.ends_with(why), "{msg}");
+        }
+        Matmul::new(4, 4, 4)
+            .with_sm_target(SmTarget::Share(3))
+            .check_spec()
+            .unwrap();
     }
 
     #[test]

@@ -54,7 +54,7 @@ mod timing;
 mod verify;
 mod work;
 
-pub use blas::{BlasElem, Epilogue, Matmul, MatmulArgs, Precision};
+pub use blas::{BlasElem, Epilogue, Matmul, MatmulArgs, Precision, SmTarget};
 pub use buffer::{ConfigValue, StepBuffer, ViewSpans};
 pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};

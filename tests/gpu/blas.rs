@@ -14,7 +14,9 @@ use super::{Rng, nan_buffer};
 use half::bf16;
 use stepgraph::exec::{BlasSession, Executor, Issue, Mode};
 use stepgraph::plan::{OpDesc, OpId, PlanDesc, StreamDesc, StreamId};
-use stepgraph::{Device, Epilogue, Error, Matmul, MatmulArgs, Precision, Result, Schedule};
+use stepgraph::{
+    Device, Epilogue, Error, Matmul, MatmulArgs, Precision, Result, Schedule, SmTarget,
+};
 
 const F32_BOUND: f64 = 1e-5;
 const TF32_BOUND: f64 = 2e-3;
@@ -625,6 +627,80 @@ fn gpu_matmul_strided_batch_shares_one_bias() -> Result<()> {
         &reference,
         F32_BOUND,
     );
+    Ok(())
+}
+
+#[test]
+fn gpu_matmul_planned_for_a_share_of_the_sms_is_the_same_product() -> Result<()> {
+    // A weight gradient's shape (dW = dYᵀ X over a batch of 16384 rows): few output
+    // tiles, a long k, so cuBLASLt splits k by the SMs it plans for.
+    let (device, session) = setup()?;
+    let (m, n, k) = (256, 72, 16384);
+    let whole = Matmul::new(m, n, k)
+        .with_trans_a(true)
+        .with_precision(Precision::Tf32);
+    let mut rng = Rng::new(11);
+    let a = rng.fill(whole.a_len(), input_scale(k));
+    let b = rng.fill(whole.b_len(), 1.0);
+    let a_dev = device.upload_new("a", &a)?;
+    let b_dev = device.upload_new("b", &b)?;
+    let reference = host_matmul(&whole, &to_f64(&a), &to_f64(&b));
+    let sms = u32::try_from(device.sm_count()?).expect("a positive SM count");
+    let targets = [
+        SmTarget::Whole,
+        SmTarget::Share(2),
+        SmTarget::Share(3),
+        SmTarget::Count(sms / 4),
+        SmTarget::Count(sms),
+    ];
+    for target in targets {
+        let spec = whole.with_sm_target(target);
+        let mut d_dev = nan_buffer(&device, "d", spec.d_len())?;
+        session
+            .blas(Mode::Eager)
+            .matmul(&spec, &a_dev, &b_dev, &mut d_dev, MatmulArgs::new())?;
+        session.synchronize()?;
+        check(
+            &format!("tf32 planned for {target} SMs"),
+            &to_f64(&device.download(&d_dev)?),
+            &reference,
+            TF32_BOUND,
+        );
+        assert!(session.handle().is_planned(&spec), "{spec}");
+    }
+    // Each target is a plan of its own.
+    assert_eq!(session.handle().planned(), targets.len());
+    Ok(())
+}
+
+#[test]
+fn gpu_an_sm_target_beyond_the_gpu_is_refused_naming_its_sms() -> Result<()> {
+    let (device, session) = setup()?;
+    let sms = u32::try_from(device.sm_count()?).expect("a positive SM count");
+    for target in [SmTarget::Count(sms + 1), SmTarget::Share(sms + 1)] {
+        let spec = Matmul::new(32, 16, 8).with_sm_target(target);
+        let a_dev = device.upload_new("a", &vec![1.0f32; spec.a_len()])?;
+        let b_dev = device.upload_new("b", &vec![1.0f32; spec.b_len()])?;
+        let mut d_dev = nan_buffer(&device, "d", spec.d_len())?;
+        let err = session
+            .blas(Mode::Eager)
+            .matmul(&spec, &a_dev, &b_dev, &mut d_dev, MatmulArgs::new())
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, Error::Invalid(_))
+                && msg.contains(&format!(
+                    "the SM target {target} names no SM of the GPU's {sms}"
+                )),
+            "{msg}"
+        );
+        assert!(!session.handle().is_planned(&spec));
+        session.synchronize()?;
+        assert!(
+            device.download(&d_dev)?.iter().all(|x| x.is_nan()),
+            "nothing may run"
+        );
+    }
     Ok(())
 }
 
