@@ -47,10 +47,13 @@ declare -A size_flags=(
     [b1024-glu48]="--batch 1024 --glu 48"
 )
 
-# The SAC check's named sizes (--sac-check-sizes), as sac flags.
+# The SAC check's named sizes (--sac-check-sizes), as sac flags; -share plans the
+# critics' matmuls for their share of the GPU.
 declare -A sac_size_flags=(
     [default]=""
     [b1000-h200-a6]="--batch 1000 --hidden 200 --action 6"
+    [default-share]="--critic-sms share"
+    [b1000-h200-a6-share]="--batch 1000 --hidden 200 --action 6 --critic-sms share"
 )
 
 # The options both scripts take, for their --help.

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use stepgraph::{Device, Result, Schedule};
 
-use crate::host::{Trainer, losses_line};
+use crate::host::{DEFAULT_REPLAY, Trainer, losses_line};
 use crate::kernels::{Buf, Kernels, LOG_STD_MAX, LOG_STD_MIN, TANH_EPS};
 use crate::layers::{Mlp, Sizes};
 use crate::model::{Optim, sac};
@@ -179,6 +179,7 @@ pub fn config_json(
         "seed": seed,
         "steps": steps,
         "schedule": schedule_name(schedule),
+        "critic_sms": config.critic_sms.to_string(),
     })
 }
 
@@ -206,18 +207,20 @@ fn write(step: &sac::Step, dir: &Path, tensors: &[Tensor<'_>]) -> Result<()> {
     Ok(())
 }
 
-/// The seeded step for `sizes` under `schedule`, replayed `steps` times, each step's
+/// The seeded step of `config` under `schedule`, replayed `steps` times, each step's
 /// inputs and outputs written under `dir` for `reference.py check`.
 pub fn run(
     device: &Device,
     kernels: std::sync::Arc<Kernels>,
-    sizes: Sizes,
+    config: sac::Config,
     seed: u64,
     schedule: Schedule,
     steps: usize,
     dir: &Path,
 ) -> Result<()> {
-    let mut trainer = Trainer::new(device, kernels, sizes, seed, schedule)?;
+    let sizes = config.sizes;
+    let mut trainer =
+        Trainer::with_config(device, kernels, config, DEFAULT_REPLAY, seed, schedule)?;
     std::fs::create_dir_all(dir).map_err(|e| io_error(format!("{}: {e}", dir.display())))?;
     let critics = critic_count(trainer.step.buffers());
     let json = config_json(trainer.step.config(), seed, critics, steps, schedule);

@@ -2,7 +2,7 @@
 //! into the step's buffers once, and [`Trainer`], which replays the step. Nothing is
 //! staged per step: the step draws its batch and noise and advances Adam's clock itself.
 
-use stepgraph::{Device, Result, Schedule};
+use stepgraph::{Device, Result, Schedule, SmTarget};
 use stepgraph_kernels::AdamHyper;
 use stepgraph_testkit::Rng;
 
@@ -21,7 +21,8 @@ pub const INITIAL_LOG_ALPHA: f32 = 0.0;
 /// Transitions in the replay buffer unless `--replay` says otherwise.
 pub const DEFAULT_REPLAY: usize = 1 << 18;
 
-/// The step's config for `sizes`: MODEL.md's constants.
+/// The step's config for `sizes`: MODEL.md's constants, every matmul planned for the
+/// whole GPU.
 pub fn config(sizes: Sizes) -> sac::Config {
     sac::Config {
         sizes,
@@ -30,6 +31,7 @@ pub fn config(sizes: Sizes) -> sac::Config {
         target_entropy: -(sizes.action as f32),
         hyper: AdamHyper::default(),
         lr: LR,
+        critic_sms: SmTarget::Whole,
     }
 }
 
@@ -129,8 +131,20 @@ impl Trainer {
         seed: u64,
         schedule: Schedule,
     ) -> Result<Trainer> {
-        let buffers = initial_buffers(device, &sizes, replay, seed)?;
-        let step = sac::Step::with_schedule(device, kernels, buffers, config(sizes), schedule)?;
+        Trainer::with_config(device, kernels, config(sizes), replay, seed, schedule)
+    }
+
+    /// The same with a configuration of its own (`config` gives the default one).
+    pub fn with_config(
+        device: &Device,
+        kernels: std::sync::Arc<Kernels>,
+        config: sac::Config,
+        replay: usize,
+        seed: u64,
+        schedule: Schedule,
+    ) -> Result<Trainer> {
+        let buffers = initial_buffers(device, &config.sizes, replay, seed)?;
+        let step = sac::Step::with_schedule(device, kernels, buffers, config, schedule)?;
         Ok(Trainer { step })
     }
 

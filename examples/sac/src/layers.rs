@@ -3,7 +3,8 @@
 //! passes of a three-layer MLP as cuBLASLt matmuls and the ReLU backward kernel.
 
 use stepgraph::{
-    Blas, CaptureStream, Device, Epilogue, Matmul, MatmulArgs, Precision, Result, StepBuffer,
+    Blas, CaptureStream, Device, Epilogue, Matmul, MatmulArgs, Precision, Result, SmTarget,
+    StepBuffer,
 };
 
 use stepgraph_kernels::column_sums_scratch_len;
@@ -61,6 +62,7 @@ impl Sizes {
             inp: self.critic_in(),
             hidden: self.hidden,
             out: 1,
+            sms: SmTarget::Whole,
         }
     }
 
@@ -71,6 +73,7 @@ impl Sizes {
             inp: self.obs,
             hidden: self.hidden,
             out: 2 * self.action,
+            sms: SmTarget::Whole,
         }
     }
 
@@ -96,13 +99,21 @@ impl Sizes {
 }
 
 /// A three-layer MLP's sizes: `rows` inputs of `inp` features, two hidden layers of
-/// `hidden`, `out` outputs.
+/// `hidden`, `out` outputs; and the SMs its matmuls are planned for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MlpDims {
     pub rows: usize,
     pub inp: usize,
     pub hidden: usize,
     pub out: usize,
+    pub sms: SmTarget,
+}
+
+impl MlpDims {
+    /// The same network with its matmuls planned for `sms` (cuBLASLt's SM count target).
+    pub fn planned_for(self, sms: SmTarget) -> MlpDims {
+        MlpDims { sms, ..self }
+    }
 }
 
 /// A linear layer `y = x wᵀ + b`, `w[out, in]`.
@@ -241,8 +252,9 @@ pub fn mlp_forward(
         inp,
         hidden: h,
         out,
+        sms,
     } = d;
-    let relu = |i, o| linear_spec(rows, i, o, Epilogue::ReluBias);
+    let relu = |i, o| linear_spec(rows, i, o, Epilogue::ReluBias).with_sm_target(sms);
     blas.matmul(
         &relu(inp, h),
         x,
@@ -257,7 +269,7 @@ pub fn mlp_forward(
         &mut act.h2,
         MatmulArgs::new().bias(&net.l2.b),
     )?;
-    let last = linear_spec(rows, h, out, Epilogue::Bias);
+    let last = linear_spec(rows, h, out, Epilogue::Bias).with_sm_target(sms);
     blas.matmul(
         &last,
         &act.h2,
@@ -292,11 +304,12 @@ pub fn mlp_backward(
         inp,
         hidden: h,
         out,
+        sms,
     } = d;
     // A layer's parameter gradients from its output's gradient `dy [rows, o]` and its
     // input `x [rows, i]`.
     let param = |blas: &Blas<'_>, dy: &Buf, x: &Buf, g: &mut Linear, sums: &mut Buf, i, o| {
-        let spec = weight_grad_spec(rows, i, o);
+        let spec = weight_grad_spec(rows, i, o).with_sm_target(sms);
         blas.matmul(&spec, dy, x, &mut g.w, MatmulArgs::new())?;
         k.generic.column_sums(stream, dy, rows, o, sums, &mut g.b)
     };
@@ -310,7 +323,7 @@ pub fn mlp_backward(
         k.outer_relu_grad(stream, dout, &net.l3.w, &act.h2, dz2)?;
     } else {
         blas.matmul(
-            &input_grad_spec(rows, h, out),
+            &input_grad_spec(rows, h, out).with_sm_target(sms),
             dout,
             &net.l3.w,
             dz2,
@@ -322,7 +335,7 @@ pub fn mlp_backward(
         param(blas, dz2, &act.h1, &mut g.l2, sums, h, h)?;
     }
     blas.matmul(
-        &input_grad_spec(rows, h, h),
+        &input_grad_spec(rows, h, h).with_sm_target(sms),
         &*dz2,
         &net.l2.w,
         dz1,
@@ -340,7 +353,9 @@ pub fn mlp_backward(
                  {inp}, found {first}"
             ))
         })?;
-        let spec = input_grad_spec(rows, cols, h).with_ld_b(inp);
+        let spec = input_grad_spec(rows, cols, h)
+            .with_ld_b(inp)
+            .with_sm_target(sms);
         let span = stepgraph::Span::columns(h, inp, first, cols);
         let w1 = net.l1.w.view(span.start()..span.end())?;
         blas.matmul(&spec, &*dz1, &w1, dx, MatmulArgs::new())?;

@@ -4,7 +4,7 @@
 //! its update, the passes the actor's gradient takes through it and its Polyak update;
 //! the actor and the temperature on `actor`.
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, StepBuffer};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, SmTarget, StepBuffer};
 use stepgraph_kernels::{
     AdamClock, AdamHyper, AdamSlot, DeviceRng, GatherTable, PairTable, ParamEntry, ParamTable,
     Substream,
@@ -391,6 +391,9 @@ pub mod sac {
         pub hyper: AdamHyper,
         /// Every optimizer's learning rate.
         pub lr: f32,
+        /// The SMs each critic's matmuls are planned for: the whole GPU, or its share
+        /// beside the other critics (`SmTarget::Share(CRITIC_WIDTH)`, PERF.md).
+        pub critic_sms: SmTarget,
     }
 
     /// Adam's step count moves on and the bias corrections of the new step are written,
@@ -481,13 +484,14 @@ pub mod sac {
     fn critic_target_pass(
         stream: &CaptureStream<'_>,
         sizes: Sizes,
+        critic_sms: SmTarget,
         next_pi: &Policy,
         critic_target: &Mlp,
         critic_next: &mut TargetPass,
     ) -> Result<()> {
         target_pass(
             stream,
-            sizes.critic(),
+            sizes.critic().planned_for(critic_sms),
             &next_pi.x,
             critic_target,
             critic_next,
@@ -531,6 +535,7 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
+        critic_sms: SmTarget,
         x_data: &Buf,
         y: &Buf,
         critic: &Mlp,
@@ -540,7 +545,7 @@ pub mod sac {
         train_critic(
             stream,
             k,
-            sizes.critic(),
+            sizes.critic().planned_for(critic_sms),
             x_data,
             y,
             critic,
@@ -612,15 +617,18 @@ pub mod sac {
 
     /// `Qd([s, â])` with critic `d` as its Adam step left it.
     #[stream(critic[d])]
+    #[allow(clippy::too_many_arguments)]
     fn critic_at_policy(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
+        critic_sms: SmTarget,
         pi: &Policy,
         critic: &Mlp,
         critic_actor: &mut ActorCriticPass,
     ) -> Result<()> {
-        actor_critic_pass(stream, k, sizes.critic(), &pi.x, critic, None, critic_actor)
+        let dims = sizes.critic().planned_for(critic_sms);
+        actor_critic_pass(stream, k, dims, &pi.x, critic, None, critic_actor)
     }
 
     /// `L_π = mean(α log π − minᵢ qᵢ)`, after every critic's pass at the sample.
@@ -650,6 +658,7 @@ pub mod sac {
         k: &Kernels,
         d: usize,
         sizes: Sizes,
+        critic_sms: SmTarget,
         pi: &Policy,
         critic: &Mlp,
         actor_loss: &ActorLoss,
@@ -658,7 +667,7 @@ pub mod sac {
         actor_critic_pass(
             stream,
             k,
-            sizes.critic(),
+            sizes.critic().planned_for(critic_sms),
             &pi.x,
             critic,
             Some((&actor_loss.min.argmin, d)),

@@ -15,10 +15,11 @@
 
 use std::sync::Arc;
 
-use stepgraph::{CaptureStream, Device, Result, Schedule};
-use stepgraph_sac::host::Trainer;
+use stepgraph::{CaptureStream, Device, Result, Schedule, SmTarget};
+use stepgraph_sac::host::{DEFAULT_REPLAY, Trainer};
 use stepgraph_sac::kernels::Kernels;
 use stepgraph_sac::layers::{Mlp, Sizes};
+use stepgraph_sac::model::{CRITICS, sac};
 use stepgraph_sac::reference::*;
 use stepgraph_testkit::{Rng, bits, check_within, nan_buffer};
 
@@ -331,25 +332,43 @@ fn state_bits(t: &Trainer) -> (Vec<u32>, Vec<u32>) {
 }
 
 /// The planned step on four streams and the same step on one stream, from the same seed,
-/// give the same bits after every one of a few updates; the updates change what they
-/// should (the critics, their targets, the actor, `log α`) and leave every loss finite.
+/// give the same bits after every one of a few updates, with the critics' matmuls planned
+/// for the whole GPU or for their share of it; the updates change what they should (the
+/// critics, their targets, the actor, `log α`) and leave every loss finite.
 #[test]
 fn gpu_the_planned_step_replays_the_one_stream_step_bit_for_bit() {
     let (device, k) = gpu();
     let k = Arc::new(k);
-    for sizes in [Sizes::small(), Sizes::default()] {
+    let targets = [SmTarget::Whole, SmTarget::Share(CRITICS as u32)];
+    for (sizes, critic_sms) in [Sizes::small(), Sizes::default()]
+        .into_iter()
+        .flat_map(|s| targets.map(|t| (s, t)))
+    {
         let seed = 2026;
-        let mut planned = Trainer::new(&device, k.clone(), sizes, seed, Schedule::Planned).unwrap();
-        let mut serial =
-            Trainer::new(&device, k.clone(), sizes, seed, Schedule::OneStream).unwrap();
+        let config = sac::Config {
+            critic_sms,
+            ..stepgraph_sac::host::config(sizes)
+        };
+        let trainer = |schedule| {
+            Trainer::with_config(&device, k.clone(), config, DEFAULT_REPLAY, seed, schedule)
+                .unwrap()
+        };
+        let mut planned = trainer(Schedule::Planned);
+        let mut serial = trainer(Schedule::OneStream);
         let start = planned.parameters().unwrap();
         for t in 1..=3 {
             planned.update().unwrap();
             serial.update().unwrap();
             let (p, pl) = state_bits(&planned);
             let (s, sl) = state_bits(&serial);
-            assert_eq!(pl, sl, "{sizes:?}, update {t}: the losses differ");
-            assert!(p == s, "{sizes:?}, update {t}: the parameters differ");
+            assert_eq!(
+                pl, sl,
+                "{sizes:?} {critic_sms}, update {t}: the losses differ"
+            );
+            assert!(
+                p == s,
+                "{sizes:?} {critic_sms}, update {t}: the parameters differ"
+            );
             let losses = planned.losses().unwrap();
             assert!(
                 losses.iter().all(|l| l.is_finite()),

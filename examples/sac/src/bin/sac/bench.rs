@@ -2,7 +2,8 @@
 //!
 //! (a) eager on one stream, (b) the one-stream graph, (c) the planned graph, (d) the
 //! critical path of the plan with every op at its time alone, (w) the work bound (every
-//! kernel alone, weighted by the share of the GPU its grid occupies). Medians of CUDA
+//! kernel alone, weighted by the share of the GPU its grid occupies), and (c) A/B against
+//! the critics' matmuls planned for another SM target (`--critic-sms`). Medians of CUDA
 //! event timings over `replays` replays after warm-up; (a) is timed on the host around
 //! each eager step and its wait, as a training loop would see it. The planned step's
 //! profile is written as a record (`cargo xtask render-profile` draws it), a timeline SVG
@@ -13,10 +14,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use stepgraph::stats::median;
-use stepgraph::{Device, Error, Result, Schedule};
+use stepgraph::{Device, Error, Result, Schedule, SmTarget};
 use stepgraph_sac::host::Trainer;
 use stepgraph_sac::kernels::Kernels;
-use stepgraph_sac::layers::Sizes;
 use stepgraph_sac::model::{CRITICS, sac};
 
 /// Warm-up replays before each timing.
@@ -29,12 +29,21 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
         .map_err(|e| Error::Invalid(format!("could not write {}: {e}", path.display())))
 }
 
-/// Times every variant and bound for `sizes` over `replays` replays; writes the records
+/// The critics' SM target the A/B compares `sms` with: their share against the whole
+/// GPU, the whole GPU against anything else.
+fn other_sms(sms: SmTarget) -> SmTarget {
+    match sms {
+        SmTarget::Whole => SmTarget::Share(CRITICS as u32),
+        _ => SmTarget::Whole,
+    }
+}
+
+/// Times every variant and bound of `config` over `replays` replays; writes the records
 /// into `dir`.
 pub fn run(
     device: &Device,
     kernels: &Arc<Kernels>,
-    sizes: Sizes,
+    config: sac::Config,
     replay: usize,
     seed: u64,
     replays: usize,
@@ -42,22 +51,12 @@ pub fn run(
 ) -> Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::Invalid(format!("could not create {}: {e}", dir.display())))?;
-    let mut planned = Trainer::with_replay(
-        device,
-        kernels.clone(),
-        sizes,
-        replay,
-        seed,
-        Schedule::Planned,
-    )?;
-    let mut serial = Trainer::with_replay(
-        device,
-        kernels.clone(),
-        sizes,
-        replay,
-        seed,
-        Schedule::OneStream,
-    )?;
+    let sizes = config.sizes;
+    let trainer = |config, schedule| {
+        Trainer::with_config(device, kernels.clone(), config, replay, seed, schedule)
+    };
+    let mut planned = trainer(config, Schedule::Planned)?;
+    let mut serial = trainer(config, Schedule::OneStream)?;
     // A few real updates first, so that the timed state is a trained one (the values
     // replayed below do not change the kernels' work: every size is fixed).
     for _ in 0..10 {
@@ -68,10 +67,33 @@ pub fn run(
     let b = median(&mut serial.step.executor().time_replays(WARMUP, replays)?);
     // The planned step with the declared stream priorities ignored: what they buy.
     let c_flat = {
-        let equal = Schedule::PlannedEqualPriority;
-        let mut flat = Trainer::with_replay(device, kernels.clone(), sizes, replay, seed, equal)?;
+        let mut flat = trainer(config, Schedule::PlannedEqualPriority)?;
         flat.update()?;
         median(&mut flat.step.executor().time_replays(WARMUP, replays)?)
+    };
+    // A/B in this call: the planned step with the critics' matmuls planned the other way,
+    // alternated with this one twice.
+    let other = other_sms(config.critic_sms);
+    let (c_this, c_other) = {
+        let mut alt = trainer(
+            sac::Config {
+                critic_sms: other,
+                ..config
+            },
+            Schedule::Planned,
+        )?;
+        alt.update()?;
+        let mut this = Vec::new();
+        let mut that = Vec::new();
+        for _ in 0..2 {
+            that.push(median(
+                &mut alt.step.executor().time_replays(WARMUP, replays)?,
+            ));
+            this.push(median(
+                &mut planned.step.executor().time_replays(WARMUP, replays)?,
+            ));
+        }
+        (this, that)
     };
     for _ in 0..WARMUP {
         serial.update_eager()?;
@@ -115,8 +137,9 @@ pub fn run(
     let w = work.bound_ms();
     let bound = d.max(w);
     println!(
-        "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics, {replays} replays",
-        sizes.batch, sizes.obs, sizes.action, sizes.hidden
+        "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics planned for {} SMs, \
+         {replays} replays",
+        sizes.batch, sizes.obs, sizes.action, sizes.hidden, config.critic_sms
     );
     println!("| variant | median ms | ratio |");
     println!("| --- | --- | --- |");
@@ -135,19 +158,35 @@ pub fn run(
         c / d
     );
     println!("| (w) work bound | {w:.3} | (c)/(w) = {:.3} |", c / w);
+    let pair = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "| A/B: (c) with the critics planned for {} SMs, then for {other} SMs, twice | {} against {} | |",
+        config.critic_sms,
+        pair(&c_this),
+        pair(&c_other)
+    );
     println!(
         "| larger bound, max((d), (w)) | {bound:.3} | (c)/max = {:.3} |",
         c / bound
     );
     let json = format!(
         "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
-         \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
+         \"critic_sms\": \"{}\", \"other_critic_sms\": \"{other}\", \"planned_ab_ms\": [{}], \
+         \"planned_other_sms_ab_ms\": [{}], \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
          \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \
          \"planned_over_bound\": {}, \"critical_path\": [{}]}}\n",
         sizes.batch,
         sizes.obs,
         sizes.action,
         sizes.hidden,
+        config.critic_sms,
+        pair(&c_this),
+        pair(&c_other),
         c / bound,
         path.iter()
             .map(|p| format!("\"{p}\""))

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p stepgraph-sac -- [--steps N] [--batch B] [--obs S] [--action A]
 //!                                         [--hidden H] [--seed N] [--one-stream]
+//!                                         [--critic-sms whole|share|N]
 //! cargo run --release -p stepgraph-sac -- --check DIR [--steps 3] [sizes] [--one-stream]
 //! cargo run --release -p stepgraph-sac -- --bench DIR [--replays N] [sizes]
 //! cargo run --release -p stepgraph-sac -- --print-plan dot|svg
@@ -12,6 +13,8 @@
 //! seeded state and each step's inputs and outputs for `reference.py check DIR`;
 //! `--bench DIR` times eager, the one-stream graph and the planned graph against the
 //! critical-path and work bounds (`bench.rs`) and writes its records into DIR.
+//! `--critic-sms` plans the critics' matmuls for the whole GPU (the default), for their
+//! share of it beside the other critics, or for N SMs (stepgraph's `SmTarget`).
 
 mod bench;
 
@@ -19,12 +22,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use stepgraph::{Device, Result, Schedule};
+use stepgraph::{Device, Result, Schedule, SmTarget};
 
 use stepgraph_sac::host::{Trainer, losses_line};
 use stepgraph_sac::kernels::Kernels;
 use stepgraph_sac::layers::Sizes;
-use stepgraph_sac::model::sac;
+use stepgraph_sac::model::{CRITICS, sac};
 
 /// Command-line options.
 #[derive(Debug)]
@@ -42,6 +45,8 @@ struct Options {
     replays: usize,
     /// Transitions in the replay buffer.
     replay: usize,
+    /// What the critics' matmuls are planned for.
+    critic_sms: SmTarget,
 }
 
 impl Options {
@@ -52,10 +57,33 @@ impl Options {
             Schedule::Planned
         }
     }
+
+    /// The step's config: the sizes and the critics' SM target given.
+    fn config(&self) -> sac::Config {
+        sac::Config {
+            critic_sms: self.critic_sms,
+            ..stepgraph_sac::host::config(self.sizes)
+        }
+    }
+}
+
+/// `--critic-sms`: `whole`, `share` (the GPU over the critics), or a count of SMs.
+fn critic_sms(value: &str) -> std::result::Result<SmTarget, String> {
+    match value {
+        "whole" => Ok(SmTarget::Whole),
+        "share" => Ok(SmTarget::Share(CRITICS as u32)),
+        n => match n.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(SmTarget::Count(n)),
+            _ => Err(format!(
+                "--critic-sms takes `whole`, `share` or a positive SM count, found `{value}`"
+            )),
+        },
+    }
 }
 
 const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--replay N] [--one-stream] [--check DIR] [--bench DIR [--replays N]] \
+                     [--seed N] [--replay N] [--one-stream] [--critic-sms whole|share|N] \
+                     [--check DIR] [--bench DIR [--replays N]] \
                      | --print-plan dot|svg";
 
 fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
@@ -68,6 +96,7 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
         bench: None,
         replays: 200,
         replay: stepgraph_sac::host::DEFAULT_REPLAY,
+        critic_sms: SmTarget::Whole,
     };
     while let Some(flag) = args.next() {
         if flag == "--one-stream" {
@@ -97,6 +126,7 @@ fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<
             "--replays" => o.replays = number("--replays")?,
             "--replay" => o.replay = number("--replay")?,
             "--bench" => o.bench = Some(PathBuf::from(&value)),
+            "--critic-sms" => o.critic_sms = critic_sms(&value)?,
             "--seed" => {
                 o.seed = value
                     .parse()
@@ -148,7 +178,7 @@ fn main() -> ExitCode {
             stepgraph_sac::check::run(
                 &device,
                 Arc::new(k),
-                options.sizes,
+                options.config(),
                 options.seed,
                 options.schedule(),
                 options.steps.unwrap_or(3),
@@ -159,7 +189,7 @@ fn main() -> ExitCode {
             bench::run(
                 &device,
                 &Arc::new(k),
-                options.sizes,
+                options.config(),
                 options.replay,
                 options.seed,
                 options.replays,
@@ -180,7 +210,7 @@ fn main() -> ExitCode {
 fn train(device: &Device, o: &Options) -> Result<()> {
     let kernels = Arc::new(Kernels::load(device)?);
     let mut trainer =
-        Trainer::with_replay(device, kernels, o.sizes, o.replay, o.seed, o.schedule())?;
+        Trainer::with_config(device, kernels, o.config(), o.replay, o.seed, o.schedule())?;
     let steps = o.steps.unwrap_or(100);
     for i in 0..steps {
         trainer.update()?;
@@ -236,6 +266,19 @@ mod tests {
         assert!(parse(&["--batch", "0"]).unwrap_err().contains("at least 1"));
         assert!(parse(&["--obs", "x"]).unwrap_err().contains("`x`"));
         assert!(parse(&["--steps"]).unwrap_err().contains("needs a value"));
+        assert_eq!(parse(&[]).unwrap().critic_sms, SmTarget::Whole);
+        assert_eq!(
+            parse(&["--critic-sms", "share"]).unwrap().critic_sms,
+            SmTarget::Share(CRITICS as u32)
+        );
+        assert_eq!(
+            parse(&["--critic-sms", "40"]).unwrap().config().critic_sms,
+            SmTarget::Count(40)
+        );
+        for bad in ["0", "half", "-3"] {
+            let msg = parse(&["--critic-sms", bad]).unwrap_err();
+            assert!(msg.contains(&format!("found `{bad}`")), "{msg}");
+        }
         assert!(
             parse(&["--nope", "1"])
                 .unwrap_err()
