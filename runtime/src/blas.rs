@@ -367,6 +367,35 @@ impl SmTarget {
     }
 }
 
+impl std::str::FromStr for SmTarget {
+    type Err = Error;
+
+    /// What [`Display`](fmt::Display) writes: `whole`, `1/N` for a share, or a count.
+    ///
+    /// ```
+    /// use stepgraph::SmTarget;
+    ///
+    /// assert_eq!("1/4".parse::<SmTarget>()?, SmTarget::Share(4));
+    /// assert_eq!("66".parse::<SmTarget>()?, SmTarget::Count(66));
+    /// assert!("half".parse::<SmTarget>().is_err());
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
+    fn from_str(s: &str) -> Result<SmTarget> {
+        let positive = |n: &str| n.parse::<u32>().ok().filter(|&n| n > 0);
+        let target = match s.strip_prefix("1/") {
+            _ if s == "whole" => Some(SmTarget::Whole),
+            Some(parts) => positive(parts).map(SmTarget::Share),
+            None => positive(s).map(SmTarget::Count),
+        };
+        target.ok_or_else(|| {
+            Error::Invalid(format!(
+                "an SM target is `whole`, `1/N` (a share of the GPU, N at least 1) or a \
+                 count of SMs (at least 1), found `{s}`"
+            ))
+        })
+    }
+}
+
 impl fmt::Display for SmTarget {
     /// `whole`, `1/N` for a share, or the count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1580,6 +1609,7 @@ impl Blas<'_> {
         d: &mut impl DeviceMemMut<T>,
         args: MatmulArgs<'_, T>,
     ) -> Result<()> {
+        let spec = &self.planned(spec);
         check_operands(spec, &Operands::of(a, b, d, &args))?;
         let stream: &CudaStream = self.stream;
         stream
@@ -1817,6 +1847,7 @@ impl BlasSession {
             stream: &self.stream,
             mode,
             counts: None,
+            sm_target: SmTarget::Whole,
         }
     }
 
@@ -2222,6 +2253,19 @@ mod tests {
                 .to_string(),
             "8x4x2 f32 trans_a=false trans_b=false epilogue=Default ld_d=5 sms=40"
         );
+        // What Display writes parses back; nothing else does.
+        for t in [
+            SmTarget::Whole,
+            SmTarget::Share(1),
+            SmTarget::Share(7),
+            SmTarget::Count(132),
+        ] {
+            assert_eq!(t.to_string().parse::<SmTarget>().unwrap(), t);
+        }
+        for bad in ["", "0", "1/0", "1/", "2/3", "-4", "whole ", "half", "1/x"] {
+            let msg = invalid(bad.parse::<SmTarget>().unwrap_err());
+            assert!(msg.ends_with(&format!("found `{bad}`")), "{msg}");
+        }
         // A spec planned for a share is a plan of its own.
         assert_ne!(spec, spec.with_sm_target(SmTarget::Share(2)));
     }

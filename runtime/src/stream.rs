@@ -8,7 +8,7 @@ use cudarc::driver::{
     CudaStream, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-use crate::blas::BlasHandle;
+use crate::blas::{BlasHandle, Matmul, SmTarget};
 use crate::error::{Error, Result};
 use crate::flag::DeviceFlag;
 use crate::host_io::{self, Captured, HostInput, HostOutput, IoKind, IoPass};
@@ -88,6 +88,7 @@ impl<'a> CaptureStream<'a> {
             stream: self.stream,
             mode: self.mode,
             counts: Some(&self.counts),
+            sm_target: SmTarget::Whole,
         }
     }
 
@@ -440,9 +441,43 @@ pub struct Blas<'a> {
     pub(crate) mode: Mode,
     /// The op's counters, when the view comes from a capture stream.
     pub(crate) counts: Option<&'a Cell<OpCounts>>,
+    /// What matmuls whose spec names no SM target are planned for.
+    pub(crate) sm_target: SmTarget,
 }
 
 impl Blas<'_> {
+    /// The same view, with every matmul whose spec names no SM target of its own planned
+    /// for `target` (see [`SmTarget`]): one line at the top of a stream group member's op
+    /// instead of a target on each of its specs.
+    ///
+    /// ```no_run
+    /// use stepgraph::{CaptureStream, Matmul, MatmulArgs, Result, SmTarget};
+    ///
+    /// /// One of four branches' layers, each branch on a stream of `branch[4]`.
+    /// fn branch(s: &CaptureStream<'_>, x: &stepgraph::DeviceBuffer<f32>,
+    ///           w: &stepgraph::DeviceBuffer<f32>, y: &mut stepgraph::DeviceBuffer<f32>)
+    ///           -> Result<()> {
+    ///     let blas = s.blas().planned_for(SmTarget::Share(4));
+    ///     let fc = Matmul::new(16384, 64, 256).with_trans_b(true);
+    ///     blas.matmul(&fc, x, w, y, MatmulArgs::new()) // planned for 132 / 4 SMs on an H200
+    /// }
+    /// ```
+    pub fn planned_for(self, target: SmTarget) -> Self {
+        Blas {
+            sm_target: target,
+            ..self
+        }
+    }
+
+    /// `spec`, planned for this view's SM target unless it names one itself.
+    pub(crate) fn planned(&self, spec: &Matmul) -> Matmul {
+        if spec.sm_target == SmTarget::Whole {
+            spec.with_sm_target(self.sm_target)
+        } else {
+            *spec
+        }
+    }
+
     /// The stream's cuBLASLt handle, for an existing cuBLASLt call of the program's own.
     /// Using it is `unsafe` (a raw FFI handle); issue with it only on the stream of
     /// [`CaptureStream::cuda_stream`], whose contract applies, and do not destroy it.
@@ -506,6 +541,9 @@ impl Blas<'_> {
 
 impl fmt::Debug for Blas<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Blas").field("mode", &self.mode).finish()
+        f.debug_struct("Blas")
+            .field("mode", &self.mode)
+            .field("sm_target", &self.sm_target)
+            .finish()
     }
 }

@@ -670,6 +670,28 @@ fn gpu_matmul_planned_for_a_share_of_the_sms_is_the_same_product() -> Result<()>
     }
     // Each target is a plan of its own.
     assert_eq!(session.handle().planned(), targets.len());
+
+    // A view planned for a share plans the specs that name no target for it, and leaves
+    // a spec's own target alone.
+    let fresh = BlasSession::new(&device)?;
+    let blas = fresh.blas(Mode::Eager).planned_for(SmTarget::Share(4));
+    let own = whole.with_sm_target(SmTarget::Count(sms / 2));
+    for spec in [whole, own] {
+        let mut d_dev = nan_buffer(&device, "d", spec.d_len())?;
+        blas.matmul(&spec, &a_dev, &b_dev, &mut d_dev, MatmulArgs::new())?;
+        fresh.synchronize()?;
+        check(
+            &format!("tf32 through a view planned for 1/4, spec {spec}"),
+            &to_f64(&device.download(&d_dev)?),
+            &reference,
+            TF32_BOUND,
+        );
+    }
+    let handle = fresh.handle();
+    assert!(handle.is_planned(&whole.with_sm_target(SmTarget::Share(4))));
+    assert!(handle.is_planned(&own));
+    assert!(!handle.is_planned(&whole));
+    assert_eq!(handle.planned(), 2);
     Ok(())
 }
 

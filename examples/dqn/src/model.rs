@@ -4,7 +4,7 @@
 
 use stepgraph::{
     CaptureStream, Communicator, Device, DeviceBuffer, Epilogue, HostInput, HostOutput, MatmulArgs,
-    ReduceOp, Result, StepBuffer,
+    ReduceOp, Result, SmTarget, StepBuffer,
 };
 use stepgraph_kernels::{
     ADAM_SCALARS, AdamHyper, AdamSlot, ParamEntry, ParamTable, column_sums_scratch_len,
@@ -378,6 +378,9 @@ pub mod dqn {
         pub target_sync: u32,
         /// τ of the Polyak update `θ⁻ ← (1 − τ) θ⁻ + τ θ`, in (0, 1]; 0 copies `θ`.
         pub polyak: f32,
+        /// The SMs each branch's matmuls are planned for: the whole GPU, or its share
+        /// beside the other branches (`SmTarget::Share(BRANCH_WIDTH)`).
+        pub branch_sms: SmTarget,
     }
 
     /// Zero the main losses and copy in lr and the bias corrections the host staged.
@@ -522,11 +525,13 @@ pub mod dqn {
 
     #[stream(branch[d])]
     #[cost(2.0)]
+    #[allow(clippy::too_many_arguments)]
     fn branch_forward(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         d: usize,
         sizes: Sizes,
+        branch_sms: SmTarget,
         params: &Model,
         act: &TrunkAct,
         branch_act: &mut BranchAct,
@@ -535,6 +540,7 @@ pub mod dqn {
             stream,
             k,
             &sizes,
+            branch_sms,
             &params.branch[d],
             &act.h,
             &mut branch_act.u,
@@ -550,6 +556,7 @@ pub mod dqn {
         k: &Kernels,
         d: usize,
         sizes: Sizes,
+        branch_sms: SmTarget,
         params: &Model,
         target: &Model,
         next: &TrunkAct,
@@ -562,6 +569,7 @@ pub mod dqn {
             stream,
             k,
             &sizes,
+            branch_sms,
             &params.branch[d],
             &next.h,
             &mut glu_tmp.u,
@@ -572,6 +580,7 @@ pub mod dqn {
             stream,
             k,
             &sizes,
+            branch_sms,
             &target.branch[d],
             &target_next.h,
             &mut glu_tmp.u,
@@ -654,6 +663,7 @@ pub mod dqn {
         k: &Kernels,
         d: usize,
         sizes: Sizes,
+        branch_sms: SmTarget,
         params: &Model,
         act: &TrunkAct,
         branch_act: &BranchAct,
@@ -663,7 +673,7 @@ pub mod dqn {
         dh_branch: &mut Buf,
     ) -> Result<()> {
         let s = sizes;
-        let blas = stream.blas();
+        let blas = stream.blas().planned_for(branch_sms);
         let p = &params.branch[d];
         let head = s.branch_head();
         if head.supported() {
@@ -1236,19 +1246,21 @@ enum GluOut<'a> {
 }
 
 /// `u = h wgᵀ + bg`, `g = glu(u)`, `adv = g waᵀ + ba`: the gate layer's GEMM, then the GLU
-/// and the advantage layer in one kernel where the sizes allow.
+/// and the advantage layer in one kernel where the sizes allow; the matmuls planned for
+/// `sms`.
 #[allow(clippy::too_many_arguments)]
 fn branch_pass(
     stream: &CaptureStream<'_>,
     k: &Kernels,
     s: &Sizes,
+    sms: SmTarget,
     p: &Branch,
     h: &Buf,
     u: &mut Buf,
     g: GluOut<'_>,
     adv: &mut Buf,
 ) -> Result<()> {
-    let blas = stream.blas();
+    let blas = stream.blas().planned_for(sms);
     forward(
         &blas,
         h,

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use stepgraph::{Communicator, Device, Result, Schedule};
+use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
 use stepgraph_dqn::kernels::{Kernels, ReplayTensor, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, Model, dqn};
@@ -89,6 +89,7 @@ fn build_with(
         replay_seed: seed,
         target_sync,
         polyak,
+        branch_sms: SmTarget::Whole,
     };
     let mut step = dqn::Step::with_schedule(device, k, buffers, config, schedule)?;
     let mut rng = Rng::new(seed ^ 0x1417);

@@ -6,6 +6,7 @@
 //! cargo run --release -p stepgraph-dqn -- [--steps N] [--batch B] [--hidden H] ...
 //! cargo run --release -p stepgraph-dqn -- [--source replay|host] [--replay N]
 //!                                         [--target-sync K] [--polyak TAU]
+//!                                         [--branch-sms whole|share|1/N|N]
 //! cargo run --release -p stepgraph-dqn -- --check DIR [--steps 3]   # for reference.py check DIR
 //! cargo run --release -p stepgraph-dqn -- --gpus N [--steps N]    # data parallel, NCCL
 //! cargo run --release -p stepgraph-dqn -- --print-plan dot|svg
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use stepgraph::stats::median;
-use stepgraph::{Communicator, Device, Result, Schedule};
+use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
 use stepgraph_dqn::kernels::{BadReplay, Kernels, LossSlot, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
@@ -64,6 +65,8 @@ struct Options {
     /// `--report-every N`: the training loop reads the step's watch (losses, the finite
     /// check) back every N steps, a few replays late and without waiting.
     report_every: usize,
+    /// `--branch-sms`: what the branches' matmuls are planned for.
+    branch_sms: SmTarget,
 }
 
 /// `--source`: where the training run's batches come from.
@@ -101,6 +104,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
         target_sync: 100,
         polyak: 0.0,
         report_every: 20,
+        branch_sms: SmTarget::Whole,
     };
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -132,6 +136,12 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
             "--steps" => o.steps = Some(number()?),
             "--seed" => o.seed = number()? as u64,
             "--check" => o.check = Some(PathBuf::from(value()?)),
+            "--branch-sms" => {
+                o.branch_sms = match value()?.as_str() {
+                    "share" => SmTarget::Share(dqn::BRANCH_WIDTH as u32),
+                    v => v.parse().map_err(|e| format!("--branch-sms: {e}"))?,
+                }
+            }
             "--gpus" => o.gpus = Some(number()?),
             "--inject-nan" => o.inject_nan = Some(number()?),
             "--report-every" => match number()? {
@@ -508,6 +518,7 @@ fn build_rank(
         replay_seed: o.seed,
         target_sync: o.target_sync,
         polyak: o.polyak,
+        branch_sms: o.branch_sms,
     };
     dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
 }
@@ -1285,6 +1296,20 @@ mod tests {
         assert_eq!(o.source(), Source::Host);
         assert_eq!((o.replay, o.target_sync, o.polyak), (4096, 4, 0.005));
         assert_eq!(parse("--polyak 1").unwrap().polyak, 1.0);
+        assert_eq!(parse("").unwrap().branch_sms, SmTarget::Whole);
+        assert_eq!(
+            parse("--branch-sms share").unwrap().branch_sms,
+            SmTarget::Share(dqn::BRANCH_WIDTH as u32)
+        );
+        assert_eq!(
+            parse("--branch-sms 33").unwrap().branch_sms,
+            SmTarget::Count(33)
+        );
+        let msg = parse("--branch-sms 1/0").unwrap_err();
+        assert!(
+            msg.starts_with("--branch-sms: ") && msg.contains("found `1/0`"),
+            "{msg}"
+        );
         // The default K, 100, is far above the 3 checked steps.
         assert!(parse("--check /tmp/x").is_ok());
         assert!(parse("--check /tmp/x --target-sync 4 --source host").is_ok());

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p stepgraph-sac -- [--steps N] [--batch B] [--obs S] [--action A]
 //!                                         [--hidden H] [--seed N] [--one-stream]
-//!                                         [--critic-sms whole|share|N]
+//!                                         [--critic-sms whole|share|1/N|N]
 //! cargo run --release -p stepgraph-sac -- --check DIR [--steps 3] [sizes] [--one-stream]
 //! cargo run --release -p stepgraph-sac -- --bench DIR [--replays N] [sizes]
 //! cargo run --release -p stepgraph-sac -- --print-plan dot|svg
@@ -14,7 +14,8 @@
 //! `--bench DIR` times eager, the one-stream graph and the planned graph against the
 //! critical-path and work bounds (`bench.rs`) and writes its records into DIR.
 //! `--critic-sms` plans the critics' matmuls for the whole GPU (the default), for their
-//! share of it beside the other critics, or for N SMs (stepgraph's `SmTarget`).
+//! share of it beside the other critics, for 1/N of it, or for N SMs (stepgraph's
+//! `SmTarget`).
 
 mod bench;
 
@@ -67,22 +68,17 @@ impl Options {
     }
 }
 
-/// `--critic-sms`: `whole`, `share` (the GPU over the critics), or a count of SMs.
+/// `--critic-sms`: `share` (the GPU over the critics), or an `SmTarget` as it writes
+/// itself (`whole`, `1/N`, a count of SMs).
 fn critic_sms(value: &str) -> std::result::Result<SmTarget, String> {
     match value {
-        "whole" => Ok(SmTarget::Whole),
         "share" => Ok(SmTarget::Share(CRITICS as u32)),
-        n => match n.parse::<u32>() {
-            Ok(n) if n > 0 => Ok(SmTarget::Count(n)),
-            _ => Err(format!(
-                "--critic-sms takes `whole`, `share` or a positive SM count, found `{value}`"
-            )),
-        },
+        v => v.parse().map_err(|e| format!("--critic-sms: {e}")),
     }
 }
 
 const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--replay N] [--one-stream] [--critic-sms whole|share|N] \
+                     [--seed N] [--replay N] [--one-stream] [--critic-sms whole|share|1/N|N] \
                      [--check DIR] [--bench DIR [--replays N]] \
                      | --print-plan dot|svg";
 
@@ -274,6 +270,10 @@ mod tests {
         assert_eq!(
             parse(&["--critic-sms", "40"]).unwrap().config().critic_sms,
             SmTarget::Count(40)
+        );
+        assert_eq!(
+            parse(&["--critic-sms", "1/3"]).unwrap().critic_sms,
+            SmTarget::Share(3)
         );
         for bad in ["0", "half", "-3"] {
             let msg = parse(&["--critic-sms", bad]).unwrap_err();
