@@ -11,6 +11,8 @@ mod blas;
 mod comm;
 #[path = "gpu/every.rs"]
 mod every;
+#[path = "gpu/floor.rs"]
+mod floor;
 #[path = "gpu/gather_table.rs"]
 mod gather_table;
 #[path = "gpu/guard.rs"]

@@ -1856,6 +1856,11 @@ impl BlasSession {
         &self.handle
     }
 
+    /// The session's stream.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// Waits for the work issued on the session's stream.
     pub fn synchronize(&self) -> Result<()> {
         crate::guard::check("BlasSession::synchronize")?;

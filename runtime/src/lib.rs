@@ -41,6 +41,7 @@ mod error;
 mod every;
 mod executor;
 mod flag;
+mod floor;
 mod graph;
 mod guard;
 mod host_io;
@@ -391,8 +392,10 @@ pub mod env {
 }
 
 /// Figures read off measurements: medians, the work bound's per-kernel and per-op parts
-/// and the grid shares it weights kernels by.
+/// and the grid shares it weights kernels by, and floors counted from a model at the GPU's
+/// measured ceilings.
 pub mod stats {
+    pub use crate::floor::{CEILING_COPY_BYTES, CEILING_MATMUL, Ceilings, Floor};
     pub use crate::timing::median;
     pub use crate::work::{KernelWork, OpWork, grid_share, wave_share};
 }

@@ -5,6 +5,7 @@
 //!
 //! - [`model`]: the step (`model::dqn`), its parameters and activations;
 //! - [`layers`]: the sizes and the linear layers the step is built from;
+//! - [`floor`]: the step's and its heavy heads' floors, counted from MODEL.md;
 //! - [`kernels`]: the step's own CUDA kernels (`cuda/*.cu`, built by `stepgraph-build`),
 //!   each behind a wrapper that checks sizes, beside the generic ones of
 //!   `stepgraph-kernels`;
@@ -17,6 +18,7 @@
 //!
 //! The `dqn` binary trains, benchmarks and writes the check's tensors.
 
+pub mod floor;
 pub mod kernels;
 pub mod layers;
 pub mod model;

@@ -18,8 +18,9 @@ mod parallel;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use stepgraph::stats::median;
+use stepgraph::stats::{Ceilings, Floor, median};
 use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
+use stepgraph_dqn::floor;
 use stepgraph_dqn::kernels::{BadReplay, Kernels, LossSlot, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
@@ -1027,6 +1028,58 @@ fn end_to_end(device: &Device, o: &Options, source: Source, steps: usize) -> Res
     Ok(e2e)
 }
 
+/// A part of the step whose floor the benchmark reports: its count, and its kernels'
+/// time alone and share of the work bound.
+struct FloorRow {
+    part: &'static str,
+    floor: Floor,
+    alone_ms: f64,
+    work_ms: f64,
+}
+
+impl FloorRow {
+    fn json(&self, c: &Ceilings) -> String {
+        format!(
+            "{{\"part\": \"{}\", \"tensor_flop\": {}, \"bytes\": {}, \"floor_ms\": {}, \"kernels_alone_ms\": {}, \"work_ms\": {}}}",
+            self.part,
+            self.floor.tensor_flop,
+            self.floor.bytes,
+            self.floor.ms(c),
+            self.alone_ms,
+            self.work_ms
+        )
+    }
+}
+
+/// IQN, attention and the whole step: counted floors beside the measured work.
+fn floor_rows(s: &Sizes, work: &stepgraph::WorkBound) -> [FloorRow; 3] {
+    let ops = |names: &[&str]| {
+        work.ops
+            .iter()
+            .filter(|o| names.contains(&o.name.as_str()))
+            .fold((0.0, 0.0), |(a, w), o| (a + o.alone_ms(), w + o.work_ms()))
+    };
+    let row = |part, floor, (alone_ms, work_ms)| FloorRow {
+        part,
+        floor,
+        alone_ms,
+        work_ms,
+    };
+    [
+        row("IQN (iqn_head)", floor::iqn(s), ops(&["iqn_head"])),
+        row(
+            "attention (attention_head, attention_wgrad)",
+            floor::attention(s),
+            ops(&["attention_head", "attention_wgrad"]),
+        ),
+        row(
+            "the step",
+            floor::step(s),
+            (work.alone_ms(), work.bound_ms()),
+        ),
+    ]
+}
+
 /// (a) eager, (b) one-stream graph, (c) stepgraph graph, (d) the critical-path bound.
 fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f64) -> Result<()> {
     let s = &o.sizes;
@@ -1158,6 +1211,37 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     );
     let parts = breakdown(&profile);
     println!("step breakdown: {parts}");
+    // The floors (floor.rs) beside the kernels' time: what kernels could reach at this
+    // GPU's ceilings, measured last so that nothing above runs beside its 3 GB.
+    let ceilings = Ceilings::measure(device)?;
+    let floors = floor_rows(s, &work);
+    println!("ceilings: {ceilings}");
+    println!(
+        "| part | counted | floor ms (arithmetic, bytes) | kernels alone ms | work ms | alone / floor | rate alone, share of the TF32 matmul rate |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for r in &floors {
+        let rate = r.floor.tensor_flop / (r.alone_ms * 1e-3);
+        println!(
+            "| {} | {} | {:.4} ({:.4}, {:.4}) | {:.4} | {:.4} | {:.2} | {:.1} TFLOP/s, {:.0}% |",
+            r.part,
+            r.floor,
+            r.floor.ms(&ceilings),
+            r.floor.compute_ms(&ceilings),
+            r.floor.memory_ms(&ceilings),
+            r.alone_ms,
+            r.work_ms,
+            r.alone_ms / r.floor.ms(&ceilings),
+            rate / 1e12,
+            100.0 * rate / ceilings.tf32_flop_per_s
+        );
+    }
+    println!(
+        "| (c) against the step's floor | | {:.4} | | | (c)/floor = {:.2} | |",
+        floors[2].floor.ms(&ceilings),
+        c / floors[2].floor.ms(&ceilings)
+    );
+    let floors_json: Vec<String> = floors.iter().map(|r| r.json(&ceilings)).collect();
     println!(
         "end to end in the training run above: {trained_e2e:.3} ms per step ({})",
         o.source().name()
@@ -1194,7 +1278,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         })
         .collect();
     let json = format!(
-        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
+        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ceilings\": {{\"tf32_flop_per_s\": {}, \"copy_bytes_per_s\": {}}}, \"floors\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
         device.name(),
         s.batch,
         work.alone_ms(),
@@ -1208,6 +1292,9 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         },
         parts,
         feeds_json.join(", "),
+        ceilings.tf32_flop_per_s,
+        ceilings.copy_bytes_per_s,
+        floors_json.join(", "),
         ops.join(", "),
         kernels.join(", ")
     );

@@ -1,0 +1,201 @@
+//! The step's floors, counted from MODEL.md's math (`stepgraph::stats::Floor` says what
+//! a floor counts): for the IQN head, for attention (the head and its weight gradients),
+//! and for the whole step. `dqn`'s benchmark prints each beside its time alone and its
+//! share of the work bound, at the ceilings it measures on the GPU.
+//!
+//! Matrix products are counted as MODEL.md writes them, forward and backward, whatever
+//! the kernels fuse: IQN's `phi = relu(cosf wphiᵀ + bphi)` and `dwphi = dphi_preᵀ cosf`,
+//! attention's projections, its scores and values per head, and their gradients. The dot
+//! products of one output (the value head, IQL's heads, IQN's `zq`) are counted too; the
+//! elementwise work (activations, losses, softmax, Adam's arithmetic) is not. Bytes are
+//! each part's inputs read once and its outputs written once: for a head, what it reads
+//! from the trunk and the batch and its parameters, and its gradients; for the step, the
+//! batch's rows read from the replay buffer, the target network read once, and Adam's
+//! read and write of the parameters and both moments. Every activation is taken to stay
+//! on chip, so the floor is below what any kernels can reach.
+
+use stepgraph::stats::Floor;
+
+use crate::layers::{D, Sizes};
+
+/// The IQN head: the quantile embedding `phi` and its weight gradient, `zq` and the
+/// sum `S` that gives `dh`, reading `h`, `tau`, `ȳ` and its parameters, writing `dh` and
+/// its gradients.
+pub fn iqn(s: &Sizes) -> Floor {
+    let rows = s.batch * s.quantiles;
+    let (h, c) = (s.hidden, s.cosines);
+    let products = Floor::matmul(rows, h, c) // phi
+        + Floor::matmul(h, c, rows) // dwphi
+        + Floor::matmul(rows, 1, h) // zq = (h ⊙ phi) wqᵀ
+        + Floor::matmul(s.batch, h, s.quantiles); // S = Σ_j dzq phi
+    let params = h * c + h + h + 1;
+    let reads = Floor::f32s(s.batch * h + rows + s.batch + params);
+    let writes = Floor::f32s(s.batch * h + params);
+    products + reads + writes
+}
+
+/// Attention over the window: the embedding, the fused QKV and output projections, the
+/// scores and values of every head, the reward prediction, and every gradient but the
+/// window's own, reading the window, the rewards and its parameters, writing its
+/// gradients.
+pub fn attention(s: &Sizes) -> Floor {
+    let (b, w, e, st) = (s.batch, s.window, s.width, s.state);
+    let rows = b * w;
+    let head = e / s.heads.max(1);
+    // One head of one sample: scores Q Kᵀ [W, W] over E/Hh, and P V.
+    let per_head = Floor::matmul(w, w, head);
+    let heads = per_head.times(b * s.heads);
+    let forward = Floor::matmul(rows, e, st) // emb
+        + Floor::matmul(rows, 3 * e, e) // qkv
+        + heads.times(2) // scores, P V
+        + Floor::matmul(rows, e, e) // o
+        + Floor::matmul(b, 1, e); // pred = mean_w(o) wpᵀ
+    let backward = Floor::matmul(rows, e, e) // datt = d_o wo
+        + Floor::matmul(e, e, rows) // dwo
+        + heads.times(4) // dV, dP, dQ, dK
+        + Floor::matmul(rows, e, 3 * e) // demb = dqkv wqkv
+        + Floor::matmul(3 * e, e, rows) // dwqkv
+        + Floor::matmul(e, st, rows) // dwemb
+        + Floor::matmul(1, e, b); // dwp
+    let params = e * st + e + 3 * e * e + e * e + e + 1;
+    let reads = Floor::f32s(rows * st + b + params);
+    let writes = Floor::f32s(params);
+    forward + backward + reads + writes
+}
+
+/// The trunk's and branches' parameters (online or target): layers 1 and 2, the value
+/// head, and each branch's gate and advantage layers.
+fn q_network_params(s: &Sizes) -> usize {
+    let (st, h, g, a) = (s.state, s.hidden, s.glu, s.actions);
+    (h * st + h) + (h * h + h) + (h + 1) + D * ((2 * g * h + 2 * g) + (a * g + a))
+}
+
+/// Every online parameter: the Q network's, IQL's two heads, IQN's and attention's.
+pub fn params(s: &Sizes) -> usize {
+    let (h, c, e, st) = (s.hidden, s.cosines, s.width, s.state);
+    q_network_params(s)
+        + 2 * (h + 1)
+        + (h * c + h + h + 1)
+        + (e * st + e + 3 * e * e + e * e + e + 1)
+}
+
+/// The Q network's forward on one batch of states: the trunk, the value head and every
+/// branch.
+fn q_forward(s: &Sizes) -> Floor {
+    let (b, st, h, g, a) = (s.batch, s.state, s.hidden, s.glu, s.actions);
+    Floor::matmul(b, h, st)
+        + Floor::matmul(b, h, h)
+        + Floor::matmul(b, 1, h)
+        + (Floor::matmul(b, 2 * g, h) + Floor::matmul(b, a, g)).times(D)
+}
+
+/// The whole step: the Q network on `s` (online) and on `s2` (online and target), IQL's
+/// heads, IQN, attention, and the backward of the trunk, the value head and the
+/// branches; the batch's rows, the target network, and Adam's traffic.
+pub fn step(s: &Sizes) -> Floor {
+    let (b, st, h, g, a) = (s.batch, s.state, s.hidden, s.glu, s.actions);
+    let iql = (Floor::matmul(b, 1, h) + Floor::matmul(1, h, b) + Floor::matmul(b, h, 1)).times(2);
+    let branches_back = (Floor::matmul(a, g, b) // dwa
+        + Floor::matmul(b, g, a) // dg
+        + Floor::matmul(2 * g, h, b) // dwg
+        + Floor::matmul(b, h, 2 * g)) // dh
+    .times(D);
+    let value_back = Floor::matmul(1, h, b) + Floor::matmul(b, h, 1);
+    let trunk_back = Floor::matmul(h, h, b) + Floor::matmul(b, h, h) + Floor::matmul(h, st, b);
+    // The batch: s, s2, the window, the actions (i32), r, done; tau is drawn on the device.
+    let batch = Floor::f32s(b * (2 * st + s.window * st + D + 2));
+    let target = Floor::f32s(q_network_params(s));
+    // Adam reads θ, g, m and v and writes θ, m and v.
+    let adam = Floor::f32s(7 * params(s));
+    let (iqn, attention) = (iqn(s), attention(s));
+    // The heads' own bytes are inside the step's: count only their arithmetic here.
+    let heads = Floor::new(iqn.tensor_flop + attention.tensor_flop, 0.0);
+    q_forward(s).times(3)
+        + iql
+        + heads
+        + branches_back
+        + value_back
+        + trunk_back
+        + batch
+        + target
+        + adam
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PERF.md's counts at MODEL.md's sizes, by hand: IQN `4 B N H C`, attention
+    /// `2 B W E (S + 3E + E)` forward projections and the same three again for the
+    /// data gradients and for the weight gradients but the embedding's data gradient, plus
+    /// `12 B W² E` for the heads' scores and values.
+    #[test]
+    fn the_default_sizes_count_what_perf_md_counts() {
+        let s = Sizes::default();
+        let (b, n, h, c) = (16384.0, 32.0, 256.0, 64.0);
+        let f = iqn(&s);
+        let phi_and_dwphi = 4.0 * b * n * h * c;
+        assert_eq!(phi_and_dwphi, 34_359_738_368.0);
+        assert_eq!(f.tensor_flop, phi_and_dwphi + 4.0 * b * n * h);
+        // h and dh (16 MiB each), tau, ȳ, the parameters twice.
+        assert_eq!(
+            f.bytes,
+            4.0 * (2.0 * b * h + b * n + b + 2.0 * (h * c + 2.0 * h + 1.0))
+        );
+
+        let (w, e, st) = (8.0, 64.0, 64.0);
+        let bw = b * w;
+        let projections = 2.0 * bw * e * (st + 3.0 * e + e);
+        let heads = 2.0 * b * w * w * e;
+        let a = attention(&s);
+        assert_eq!(
+            a.tensor_flop,
+            // forward: projections, scores and values, the prediction
+            projections + 2.0 * heads + 2.0 * b * e
+            // backward: the output and QKV data gradients, every weight gradient
+            + 2.0 * bw * e * (e + 3.0 * e) + projections + 4.0 * heads + 2.0 * b * e
+        );
+        // PERF.md: about 15 GFLOP and 73 GFLOP for the step.
+        assert!((15.0e9..16.5e9).contains(&a.tensor_flop), "{a}");
+        let total = step(&s);
+        assert!((72.0e9..76.0e9).contains(&total.tensor_flop), "{total}");
+        // Well under 1 GB: the window dominates.
+        assert!((0.04e9..0.1e9).contains(&total.bytes), "{total}");
+    }
+
+    #[test]
+    fn the_step_counts_every_part_once() {
+        let ragged = Sizes {
+            batch: 1000,
+            hidden: 200,
+            glu: 24,
+            quantiles: 7,
+            cosines: 48,
+            ..Sizes::default()
+        };
+        for s in [Sizes::default(), ragged] {
+            let parts = iqn(&s).tensor_flop + attention(&s).tensor_flop;
+            let total = step(&s);
+            assert!(total.tensor_flop > parts, "{s:?}");
+            // The batch, the target and Adam's traffic: the window, at least, and seven
+            // copies of the parameters.
+            let window = 4.0 * (s.batch * s.window * s.state) as f64;
+            assert!(total.bytes > window + 28.0 * params(&s) as f64, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn the_counts_scale_with_the_batch() {
+        let s = Sizes::default();
+        let half = Sizes {
+            batch: s.batch / 2,
+            ..s
+        };
+        // Every product but the weight-sized ones scales with the batch, and the
+        // weight gradients' k is the batch too: the FLOPs halve exactly.
+        for f in [iqn, attention] {
+            assert_eq!(f(&half).tensor_flop * 2.0, f(&s).tensor_flop);
+        }
+        assert_eq!(step(&half).tensor_flop * 2.0, step(&s).tensor_flop);
+    }
+}
