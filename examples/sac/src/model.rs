@@ -432,18 +432,18 @@ pub mod sac {
         )
     }
 
-    /// This step's `ε'` and `ε`, then the generator moves on: the next step draws a new
-    /// batch and new noise.
+    /// This step's `ε'` and `ε`, on the actor's stream, which uses them first: beside the
+    /// batch's draw on `main`, since both only read the generator's counter.
+    #[stream(actor)]
     fn draw_noise(
         stream: &CaptureStream<'_>,
         k: &Kernels,
-        rng: &mut DeviceRng,
+        rng: &DeviceRng,
         noise: &mut Noise,
     ) -> Result<()> {
         let g = &k.generic;
         g.rng_normal(stream, rng, NOISE_NEXT, &mut noise.next)?;
-        g.rng_normal(stream, rng, NOISE_CUR, &mut noise.cur)?;
-        g.rng_advance(stream, rng)
+        g.rng_normal(stream, rng, NOISE_CUR, &mut noise.cur)
     }
 
     /// The critics' training input `[s, a]`.
@@ -463,6 +463,13 @@ pub mod sac {
             sizes.obs,
             sizes.action,
         )
+    }
+
+    /// The generator moves on once both draws have read this step's counter: the next
+    /// step draws a new batch and new noise. Off the critical path, on `main` while the
+    /// target passes run.
+    fn advance_rng(stream: &CaptureStream<'_>, k: &Kernels, rng: &mut DeviceRng) -> Result<()> {
+        k.generic.rng_advance(stream, rng)
     }
 
     /// `a', log π'` from the actor before its update.
@@ -998,7 +1005,7 @@ mod tests {
 
     #[test]
     fn the_plan_audits_clean() {
-        assert_eq!(sac::PLAN.ops.len(), 12 + 6 * CRITICS);
+        assert_eq!(sac::PLAN.ops.len(), 13 + 6 * CRITICS);
         let audit = sac::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
@@ -1043,6 +1050,19 @@ mod tests {
         }
         for reader in ["soft_target", "policy_loss", "actor_backward"] {
             assert!(before(op(reader), op("alpha_update")), "{reader}");
+        }
+    }
+
+    /// The batch and the noise are drawn side by side (both read the generator's counter),
+    /// and the counter moves on only after both; the next action waits for both draws.
+    #[test]
+    fn both_draws_read_this_steps_counter_side_by_side() {
+        let (batch, noise, advance) = (op("draw_batch"), op("draw_noise"), op("advance_rng"));
+        assert!(!before(batch, noise) && !before(noise, batch));
+        assert_ne!(stream_of(batch), stream_of(noise));
+        assert!(before(batch, advance) && before(noise, advance));
+        for draw in [batch, noise] {
+            assert!(before(draw, op("next_action")));
         }
     }
 
