@@ -1,5 +1,5 @@
 // The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
-// ReLU's backward (alone, and after a one-unit output layer), the critic loss, the tanh-Gaussian sample and
+// ReLU's backward (alone, and after a narrow output layer), the critic loss, the tanh-Gaussian sample and
 // its backward, the critics' minimum, the soft target, the actor loss and its routing to
 // the critics, and the temperature's gradient. The
 // matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
@@ -43,22 +43,62 @@ extern "C" __global__ void relu_backward(const float* __restrict__ h, float* __r
     }
 }
 
-// A critic's last hidden layer's gradient through its ReLU, from the gradient dq [B] of
-// its one output: dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0, h [B, H] the ReLU's output, w
-// [H] the output layer's weights: the matmul of inner size 1 and ReLU's backward in one
-// pass over h. One thread per element.
-extern "C" __global__ void outer_relu_grad(const float* __restrict__ dq,
-                                           const float* __restrict__ w,
-                                           const float* __restrict__ h,
-                                           float* __restrict__ dz, unsigned rows,
-                                           unsigned cols) {
-    const unsigned i = global_index();
-    if (i >= rows * cols) {
+// The last hidden layer's gradient through its ReLU from the gradient dout [B, K] of a
+// narrow output layer (K outputs: a critic's 1, the actor's 2A):
+//   dz[b, j] = h[b, j] > 0 ? sum_o dout[b, o] w[o, j] : 0,
+// h [B, H] the ReLU's output, w [K, H] the output layer's weights, the sum in o order in
+// f32 (the first product, then fmaf). The matmul of inner size K and ReLU's backward in one
+// pass over h, where cuBLASLt's GEMM and a relu_backward took a pass each.
+// With quads != 0 (H % 4 == 0, every pointer 16-byte aligned) a thread takes 4 consecutive
+// elements of a row, quads = B H / 4 of them, with 16-byte loads of h and of w's rows and
+// one read of dout[b, o] for the four; otherwise a thread takes one element. The
+// arithmetic of each element is the same either way.
+extern "C" __global__ void narrow_relu_grad(const float* __restrict__ dout,
+                                            const float* __restrict__ w,
+                                            const float* __restrict__ h,
+                                            float* __restrict__ dz, unsigned rows,
+                                            unsigned cols, unsigned k, unsigned quads) {
+    const unsigned t = global_index();
+    if (quads != 0) {
+        if (t >= quads) {
+            return;
+        }
+        const size_t i0 = (size_t)t * 4;
+        const unsigned b = (unsigned)(i0 / cols);
+        const unsigned j = (unsigned)(i0 - (size_t)b * cols);
+        const float4 hv = *reinterpret_cast<const float4*>(h + i0);
+        const float* d = dout + (size_t)b * k;
+        const float4 w0 = *reinterpret_cast<const float4*>(w + j);
+        const float d0 = d[0];
+        float4 acc = make_float4(d0 * w0.x, d0 * w0.y, d0 * w0.z, d0 * w0.w);
+        for (unsigned o = 1; o < k; ++o) {
+            const float4 wo = *reinterpret_cast<const float4*>(w + (size_t)o * cols + j);
+            const float dd = d[o];
+            acc.x = fmaf(dd, wo.x, acc.x);
+            acc.y = fmaf(dd, wo.y, acc.y);
+            acc.z = fmaf(dd, wo.z, acc.z);
+            acc.w = fmaf(dd, wo.w, acc.w);
+        }
+        *reinterpret_cast<float4*>(dz + i0) =
+            make_float4(hv.x > 0.0f ? acc.x : 0.0f, hv.y > 0.0f ? acc.y : 0.0f,
+                        hv.z > 0.0f ? acc.z : 0.0f, hv.w > 0.0f ? acc.w : 0.0f);
         return;
     }
-    const unsigned b = i / cols;
-    const unsigned j = i - b * cols;
-    dz[i] = h[i] > 0.0f ? dq[b] * w[j] : 0.0f;
+    if (t >= rows * cols) {
+        return;
+    }
+    if (!(h[t] > 0.0f)) {
+        dz[t] = 0.0f;
+        return;
+    }
+    const unsigned b = t / cols;
+    const unsigned j = t - b * cols;
+    const float* d = dout + (size_t)b * k;
+    float acc = d[0] * w[j];
+    for (unsigned o = 1; o < k; ++o) {
+        acc = fmaf(d[o], w[(size_t)o * cols + j], acc);
+    }
+    dz[t] = acc;
 }
 
 // The critic loss: dq[i] = 2 (q[i] - y[i]) / n, loss[0] = sum (q[i] - y[i])^2 / n. One

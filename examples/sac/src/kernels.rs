@@ -31,6 +31,20 @@ pub const LOG_STD_MAX: f32 = 2.0;
 /// The constant in the tanh correction `log(1 − tanh(u)² + 1e-6)`.
 pub const TANH_EPS: f32 = 1e-6;
 
+/// The widest output layer [`Kernels::narrow_relu_grad`] takes: past it, the matmul is a
+/// GEMM's work.
+pub const NARROW_OUTPUTS: usize = 32;
+
+/// `len / k`, where `len` must be a positive multiple of `k`.
+fn whole(what: &str, len: usize, k: usize) -> Result<usize> {
+    if len == 0 || len % k != 0 {
+        return Err(stepgraph::Error::Invalid(format!(
+            "{what}: expected a positive multiple of {k} elements, found {len}"
+        )));
+    }
+    Ok(len / k)
+}
+
 /// One block of [`REDUCE_THREADS`]: a fixed-order sum over the whole batch.
 fn reduce_config() -> LaunchConfig {
     LaunchConfig {
@@ -111,28 +125,56 @@ impl Kernels {
         }
     }
 
-    /// `dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0`: the gradient through a hidden ReLU of
-    /// output `h [rows, cols]` from `dq [rows]`, the gradient of a one-unit output layer
-    /// of weights `w [cols]`.
-    pub fn outer_relu_grad(
+    /// `dz[b, j] = h[b, j] > 0 ? Σ_o dout[b, o] w[o, j] : 0`: the gradient through a hidden
+    /// ReLU of output `h [rows, cols]` from `dout [rows, k]`, the gradient of a narrow
+    /// output layer of weights `w [k, cols]` (`k` at most [`NARROW_OUTPUTS`]), the sum in
+    /// `o` order in f32.
+    pub fn narrow_relu_grad(
         &self,
         stream: &CaptureStream<'_>,
-        dq: &Buf,
+        dout: &Buf,
         w: &Buf,
         h: &Buf,
         dz: &mut Buf,
+        k: usize,
     ) -> Result<()> {
-        let rows = positive("outer_relu_grad: dq", dq.len())?;
-        let cols = positive("outer_relu_grad: w", w.len())?;
-        let n = product("outer_relu_grad", &[dq.len(), w.len()])?;
-        check_len("outer_relu_grad: h ([rows, cols])", h.len(), n)?;
-        check_len("outer_relu_grad: dz ([rows, cols])", dz.len(), n)?;
-        let n = len_u32("outer_relu_grad: dz", n)?;
-        // SAFETY: threads with i >= rows cols return; thread (b, j) reads dq[b], w[j], h[i]
-        // and writes dz[i], all in range by the lengths checked above.
+        if k == 0 || k > NARROW_OUTPUTS {
+            return Err(stepgraph::Error::Invalid(format!(
+                "narrow_relu_grad: the output layer's width must be 1 to {NARROW_OUTPUTS}, \
+                 found {k}"
+            )));
+        }
+        let rows = whole("narrow_relu_grad: dout ([rows, k])", dout.len(), k)?;
+        let cols = whole("narrow_relu_grad: w ([k, cols])", w.len(), k)?;
+        let n = product("narrow_relu_grad", &[rows, cols])?;
+        check_len("narrow_relu_grad: h ([rows, cols])", h.len(), n)?;
+        check_len("narrow_relu_grad: dz ([rows, cols])", dz.len(), n)?;
+        let n = len_u32("narrow_relu_grad: dz", n)?;
+        let (rows, cols) = (positive("narrow_relu_grad: rows", rows)?, cols as u32);
+        // Four elements a thread where the rows are whole 16-byte vectors.
+        let aligned = [w.device_address(), h.device_address(), dz.device_address()]
+            .iter()
+            .all(|a| a % 16 == 0);
+        let quads = if cols % 4 == 0 && aligned { n / 4 } else { 0 };
+        let threads = if quads != 0 { quads } else { n };
+        // SAFETY: a thread past `threads` returns. With `quads`, thread t reads h and
+        // writes dz at 4t..4t + 4 (< n, as cols % 4 == 0 keeps the four in one row b) and
+        // reads w[o, j..j + 4] for o < k, all 16-byte aligned (checked); otherwise thread
+        // (b, j) reads dout[b, 0..k], w[0..k, j] and h[i] and writes dz[i]. Everything is
+        // in range by the lengths checked above.
         unsafe {
-            self.raw
-                .outer_relu_grad(stream, elementwise_config(n), dq, w, h, dz, rows, cols)
+            self.raw.narrow_relu_grad(
+                stream,
+                elementwise_config(threads),
+                dout,
+                w,
+                h,
+                dz,
+                rows,
+                cols,
+                k as u32,
+                quads,
+            )
         }
     }
 

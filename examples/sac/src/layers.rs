@@ -9,7 +9,7 @@ use stepgraph::{
 
 use stepgraph_kernels::column_sums_scratch_len;
 
-use crate::kernels::{Buf, Kernels};
+use crate::kernels::{Buf, Kernels, NARROW_OUTPUTS};
 
 /// Every GEMM of the step runs in TF32 (MODEL.md, "Forward passes").
 pub const PRECISION: Precision = Precision::Tf32;
@@ -317,10 +317,10 @@ pub fn mlp_backward(
     if let Some(g) = grads.as_deref_mut() {
         param(blas, dout, &act.h2, &mut g.l3, sums, h, out)?;
     }
-    if out == 1 {
-        // A one-unit output layer (a critic's): the matmul of inner size 1 and the ReLU's
-        // backward in one pass.
-        k.outer_relu_grad(stream, dout, &net.l3.w, &act.h2, dz2)?;
+    if out <= NARROW_OUTPUTS {
+        // A narrow output layer (a critic's one unit, the actor's 2A): the matmul of inner
+        // size `out` and the ReLU's backward in one pass.
+        k.narrow_relu_grad(stream, dout, &net.l3.w, &act.h2, dz2, out)?;
     } else {
         blas.matmul(
             &input_grad_spec(rows, h, out).with_sm_target(sms),

@@ -26,14 +26,18 @@ pub fn relu_backward_reference(h: &[f32], dz: &mut [f32]) {
     }
 }
 
-/// `dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0`, `h [rows, w.len()]`.
-pub fn outer_relu_grad_reference(dq: &[f32], w: &[f32], h: &[f32]) -> Vec<f32> {
-    let cols = w.len();
+/// `dz[b, j] = h[b, j] > 0 ? Σ_o dout[b, o] w[o, j] : 0` for `dout [rows, k]`,
+/// `w [k, cols]`, the sum in `o` order as the kernel forms it (the first product, then
+/// fused multiply-adds).
+pub fn narrow_relu_grad_reference(dout: &[f32], w: &[f32], h: &[f32], k: usize) -> Vec<f32> {
+    let cols = w.len() / k;
     h.iter()
         .enumerate()
         .map(|(i, &v)| {
             if v > 0.0 {
-                dq[i / cols] * w[i % cols]
+                let (b, j) = (i / cols, i % cols);
+                let d = &dout[b * k..(b + 1) * k];
+                (1..k).fold(d[0] * w[j], |acc, o| d[o].mul_add(w[o * cols + j], acc))
             } else {
                 0.0
             }
@@ -319,5 +323,35 @@ mod tests {
         assert_eq!(dz, [1.0, 0.0, 0.0]);
         let y = soft_target_reference(&[1.0, 1.0], &[0.0, 1.0], &[2.0, 2.0], &[1.0, 1.0], 0.0, 0.5);
         assert_eq!(y, [1.5, 1.0]);
+    }
+
+    #[test]
+    fn the_narrow_matmul_is_the_product_through_the_relu() {
+        // dout [2, 2], w [2, 3]: row 0 = [1, 2] · w, row 1 = [-1, 0.5] · w, masked by h.
+        let dout = [1.0, 2.0, -1.0, 0.5];
+        let w = [1.0, 0.0, -2.0, 3.0, 4.0, 0.25];
+        let h = [1.0, 0.0, 2.0, -1.0, 3.0, 0.5];
+        let dz = narrow_relu_grad_reference(&dout, &w, &h, 2);
+        assert_eq!(dz, [7.0, 0.0, -1.5, 0.0, 2.0, 2.125]);
+        // Against f64 at random sizes: the f32 sum is within its rounding.
+        let mut rng = Rng::new(9);
+        let (rows, k, cols) = (5, 16, 7);
+        let (dout, w, h) = (
+            rng.vec(rows * k, -1.0, 1.0),
+            rng.vec(k * cols, -1.0, 1.0),
+            rng.vec(rows * cols, -1.0, 1.0),
+        );
+        let dz = narrow_relu_grad_reference(&dout, &w, &h, k);
+        for (i, (&got, &hv)) in dz.iter().zip(&h).enumerate() {
+            let (b, j) = (i / cols, i % cols);
+            let exact: f64 = (0..k)
+                .map(|o| f64::from(dout[b * k + o]) * f64::from(w[o * cols + j]))
+                .sum();
+            let want = if hv > 0.0 { exact } else { 0.0 };
+            assert!(
+                (f64::from(got) - want).abs() < 1e-5,
+                "{i}: {got} against {want}"
+            );
+        }
     }
 }

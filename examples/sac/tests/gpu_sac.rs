@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use stepgraph::{CaptureStream, Device, Result, Schedule, SmTarget};
 use stepgraph_sac::host::{DEFAULT_REPLAY, Trainer};
-use stepgraph_sac::kernels::Kernels;
+use stepgraph_sac::kernels::{Buf, Kernels, NARROW_OUTPUTS};
 use stepgraph_sac::layers::{Mlp, Sizes};
 use stepgraph_sac::model::{CRITICS, sac};
 use stepgraph_sac::reference::*;
@@ -73,22 +73,83 @@ fn gpu_concat_and_the_relu_backwards_are_exact() {
             "relu, {rows} rows"
         );
 
-        let (dq, w) = (
-            rng.vec_nonzero(rows, -1.0, 1.0),
-            rng.vec_nonzero(256, -1.0, 1.0),
-        );
-        let (dqb, wb) = (
-            device.upload_new("dq", &dq).unwrap(),
-            device.upload_new("w", &w).unwrap(),
-        );
-        let mut dz = nan_buffer(&device, "dz", rows * 256).unwrap();
-        run_one_op(&device, |s| k.outer_relu_grad(s, &dqb, &wb, &hb, &mut dz));
-        assert_eq!(
-            bits(&[&device.download(&dz).unwrap()]),
-            bits(&[&outer_relu_grad_reference(&dq, &w, &h)]),
-            "outer_relu_grad, {rows} rows"
-        );
+        // A critic's one output, the actor's 2A at the default and the odd sizes, the
+        // widest the kernel takes; rows of whole 16-byte vectors (four elements a thread)
+        // and a width that is not (one a thread).
+        for (outs, cols) in [
+            (1, 256),
+            (16, 256),
+            (12, 256),
+            (NARROW_OUTPUTS, 256),
+            (16, 201),
+            (1, 201),
+        ] {
+            let h = rng.vec(rows * cols, -1.0, 1.0);
+            let (dout, w) = (
+                rng.vec_nonzero(rows * outs, -1.0, 1.0),
+                rng.vec_nonzero(outs * cols, -1.0, 1.0),
+            );
+            let (hb, doutb, wb) = (
+                device.upload_new("h", &h).unwrap(),
+                device.upload_new("dout", &dout).unwrap(),
+                device.upload_new("w", &w).unwrap(),
+            );
+            let mut dz = nan_buffer(&device, "dz", rows * cols).unwrap();
+            run_one_op(&device, |s| {
+                k.narrow_relu_grad(s, &doutb, &wb, &hb, &mut dz, outs)
+            });
+            assert_eq!(
+                bits(&[&device.download(&dz).unwrap()]),
+                bits(&[&narrow_relu_grad_reference(&dout, &w, &h, outs)]),
+                "narrow_relu_grad, {rows} rows, {outs} outputs, {cols} columns"
+            );
+        }
     }
+}
+
+/// The narrow matmul refuses a width it does not take and lengths that do not fit, naming
+/// what it expected, before anything runs.
+#[test]
+fn gpu_narrow_relu_grad_refuses_what_it_does_not_take() {
+    let (device, k) = gpu();
+    let buf = |n: usize| device.upload_new("x", &vec![1.0f32; n]).unwrap();
+    let (h, w33, w2) = (buf(4 * 8), buf(33 * 8), buf(2 * 8));
+    let mut dz = nan_buffer(&device, "dz", 4 * 8).unwrap();
+    let cases: [(&Buf, &Buf, usize, &str); 4] = [
+        (
+            &buf(4 * 33),
+            &w33,
+            33,
+            "the output layer's width must be 1 to 32, found 33",
+        ),
+        (
+            &buf(4 * 2),
+            &w2,
+            0,
+            "the output layer's width must be 1 to 32, found 0",
+        ),
+        (
+            &buf(7),
+            &w2,
+            2,
+            "dout ([rows, k]): expected a positive multiple of 2 elements, found 7",
+        ),
+        (
+            &buf(4 * 2),
+            &buf(15),
+            2,
+            "w ([k, cols]): expected a positive multiple of 2 elements, found 15",
+        ),
+    ];
+    for (dout, w, outs, want) in cases {
+        let err = stepgraph::exec::run_once(&device, |s| {
+            k.narrow_relu_grad(s, dout, w, &h, &mut dz, outs)
+        })
+        .unwrap_err()
+        .chain();
+        assert!(err.contains(want), "{err}");
+    }
+    assert!(device.download(&dz).unwrap().iter().all(|x| x.is_nan()));
 }
 
 #[test]
