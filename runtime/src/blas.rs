@@ -1438,7 +1438,9 @@ impl BlasHandle {
         self.plans.borrow().len()
     }
 
-    /// Whether a plan for `spec` has been built, so that a capture may issue it.
+    /// Whether a plan for `spec` has been built, so that a capture may issue it. A matmul
+    /// issued through [`Blas::planned_for`] is planned as `spec.with_sm_target(target)`
+    /// (unless `spec` names a target itself): ask for that spec.
     pub fn is_planned(&self, spec: &Matmul) -> bool {
         self.plans.borrow().keys().any(|k| k.spec == *spec)
     }
