@@ -36,6 +36,20 @@ const RUNS: usize = 10;
 
 /// What an op (or a step) must do whatever its kernels: matrix-product FLOPs and bytes
 /// read and written once.
+///
+/// ```
+/// use stepgraph::stats::{Ceilings, Floor};
+///
+/// // A linear layer's forward on a batch: x [16384, 256] · wᵀ, w [512, 256], reading x and
+/// // w and writing y [16384, 512] once.
+/// let (b, i, o) = (16384, 256, 512);
+/// let layer = Floor::matmul(b, o, i) + Floor::f32s(b * i + o * i + b * o);
+/// // At given rates; `Ceilings::measure(&device)?` measures them on the GPU at hand.
+/// let rates = Ceilings::new(400e12, 4e12);
+/// assert!((layer.compute_ms(&rates) - 0.01074).abs() < 1e-5); // 4.29 GFLOP
+/// assert!((layer.memory_ms(&rates) - 0.01271).abs() < 1e-5); // 50.9 MB
+/// assert_eq!(layer.ms(&rates), layer.memory_ms(&rates)); // bound by its bytes
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Floor {
     /// FLOPs of its matrix products (2·m·n·k each).
