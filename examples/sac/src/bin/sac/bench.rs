@@ -187,11 +187,24 @@ pub fn run(
         "| larger bound, max((d), (w)) | {bound:.3} | (c)/max = {:.3} |",
         c / bound
     );
+    // The work bound as the DQN's issue first defined it: each kernel weighted by
+    // min(1, blocks / resident), its first wave's share, (w'); (w) averages the share over
+    // the kernel's waves and is the stricter (lower) reading.
+    let wg = work.grid_bound_ms();
+    let grid_bound = d.max(wg);
+    println!(
+        "| (w') work bound, grid shares not averaged over waves | {wg:.3} | (c)/(w') = {:.3} |",
+        c / wg
+    );
+    println!(
+        "| larger bound with grid shares, max((d), (w')) | {grid_bound:.3} | (c)/max = {:.3} |",
+        c / grid_bound
+    );
     let json = format!(
         "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
          \"critic_sms\": \"{}\", \"other_critic_sms\": \"{other}\", \"planned_ab_ms\": [{}], \
          \"planned_other_sms_ab_ms\": [{}], \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
-         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \
+         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \
          \"planned_over_bound\": {}, \"critical_path\": [{}]}}\n",
         sizes.batch,
         sizes.obs,
