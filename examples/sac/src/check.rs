@@ -13,7 +13,7 @@ use stepgraph::{Device, Result, Schedule};
 
 use crate::host::{DEFAULT_REPLAY, Trainer, losses_line};
 use crate::kernels::{Buf, Kernels, LOG_STD_MAX, LOG_STD_MIN, TANH_EPS};
-use crate::layers::{Mlp, Sizes};
+use crate::layers::{Linear, Mlp, Sizes};
 use crate::model::{Optim, sac};
 
 /// One tensor of the dump: its file name (without `.npy`), its shape and its buffer.
@@ -68,8 +68,13 @@ pub fn critic_count(b: &sac::Buffers) -> usize {
 
 /// `prefix.l{1,2,3}.{w,b}suffix` of `net`, weights `[out, in]`, biases `[out]`.
 fn mlp<'a>(prefix: &str, suffix: &str, net: &'a Mlp) -> Vec<Tensor<'a>> {
+    layers(prefix, suffix, [&net.l1, &net.l2, &net.l3])
+}
+
+/// Three layers' tensors, named as [`mlp`] names an MLP's.
+fn layers<'a>(prefix: &str, suffix: &str, net: [&'a Linear; 3]) -> Vec<Tensor<'a>> {
     let mut out = Vec::new();
-    for (l, layer) in [&net.l1, &net.l2, &net.l3].into_iter().enumerate() {
+    for (l, layer) in net.into_iter().enumerate() {
         let (rows, cols) = (layer.b.len(), layer.w.len() / layer.b.len().max(1));
         let l = l + 1;
         out.push(Tensor::new(
@@ -126,7 +131,11 @@ pub fn outputs<'a>(b: &'a sac::Buffers, sizes: &Sizes) -> Vec<Tensor<'a>> {
         ));
     }
     out.push(Tensor::new("actor.loss", vec![1], &b.actor_loss.loss));
-    out.extend(mlp("actor", ".grad", &b.actor_grad));
+    out.extend(layers(
+        "actor",
+        ".grad",
+        [&b.actor_grad_l1, &b.actor_grad_l2, &b.actor_grad_l3],
+    ));
     out.push(Tensor::new("alpha.loss", vec![1], &b.alpha_grad.loss));
     out.push(Tensor::new("log_alpha.grad", vec![1], &b.alpha_grad.grad));
     out.push(Tensor::new("y", vec![sizes.batch], &b.y));

@@ -279,6 +279,53 @@ pub fn mlp_forward(
     )
 }
 
+/// A linear layer's parameter gradients from its output's gradient `dy [rows, out]` and
+/// its input `x [rows, in]` (the widths read off `grad`): `dw = dyᵀ x` and `db = Σ_rows dy`
+/// by column sums, `sums` their scratch; the matmul planned for `d.sms`.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_grads(
+    blas: &Blas<'_>,
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    d: MlpDims,
+    dy: &Buf,
+    x: &Buf,
+    grad: &mut Linear,
+    sums: &mut Buf,
+) -> Result<()> {
+    let (rows, out) = (d.rows, grad.b.len());
+    let inp = grad.w.len() / out.max(1);
+    let spec = weight_grad_spec(rows, inp, out).with_sm_target(d.sms);
+    blas.matmul(&spec, dy, x, &mut grad.w, MatmulArgs::new())?;
+    k.generic
+        .column_sums(stream, dy, rows, out, sums, &mut grad.b)
+}
+
+/// The gradient through the ReLU of output `h [rows, units]` that feeds a layer of
+/// weights `w [out, units]`, from that layer's output gradient `dy [rows, out]`:
+/// `dz = (dy w) ⊙ (h > 0)`. A narrow layer (a critic's one unit, the actor's `2A`) takes
+/// one pass (`narrow_relu_grad`); a wider one a GEMM and `relu_backward`.
+#[allow(clippy::too_many_arguments)]
+pub fn relu_input_grad(
+    blas: &Blas<'_>,
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    d: MlpDims,
+    dy: &Buf,
+    w: &Buf,
+    h: &Buf,
+    dz: &mut Buf,
+) -> Result<()> {
+    let out = dy.len() / d.rows.max(1);
+    if out <= NARROW_OUTPUTS {
+        return k.narrow_relu_grad(stream, dy, w, h, dz, out);
+    }
+    let units = w.len() / out;
+    let spec = input_grad_spec(d.rows, units, out).with_sm_target(d.sms);
+    blas.matmul(&spec, dy, w, dz, MatmulArgs::new())?;
+    k.relu_backward(stream, h, dz)
+}
+
 /// The backward pass of an MLP from the gradient `dout [rows, out]` of its output, given
 /// its input `x` and the forward pass `act`: into `grads` (the parameters' gradients,
 /// biases as column sums) when given, and, given `(dx, first)`, the input's gradient at
@@ -303,47 +350,19 @@ pub fn mlp_backward(
         rows,
         inp,
         hidden: h,
-        out,
-        sms,
+        ..
     } = d;
-    // A layer's parameter gradients from its output's gradient `dy [rows, o]` and its
-    // input `x [rows, i]`.
-    let param = |blas: &Blas<'_>, dy: &Buf, x: &Buf, g: &mut Linear, sums: &mut Buf, i, o| {
-        let spec = weight_grad_spec(rows, i, o).with_sm_target(sms);
-        blas.matmul(&spec, dy, x, &mut g.w, MatmulArgs::new())?;
-        k.generic.column_sums(stream, dy, rows, o, sums, &mut g.b)
-    };
     let MlpBack { dz2, dz1, sums } = back;
     if let Some(g) = grads.as_deref_mut() {
-        param(blas, dout, &act.h2, &mut g.l3, sums, h, out)?;
+        linear_grads(blas, stream, k, d, dout, &act.h2, &mut g.l3, sums)?;
     }
-    if out <= NARROW_OUTPUTS {
-        // A narrow output layer (a critic's one unit, the actor's 2A): the matmul of inner
-        // size `out` and the ReLU's backward in one pass.
-        k.narrow_relu_grad(stream, dout, &net.l3.w, &act.h2, dz2, out)?;
-    } else {
-        blas.matmul(
-            &input_grad_spec(rows, h, out).with_sm_target(sms),
-            dout,
-            &net.l3.w,
-            dz2,
-            MatmulArgs::new(),
-        )?;
-        k.relu_backward(stream, &act.h2, dz2)?;
-    }
+    relu_input_grad(blas, stream, k, d, dout, &net.l3.w, &act.h2, dz2)?;
     if let Some(g) = grads.as_deref_mut() {
-        param(blas, dz2, &act.h1, &mut g.l2, sums, h, h)?;
+        linear_grads(blas, stream, k, d, dz2, &act.h1, &mut g.l2, sums)?;
     }
-    blas.matmul(
-        &input_grad_spec(rows, h, h).with_sm_target(sms),
-        &*dz2,
-        &net.l2.w,
-        dz1,
-        MatmulArgs::new(),
-    )?;
-    k.relu_backward(stream, &act.h1, dz1)?;
+    relu_input_grad(blas, stream, k, d, dz2, &net.l2.w, &act.h1, dz1)?;
     if let Some(g) = grads {
-        param(blas, dz1, x, &mut g.l1, sums, inp, h)?;
+        linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums)?;
     }
     if let Some((dx, first)) = dx {
         // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
@@ -355,7 +374,7 @@ pub fn mlp_backward(
         })?;
         let spec = input_grad_spec(rows, cols, h)
             .with_ld_b(inp)
-            .with_sm_target(sms);
+            .with_sm_target(d.sms);
         let span = stepgraph::Span::columns(h, inp, first, cols);
         let w1 = net.l1.w.view(span.start()..span.end())?;
         blas.matmul(&spec, &*dz1, &w1, dx, MatmulArgs::new())?;

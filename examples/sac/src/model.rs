@@ -11,7 +11,10 @@ use stepgraph_kernels::{
 };
 
 use crate::kernels::{Buf, Kernels};
-use crate::layers::{Mlp, MlpAct, MlpBack, MlpDims, Sizes, mlp_backward, mlp_forward};
+use crate::layers::{
+    Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, linear_grads, mlp_backward, mlp_forward,
+    relu_input_grad,
+};
 
 /// Transitions, row-major, `n` of them: both the replay buffer (`R` rows on the device,
 /// filled before training) and each step's batch (MODEL.md's inputs, `B` rows gathered
@@ -129,15 +132,14 @@ pub struct ActorLoss {
     pub loss: Buf,
 }
 
-/// The actor's backward: the loss's gradient with respect to the action and the head,
-/// and the MLP's scratch.
+/// The actor's backward at its head: the loss's gradient with respect to the action and
+/// the head.
 #[derive(Debug, StepBuffer)]
 pub struct ActorBack {
     /// `∂L_π/∂â [B, A]`, summed over the critics.
     pub da: Buf,
     /// `∂L_π/∂head [B, 2A]`.
     pub dhead: Buf,
-    pub back: MlpBack,
 }
 
 /// One optimizer's state: Adam's moments, its parameter table, the norm and its partials.
@@ -174,13 +176,18 @@ pub struct TargetPass {
     pub act: MlpAct,
 }
 
-/// One clipped Adam step over `params` from `grads`.
+/// Three layers' tensors in [`Mlp::tensors`]' order: `w1, b1, w2, b2, w3, b3`.
+pub fn layer_tensors([l1, l2, l3]: [&Linear; 3]) -> [&Buf; 6] {
+    [&l1.w, &l1.b, &l2.w, &l2.b, &l3.w, &l3.b]
+}
+
+/// One clipped Adam step over `params` from `grads` ([`Mlp::tensors`]' order).
 fn adam(
     stream: &CaptureStream<'_>,
     k: &Kernels,
     hyper: AdamHyper,
     scalars: &DeviceBuffer<f32>,
-    grads: &Mlp,
+    grads: [&Buf; 6],
     params: &mut Mlp,
     optim: &mut Optim,
 ) -> Result<()> {
@@ -191,7 +198,6 @@ fn adam(
         sq_norm,
         scratch,
     } = optim;
-    let grads = grads.tensors();
     k.generic
         .grad_sq_norm(stream, table, &grads, scratch, sq_norm)?;
     let mut slots: Vec<AdamSlot<'_>> = params
@@ -317,8 +323,9 @@ pub const CRITICS: usize = sac::CRITIC_WIDTH;
 
 // The actor's stream runs at low priority: its sample at `s` has slack until the policy
 // loss, and at equal priority takes the GPU from the critics' target passes and losses on
-// the critical path (`sac --bench` measures the step both ways, (c) and (c')).
-#[stepgraph::step(streams(main, critic[2], actor(low)), kernels = Kernels)]
+// the critical path (`sac --bench` measures the step both ways, (c) and (c')). Its
+// layers' gradients run on `actor_grads`, beside the chain through its layers.
+#[stepgraph::step(streams(main, critic[2], actor(low), actor_grads(low)), kernels = Kernels)]
 pub mod sac {
     use super::*;
 
@@ -372,7 +379,16 @@ pub mod sac {
         pub critic_actor: [ActorCriticPass; CRITIC_WIDTH],
         pub actor_loss: ActorLoss,
         pub actor_back: ActorBack,
-        pub actor_grad: Mlp,
+        /// `[B, H]`: the gradients at the actor's hidden layers' pre-activations.
+        pub actor_dz2: Buf,
+        pub actor_dz1: Buf,
+        /// The actor's parameter gradients, a buffer per layer, so that each layer's op
+        /// is independent of the others and of the chain through the hidden layers.
+        pub actor_grad_l1: Linear,
+        pub actor_grad_l2: Linear,
+        pub actor_grad_l3: Linear,
+        /// The column sums' scratch of the actor's bias gradients (on `actor_grads`).
+        pub actor_sums: Buf,
         pub actor_optim: Optim,
         pub alpha_grad: AlphaGrad,
         pub temperature: Temperature,
@@ -577,7 +593,7 @@ pub mod sac {
             k,
             hyper,
             clock.scalars(),
-            critic_grad,
+            critic_grad.tensors(),
             critic,
             critic_optim,
         )
@@ -682,8 +698,8 @@ pub mod sac {
         )
     }
 
-    /// The actor's gradients: the critics' input gradients summed, through the
-    /// tanh-Gaussian sample, then its MLP.
+    /// The actor loss's gradient at the actor's head: the critics' input gradients summed,
+    /// through the tanh-Gaussian sample.
     #[stream(actor)]
     #[join(critic)]
     #[allow(clippy::too_many_arguments)]
@@ -691,17 +707,13 @@ pub mod sac {
         stream: &CaptureStream<'_>,
         k: &Kernels,
         sizes: Sizes,
-        batch: &Transitions,
         noise: &Noise,
         pi: &Policy,
         critic_actor: &[ActorCriticPass; CRITIC_WIDTH],
         log_alpha: &Buf,
-        actor_net: &Mlp,
         actor_back: &mut ActorBack,
-        actor_grad: &mut Mlp,
     ) -> Result<()> {
-        let ActorBack { da, dhead, back } = actor_back;
-        let (rows, dims) = (sizes.batch, sizes.action);
+        let ActorBack { da, dhead } = actor_back;
         // da = ((da_0 + da_1) + ...) + da_{N-1}, in f32 in critic order (axpby with a = b =
         // 1 is one rounded add).
         let (first, rest) = critic_actor.split_first().ok_or_else(|| {
@@ -719,41 +731,144 @@ pub mod sac {
             da,
             log_alpha,
             dhead,
-            rows,
-            dims,
-        )?;
-        let blas = stream.blas();
-        mlp_backward(
+            sizes.batch,
+            sizes.action,
+        )
+    }
+
+    /// `dz2 = (dhead w3) ⊙ (h2 > 0)`, the chain through the actor's layers going on while
+    /// the head's gradients are formed beside it.
+    #[stream(actor)]
+    fn actor_dz2(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        pi: &Policy,
+        actor_net: &Mlp,
+        actor_back: &ActorBack,
+        actor_dz2: &mut Buf,
+    ) -> Result<()> {
+        let (blas, h2) = (stream.blas(), &pi.act.h2);
+        let (w3, dhead) = (&actor_net.l3.w, &actor_back.dhead);
+        relu_input_grad(&blas, stream, k, sizes.actor(), dhead, w3, h2, actor_dz2)
+    }
+
+    /// `dz1 = (dz2 w2) ⊙ (h1 > 0)`, beside the second layer's gradients.
+    #[stream(actor)]
+    fn actor_dz1(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        pi: &Policy,
+        actor_net: &Mlp,
+        actor_dz2: &Buf,
+        actor_dz1: &mut Buf,
+    ) -> Result<()> {
+        let (blas, h1, w2) = (stream.blas(), &pi.act.h1, &actor_net.l2.w);
+        relu_input_grad(
             &blas,
             stream,
             k,
             sizes.actor(),
-            actor_net,
-            &batch.s,
-            &pi.act,
+            actor_dz2,
+            w2,
+            h1,
+            actor_dz1,
+        )
+    }
+
+    /// The head's weight and bias gradients, from `dhead` and `h2`.
+    #[stream(actor_grads)]
+    fn actor_grad_head(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        pi: &Policy,
+        actor_back: &ActorBack,
+        actor_grad_l3: &mut Linear,
+        actor_sums: &mut Buf,
+    ) -> Result<()> {
+        let (blas, dims, dhead) = (stream.blas(), sizes.actor(), &actor_back.dhead);
+        linear_grads(
+            &blas,
+            stream,
+            k,
+            dims,
             dhead,
-            back,
-            Some(actor_grad),
-            None,
+            &pi.act.h2,
+            actor_grad_l3,
+            actor_sums,
+        )
+    }
+
+    /// The second layer's gradients, from `dz2` and `h1`.
+    #[stream(actor_grads)]
+    fn actor_grad_hidden(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        pi: &Policy,
+        actor_dz2: &Buf,
+        actor_grad_l2: &mut Linear,
+        actor_sums: &mut Buf,
+    ) -> Result<()> {
+        let (blas, dims) = (stream.blas(), sizes.actor());
+        linear_grads(
+            &blas,
+            stream,
+            k,
+            dims,
+            actor_dz2,
+            &pi.act.h1,
+            actor_grad_l2,
+            actor_sums,
+        )
+    }
+
+    /// The first layer's gradients, from `dz1` and the observations.
+    #[stream(actor_grads)]
+    fn actor_grad_input(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        sizes: Sizes,
+        batch: &Transitions,
+        actor_dz1: &Buf,
+        actor_grad_l1: &mut Linear,
+        actor_sums: &mut Buf,
+    ) -> Result<()> {
+        let (blas, dims) = (stream.blas(), sizes.actor());
+        linear_grads(
+            &blas,
+            stream,
+            k,
+            dims,
+            actor_dz1,
+            &batch.s,
+            actor_grad_l1,
+            actor_sums,
         )
     }
 
     #[stream(actor)]
+    #[allow(clippy::too_many_arguments)]
     fn actor_adam(
         stream: &CaptureStream<'_>,
         k: &Kernels,
         hyper: AdamHyper,
         clock: &AdamClock,
-        actor_grad: &Mlp,
+        actor_grad_l1: &Linear,
+        actor_grad_l2: &Linear,
+        actor_grad_l3: &Linear,
         actor_net: &mut Mlp,
         actor_optim: &mut Optim,
     ) -> Result<()> {
+        let grads = layer_tensors([actor_grad_l1, actor_grad_l2, actor_grad_l3]);
         adam(
             stream,
             k,
             hyper,
             clock.scalars(),
-            actor_grad,
+            grads,
             actor_net,
             actor_optim,
         )
@@ -803,13 +918,13 @@ pub mod sac {
 }
 
 /// An optimizer's state for `params` and `grads`: zeroed moments and the table.
-fn optim(device: &Device, d: MlpDims, name: &str, params: &Mlp, grads: &Mlp) -> Result<Optim> {
+fn optim(device: &Device, d: MlpDims, name: &str, params: &Mlp, grads: [&Buf; 6]) -> Result<Optim> {
     let m = Mlp::zeros(device, d, &format!("{name}.adam_m"))?;
     let v = Mlp::zeros(device, d, &format!("{name}.adam_v"))?;
     let entries = params
         .tensors()
         .into_iter()
-        .zip(grads.tensors())
+        .zip(grads)
         .zip(m.tensors().into_iter().zip(v.tensors()))
         .map(|((p, g), (m, v))| ParamEntry::of(p, g, m, v))
         .collect::<Result<Vec<_>>>()?;
@@ -884,7 +999,7 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
     let critic = per_critic(|_, name| Mlp::zeros(device, cd, &name), "")?;
     let critic_grad = per_critic(|_, name| Mlp::zeros(device, cd, &name), ".grad")?;
     let critic_optim = per_critic(
-        |i, name| optim(device, cd, &name, &critic[i], &critic_grad[i]),
+        |i, name| optim(device, cd, &name, &critic[i], critic_grad[i].tensors()),
         "",
     )?;
     let critic_target = per_critic(|_, name| Mlp::zeros(device, cd, &name), "_target")?;
@@ -905,8 +1020,18 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         ));
     }
     let actor_net = Mlp::zeros(device, ad, "actor")?;
-    let actor_grad = Mlp::zeros(device, ad, "actor.grad")?;
-    let actor_optim = optim(device, ad, "actor", &actor_net, &actor_grad)?;
+    let Mlp {
+        l1: actor_grad_l1,
+        l2: actor_grad_l2,
+        l3: actor_grad_l3,
+    } = Mlp::zeros(device, ad, "actor.grad")?;
+    let actor_grads = layer_tensors([&actor_grad_l1, &actor_grad_l2, &actor_grad_l3]);
+    let actor_optim = optim(device, ad, "actor", &actor_net, actor_grads)?;
+    let MlpBack {
+        dz2: actor_dz2,
+        dz1: actor_dz1,
+        sums: actor_sums,
+    } = MlpBack::zeros(device, ad, "actor")?;
     let log_alpha = z("log_alpha", 1)?;
     let (alpha_grad, temperature) = {
         let (grad, m, v) = (
@@ -973,9 +1098,13 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         actor_back: ActorBack {
             da: z("actor.da", b * s.action)?,
             dhead: z("actor.dhead", b * 2 * s.action)?,
-            back: MlpBack::zeros(device, ad, "actor")?,
         },
-        actor_grad,
+        actor_dz2,
+        actor_dz1,
+        actor_grad_l1,
+        actor_grad_l2,
+        actor_grad_l3,
+        actor_sums,
         actor_optim,
         alpha_grad,
         temperature,
@@ -1005,7 +1134,7 @@ mod tests {
 
     #[test]
     fn the_plan_audits_clean() {
-        assert_eq!(sac::PLAN.ops.len(), 13 + 6 * CRITICS);
+        assert_eq!(sac::PLAN.ops.len(), 18 + 6 * CRITICS);
         let audit = sac::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
@@ -1064,6 +1193,25 @@ mod tests {
         for draw in [batch, noise] {
             assert!(before(draw, op("next_action")));
         }
+    }
+
+    /// Each of the actor's layers' gradients runs beside the chain through the layers
+    /// below it, on a stream of its own, and Adam waits for all three.
+    #[test]
+    fn the_actor_layers_gradients_run_beside_its_backward_chain() {
+        for (grads, beside) in [
+            ("actor_grad_head", "actor_dz2"),
+            ("actor_grad_hidden", "actor_dz1"),
+        ] {
+            let (g, c) = (op(grads), op(beside));
+            assert!(!before(g, c) && !before(c, g), "{grads} and {beside}");
+        }
+        for grads in ["actor_grad_head", "actor_grad_hidden", "actor_grad_input"] {
+            assert_eq!(stream_of(op(grads)), "actor_grads");
+            assert!(before(op(grads), op("actor_adam")), "{grads}");
+        }
+        assert!(before(op("actor_dz1"), op("actor_grad_input")));
+        assert!(before(op("actor_backward"), op("actor_grad_head")));
     }
 
     /// `third-critic.diff` still applies (the line it changes is in this file), changes
