@@ -392,7 +392,7 @@ fn state_bits(t: &Trainer) -> (Vec<u32>, Vec<u32>) {
     (bits(&refs), bits(&[&t.losses().unwrap()]))
 }
 
-/// The planned step on four streams and the same step on one stream, from the same seed,
+/// The planned step on its five streams and the same step on one stream, from the same seed,
 /// give the same bits after every one of a few updates, with the critics' matmuls planned
 /// for the whole GPU or for their share of it; the updates change what they should (the
 /// critics, their targets, the actor, `log α`) and leave every loss finite.
