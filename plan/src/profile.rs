@@ -130,6 +130,30 @@ impl Profile {
         self.stream_busy_ms().iter().sum::<f64>() / self.total_ms
     }
 
+    /// Each op's duration in program order: the costs `PlanDesc::longest_path` takes for a
+    /// critical path with every op at its measured time.
+    pub fn durations_ms(&self) -> Vec<f64> {
+        self.ops.iter().map(OpTiming::duration_ms).collect()
+    }
+
+    /// A markdown table of every op's time in `alone` (a profile of the same plan with
+    /// one op at a time: the one-stream step's) against its time here, and their ratio:
+    /// where ops that run side by side slow each other. Ops are paired in program order.
+    pub fn contention_table(&self, alone: &Profile) -> String {
+        let mut t =
+            String::from("| op | alone ms | in parallel ms | ratio |\n| --- | --- | --- | --- |\n");
+        for (a, p) in alone.ops.iter().zip(&self.ops) {
+            t.push_str(&format!(
+                "| {} | {:.4} | {:.4} | {:.2} |\n",
+                a.name,
+                a.duration_ms(),
+                p.duration_ms(),
+                p.duration_ms() / a.duration_ms().max(1e-9)
+            ));
+        }
+        t
+    }
+
     /// Total op time per part of the step (the op's function name), in first-seen
     /// order. Replicated instances of one op add up.
     pub fn by_part(&self) -> Vec<(String, f64)> {
@@ -248,6 +272,27 @@ mod tests {
         let f = p.hidden_fraction("comm").unwrap();
         assert!((f - 0.25).abs() < 1e-12, "{f}");
         assert_eq!(p.hidden_fraction("nope"), None);
+    }
+
+    #[test]
+    fn the_contention_table_sets_each_op_alone_beside_its_time_in_parallel() {
+        let profile = |ops| Profile {
+            step: "t".into(),
+            device: "test".into(),
+            streams: vec!["main".into(), "side".into()],
+            ops,
+            waits: vec![],
+            critical_path: vec![],
+            total_ms: 3.0,
+        };
+        let alone = profile(vec![op("a", 0, 0.0, 1.0), op("b", 0, 1.0, 1.5)]);
+        let parallel = profile(vec![op("a", 0, 0.0, 1.0), op("b", 1, 0.0, 1.25)]);
+        assert_eq!(parallel.durations_ms(), vec![1.0, 1.25]);
+        assert_eq!(
+            parallel.contention_table(&alone),
+            "| op | alone ms | in parallel ms | ratio |\n| --- | --- | --- | --- |\n\
+             | a | 1.0000 | 1.0000 | 1.00 |\n| b | 0.5000 | 1.2500 | 2.50 |\n"
+        );
     }
 
     #[test]

@@ -157,6 +157,76 @@ impl WorkBound {
     }
 }
 
+/// A planned step's time against its bounds: the critical path with every op at its time
+/// alone (d), and the work bound with shares averaged over waves (w) and with grid shares
+/// (w'). A step can be no faster than the larger of (d) and (w); how far above it the
+/// step runs is what its schedule leaves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    /// The planned graph's replay, (c).
+    pub planned_ms: f64,
+    /// (d).
+    pub critical_path_ms: f64,
+    /// (w): [`WorkBound::bound_ms`].
+    pub work_ms: f64,
+    /// (w'): [`WorkBound::grid_bound_ms`].
+    pub grid_work_ms: f64,
+}
+
+impl Bounds {
+    /// (c) against (d) and the work bound `work`'s two readings.
+    pub fn new(planned_ms: f64, critical_path_ms: f64, work: &WorkBound) -> Bounds {
+        Bounds {
+            planned_ms,
+            critical_path_ms,
+            work_ms: work.bound_ms(),
+            grid_work_ms: work.grid_bound_ms(),
+        }
+    }
+
+    /// max((d), (w)).
+    pub fn larger_ms(&self) -> f64 {
+        self.critical_path_ms.max(self.work_ms)
+    }
+
+    /// max((d), (w')).
+    pub fn larger_grid_ms(&self) -> f64 {
+        self.critical_path_ms.max(self.grid_work_ms)
+    }
+}
+
+impl fmt::Display for Bounds {
+    /// Rows of a benchmark's markdown table: (d), (w), (w'), then (c) against the larger
+    /// bound with each reading of the work bound.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = self.planned_ms;
+        let (d, w, wg) = (self.critical_path_ms, self.work_ms, self.grid_work_ms);
+        writeln!(
+            f,
+            "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
+            c / d
+        )?;
+        writeln!(f, "| (w) work bound | {w:.3} | (c)/(w) = {:.3} |", c / w)?;
+        writeln!(
+            f,
+            "| (w') work bound, grid shares not averaged over waves | {wg:.3} | (c)/(w') = {:.3} |",
+            c / wg
+        )?;
+        writeln!(
+            f,
+            "| larger bound, max((d), (w)) | {:.3} | (c)/max = {:.3} |",
+            self.larger_ms(),
+            c / self.larger_ms()
+        )?;
+        writeln!(
+            f,
+            "| larger bound with grid shares, max((d), (w')) | {:.3} | (c)/max = {:.3} |",
+            self.larger_grid_ms(),
+            c / self.larger_grid_ms()
+        )
+    }
+}
+
 impl fmt::Display for WorkBound {
     /// One row per op (its kernels, time alone, share range, work), then the totals.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -502,6 +572,29 @@ pub(crate) fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounds_set_the_planned_step_against_the_larger_of_its_bounds() {
+        let b = Bounds {
+            planned_ms: 0.74,
+            critical_path_ms: 0.5,
+            work_ms: 0.4,
+            grid_work_ms: 0.6,
+        };
+        assert_eq!((b.larger_ms(), b.larger_grid_ms()), (0.5, 0.6));
+        let rows = b.to_string();
+        assert_eq!(rows.lines().count(), 5, "{rows}");
+        assert!(
+            rows.contains("| larger bound, max((d), (w)) | 0.500 | (c)/max = 1.480 |"),
+            "{rows}"
+        );
+        assert!(
+            rows.contains(
+                "| larger bound with grid shares, max((d), (w')) | 0.600 | (c)/max = 1.233 |"
+            ),
+            "{rows}"
+        );
+    }
 
     #[test]
     fn a_grid_shares_the_gpu_by_blocks_over_its_waves() {

@@ -18,7 +18,7 @@ mod parallel;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use stepgraph::stats::{Ceilings, Floor, median};
+use stepgraph::stats::{Bounds, Ceilings, Floor, median};
 use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
 use stepgraph_dqn::floor;
 use stepgraph_dqn::kernels::{BadReplay, Kernels, LossSlot, Watch};
@@ -1155,8 +1155,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     let a = median(&mut eager);
     // Each op's time alone: the one-stream profile runs one op at a time.
     let alone = serial.profile(50)?;
-    let costs: Vec<f64> = alone.ops.iter().map(|op| op.duration_ms()).collect();
-    let (path, d) = dqn::PLAN.longest_path(&costs);
+    let (path, d) = dqn::PLAN.longest_path(&alone.durations_ms());
     let profile = planned.profile(50)?;
     println!("{profile}");
     println!(
@@ -1168,17 +1167,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     );
     // Each op alone (one-stream profile) and inside the parallel run: where the parallel
     // ops contend for the GPU.
-    println!("| op | alone ms | in parallel ms | ratio |");
-    println!("| --- | --- | --- | --- |");
-    for (a, p) in alone.ops.iter().zip(&profile.ops) {
-        println!(
-            "| {} | {:.4} | {:.4} | {:.2} |",
-            a.name,
-            a.duration_ms(),
-            p.duration_ms(),
-            p.duration_ms() / a.duration_ms().max(1e-9)
-        );
-    }
+    print!("{}", profile.contention_table(&alone));
     // The work bound, last: it runs every kernel of the one-stream step many times over,
     // and that step's values are not used again.
     let work = serial.work_bound()?;
@@ -1192,8 +1181,8 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     ] {
         print!("{}", work.kernel_table(op));
     }
-    let w = work.bound_ms();
-    let bound = d.max(w);
+    let bounds = Bounds::new(c, d, &work);
+    let (w, wg, bound) = (bounds.work_ms, bounds.grid_work_ms, bounds.larger_ms());
     println!("| variant | median ms | ratio |");
     println!("| --- | --- | --- |");
     println!("| (a) eager, one stream | {a:.3} | |");
@@ -1203,11 +1192,6 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         "| (c') stepgraph graph, equal stream priorities | {c_flat:.3} | (c)/(c') = {:.3} |",
         c / c_flat
     );
-    println!(
-        "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
-        c / d
-    );
-    println!("| (w) work bound | {w:.3} | (c)/(w) = {:.3} |", c / w);
     for f in &feeds {
         println!(
             "| (e) end to end per training step, {} | {:.3} | (e)/(c) of its graph ({:.3}) = {:.3} |",
@@ -1217,22 +1201,9 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
             f.e2e_ms / f.replay_ms
         );
     }
-    let wg = work.grid_bound_ms();
-    println!(
-        "| (w') work bound, grid shares not averaged over waves | {wg:.3} | (c)/(w') = {:.3} |",
-        c / wg
-    );
-    println!(
-        "| larger bound, max((d), (w)) | {bound:.3} | (c)/max = {:.3} |",
-        c / bound
-    );
     // The work bound weights each kernel by the share of the GPU its grid
     // occupies, min(1, blocks / resident): (w'). (w) is the stricter reading.
-    let grid_bound = d.max(wg);
-    println!(
-        "| larger bound with the issue's grid share, max((d), (w')) | {grid_bound:.3} | (c)/max = {:.3} |",
-        c / grid_bound
-    );
+    print!("{bounds}");
     // How much of what the DAG and the GPU allow (from (b) down to the larger bound) the
     // planned schedule took.
     let allowed = b - bound;

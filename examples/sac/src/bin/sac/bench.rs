@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use stepgraph::stats::median;
+use stepgraph::stats::{Bounds, median};
 use stepgraph::{Device, Error, Result, Schedule, SmTarget};
 use stepgraph_sac::host::Trainer;
 use stepgraph_sac::kernels::Kernels;
@@ -120,23 +120,12 @@ pub fn run(
     let a = median(&mut eager);
     // Each op alone: the one-stream profile runs one op at a time.
     let alone = serial.step.profile(50)?;
-    let costs: Vec<f64> = alone.ops.iter().map(|op| op.duration_ms()).collect();
-    let (path, d) = sac::PLAN.longest_path(&costs);
+    let (path, d) = sac::PLAN.longest_path(&alone.durations_ms());
     let path: Vec<&str> = path.iter().map(|o| sac::PLAN.ops[o.index()].name).collect();
     let profile = planned.step.profile(50)?;
     println!("{profile}");
     println!("critical path (ops alone): {}", path.join(" -> "));
-    println!("| op | alone ms | in parallel ms | ratio |");
-    println!("| --- | --- | --- | --- |");
-    for (al, p) in alone.ops.iter().zip(&profile.ops) {
-        println!(
-            "| {} | {:.4} | {:.4} | {:.2} |",
-            al.name,
-            al.duration_ms(),
-            p.duration_ms(),
-            p.duration_ms() / al.duration_ms().max(1e-9)
-        );
-    }
+    print!("{}", profile.contention_table(&alone));
     // The work bound last: it runs every kernel many times over on the one-stream step's
     // buffers, whose values are not used again.
     let work = serial.step.work_bound()?;
@@ -145,8 +134,7 @@ pub fn run(
     for op in work.ops.iter().filter(|o| o.alone_ms() >= 0.02) {
         print!("{}", work.kernel_table(&op.name));
     }
-    let w = work.bound_ms();
-    let bound = d.max(w);
+    let bounds = Bounds::new(c, d, &work);
     println!(
         "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics planned for {} SMs, \
          {replays} replays",
@@ -164,11 +152,6 @@ pub fn run(
         "| (c') stepgraph graph, equal stream priorities | {c_flat:.3} | (c)/(c') = {:.3} |",
         c / c_flat
     );
-    println!(
-        "| (d) critical-path bound | {d:.3} | (c)/(d) = {:.3} |",
-        c / d
-    );
-    println!("| (w) work bound | {w:.3} | (c)/(w) = {:.3} |", c / w);
     let pair = |v: &[f64]| {
         v.iter()
             .map(|x| format!("{x:.3}"))
@@ -183,23 +166,8 @@ pub fn run(
             pair(&c_other)
         );
     }
-    println!(
-        "| larger bound, max((d), (w)) | {bound:.3} | (c)/max = {:.3} |",
-        c / bound
-    );
-    // The work bound as the DQN's issue first defined it: each kernel weighted by
-    // min(1, blocks / resident), its first wave's share, (w'); (w) averages the share over
-    // the kernel's waves and is the stricter (lower) reading.
-    let wg = work.grid_bound_ms();
-    let grid_bound = d.max(wg);
-    println!(
-        "| (w') work bound, grid shares not averaged over waves | {wg:.3} | (c)/(w') = {:.3} |",
-        c / wg
-    );
-    println!(
-        "| larger bound with grid shares, max((d), (w')) | {grid_bound:.3} | (c)/max = {:.3} |",
-        c / grid_bound
-    );
+    print!("{bounds}");
+    let (w, wg) = (bounds.work_ms, bounds.grid_work_ms);
     let json = format!(
         "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
          \"critic_sms\": \"{}\", \"other_critic_sms\": \"{other}\", \"planned_ab_ms\": [{}], \
@@ -213,7 +181,7 @@ pub fn run(
         config.critic_sms,
         pair(&c_this),
         pair(&c_other),
-        c / bound,
+        c / bounds.larger_ms(),
         path.iter()
             .map(|p| format!("\"{p}\""))
             .collect::<Vec<_>>()
