@@ -76,6 +76,13 @@ pub fn same_len(what: &str, expected: usize, found: usize) -> Result<()> {
     Ok(())
 }
 
+/// Whether rows of `row_len` floats in buffers at `addresses` can move as `float4`s: every
+/// row then starts 16-byte aligned, which takes rows of a multiple of 4 floats and
+/// 16-byte-aligned buffers (whole allocations are; views at an offset may not be).
+pub fn float4_rows(row_len: usize, addresses: &[u64]) -> bool {
+    row_len % 4 == 0 && addresses.iter().all(|a| a % 16 == 0)
+}
+
 /// One thread per element. An empty buffer still gets one (idle) block, so a step's
 /// graph has the same nodes whatever the sizes.
 pub fn elementwise_config(n: u32) -> LaunchConfig {
@@ -99,4 +106,23 @@ pub fn row_chunk_plan(rows: usize, cols: usize, target_rows: usize) -> (usize, u
         rows.div_ceil(rows_per_chunk).max(1),
         rows_per_chunk,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_move_as_float4s_only_whole_and_aligned() {
+        assert!(float4_rows(256, &[0x1000, 0x2010]));
+        assert!(
+            !float4_rows(201, &[0x1000, 0x2000]),
+            "a row not of whole vectors"
+        );
+        assert!(
+            !float4_rows(256, &[0x1000, 0x2004]),
+            "a buffer at a 4-byte offset"
+        );
+        assert!(float4_rows(0, &[]));
+    }
 }

@@ -444,7 +444,7 @@ impl GatherEntry {
     /// Floats per unit of the kernel: `float4`s need rows of a multiple of 4 floats, so
     /// that every row starts 16-byte aligned, and aligned buffers.
     fn width(&self) -> usize {
-        if self.row_len % 4 == 0 && self.src % 16 == 0 && self.dst % 16 == 0 {
+        if crate::launch::float4_rows(self.row_len, &[self.src, self.dst]) {
             4
         } else {
             1

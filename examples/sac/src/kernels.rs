@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, LaunchConfig, Result};
-use stepgraph_kernels::launch::{check_len, elementwise_config, len_u32, positive, product};
+use stepgraph_kernels::launch::{
+    check_len, elementwise_config, float4_rows, len_u32, positive, product,
+};
 
 /// The registry stepgraph-build generated from `cuda/*.cu`.
 mod raw {
@@ -152,10 +154,12 @@ impl Kernels {
         let n = len_u32("narrow_relu_grad: dz", n)?;
         let (rows, cols) = (positive("narrow_relu_grad: rows", rows)?, cols as u32);
         // Four elements a thread where the rows are whole 16-byte vectors.
-        let aligned = [w.device_address(), h.device_address(), dz.device_address()]
-            .iter()
-            .all(|a| a % 16 == 0);
-        let quads = if cols % 4 == 0 && aligned { n / 4 } else { 0 };
+        let addresses = [w.device_address(), h.device_address(), dz.device_address()];
+        let quads = if float4_rows(cols as usize, &addresses) {
+            n / 4
+        } else {
+            0
+        };
         let threads = if quads != 0 { quads } else { n };
         // SAFETY: a thread past `threads` returns. With `quads`, thread t reads h and
         // writes dz at 4t..4t + 4 (< n, as cols % 4 == 0 keeps the four in one row b) and
