@@ -1,5 +1,7 @@
 // The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
-// ReLU's backward (alone, and after a narrow output layer), the critic loss, the tanh-Gaussian sample and
+// ReLU's backward (alone, and after a narrow output layer), the critic loss (alone, and
+// fused with the critic's output layer and its backward: critic_head), ReLU's backward
+// fused with a narrow input gradient (relu_narrow_product), the tanh-Gaussian sample and
 // its backward, the critics' minimum, the soft target, the actor loss and its routing to
 // the critics, and the temperature's gradient. The
 // matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
@@ -248,5 +250,177 @@ extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
         const float mean = s / (float)n;
         grad[0] = -mean;
         loss[0] = -log_alpha[0] * mean;
+    }
+}
+
+// A critic's output layer, its MSE against y and their backward in one pass over h, the
+// last hidden layer's ReLU output [B, H] (MODEL.md, "Critics"); w [H] and bias [1] the
+// output layer's (one unit). Per row b, in f32:
+//   q[b] = bias + sum_j h[b, j] w[j]   (each lane its columns j = lane + 32 i in order,
+//                                        then warp_sum)
+//   dq[b] = 2 (q[b] - y[b]) / B,       dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0,
+// and the block's partial sums, row blockIdx.x of partial [blocks, H + 2]: columns j < H
+// sum_b dq[b] h[b, j] (the output weights' gradient), column H sum_b dq[b] (the bias's),
+// column H + 1 sum_b (q[b] - y[b])^2 (the loss times B). critic_head_finish adds the
+// blocks' rows. Each warp takes SAC_HEAD_ROWS consecutive rows in turn and keeps its sums
+// in its own row of shared memory; the block adds its warps' rows in warp order. Every
+// order is fixed: the same bits on every run. It replaces cuBLASLt's gemv and mse_loss
+// forward, and the gemv, split-K reduction, column sums and narrow_relu_grad backward
+// (seven kernels, each a pass over h or a one-block reduction) with one pass.
+// Launch: SAC_HEAD_WARPS warps a block, ceil(B / (SAC_HEAD_WARPS SAC_HEAD_ROWS)) blocks,
+// SAC_HEAD_WARPS (H + 2) floats of dynamic shared memory.
+#define SAC_HEAD_WARPS 8
+#define SAC_HEAD_ROWS 4
+extern "C" __global__ void critic_head(const float* __restrict__ h, const float* __restrict__ w,
+                                       const float* __restrict__ bias,
+                                       const float* __restrict__ y, float* __restrict__ q,
+                                       float* __restrict__ dq, float* __restrict__ dz,
+                                       float* __restrict__ partial, unsigned rows,
+                                       unsigned cols) {
+    extern __shared__ float head_acc[];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned width = cols + 2;
+    float* mine = head_acc + warp * width;
+    for (unsigned j = lane; j < width; j += 32) {
+        mine[j] = 0.0f;
+    }
+    __syncwarp();
+    const float inv = 1.0f / (float)rows;
+    const float b0 = bias[0];
+    const unsigned first = (blockIdx.x * SAC_HEAD_WARPS + warp) * SAC_HEAD_ROWS;
+    for (unsigned r = 0; r < SAC_HEAD_ROWS; ++r) {
+        const unsigned b = first + r;
+        if (b >= rows) {
+            break;
+        }
+        const float* hr = h + (size_t)b * cols;
+        float s = 0.0f;
+        for (unsigned j = lane; j < cols; j += 32) {
+            s = fmaf(hr[j], w[j], s);
+        }
+        const float qv = warp_sum(s) + b0;
+        const float d = qv - y[b];
+        const float g = 2.0f * d * inv;
+        if (lane == 0) {
+            q[b] = qv;
+            dq[b] = g;
+            mine[cols] += g;
+            mine[cols + 1] = fmaf(d, d, mine[cols + 1]);
+        }
+        float* dzr = dz + (size_t)b * cols;
+        for (unsigned j = lane; j < cols; j += 32) {
+            const float hv = hr[j];
+            dzr[j] = hv > 0.0f ? g * w[j] : 0.0f;
+            mine[j] = fmaf(g, hv, mine[j]);
+        }
+    }
+    __syncthreads();
+    for (unsigned j = threadIdx.x; j < width; j += blockDim.x) {
+        float t = 0.0f;
+        for (unsigned k = 0; k < SAC_HEAD_WARPS; ++k) {
+            t += head_acc[k * width + j];
+        }
+        partial[(size_t)blockIdx.x * width + j] = t;
+    }
+}
+
+// The sums of critic_head's partial [blocks, H + 2] down its columns (column_block_sum's
+// fixed order): gw [H] the output weights' gradient, gb[0] the bias's, loss[0] the mean
+// squared error. Blocks of (32, 32) threads, ceil((H + 2) / 32) of them.
+extern "C" __global__ void critic_head_finish(const float* __restrict__ partial,
+                                              float* __restrict__ gw, float* __restrict__ gb,
+                                              float* __restrict__ loss, unsigned blocks,
+                                              unsigned cols, unsigned rows) {
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const float t = column_block_sum(partial, 0, blocks, cols + 2, c);
+    if (threadIdx.y != 0 || c >= cols + 2) {
+        return;
+    }
+    if (c < cols) {
+        gw[c] = t;
+    } else if (c == cols) {
+        gb[0] = t;
+    } else {
+        loss[0] = t / (float)rows;
+    }
+}
+
+// A critic's input gradient at the columns the caller needs, after its first layer's
+// ReLU: dx[b, c] = sum_j (h[b, j] > 0 ? dh[b, j] : 0) w[j, first + c] for c < n, with
+// h [B, H] the first layer's ReLU output, dh [B, H] the gradient at it, w [H, inp] the
+// first layer's weights (n <= SAC_NARROW_MAX columns, first + n <= inp). ReLU's backward
+// and the matmul of n outputs in one pass over h and dh, where relu_backward and a
+// cuBLASLt GEMM took three. w's n columns are staged in shared memory transposed
+// (wt[c][j], so a warp's lanes read consecutive j); a warp takes a row at a time, each
+// lane the columns j = lane + 32 i in order, then warp_sum per output: fixed order, the
+// same whichever warp takes the row. Launch: SAC_HEAD_WARPS warps a block, any number of
+// blocks (the caller's: a few per SM, so that the staging is paid a few times per SM, not
+// per row), n H floats of dynamic shared memory.
+#define SAC_NARROW_MAX 32
+// The body for N outputs, known at compile time, so that the loops over the outputs are
+// unrolled without a test per output.
+template <unsigned N>
+__device__ __forceinline__ void relu_narrow_rows(const float* __restrict__ dh,
+                                                 const float* __restrict__ h,
+                                                 const float* __restrict__ wt,
+                                                 float* __restrict__ dx, unsigned rows,
+                                                 unsigned cols) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Each row's sums are its warp's alone, so the grid may stride over the rows.
+    for (unsigned b = blockIdx.x * SAC_HEAD_WARPS + warp; b < rows;
+         b += gridDim.x * SAC_HEAD_WARPS) {
+        float acc[N];
+#pragma unroll
+        for (unsigned c = 0; c < N; ++c) {
+            acc[c] = 0.0f;
+        }
+        const float* hr = h + (size_t)b * cols;
+        const float* dhr = dh + (size_t)b * cols;
+        for (unsigned j = lane; j < cols; j += 32) {
+            const float m = hr[j] > 0.0f ? dhr[j] : 0.0f;
+#pragma unroll
+            for (unsigned c = 0; c < N; ++c) {
+                acc[c] = fmaf(m, wt[c * cols + j], acc[c]);
+            }
+        }
+#pragma unroll
+        for (unsigned c = 0; c < N; ++c) {
+            const float t = warp_sum(acc[c]);
+            if (lane == c) {
+                dx[(size_t)b * N + c] = t;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void relu_narrow_product(const float* __restrict__ dh,
+                                               const float* __restrict__ h,
+                                               const float* __restrict__ w,
+                                               float* __restrict__ dx, unsigned rows,
+                                               unsigned cols, unsigned inp, unsigned first,
+                                               unsigned n) {
+    extern __shared__ float wt[];
+    // Read w's rows' n columns in order (coalesced), stored transposed.
+    for (unsigned i = threadIdx.x; i < n * cols; i += blockDim.x) {
+        const unsigned j = i / n, c = i - j * n;
+        wt[c * cols + j] = w[(size_t)j * inp + first + c];
+    }
+    __syncthreads();
+    switch (n) {
+#define SAC_NARROW_CASE(N) \
+    case N:                \
+        relu_narrow_rows<N>(dh, h, wt, dx, rows, cols); \
+        break;
+        SAC_NARROW_CASE(1) SAC_NARROW_CASE(2) SAC_NARROW_CASE(3) SAC_NARROW_CASE(4)
+        SAC_NARROW_CASE(5) SAC_NARROW_CASE(6) SAC_NARROW_CASE(7) SAC_NARROW_CASE(8)
+        SAC_NARROW_CASE(9) SAC_NARROW_CASE(10) SAC_NARROW_CASE(11) SAC_NARROW_CASE(12)
+        SAC_NARROW_CASE(13) SAC_NARROW_CASE(14) SAC_NARROW_CASE(15) SAC_NARROW_CASE(16)
+        SAC_NARROW_CASE(17) SAC_NARROW_CASE(18) SAC_NARROW_CASE(19) SAC_NARROW_CASE(20)
+        SAC_NARROW_CASE(21) SAC_NARROW_CASE(22) SAC_NARROW_CASE(23) SAC_NARROW_CASE(24)
+        SAC_NARROW_CASE(25) SAC_NARROW_CASE(26) SAC_NARROW_CASE(27) SAC_NARROW_CASE(28)
+        SAC_NARROW_CASE(29) SAC_NARROW_CASE(30) SAC_NARROW_CASE(31) SAC_NARROW_CASE(32)
+#undef SAC_NARROW_CASE
+    default:
+        break;
     }
 }

@@ -37,6 +37,55 @@ pub const TANH_EPS: f32 = 1e-6;
 /// GEMM's work.
 pub const NARROW_OUTPUTS: usize = 32;
 
+/// Warps of a [`Kernels::critic_head`] or [`Kernels::relu_narrow_product`] block
+/// (`SAC_HEAD_WARPS`).
+pub const HEAD_WARPS: usize = 8;
+/// Rows each of their warps takes in turn (`SAC_HEAD_ROWS`).
+pub const HEAD_ROWS: usize = 4;
+/// The most outputs [`Kernels::relu_narrow_product`] forms (`SAC_NARROW_MAX`).
+pub const NARROW_PRODUCT_MAX: usize = 32;
+/// The most blocks of a [`Kernels::relu_narrow_product`] launch: four for each of the
+/// H200's 132 SMs. A fixed count, not the device's; any count gives the same bits, as
+/// each row's sums are one warp's.
+pub const NARROW_PRODUCT_BLOCKS: usize = 528;
+/// The dynamic shared memory a block may use without opting in to more: 48 KiB.
+pub const SHARED_BYTES: usize = 48 * 1024;
+
+/// The blocks of a [`Kernels::critic_head`] or [`Kernels::relu_narrow_product`] launch
+/// over `rows` rows.
+pub fn head_blocks(rows: usize) -> usize {
+    rows.div_ceil(HEAD_WARPS * HEAD_ROWS)
+}
+
+/// The partial sums [`Kernels::critic_head`] needs for `rows` rows of `cols` hidden units:
+/// a row of `cols + 2` per block.
+pub fn critic_head_scratch_len(rows: usize, cols: usize) -> usize {
+    head_blocks(rows) * (cols + 2)
+}
+
+/// Whether [`Kernels::critic_head`] takes a last hidden layer of `cols` units: its warps'
+/// sums must fit a block's shared memory (up to 1534 units). Wider critics keep the
+/// matmuls, `mse_loss` and `narrow_relu_grad`.
+pub fn critic_head_takes(cols: usize) -> bool {
+    cols > 0 && HEAD_WARPS * (cols + 2) * 4 <= SHARED_BYTES
+}
+
+/// Whether [`Kernels::relu_narrow_product`] takes `n` outputs from `cols` hidden units:
+/// `n` at most [`NARROW_PRODUCT_MAX`] and `n cols` weights in a block's shared memory.
+/// Otherwise the input gradient is `relu_backward` and a GEMM.
+pub fn relu_narrow_product_takes(cols: usize, n: usize) -> bool {
+    (1..=NARROW_PRODUCT_MAX).contains(&n) && cols > 0 && n * cols * 4 <= SHARED_BYTES
+}
+
+/// A launch of [`HEAD_WARPS`] warps a block over `rows` rows with `shared` bytes.
+fn head_config(rows: usize, shared: usize) -> Result<LaunchConfig> {
+    Ok(LaunchConfig {
+        grid_dim: (len_u32("head blocks", head_blocks(rows))?, 1, 1),
+        block_dim: ((HEAD_WARPS * 32) as u32, 1, 1),
+        shared_mem_bytes: len_u32("head shared bytes", shared)?,
+    })
+}
+
 /// `len / k`, where `len` must be a positive multiple of `k`.
 fn whole(what: &str, len: usize, k: usize) -> Result<usize> {
     if len == 0 || len % k != 0 {
@@ -200,6 +249,156 @@ impl Kernels {
         unsafe {
             self.raw
                 .mse_loss(stream, reduce_config(), q, y, dq, loss, n)
+        }
+    }
+
+    /// A critic's output layer, its MSE against `y` and their backward in one pass over
+    /// `h [rows, cols]`, the last hidden layer's ReLU output, for an output layer of one
+    /// unit (`w [cols]`, `bias [1]`): `q = h w + bias`, `dq = 2 (q − y) / rows`,
+    /// `dz = (dq wᵀ) ⊙ (h > 0)`, the output layer's gradients `gw = dqᵀ h`, `gb = Σ dq`
+    /// and `loss = mean (q − y)²`, all in f32 in a fixed order. `partial` holds at
+    /// least [`critic_head_scratch_len`] floats. Two launches: the pass, then the sums of its
+    /// blocks. A `cols` that [`critic_head_takes`] refuses is an error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn critic_head(
+        &self,
+        stream: &CaptureStream<'_>,
+        h: &Buf,
+        w: &Buf,
+        bias: &Buf,
+        y: &Buf,
+        q: &mut Buf,
+        dq: &mut Buf,
+        dz: &mut Buf,
+        partial: &mut Buf,
+        gw: &mut Buf,
+        gb: &mut Buf,
+        loss: &mut Buf,
+    ) -> Result<()> {
+        let rows = y.len();
+        let r = positive("critic_head: y ([rows])", rows)?;
+        let cols = w.len();
+        if !critic_head_takes(cols) {
+            return Err(stepgraph::Error::Invalid(format!(
+                "critic_head: the last hidden layer must have 1 to {} units (its warps' sums \
+                 in {SHARED_BYTES} bytes of shared memory), found {cols}",
+                SHARED_BYTES / (4 * HEAD_WARPS) - 2
+            )));
+        }
+        let n = product("critic_head", &[rows, cols])?;
+        check_len("critic_head: h ([rows, cols])", h.len(), n)?;
+        check_len("critic_head: dz ([rows, cols])", dz.len(), n)?;
+        check_len("critic_head: bias ([1])", bias.len(), 1)?;
+        check_len("critic_head: q ([rows])", q.len(), rows)?;
+        check_len("critic_head: dq ([rows])", dq.len(), rows)?;
+        check_len("critic_head: gw ([cols])", gw.len(), cols)?;
+        check_len("critic_head: gb ([1])", gb.len(), 1)?;
+        check_len("critic_head: loss ([1])", loss.len(), 1)?;
+        let need = critic_head_scratch_len(rows, cols);
+        if partial.len() < need {
+            return Err(stepgraph::Error::Invalid(format!(
+                "critic_head: partial must hold critic_head_scratch_len({rows}, {cols}) = \
+                 {need} floats, found {}",
+                partial.len()
+            )));
+        }
+        let blocks = len_u32("critic_head: blocks", head_blocks(rows))?;
+        let c = cols as u32;
+        let config = head_config(rows, HEAD_WARPS * (cols + 2) * 4)?;
+        // SAFETY: warp w of block k takes rows (8k + w) 4 .. + 4 below `rows`, reading
+        // h, y and writing q, dq, dz in those rows only, and w[j], bias[0] for j < cols;
+        // it writes its own row of the (cols + 2) 8 floats of shared memory given; the
+        // block writes partial's row k of cols + 2 (at least blocks (cols + 2) long, checked).
+        unsafe {
+            self.raw.critic_head(
+                stream,
+                config,
+                h,
+                w,
+                bias,
+                y,
+                q,
+                dq,
+                dz,
+                &mut *partial,
+                r,
+                c,
+            )
+        }?;
+        let finish = LaunchConfig {
+            grid_dim: ((c + 2).div_ceil(32), 1, 1),
+            block_dim: (32, 32, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: column_block_sum reads partial's rows < blocks at columns < cols + 2;
+        // thread (c, 0) writes gw[c] for c < cols, gb[0] at c = cols and loss[0] at
+        // c = cols + 1 (lengths checked above).
+        unsafe {
+            self.raw
+                .critic_head_finish(stream, finish, &*partial, gw, gb, loss, blocks, c, r)
+        }
+    }
+
+    /// `dx[b, c] = Σ_j (h[b, j] > 0 ? dh[b, j] : 0) w[j, first + c]` for `c < n`: a
+    /// critic's input gradient at the `n` columns from `first` of its input (the action's
+    /// for the actor), from the gradient `dh [rows, cols]` at its first layer's ReLU output
+    /// `h [rows, cols]` and that layer's weights `w [cols, inp]`. ReLU's backward and the
+    /// narrow matmul in one pass, in f32 in a fixed order. Sizes that
+    /// [`relu_narrow_product_takes`] refuses are an error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn relu_narrow_product(
+        &self,
+        stream: &CaptureStream<'_>,
+        dh: &Buf,
+        h: &Buf,
+        w: &Buf,
+        inp: usize,
+        first: usize,
+        dx: &mut Buf,
+    ) -> Result<()> {
+        let i = positive("relu_narrow_product: inp", inp)?;
+        let cols = whole("relu_narrow_product: w ([cols, inp])", w.len(), inp)?;
+        let rows = whole("relu_narrow_product: h ([rows, cols])", h.len(), cols)?;
+        check_len(
+            "relu_narrow_product: dh (the length of h)",
+            dh.len(),
+            h.len(),
+        )?;
+        let n = whole("relu_narrow_product: dx ([rows, n])", dx.len(), rows)?;
+        if first + n > inp || !relu_narrow_product_takes(cols, n) {
+            return Err(stepgraph::Error::Invalid(format!(
+                "relu_narrow_product: expected 1 to {NARROW_PRODUCT_MAX} columns from {first} \
+                 within the input's {inp}, their {cols} weights each in {SHARED_BYTES} bytes \
+                 of shared memory; found {n} columns"
+            )));
+        }
+        let r = len_u32("relu_narrow_product: rows", rows)?;
+        // A warp a row at a time, the grid striding over the rows: at most
+        // NARROW_PRODUCT_BLOCKS blocks, so that each stages w's columns once for many rows.
+        let blocks = rows.div_ceil(HEAD_WARPS).min(NARROW_PRODUCT_BLOCKS);
+        let config = LaunchConfig {
+            grid_dim: (len_u32("relu_narrow_product: blocks", blocks)?, 1, 1),
+            block_dim: ((HEAD_WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: len_u32("relu_narrow_product: shared bytes", n * cols * 4)?,
+        };
+        // SAFETY: the block stages w[j, first + c] (j < cols, c < n, first + n <= inp, so
+        // within w's cols inp) into n cols floats of shared memory; its warps take rows
+        // below `rows` only, reading h and dh in those rows and writing dx's (rows n long,
+        // checked).
+        unsafe {
+            self.raw.relu_narrow_product(
+                stream,
+                config,
+                dh,
+                h,
+                w,
+                dx,
+                r,
+                cols as u32,
+                i,
+                first as u32,
+                n as u32,
+            )
         }
     }
 
@@ -445,6 +644,27 @@ impl Kernels {
 mod tests {
     use super::*;
 
+    /// The fused kernels take the step's sizes and the odd ones, and leave to the
+    /// matmuls what does not fit a block's shared memory.
+    #[test]
+    fn each_size_takes_the_path_it_should() {
+        for cols in [256, 200, 1, 1534] {
+            assert!(critic_head_takes(cols), "{cols}");
+        }
+        for cols in [0, 1535, 4096] {
+            assert!(!critic_head_takes(cols), "{cols}");
+        }
+        for (cols, n) in [(256, 8), (200, 6), (256, 32), (1536, 8)] {
+            assert!(relu_narrow_product_takes(cols, n), "{cols} {n}");
+        }
+        for (cols, n) in [(256, 0), (256, 33), (1537, 8), (0, 8)] {
+            assert!(!relu_narrow_product_takes(cols, n), "{cols} {n}");
+        }
+        assert_eq!(head_blocks(16384), 512);
+        assert_eq!(head_blocks(1001), 32);
+        assert_eq!(critic_head_scratch_len(1000, 200), 32 * 202);
+    }
+
     /// The constants here are the ones `cuda/sac.cu` defines.
     #[test]
     fn the_constants_agree_with_the_cuda_source() {
@@ -454,5 +674,8 @@ mod tests {
         assert_eq!(d["SAC_LOG_STD_MIN"], "(-20.0f)");
         assert_eq!(d["SAC_LOG_STD_MAX"], "2.0f");
         assert_eq!(d["SAC_TANH_EPS"], "1e-6f");
+        assert_eq!(d["SAC_HEAD_WARPS"], HEAD_WARPS.to_string());
+        assert_eq!(d["SAC_HEAD_ROWS"], HEAD_ROWS.to_string());
+        assert_eq!(d["SAC_NARROW_MAX"], NARROW_PRODUCT_MAX.to_string());
     }
 }

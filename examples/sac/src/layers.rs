@@ -9,7 +9,10 @@ use stepgraph::{
 
 use stepgraph_kernels::column_sums_scratch_len;
 
-use crate::kernels::{Buf, Kernels, NARROW_OUTPUTS};
+use crate::kernels::{
+    Buf, Kernels, NARROW_OUTPUTS, critic_head_scratch_len, critic_head_takes,
+    relu_narrow_product_takes,
+};
 
 /// Every GEMM of the step runs in TF32 (MODEL.md, "Forward passes").
 pub const PRECISION: Precision = Precision::Tf32;
@@ -206,8 +209,16 @@ pub struct MlpBack {
 
 impl MlpBack {
     pub fn zeros(device: &Device, d: MlpDims, name: &str) -> Result<MlpBack> {
-        let sums =
-            column_sums_scratch_len(d.rows, d.hidden).max(column_sums_scratch_len(d.rows, d.out));
+        // Also the partial sums of a critic's fused output layer (`critic_head`), which
+        // are read before the hidden layers' column sums are written.
+        let head = if d.out == 1 && critic_head_takes(d.hidden) {
+            critic_head_scratch_len(d.rows, d.hidden)
+        } else {
+            0
+        };
+        let sums = column_sums_scratch_len(d.rows, d.hidden)
+            .max(column_sums_scratch_len(d.rows, d.out))
+            .max(head);
         Ok(MlpBack {
             dz2: device.alloc_zeros(&format!("{name}.dz2"), d.rows * d.hidden)?,
             dz1: device.alloc_zeros(&format!("{name}.dz1"), d.rows * d.hidden)?,
@@ -247,12 +258,31 @@ pub fn mlp_forward(
     net: &Mlp,
     act: &mut MlpAct,
 ) -> Result<()> {
+    hidden_forward(blas, d, x, net, act)?;
+    let last = linear_spec(d.rows, d.hidden, d.out, Epilogue::Bias).with_sm_target(d.sms);
+    blas.matmul(
+        &last,
+        &act.h2,
+        &net.l3.w,
+        &mut act.out,
+        MatmulArgs::new().bias(&net.l3.b),
+    )
+}
+
+/// The hidden layers of [`mlp_forward`]: `h1 = relu(l1(x))`, `h2 = relu(l2(h1))`.
+pub fn hidden_forward(
+    blas: &Blas<'_>,
+    d: MlpDims,
+    x: &Buf,
+    net: &Mlp,
+    act: &mut MlpAct,
+) -> Result<()> {
     let MlpDims {
         rows,
         inp,
         hidden: h,
-        out,
         sms,
+        ..
     } = d;
     let relu = |i, o| linear_spec(rows, i, o, Epilogue::ReluBias).with_sm_target(sms);
     blas.matmul(
@@ -268,14 +298,6 @@ pub fn mlp_forward(
         &net.l2.w,
         &mut act.h2,
         MatmulArgs::new().bias(&net.l2.b),
-    )?;
-    let last = linear_spec(rows, h, out, Epilogue::Bias).with_sm_target(sms);
-    blas.matmul(
-        &last,
-        &act.h2,
-        &net.l3.w,
-        &mut act.out,
-        MatmulArgs::new().bias(&net.l3.b),
     )
 }
 
@@ -346,6 +368,30 @@ pub fn mlp_backward(
     mut grads: Option<&mut Mlp>,
     dx: Option<(&mut Buf, usize)>,
 ) -> Result<()> {
+    if let Some(g) = grads.as_deref_mut() {
+        linear_grads(blas, stream, k, d, dout, &act.h2, &mut g.l3, &mut back.sums)?;
+    }
+    relu_input_grad(blas, stream, k, d, dout, &net.l3.w, &act.h2, &mut back.dz2)?;
+    hidden_backward(blas, stream, k, d, net, x, act, back, grads, dx)
+}
+
+/// [`mlp_backward`] from `back.dz2`, the gradient at the last hidden layer's
+/// pre-activation, on: the hidden layers' gradients into `grads` and, given `(dx, first)`,
+/// the input's gradient at its columns `first..in`. Without `grads`, a narrow `dx` takes
+/// ReLU's backward and its matmul in one pass (`relu_narrow_product`).
+#[allow(clippy::too_many_arguments)]
+pub fn hidden_backward(
+    blas: &Blas<'_>,
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    d: MlpDims,
+    net: &Mlp,
+    x: &Buf,
+    act: &MlpAct,
+    back: &mut MlpBack,
+    mut grads: Option<&mut Mlp>,
+    dx: Option<(&mut Buf, usize)>,
+) -> Result<()> {
     let MlpDims {
         rows,
         inp,
@@ -354,30 +400,36 @@ pub fn mlp_backward(
     } = d;
     let MlpBack { dz2, dz1, sums } = back;
     if let Some(g) = grads.as_deref_mut() {
-        linear_grads(blas, stream, k, d, dout, &act.h2, &mut g.l3, sums)?;
-    }
-    relu_input_grad(blas, stream, k, d, dout, &net.l3.w, &act.h2, dz2)?;
-    if let Some(g) = grads.as_deref_mut() {
         linear_grads(blas, stream, k, d, dz2, &act.h1, &mut g.l2, sums)?;
+    }
+    let Some((dx, first)) = dx else {
+        relu_input_grad(blas, stream, k, d, dz2, &net.l2.w, &act.h1, dz1)?;
+        return match grads {
+            Some(g) => linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums),
+            None => Ok(()),
+        };
+    };
+    // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
+    let cols = inp.checked_sub(first).filter(|&c| c > 0).ok_or_else(|| {
+        stepgraph::Error::Invalid(format!(
+            "mlp_backward: the input gradient's first column must be below the input's \
+             {inp}, found {first}"
+        ))
+    })?;
+    if grads.is_none() && relu_narrow_product_takes(h, cols) {
+        // dz1 before the ReLU's mask: relu_narrow_product applies it as it reads.
+        let spec = input_grad_spec(rows, h, h).with_sm_target(d.sms);
+        blas.matmul(&spec, &*dz2, &net.l2.w, dz1, MatmulArgs::new())?;
+        return k.relu_narrow_product(stream, dz1, &act.h1, &net.l1.w, inp, first, dx);
     }
     relu_input_grad(blas, stream, k, d, dz2, &net.l2.w, &act.h1, dz1)?;
     if let Some(g) = grads {
         linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums)?;
     }
-    if let Some((dx, first)) = dx {
-        // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
-        let cols = inp.checked_sub(first).filter(|&c| c > 0).ok_or_else(|| {
-            stepgraph::Error::Invalid(format!(
-                "mlp_backward: the input gradient's first column must be below the input's \
-                 {inp}, found {first}"
-            ))
-        })?;
-        let spec = input_grad_spec(rows, cols, h)
-            .with_ld_b(inp)
-            .with_sm_target(d.sms);
-        let span = stepgraph::Span::columns(h, inp, first, cols);
-        let w1 = net.l1.w.view(span.start()..span.end())?;
-        blas.matmul(&spec, &*dz1, &w1, dx, MatmulArgs::new())?;
-    }
-    Ok(())
+    let spec = input_grad_spec(rows, cols, h)
+        .with_ld_b(inp)
+        .with_sm_target(d.sms);
+    let span = stepgraph::Span::columns(h, inp, first, cols);
+    let w1 = net.l1.w.view(span.start()..span.end())?;
+    blas.matmul(&spec, &*dz1, &w1, dx, MatmulArgs::new())
 }

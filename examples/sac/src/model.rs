@@ -10,10 +10,10 @@ use stepgraph_kernels::{
     Substream,
 };
 
-use crate::kernels::{Buf, Kernels};
+use crate::kernels::{Buf, Kernels, critic_head_takes};
 use crate::layers::{
-    Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, linear_grads, mlp_backward, mlp_forward,
-    relu_input_grad,
+    Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, hidden_backward, hidden_forward, linear_grads,
+    mlp_backward, mlp_forward, relu_input_grad,
 };
 
 /// Transitions, row-major, `n` of them: both the replay buffer (`R` rows on the device,
@@ -242,9 +242,30 @@ fn train_critic(
         back,
         loss,
     } = pass;
-    mlp_forward(&blas, d, x, net, act)?;
-    k.mse_loss(s, &act.out, y, dq, loss)?;
-    mlp_backward(&blas, s, k, d, net, x, act, dq, back, Some(grads), None)
+    if !critic_head_takes(d.hidden) {
+        mlp_forward(&blas, d, x, net, act)?;
+        k.mse_loss(s, &act.out, y, dq, loss)?;
+        return mlp_backward(&blas, s, k, d, net, x, act, dq, back, Some(grads), None);
+    }
+    // The output layer, the loss and their backward in one pass over h2 (PERF.md).
+    hidden_forward(&blas, d, x, net, act)?;
+    let MlpAct { h2, out, .. } = act;
+    let Linear { w: gw, b: gb } = &mut grads.l3;
+    k.critic_head(
+        s,
+        h2,
+        &net.l3.w,
+        &net.l3.b,
+        y,
+        out,
+        dq,
+        &mut back.dz2,
+        &mut back.sums,
+        gw,
+        gb,
+        loss,
+    )?;
+    hidden_backward(&blas, s, k, d, net, x, act, back, Some(grads), None)
 }
 
 /// The Polyak update `target ← τ θ + (1 − τ) target` over the whole network in one
@@ -412,18 +433,6 @@ pub mod sac {
         pub critic_sms: SmTarget,
     }
 
-    /// Adam's step count moves on and the bias corrections of the new step are written,
-    /// in the graph: no host work per step.
-    fn begin(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        lr: f32,
-        hyper: AdamHyper,
-        clock: &mut AdamClock,
-    ) -> Result<()> {
-        k.generic.adam_tick(stream, clock, lr, hyper)
-    }
-
     /// This step's batch: `B` rows drawn uniformly from the replay buffer, all five fields
     /// gathered in one launch.
     fn draw_batch(
@@ -446,6 +455,19 @@ pub mod sac {
             &srcs,
             &mut batch.fields_mut(),
         )
+    }
+
+    /// Adam's step count moves on and the bias corrections of the new step are written,
+    /// in the graph: no host work per step. After the batch's draw on `main`, which heads
+    /// the critical path, since only the optimizers read it.
+    fn tick(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        lr: f32,
+        hyper: AdamHyper,
+        clock: &mut AdamClock,
+    ) -> Result<()> {
+        k.generic.adam_tick(stream, clock, lr, hyper)
     }
 
     /// This step's `ε'` and `ε`, on the actor's stream, which uses them first: beside the

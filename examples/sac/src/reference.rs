@@ -62,6 +62,83 @@ pub fn mse_loss_reference(q: &[f32], y: &[f32]) -> (Vec<f32>, f32) {
     (dq, loss as f32)
 }
 
+/// What [`Kernels::critic_head`](crate::kernels::Kernels::critic_head) computes, the sums
+/// in f64: `(q, dq, dz, gw, gb, loss)` for `h [rows, cols]`, `w [cols]`, `bias`, `y [rows]`.
+#[derive(Clone, Debug)]
+pub struct CriticHead {
+    pub q: Vec<f32>,
+    pub dq: Vec<f32>,
+    pub dz: Vec<f32>,
+    pub gw: Vec<f32>,
+    pub gb: f32,
+    pub loss: f32,
+}
+
+/// A critic's output layer `q = h w + bias`, its MSE against `y` and their backward:
+/// `dq = 2 (q − y) / rows`, `dz = (dq wᵀ) ⊙ (h > 0)`, `gw = dqᵀ h`, `gb = Σ dq`.
+pub fn critic_head_reference(h: &[f32], w: &[f32], bias: f32, y: &[f32]) -> CriticHead {
+    let (rows, cols) = (y.len(), w.len());
+    let n = rows as f64;
+    let mut out = CriticHead {
+        q: Vec::with_capacity(rows),
+        dq: Vec::with_capacity(rows),
+        dz: Vec::with_capacity(rows * cols),
+        gw: vec![0.0; cols],
+        gb: 0.0,
+        loss: 0.0,
+    };
+    let (mut gw, mut gb, mut sq) = (vec![0.0f64; cols], 0.0f64, 0.0f64);
+    for (b, &yb) in y.iter().enumerate() {
+        let row = &h[b * cols..(b + 1) * cols];
+        let q = f64::from(bias)
+            + row
+                .iter()
+                .zip(w)
+                .map(|(&hv, &wv)| f64::from(hv) * f64::from(wv))
+                .sum::<f64>();
+        let d = q - f64::from(yb);
+        let g = 2.0 * d / n;
+        out.q.push(q as f32);
+        out.dq.push(g as f32);
+        for (j, &hv) in row.iter().enumerate() {
+            let dz = if hv > 0.0 { g * f64::from(w[j]) } else { 0.0 };
+            out.dz.push(dz as f32);
+            gw[j] += g * f64::from(hv);
+        }
+        gb += g;
+        sq += d * d;
+    }
+    out.gw = gw.into_iter().map(|v| v as f32).collect();
+    out.gb = gb as f32;
+    out.loss = (sq / n) as f32;
+    out
+}
+
+/// `dx[b, c] = Σ_j (h[b, j] > 0 ? dh[b, j] : 0) w[j, first + c]` for `c < n`, with
+/// `h, dh [rows, cols]` and `w [cols, inp]`, the sums in f64.
+pub fn relu_narrow_product_reference(
+    dh: &[f32],
+    h: &[f32],
+    w: &[f32],
+    inp: usize,
+    first: usize,
+    n: usize,
+) -> Vec<f32> {
+    let cols = w.len() / inp;
+    let rows = h.len() / cols;
+    let mut dx = Vec::with_capacity(rows * n);
+    for b in 0..rows {
+        for c in 0..n {
+            let s: f64 = (0..cols)
+                .filter(|&j| h[b * cols + j] > 0.0)
+                .map(|j| f64::from(dh[b * cols + j]) * f64::from(w[j * inp + first + c]))
+                .sum();
+            dx.push(s as f32);
+        }
+    }
+    dx
+}
+
 /// The clamped log standard deviation.
 fn clamp_log_std(raw: f32) -> f64 {
     f64::from(raw.clamp(LOG_STD_MIN, LOG_STD_MAX))
@@ -352,6 +429,91 @@ mod tests {
                 (f64::from(got) - want).abs() < 1e-5,
                 "{i}: {got} against {want}"
             );
+        }
+    }
+
+    /// The critic's MSE as a function of its output layer and of the pre-activation `z`
+    /// of its last hidden layer (`h = relu(z)`), in f64.
+    fn critic_loss(z: &[f64], w: &[f64], bias: f64, y: &[f32]) -> f64 {
+        let cols = w.len();
+        y.iter()
+            .enumerate()
+            .map(|(b, &yb)| {
+                let q: f64 = bias
+                    + (0..cols)
+                        .map(|j| z[b * cols + j].max(0.0) * w[j])
+                        .sum::<f64>();
+                (q - f64::from(yb)).powi(2)
+            })
+            .sum::<f64>()
+            / y.len() as f64
+    }
+
+    #[test]
+    fn the_critic_heads_gradients_match_finite_differences_of_its_loss() {
+        let (rows, cols) = (5, 7);
+        let mut rng = Rng::new(23);
+        // The pre-activation z; the kernel is given h = relu(z).
+        let z32 = rng.vec(rows * cols, -1.0, 1.0);
+        let h: Vec<f32> = z32.iter().map(|&v| v.max(0.0)).collect();
+        let (w, y) = (rng.vec(cols, -1.0, 1.0), rng.vec(rows, -2.0, 2.0));
+        let bias = 0.3f32;
+        let got = critic_head_reference(&h, &w, bias, &y);
+        let z: Vec<f64> = z32.iter().map(|&v| f64::from(v)).collect();
+        let w64: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
+        let step = 1e-4;
+        let fd = |f: &dyn Fn(f64) -> f64| (f(step) - f(-step)) / (2.0 * step);
+        let close = |what: &str, got: f32, want: f64| {
+            assert!(
+                (f64::from(got) - want).abs() <= 1e-6 + 1e-4 * want.abs(),
+                "{what}: {got} against {want}"
+            );
+        };
+        close("loss", got.loss, critic_loss(&z, &w64, f64::from(bias), &y));
+        close(
+            "gb",
+            got.gb,
+            fd(&|e| critic_loss(&z, &w64, f64::from(bias) + e, &y)),
+        );
+        for j in 0..cols {
+            let moved = |e: f64| {
+                let mut w2 = w64.clone();
+                w2[j] += e;
+                critic_loss(&z, &w2, f64::from(bias), &y)
+            };
+            close(&format!("gw[{j}]"), got.gw[j], fd(&moved));
+        }
+        for k in 0..rows * cols {
+            let moved = |e: f64| {
+                let mut z2 = z.clone();
+                z2[k] += e;
+                critic_loss(&z2, &w64, f64::from(bias), &y)
+            };
+            // Away from the kink at 0 (|z| > step for these inputs).
+            assert!(z[k].abs() > step);
+            close(&format!("dz[{k}]"), got.dz[k], fd(&moved));
+        }
+    }
+
+    #[test]
+    fn the_narrow_product_is_relus_backward_then_the_matmul() {
+        let (rows, cols, inp, first, n) = (3, 5, 6, 2, 3);
+        let mut rng = Rng::new(29);
+        let (h, dh) = (
+            rng.vec(rows * cols, -1.0, 1.0),
+            rng.vec(rows * cols, -1.0, 1.0),
+        );
+        let w = rng.vec(cols * inp, -1.0, 1.0);
+        let got = relu_narrow_product_reference(&dh, &h, &w, inp, first, n);
+        let mut dz = dh.clone();
+        relu_backward_reference(&h, &mut dz);
+        for b in 0..rows {
+            for c in 0..n {
+                let want: f64 = (0..cols)
+                    .map(|j| f64::from(dz[b * cols + j]) * f64::from(w[j * inp + first + c]))
+                    .sum();
+                assert!((f64::from(got[b * n + c]) - want).abs() <= 1e-6, "{b} {c}");
+            }
         }
     }
 }

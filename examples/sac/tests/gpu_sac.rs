@@ -152,6 +152,168 @@ fn gpu_narrow_relu_grad_refuses_what_it_does_not_take() {
     assert!(device.download(&dz).unwrap().iter().all(|x| x.is_nan()));
 }
 
+/// `critic_head` against its f64 reference at the step's sizes and ragged ones (hidden
+/// widths of whole float4s and not, batches of one block and of a partial last block),
+/// and the same bits when it runs again.
+#[test]
+fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
+    let (device, k) = gpu();
+    for rows in ROWS {
+        for cols in [256, 200, 37] {
+            let mut rng = Rng::new(31 + (rows * cols) as u64);
+            let h: Vec<f32> = rng
+                .vec(rows * cols, -1.0, 1.0)
+                .into_iter()
+                .map(|v| v.max(0.0))
+                .collect();
+            let w = rng.vec_nonzero(cols, -1.0, 1.0);
+            let y = rng.vec_nonzero(rows, -3.0, 3.0);
+            let bias = 0.25f32;
+            let up = |what: &str, x: &[f32]| device.upload_new(what, x).unwrap();
+            let (hb, wb, bb, yb) = (up("h", &h), up("w", &w), up("bias", &[bias]), up("y", &y));
+            let scratch = stepgraph_sac::kernels::critic_head_scratch_len(rows, cols);
+            let run = || {
+                let nan = |what: &str, n: usize| nan_buffer(&device, what, n).unwrap();
+                let (mut q, mut dq, mut dz) =
+                    (nan("q", rows), nan("dq", rows), nan("dz", rows * cols));
+                let (mut partial, mut gw) = (nan("partial", scratch), nan("gw", cols));
+                let (mut gb, mut loss) = (nan("gb", 1), nan("loss", 1));
+                run_one_op(&device, |s| {
+                    k.critic_head(
+                        s,
+                        &hb,
+                        &wb,
+                        &bb,
+                        &yb,
+                        &mut q,
+                        &mut dq,
+                        &mut dz,
+                        &mut partial,
+                        &mut gw,
+                        &mut gb,
+                        &mut loss,
+                    )
+                });
+                [q, dq, dz, gw, gb, loss].map(|b| device.download(&b).unwrap())
+            };
+            let got = run();
+            let again = run();
+            for (i, (a, b)) in got.iter().zip(&again).enumerate() {
+                assert_eq!(
+                    bits(&[a]),
+                    bits(&[b]),
+                    "output {i} repeats, {rows} x {cols}"
+                );
+            }
+            let want = critic_head_reference(&h, &w, bias, &y);
+            let case = format!("critic_head, {rows} rows, {cols} columns");
+            let [q, dq, dz, gw, gb, loss] = &got;
+            let scale = |x: &[f32]| stepgraph_testkit::rms(x).max(f64::MIN_POSITIVE);
+            check_within(&case, "q", q, &want.q, scale(&want.q), 1e-5);
+            check_within(&case, "dq", dq, &want.dq, scale(&want.dq), 1e-5);
+            check_within(&case, "dz", dz, &want.dz, scale(&want.dz), 1e-5);
+            check_within(&case, "gw", gw, &want.gw, scale(&want.gw), 1e-4);
+            check_within(&case, "gb", gb, &[want.gb], scale(&want.dq), 1e-4);
+            check_within(&case, "loss", loss, &[want.loss], 1e-3, 1e-5);
+        }
+    }
+}
+
+/// `relu_narrow_product` against its f64 reference: the step's input gradient (the
+/// action's 8 columns after 64), the odd sizes' (6 after 200), and the widest it takes.
+#[test]
+fn gpu_relu_narrow_product_matches_its_reference_and_repeats_bit_for_bit() {
+    let (device, k) = gpu();
+    for rows in ROWS {
+        for (cols, inp, first, n) in [(256, 72, 64, 8), (200, 206, 200, 6), (37, 40, 8, 32)] {
+            let mut rng = Rng::new(37 + (rows * n) as u64);
+            let h = rng.vec(rows * cols, -1.0, 1.0);
+            let dh = rng.vec_nonzero(rows * cols, -1.0, 1.0);
+            let w = rng.vec_nonzero(cols * inp, -1.0, 1.0);
+            let up = |what: &str, x: &[f32]| device.upload_new(what, x).unwrap();
+            let (hb, dhb, wb) = (up("h", &h), up("dh", &dh), up("w", &w));
+            let run = || {
+                let mut dx = nan_buffer(&device, "dx", rows * n).unwrap();
+                run_one_op(&device, |s| {
+                    k.relu_narrow_product(s, &dhb, &hb, &wb, inp, first, &mut dx)
+                });
+                device.download(&dx).unwrap()
+            };
+            let (got, again) = (run(), run());
+            assert_eq!(bits(&[&got]), bits(&[&again]), "repeats, {rows} x {cols}");
+            let want = relu_narrow_product_reference(&dh, &h, &w, inp, first, n);
+            let floor = stepgraph_testkit::rms(&want);
+            check_within(
+                &format!("relu_narrow_product, {rows} rows, {cols} columns, {n} outputs"),
+                "dx",
+                &got,
+                &want,
+                floor,
+                1e-5,
+            );
+        }
+    }
+}
+
+/// Both fused kernels refuse sizes they do not take, naming what they expected, before
+/// anything runs.
+#[test]
+fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
+    let (device, k) = gpu();
+    let buf = |n: usize| device.upload_new("x", &vec![1.0f32; n]).unwrap();
+    let wide = 1535;
+    let (h, w, one, y) = (buf(2 * wide), buf(wide), buf(1), buf(2));
+    let (mut q, mut dq, mut dz) = (buf(2), buf(2), buf(2 * wide));
+    let (mut partial, mut gw, mut gb, mut loss) = (buf(1 << 16), buf(wide), buf(1), buf(1));
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.critic_head(
+            s,
+            &h,
+            &w,
+            &one,
+            &y,
+            &mut q,
+            &mut dq,
+            &mut dz,
+            &mut partial,
+            &mut gw,
+            &mut gb,
+            &mut loss,
+        )
+    })
+    .unwrap_err()
+    .chain();
+    assert!(err.contains("must have 1 to 1534 units"), "{err}");
+    assert!(err.contains("found 1535"), "{err}");
+
+    let (h, w8) = (buf(2 * 8), buf(8));
+    let (mut dz, mut gw8, mut short) = (buf(2 * 8), buf(8), buf(9));
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.critic_head(
+            s, &h, &w8, &one, &y, &mut q, &mut dq, &mut dz, &mut short, &mut gw8, &mut gb,
+            &mut loss,
+        )
+    })
+    .unwrap_err()
+    .chain();
+    assert!(err.contains("partial must hold"), "{err}");
+    assert!(err.contains("= 10 floats, found 9"), "{err}");
+
+    let (hh, ww) = (buf(2 * 8), buf(8 * 10));
+    let mut dx = nan_buffer(&device, "dx", 2 * 4).unwrap();
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.relu_narrow_product(s, &hh, &hh, &ww, 10, 8, &mut dx)
+    })
+    .unwrap_err()
+    .chain();
+    assert!(
+        err.contains("columns from 8 within the input's 10"),
+        "{err}"
+    );
+    assert!(err.contains("found 4 columns"), "{err}");
+    assert!(device.download(&dx).unwrap().iter().all(|x| x.is_nan()));
+}
+
 #[test]
 fn gpu_mse_loss_matches_its_reference() {
     let (device, k) = gpu();

@@ -89,7 +89,8 @@ fn build_with(
         replay_seed: seed,
         target_sync,
         polyak,
-        branch_sms: SmTarget::Whole,
+        // The binary's default (`--branch-sms share`).
+        branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
     };
     let mut step = dqn::Step::with_schedule(device, k, buffers, config, schedule)?;
     let mut rng = Rng::new(seed ^ 0x1417);
