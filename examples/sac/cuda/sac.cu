@@ -424,3 +424,82 @@ extern "C" __global__ void relu_narrow_product(const float* __restrict__ dh,
         break;
     }
 }
+
+// The minimum over up to SAC_MIN_CRITICS critics' outputs q0..q{count-1} [n] at row i, in
+// critic order, the lower index on a tie (critic_min's running minimum, in one pass).
+#define SAC_MIN_CRITICS 4
+__device__ __forceinline__ float critics_min(const float* __restrict__ q0,
+                                             const float* __restrict__ q1,
+                                             const float* __restrict__ q2,
+                                             const float* __restrict__ q3, unsigned count,
+                                             unsigned i, unsigned* index) {
+    const float* qs[SAC_MIN_CRITICS] = {q0, q1, q2, q3};
+    float m = q0[i];
+    unsigned k = 0;
+#pragma unroll
+    for (unsigned c = 1; c < SAC_MIN_CRITICS; ++c) {
+        if (c < count) {
+            const float v = qs[c][i];
+            if (v < m) {
+                m = v;
+                k = c;
+            }
+        }
+    }
+    *index = k;
+    return m;
+}
+
+// critic_min over `count` critics, then soft_target, in one launch: qmin, argmin and y
+// [n], the same values as the running minimum and soft_target give. One thread per
+// element.
+extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
+                                           const float* __restrict__ q1,
+                                           const float* __restrict__ q2,
+                                           const float* __restrict__ q3, unsigned count,
+                                           const float* __restrict__ r,
+                                           const float* __restrict__ done,
+                                           const float* __restrict__ logp_next,
+                                           const float* __restrict__ log_alpha,
+                                           float* __restrict__ qmin,
+                                           unsigned* __restrict__ argmin,
+                                           float* __restrict__ y, float gamma, unsigned n) {
+    const unsigned i = global_index();
+    if (i >= n) {
+        return;
+    }
+    unsigned k;
+    const float m = critics_min(q0, q1, q2, q3, count, i, &k);
+    qmin[i] = m;
+    argmin[i] = k;
+    const float alpha = expf(log_alpha[0]);
+    const float v = m - alpha * logp_next[i];
+    y[i] = r[i] + gamma * (1.0f - done[i]) * v;
+}
+
+// critic_min over `count` critics, then actor_loss, in one block of SAC_REDUCE_THREADS:
+// qmin and argmin [n], loss[0] = mean(alpha logp - qmin), the sum in actor_loss's order.
+extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
+                                          const float* __restrict__ q1,
+                                          const float* __restrict__ q2,
+                                          const float* __restrict__ q3, unsigned count,
+                                          const float* __restrict__ logp,
+                                          const float* __restrict__ log_alpha,
+                                          float* __restrict__ qmin,
+                                          unsigned* __restrict__ argmin,
+                                          float* __restrict__ loss, unsigned n) {
+    const float inv = 1.0f / (float)n;
+    const float alpha = expf(log_alpha[0]);
+    float acc = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+        unsigned k;
+        const float m = critics_min(q0, q1, q2, q3, count, i, &k);
+        qmin[i] = m;
+        argmin[i] = k;
+        acc += fmaf(alpha, logp[i], -m);
+    }
+    const float s = block_sum(acc);
+    if (threadIdx.x == 0) {
+        loss[0] = s * inv;
+    }
+}

@@ -86,6 +86,27 @@ fn head_config(rows: usize, shared: usize) -> Result<LaunchConfig> {
     })
 }
 
+/// The most critics [`Kernels::min_soft_target`] and [`Kernels::min_actor_loss`] take
+/// (`SAC_MIN_CRITICS`); past it, the step takes the running minimum a critic at a time.
+pub const MIN_CRITICS: usize = 4;
+
+/// The critics' outputs as the fused minimum's four pointers: 1 to [`MIN_CRITICS`] of
+/// them, each `[n]`, the unused slots the first (never read).
+fn critic_outputs<'a>(what: &str, qs: &[&'a Buf], n: usize) -> Result<([&'a Buf; 4], u32)> {
+    let Some(&first) = qs.first().filter(|_| qs.len() <= MIN_CRITICS) else {
+        return Err(stepgraph::Error::Invalid(format!(
+            "{what}: expected 1 to {MIN_CRITICS} critics' outputs, found {}",
+            qs.len()
+        )));
+    };
+    let mut slots = [first; MIN_CRITICS];
+    for (i, q) in qs.iter().enumerate() {
+        check_len(&format!("{what}: critic {i}'s outputs ([n])"), q.len(), n)?;
+        slots[i] = q;
+    }
+    Ok((slots, qs.len() as u32))
+}
+
 /// `len / k`, where `len` must be a positive multiple of `k`.
 fn whole(what: &str, len: usize, k: usize) -> Result<usize> {
     if len == 0 || len % k != 0 {
@@ -503,6 +524,113 @@ impl Kernels {
         }
     }
 
+    /// [`Kernels::critic_min`] over the critics' outputs `qs` (1 to [`MIN_CRITICS`], in
+    /// index order) and [`Kernels::soft_target`] from their minimum, in one launch, with
+    /// the same values: `qmin`, `argmin` and `y`, all `[n]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn min_soft_target(
+        &self,
+        stream: &CaptureStream<'_>,
+        qs: &[&Buf],
+        r: &Buf,
+        done: &Buf,
+        logp_next: &Buf,
+        log_alpha: &Buf,
+        qmin: &mut Buf,
+        argmin: &mut DeviceBuffer<u32>,
+        y: &mut Buf,
+        gamma: f32,
+    ) -> Result<()> {
+        let n = len_u32("min_soft_target: y", y.len())?;
+        let ([q0, q1, q2, q3], count) = critic_outputs("min_soft_target", qs, y.len())?;
+        for (what, len) in [
+            ("min_soft_target: r (the length of y)", r.len()),
+            ("min_soft_target: done (the length of y)", done.len()),
+            (
+                "min_soft_target: logp_next (the length of y)",
+                logp_next.len(),
+            ),
+            ("min_soft_target: qmin (the length of y)", qmin.len()),
+            ("min_soft_target: argmin (the length of y)", argmin.len()),
+        ] {
+            check_len(what, len, y.len())?;
+        }
+        check_len("min_soft_target: log_alpha ([1])", log_alpha.len(), 1)?;
+        // SAFETY: threads with i >= n return; thread i reads element i of the first
+        // `count` critics' outputs (the other slots repeat the first and are not read), of
+        // r, done and logp_next, and writes element i of qmin, argmin and y, all n long;
+        // log_alpha holds one element (checked above).
+        unsafe {
+            self.raw.min_soft_target(
+                stream,
+                elementwise_config(n),
+                q0,
+                q1,
+                q2,
+                q3,
+                count,
+                r,
+                done,
+                logp_next,
+                log_alpha,
+                qmin,
+                argmin,
+                y,
+                gamma,
+                n,
+            )
+        }
+    }
+
+    /// [`Kernels::critic_min`] over the critics' outputs `qs` (1 to [`MIN_CRITICS`], in
+    /// index order) and [`Kernels::actor_loss`] from their minimum, in one launch, with
+    /// the same values: `qmin`, `argmin` (`[n]`) and `loss[0]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn min_actor_loss(
+        &self,
+        stream: &CaptureStream<'_>,
+        qs: &[&Buf],
+        logp: &Buf,
+        log_alpha: &Buf,
+        qmin: &mut Buf,
+        argmin: &mut DeviceBuffer<u32>,
+        loss: &mut Buf,
+    ) -> Result<()> {
+        let n = positive("min_actor_loss: logp", logp.len())?;
+        let ([q0, q1, q2, q3], count) = critic_outputs("min_actor_loss", qs, logp.len())?;
+        check_len(
+            "min_actor_loss: qmin (the length of logp)",
+            qmin.len(),
+            logp.len(),
+        )?;
+        check_len(
+            "min_actor_loss: argmin (the length of logp)",
+            argmin.len(),
+            logp.len(),
+        )?;
+        check_len("min_actor_loss: log_alpha ([1])", log_alpha.len(), 1)?;
+        check_len("min_actor_loss: loss ([1])", loss.len(), 1)?;
+        // SAFETY: one block strides over i < n: the first `count` critics' outputs, logp,
+        // qmin and argmin all hold n elements (checked); it writes loss[0].
+        unsafe {
+            self.raw.min_actor_loss(
+                stream,
+                reduce_config(),
+                q0,
+                q1,
+                q2,
+                q3,
+                count,
+                logp,
+                log_alpha,
+                qmin,
+                argmin,
+                loss,
+                n,
+            )
+        }
+    }
+
     /// The actor loss `loss[0] = mean(α logp − qmin)`, `qmin` the critics' minimum.
     pub fn actor_loss(
         &self,
@@ -677,5 +805,6 @@ mod tests {
         assert_eq!(d["SAC_HEAD_WARPS"], HEAD_WARPS.to_string());
         assert_eq!(d["SAC_HEAD_ROWS"], HEAD_ROWS.to_string());
         assert_eq!(d["SAC_NARROW_MAX"], NARROW_PRODUCT_MAX.to_string());
+        assert_eq!(d["SAC_MIN_CRITICS"], MIN_CRITICS.to_string());
     }
 }

@@ -10,7 +10,7 @@ use stepgraph_kernels::{
     Substream,
 };
 
-use crate::kernels::{Buf, Kernels, critic_head_takes};
+use crate::kernels::{Buf, Kernels, MIN_CRITICS, critic_head_takes};
 use crate::layers::{
     Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, hidden_backward, hidden_forward, linear_grads,
     mlp_backward, mlp_forward, relu_input_grad,
@@ -558,8 +558,24 @@ pub mod sac {
         y: &mut Buf,
     ) -> Result<()> {
         let CriticMin { q, argmin } = next_min;
-        for (i, pass) in critic_next.iter().enumerate() {
-            k.critic_min(stream, &pass.act.out, q, argmin, i)?;
+        let outs: Vec<&Buf> = critic_next.iter().map(|p| &p.act.out).collect();
+        if outs.len() <= MIN_CRITICS {
+            // The minimum and the target in one launch (PERF.md).
+            return k.min_soft_target(
+                stream,
+                &outs,
+                &batch.r,
+                &batch.done,
+                &next_pi.logp,
+                log_alpha,
+                q,
+                argmin,
+                y,
+                gamma,
+            );
+        }
+        for (i, out) in outs.into_iter().enumerate() {
+            k.critic_min(stream, out, q, argmin, i)?;
         }
         k.soft_target(
             stream,
@@ -688,8 +704,20 @@ pub mod sac {
         actor_loss: &mut ActorLoss,
     ) -> Result<()> {
         let ActorLoss { min, loss } = actor_loss;
-        for (i, pass) in critic_actor.iter().enumerate() {
-            k.critic_min(stream, &pass.act.out, &mut min.q, &mut min.argmin, i)?;
+        let outs: Vec<&Buf> = critic_actor.iter().map(|p| &p.act.out).collect();
+        if outs.len() <= MIN_CRITICS {
+            return k.min_actor_loss(
+                stream,
+                &outs,
+                &pi.logp,
+                log_alpha,
+                &mut min.q,
+                &mut min.argmin,
+                loss,
+            );
+        }
+        for (i, out) in outs.into_iter().enumerate() {
+            k.critic_min(stream, out, &mut min.q, &mut min.argmin, i)?;
         }
         k.actor_loss(stream, &min.q, &pi.logp, log_alpha, loss)
     }

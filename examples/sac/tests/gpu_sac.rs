@@ -442,6 +442,105 @@ fn gpu_tanh_gauss_backward_matches_its_reference() {
     }
 }
 
+/// The fused minimum with the soft target, and with the actor loss, give the bits of the
+/// running minimum (`critic_min` a critic at a time) followed by `soft_target` and
+/// `actor_loss`, for one to four critics, with ties; five critics are refused.
+#[test]
+fn gpu_the_fused_minimum_gives_the_bits_of_the_running_one() {
+    use stepgraph_sac::kernels::MIN_CRITICS;
+    let (device, k) = gpu();
+    for rows in ROWS {
+        let mut rng = Rng::new(41 + rows as u64);
+        let mut qs: Vec<Vec<f32>> = (0..MIN_CRITICS)
+            .map(|_| rng.vec_nonzero(rows, -3.0, 3.0))
+            .collect();
+        for i in (0..rows).step_by(5) {
+            let tie = qs[0][i];
+            qs[2][i] = tie;
+            qs[1][i] = tie;
+        }
+        let up = |what: &str, x: &[f32]| device.upload_new(what, x).unwrap();
+        let qb: Vec<Buf> = qs.iter().map(|q| up("q", q)).collect();
+        let r = up("r", &rng.vec(rows, -1.0, 1.0));
+        let done: Vec<f32> = (0..rows).map(|i| f32::from(i % 3 == 0)).collect();
+        let done = up("done", &done);
+        let logp = up("logp", &rng.vec(rows, -4.0, 2.0));
+        let log_alpha = up("log_alpha", &[-0.4]);
+        for count in 1..=MIN_CRITICS {
+            let outs: Vec<&Buf> = qb[..count].iter().collect();
+            let run = |fused: bool| {
+                let mut qmin = nan_buffer(&device, "qmin", rows).unwrap();
+                let mut argmin = device.alloc_zeros::<u32>("argmin", rows).unwrap();
+                let mut y = nan_buffer(&device, "y", rows).unwrap();
+                let mut amin = nan_buffer(&device, "actor qmin", rows).unwrap();
+                let mut aarg = device.alloc_zeros::<u32>("actor argmin", rows).unwrap();
+                let mut loss = nan_buffer(&device, "loss", 1).unwrap();
+                run_one_op(&device, |s| {
+                    if fused {
+                        k.min_soft_target(
+                            s,
+                            &outs,
+                            &r,
+                            &done,
+                            &logp,
+                            &log_alpha,
+                            &mut qmin,
+                            &mut argmin,
+                            &mut y,
+                            0.99,
+                        )?;
+                        return k.min_actor_loss(
+                            s, &outs, &logp, &log_alpha, &mut amin, &mut aarg, &mut loss,
+                        );
+                    }
+                    for (i, q) in outs.iter().enumerate() {
+                        k.critic_min(s, q, &mut qmin, &mut argmin, i)?;
+                        k.critic_min(s, q, &mut amin, &mut aarg, i)?;
+                    }
+                    k.soft_target(s, &r, &done, &qmin, &logp, &log_alpha, &mut y, 0.99)?;
+                    k.actor_loss(s, &amin, &logp, &log_alpha, &mut loss)
+                });
+                let f = [&qmin, &y, &amin, &loss].map(|b| device.download(b).unwrap());
+                let u = [&argmin, &aarg].map(|b| device.download(b).unwrap());
+                (bits(&[&f[0], &f[1], &f[2], &f[3]]), u)
+            };
+            let (fused, running) = (run(true), run(false));
+            assert_eq!(fused.0, running.0, "values, {rows} rows, {count} critics");
+            assert_eq!(fused.1, running.1, "argmin, {rows} rows, {count} critics");
+            // Where critics 0 to 2 tie, the minimum is critic 0's unless critic 3 is below.
+            for i in (0..rows).step_by(5) {
+                let low = count == 4 && qs[3][i] < qs[0][i];
+                assert_eq!(
+                    fused.1[0][i],
+                    if low { 3 } else { 0 },
+                    "row {i}, {count} critics"
+                );
+            }
+        }
+        let five: Vec<&Buf> = qb.iter().chain(qb.iter().take(1)).collect();
+        let mut qmin = nan_buffer(&device, "qmin", rows).unwrap();
+        let mut argmin = device.alloc_zeros::<u32>("argmin", rows).unwrap();
+        let mut loss = nan_buffer(&device, "loss", 1).unwrap();
+        let err = stepgraph::exec::run_once(&device, |s| {
+            k.min_actor_loss(
+                s,
+                &five,
+                &logp,
+                &log_alpha,
+                &mut qmin,
+                &mut argmin,
+                &mut loss,
+            )
+        })
+        .unwrap_err()
+        .chain();
+        assert!(
+            err.contains("expected 1 to 4 critics' outputs, found 5"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn gpu_soft_target_actor_loss_and_alpha_grad_match_their_references() {
     let (device, k) = gpu();
