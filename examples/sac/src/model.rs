@@ -345,7 +345,8 @@ pub const CRITICS: usize = sac::CRITIC_WIDTH;
 // The actor's stream runs at low priority: its sample at `s` has slack until the policy
 // loss, and at equal priority takes the GPU from the critics' target passes and losses on
 // the critical path (`sac --bench` measures the step both ways, (c) and (c')). Its
-// layers' gradients run on `actor_grads`, beside the chain through its layers.
+// hidden layer's gradients run on `actor_grads` and its head's on `main`, beside the chain
+// through its layers; its input layer's follow that chain on `actor`.
 #[stepgraph::step(streams(main, critic[2], actor(low), actor_grads(low)), kernels = Kernels)]
 pub mod sac {
     use super::*;
@@ -408,8 +409,11 @@ pub mod sac {
         pub actor_grad_l1: Linear,
         pub actor_grad_l2: Linear,
         pub actor_grad_l3: Linear,
-        /// The column sums' scratch of the actor's bias gradients (on `actor_grads`).
-        pub actor_sums: Buf,
+        /// The column sums' scratch of each layer's bias gradient: one each, so that the
+        /// three layers' ops can run side by side.
+        pub actor_sums_l1: Buf,
+        pub actor_sums_l2: Buf,
+        pub actor_sums_l3: Buf,
         pub actor_optim: Optim,
         pub alpha_grad: AlphaGrad,
         pub temperature: Temperature,
@@ -827,8 +831,8 @@ pub mod sac {
         )
     }
 
-    /// The head's weight and bias gradients, from `dhead` and `h2`.
-    #[stream(actor_grads)]
+    /// The head's weight and bias gradients, from `dhead` and `h2`: on `main`, idle at
+    /// the end of the step, beside the chain through the hidden layers.
     fn actor_grad_head(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -836,7 +840,7 @@ pub mod sac {
         pi: &Policy,
         actor_back: &ActorBack,
         actor_grad_l3: &mut Linear,
-        actor_sums: &mut Buf,
+        actor_sums_l3: &mut Buf,
     ) -> Result<()> {
         let (blas, dims, dhead) = (stream.blas(), sizes.actor(), &actor_back.dhead);
         linear_grads(
@@ -847,7 +851,7 @@ pub mod sac {
             dhead,
             &pi.act.h2,
             actor_grad_l3,
-            actor_sums,
+            actor_sums_l3,
         )
     }
 
@@ -860,7 +864,7 @@ pub mod sac {
         pi: &Policy,
         actor_dz2: &Buf,
         actor_grad_l2: &mut Linear,
-        actor_sums: &mut Buf,
+        actor_sums_l2: &mut Buf,
     ) -> Result<()> {
         let (blas, dims) = (stream.blas(), sizes.actor());
         linear_grads(
@@ -871,12 +875,13 @@ pub mod sac {
             actor_dz2,
             &pi.act.h1,
             actor_grad_l2,
-            actor_sums,
+            actor_sums_l2,
         )
     }
 
-    /// The first layer's gradients, from `dz1` and the observations.
-    #[stream(actor_grads)]
+    /// The first layer's gradients, from `dz1` and the observations: next on the chain,
+    /// on the actor's stream, not behind the other layers' gradients.
+    #[stream(actor)]
     fn actor_grad_input(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -884,7 +889,7 @@ pub mod sac {
         batch: &Transitions,
         actor_dz1: &Buf,
         actor_grad_l1: &mut Linear,
-        actor_sums: &mut Buf,
+        actor_sums_l1: &mut Buf,
     ) -> Result<()> {
         let (blas, dims) = (stream.blas(), sizes.actor());
         linear_grads(
@@ -895,7 +900,7 @@ pub mod sac {
             actor_dz1,
             &batch.s,
             actor_grad_l1,
-            actor_sums,
+            actor_sums_l1,
         )
     }
 
@@ -1080,8 +1085,12 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
     let MlpBack {
         dz2: actor_dz2,
         dz1: actor_dz1,
-        sums: actor_sums,
+        sums: actor_sums_l1,
     } = MlpBack::zeros(device, ad, "actor")?;
+    let (actor_sums_l2, actor_sums_l3) = (
+        z("actor.l2 bias sums", actor_sums_l1.len())?,
+        z("actor.l3 bias sums", actor_sums_l1.len())?,
+    );
     let log_alpha = z("log_alpha", 1)?;
     let (alpha_grad, temperature) = {
         let (grad, m, v) = (
@@ -1154,7 +1163,9 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         actor_grad_l1,
         actor_grad_l2,
         actor_grad_l3,
-        actor_sums,
+        actor_sums_l1,
+        actor_sums_l2,
+        actor_sums_l3,
         actor_optim,
         alpha_grad,
         temperature,
@@ -1245,8 +1256,9 @@ mod tests {
         }
     }
 
-    /// Each of the actor's layers' gradients runs beside the chain through the layers
-    /// below it, on a stream of its own, and Adam waits for all three.
+    /// The head's and the hidden layer's gradients run beside the chain through the
+    /// layers below them, each on a stream of its own; the input layer's follows the chain
+    /// on the actor's stream; Adam waits for all three.
     #[test]
     fn the_actor_layers_gradients_run_beside_its_backward_chain() {
         for (grads, beside) in [
@@ -1256,10 +1268,16 @@ mod tests {
             let (g, c) = (op(grads), op(beside));
             assert!(!before(g, c) && !before(c, g), "{grads} and {beside}");
         }
-        for grads in ["actor_grad_head", "actor_grad_hidden", "actor_grad_input"] {
-            assert_eq!(stream_of(op(grads)), "actor_grads");
+        for (grads, stream) in [
+            ("actor_grad_head", "main"),
+            ("actor_grad_hidden", "actor_grads"),
+            ("actor_grad_input", "actor"),
+        ] {
+            assert_eq!(stream_of(op(grads)), stream, "{grads}");
             assert!(before(op(grads), op("actor_adam")), "{grads}");
         }
+        let (head, hidden) = (op("actor_grad_head"), op("actor_grad_hidden"));
+        assert!(!before(head, hidden) && !before(hidden, head));
         assert!(before(op("actor_dz1"), op("actor_grad_input")));
         assert!(before(op("actor_backward"), op("actor_grad_head")));
     }
