@@ -1303,9 +1303,23 @@ mod tests {
             .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
             .count();
         assert_eq!((removed.len(), added), (1, 1), "{diff}");
-        for line in removed {
-            assert!(here.lines().any(|l| l == line), "not in model.rs: {line}");
-        }
+        // The hunk's old side (its context and the removed line, in order) is a run of
+        // consecutive lines of this file, so that `git apply` finds it.
+        let old_side: Vec<&str> = diff
+            .lines()
+            .skip_while(|l| !l.starts_with("@@"))
+            .skip(1)
+            .filter(|l| !l.starts_with('+'))
+            .map(|l| l.get(1..).unwrap_or(""))
+            .collect();
+        let lines: Vec<&str> = here.lines().collect();
+        assert!(
+            lines
+                .windows(old_side.len())
+                .any(|w| w == old_side.as_slice()),
+            "the diff's context is not in model.rs:\n{}",
+            old_side.join("\n")
+        );
     }
 
     #[test]
