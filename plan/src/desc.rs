@@ -468,6 +468,24 @@ pub struct Audit {
     pub independent_pairs: usize,
 }
 
+/// Two ops that run in turn only because both take `&mut` of one buffer: neither reads
+/// (`&`) what the other writes, no `#[join]` or `#[after]` orders them, and no chain of
+/// such dependencies does. The `#[step]` macro refuses such a pair on two streams (a
+/// compile error that names the buffer); on one stream it is legal, and often a scratch
+/// buffer shared by ops that could run side by side on streams of their own, given one
+/// buffer each.
+/// [`PlanDesc::shared_writes`] lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedWrite {
+    /// The earlier op, in program order.
+    pub first: OpId,
+    /// The later op.
+    pub second: OpId,
+    /// A buffer both write (the first such in the later op's accesses).
+    pub buf: BufId,
+}
+
 /// How many problems [`PlanDesc::check`] lists before it says how many more there are.
 const PROBLEMS_LISTED: usize = 20;
 
@@ -750,6 +768,106 @@ impl PlanDesc {
         Ok(audit)
     }
 
+    /// The pairs of ops that are ordered only because both take `&mut` of one buffer
+    /// ([`SharedWrite`]), in program order of the later op, then of the earlier. A write
+    /// after a read (a state updated after its last use) is a real ordering and is not
+    /// listed; nor is a pair that a chain of reads of what was written, `#[join]` or
+    /// `#[after]` orders anyway, nor one that a chain through a third op orders. A pair is
+    /// a hint, not an error: `&mut` may read, and an op that adds to what the earlier one
+    /// wrote (an accumulated loss), or a communicator whose collectives must keep their
+    /// order, is rightly ordered. Ids out of range (a plan that fails
+    /// [`check`](Self::check)) are skipped.
+    ///
+    /// ```
+    /// use stepgraph_plan::{AccessDesc, BufId, BufKind, BufferDesc, OpDesc, OpId, PlanDesc, StreamDesc, StreamId};
+    ///
+    /// // Two gradients that each use `sums` as scratch, and an update that reads both.
+    /// static PLAN: PlanDesc = PlanDesc::new("grads")
+    ///     .with_streams(&[StreamDesc::named("main"), StreamDesc::named("side")])
+    ///     .with_buffers(&[
+    ///         BufferDesc::new("sums", BufKind::Shared),
+    ///         BufferDesc::new("g1", BufKind::Shared),
+    ///         BufferDesc::new("g2", BufKind::Shared),
+    ///     ])
+    ///     .with_ops(&[
+    ///         OpDesc::new("grad1", StreamId(0))
+    ///             .with_accesses(&[AccessDesc::write(BufId(1), 0), AccessDesc::write(BufId(0), 0)]),
+    ///         OpDesc::new("grad2", StreamId(1))
+    ///             .with_accesses(&[AccessDesc::write(BufId(2), 0), AccessDesc::write(BufId(0), 0)]),
+    ///         OpDesc::new("update", StreamId(0))
+    ///             .with_accesses(&[AccessDesc::read(BufId(1), 0), AccessDesc::read(BufId(2), 0)]),
+    ///     ]);
+    /// let shared = PLAN.shared_writes();
+    /// assert_eq!(shared.len(), 1);
+    /// assert_eq!((shared[0].first, shared[0].second, shared[0].buf), (OpId(0), OpId(1), BufId(0)));
+    /// ```
+    pub fn shared_writes(&self) -> Vec<SharedWrite> {
+        let n = self.ops.len();
+        let in_range = |a: &AccessDesc| a.buf.index() < self.buffers.len();
+        let reads_from = |a: usize, b: usize| {
+            self.ops[a]
+                .accesses
+                .iter()
+                .filter(|x| in_range(x))
+                .any(|x| {
+                    x.access == Access::Write
+                        && self.ops[b].accesses.iter().any(|y| {
+                            in_range(y) && y.access == Access::Read && self.same_memory(x, y)
+                        })
+                })
+        };
+        // True dependencies: b reads what a wrote, and the explicit orderings.
+        let mut true_edges: Vec<(usize, usize)> = self
+            .edges
+            .iter()
+            .filter(|e| matches!(e.kind, EdgeKind::Join | EdgeKind::After))
+            .map(|e| (e.from.index(), e.to.index()))
+            .filter(|&(a, b)| a < b && b < n)
+            .collect();
+        for b in 0..n {
+            for a in 0..b {
+                if reads_from(a, b) {
+                    true_edges.push((a, b));
+                }
+            }
+        }
+        let ordered = dag::closure(n, &true_edges);
+        let mut found = Vec::new();
+        for (b, before_b) in ordered.iter().enumerate() {
+            for a in 0..b {
+                if before_b.contains(a) {
+                    continue;
+                }
+                let shared = self.ops[b].accesses.iter().find(|y| {
+                    in_range(y)
+                        && y.access == Access::Write
+                        && self.ops[a].accesses.iter().any(|x| {
+                            in_range(x) && x.access == Access::Write && self.same_memory(x, y)
+                        })
+                });
+                if let Some(y) = shared {
+                    found.push((a, b, y.buf));
+                }
+            }
+        }
+        // Leave out a pair that a chain through a third op orders anyway (a -> c -> b, by
+        // true dependencies and listed pairs): naming a -> c and c -> b says it.
+        let mut all = true_edges;
+        all.extend(found.iter().map(|&(a, b, _)| (a, b)));
+        let chained = dag::closure(n, &all);
+        found
+            .into_iter()
+            .filter(|&(a, b, _)| {
+                !((a + 1)..b).any(|c| chained[c].contains(a) && chained[b].contains(c))
+            })
+            .map(|(a, b, buf)| SharedWrite {
+                first: OpId(a as u32),
+                second: OpId(b as u32),
+                buf,
+            })
+            .collect()
+    }
+
     /// Whether two accesses reach the same memory whatever the buffers hold: one copy of
     /// one buffer, or a view and its parent. (Two views of one parent may overlap too;
     /// that is decided once their spans are known.)
@@ -952,6 +1070,25 @@ impl fmt::Display for PlanDesc {
                 f,
                 "  critical path by cost ({cost}): {}",
                 names(self.critical_path_by_cost)
+            )?;
+        }
+        let shared = self.shared_writes();
+        if !shared.is_empty() {
+            let pairs: Vec<String> = shared
+                .iter()
+                .map(|w| {
+                    format!(
+                        "{} -> {} ({})",
+                        op_name(w.first),
+                        op_name(w.second),
+                        self.buffers.get(w.buf.index()).map_or("?", |b| b.name)
+                    )
+                })
+                .collect();
+            writeln!(
+                f,
+                "  ordered only by `&mut` of one buffer (unless the later op reads what the earlier wrote, one buffer each would let them run side by side): {}",
+                pairs.join(", ")
             )?;
         }
         Ok(())
@@ -1301,5 +1438,106 @@ mod tests {
         ] {
             assert!(text.contains(part), "missing {part:?} in\n{text}");
         }
+    }
+
+    /// A plan of one buffer `x` (scratch or state), `y` and `z`, each op on its own
+    /// stream, with the given accesses and edges.
+    fn shared_plan(ops: &'static [OpDesc], edges: &'static [EdgeDesc], kind: BufKind) -> PlanDesc {
+        static STREAMS: [StreamDesc; 4] = [
+            StreamDesc::named("s0"),
+            StreamDesc::named("s1"),
+            StreamDesc::named("s2"),
+            StreamDesc::named("s3"),
+        ];
+        static SHARED: [BufferDesc; 3] = [
+            BufferDesc::new("x", BufKind::Shared),
+            BufferDesc::new("y", BufKind::Shared),
+            BufferDesc::new("z", BufKind::Shared),
+        ];
+        static PER_STREAM: [BufferDesc; 3] = [
+            BufferDesc::new("x", BufKind::ScratchPerStream),
+            BufferDesc::new("y", BufKind::Shared),
+            BufferDesc::new("z", BufKind::Shared),
+        ];
+        let buffers: &'static [BufferDesc] = match kind {
+            BufKind::ScratchPerStream => &PER_STREAM,
+            _ => &SHARED,
+        };
+        PlanDesc::new("shared")
+            .with_streams(&STREAMS)
+            .with_buffers(buffers)
+            .with_ops(ops)
+            .with_edges(edges)
+    }
+
+    fn pairs(plan: &PlanDesc) -> Vec<(u32, u32, u16)> {
+        plan.shared_writes()
+            .iter()
+            .map(|w| (w.first.0, w.second.0, w.buf.0))
+            .collect()
+    }
+
+    const W: Access = Access::Write;
+    const R: Access = Access::Read;
+
+    #[test]
+    fn ops_that_only_share_a_written_buffer_are_named_once_along_a_chain() {
+        // Three ops each write scratch x: a -> b and b -> c are named, a -> c is implied.
+        const OPS: [OpDesc; 3] = [
+            op("a", 0, &[access(0, 0, W)], &[], None),
+            op("b", 1, &[access(0, 0, W)], &[], None),
+            op("c", 2, &[access(0, 0, W)], &[], None),
+        ];
+        let plan = shared_plan(&OPS, &[], BufKind::Shared);
+        assert_eq!(pairs(&plan), [(0, 1, 0), (1, 2, 0)]);
+        let text = plan.to_string();
+        assert!(
+            text.contains("ordered only by `&mut` of one buffer")
+                && text.contains("a -> b (x), b -> c (x)"),
+            "{text}"
+        );
+        // One copy per stream (the copy index is the stream's): nothing is shared.
+        const COPIES: [OpDesc; 3] = [
+            op("a", 0, &[access(0, 0, W)], &[], None),
+            op("b", 1, &[access(0, 1, W)], &[], None),
+            op("c", 2, &[access(0, 2, W)], &[], None),
+        ];
+        let plan = shared_plan(&COPIES, &[], BufKind::ScratchPerStream);
+        assert!(pairs(&plan).is_empty());
+        assert!(!plan.to_string().contains("ordered only"));
+    }
+
+    #[test]
+    fn data_a_join_or_a_later_write_of_read_state_are_real_orderings() {
+        // b reads what a wrote (y) and both write x: ordered by the data.
+        const DATA: [OpDesc; 2] = [
+            op("a", 0, &[access(0, 0, W), access(1, 0, W)], &[], None),
+            op("b", 1, &[access(0, 0, W), access(1, 0, R)], &[], None),
+        ];
+        assert!(pairs(&shared_plan(&DATA, &[], BufKind::Shared)).is_empty());
+        // A chain of reads orders them: a writes y, m reads y and writes z, b reads z.
+        const CHAIN: [OpDesc; 3] = [
+            op("a", 0, &[access(0, 0, W), access(1, 0, W)], &[], None),
+            op("m", 1, &[access(1, 0, R), access(2, 0, W)], &[], None),
+            op("b", 2, &[access(0, 0, W), access(2, 0, R)], &[], None),
+        ];
+        assert!(pairs(&shared_plan(&CHAIN, &[], BufKind::Shared)).is_empty());
+        // An explicit join orders them.
+        const JOINED: [OpDesc; 2] = [
+            op("a", 0, &[access(0, 0, W)], &[], None),
+            op("b", 1, &[access(0, 0, W)], &[], None),
+        ];
+        const JOIN: [EdgeDesc; 1] = [EdgeDesc::new(OpId(0), OpId(1), EdgeKind::Join, None)];
+        assert!(pairs(&shared_plan(&JOINED, &JOIN, BufKind::Shared)).is_empty());
+        assert_eq!(
+            pairs(&shared_plan(&JOINED, &[], BufKind::Shared)),
+            [(0, 1, 0)]
+        );
+        // A state read, then updated: a write after a read is not listed.
+        const UPDATE: [OpDesc; 2] = [
+            op("use", 0, &[access(0, 0, R), access(1, 0, W)], &[], None),
+            op("update", 1, &[access(0, 0, W)], &[], None),
+        ];
+        assert!(pairs(&shared_plan(&UPDATE, &[], BufKind::Shared)).is_empty());
     }
 }

@@ -1610,6 +1610,39 @@ mod tests {
         assert!(audit.independent_pairs > 0, "{audit:?}");
     }
 
+    /// Every pair the planner orders only by a shared `&mut` buffer is one the step means
+    /// to order: `begin` zeroes the losses the others add to, the two expectile heads
+    /// share one stream and their scratch, the collectives keep their order on one
+    /// communicator, and the report reads the health flags after Adam's step wrote them.
+    /// A new pair here would be a scratch buffer shared by accident.
+    #[test]
+    fn every_pair_ordered_only_by_a_shared_buffer_is_meant() {
+        let plan = &dqn::PLAN;
+        let found: Vec<(&str, &str, &str)> = plan
+            .shared_writes()
+            .iter()
+            .map(|w| {
+                (
+                    plan.ops[w.first.index()].name,
+                    plan.ops[w.second.index()].name,
+                    plan.buffer_name(w.buf),
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("begin", "dueling_losses", "losses"),
+                ("iql_high", "iql_low", "iql_act"),
+                ("reduce_branches", "reduce_iql", "comm"),
+                ("reduce_iql", "reduce_iqn", "comm"),
+                ("reduce_iqn", "reduce_attention", "comm"),
+                ("reduce_attention", "reduce_trunk", "comm"),
+                ("clip_and_adam", "report", "health"),
+            ]
+        );
+    }
+
     fn op(name: &str) -> &'static stepgraph::plan::OpDesc {
         dqn::PLAN
             .ops

@@ -1282,6 +1282,24 @@ mod tests {
         assert!(before(op("actor_backward"), op("actor_grad_head")));
     }
 
+    /// No two ops are ordered only because both take `&mut` of one buffer: the actor's
+    /// layer gradients shared their column sums' scratch once, which kept them in turn.
+    #[test]
+    fn no_ops_are_ordered_only_by_a_shared_buffer() {
+        let shared: Vec<String> = sac::PLAN
+            .shared_writes()
+            .iter()
+            .map(|w| {
+                format!(
+                    "{} -> {}",
+                    sac::PLAN.ops[w.first.index()].name,
+                    sac::PLAN.ops[w.second.index()].name
+                )
+            })
+            .collect();
+        assert!(shared.is_empty(), "{shared:?}");
+    }
+
     /// `third-critic.diff` still applies (the line it changes is in this file), changes
     /// nothing but the group's width, and is the one the README shows.
     #[test]
