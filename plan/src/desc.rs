@@ -769,10 +769,11 @@ impl PlanDesc {
     }
 
     /// The pairs of ops that are ordered only because both take `&mut` of one buffer
-    /// ([`SharedWrite`]), in program order of the later op, then of the earlier. A write
-    /// after a read (a state updated after its last use) is a real ordering and is not
-    /// listed; nor is a pair that a chain of reads of what was written, `#[join]` or
-    /// `#[after]` orders anyway, nor one that a chain through a third op orders. A pair is
+    /// ([`SharedWrite`]), in program order of the later op, then of the earlier. A read of
+    /// what the earlier op wrote, a write of what it read (a state updated after its use),
+    /// `#[join]` and `#[after]` are real orderings: a pair that one of them, or a chain of
+    /// them, orders is not listed; nor is one that a chain through a third op orders
+    /// (a listed pair among its links, so that splitting that pair's buffer may show it). A pair is
     /// a hint, not an error: `&mut` may read, and an op that adds to what the earlier one
     /// wrote (an accumulated loss), or a communicator whose collectives must keep their
     /// order, is rightly ordered. Ids out of range (a plan that fails
@@ -804,19 +805,23 @@ impl PlanDesc {
     pub fn shared_writes(&self) -> Vec<SharedWrite> {
         let n = self.ops.len();
         let in_range = |a: &AccessDesc| a.buf.index() < self.buffers.len();
-        let reads_from = |a: usize, b: usize| {
+        // Whether an access of `a` of kind `first` and one of `b` of kind `then` reach the
+        // same memory.
+        let meet = |a: usize, first: Access, b: usize, then: Access| {
             self.ops[a]
                 .accesses
                 .iter()
                 .filter(|x| in_range(x))
                 .any(|x| {
-                    x.access == Access::Write
-                        && self.ops[b].accesses.iter().any(|y| {
-                            in_range(y) && y.access == Access::Read && self.same_memory(x, y)
-                        })
+                    x.access == first
+                        && self.ops[b]
+                            .accesses
+                            .iter()
+                            .any(|y| in_range(y) && y.access == then && self.same_memory(x, y))
                 })
         };
-        // True dependencies: b reads what a wrote, and the explicit orderings.
+        // True dependencies: b reads what a wrote, b writes what a read (a state updated
+        // after its use), and the explicit orderings.
         let mut true_edges: Vec<(usize, usize)> = self
             .edges
             .iter()
@@ -826,7 +831,9 @@ impl PlanDesc {
             .collect();
         for b in 0..n {
             for a in 0..b {
-                if reads_from(a, b) {
+                if meet(a, Access::Write, b, Access::Read)
+                    || meet(a, Access::Read, b, Access::Write)
+                {
                     true_edges.push((a, b));
                 }
             }
@@ -1539,5 +1546,11 @@ mod tests {
             op("update", 1, &[access(0, 0, W)], &[], None),
         ];
         assert!(pairs(&shared_plan(&UPDATE, &[], BufKind::Shared)).is_empty());
+        // The same with a scratch x both take: the update waits for the use anyway.
+        const UPDATE_SCRATCH: [OpDesc; 2] = [
+            op("use", 0, &[access(1, 0, R), access(0, 0, W)], &[], None),
+            op("update", 1, &[access(1, 0, W), access(0, 0, W)], &[], None),
+        ];
+        assert!(pairs(&shared_plan(&UPDATE_SCRATCH, &[], BufKind::Shared)).is_empty());
     }
 }

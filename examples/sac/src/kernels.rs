@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, LaunchConfig, Result};
 use stepgraph_kernels::launch::{
-    check_len, elementwise_config, float4_rows, len_u32, positive, product,
+    check_len, check_scratch, elementwise_config, float4_rows, len_u32, positive, product,
 };
 
 /// The registry stepgraph-build generated from `cuda/*.cu`.
@@ -51,8 +51,8 @@ pub const NARROW_PRODUCT_BLOCKS: usize = 528;
 /// The dynamic shared memory a block may use without opting in to more: 48 KiB.
 pub const SHARED_BYTES: usize = 48 * 1024;
 
-/// The blocks of a [`Kernels::critic_head`] or [`Kernels::relu_narrow_product`] launch
-/// over `rows` rows.
+/// The blocks of a [`Kernels::critic_head`] launch over `rows` rows (and so the rows of
+/// its partial sums).
 pub fn head_blocks(rows: usize) -> usize {
     rows.div_ceil(HEAD_WARPS * HEAD_ROWS)
 }
@@ -315,15 +315,17 @@ impl Kernels {
         check_len("critic_head: gw ([cols])", gw.len(), cols)?;
         check_len("critic_head: gb ([1])", gb.len(), 1)?;
         check_len("critic_head: loss ([1])", loss.len(), 1)?;
-        let need = critic_head_scratch_len(rows, cols);
-        if partial.len() < need {
-            return Err(stepgraph::Error::Invalid(format!(
-                "critic_head: partial must hold critic_head_scratch_len({rows}, {cols}) = \
-                 {need} floats, found {}",
-                partial.len()
-            )));
-        }
+        check_scratch(
+            "critic_head: partial (at least critic_head_scratch_len(rows, cols))",
+            partial.len(),
+            critic_head_scratch_len(rows, cols),
+        )?;
         let blocks = len_u32("critic_head: blocks", head_blocks(rows))?;
+        // Row indices up to the last block's end must not wrap in 32 bits.
+        len_u32(
+            "critic_head: rows rounded up to whole blocks",
+            head_blocks(rows) * HEAD_WARPS * HEAD_ROWS,
+        )?;
         let c = cols as u32;
         let config = head_config(rows, HEAD_WARPS * (cols + 2) * 4)?;
         // SAFETY: warp w of block k takes rows (8k + w) 4 .. + 4 below `rows`, reading
@@ -386,17 +388,23 @@ impl Kernels {
             h.len(),
         )?;
         let n = whole("relu_narrow_product: dx ([rows, n])", dx.len(), rows)?;
-        if first + n > inp || !relu_narrow_product_takes(cols, n) {
+        let within = first.checked_add(n).is_some_and(|end| end <= inp);
+        if !within || !relu_narrow_product_takes(cols, n) {
             return Err(stepgraph::Error::Invalid(format!(
                 "relu_narrow_product: expected 1 to {NARROW_PRODUCT_MAX} columns from {first} \
-                 within the input's {inp}, their {cols} weights each in {SHARED_BYTES} bytes \
-                 of shared memory; found {n} columns"
+                 within the input's {inp}, their n {cols} weights together in {SHARED_BYTES} \
+                 bytes of shared memory; found {n} columns"
             )));
         }
         let r = len_u32("relu_narrow_product: rows", rows)?;
         // A warp a row at a time, the grid striding over the rows: at most
         // NARROW_PRODUCT_BLOCKS blocks, so that each stages w's columns once for many rows.
         let blocks = rows.div_ceil(HEAD_WARPS).min(NARROW_PRODUCT_BLOCKS);
+        // The grid's stride past the last row must not wrap in 32 bits.
+        len_u32(
+            "relu_narrow_product: rows and one stride of the grid",
+            rows + blocks * HEAD_WARPS,
+        )?;
         let config = LaunchConfig {
             grid_dim: (len_u32("relu_narrow_product: blocks", blocks)?, 1, 1),
             block_dim: ((HEAD_WARPS * 32) as u32, 1, 1),

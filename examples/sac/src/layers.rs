@@ -200,7 +200,8 @@ impl MlpAct {
 pub struct MlpBack {
     /// `[rows, H]`: `dz2`.
     pub dz2: Buf,
-    /// `[rows, H]`: `dz1`.
+    /// `[rows, H]`: `dz1`; in a pass for the input's gradient alone, the gradient at
+    /// `h1` before ReLU's mask (`relu_narrow_product` applies it as it reads).
     pub dz1: Buf,
     /// The partial sums of [`Kernels::column_sums`](stepgraph_kernels::Kernels::column_sums),
     /// for every layer's bias gradient in turn.
@@ -412,7 +413,7 @@ pub fn hidden_backward(
     // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
     let cols = inp.checked_sub(first).filter(|&c| c > 0).ok_or_else(|| {
         stepgraph::Error::Invalid(format!(
-            "mlp_backward: the input gradient's first column must be below the input's \
+            "hidden_backward: the input gradient's first column must be below the input's \
              {inp}, found {first}"
         ))
     })?;

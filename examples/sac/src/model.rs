@@ -242,7 +242,7 @@ fn train_critic(
         back,
         loss,
     } = pass;
-    if !critic_head_takes(d.hidden) {
+    if d.out != 1 || !critic_head_takes(d.hidden) {
         mlp_forward(&blas, d, x, net, act)?;
         k.mse_loss(s, &act.out, y, dq, loss)?;
         return mlp_backward(&blas, s, k, d, net, x, act, dq, back, Some(grads), None);

@@ -296,8 +296,11 @@ fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
     })
     .unwrap_err()
     .chain();
-    assert!(err.contains("partial must hold"), "{err}");
-    assert!(err.contains("= 10 floats, found 9"), "{err}");
+    assert!(
+        err.contains("partial (at least critic_head_scratch_len"),
+        "{err}"
+    );
+    assert!(err.contains("expected 10 elements, found 9"), "{err}");
 
     let (hh, ww) = (buf(2 * 8), buf(8 * 10));
     let mut dx = nan_buffer(&device, "dx", 2 * 4).unwrap();
@@ -311,6 +314,16 @@ fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
         "{err}"
     );
     assert!(err.contains("found 4 columns"), "{err}");
+    // A first column so far out that first + n wraps is refused, not launched.
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.relu_narrow_product(s, &hh, &hh, &ww, 10, usize::MAX, &mut dx)
+    })
+    .unwrap_err()
+    .chain();
+    assert!(
+        err.contains(&format!("columns from {}", usize::MAX)),
+        "{err}"
+    );
     assert!(device.download(&dx).unwrap().iter().all(|x| x.is_nan()));
 }
 
