@@ -33,8 +33,9 @@ pub const LOG_STD_MAX: f32 = 2.0;
 /// The constant in the tanh correction `log(1 − tanh(u)² + 1e-6)`.
 pub const TANH_EPS: f32 = 1e-6;
 
-/// The widest output layer [`Kernels::narrow_relu_grad`] takes: past it, the matmul is a
-/// GEMM's work.
+/// The widest layer the narrow kernels take: the outputs of [`Kernels::narrow_relu_grad`]'s
+/// layer, the columns [`Kernels::relu_narrow_product`] forms (`SAC_NARROW_MAX`). Past it,
+/// the matmul is a GEMM's work.
 pub const NARROW_OUTPUTS: usize = 32;
 
 /// Warps of a [`Kernels::critic_head`] or [`Kernels::relu_narrow_product`] block
@@ -42,8 +43,6 @@ pub const NARROW_OUTPUTS: usize = 32;
 pub const HEAD_WARPS: usize = 8;
 /// Rows each of their warps takes in turn (`SAC_HEAD_ROWS`).
 pub const HEAD_ROWS: usize = 4;
-/// The most outputs [`Kernels::relu_narrow_product`] forms (`SAC_NARROW_MAX`).
-pub const NARROW_PRODUCT_MAX: usize = 32;
 /// The most blocks of a [`Kernels::relu_narrow_product`] launch: four for each of the
 /// H200's 132 SMs. A fixed count, not the device's; any count gives the same bits, as
 /// each row's sums are one warp's.
@@ -71,16 +70,16 @@ pub fn critic_head_takes(cols: usize) -> bool {
 }
 
 /// Whether [`Kernels::relu_narrow_product`] takes `n` outputs from `cols` hidden units:
-/// `n` at most [`NARROW_PRODUCT_MAX`] and `n cols` weights in a block's shared memory.
+/// `n` at most [`NARROW_OUTPUTS`] and `n cols` weights in a block's shared memory.
 /// Otherwise the input gradient is `relu_backward` and a GEMM.
 pub fn relu_narrow_product_takes(cols: usize, n: usize) -> bool {
-    (1..=NARROW_PRODUCT_MAX).contains(&n) && cols > 0 && n * cols * 4 <= SHARED_BYTES
+    (1..=NARROW_OUTPUTS).contains(&n) && cols > 0 && n * cols * 4 <= SHARED_BYTES
 }
 
-/// A launch of [`HEAD_WARPS`] warps a block over `rows` rows with `shared` bytes.
-fn head_config(rows: usize, shared: usize) -> Result<LaunchConfig> {
+/// A launch of `blocks` blocks of [`HEAD_WARPS`] warps with `shared` bytes.
+fn head_config(blocks: usize, shared: usize) -> Result<LaunchConfig> {
     Ok(LaunchConfig {
-        grid_dim: (len_u32("head blocks", head_blocks(rows))?, 1, 1),
+        grid_dim: (len_u32("head blocks", blocks)?, 1, 1),
         block_dim: ((HEAD_WARPS * 32) as u32, 1, 1),
         shared_mem_bytes: len_u32("head shared bytes", shared)?,
     })
@@ -320,14 +319,14 @@ impl Kernels {
             partial.len(),
             critic_head_scratch_len(rows, cols),
         )?;
-        let blocks = len_u32("critic_head: blocks", head_blocks(rows))?;
         // Row indices up to the last block's end must not wrap in 32 bits.
         len_u32(
             "critic_head: rows rounded up to whole blocks",
             head_blocks(rows) * HEAD_WARPS * HEAD_ROWS,
         )?;
         let c = cols as u32;
-        let config = head_config(rows, HEAD_WARPS * (cols + 2) * 4)?;
+        let config = head_config(head_blocks(rows), HEAD_WARPS * (cols + 2) * 4)?;
+        let blocks = config.grid_dim.0;
         // SAFETY: warp w of block k takes rows (8k + w) 4 .. + 4 below `rows`, reading
         // h, y and writing q, dq, dz in those rows only, and w[j], bias[0] for j < cols;
         // it writes its own row of the (cols + 2) 8 floats of shared memory given; the
@@ -391,7 +390,7 @@ impl Kernels {
         let within = first.checked_add(n).is_some_and(|end| end <= inp);
         if !within || !relu_narrow_product_takes(cols, n) {
             return Err(stepgraph::Error::Invalid(format!(
-                "relu_narrow_product: expected 1 to {NARROW_PRODUCT_MAX} columns from {first} \
+                "relu_narrow_product: expected 1 to {NARROW_OUTPUTS} columns from {first} \
                  within the input's {inp}, their n {cols} weights together in {SHARED_BYTES} \
                  bytes of shared memory; found {n} columns"
             )));
@@ -405,11 +404,7 @@ impl Kernels {
             "relu_narrow_product: rows and one stride of the grid",
             rows + blocks * HEAD_WARPS,
         )?;
-        let config = LaunchConfig {
-            grid_dim: (len_u32("relu_narrow_product: blocks", blocks)?, 1, 1),
-            block_dim: ((HEAD_WARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: len_u32("relu_narrow_product: shared bytes", n * cols * 4)?,
-        };
+        let config = head_config(blocks, n * cols * 4)?;
         // SAFETY: the block stages w[j, first + c] (j < cols, c < n, first + n <= inp, so
         // within w's cols inp) into n cols floats of shared memory; its warps take rows
         // below `rows` only, reading h and dh in those rows and writing dx's (rows n long,
@@ -812,7 +807,7 @@ mod tests {
         assert_eq!(d["SAC_TANH_EPS"], "1e-6f");
         assert_eq!(d["SAC_HEAD_WARPS"], HEAD_WARPS.to_string());
         assert_eq!(d["SAC_HEAD_ROWS"], HEAD_ROWS.to_string());
-        assert_eq!(d["SAC_NARROW_MAX"], NARROW_PRODUCT_MAX.to_string());
+        assert_eq!(d["SAC_NARROW_MAX"], NARROW_OUTPUTS.to_string());
         assert_eq!(d["SAC_MIN_CRITICS"], MIN_CRITICS.to_string());
     }
 }

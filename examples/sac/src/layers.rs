@@ -117,6 +117,13 @@ impl MlpDims {
     pub fn planned_for(self, sms: SmTarget) -> MlpDims {
         MlpDims { sms, ..self }
     }
+
+    /// Whether its output layer, a loss on it and their backward are one pass of
+    /// [`Kernels::critic_head`]: one output (a critic's) and a last hidden layer that
+    /// kernel takes.
+    pub fn fused_head(&self) -> bool {
+        self.out == 1 && critic_head_takes(self.hidden)
+    }
 }
 
 /// A linear layer `y = x wᵀ + b`, `w[out, in]`.
@@ -212,7 +219,7 @@ impl MlpBack {
     pub fn zeros(device: &Device, d: MlpDims, name: &str) -> Result<MlpBack> {
         // Also the partial sums of a critic's fused output layer (`critic_head`), which
         // are read before the hidden layers' column sums are written.
-        let head = if d.out == 1 && critic_head_takes(d.hidden) {
+        let head = if d.fused_head() {
             critic_head_scratch_len(d.rows, d.hidden)
         } else {
             0
@@ -403,30 +410,36 @@ pub fn hidden_backward(
     if let Some(g) = grads.as_deref_mut() {
         linear_grads(blas, stream, k, d, dz2, &act.h1, &mut g.l2, sums)?;
     }
-    let Some((dx, first)) = dx else {
-        relu_input_grad(blas, stream, k, d, dz2, &net.l2.w, &act.h1, dz1)?;
-        return match grads {
-            Some(g) => linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums),
-            None => Ok(()),
-        };
+    // The input gradient's columns: from `first` to the end of the input.
+    let mut dx = match dx {
+        Some((dx, first)) => {
+            let cols = inp.checked_sub(first).filter(|&c| c > 0).ok_or_else(|| {
+                stepgraph::Error::Invalid(format!(
+                    "hidden_backward: the input gradient's first column must be below the \
+                     input's {inp}, found {first}"
+                ))
+            })?;
+            Some((dx, first, cols))
+        }
+        None => None,
     };
-    // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
-    let cols = inp.checked_sub(first).filter(|&c| c > 0).ok_or_else(|| {
-        stepgraph::Error::Invalid(format!(
-            "hidden_backward: the input gradient's first column must be below the input's \
-             {inp}, found {first}"
-        ))
-    })?;
-    if grads.is_none() && relu_narrow_product_takes(h, cols) {
+    if let Some((dx, first, cols)) = &mut dx
+        && grads.is_none()
+        && relu_narrow_product_takes(h, *cols)
+    {
         // dz1 before the ReLU's mask: relu_narrow_product applies it as it reads.
         let spec = input_grad_spec(rows, h, h).with_sm_target(d.sms);
         blas.matmul(&spec, &*dz2, &net.l2.w, dz1, MatmulArgs::new())?;
-        return k.relu_narrow_product(stream, dz1, &act.h1, &net.l1.w, inp, first, dx);
+        return k.relu_narrow_product(stream, dz1, &act.h1, &net.l1.w, inp, *first, dx);
     }
     relu_input_grad(blas, stream, k, d, dz2, &net.l2.w, &act.h1, dz1)?;
     if let Some(g) = grads {
         linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums)?;
     }
+    let Some((dx, first, cols)) = dx else {
+        return Ok(());
+    };
+    // dx = dz1 · w1[:, first..]: w1 [H, in] read as a block of its columns.
     let spec = input_grad_spec(rows, cols, h)
         .with_ld_b(inp)
         .with_sm_target(d.sms);

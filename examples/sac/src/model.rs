@@ -10,7 +10,7 @@ use stepgraph_kernels::{
     Substream,
 };
 
-use crate::kernels::{Buf, Kernels, MIN_CRITICS, critic_head_takes};
+use crate::kernels::{Buf, Kernels, MIN_CRITICS};
 use crate::layers::{
     Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, hidden_backward, hidden_forward, linear_grads,
     mlp_backward, mlp_forward, relu_input_grad,
@@ -242,7 +242,7 @@ fn train_critic(
         back,
         loss,
     } = pass;
-    if d.out != 1 || !critic_head_takes(d.hidden) {
+    if !d.fused_head() {
         mlp_forward(&blas, d, x, net, act)?;
         k.mse_loss(s, &act.out, y, dq, loss)?;
         return mlp_backward(&blas, s, k, d, net, x, act, dq, back, Some(grads), None);
