@@ -179,6 +179,30 @@ pub enum Error {
         /// What differs: the argument, what the kernel takes and what was passed.
         mismatch: ArgMismatch,
     },
+    /// The driver refused a kernel's opt-in to more dynamic shared memory per block
+    /// ([`Kernel::set_max_dynamic_shared`](crate::Kernel::set_max_dynamic_shared)).
+    #[error(
+        "kernel `{kernel}` in module `{module}`: the driver refused {bytes} bytes of dynamic \
+         shared memory per block; {}",
+        crate::kernel::shared_limit(*.optin, *.static_bytes)
+    )]
+    DynamicShared {
+        /// The module.
+        module: &'static str,
+        /// The kernel.
+        kernel: &'static str,
+        /// The bytes asked for.
+        bytes: u32,
+        /// The device's opt-in maximum per block
+        /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`), if it could be read.
+        optin: Option<u32>,
+        /// The kernel's static shared memory, which counts against the same maximum, if it
+        /// could be read.
+        static_bytes: Option<u32>,
+        /// The driver's status.
+        #[source]
+        source: DriverError,
+    },
     /// The captured graph does not match the plan (a race, a false serialisation, or an
     /// op whose nodes differ from what it issued); the message names the ops.
     #[error("the captured graph does not match the plan: {what}")]

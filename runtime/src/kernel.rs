@@ -298,6 +298,8 @@ pub struct Module {
     name: &'static str,
     ctx: Arc<CudaContext>,
     inner: Arc<CudaModule>,
+    /// The declared image the driver accepted; None when loaded from bytes.
+    image: Option<&'static Image>,
 }
 
 impl fmt::Debug for Module {
@@ -315,34 +317,45 @@ impl Module {
         let inner = ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
             .map_err(Error::driver("cuModuleLoadData"))?;
-        Ok(Module { name, ctx, inner })
+        Ok(Module {
+            name,
+            ctx,
+            inner,
+            image: None,
+        })
     }
 
     /// Loads a declared module: its images in turn until the driver accepts one (a cubin
     /// is refused on a GPU it was not built for; PTX is then JIT-compiled). If the driver
-    /// refuses every image, the error is the first one's.
+    /// refuses every image, the error is the first one's. The image it accepted is
+    /// [`Module::image`].
     pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
         crate::guard::check("Module::load")?;
-        let mut first = None;
-        for image in decl.images {
-            match Module::load(device, decl.name, image.bytes) {
-                Ok(module) => return Ok(module),
-                Err(e) => {
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        Err(first.unwrap_or_else(|| {
-            Error::Invalid(format!(
-                "module `{}` ({}) declares no image to load",
-                decl.name, decl.source
-            ))
-        }))
+        let (mut module, image) = first_accepted(
+            decl.images,
+            |image| Module::load(device, decl.name, image.bytes),
+            || {
+                Error::Invalid(format!(
+                    "module `{}` ({}) declares no image to load",
+                    decl.name, decl.source
+                ))
+            },
+        )?;
+        module.image = Some(image);
+        Ok(module)
     }
 
     /// The module's name.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The image the driver accepted ([`Module::load_declared`]), so that a caller can
+    /// choose a code path that needs an arch-specific cubin: one built for `sm_90a`, say,
+    /// whose wgmma instructions the `compute_90` PTX fallback lacks. None for a module
+    /// loaded from bytes ([`Module::load`]).
+    pub fn image(&self) -> Option<&'static Image> {
+        self.image
     }
 
     /// Looks up a kernel by its (`extern "C"`) name. Its parameter list is read from the
@@ -366,6 +379,7 @@ impl Module {
         Ok(Kernel {
             name,
             module: self.name,
+            ctx: self.ctx.clone(),
             func,
             params,
         })
@@ -380,6 +394,7 @@ impl Module {
         Ok(Kernel {
             name: decl.name,
             module: self.name,
+            ctx: self.ctx.clone(),
             func,
             params,
         })
@@ -395,6 +410,27 @@ impl Module {
                 source,
             })
     }
+}
+
+/// The first of `images`, in order, that `load` accepts, with the image; if `load` refuses
+/// every one, the first refusal (a cubin for another GPU is refused before the PTX that
+/// would have been JIT-compiled, and the first error says most); `none()` if there are no
+/// images.
+fn first_accepted<T>(
+    images: &'static [Image],
+    mut load: impl FnMut(&'static Image) -> Result<T>,
+    none: impl FnOnce() -> Error,
+) -> Result<(T, &'static Image)> {
+    let mut first = None;
+    for image in images {
+        match load(image) {
+            Ok(loaded) => return Ok((loaded, image)),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(first.unwrap_or_else(none))
 }
 
 /// The driver takes the name as a C string: cudarc makes one with
@@ -561,6 +597,9 @@ fn check_declared(
 pub struct Kernel {
     name: &'static str,
     module: &'static str,
+    /// The module's context: current for the calls that need one, and the device whose
+    /// limits an error reports.
+    ctx: Arc<CudaContext>,
     func: CudaFunction,
     params: Arc<[Param]>,
 }
@@ -595,6 +634,83 @@ impl Kernel {
     /// The cudarc function, the way down.
     pub fn function(&self) -> &CudaFunction {
         &self.func
+    }
+
+    /// Opts the kernel in to `bytes` of dynamic shared memory per block, which a launch
+    /// needs to ask for more than 48 KB: the driver refuses such a launch otherwise. It sets
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` with
+    /// [`cuFuncSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
+    ///
+    /// Call it before the kernel's launches are captured, as part of loading: it is a
+    /// host-side call, refused inside an op ([`Error::HostCallInOp`]) like the others. The
+    /// setting belongs to the function, so it holds for every clone of this kernel. It is a
+    /// ceiling, not a request: each launch still asks for its own `shared_mem_bytes`
+    /// ([`LaunchConfig`](crate::LaunchConfig)), which must be at most `bytes`.
+    ///
+    /// `bytes` above `i32::MAX` is [`Error::Invalid`], before the driver is asked. The
+    /// driver refuses more than the device's opt-in maximum less the kernel's static shared
+    /// memory; that refusal is [`Error::DynamicShared`], naming both where they can be read.
+    pub fn set_max_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        crate::guard::check("Kernel::set_max_dynamic_shared")?;
+        let value = dynamic_shared_arg(self.module, self.name, bytes)?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(Error::driver("cuCtxSetCurrent"))?;
+        self.func
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+            .map_err(|source| Error::DynamicShared {
+                module: self.module,
+                kernel: self.name,
+                bytes,
+                optin: readable(self.ctx.attribute(SHARED_OPTIN)),
+                static_bytes: readable(self.func.shared_size_bytes()),
+                source,
+            })
+    }
+}
+
+/// The device's most shared memory per block, with a kernel's opt-in.
+const SHARED_OPTIN: sys::CUdevice_attribute =
+    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+
+/// A limit read for an error's message, or None if it cannot be read: the message leaves
+/// it out rather than hide the refusal it explains behind a second error.
+fn readable(value: Result<i32, DriverError>) -> Option<u32> {
+    value.ok().and_then(|v| u32::try_from(v).ok())
+}
+
+/// `bytes` as the `int` that `cuFuncSetAttribute` takes, or [`Error::Invalid`] naming the
+/// kernel.
+fn dynamic_shared_arg(module: &str, kernel: &str, bytes: u32) -> Result<i32> {
+    i32::try_from(bytes).map_err(|_| {
+        Error::Invalid(format!(
+            "kernel `{kernel}` in module `{module}`: expected at most {} bytes of dynamic \
+             shared memory per block (the driver takes an int), found {bytes}",
+            i32::MAX
+        ))
+    })
+}
+
+/// What the driver allows of dynamic shared memory per block, as far as it could be read,
+/// for [`Error::DynamicShared`].
+pub(crate) fn shared_limit(optin: Option<u32>, static_bytes: Option<u32>) -> String {
+    match (optin, static_bytes) {
+        (Some(optin), Some(0)) => {
+            format!("the device allows at most {optin} (its opt-in maximum)")
+        }
+        (Some(optin), Some(fixed)) => format!(
+            "the device allows at most {} (its opt-in maximum of {optin} less the kernel's \
+             {fixed} bytes of static shared memory)",
+            optin.saturating_sub(fixed)
+        ),
+        (Some(optin), None) => format!(
+            "the device's opt-in maximum is {optin}, less the kernel's static shared memory \
+             (which could not be read)"
+        ),
+        (None, _) => "the device's opt-in maximum could not be read".to_string(),
     }
 }
 
@@ -772,6 +888,113 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    static IMAGES: [Image; 2] = [
+        Image::cubin("sm_90a", b"cubin"),
+        Image::ptx("compute_90", b"ptx\0"),
+    ];
+
+    fn refused(image: &Image) -> Error {
+        Error::Invalid(format!("refused {}", image.target))
+    }
+
+    fn no_image() -> Error {
+        Error::Invalid("no image".into())
+    }
+
+    #[test]
+    fn the_first_image_the_driver_accepts_is_the_one_recorded() {
+        let mut tried = Vec::new();
+        let (_, image) = first_accepted(
+            &IMAGES,
+            |image| {
+                tried.push(image.target);
+                Ok(())
+            },
+            no_image,
+        )
+        .unwrap();
+        assert_eq!((image.kind, image.target), (ImageKind::Cubin, "sm_90a"));
+        assert_eq!(tried, ["sm_90a"]);
+
+        // The sm_90a cubin refused (another GPU): the PTX fallback is the one kept.
+        let (_, image) = first_accepted(
+            &IMAGES,
+            |image| match image.kind {
+                ImageKind::Cubin => Err(refused(image)),
+                ImageKind::Ptx => Ok(()),
+            },
+            no_image,
+        )
+        .unwrap();
+        assert_eq!((image.kind, image.target), (ImageKind::Ptx, "compute_90"));
+    }
+
+    #[test]
+    fn when_every_image_is_refused_the_error_is_the_first_refusal() {
+        let e =
+            first_accepted(&IMAGES, |image| Err::<(), _>(refused(image)), no_image).unwrap_err();
+        assert_eq!(e.to_string(), "refused sm_90a");
+        let e = first_accepted(&[], |_| Ok(()), no_image).unwrap_err();
+        assert_eq!(e.to_string(), "no image");
+    }
+
+    #[test]
+    fn dynamic_shared_memory_past_an_int_is_refused_before_the_driver() {
+        assert_eq!(
+            dynamic_shared_arg("gemm", "wgmma_tile", 200 * 1024).unwrap(),
+            204_800
+        );
+        assert_eq!(
+            dynamic_shared_arg("gemm", "wgmma_tile", i32::MAX as u32).unwrap(),
+            i32::MAX
+        );
+        let e = dynamic_shared_arg("gemm", "wgmma_tile", u32::MAX).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)));
+        assert_eq!(
+            e.to_string(),
+            "kernel `wgmma_tile` in module `gemm`: expected at most 2147483647 bytes of \
+             dynamic shared memory per block (the driver takes an int), found 4294967295"
+        );
+    }
+
+    #[test]
+    fn a_refused_dynamic_shared_opt_in_names_the_kernel_the_request_and_the_limit() {
+        let refusal = |optin, static_bytes| Error::DynamicShared {
+            module: "gemm",
+            kernel: "wgmma_tile",
+            bytes: 240 * 1024,
+            optin,
+            static_bytes,
+            source: DriverError(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        let head = "kernel `wgmma_tile` in module `gemm`: the driver refused 245760 bytes of \
+                    dynamic shared memory per block; ";
+        assert_eq!(
+            refusal(Some(232_448), Some(0)).to_string(),
+            format!("{head}the device allows at most 232448 (its opt-in maximum)")
+        );
+        assert_eq!(
+            refusal(Some(232_448), Some(1024)).to_string(),
+            format!(
+                "{head}the device allows at most 231424 (its opt-in maximum of 232448 less \
+                 the kernel's 1024 bytes of static shared memory)"
+            )
+        );
+        assert_eq!(
+            refusal(Some(232_448), None).to_string(),
+            format!(
+                "{head}the device's opt-in maximum is 232448, less the kernel's static shared \
+                 memory (which could not be read)"
+            )
+        );
+        assert_eq!(
+            refusal(None, Some(0)).to_string(),
+            format!("{head}the device's opt-in maximum could not be read")
+        );
+        // The driver's status stays the source, for the chain.
+        assert!(std::error::Error::source(&refusal(None, None)).is_some());
     }
 
     fn launch_error(sizes: &[usize], params: &[Param]) -> Option<String> {

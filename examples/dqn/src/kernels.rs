@@ -22,16 +22,37 @@ pub struct Kernels {
     raw: raw::Kernels,
     /// The optimizer's and the elementwise kernels (`stepgraph-kernels`).
     pub generic: Arc<stepgraph_kernels::Kernels>,
+    /// Whether the driver loaded `cuda/iqn.cu`'s sm_90a cubin, whose `iqn_wgmma` runs on
+    /// Hopper's warpgroup MMA (elsewhere, the PTX fallback has only its trap).
+    wgmma: bool,
 }
 
 impl Kernels {
     /// Loads this crate's modules and the generic kernels into `device`'s context; each
-    /// kernel's parameter list is checked against its CUDA signature.
+    /// kernel's parameter list is checked against its CUDA signature. Where the driver took
+    /// the sm_90a cubin of `cuda/iqn.cu`, `iqn_wgmma` is also opted in to the shared memory
+    /// it needs ([`IQN_WGMMA_SHARED_BYTES`]).
     pub fn load(device: &Device) -> Result<Kernels> {
+        let raw = raw::Kernels::load(device)?;
+        let wgmma = raw
+            .module(ModuleId::Iqn)
+            .image()
+            .is_some_and(|image| image.target == WGMMA_TARGET);
+        if wgmma {
+            raw.kernel(KernelId::IqnWgmma)
+                .set_max_dynamic_shared(IQN_WGMMA_SHARED_BYTES)?;
+        }
         Ok(Kernels {
-            raw: raw::Kernels::load(device)?,
+            raw,
             generic: Arc::new(stepgraph_kernels::Kernels::load(device)?),
+            wgmma,
         })
+    }
+
+    /// Whether `iqn_wgmma` can run here: the driver loaded the sm_90a cubin (a Hopper GPU
+    /// and a build whose targets include `sm_90a`, as this crate's build.rs asks).
+    pub fn has_wgmma(&self) -> bool {
+        self.wgmma
     }
 
     /// A kernel of this crate, for launches without a wrapper (checked against its
@@ -1643,6 +1664,29 @@ const IQN_FUSED_WAVES: u32 = 1;
 /// 228 KB.
 const IQN_FUSED_SMEM_BLOCKS_PER_SM: u32 = 5;
 
+/// The target of `cuda/iqn.cu`'s image that has `iqn_wgmma` (build.rs asks for it).
+pub const WGMMA_TARGET: &str = "sm_90a";
+
+/// Dynamic shared memory of an `iqn_wgmma` block (`IQN_WG_SMEM` in `cuda/iqn.cu`): 1 KB of
+/// alignment slack, `wphi` (64 KB), two tiles of `cosf` in each of two layouts (4 x 16 KB)
+/// and `dphi_preᵀ` (64 KB).
+pub const IQN_WGMMA_SHARED_BYTES: u32 = 1024 + 65536 + 4 * 16384 + 65536;
+
+/// The sizes `iqn_wgmma` is written for (`IQN_WG_N`, `IQN_WG_C`, `IQN_WG_H`): quantiles,
+/// cosine features, hidden units. Its tiles are two samples of 32 quantiles, and each of
+/// its two warpgroups owns 128 hidden units.
+pub const IQN_WGMMA_SIZES: (usize, usize, usize) = (32, 64, 256);
+
+/// Which kernel computes the fused IQN head ([`Kernels::iqn_fused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IqnFusedKernel {
+    /// `iqn_wgmma`: both products on Hopper's warpgroup MMA (wgmma), at
+    /// [`IQN_WGMMA_SIZES`] only, and only where [`Kernels::has_wgmma`].
+    Wgmma,
+    /// `iqn_fused`: `mma.sync` tiles, any sizes [`IqnFusedDims::supported`] accepts.
+    MmaSync,
+}
+
 /// Sizes of the whole IQN head: `B` samples, `N` quantiles, `H` hidden units, `C` cosine
 /// features.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1670,6 +1714,13 @@ impl IqnFusedDims {
     /// `2H + 2 + H C` floats per block), or 0 if the sizes are not supported.
     pub fn scratch_len(self) -> usize {
         iqn_fused_plan(self).map_or(0, |plan| plan.scratch_len)
+    }
+
+    /// Whether `iqn_wgmma` takes these sizes: `(N, C, H)` equal to [`IQN_WGMMA_SIZES`],
+    /// and the sizes [`IqnFusedDims::supported`]. Where it does not, or where the GPU did
+    /// not load its image, [`Kernels::iqn_fused`] runs `iqn_fused`.
+    pub fn wgmma_takes(self) -> bool {
+        (self.quantiles, self.cosines, self.hidden) == IQN_WGMMA_SIZES && self.supported()
     }
 
     /// The sizes without `C`, as the unfused path takes them.
@@ -1741,6 +1792,36 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
     })
 }
 
+/// How `iqn_wgmma` launches: `min(ceil(B / 2), IQN_FUSED_BLOCKS)` persistent blocks of 256
+/// threads (two warpgroups), each with at least one tile of two samples, each writing one
+/// partial row as `iqn_fused` does.
+fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
+    if !dims.wgmma_takes() {
+        let (n, c, h) = IQN_WGMMA_SIZES;
+        return Err(Error::Invalid(format!(
+            "iqn_wgmma: expected N = {n} quantiles, C = {c} cosine features and H = {h} \
+             hidden units, found N = {}, C = {}, H = {}; use IqnFusedKernel::MmaSync",
+            dims.quantiles, dims.cosines, dims.hidden
+        )));
+    }
+    let fallback = iqn_fused_plan(dims)?;
+    // B N fits 32 bits (supported), so ceil(B / 2) does too.
+    let blocks = (dims.batch.div_ceil(2) as u32).min(IQN_FUSED_BLOCKS);
+    let row_len = fallback.scratch_len / fallback.rows as usize;
+    Ok(IqnFusedPlan {
+        config: LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: IQN_WGMMA_SHARED_BYTES,
+        },
+        rows: blocks,
+        // Never more rows than iqn_fused's plan (min(B, 132) blocks at H = 256), so the
+        // scratch that IqnFusedDims::scratch_len asks for serves both kernels.
+        scratch_len: blocks as usize * row_len,
+        finish: fallback.finish,
+    })
+}
+
 /// Inputs of [`Kernels::iqn_fused`].
 #[derive(Clone, Copy, Debug)]
 pub struct IqnFusedInputs<'a> {
@@ -1783,17 +1864,17 @@ impl Kernels {
     /// relu(cosf wphiᵀ + bphi)`, the quantile Huber loss against `ybar`, and every gradient
     /// of `coef · L_iqn` ([`IqnFusedOutputs`]). Computes what [`Kernels::iqn_cos_features`],
     /// the `phi` GEMM, [`Kernels::iqn_forward_backward`] and the `dwphi` GEMM compute, without
-    /// writing `cosf`, `phi` or `dphi_pre`; both products run on the tensor cores in TF32,
-    /// the precision of the cuBLASLt GEMMs it replaces.
+    /// writing `cosf`, `phi` or `dphi_pre`; both products run on the tensor cores in TF32
+    /// (operands rounded to nearest), the precision of the cuBLASLt GEMMs it replaces.
     ///
     /// Takes the sizes [`IqnFusedDims::supported`] accepts (`H <= 256`, `C <= 64`, any `N`
-    /// and `B`) and fails with [`Error::Invalid`] on others. Two launches: `iqn_fused`,
-    /// `min(B, IQN_FUSED_BLOCKS × blocks per SM)` blocks of `32 ceil(H / 16)` threads, each
-    /// looping over its samples and writing one partial row into `scratch` (at least
-    /// [`IqnFusedDims::scratch_len`] floats, not shared with an op that may run at the same
-    /// time); then `iqn_fused_finish`, `ceil((2H + 2 + H C) / 32)` blocks of 32 × 32, which
-    /// adds the rows in order. Deterministic, the loss slot included (one add).
-    /// [`iqn_fused_reference`](crate::reference::iqn_fused_reference) is the CPU version.
+    /// and `B`) and fails with [`Error::Invalid`] on others. Runs the kernel that
+    /// [`Kernels::iqn_fused_kernel`] picks, then `iqn_fused_finish`, `ceil((2H + 2 + H C) /
+    /// 32)` blocks of 32 × 32, which adds the kernel's partial rows (one per block, in
+    /// `scratch`: at least [`IqnFusedDims::scratch_len`] floats, not shared with an op that
+    /// may run at the same time) in order. Deterministic for given sizes and kernel, the
+    /// loss slot included (one add). [`iqn_fused_reference`](crate::reference::iqn_fused_reference)
+    /// is the CPU version.
     pub fn iqn_fused(
         &self,
         stream: &CaptureStream<'_>,
@@ -1803,7 +1884,51 @@ impl Kernels {
         out: IqnFusedOutputs<'_>,
         scratch: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let plan = iqn_fused_plan(dims)?;
+        let kernel = self.iqn_fused_kernel(dims);
+        self.iqn_fused_with(kernel, stream, dims, inputs, coef, out, scratch)
+    }
+
+    /// The kernel [`Kernels::iqn_fused`] runs for `dims`: [`IqnFusedKernel::Wgmma`] where
+    /// [`IqnFusedDims::wgmma_takes`] the sizes and [`Kernels::has_wgmma`], otherwise
+    /// [`IqnFusedKernel::MmaSync`].
+    pub fn iqn_fused_kernel(&self, dims: IqnFusedDims) -> IqnFusedKernel {
+        if self.wgmma && dims.wgmma_takes() {
+            IqnFusedKernel::Wgmma
+        } else {
+            IqnFusedKernel::MmaSync
+        }
+    }
+
+    /// [`Kernels::iqn_fused`] with the kernel chosen by the caller (to compare the two):
+    /// `iqn_fused`, `min(B, IQN_FUSED_BLOCKS × blocks per SM)` blocks of `32 ceil(H / 16)`
+    /// threads, or `iqn_wgmma`, `min(ceil(B / 2), IQN_FUSED_BLOCKS)` persistent blocks of
+    /// two warpgroups. [`IqnFusedKernel::Wgmma`] fails with [`Error::Invalid`] where the
+    /// sizes are not [`IQN_WGMMA_SIZES`] or the GPU did not load its image.
+    #[allow(clippy::too_many_arguments)]
+    pub fn iqn_fused_with(
+        &self,
+        kernel: IqnFusedKernel,
+        stream: &CaptureStream<'_>,
+        dims: IqnFusedDims,
+        inputs: &IqnFusedInputs<'_>,
+        coef: f32,
+        out: IqnFusedOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        if kernel == IqnFusedKernel::Wgmma && !self.wgmma {
+            return Err(Error::Invalid(format!(
+                "iqn_wgmma: expected the {WGMMA_TARGET} image of cuda/iqn.cu, but the driver \
+                 loaded {}; use IqnFusedKernel::MmaSync",
+                self.raw
+                    .module(ModuleId::Iqn)
+                    .image()
+                    .map_or("an image from bytes", |image| image.target)
+            )));
+        }
+        let plan = match kernel {
+            IqnFusedKernel::Wgmma => iqn_wgmma_plan(dims)?,
+            IqnFusedKernel::MmaSync => iqn_fused_plan(dims)?,
+        };
         let (b, n) = (dims.batch as u32, dims.quantiles as u32);
         let (h, c) = (dims.hidden as u32, dims.cosines as u32);
         let bh = product("iqn_fused", &[dims.batch, dims.hidden])?;
@@ -1827,32 +1952,58 @@ impl Kernels {
             scratch.len(),
             plan.scratch_len,
         )?;
-        {
-            // SAFETY: the plan admits only H <= 16 x IQN_FUSED_MAX_WARPS with ceil(H / 16)
-            // warps per block (each warp's units below 16 warps) and C <= IQN_FUSED_C, the
-            // kernel reads and writes units < H, features < C, quantiles < N and samples <
-            // B only, every buffer holds what its shape says, and scratch holds gridDim.x
-            // rows of 2H + 2 + H C (checked above).
-            unsafe {
-                self.raw.iqn_fused(
-                    stream,
-                    plan.config,
-                    inputs.h,
-                    inputs.tau,
-                    inputs.ybar,
-                    inputs.wphi,
-                    inputs.bphi,
-                    inputs.wq,
-                    inputs.bq,
-                    &mut *out.dh,
-                    &mut *scratch,
-                    b,
-                    n,
-                    h,
-                    c,
-                    coef,
-                )?
-            };
+        match kernel {
+            IqnFusedKernel::Wgmma => {
+                // SAFETY: the plan admits only N = 32, C = 64, H = 256 (the kernel's
+                // constants) with at most ceil(B / 2) blocks of 256 threads and the shared
+                // memory that Kernels::load opted it in to (has_wgmma, checked above); the
+                // kernel reads tau and h rows of samples < B only, writes dh[b < B] and
+                // gridDim.x rows of 2H + 2 + H C of scratch (checked above).
+                unsafe {
+                    self.raw.iqn_wgmma(
+                        stream,
+                        plan.config,
+                        inputs.h,
+                        inputs.tau,
+                        inputs.ybar,
+                        inputs.wphi,
+                        inputs.bphi,
+                        inputs.wq,
+                        inputs.bq,
+                        &mut *out.dh,
+                        &mut *scratch,
+                        b,
+                        coef,
+                    )?
+                };
+            }
+            IqnFusedKernel::MmaSync => {
+                // SAFETY: the plan admits only H <= 16 x IQN_FUSED_MAX_WARPS with ceil(H / 16)
+                // warps per block (each warp's units below 16 warps) and C <= IQN_FUSED_C, the
+                // kernel reads and writes units < H, features < C, quantiles < N and samples <
+                // B only, every buffer holds what its shape says, and scratch holds gridDim.x
+                // rows of 2H + 2 + H C (checked above).
+                unsafe {
+                    self.raw.iqn_fused(
+                        stream,
+                        plan.config,
+                        inputs.h,
+                        inputs.tau,
+                        inputs.ybar,
+                        inputs.wphi,
+                        inputs.bphi,
+                        inputs.wq,
+                        inputs.bq,
+                        &mut *out.dh,
+                        &mut *scratch,
+                        b,
+                        n,
+                        h,
+                        c,
+                        coef,
+                    )?
+                };
+            }
         }
         // SAFETY: the kernel reads rows (2H + 2 + H C) floats of scratch (checked above) and writes
         // only columns c < 2H + 2 + H C: dwq[c < H], dbphi[c - H < H], dbq[0], losses slots
@@ -2799,6 +2950,7 @@ mod tests {
             ("iqn", "iqn_finish"),
             ("iqn", "iqn_fused"),
             ("iqn", "iqn_fused_finish"),
+            ("iqn", "iqn_wgmma"),
             ("replay", "replay_draw"),
             ("replay", "replay_advance"),
             ("replay", "replay_gather"),
@@ -2888,6 +3040,12 @@ mod tests {
         assert_eq!(iqn["IQN_WARPS"], IQN_WARPS.to_string());
         assert_eq!(iqn["IQN_FUSED_MAX_WARPS"], IQN_FUSED_MAX_WARPS.to_string());
         assert_eq!(iqn["IQN_FUSED_C"], IQN_FUSED_MAX_COSINES.to_string());
+        let (n, c, h) = IQN_WGMMA_SIZES;
+        assert_eq!(iqn["IQN_WG_N"], n.to_string());
+        assert_eq!(iqn["IQN_WG_C"], c.to_string());
+        assert_eq!(iqn["IQN_WG_H"], h.to_string());
+        assert_eq!(iqn["IQN_WG_THREADS"], "256");
+        assert_eq!(iqn["IQN_WG_SMEM"], IQN_WGMMA_SHARED_BYTES.to_string());
     }
 
     /// The limits the head kernels' register arrays and grids are sized for: a Rust limit
@@ -3122,6 +3280,66 @@ mod tests {
             assert!(!bad.supported(), "{bad:?}");
             assert_eq!(bad.scratch_len(), 0, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn iqn_wgmma_takes_the_step_sizes_only_and_fits_the_fallback_scratch() {
+        let step = |batch| IqnFusedDims {
+            batch,
+            quantiles: 32,
+            hidden: 256,
+            cosines: 64,
+        };
+        // Two samples a tile, one tile at least per block, at most one block per SM.
+        for (batch, blocks) in [(1, 1), (2, 1), (3, 2), (263, 132), (264, 132), (16384, 132)] {
+            let dims = step(batch);
+            assert!(dims.wgmma_takes(), "{dims:?}");
+            let plan = iqn_wgmma_plan(dims).unwrap();
+            assert_eq!(plan.config.grid_dim, (blocks, 1, 1), "{dims:?}");
+            assert_eq!(plan.config.block_dim, (256, 1, 1));
+            assert_eq!(plan.config.shared_mem_bytes, IQN_WGMMA_SHARED_BYTES);
+            assert_eq!(plan.rows, blocks);
+            // The scratch IqnFusedDims asks for (iqn_fused's) holds iqn_wgmma's rows too.
+            assert!(plan.scratch_len <= dims.scratch_len(), "{dims:?}");
+            assert_eq!(plan.scratch_len, blocks as usize * (2 * 256 + 2 + 256 * 64));
+            assert_eq!(
+                plan.finish.grid_dim,
+                iqn_fused_plan(dims).unwrap().finish.grid_dim
+            );
+        }
+        // Any other N, C or H takes iqn_fused, and iqn_wgmma's plan says why.
+        for dims in [
+            IqnFusedDims {
+                quantiles: 33,
+                ..step(64)
+            },
+            IqnFusedDims {
+                quantiles: 16,
+                ..step(64)
+            },
+            IqnFusedDims {
+                cosines: 63,
+                ..step(64)
+            },
+            IqnFusedDims {
+                hidden: 128,
+                ..step(64)
+            },
+        ] {
+            assert!(dims.supported() && !dims.wgmma_takes(), "{dims:?}");
+            let err = iqn_wgmma_plan(dims).unwrap_err().to_string();
+            assert!(
+                err.contains("expected N = 32 quantiles, C = 64 cosine features and H = 256")
+                    && err.contains(&format!(
+                        "found N = {}, C = {}, H = {}",
+                        dims.quantiles, dims.cosines, dims.hidden
+                    )),
+                "{err}"
+            );
+        }
+        // Sizes neither kernel takes.
+        assert!(!step(0).wgmma_takes());
+        assert!(!step(1 << 27).wgmma_takes(), "B N past 32 bits");
     }
 
     #[test]

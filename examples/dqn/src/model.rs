@@ -14,9 +14,9 @@ use crate::kernels::{
     AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs,
     BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs,
     DuelingOutputs, Expectile, ExpectileHeadInputs, ExpectileHeadOutputs, IqnFusedDims,
-    IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims,
-    TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs, expectile_head_scratch_len,
-    trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
+    IqnFusedInputs, IqnFusedKernel, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
+    TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs,
+    expectile_head_scratch_len, trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
 };
 
 use crate::kernels::{TransitionRows, TransitionRowsMut, Watch};
@@ -381,6 +381,9 @@ pub mod dqn {
         /// The SMs each branch's matmuls are planned for: the whole GPU, or its share
         /// beside the other branches (`SmTarget::Share(BRANCH_WIDTH)`).
         pub branch_sms: SmTarget,
+        /// The kernel of the fused IQN head; `None` takes what
+        /// [`Kernels::iqn_fused_kernel`] picks for the sizes and the GPU.
+        pub iqn_kernel: Option<IqnFusedKernel>,
     }
 
     /// Zero the main losses and copy in lr and the bias corrections the host staged.
@@ -839,6 +842,7 @@ pub mod dqn {
         iqn_act: &mut IqnAct,
         iqn_grad: &mut Iqn,
         iqn_losses: &mut Buf,
+        iqn_kernel: Option<IqnFusedKernel>,
     ) -> Result<()> {
         let s = sizes;
         stream.memset_zeros(iqn_losses)?;
@@ -861,7 +865,16 @@ pub mod dqn {
                 dbq: &mut iqn_grad.q.b,
                 losses: iqn_losses,
             };
-            return k.iqn_fused(stream, fused, &inputs, 0.5, out, &mut iqn_act.scratch);
+            let kernel = iqn_kernel.unwrap_or_else(|| k.iqn_fused_kernel(fused));
+            return k.iqn_fused_with(
+                kernel,
+                stream,
+                fused,
+                &inputs,
+                0.5,
+                out,
+                &mut iqn_act.scratch,
+            );
         }
         let blas = stream.blas();
         let rows = s.batch * s.quantiles;

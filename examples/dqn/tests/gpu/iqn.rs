@@ -1,5 +1,6 @@
-//! GPU tests of the fused IQN head (`Kernels::iqn_fused`): against the CPU reference, and
-//! against the unfused GPU path it replaces (`iqn_cos_features`, the cuBLASLt `phi` GEMM,
+//! GPU tests of the fused IQN head (`Kernels::iqn_fused`, both of its kernels: `iqn_wgmma`
+//! on Hopper's warpgroup MMA at the step's sizes, `iqn_fused` on `mma.sync` elsewhere):
+//! against the CPU reference, against each other, and against the unfused GPU path it replaces (`iqn_cos_features`, the cuBLASLt `phi` GEMM,
 //! `iqn_forward_backward`, the cuBLASLt `dwphi` GEMM). They need a CUDA GPU of compute
 //! capability 9.0 with cuBLASLt.
 //!
@@ -30,8 +31,8 @@
 use super::{Rng, nan_buffer, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision, Result};
 use stepgraph_dqn::kernels::{
-    IqnFusedDims, IqnFusedInputs, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    LossSlot,
+    IqnFusedDims, IqnFusedInputs, IqnFusedKernel, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels,
+    LOSS_SLOTS, LossSlot,
 };
 use stepgraph_dqn::reference::{GemmOperands, iqn_fused_reference};
 
@@ -154,10 +155,11 @@ impl HeadOutputs {
     }
 }
 
-/// Runs the fused head once, eagerly, and downloads its outputs.
+/// Runs the fused head once with `kernel`, eagerly, and downloads its outputs.
 fn run_fused(
     device: &Device,
     k: &Kernels,
+    kernel: IqnFusedKernel,
     dims: IqnFusedDims,
     x: &HeadInputs,
 ) -> Result<HeadResult> {
@@ -181,7 +183,7 @@ fn run_fused(
             dbq: &mut out.dbq,
             losses: &mut out.losses,
         };
-        k.iqn_fused(stream, dims, &inputs, COEF, outputs, &mut scratch)
+        k.iqn_fused_with(kernel, stream, dims, &inputs, COEF, outputs, &mut scratch)
     })?;
     out.download(device)
 }
@@ -316,31 +318,94 @@ impl From<&HeadResult> for HeadResult64 {
     }
 }
 
+/// The step's `N`, `H` and `C` (the sizes `iqn_wgmma` takes) with `batch` samples.
+fn step_dims(batch: usize) -> IqnFusedDims {
+    IqnFusedDims {
+        batch,
+        quantiles: 32,
+        hidden: 256,
+        cosines: 64,
+    }
+}
+
+/// Ragged everywhere: a second, partial tile of quantiles; a last warp with 8 of its 16
+/// units; features that stop inside a k-chunk; fewer samples than SMs. Only `iqn_fused`
+/// takes it.
+const RAGGED: IqnFusedDims = IqnFusedDims {
+    batch: 37,
+    quantiles: 40,
+    hidden: 200,
+    cosines: 37,
+};
+
+#[test]
+fn gpu_iqn_fused_takes_the_kernel_its_sizes_and_gpu_call_for() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    // These tests run on a Hopper GPU, where the driver must take the sm_90a cubin.
+    assert!(
+        k.has_wgmma(),
+        "the sm_90a image of cuda/iqn.cu was not loaded"
+    );
+    for batch in [1, 2001, 16384] {
+        assert_eq!(k.iqn_fused_kernel(step_dims(batch)), IqnFusedKernel::Wgmma);
+    }
+    let others = [
+        RAGGED,
+        IqnFusedDims {
+            quantiles: 16,
+            ..step_dims(64)
+        },
+        IqnFusedDims {
+            hidden: 128,
+            ..step_dims(64)
+        },
+        IqnFusedDims {
+            cosines: 48,
+            ..step_dims(64)
+        },
+    ];
+    for dims in others {
+        assert_eq!(
+            k.iqn_fused_kernel(dims),
+            IqnFusedKernel::MmaSync,
+            "{dims:?}"
+        );
+        // Asked for by name, iqn_wgmma refuses them before anything runs.
+        let data = HeadData::new(dims, 3);
+        let x = HeadInputs::upload(&device, &data)?;
+        let err = match run_fused(&device, &k, IqnFusedKernel::Wgmma, dims, &x) {
+            Ok(_) => panic!("iqn_wgmma took sizes it is not written for: {dims:?}"),
+            Err(e) => e.chain(),
+        };
+        assert!(
+            err.contains("expected N = 32 quantiles, C = 64 cosine features and H = 256"),
+            "{err}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn gpu_iqn_fused_matches_the_cpu_reference() -> Result<()> {
     let device = Device::new(0)?;
     let k = Kernels::load(&device)?;
+    use IqnFusedKernel::{MmaSync, Wgmma};
     let cases = [
-        // The step's H, N and C, and a batch that is a multiple of nothing the kernel uses.
-        IqnFusedDims {
-            batch: 300,
-            quantiles: 32,
-            hidden: 256,
-            cosines: 64,
-        },
-        // Ragged everywhere: a second, partial tile of quantiles; a last warp with 8 of its
-        // 16 units; features that stop inside a k-chunk; fewer samples than SMs.
-        IqnFusedDims {
-            batch: 37,
-            quantiles: 40,
-            hidden: 200,
-            cosines: 37,
-        },
+        // The step's H, N and C, and a batch that is a multiple of nothing the kernels use:
+        // 150 tiles of iqn_wgmma, so some of its 132 blocks take two.
+        (step_dims(300), &[Wgmma, MmaSync][..]),
+        // An odd batch (iqn_wgmma's last tile has one sample) and about 8 tiles per block,
+        // through both of its buffers many times.
+        (step_dims(2001), &[Wgmma, MmaSync][..]),
+        // One sample: one block, half a tile.
+        (step_dims(1), &[Wgmma, MmaSync][..]),
+        (RAGGED, &[MmaSync][..]),
     ];
-    for (seed, dims) in cases.into_iter().enumerate() {
+    for (seed, (dims, kernels)) in cases.into_iter().enumerate() {
         assert!(dims.supported(), "{dims:?}");
         let data = HeadData::new(dims, 100 + seed as u64);
-        let got = run_fused(&device, &k, dims, &HeadInputs::upload(&device, &data)?)?;
+        let x = HeadInputs::upload(&device, &data)?;
         let reference = |operands| {
             let r = iqn_fused_reference(
                 dims, &data.h, &data.tau, &data.ybar, &data.wphi, &data.bphi, &data.wq, data.bq,
@@ -355,27 +420,32 @@ fn gpu_iqn_fused_matches_the_cpu_reference() -> Result<()> {
                 losses: r.losses.to_vec(),
             }
         };
-        check_head(
-            &format!("fused vs CPU with TF32 operands, {dims:?}"),
-            &got,
-            &reference(GemmOperands::Tf32),
-            Bounds {
-                gradients: TF32_OPERANDS_BOUND,
-                loss: TF32_OPERANDS_BOUND,
-            },
-        );
+        let tf32 = reference(GemmOperands::Tf32);
         // The ReLU flips' share of the error grows as the sums get shorter: the small
-        // ragged case is held to the tight check above only.
-        if dims.batch * dims.quantiles >= 4096 {
+        // cases are held to the tight check only.
+        let exact = (dims.batch * dims.quantiles >= 4096).then(|| reference(GemmOperands::Exact));
+        for &kernel in kernels {
+            let got = run_fused(&device, &k, kernel, dims, &x)?;
             check_head(
-                &format!("fused vs exact CPU, {dims:?}"),
+                &format!("{kernel:?} vs CPU with TF32 operands, {dims:?}"),
                 &got,
-                &reference(GemmOperands::Exact),
+                &tf32,
                 Bounds {
-                    gradients: GRADIENT_BOUND,
-                    loss: LOSS_BOUND,
+                    gradients: TF32_OPERANDS_BOUND,
+                    loss: TF32_OPERANDS_BOUND,
                 },
             );
+            if let Some(exact) = &exact {
+                check_head(
+                    &format!("{kernel:?} vs exact CPU, {dims:?}"),
+                    &got,
+                    exact,
+                    Bounds {
+                        gradients: GRADIENT_BOUND,
+                        loss: LOSS_BOUND,
+                    },
+                );
+            }
         }
     }
     Ok(())
@@ -385,31 +455,57 @@ fn gpu_iqn_fused_matches_the_cpu_reference() -> Result<()> {
 fn gpu_iqn_fused_matches_the_unfused_gpu_path_and_repeats_bit_for_bit() -> Result<()> {
     let device = Device::new(0)?;
     let k = Kernels::load(&device)?;
-    // The step's sizes but the batch: 4096 samples, 31 per block, some blocks 32.
-    let dims = IqnFusedDims {
-        batch: 4096,
-        quantiles: 32,
-        hidden: 256,
-        cosines: 64,
-    };
+    // The step's sizes but the batch: 4096 samples, 31 per block of iqn_fused, some blocks
+    // 32; 2048 tiles of iqn_wgmma, 15 or 16 per block.
+    let dims = step_dims(4096);
     let data = HeadData::new(dims, 7);
     let x = HeadInputs::upload(&device, &data)?;
-    let fused = run_fused(&device, &k, dims, &x)?;
     let unfused = run_unfused(&device, &k, dims, &x)?;
+    for kernel in [IqnFusedKernel::Wgmma, IqnFusedKernel::MmaSync] {
+        let fused = run_fused(&device, &k, kernel, dims, &x)?;
+        check_head(
+            &format!("{kernel:?} vs unfused GPU path"),
+            &fused,
+            &HeadResult64::from(&unfused),
+            Bounds {
+                gradients: GRADIENT_BOUND,
+                loss: LOSS_BOUND,
+            },
+        );
+        // The grid and the order of every sum depend on the sizes only.
+        let again = run_fused(&device, &k, kernel, dims, &x)?;
+        assert!(
+            again == fused,
+            "a second run of {kernel:?} differs from the first"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_iqn_wgmma_matches_iqn_fused_at_the_step_batch_and_repeats_bit_for_bit() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    // The step's sizes: 8192 tiles, 62 or 63 per block (too large for the CPU reference
+    // in a test; the two kernels share nothing but the finishing kernel).
+    let dims = step_dims(16384);
+    let data = HeadData::new(dims, 11);
+    let x = HeadInputs::upload(&device, &data)?;
+    let wgmma = run_fused(&device, &k, IqnFusedKernel::Wgmma, dims, &x)?;
+    let mma = run_fused(&device, &k, IqnFusedKernel::MmaSync, dims, &x)?;
     check_head(
-        "fused vs unfused GPU path",
-        &fused,
-        &HeadResult64::from(&unfused),
+        "Wgmma vs MmaSync at the step's sizes",
+        &wgmma,
+        &HeadResult64::from(&mma),
         Bounds {
             gradients: GRADIENT_BOUND,
             loss: LOSS_BOUND,
         },
     );
-    // The grid and the order of every sum depend on the sizes only.
-    let again = run_fused(&device, &k, dims, &x)?;
+    let again = run_fused(&device, &k, IqnFusedKernel::Wgmma, dims, &x)?;
     assert!(
-        again == fused,
-        "a second run of iqn_fused differs from the first"
+        again == wgmma,
+        "a second run of iqn_wgmma differs from the first"
     );
     Ok(())
 }

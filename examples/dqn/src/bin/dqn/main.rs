@@ -7,6 +7,7 @@
 //! cargo run --release -p stepgraph-dqn -- [--source replay|host] [--replay N]
 //!                                         [--target-sync K] [--polyak TAU]
 //!                                         [--branch-sms whole|share|1/N|N]
+//!                                         [--iqn-kernel auto|wgmma|mma]
 //! cargo run --release -p stepgraph-dqn -- --check DIR [--steps 3]   # for reference.py check DIR
 //! cargo run --release -p stepgraph-dqn -- --gpus N [--steps N]    # data parallel, NCCL
 //! cargo run --release -p stepgraph-dqn -- --print-plan dot|svg
@@ -21,7 +22,7 @@ use std::time::Instant;
 use stepgraph::stats::{Bounds, Ceilings, Floor, median};
 use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
 use stepgraph_dqn::floor;
-use stepgraph_dqn::kernels::{BadReplay, Kernels, LossSlot, Watch};
+use stepgraph_dqn::kernels::{BadReplay, IqnFusedKernel, Kernels, LossSlot, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
@@ -68,6 +69,9 @@ struct Options {
     report_every: usize,
     /// `--branch-sms`: what the branches' matmuls are planned for.
     branch_sms: SmTarget,
+    /// `--iqn-kernel auto|wgmma|mma`: the fused IQN head's kernel (`auto`: what the sizes
+    /// and the GPU take).
+    iqn_kernel: Option<IqnFusedKernel>,
 }
 
 /// `--source`: where the training run's batches come from.
@@ -107,6 +111,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
         report_every: 20,
         // Measured faster than `whole` (PERF.md, run `i20-sms`).
         branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
+        iqn_kernel: None,
     };
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -142,6 +147,18 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
                 o.branch_sms = match value()?.as_str() {
                     "share" => SmTarget::Share(dqn::BRANCH_WIDTH as u32),
                     v => v.parse().map_err(|e| format!("--branch-sms: {e}"))?,
+                }
+            }
+            "--iqn-kernel" => {
+                o.iqn_kernel = match value()?.as_str() {
+                    "auto" => None,
+                    "wgmma" => Some(IqnFusedKernel::Wgmma),
+                    "mma" => Some(IqnFusedKernel::MmaSync),
+                    v => {
+                        return Err(format!(
+                            "--iqn-kernel: expected auto, wgmma or mma, found `{v}`"
+                        ));
+                    }
                 }
             }
             "--gpus" => o.gpus = Some(number()?),
@@ -521,6 +538,7 @@ fn build_rank(
         target_sync: o.target_sync,
         polyak: o.polyak,
         branch_sms: o.branch_sms,
+        iqn_kernel: o.iqn_kernel,
     };
     dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
 }
@@ -1395,6 +1413,21 @@ mod tests {
         assert_eq!(
             parse("--branch-sms 33").unwrap().branch_sms,
             SmTarget::Count(33)
+        );
+        assert_eq!(parse("").unwrap().iqn_kernel, None);
+        assert_eq!(parse("--iqn-kernel auto").unwrap().iqn_kernel, None);
+        assert_eq!(
+            parse("--iqn-kernel wgmma").unwrap().iqn_kernel,
+            Some(IqnFusedKernel::Wgmma)
+        );
+        assert_eq!(
+            parse("--iqn-kernel mma").unwrap().iqn_kernel,
+            Some(IqnFusedKernel::MmaSync)
+        );
+        let msg = parse("--iqn-kernel tma").unwrap_err();
+        assert!(
+            msg == "--iqn-kernel: expected auto, wgmma or mma, found `tma`",
+            "{msg}"
         );
         let msg = parse("--branch-sms 1/0").unwrap_err();
         assert!(
