@@ -73,22 +73,29 @@ __device__ __forceinline__ float4 zero4() {
     return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
-// Reduce-scatter of 8 values over the 8 lanes that differ in bits 4, 3 and 2: three
-// halving exchanges, in each the lanes with the bit set keeping the upper half of the
-// values and adding the partner's copy of it. Afterwards v[0] of lane l holds, summed over
-// those 8 lanes, the value numbered 4 bit4(l) + 2 bit3(l) + bit2(l). 7 shuffles for 8 sums
-// instead of 8 x 3; every lane of the warp must call it.
-__device__ __forceinline__ void reduce_scatter8(float (&v)[8], unsigned lane) {
+// One halving exchange of a reduce-scatter over lanes: the lanes with bit m of the lane
+// index set keep the upper HALF of v[0 .. 2 HALF) and add their partner's copy of it, the
+// others the lower half. Every lane of the warp must call it; HALF is a template parameter
+// so that every index is a constant (a loop over the halves leaves v in local memory).
+template <int HALF, int N>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[N], unsigned lane, unsigned m) {
+    static_assert(2 * HALF <= N, "a step halves what is left of v");
+    const bool upper = (lane & m) != 0;
 #pragma unroll
-    for (int half = 4, m = 16; half >= 1; half >>= 1, m >>= 1) {
-        const bool upper = (lane & m) != 0;
-#pragma unroll
-        for (int i = 0; i < half; ++i) {
-            const float keep = upper ? v[i + half] : v[i];
-            const float send = upper ? v[i] : v[i + half];
-            v[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
-        }
+    for (int i = 0; i < HALF; ++i) {
+        const float keep = upper ? v[i + HALF] : v[i];
+        const float send = upper ? v[i] : v[i + HALF];
+        v[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
     }
+}
+
+// Reduce-scatter of 8 values over the 8 lanes that differ in bits 4, 3 and 2: afterwards
+// v[0] of lane l holds, summed over those 8 lanes, the value numbered 4 bit4(l) + 2 bit3(l)
+// + bit2(l). 7 shuffles for 8 sums instead of 8 x 3.
+__device__ __forceinline__ void reduce_scatter8(float (&v)[8], unsigned lane) {
+    reduce_scatter_step<4>(v, lane, 16);
+    reduce_scatter_step<2>(v, lane, 8);
+    reduce_scatter_step<1>(v, lane, 4);
 }
 
 // ---- Tensor cores: TF32 mma.sync (the IQN head and the trunk's layer-1 gradients) ----

@@ -669,38 +669,42 @@ extern "C" __global__ void __launch_bounds__(1024)
 // iqn_wgmma computes what iqn_fused computes, into the same partial rows (iqn_fused_finish
 // adds them), at N = 32 quantiles, C = 64 features and H = 256 hidden units (any B); other
 // sizes, and GPUs that did not load this module's sm_90a cubin, take iqn_fused. Both
-// products run as TF32 wgmma m64n128k8 with both operands in shared memory, 128-byte
-// swizzled (wgmma.cuh); operands are rounded to nearest first, as iqn_fused rounds them.
+// products run as TF32 wgmma m64n64k8; operands are rounded to nearest first, as
+// iqn_fused rounds them.
 //
 // A persistent block of two warpgroups walks tiles of 64 rows (b, j): two samples of 32
-// quantiles. Warpgroup wg owns hidden units 128 wg .. 128 wg + 127 for the whole launch:
-//   GEMM 1   phi_pre[64 rows, 128 units] = cosf[64 rows, 64] wphi_wg^T        (acc1)
-//   GEMM 2   dwphi_wg^T[64 features, 128 units] += cosf^T dphi_pre_wg          (acc2, kept)
-// acc1 and acc2 take 64 registers each. zq needs all 256 units: each warpgroup's part of
-// every row's dot product is exchanged through shared memory (the same sum in both, so both
-// get the same bits). The weight-gradient accumulators stay in registers across tiles, and
-// are written to the block's partial row once at the end.
+// quantiles. Warpgroup wg owns hidden units 128 wg .. 128 wg + 127 for the whole launch, as
+// two blocks of 64 (mb), and computes the products transposed, units as M:
+//   GEMM 1  phi_pre^T[64 units, 64 rows] = wphi[64 units, 64] cosf^T     (SS, acc1[mb])
+//   GEMM 2  dwphi[64 units, 64 features] += dphi_pre^T cosf              (RS, acc2[mb])
+// so that a thread's accumulators of GEMM 1, once turned into dphi_pre, are GEMM 2's A
+// operand in place: register i of the m64n64 fragment is (unit 16 w + g + 8 ((i >> 1) & 1),
+// row 8 (i >> 2) + 2 q + (i & 1)), and the A fragment of K-step ks wants (unit, slot q) and
+// (unit, slot q + 4) of rows 8 ks ..: slot q + 4 e is taken to be row 8 ks + 2 q + e, and
+// cosf^T (GEMM 2's B) is stored with its rows in that order (a GEMM may visit its K in any
+// order if both operands agree). dphi_pre never reaches memory, and a thread's four units
+// make bphi, h wq and wq registers, S a sum over the thread's rows and the 4 lanes of a quad.
+// zq needs all 256 units: each warp's part of each row goes through shared memory, and 64
+// threads add the 8 parts in order and compute dz.
 //
 // Shared memory (dynamic, 1024-byte aligned for the swizzle atoms):
-//   W       wphi [256 units][64 features], TF32, K-major                       64 KB
-//   CQ[2]   cosf [64 rows][64 features], K-major: GEMM 1's A                   2 x 16 KB
-//   CT[2]   cosf^T [64 features][64 rows], K-major: GEMM 2's A                 2 x 16 KB
-//   DP      dphi_pre^T [256 units][64 rows], K-major: GEMM 2's B               64 KB
+//   W       wphi [256 units][64 features], TF32, K-major: GEMM 1's A           64 KB
+//   CQ[2]   cosf [64 rows][64 features], K-major: GEMM 1's B                   2 x 16 KB
+//   CT[2]   cosf^T [64 features][64 slots], K-major: GEMM 2's B                2 x 16 KB
 // The tile buffers are double: the next tile's features are written while GEMM 2 reads
 // this tile's.
 //
-// One tile, in order (the tensor cores run GEMM 2 while the block stages the next tile,
-// and the next GEMM 1 while it finishes S and dh):
-//   wait for GEMM 1 (this tile) and GEMM 2 (the previous one)
-//   bias, ReLU; each row's part of zq over the warpgroup's units -> s_zq       barrier
-//   dz per row; dphi_pre into DP (scalar stores, conflict-free); S and dbphi summed over
-//   the warp's rows (a reduce-scatter over the 8 lanes of a column)             wg barrier
-//   issue GEMM 2; stage the next tile's cosf (both layouts), h, tau, ybar       barrier
-//   issue GEMM 1 of the next tile; S over the sample's two warps -> dh, dwq
-// Barriers order every reuse: DP and CT[b] are rewritten only after every thread has
-// waited for the GEMM 2 that read them (the first barrier of the next tile), and a
-// buffer's writes are fenced (fence.proxy.async) before the barrier that precedes the
-// wgmma that reads them.
+// One tile, in order:
+//   wait for GEMM 1; bias, ReLU, each row's part of zq over the thread's units
+//   each row's zq over the warp's 32 units (a reduce-scatter over the 8 lanes of a unit
+//   column) -> s_zq                                                            barrier
+//   64 threads: zq, u, the weight, dz -> s_dz                                 barrier
+//   dphi_pre, S (-> dh, dwq) and dbphi from registers; issue GEMM 2 (both blocks);
+//   stage the next tile's cosf (both layouts), h wq, tau, ybar                barrier
+//   wait for GEMM 2 (its A registers are free again); issue GEMM 1 of the next tile
+// Barriers order every reuse: CT[b] and CQ[b] are rewritten only after every thread has
+// waited for the wgmmas that read them, and a buffer's writes are fenced
+// (fence.proxy.async) before the barrier that precedes the wgmma that reads them.
 
 #include "wgmma.cuh"
 
@@ -712,50 +716,50 @@ extern "C" __global__ void __launch_bounds__(1024)
 #define IQN_WG_THREADS 256
 #define IQN_WG_W_BYTES (IQN_WG_H * IQN_WG_C * 4)
 #define IQN_WG_TILE_BYTES (IQN_WG_ROWS * IQN_WG_C * 4)
-// Dynamic shared memory: the alignment slack, W, CQ[2], CT[2], DP (IQN_WGMMA_SHARED_BYTES
-// in kernels.rs, whose test reads this line).
-#define IQN_WG_SMEM 197632
-static_assert(IQN_WG_SMEM ==
-                  1024 + IQN_WG_W_BYTES + 4 * IQN_WG_TILE_BYTES + IQN_WG_H * IQN_WG_ROWS * 4,
+// Dynamic shared memory: the alignment slack, W, CQ[2], CT[2] (IQN_WGMMA_SHARED_BYTES in
+// kernels.rs, whose test reads this line).
+#define IQN_WG_SMEM 132096
+static_assert(IQN_WG_SMEM == 1024 + IQN_WG_W_BYTES + 4 * IQN_WG_TILE_BYTES,
               "IQN_WG_SMEM is the sum of the buffers");
 
 #if defined(DQN_HAS_WGMMA)
-// 8 K-steps of d (+)= A B^T over K = 64, A [64][64] at sA and the 128 rows of B at sB
-// (rows_b rows in all), both K-major swizzled; scale_first = 0 overwrites d.
-__device__ __forceinline__ void iqn_wg_gemm(float (&d)[64], uint32_t sA, uint32_t sB,
-                                            uint32_t rows_b, int scale_first) {
+// A descriptor moved by `bytes` (a multiple of 16) within shared memory: the start address
+// is the low field, in units of 16 bytes, and every address here is below 256 KB, so the
+// add cannot carry out of it. Moving a base descriptor costs one add per wgmma where
+// building each from its address costs four (CUTLASS's descriptor iterators do the same).
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t bytes) {
+    return desc + (bytes >> 4);
+}
+
+// GEMM 1 of one unit block: d = A B^T over K = 64 features, A the block's 64 rows of W
+// (descriptor dA), B the tile's 64 rows of CQ (dB).
+__device__ __forceinline__ void iqn_wg_gemm1(float (&d)[32], uint64_t dA, uint64_t dB) {
     reg_fence_all(d);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-        wgmma_ss_n128(d, desc_sw128(sA + sw128_off(0, 8 * ks, IQN_WG_ROWS)),
-                      desc_sw128(sB + sw128_off(0, 8 * ks, rows_b)), ks > 0 ? 1 : scale_first);
+        wgmma_ss_n64(d, desc_at(dA, sw128_off(0, 8 * ks, IQN_WG_H)),
+                     desc_at(dB, sw128_off(0, 8 * ks, IQN_WG_ROWS)), ks > 0 ? 1 : 0);
     }
     wgmma_commit();
     reg_fence_all(d);
 }
 
-// One halving exchange of a reduce-scatter: the lanes with bit m set keep the upper HALF of
-// v[0 .. 2 HALF) and add their partner's copy of it, the others the lower half.
-template <int HALF>
-__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], unsigned lane, unsigned m) {
-    const bool upper = (lane & m) != 0;
+// GEMM 2 of one unit block: d += A B^T over K = the tile's 64 rows (in CT's slot order), A
+// the thread's dphi_pre fragment a (K-step ks: registers 4 ks, 4 ks + 2, 4 ks + 1, 4 ks + 3),
+// B the 64 features of CT (descriptor dB).
+__device__ __forceinline__ void iqn_wg_gemm2(float (&d)[32], uint32_t (&a)[32], uint64_t dB) {
+    reg_fence_all(d);
+    reg_fence_all(a);
+    wgmma_fence();
 #pragma unroll
-    for (int i = 0; i < HALF; ++i) {
-        const float keep = upper ? v[i + HALF] : v[i];
-        const float send = upper ? v[i] : v[i + HALF];
-        v[i] = keep + __shfl_xor_sync(FULL_MASK, send, m);
+    for (int ks = 0; ks < 8; ++ks) {
+        const uint32_t frag[4] = {a[4 * ks], a[4 * ks + 2], a[4 * ks + 1], a[4 * ks + 3]};
+        wgmma_rs_n64(d, frag, desc_at(dB, sw128_off(0, 8 * ks, IQN_WG_C)), 1);
     }
-}
-
-// Reduce-scatter of 32 values over the 8 lanes that differ in bits 4, 3 and 2 (the g of a
-// fragment): afterwards v[k], k < 4, of lane l holds value 4 g(l) + k summed over them.
-// 28 shuffles for 32 sums instead of 96; the steps are separate instantiations so that
-// every index is a constant (a loop over the halves left v in local memory).
-__device__ __forceinline__ void reduce_scatter32(float (&v)[32], unsigned lane) {
-    reduce_scatter_step<16>(v, lane, 16);
-    reduce_scatter_step<8>(v, lane, 8);
-    reduce_scatter_step<4>(v, lane, 4);
+    wgmma_commit();
+    reg_fence_all(d);
+    reg_fence_all(a);
 }
 #endif
 
@@ -770,25 +774,37 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
               float* __restrict__ partials, unsigned B, float coef) {
 #if defined(DQN_HAS_WGMMA)
     extern __shared__ __align__(1024) uint8_t iqn_wg_smem[];
-    __shared__ __align__(16) float s_bphi[IQN_WG_H];
-    __shared__ __align__(16) float s_hw[2][2][IQN_WG_H];  // [buf][sample] h wq
-    __shared__ __align__(16) float s_h[2][2][IQN_WG_H];   // [buf][sample] h
+    __shared__ __align__(16) float s_h[2][2][IQN_WG_H];  // [buf][sample] h
     __shared__ float s_tau[2][IQN_WG_ROWS];
     __shared__ float s_ybar[2][2];
-    __shared__ float s_zq[2][IQN_WG_ROWS];  // [warpgroup][row]: its units' part of zq
-    __shared__ __align__(16) float s_S[8][128];  // [warp][unit of its warpgroup]
-    __shared__ float s_red[2][8];
+    // [warp][row + row / 32]: the warp's 32 units' part of zq; the pad puts the two halves
+    // of the rows a warp stores at once (rows 8 g + 2 q + k, g < 4 and g >= 4) on odd and
+    // even banks.
+    __shared__ float s_zq[8][IQN_WG_ROWS + 2];
+    __shared__ __align__(16) float s_dz[IQN_WG_ROWS];
+    __shared__ float s_red[2][2];
 
     const uint32_t base = (smem_u32(iqn_wg_smem) + 1023u) & ~1023u;
-    const uint32_t sW = base, sCQ = sW + IQN_WG_W_BYTES, sCT = sCQ + 2 * IQN_WG_TILE_BYTES,
-                   sDP = sCT + 2 * IQN_WG_TILE_BYTES;
+    const uint32_t sW = base, sCQ = sW + IQN_WG_W_BYTES, sCT = sCQ + 2 * IQN_WG_TILE_BYTES;
     const unsigned tid = threadIdx.x, wg = tid >> 7, t = tid & 127;
     const unsigned lane = tid & 31, w = t >> 5, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const unsigned tiles = (B + 1) / 2;
     const size_t rows_all = (size_t)B * IQN_WG_N;
     const float scale = coef / ((float)B * (float)IQN_WG_N);
     const float bq0 = bq[0];
-    const float wq_u = wq[tid];  // unit tid: staging h wq, and S's unit below
+
+    // The thread's four units: block mb, half rh of the fragment's rows.
+    unsigned unit[2][2];
+    float b_u[2][2], wq_u[2][2];
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+        for (int rh = 0; rh < 2; ++rh) {
+            unit[mb][rh] = 128 * wg + 64 * mb + 16 * w + g + 8 * rh;
+            b_u[mb][rh] = bphi[unit[mb][rh]];
+            wq_u[mb][rh] = wq[unit[mb][rh]];
+        }
+    }
 
     for (unsigned c = tid; c < IQN_WG_H * (IQN_WG_C / 4); c += IQN_WG_THREADS) {
         const unsigned n = c / (IQN_WG_C / 4), k = 4 * (c % (IQN_WG_C / 4));
@@ -796,41 +812,46 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
         st_shared_v4(sW + sw128_off(n, k, IQN_WG_H), tf32_bits(v.x), tf32_bits(v.y),
                      tf32_bits(v.z), tf32_bits(v.w));
     }
-    s_bphi[tid] = bphi[tid];
 
     // A tile's inputs into buffer `buf`: cosf exactly as iqn_cos_features computes it, rounded
-    // to TF32, thread (rb, fb) taking rows 4 rb .. + 3 and features 4 fb .. + 3 (one 16-byte
-    // chunk per row of CQ and per feature of CT); rows past B N get tau = 0, masked later.
+    // to TF32. Thread (a, p, fb) takes features 4 fb .. + 3 of rows 8 a + 2 x + p (x < 4):
+    // one 16-byte chunk per row of CQ, and per feature of CT, where those rows are slots
+    // 8 a + 4 p + x. Rows past B N get tau = 0 (masked later). The 8 lanes of a quarter warp
+    // (bits l2 l1 l0 of tid) store to 8 different chunk positions in both layouts, so
+    // neither store has a bank conflict: p = l0, a = 4 t7 + 2 l2 + l1 and fb = 8 t6 +
+    // 4 (l2 ^ t4) + 2 (l1 ^ t3) + t5 (t_i: bit i of tid). CQ's chunk position is then
+    // (fb % 8) ^ (row % 8) = (l2 ^ t4, l1 ^ t3, t5 ^ l0) and CT's ((slot % 32) / 4) ^ (feature
+    // % 8) = (l2 ^ t5, l1, l0), each eight values over the quarter warp.
     auto stage = [&](unsigned tl, unsigned buf) {
-        const unsigned rb = tid >> 4, fb = tid & 15;
-        const size_t row0 = (size_t)tl * IQN_WG_ROWS + 4 * rb;
-        const float4 t4 = row0 < rows_all ? ld4(tau + row0) : zero4();
-        const float tt[4] = {t4.x, t4.y, t4.z, t4.w};
+        const unsigned l0 = tid & 1, l1 = (tid >> 1) & 1, l2 = (tid >> 2) & 1;
+        const unsigned p = l0, a = 4 * ((tid >> 7) & 1) + 2 * l2 + l1;
+        const unsigned fb = 8 * ((tid >> 6) & 1) + 4 * (l2 ^ ((tid >> 4) & 1)) +
+                            2 * (l1 ^ ((tid >> 3) & 1)) + ((tid >> 5) & 1);
         uint32_t v[4][4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int x = 0; x < 4; ++x) {
+            const size_t row = (size_t)tl * IQN_WG_ROWS + 8 * a + 2 * x + p;
+            const float tr = row < rows_all ? tau[row] : 0.0f;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                v[r][e] = tf32_bits(cospif((float)(4 * fb + e + 1) * tt[r]));
+                v[x][e] = tf32_operand(cospif((float)(4 * fb + e + 1) * tr));
             }
         }
         const uint32_t cq = sCQ + buf * IQN_WG_TILE_BYTES, ct = sCT + buf * IQN_WG_TILE_BYTES;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            st_shared_v4(cq + sw128_off(4 * rb + r, 4 * fb, IQN_WG_ROWS), v[r][0], v[r][1],
-                         v[r][2], v[r][3]);
+        for (int x = 0; x < 4; ++x) {
+            st_shared_v4(cq + sw128_off(8 * a + 2 * x + p, 4 * fb, IQN_WG_ROWS), v[x][0],
+                         v[x][1], v[x][2], v[x][3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            st_shared_v4(ct + sw128_off(4 * fb + e, 4 * rb, IQN_WG_C), v[0][e], v[1][e], v[2][e],
-                         v[3][e]);
+            st_shared_v4(ct + sw128_off(4 * fb + e, 8 * a + 4 * p, IQN_WG_C), v[0][e], v[1][e],
+                         v[2][e], v[3][e]);
         }
 #pragma unroll
         for (unsigned s = 0; s < 2; ++s) {
             const unsigned b = 2 * tl + s;
-            const float hv = b < B ? h[(size_t)b * IQN_WG_H + tid] : 0.0f;
-            s_h[buf][s][tid] = hv;
-            s_hw[buf][s][tid] = hv * wq_u;
+            s_h[buf][s][tid] = b < B ? h[(size_t)b * IQN_WG_H + tid] : 0.0f;
         }
         if (tid < IQN_WG_ROWS) {
             const size_t r = (size_t)tl * IQN_WG_ROWS + tid;
@@ -841,179 +862,199 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
         }
     };
 
-    float acc1[64], acc2[64];
+    float acc1[2][32], acc2[2][32];
+    uint32_t dp[2][32];  // dphi_pre^T as GEMM 2's A fragments
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-        acc2[i] = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+        acc1[0][i] = acc1[1][i] = 0.0f;  // defined, so that no move lands inside a wgmma
+        acc2[0][i] = acc2[1][i] = 0.0f;
+        dp[0][i] = dp[1][i] = 0u;
     }
-    float db[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float dwq_acc = 0.0f, loss = 0.0f, dbq = 0.0f;
-
-    // The thread's rows: r0 and r0 + 8 of the tile, both of sample s of the tile.
-    const unsigned r0 = 16 * w + g, s = w >> 1;
-    const uint32_t sWg = sW + sw128_off(128 * wg, 0, IQN_WG_H);
-    const uint32_t sDPg = sDP + sw128_off(128 * wg, 0, IQN_WG_H);
-
-    uint32_t dp_at[2][2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int rh = 0; rh < 2; ++rh) {
-            dp_at[e][rh] = sDPg + sw128_off(2 * q + e, r0 + 8 * rh, IQN_WG_H);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < 64; ++i) {
-        acc1[i] = 0.0f;  // GEMM 1 overwrites them; defined so that no move lands inside it
-    }
+    float db[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, dwq_acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    float loss = 0.0f, dbq = 0.0f;
+    // Base descriptors: each unit block's rows of W, and buffer 0 of CQ and CT (buffer 1 is
+    // one tile further).
+    const uint64_t dW[2] = {desc_sw128(sW + sw128_off(128 * wg, 0, IQN_WG_H)),
+                            desc_sw128(sW + sw128_off(128 * wg + 64, 0, IQN_WG_H))};
+    const uint64_t dCQ = desc_sw128(sCQ), dCT = desc_sw128(sCT);
 
     unsigned tl = blockIdx.x, buf = 0;  // the grid is at most `tiles` blocks
     stage(tl, 0);
     fence_proxy_async_smem();
     __syncthreads();
-    iqn_wg_gemm(acc1, sCQ, sWg, IQN_WG_H, 0);
+    iqn_wg_gemm1(acc1[0], dW[0], dCQ);
+    iqn_wg_gemm1(acc1[1], dW[1], dCQ);
     // Waited for here, before the loop (whose top waits anyway): the compiler moves the
     // loop's incoming values into place on entry, and a move of an accumulator that a
     // wgmma still owns would serialize every wgmma of the kernel.
     wgmma_wait<0>();
-    reg_fence_all(acc1);
+    reg_fence_all(acc1[0]);
+    reg_fence_all(acc1[1]);
 
     // A do-while, uniform across the block: every block has a tile, and a loop that might
-    // not run would join acc2's zeros with its results by moves, which serialize the wgmmas.
+    // not run would join the accumulators' zeros with its results by moves, and a move of
+    // an accumulator a wgmma still owns serializes every wgmma of the kernel.
     do {
         const unsigned next = tl + gridDim.x;
-        wgmma_wait<0>();
-        reg_fence_all(acc1);
-        reg_fence_all(acc2);
-
-        // phi = relu(phi_pre + bphi) in place, and this warpgroup's part of zq per row.
-        const float2* bp = reinterpret_cast<const float2*>(s_bphi + 128 * wg + 2 * q);
-        const float2* hw = reinterpret_cast<const float2*>(s_hw[buf][s] + 128 * wg + 2 * q);
-        float zp0 = 0.0f, zp1 = 0.0f;
+        // h wq of the thread's units in the tile's two samples.
+        float hw[2][2][2];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const float2 b2 = bp[4 * j], w2 = hw[4 * j];
-            acc1[4 * j] = fmaxf(acc1[4 * j] + b2.x, 0.0f);
-            acc1[4 * j + 1] = fmaxf(acc1[4 * j + 1] + b2.y, 0.0f);
-            acc1[4 * j + 2] = fmaxf(acc1[4 * j + 2] + b2.x, 0.0f);
-            acc1[4 * j + 3] = fmaxf(acc1[4 * j + 3] + b2.y, 0.0f);
-            zp0 = fmaf(acc1[4 * j], w2.x, zp0);
-            zp0 = fmaf(acc1[4 * j + 1], w2.y, zp0);
-            zp1 = fmaf(acc1[4 * j + 2], w2.x, zp1);
-            zp1 = fmaf(acc1[4 * j + 3], w2.y, zp1);
+        for (int s = 0; s < 2; ++s) {
+#pragma unroll
+            for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+                for (int rh = 0; rh < 2; ++rh) {
+                    hw[s][mb][rh] = s_h[buf][s][unit[mb][rh]] * wq_u[mb][rh];
+                }
+            }
         }
-        zp0 += __shfl_xor_sync(FULL_MASK, zp0, 1);
-        zp0 += __shfl_xor_sync(FULL_MASK, zp0, 2);
-        zp1 += __shfl_xor_sync(FULL_MASK, zp1, 1);
-        zp1 += __shfl_xor_sync(FULL_MASK, zp1, 2);
-        if (q == 0) {
-            s_zq[wg][r0] = zp0;
-            s_zq[wg][r0 + 8] = zp1;
+        // phi = relu(phi_pre + bphi) in place; zp[2 j + e]: row 8 j + 2 q + e's part of zq
+        // over the thread's units (rows 0-31 are sample 0: j < 4).
+        float zp[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            zp[i] = 0.0f;
+        }
+        // Both blocks waited for at once: reading block 0 while block 1's group is in
+        // flight (wait_group 1) made ptxas serialize every wgmma (C7514).
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb) {
+            reg_fence_all(acc1[mb]);
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const int j = i >> 2, rh = (i >> 1) & 1, e = i & 1;
+                acc1[mb][i] = fmaxf(acc1[mb][i] + b_u[mb][rh], 0.0f);
+                zp[2 * j + e] = fmaf(acc1[mb][i], hw[j >> 2][mb][rh], zp[2 * j + e]);
+            }
+        }
+        // Over the warp's 8 lanes of each q: lane (g, q) ends with rows 8 g + 2 q + k.
+        reduce_scatter_step<8>(zp, lane, 16);
+        reduce_scatter_step<4>(zp, lane, 8);
+        reduce_scatter_step<2>(zp, lane, 4);
+        s_zq[warp][8 * g + 2 * q + (g >> 2)] = zp[0];
+        s_zq[warp][8 * g + 2 * q + 1 + (g >> 2)] = zp[1];
+        __syncthreads();
+
+        if (tid < IQN_WG_ROWS) {  // warps 0 and 1: one row each, the parts in warp order
+            float zq = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                zq += s_zq[k][tid + (tid >> 5)];
+            }
+            const unsigned s = tid >> 5;
+            const bool live = 2 * tl + s < B;
+            const float u = s_ybar[buf][s] - (zq + bq0);
+            const float wt = asymmetric_weight(s_tau[buf][tid], u);
+            const float dz = live ? -scale * wt * huber_grad(u) : 0.0f;
+            s_dz[tid] = dz;
+            if (live) {
+                loss += wt * huber(u);
+                dbq += dz;
+            }
         }
         __syncthreads();
 
-        // dz of the thread's two rows (0 for a sample past B).
-        const bool live = 2 * tl + s < B;
-        float dz[2];
+        // dphi_pre = dz h wq (phi > 0), rounded into GEMM 2's A fragments; S of each unit and
+        // sample over the thread's rows, dbphi over all of them.
+        float2 dz2[8];
 #pragma unroll
-        for (int rh = 0; rh < 2; ++rh) {
-            const unsigned row = r0 + 8 * rh;
-            const float zq = s_zq[0][row] + s_zq[1][row];
-            const float u = s_ybar[buf][s] - (zq + bq0);
-            const float wt = asymmetric_weight(s_tau[buf][row], u);
-            dz[rh] = live ? -scale * wt * huber_grad(u) : 0.0f;
-            if (live && wg == 0 && q == 0) {
-                loss += wt * huber(u);
-                dbq += dz[rh];
+        for (int j = 0; j < 8; ++j) {
+            dz2[j] = *reinterpret_cast<const float2*>(&s_dz[8 * j + 2 * q]);
+        }
+        float S[2][2][2] = {{{0.0f, 0.0f}, {0.0f, 0.0f}}, {{0.0f, 0.0f}, {0.0f, 0.0f}}};
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const int j = i >> 2, rh = (i >> 1) & 1, e = i & 1;
+                const float d = e ? dz2[j].y : dz2[j].x;
+                const float phi = acc1[mb][i];
+                const float gr = phi > 0.0f ? d * hw[j >> 2][mb][rh] : 0.0f;
+                S[j >> 2][mb][rh] = fmaf(d, phi, S[j >> 2][mb][rh]);
+                db[mb][rh] += gr;
+                dp[mb][i] = tf32_operand(gr);
             }
         }
-        // dphi_pre = dz wq h (phi > 0) into DP; S and dbphi over the thread's two rows.
-        // Unit 8 j + 2 q + e of row r sits at dp_at[e][r is r0 + 8] + 1024 j: eight units
-        // apart are one swizzle atom apart, so 4 addresses serve the 64 stores.
-        float sp[32], dp[32];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const float2 w2 = hw[4 * j];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float hwc = e ? w2.y : w2.x;
-                const float p0 = acc1[4 * j + e], p1 = acc1[4 * j + 2 + e];
-                const float g0 = p0 > 0.0f ? dz[0] * hwc : 0.0f;
-                const float g1 = p1 > 0.0f ? dz[1] * hwc : 0.0f;
-                st_shared_b32(dp_at[e][0] + 1024 * j, tf32_bits(g0));
-                st_shared_b32(dp_at[e][1] + 1024 * j, tf32_bits(g1));
-                sp[2 * j + e] = fmaf(dz[1], p1, dz[0] * p0);
-                dp[2 * j + e] = g0 + g1;
-            }
-        }
-        reduce_scatter32(sp, lane);
-        reduce_scatter32(dp, lane);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const unsigned col = 16 * g + 8 * (k >> 1) + 2 * q + (k & 1);
-            s_S[warp][col] = sp[k];
-            db[k] += dp[k];
-        }
-        fence_proxy_async_smem();
-        named_barrier(1 + wg, 128);  // this warpgroup's half of DP and its rows of s_S
+        iqn_wg_gemm2(acc2[0], dp[0], desc_at(dCT, buf * IQN_WG_TILE_BYTES));
+        iqn_wg_gemm2(acc2[1], dp[1], desc_at(dCT, buf * IQN_WG_TILE_BYTES));
 
-        iqn_wg_gemm(acc2, sCT + buf * IQN_WG_TILE_BYTES, sDPg, IQN_WG_H, 1);
+        // S over the quad (its lanes hold the other rows of the same units); every lane ends
+        // with the sums, lane q stores dh for its two of the eight (sample, unit) pairs.
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+#pragma unroll
+            for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+                for (int rh = 0; rh < 2; ++rh) {
+                    float v = S[s][mb][rh];
+                    v += __shfl_xor_sync(FULL_MASK, v, 1);
+                    v += __shfl_xor_sync(FULL_MASK, v, 2);
+                    const unsigned b = 2 * tl + s;
+                    if (b < B) {
+                        if ((unsigned)(2 * s + mb) == q) {
+                            dh[(size_t)b * IQN_WG_H + unit[mb][rh]] = wq_u[mb][rh] * v;
+                        }
+                        dwq_acc[mb][rh] = fmaf(s_h[buf][s][unit[mb][rh]], v, dwq_acc[mb][rh]);
+                    }
+                }
+            }
+        }
+
         if (next < tiles) {
             stage(next, buf ^ 1);
         }
         fence_proxy_async_smem();
         __syncthreads();
-        // Issued after the last tile too (on stale features, its result unused): a
-        // conditional wgmma makes the compiler merge acc1's two definitions with moves,
-        // and a move into an accumulator serializes every wgmma of the kernel.
-        iqn_wg_gemm(acc1, sCQ + (buf ^ 1) * IQN_WG_TILE_BYTES, sWg, IQN_WG_H, 0);
-
-        // S[b, unit] over the sample's two warps of this warpgroup; unit = tid.
-#pragma unroll
-        for (unsigned s2 = 0; s2 < 2; ++s2) {
-            const unsigned b = 2 * tl + s2;
-            if (b < B) {
-                const float S = s_S[4 * wg + 2 * s2][t] + s_S[4 * wg + 2 * s2 + 1][t];
-                dh[(size_t)b * IQN_WG_H + tid] = wq_u * S;
-                dwq_acc = fmaf(s_h[buf][s2][tid], S, dwq_acc);
-            }
-        }
+        wgmma_wait<0>();  // GEMM 2 is done with dp before GEMM 1 may take its registers
+        reg_fence_all(acc2[0]);
+        reg_fence_all(acc2[1]);
+        reg_fence_all(dp[0]);
+        reg_fence_all(dp[1]);
+        // Issued after the last tile too (on stale features, unused): a conditional wgmma
+        // would join acc1's definitions by moves, which serialize the kernel's wgmmas.
+        iqn_wg_gemm1(acc1[0], dW[0], desc_at(dCQ, (buf ^ 1) * IQN_WG_TILE_BYTES));
+        iqn_wg_gemm1(acc1[1], dW[1], desc_at(dCQ, (buf ^ 1) * IQN_WG_TILE_BYTES));
         tl = next;
         buf ^= 1;
     } while (tl < tiles);
     wgmma_wait<0>();
-    reg_fence_all(acc2);
+    reg_fence_all(acc1[0]);
+    reg_fence_all(acc1[1]);
 
     // The block's partial row, [dwq (H) | dbphi (H) | dbq | loss sum | dwphi (H C)].
     float* row = partials + (size_t)blockIdx.x * (2 * IQN_WG_H + 2 + IQN_WG_H * IQN_WG_C);
     float* dwr = row + 2 * IQN_WG_H + 2;
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-        const unsigned feat = 16 * w + g + 8 * ((i >> 1) & 1);
-        const unsigned unit = 128 * wg + 8 * (i >> 2) + 2 * q + (i & 1);
-        dwr[unit * IQN_WG_C + feat] = acc2[i];
-    }
-    __syncthreads();  // every thread is past its last read of s_S
+    for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        s_S[warp][16 * g + 8 * (k >> 1) + 2 * q + (k & 1)] = db[k];
+        for (int i = 0; i < 32; i += 2) {
+            const unsigned u = unit[mb][(i >> 1) & 1], feat = 8 * (i >> 2) + 2 * q;
+            *reinterpret_cast<float2*>(dwr + u * IQN_WG_C + feat) =
+                make_float2(acc2[mb][i], acc2[mb][i + 1]);
+        }
+#pragma unroll
+        for (int rh = 0; rh < 2; ++rh) {
+            float v = db[mb][rh];
+            v += __shfl_xor_sync(FULL_MASK, v, 1);
+            v += __shfl_xor_sync(FULL_MASK, v, 2);
+            if (q == 0) {
+                row[unit[mb][rh]] = dwq_acc[mb][rh];
+                row[IQN_WG_H + unit[mb][rh]] = v;
+            }
+        }
     }
-    loss = warp_sum(loss);
-    dbq = warp_sum(dbq);
-    if (lane == 0) {
-        s_red[0][warp] = dbq;
-        s_red[1][warp] = loss;
+    if (warp < 2) {
+        loss = warp_sum(loss);
+        dbq = warp_sum(dbq);
+        if (lane == 0) {
+            s_red[0][warp] = dbq;
+            s_red[1][warp] = loss;
+        }
     }
     __syncthreads();
-    row[tid] = dwq_acc;
-    row[IQN_WG_H + tid] = s_S[4 * wg][t] + s_S[4 * wg + 1][t] + s_S[4 * wg + 2][t] +
-                          s_S[4 * wg + 3][t];
     if (tid < 2) {
-        float v = 0.0f;
-        for (int k = 0; k < 8; ++k) {
-            v += s_red[tid][k];
-        }
-        row[2 * IQN_WG_H + tid] = v;
+        row[2 * IQN_WG_H + tid] = s_red[tid][0] + s_red[tid][1];
     }
 #else
     __trap();

@@ -1668,9 +1668,9 @@ const IQN_FUSED_SMEM_BLOCKS_PER_SM: u32 = 5;
 pub const WGMMA_TARGET: &str = "sm_90a";
 
 /// Dynamic shared memory of an `iqn_wgmma` block (`IQN_WG_SMEM` in `cuda/iqn.cu`): 1 KB of
-/// alignment slack, `wphi` (64 KB), two tiles of `cosf` in each of two layouts (4 x 16 KB)
-/// and `dphi_preᵀ` (64 KB).
-pub const IQN_WGMMA_SHARED_BYTES: u32 = 1024 + 65536 + 4 * 16384 + 65536;
+/// alignment slack, `wphi` (64 KB) and two tiles of `cosf` in each of two layouts
+/// (4 x 16 KB).
+pub const IQN_WGMMA_SHARED_BYTES: u32 = 1024 + 65536 + 4 * 16384;
 
 /// The sizes `iqn_wgmma` is written for (`IQN_WG_N`, `IQN_WG_C`, `IQN_WG_H`): quantiles,
 /// cosine features, hidden units. Its tiles are two samples of 32 quantiles, and each of
