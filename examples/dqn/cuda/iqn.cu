@@ -723,6 +723,12 @@ static_assert(IQN_WG_SMEM == 1024 + IQN_WG_W_BYTES + 4 * IQN_WG_TILE_BYTES,
               "IQN_WG_SMEM is the sum of the buffers");
 
 #if defined(DQN_HAS_WGMMA)
+// v summed over the 4 lanes of a quad (lanes 4 g .. 4 g + 3), in every one of them.
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(FULL_MASK, v, 1);
+    return v + __shfl_xor_sync(FULL_MASK, v, 2);
+}
+
 // A descriptor moved by `bytes` (a multiple of 16) within shared memory: the start address
 // is the low field, in units of 16 bytes, and every address here is below 256 KB, so the
 // add cannot carry out of it. Moving a base descriptor costs one add per wgmma where
@@ -987,9 +993,7 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
             for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
                 for (int rh = 0; rh < 2; ++rh) {
-                    float v = S[s][mb][rh];
-                    v += __shfl_xor_sync(FULL_MASK, v, 1);
-                    v += __shfl_xor_sync(FULL_MASK, v, 2);
+                    const float v = quad_sum(S[s][mb][rh]);
                     const unsigned b = 2 * tl + s;
                     if (b < B) {
                         if ((unsigned)(2 * s + mb) == q) {
@@ -1035,9 +1039,7 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
         }
 #pragma unroll
         for (int rh = 0; rh < 2; ++rh) {
-            float v = db[mb][rh];
-            v += __shfl_xor_sync(FULL_MASK, v, 1);
-            v += __shfl_xor_sync(FULL_MASK, v, 2);
+            const float v = quad_sum(db[mb][rh]);
             if (q == 0) {
                 row[unit[mb][rh]] = dwq_acc[mb][rh];
                 row[IQN_WG_H + unit[mb][rh]] = v;
