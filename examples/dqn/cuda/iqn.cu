@@ -5,7 +5,9 @@
 // them GEMMs compute dwphi = dphi_pre^T cosf (dbphi comes out of iqn_forward_backward,
 // or from a bias-gradient epilogue). The [B N, H] tensors are the largest of the step
 // (134M elements at the default sizes), so the fused kernel reads phi once and writes
-// dphi_pre once, and never materialises h * phi.
+// dphi_pre once, and never materialises h * phi. Below them, the whole head in one kernel
+// twice over: iqn_fused (mma.sync, any size) and iqn_wgmma (Hopper's wgmma, the step's
+// sizes), which keep phi and dphi_pre on chip.
 
 #include "dqn.cuh"
 
@@ -700,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 //   column) -> s_zq                                                            barrier
 //   64 threads: zq, u, the weight, dz -> s_dz                                 barrier
 //   dphi_pre, S (-> dh, dwq) and dbphi from registers; issue GEMM 2 (both blocks);
-//   stage the next tile's cosf (both layouts), h wq, tau, ybar                barrier
+//   stage the next tile's cosf (both layouts), h, tau, ybar                   barrier
 //   wait for GEMM 2 (its A registers are free again); issue GEMM 1 of the next tile
 // Barriers order every reuse: CT[b] and CQ[b] are rewritten only after every thread has
 // waited for the wgmmas that read them, and a buffer's writes are fenced
