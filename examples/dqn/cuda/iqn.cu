@@ -1017,10 +1017,13 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
         reg_fence_all(acc2[1]);
         reg_fence_all(dp[0]);
         reg_fence_all(dp[1]);
-        // Issued after the last tile too (on stale features, unused): a conditional wgmma
-        // would join acc1's definitions by moves, which serialize the kernel's wgmmas.
-        iqn_wg_gemm1(acc1[0], dW[0], desc_at(dCQ, (buf ^ 1) * IQN_WG_TILE_BYTES));
-        iqn_wg_gemm1(acc1[1], dW[1], desc_at(dCQ, (buf ^ 1) * IQN_WG_TILE_BYTES));
+        // Issued after the last tile too, its result unused: a conditional wgmma would join
+        // acc1's definitions by moves, which serialize the kernel's wgmmas. It then reads
+        // this tile's features, not the other buffer, which a block with one tile never
+        // wrote.
+        const uint32_t cq_next = (next < tiles ? buf ^ 1 : buf) * IQN_WG_TILE_BYTES;
+        iqn_wg_gemm1(acc1[0], dW[0], desc_at(dCQ, cq_next));
+        iqn_wg_gemm1(acc1[1], dW[1], desc_at(dCQ, cq_next));
         tl = next;
         buf ^= 1;
     } while (tl < tiles);

@@ -1,14 +1,14 @@
-// Hopper (sm_90a) warpgroup matrix instructions for the DQN step's kernels: TF32 wgmma with
-// both operands in shared memory (the SS form), the 128-byte swizzled K-major layout they
-// read, their descriptors, and the fences that order shared memory and registers around
-// them. Everything here was checked on the H200 by the probe in bench/probes/wgmma (its
-// NOTES.md has the layouts, the descriptor bits and the fence rules with their sources);
-// this is the subset iqn_wgmma uses, copied from it (the probe is a standalone harness
-// and keeps its own copy).
+// Hopper (sm_90a) warpgroup matrix instructions for the DQN step's kernels: TF32 wgmma
+// m64n64k8 with A from shared memory (SS) or from registers (RS), B from shared memory, the
+// 128-byte swizzled K-major layout they read, their descriptors, the fences that order
+// shared memory and registers around them, and TF32 operands by one add. Everything here
+// was checked on the H200 by the probe in bench/probes/wgmma (its NOTES.md has the layouts,
+// the descriptor bits and the fence rules with their sources), from which these are copied
+// (the probe is a standalone harness and keeps its own copy).
 //
 // Only the sm_90a compilation sees these (__CUDA_ARCH_FEAT_SM90_ALL): the compute_90 PTX
 // that the build also embeds for newer GPUs has no wgmma, and the host side takes the
-// mma.sync path there (kernels.rs, IqnPath).
+// mma.sync kernel there (kernels.rs: Kernels::has_wgmma, IqnFusedKernel).
 #pragma once
 
 #include <stdint.h>
@@ -86,13 +86,6 @@ __device__ __forceinline__ void reg_fence_all(uint32_t (&d)[N]) {
 // the low bits it leaves are not zero, so it is only for operands a wgmma reads.
 __device__ __forceinline__ uint32_t tf32_operand(float x) {
     return __float_as_uint(x) + 0x1000u;
-}
-// bar.sync on a named barrier (1..15; 0 is __syncthreads) over `threads` threads.
-__device__ __forceinline__ void named_barrier(unsigned id, unsigned threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t x, uint32_t y, uint32_t z,
                                              uint32_t w) {

@@ -31,7 +31,8 @@ impl Kernels {
     /// Loads this crate's modules and the generic kernels into `device`'s context; each
     /// kernel's parameter list is checked against its CUDA signature. Where the driver took
     /// the sm_90a cubin of `cuda/iqn.cu`, `iqn_wgmma` is also opted in to the shared memory
-    /// it needs ([`IQN_WGMMA_SHARED_BYTES`]).
+    /// it needs ([`IQN_WGMMA_SHARED_BYTES`]); if the driver refuses that, the load fails
+    /// with [`Error::DynamicShared`] rather than quietly run the slower kernel.
     pub fn load(device: &Device) -> Result<Kernels> {
         let raw = raw::Kernels::load(device)?;
         let wgmma = raw
@@ -1796,6 +1797,9 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
 /// threads (two warpgroups), each with at least one tile of two samples, each writing one
 /// partial row as `iqn_fused` does.
 fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
+    // Sizes neither kernel takes (a batch of 0, B N past 32 bits) get iqn_fused's error,
+    // which names them.
+    let fallback = iqn_fused_plan(dims)?;
     if !dims.wgmma_takes() {
         let (n, c, h) = IQN_WGMMA_SIZES;
         return Err(Error::Invalid(format!(
@@ -1804,7 +1808,6 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
             dims.quantiles, dims.cosines, dims.hidden
         )));
     }
-    let fallback = iqn_fused_plan(dims)?;
     // B N fits 32 bits (supported), so ceil(B / 2) does too.
     let blocks = (dims.batch.div_ceil(2) as u32).min(IQN_FUSED_BLOCKS);
     let row_len = fallback.scratch_len / fallback.rows as usize;
@@ -3337,9 +3340,13 @@ mod tests {
                 "{err}"
             );
         }
-        // Sizes neither kernel takes.
+        // Sizes neither kernel takes: the error names the size that is wrong.
         assert!(!step(0).wgmma_takes());
+        let err = iqn_wgmma_plan(step(0)).unwrap_err().to_string();
+        assert!(err.contains("batch"), "{err}");
         assert!(!step(1 << 27).wgmma_takes(), "B N past 32 bits");
+        let err = iqn_wgmma_plan(step(1 << 27)).unwrap_err().to_string();
+        assert!(err.contains("tau ([B, N])"), "{err}");
     }
 
     #[test]
