@@ -1774,8 +1774,7 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         "iqn_fused: h ([B, H])",
         product("iqn_fused: h", &[dims.batch, dims.hidden])?,
     )?;
-    // At most 2 * 256 + 2 + 256 * 64: no overflow.
-    let row_len = 2 * dims.hidden + 2 + dims.hidden * dims.cosines;
+    let row_len = iqn_partial_row_len(dims);
     let warps = h.div_ceil(16);
     let per_sm = (IQN_FUSED_MAX_WARPS / warps).min(IQN_FUSED_SMEM_BLOCKS_PER_SM);
     let blocks = b.min(IQN_FUSED_BLOCKS * per_sm * IQN_FUSED_WAVES);
@@ -1791,6 +1790,13 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         scratch_len,
         finish: tile_config((row_len as u32).div_ceil(32), 1),
     })
+}
+
+/// Floats in one block's partial row of either fused IQN kernel, `[dwq (H) | dbphi (H) | dbq
+/// | loss | dwphi (H C)]`. For sizes the plans admit (at most 2 · 256 + 2 + 256 · 64): no
+/// overflow.
+fn iqn_partial_row_len(dims: IqnFusedDims) -> usize {
+    2 * dims.hidden + 2 + dims.hidden * dims.cosines
 }
 
 /// How `iqn_wgmma` launches: `min(ceil(B / 2), IQN_FUSED_BLOCKS)` persistent blocks of 256
@@ -1810,7 +1816,6 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
     }
     // B N fits 32 bits (supported), so ceil(B / 2) does too.
     let blocks = (dims.batch.div_ceil(2) as u32).min(IQN_FUSED_BLOCKS);
-    let row_len = fallback.scratch_len / fallback.rows as usize;
     Ok(IqnFusedPlan {
         config: LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -1820,7 +1825,7 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         rows: blocks,
         // Never more rows than iqn_fused's plan (min(B, 132) blocks at H = 256), so the
         // scratch that IqnFusedDims::scratch_len asks for serves both kernels.
-        scratch_len: blocks as usize * row_len,
+        scratch_len: blocks as usize * iqn_partial_row_len(dims),
         finish: fallback.finish,
     })
 }

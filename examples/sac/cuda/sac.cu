@@ -162,6 +162,19 @@ extern "C" __global__ void critic_min(const float* __restrict__ q, float* __rest
     }
 }
 
+// The soft target of one element, y = r + gamma (1 - done) (qmin - alpha logp_next): one
+// definition for soft_target and min_soft_target, which must give the same bits.
+__device__ __forceinline__ float soft_target_of(float r, float done, float qmin,
+                                                float logp_next, float alpha, float gamma) {
+    const float v = qmin - alpha * logp_next;
+    return r + gamma * (1.0f - done) * v;
+}
+
+// One element's term of the actor loss, alpha logp - qmin (actor_loss, min_actor_loss).
+__device__ __forceinline__ float actor_loss_term(float alpha, float logp, float qmin) {
+    return fmaf(alpha, logp, -qmin);
+}
+
 // y = r + gamma (1 - done) (qmin - exp(log_alpha[0]) logp_next), [n], with qmin the
 // target critics' minimum. One thread per element.
 extern "C" __global__ void soft_target(const float* __restrict__ r,
@@ -172,9 +185,7 @@ extern "C" __global__ void soft_target(const float* __restrict__ r,
                                        float* __restrict__ y, float gamma, unsigned n) {
     const unsigned i = global_index();
     if (i < n) {
-        const float alpha = expf(log_alpha[0]);
-        const float v = qmin[i] - alpha * logp_next[i];
-        y[i] = r[i] + gamma * (1.0f - done[i]) * v;
+        y[i] = soft_target_of(r[i], done[i], qmin[i], logp_next[i], expf(log_alpha[0]), gamma);
     }
 }
 
@@ -188,7 +199,7 @@ extern "C" __global__ void actor_loss(const float* __restrict__ qmin,
     const float alpha = expf(log_alpha[0]);
     float acc = 0.0f;
     for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
-        acc += fmaf(alpha, logp[i], -qmin[i]);
+        acc += actor_loss_term(alpha, logp[i], qmin[i]);
     }
     const float s = block_sum(acc);
     if (threadIdx.x == 0) {
@@ -472,9 +483,7 @@ extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
     const float m = critics_min(q0, q1, q2, q3, count, i, &k);
     qmin[i] = m;
     argmin[i] = k;
-    const float alpha = expf(log_alpha[0]);
-    const float v = m - alpha * logp_next[i];
-    y[i] = r[i] + gamma * (1.0f - done[i]) * v;
+    y[i] = soft_target_of(r[i], done[i], m, logp_next[i], expf(log_alpha[0]), gamma);
 }
 
 // critic_min over `count` critics, then actor_loss, in one block of SAC_REDUCE_THREADS:
@@ -496,7 +505,7 @@ extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
         const float m = critics_min(q0, q1, q2, q3, count, i, &k);
         qmin[i] = m;
         argmin[i] = k;
-        acc += fmaf(alpha, logp[i], -m);
+        acc += actor_loss_term(alpha, logp[i], m);
     }
     const float s = block_sum(acc);
     if (threadIdx.x == 0) {
