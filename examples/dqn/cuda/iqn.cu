@@ -888,6 +888,11 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
 
     unsigned tl = blockIdx.x, buf = 0;  // the grid is at most `tiles` blocks
     stage(tl, 0);
+    // CQ[1] zeroed once: the GEMM 1 issued after a block's last tile reads the other buffer,
+    // which a block with one tile never writes (the loop below does not test for it).
+    for (unsigned c = tid; c < IQN_WG_TILE_BYTES / 16; c += IQN_WG_THREADS) {
+        st_shared_v4(sCQ + IQN_WG_TILE_BYTES + 16 * c, 0u, 0u, 0u, 0u);
+    }
     fence_proxy_async_smem();
     __syncthreads();
     iqn_wg_gemm1(acc1[0], dW[0], dCQ);
@@ -1017,13 +1022,11 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
         reg_fence_all(acc2[1]);
         reg_fence_all(dp[0]);
         reg_fence_all(dp[1]);
-        // Issued after the last tile too, its result unused: a conditional wgmma would join
-        // acc1's definitions by moves, which serialize the kernel's wgmmas. It then reads
-        // this tile's features, not the other buffer, which a block with one tile never
-        // wrote.
-        const uint32_t cq_next = (next < tiles ? buf ^ 1 : buf) * IQN_WG_TILE_BYTES;
-        iqn_wg_gemm1(acc1[0], dW[0], desc_at(dCQ, cq_next));
-        iqn_wg_gemm1(acc1[1], dW[1], desc_at(dCQ, cq_next));
+        // Issued after the last tile too, on stale features (CQ[1] is zeroed at the start
+        // for a block with one tile), its result unused: a conditional wgmma would join
+        // acc1's definitions by moves, which serialize the kernel's wgmmas.
+        iqn_wg_gemm1(acc1[0], dW[0], desc_at(dCQ, (buf ^ 1) * IQN_WG_TILE_BYTES));
+        iqn_wg_gemm1(acc1[1], dW[1], desc_at(dCQ, (buf ^ 1) * IQN_WG_TILE_BYTES));
         tl = next;
         buf ^= 1;
     } while (tl < tiles);
