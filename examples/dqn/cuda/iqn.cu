@@ -725,6 +725,16 @@ static_assert(IQN_WG_SMEM == 1024 + IQN_WG_W_BYTES + 4 * IQN_WG_TILE_BYTES,
               "IQN_WG_SMEM is the sum of the buffers");
 
 #if defined(DQN_HAS_WGMMA)
+// cos(pi x) for |x| < 2^22 in five instructions where cospif takes about thirteen: x less
+// the nearest even integer is r in [-1, 1], exactly (Sterbenz), and the special-function
+// unit's cosine of pi r is within 2^-21.4 of it, far below the TF32 rounding (2^-11) that
+// follows. It differs from cospif, and from iqn_cos_features, in the last bits: a TF32
+// operand moves by one unit in about one case in a few hundred.
+__device__ __forceinline__ float cos_pi_fast(float x) {
+    const float r = fmaf(-2.0f, rintf(0.5f * x), x);
+    return __cosf(3.14159265358979f * r);
+}
+
 // v summed over the 4 lanes of a quad (lanes 4 g .. 4 g + 3), in every one of them.
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(FULL_MASK, v, 1);
@@ -821,9 +831,9 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
                      tf32_bits(v.z), tf32_bits(v.w));
     }
 
-    // A tile's inputs into buffer `buf`: cosf exactly as iqn_cos_features computes it, rounded
-    // to TF32. Thread (a, p, fb) takes features 4 fb .. + 3 of rows 8 a + 2 x + p (x < 4):
-    // one 16-byte chunk per row of CQ, and per feature of CT, where those rows are slots
+    // A tile's inputs into buffer `buf`: cosf (cos_pi_fast), rounded to TF32. Thread
+    // (a, p, fb) takes features 4 fb .. + 3 of rows 8 a + 2 x + p (x < 4): one 16-byte
+    // chunk per row of CQ, and per feature of CT, where those rows are slots
     // 8 a + 4 p + x. Rows past B N get tau = 0 (masked later). The 8 lanes of a quarter warp
     // (bits l2 l1 l0 of tid) store to 8 different chunk positions in both layouts, so
     // neither store has a bank conflict: p = l0, a = 4 t7 + 2 l2 + l1 and fb = 8 t6 +
@@ -842,7 +852,7 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
             const float tr = row < rows_all ? tau[row] : 0.0f;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                v[x][e] = tf32_operand(cospif((float)(4 * fb + e + 1) * tr));
+                v[x][e] = tf32_operand(cos_pi_fast((float)(4 * fb + e + 1) * tr));
             }
         }
         const uint32_t cq = sCQ + buf * IQN_WG_TILE_BYTES, ct = sCT + buf * IQN_WG_TILE_BYTES;

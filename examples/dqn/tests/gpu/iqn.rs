@@ -11,9 +11,11 @@
 //!
 //! - Against the CPU reference that rounds the products' operands to TF32 as the kernel
 //!   does (`GemmOperands::Tf32`): [`TF32_OPERANDS_BOUND`] = 1e-3. What is left is the order
-//!   of f32 sums (tensor-core accumulation against f64: about 1e-6 relative) and `cospif`
-//!   against a correctly rounded cosine (1 ulp of f32, which moves a TF32 operand by one
-//!   TF32 ulp in about 1 case in 8000). A CPU model of the kernel's arithmetic puts the
+//!   of f32 sums (tensor-core accumulation against f64: about 1e-6 relative) and the
+//!   kernels' cosines against a correctly rounded one: `iqn_fused`'s `cospif` is within 1
+//!   ulp of f32, which moves a TF32 operand by one TF32 ulp in about 1 case in 8000;
+//!   `iqn_wgmma`'s special-function cosine within 2^-21.4, about 1 case in a few hundred,
+//!   each move 2^-11 of one term. A CPU model of the kernel's arithmetic puts the
 //!   differences near 1e-5.
 //! - Against the exact reference (`GemmOperands::Exact`) and against the unfused GPU path:
 //!   MODEL.md's bounds, [`GRADIENT_BOUND`] = 1e-2 for gradients and [`LOSS_BOUND`] = 1e-3
