@@ -25,6 +25,8 @@ pub struct Kernels {
     /// Whether the driver loaded `cuda/iqn.cu`'s sm_90a cubin, whose `iqn_wgmma` runs on
     /// Hopper's warpgroup MMA (elsewhere, the PTX fallback has only its trap).
     wgmma: bool,
+    /// Whether the driver granted `attention_fused` its shared memory.
+    attention_fused: bool,
 }
 
 impl Kernels {
@@ -33,6 +35,9 @@ impl Kernels {
     /// the sm_90a cubin of `cuda/iqn.cu`, `iqn_wgmma` is also opted in to the shared memory
     /// it needs ([`IQN_WGMMA_SHARED_BYTES`]); if the driver refuses that, the load fails
     /// with [`Error::DynamicShared`] rather than quietly run the slower kernel.
+    /// `attention_fused` is opted in to [`ATTENTION_FUSED_SHARED_BYTES`] on any GPU; where
+    /// the driver refuses, [`Kernels::has_attention_fused`] says so and the step takes the
+    /// unfused attention path.
     pub fn load(device: &Device) -> Result<Kernels> {
         let raw = raw::Kernels::load(device)?;
         let wgmma = raw
@@ -43,10 +48,21 @@ impl Kernels {
             raw.kernel(KernelId::IqnWgmma)
                 .set_max_dynamic_shared(IQN_WGMMA_SHARED_BYTES)?;
         }
+        // A GPU with less shared memory a block than Hopper refuses the opt-in: the step
+        // then takes the unfused attention path, so the refusal is an answer, not an error.
+        let attention_fused = match raw
+            .kernel(KernelId::AttentionFused)
+            .set_max_dynamic_shared(ATTENTION_FUSED_SHARED_BYTES)
+        {
+            Ok(()) => true,
+            Err(Error::DynamicShared { .. }) => false,
+            Err(other) => return Err(other),
+        };
         Ok(Kernels {
             raw,
             generic: Arc::new(stepgraph_kernels::Kernels::load(device)?),
             wgmma,
+            attention_fused,
         })
     }
 
@@ -2477,6 +2493,404 @@ impl Kernels {
     }
 }
 
+// ---- cuda/attention_fused.cu: the whole attention head in one kernel ----
+
+/// The sizes `attention_fused` is written for (`AF_S`, `AF_W`, `AF_E`, `AF_HEADS` in
+/// `cuda/attention_fused.cu`): state features `S`, window `W`, width `E` and heads `Hh`.
+pub const ATTENTION_FUSED_SIZES: (usize, usize, usize, usize) = (64, 8, 64, 4);
+
+/// Dynamic shared memory of an `attention_fused` block (`AF_SMEM_BYTES`): `wemb` and
+/// `wqkv`, two tiles of windows, and a tile's `emb`, `qkv` (then `demb`), `dqkv` and `dS`,
+/// in 216.5 KB. Hopper's opt-in limit is 227 KB; a GPU with less takes the unfused path
+/// ([`Kernels::has_attention_fused`]).
+pub const ATTENTION_FUSED_SHARED_BYTES: u32 = 221_696;
+
+/// Floats in one block's partial row of `attention_fused` (`AF_ROW_LEN`): `[dwqkv (3E E) |
+/// dwemb (E S) | dbemb (E) | sum_b g_b mean_w att_b (E) | dbp | loss]`.
+pub const ATTENTION_FUSED_ROW_LEN: usize = 3 * 64 * 64 + 64 * 64 + 64 + 64 + 2;
+
+/// Samples in a tile of `attention_fused` (`AF_SAMPLES`): 64 rows of the window.
+const ATTENTION_FUSED_TILE: usize = 8;
+
+/// How the attention head runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// [`Kernels::attention_fused`]: one kernel and its finish, at
+    /// [`ATTENTION_FUSED_SIZES`] only, and only where [`Kernels::has_attention_fused`].
+    Fused,
+    /// cuBLASLt GEMMs around [`Kernels::attention_forward`], [`Kernels::attn_pool_loss`]
+    /// and [`Kernels::attention_backward`]: any sizes.
+    Unfused,
+}
+
+/// Sizes of the whole attention head: `B` samples, `S` state features, `W` window rows,
+/// width `E`, `Hh` heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnFusedDims {
+    /// `B`.
+    pub batch: usize,
+    /// `S`.
+    pub state: usize,
+    /// `W`.
+    pub window: usize,
+    /// `E`.
+    pub width: usize,
+    /// `Hh`.
+    pub heads: usize,
+}
+
+impl AttnFusedDims {
+    /// The sizes the attention kernels of the unfused path take.
+    pub fn attention(self) -> AttentionDims {
+        AttentionDims {
+            batch: self.batch,
+            window: self.window,
+            width: self.width,
+            heads: self.heads,
+        }
+    }
+
+    /// The sizes [`Kernels::attn_pool_loss`] takes.
+    pub fn pool(self) -> AttnPoolDims {
+        AttnPoolDims {
+            batch: self.batch,
+            window: self.window,
+            width: self.width,
+        }
+    }
+
+    /// Whether [`Kernels::attention_fused`] takes these sizes: `(S, W, E, Hh)` equal to
+    /// [`ATTENTION_FUSED_SIZES`], at least one sample, and `B W` rows within 32 bits.
+    /// It also needs the GPU's shared memory ([`Kernels::has_attention_fused`]).
+    pub fn fused_takes(self) -> bool {
+        attention_fused_plan(self).is_ok()
+    }
+
+    /// Length of the scratch buffer that [`Kernels::attention_fused`] needs (a partial row
+    /// of [`ATTENTION_FUSED_ROW_LEN`] floats per block), or 0 for sizes it does not take.
+    pub fn scratch_len(self) -> usize {
+        attention_fused_plan(self).map_or(0, |plan| plan.scratch_len)
+    }
+}
+
+/// How [`Kernels::attention_fused`] launches.
+#[derive(Clone, Copy, Debug)]
+struct AttnFusedPlan {
+    config: LaunchConfig,
+    /// Partial rows written (one per block of `config`).
+    rows: u32,
+    scratch_len: usize,
+    finish: LaunchConfig,
+}
+
+/// `min(ceil(B / 8), IQN_FUSED_BLOCKS)` persistent blocks of 256 threads: one a SM (each
+/// takes 216.5 KB of shared memory), each with at least one tile.
+fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
+    let (s, w, e, hh) = ATTENTION_FUSED_SIZES;
+    if (dims.state, dims.window, dims.width, dims.heads) != (s, w, e, hh) {
+        return Err(Error::Invalid(format!(
+            "attention_fused: expected S = {s}, W = {w}, E = {e} and Hh = {hh}, found S = {}, \
+             W = {}, E = {}, Hh = {}; use the unfused attention path",
+            dims.state, dims.window, dims.width, dims.heads
+        )));
+    }
+    positive("attention_fused: batch", dims.batch)?;
+    len_u32(
+        "attention_fused: win ([B W, S])",
+        product("attention_fused: win", &[dims.batch, w, s])?,
+    )?;
+    let tiles = dims.batch.div_ceil(ATTENTION_FUSED_TILE);
+    let blocks = (tiles as u32).min(IQN_FUSED_BLOCKS);
+    let scratch_len = product(
+        "attention_fused: scratch",
+        &[blocks as usize, ATTENTION_FUSED_ROW_LEN],
+    )?;
+    len_u32("attention_fused: scratch", scratch_len)?;
+    // The finish kernel's column blocks cover the rows' first columns up to the pool's
+    // sums; its last block takes the sums, dbp and the loss.
+    let columns = ATTENTION_FUSED_ROW_LEN - e - 2;
+    Ok(AttnFusedPlan {
+        config: LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: ATTENTION_FUSED_SHARED_BYTES,
+        },
+        rows: blocks,
+        scratch_len,
+        finish: tile_config(columns.div_ceil(32) as u32 + 1, 1),
+    })
+}
+
+/// Inputs of [`Kernels::attention_fused`].
+#[derive(Clone, Copy, Debug)]
+pub struct AttnFusedInputs<'a> {
+    /// `win[B W, S]`: each sample's window of past states.
+    pub win: &'a DeviceBuffer<f32>,
+    /// `wemb[E, S]`.
+    pub wemb: &'a DeviceBuffer<f32>,
+    /// `bemb[E]`.
+    pub bemb: &'a DeviceBuffer<f32>,
+    /// `wqkv[3E, E]`.
+    pub wqkv: &'a DeviceBuffer<f32>,
+    /// `wo[E, E]`.
+    pub wo: &'a DeviceBuffer<f32>,
+    /// `wp[E]`.
+    pub wp: &'a DeviceBuffer<f32>,
+    /// `bp[1]`.
+    pub bp: &'a DeviceBuffer<f32>,
+    /// `r[B]`: the reward to predict.
+    pub r: &'a DeviceBuffer<f32>,
+}
+
+/// Outputs of [`Kernels::attention_fused`]: each written whole, every gradient of
+/// `coef · L_attn`.
+#[derive(Debug)]
+pub struct AttnFusedOutputs<'a> {
+    /// `pred[B]`.
+    pub pred: &'a mut DeviceBuffer<f32>,
+    /// `dwemb[E, S]`.
+    pub dwemb: &'a mut DeviceBuffer<f32>,
+    /// `dbemb[E]`.
+    pub dbemb: &'a mut DeviceBuffer<f32>,
+    /// `dwqkv[3E, E]`.
+    pub dwqkv: &'a mut DeviceBuffer<f32>,
+    /// `dwo[E, E]`.
+    pub dwo: &'a mut DeviceBuffer<f32>,
+    /// `dwp[E]`.
+    pub dwp: &'a mut DeviceBuffer<f32>,
+    /// `dbp[1]`.
+    pub dbp: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer: [`LossSlot::Attn`] and [`LossSlot::Total`] are added to.
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+/// What [`Kernels::attention_fused_finish`] writes: every weight gradient of the head, of
+/// `coef · L_attn`, and the loss.
+#[derive(Debug)]
+pub struct AttnFusedGrads<'a> {
+    /// `dwemb[E, S]`.
+    pub dwemb: &'a mut DeviceBuffer<f32>,
+    /// `dbemb[E]`.
+    pub dbemb: &'a mut DeviceBuffer<f32>,
+    /// `dwqkv[3E, E]`.
+    pub dwqkv: &'a mut DeviceBuffer<f32>,
+    /// `dwo[E, E]`.
+    pub dwo: &'a mut DeviceBuffer<f32>,
+    /// `dwp[E]`.
+    pub dwp: &'a mut DeviceBuffer<f32>,
+    /// `dbp[1]`.
+    pub dbp: &'a mut DeviceBuffer<f32>,
+    /// The loss buffer: [`LossSlot::Attn`] and [`LossSlot::Total`] are added to.
+    pub losses: &'a mut DeviceBuffer<f32>,
+}
+
+impl Kernels {
+    /// Whether `attention_fused` can run here: the driver granted it the shared memory a
+    /// block needs ([`ATTENTION_FUSED_SHARED_BYTES`]), as Hopper does.
+    pub fn has_attention_fused(&self) -> bool {
+        self.attention_fused
+    }
+
+    /// How the attention head runs at these sizes on this GPU: [`AttentionKernel::Fused`]
+    /// where [`AttnFusedDims::fused_takes`] the sizes and [`Kernels::has_attention_fused`],
+    /// otherwise [`AttentionKernel::Unfused`].
+    pub fn attention_kernel(&self, dims: AttnFusedDims) -> AttentionKernel {
+        if self.attention_fused && dims.fused_takes() {
+            AttentionKernel::Fused
+        } else {
+            AttentionKernel::Unfused
+        }
+    }
+
+    /// The whole attention head, forward and backward (MODEL.md; the unfused path is the
+    /// embedding and QKV GEMMs, [`Kernels::attention_forward`], the output GEMM,
+    /// [`Kernels::attn_pool_loss`], [`Kernels::attention_backward`] and five more GEMMs):
+    /// `pred` and every weight gradient, and `L_attn` added into the loss buffer.
+    /// [`Kernels::attention_fused_tiles`] then [`Kernels::attention_fused_finish`], which
+    /// a step may run as two ops. Deterministic.
+    /// [`attention_fused_reference`](crate::reference::attention_fused_reference) is the
+    /// CPU version.
+    ///
+    /// Fails with [`Error::Invalid`], launching nothing, for sizes other than
+    /// [`ATTENTION_FUSED_SIZES`] or where [`Kernels::has_attention_fused`] is false.
+    pub fn attention_fused(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: AttnFusedDims,
+        inputs: &AttnFusedInputs<'_>,
+        coef: f32,
+        out: AttnFusedOutputs<'_>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let AttnFusedOutputs {
+            pred,
+            dwemb,
+            dbemb,
+            dwqkv,
+            dwo,
+            dwp,
+            dbp,
+            losses,
+        } = out;
+        let grads = AttnFusedGrads {
+            dwemb,
+            dbemb,
+            dwqkv,
+            dwo,
+            dwp,
+            dbp,
+            losses,
+        };
+        // Every length is checked before the first launch, so that nothing is half done.
+        attention_fused_finish_checks(dims, inputs.wo, inputs.wp, &grads)?;
+        self.attention_fused_tiles(stream, dims, inputs, coef, pred, scratch)?;
+        self.attention_fused_finish(stream, dims, inputs.wo, inputs.wp, coef, grads, scratch)
+    }
+
+    /// The fused head's first part: `attention_fused`, `min(ceil(B / 8), 132)` persistent
+    /// blocks of 256 threads with [`ATTENTION_FUSED_SHARED_BYTES`] of shared memory, takes
+    /// tiles of 8 samples through the whole head in shared memory, its products on the
+    /// tensor cores in TF32 (mma.sync), and writes `pred` and one partial row of the
+    /// gradients and the loss per block into `scratch` (at least
+    /// [`AttnFusedDims::scratch_len`] floats, not shared with an op that may run at the same
+    /// time), which [`Kernels::attention_fused_finish`] adds up.
+    pub fn attention_fused_tiles(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: AttnFusedDims,
+        inputs: &AttnFusedInputs<'_>,
+        coef: f32,
+        pred: &mut DeviceBuffer<f32>,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let plan = attention_fused_plan(dims)?;
+        if !self.attention_fused {
+            return Err(Error::Invalid(format!(
+                "attention_fused: expected a GPU that grants a block \
+                 {ATTENTION_FUSED_SHARED_BYTES} bytes of shared memory, but this one refused \
+                 it; use the unfused attention path"
+            )));
+        }
+        let (_, w, e, _) = ATTENTION_FUSED_SIZES;
+        let win_len = product("attention_fused", &[dims.batch, w, dims.state])?;
+        check_len("attention_fused: win ([B W, S])", inputs.win.len(), win_len)?;
+        check_len(
+            "attention_fused: wemb ([E, S])",
+            inputs.wemb.len(),
+            e * dims.state,
+        )?;
+        check_len("attention_fused: bemb ([E])", inputs.bemb.len(), e)?;
+        check_len(
+            "attention_fused: wqkv ([3E, E])",
+            inputs.wqkv.len(),
+            3 * e * e,
+        )?;
+        check_len("attention_fused: wo ([E, E])", inputs.wo.len(), e * e)?;
+        check_len("attention_fused: wp ([E])", inputs.wp.len(), e)?;
+        check_len("attention_fused: bp ([1])", inputs.bp.len(), 1)?;
+        check_len("attention_fused: r ([B])", inputs.r.len(), dims.batch)?;
+        check_len("attention_fused: pred ([B])", pred.len(), dims.batch)?;
+        check_scratch(
+            "attention_fused: scratch (at least AttnFusedDims::scratch_len)",
+            scratch.len(),
+            plan.scratch_len,
+        )?;
+        // SAFETY: the plan admits only the kernel's sizes (S = E = 64, W = 8, Hh = 4) with at
+        // most ceil(B / 8) blocks of 256 threads and the shared memory Kernels::load opted
+        // it in to (checked above); the kernel reads win rows below B W and r, writes
+        // pred[b < B] and gridDim.x partial rows of scratch (checked above).
+        unsafe {
+            self.raw.attention_fused(
+                stream,
+                plan.config,
+                inputs.win,
+                inputs.wemb,
+                inputs.bemb,
+                inputs.wqkv,
+                inputs.wo,
+                inputs.wp,
+                inputs.bp,
+                inputs.r,
+                pred,
+                scratch,
+                dims.batch as u32,
+                coef,
+            )
+        }
+    }
+
+    /// The fused head's second part: `attention_fused_finish`, `(3E E + E S + E) / 32 + 1`
+    /// blocks of 32 × 32, adds the partial rows that [`Kernels::attention_fused_tiles`]
+    /// wrote into `scratch` for the same `dims` in order, writes every gradient of `grads`
+    /// (`dwo` and `dwp` from the sums and `wo`, `wp`) and adds `L_attn` into its loss
+    /// buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_fused_finish(
+        &self,
+        stream: &CaptureStream<'_>,
+        dims: AttnFusedDims,
+        wo: &DeviceBuffer<f32>,
+        wp: &DeviceBuffer<f32>,
+        coef: f32,
+        grads: AttnFusedGrads<'_>,
+        scratch: &DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let plan = attention_fused_plan(dims)?;
+        attention_fused_finish_checks(dims, wo, wp, &grads)?;
+        check_scratch(
+            "attention_fused_finish: scratch (at least AttnFusedDims::scratch_len)",
+            scratch.len(),
+            plan.scratch_len,
+        )?;
+        // SAFETY: the finish reads `rows` partial rows of scratch (checked above) and writes
+        // dwqkv, dwemb, dbemb, dwo, dwp, dbp whole at the kernel's sizes (their lengths
+        // checked above) and loss slots below LOSS_SLOTS.
+        unsafe {
+            self.raw.attention_fused_finish(
+                stream,
+                plan.finish,
+                scratch,
+                plan.rows,
+                wo,
+                wp,
+                grads.dwqkv,
+                grads.dwemb,
+                grads.dbemb,
+                grads.dwo,
+                grads.dwp,
+                grads.dbp,
+                grads.losses,
+                dims.batch as u32,
+                coef,
+            )
+        }
+    }
+}
+
+/// The lengths [`Kernels::attention_fused_finish`] reads and writes, at the kernel's sizes.
+fn attention_fused_finish_checks(
+    dims: AttnFusedDims,
+    wo: &DeviceBuffer<f32>,
+    wp: &DeviceBuffer<f32>,
+    grads: &AttnFusedGrads<'_>,
+) -> Result<()> {
+    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
+    attention_fused_plan(dims)?;
+    check_len("attention_fused: wo ([E, E])", wo.len(), e * e)?;
+    check_len("attention_fused: wp ([E])", wp.len(), e)?;
+    check_len("attention_fused: dwemb ([E, S])", grads.dwemb.len(), e * s)?;
+    check_len("attention_fused: dbemb ([E])", grads.dbemb.len(), e)?;
+    check_len(
+        "attention_fused: dwqkv ([3E, E])",
+        grads.dwqkv.len(),
+        3 * e * e,
+    )?;
+    check_len("attention_fused: dwo ([E, E])", grads.dwo.len(), e * e)?;
+    check_len("attention_fused: dwp ([E])", grads.dwp.len(), e)?;
+    check_len("attention_fused: dbp ([1])", grads.dbp.len(), 1)?;
+    check_losses("attention_fused: losses", grads.losses)
+}
+
 // ---- cuda/replay.cu: the replay buffer's fill, the draw of a batch and its gathers ----
 
 /// The rows of transitions the gathers read or write: `s`, `s2` `[rows, S]`, `act`
@@ -2937,6 +3351,8 @@ mod tests {
             ("attention", "attention_backward"),
             ("attention", "attn_pool_loss"),
             ("attention", "attn_pool_finish"),
+            ("attention_fused", "attention_fused"),
+            ("attention_fused", "attention_fused_finish"),
             ("heads", "glu_forward"),
             ("heads", "glu_backward"),
             ("heads", "branch_head_forward"),
@@ -3288,6 +3704,84 @@ mod tests {
             assert!(!bad.supported(), "{bad:?}");
             assert_eq!(bad.scratch_len(), 0, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn attention_fused_constants_match_the_cuda_source() {
+        let af = cuda_defines("attention_fused.cu");
+        let (s, w, e, hh) = ATTENTION_FUSED_SIZES;
+        assert_eq!(af["AF_S"], s.to_string());
+        assert_eq!(af["AF_W"], w.to_string());
+        assert_eq!(af["AF_E"], e.to_string());
+        assert_eq!(af["AF_HEADS"], hh.to_string());
+        assert_eq!(af["AF_SAMPLES"], ATTENTION_FUSED_TILE.to_string());
+        assert_eq!(af["AF_THREADS"], "256");
+        assert_eq!(
+            af["AF_SMEM_BYTES"],
+            ATTENTION_FUSED_SHARED_BYTES.to_string()
+        );
+        assert_eq!(af["AF_ROW_LEN"], ATTENTION_FUSED_ROW_LEN.to_string());
+        // Within Hopper's opt-in limit of 227 KB a block.
+        const { assert!(ATTENTION_FUSED_SHARED_BYTES <= 227 * 1024) };
+    }
+
+    #[test]
+    fn attention_fused_takes_the_step_sizes_only() {
+        let step = |batch| AttnFusedDims {
+            batch,
+            state: 64,
+            window: 8,
+            width: 64,
+            heads: 4,
+        };
+        // Eight samples a tile, one tile at least per block, at most one block per SM.
+        for (batch, blocks) in [(1, 1), (8, 1), (9, 2), (300, 38), (2001, 132), (16384, 132)] {
+            let dims = step(batch);
+            assert!(dims.fused_takes(), "{dims:?}");
+            let plan = attention_fused_plan(dims).unwrap();
+            assert_eq!(plan.config.grid_dim, (blocks, 1, 1), "{dims:?}");
+            assert_eq!(plan.config.block_dim, (256, 1, 1));
+            assert_eq!(plan.config.shared_mem_bytes, ATTENTION_FUSED_SHARED_BYTES);
+            assert_eq!(plan.rows, blocks);
+            assert_eq!(plan.scratch_len, blocks as usize * ATTENTION_FUSED_ROW_LEN);
+            assert_eq!(dims.scratch_len(), plan.scratch_len);
+            // 514 column blocks up to the pool's sums, and the block that takes them.
+            assert_eq!(plan.finish.grid_dim, (515, 1, 1));
+            assert_eq!(plan.finish.block_dim, (32, 32, 1));
+        }
+        for dims in [
+            AttnFusedDims {
+                state: 32,
+                ..step(64)
+            },
+            AttnFusedDims {
+                window: 4,
+                ..step(64)
+            },
+            AttnFusedDims {
+                width: 128,
+                ..step(64)
+            },
+            AttnFusedDims {
+                heads: 8,
+                ..step(64)
+            },
+        ] {
+            assert!(!dims.fused_takes(), "{dims:?}");
+            assert_eq!(dims.scratch_len(), 0);
+            let err = attention_fused_plan(dims).unwrap_err().to_string();
+            assert!(
+                err.contains("attention_fused: expected S = 64, W = 8, E = 64 and Hh = 4")
+                    && err.contains(&format!(
+                        "found S = {}, W = {}, E = {}, Hh = {}",
+                        dims.state, dims.window, dims.width, dims.heads
+                    )),
+                "{err}"
+            );
+        }
+        let err = attention_fused_plan(step(0)).unwrap_err().to_string();
+        assert!(err.contains("attention_fused: batch"), "{err}");
+        assert!(!step(1 << 30).fused_takes());
     }
 
     #[test]

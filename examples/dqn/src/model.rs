@@ -11,12 +11,13 @@ use stepgraph_kernels::{
 };
 
 use crate::kernels::{
-    AttentionDims, AttnPoolDims, AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs,
-    BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients, DuelingDims, DuelingInputs,
-    DuelingOutputs, Expectile, ExpectileHeadInputs, ExpectileHeadOutputs, IqnFusedDims,
-    IqnFusedInputs, IqnFusedKernel, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS,
-    TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs,
-    expectile_head_scratch_len, trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
+    AttentionDims, AttentionKernel, AttnFusedDims, AttnFusedGrads, AttnFusedInputs, AttnPoolDims,
+    AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs,
+    DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
+    ExpectileHeadInputs, ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedKernel,
+    IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims, TrunkGrads,
+    TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs, expectile_head_scratch_len,
+    trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
 };
 
 use crate::kernels::{TransitionRows, TransitionRowsMut, Watch};
@@ -384,6 +385,9 @@ pub mod dqn {
         /// The kernel of the fused IQN head; `None` takes what
         /// [`Kernels::iqn_fused_kernel`] picks for the sizes and the GPU.
         pub iqn_kernel: Option<IqnFusedKernel>,
+        /// How the attention head runs; `None` takes what [`Kernels::attention_kernel`]
+        /// picks for the sizes and the GPU.
+        pub attention_kernel: Option<AttentionKernel>,
     }
 
     /// Zero the main losses and copy in lr and the bias corrections the host staged.
@@ -938,6 +942,9 @@ pub mod dqn {
     }
 
     /// Multi-head self-attention over the window of past states, predicting the reward.
+    /// At the step's sizes on Hopper, one kernel (`attention_fused`) runs the whole head,
+    /// forward and backward, leaving each block's partial gradients in the scratch for
+    /// `attention_wgrad` to add; elsewhere, the unfused path of GEMMs and attention kernels.
     #[stream(aux_attn)]
     #[cost(4.0)]
     fn attention_head(
@@ -950,13 +957,36 @@ pub mod dqn {
         attn_act: &mut AttnAct,
         attn_grad: &mut Attn,
         attn_losses: &mut Buf,
+        attention_kernel: Option<AttentionKernel>,
     ) -> Result<()> {
         let s = sizes;
-        let blas = stream.blas();
-        let (rows, e) = (s.batch * s.window, s.width);
         let a = &params.attn;
         let x = attn_act;
         stream.memset_zeros(attn_losses)?;
+        let fused = attn_fused_dims(&s);
+        if attention_kernel.unwrap_or_else(|| k.attention_kernel(fused)) == AttentionKernel::Fused {
+            let inputs = AttnFusedInputs {
+                win,
+                wemb: &a.emb.w,
+                bemb: &a.emb.b,
+                wqkv: &a.qkv,
+                wo: &a.o,
+                wp: &a.p.w,
+                bp: &a.p.b,
+                r: &batch.r,
+            };
+            // The gradients and the loss: attention_fused_finish, in attention_wgrad.
+            return k.attention_fused_tiles(
+                stream,
+                fused,
+                &inputs,
+                0.1,
+                &mut x.pred,
+                &mut x.scratch,
+            );
+        }
+        let blas = stream.blas();
+        let (rows, e) = (s.batch * s.window, s.width);
         forward(
             &blas,
             win,
@@ -1010,7 +1040,9 @@ pub mod dqn {
     /// The attention head's weight gradients: long-K GEMMs whose grids fill half the GPU,
     /// needed only by the update at the end of the step. On a low-priority stream of their
     /// own they fill what the trunk's backward and the heads leave idle instead of
-    /// lengthening the forward phase, where attention runs beside the chain.
+    /// lengthening the forward phase, where attention runs beside the chain. On the fused
+    /// path, the finish that adds `attention_fused`'s partial rows into the gradients and
+    /// the loss.
     #[stream(attn_wgrad)]
     #[join(aux_attn)]
     #[cost(2.0)]
@@ -1019,10 +1051,37 @@ pub mod dqn {
         k: &Kernels,
         sizes: Sizes,
         win: &Buf,
+        params: &Model,
         attn_act: &mut AttnAct,
         attn_grad: &mut Attn,
+        attn_losses: &mut Buf,
+        attention_kernel: Option<AttentionKernel>,
     ) -> Result<()> {
         let s = sizes;
+        let fused = attn_fused_dims(&s);
+        if attention_kernel.unwrap_or_else(|| k.attention_kernel(fused)) == AttentionKernel::Fused {
+            // The partial rows attention_head's kernel left in the scratch.
+            let Attn { emb, qkv, o, p } = attn_grad;
+            let grads = AttnFusedGrads {
+                dwemb: &mut emb.w,
+                dbemb: &mut emb.b,
+                dwqkv: qkv,
+                dwo: o,
+                dwp: &mut p.w,
+                dbp: &mut p.b,
+                losses: attn_losses,
+            };
+            let a = &params.attn;
+            return k.attention_fused_finish(
+                stream,
+                fused,
+                &a.o,
+                &a.p.w,
+                0.1,
+                grads,
+                &attn_act.scratch,
+            );
+        }
         let blas = stream.blas();
         let (rows, e) = (s.batch * s.window, s.width);
         let x = attn_act;
@@ -1373,6 +1432,16 @@ fn expectile_head(
 }
 
 /// The IQN head's sizes.
+fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
+    AttnFusedDims {
+        batch: s.batch,
+        state: s.state,
+        window: s.window,
+        width: s.width,
+        heads: s.heads,
+    }
+}
+
 fn iqn_fused_dims(s: &Sizes) -> IqnFusedDims {
     IqnFusedDims {
         batch: s.batch,
@@ -1571,7 +1640,10 @@ pub fn allocate(
             datt: z("attn datt", bw * s.width)?,
             dqkv: z("attn dqkv", bw * 3 * s.width)?,
             demb: z("attn demb", bw * s.width)?,
-            scratch: z("attn scratch", pool.scratch_len())?,
+            scratch: z(
+                "attn scratch",
+                pool.scratch_len().max(attn_fused_dims(s).scratch_len()),
+            )?,
             bias_scratch: z(
                 "attn bias-gradient partials",
                 column_sums_scratch_len(bw, s.width),

@@ -8,8 +8,9 @@
 //! derivation.
 
 use crate::kernels::{
-    AttentionDims, AttnPoolDims, BranchHeadDims, DuelingCoefficients, DuelingDims, Expectile,
-    ExpectileHeadDims, IqnDims, IqnFusedDims, LOSS_SLOTS, LossSlot, TrunkDims, TrunkL1Dims,
+    AttentionDims, AttnFusedDims, AttnPoolDims, BranchHeadDims, DuelingCoefficients, DuelingDims,
+    Expectile, ExpectileHeadDims, IqnDims, IqnFusedDims, LOSS_SLOTS, LossSlot, TrunkDims,
+    TrunkL1Dims,
 };
 
 /// What a loss kernel adds into each slot of the loss buffer (see [`LossSlot`]), in f64.
@@ -734,6 +735,16 @@ pub enum GemmOperands {
     Tf32,
 }
 
+impl GemmOperands {
+    /// The operand a product reads for the f32 value `x`.
+    fn operand(self, x: f32) -> f64 {
+        match self {
+            GemmOperands::Exact => f64::from(x),
+            GemmOperands::Tf32 => f64::from(tf32_round(x)),
+        }
+    }
+}
+
 /// `x` rounded to TF32 (10 explicit mantissa bits) to nearest, ties away from zero, as
 /// `cvt.rna.tf32.f32` rounds; NaN and infinities pass through.
 pub fn tf32_round(x: f32) -> f32 {
@@ -764,10 +775,7 @@ pub fn iqn_fused_reference(
     coef: f32,
     operands: GemmOperands,
 ) -> IqnFusedReference {
-    let round = |x: f32| match operands {
-        GemmOperands::Exact => f64::from(x),
-        GemmOperands::Tf32 => f64::from(tf32_round(x)),
-    };
+    let round = |x: f32| operands.operand(x);
     let cosf: Vec<f64> = iqn_cos_features_reference(tau, dims.cosines)
         .into_iter()
         .map(round)
@@ -1075,6 +1083,203 @@ fn attn_pool64(
         }
     }
     out
+}
+
+/// What [`Kernels::attention_fused`](crate::kernels::Kernels::attention_fused) computes: the
+/// whole attention head, forward and backward.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnFusedReference {
+    /// `pred[B]`.
+    pub pred: Vec<f32>,
+    /// `dwemb[E, S]`.
+    pub dwemb: Vec<f32>,
+    /// `dbemb[E]`.
+    pub dbemb: Vec<f32>,
+    /// `dwqkv[3E, E]`.
+    pub dwqkv: Vec<f32>,
+    /// `dwo[E, E]`.
+    pub dwo: Vec<f32>,
+    /// `dwp[E]`.
+    pub dwp: Vec<f32>,
+    /// `dbp`.
+    pub dbp: f32,
+    /// What the kernels add into the loss buffer (`Attn`, `Total`).
+    pub losses: LossContributions,
+}
+
+/// What [`Kernels::attention_fused`](crate::kernels::Kernels::attention_fused) computes, the
+/// long way: `emb = win wembᵀ + bemb`, `qkv = emb wqkvᵀ`, the attention of
+/// [`attention_forward_reference`], `o = att woᵀ`, the pooled loss of
+/// [`attn_pool_loss_reference`], then back through `datt = d_o wo` (with `dwo = d_oᵀ att`),
+/// [`attention_backward_reference`]'s `dqkv`, `demb = dqkv wqkv` (with `dwqkv = dqkvᵀ emb`
+/// and `dbemb`, the column sums of `demb`) and `dwemb = dembᵀ win`; every gradient is of
+/// `coef · L_attn`.
+///
+/// With [`GemmOperands::Tf32`] the operands of the five products the kernel runs on the
+/// tensor cores are rounded, as the kernel rounds them where it stores them: `win` and
+/// `wemb` for `emb`; `emb` (as f32, its bias added) and `wqkv` for `qkv`; `dqkv` (as f32)
+/// and `wqkv` for `demb`; `dqkv` and `emb` for `dwqkv`; `demb` (as f32) and `win` for
+/// `dwemb`. Nothing else is: `qkv` enters the attention as the product gives it, `dbemb`
+/// sums `demb` before its rounding (the kernel sums its accumulators), and the output
+/// projection and the pool, which the kernel folds into `wpᵀ wo` in f32 (no product), read
+/// `att`, `wo` and `wp` as they are. With [`GemmOperands::Exact`] nothing is rounded.
+#[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
+pub fn attention_fused_reference(
+    dims: AttnFusedDims,
+    win: &[f32],
+    wemb: &[f32],
+    bemb: &[f32],
+    wqkv: &[f32],
+    wo: &[f32],
+    wp: &[f32],
+    bp: f32,
+    r: &[f32],
+    coef: f32,
+    operands: GemmOperands,
+) -> AttnFusedReference {
+    let rounded = |x: &[f32]| -> Vec<f64> { x.iter().map(|&v| operands.operand(v)).collect() };
+    let out = attention_fused64(
+        dims,
+        &rounded(win),
+        &rounded(wemb),
+        &widen(bemb),
+        &rounded(wqkv),
+        &widen(wo),
+        &widen(wp),
+        f64::from(bp),
+        &widen(r),
+        f64::from(coef),
+        &|x| match operands {
+            GemmOperands::Exact => x,
+            GemmOperands::Tf32 => operands.operand(x as f32),
+        },
+    );
+    let mut losses = [0.0; LOSS_SLOTS];
+    losses[LossSlot::Attn.index()] = out.pool.loss;
+    losses[LossSlot::Total.index()] = f64::from(coef) * out.pool.loss;
+    AttnFusedReference {
+        pred: narrow(&out.pool.pred),
+        dwemb: narrow(&out.dwemb),
+        dbemb: narrow(&out.dbemb),
+        dwqkv: narrow(&out.dwqkv),
+        dwo: narrow(&out.dwo),
+        dwp: narrow(&out.pool.dwp),
+        dbp: out.pool.dbp as f32,
+        losses,
+    }
+}
+
+/// The fused head's outputs in f64: the pool's (`pred`, `dwp`, `dbp`, the loss) and the
+/// gradients of the four weights before it.
+struct AttnFused64 {
+    pool: AttnPool64,
+    dwemb: Vec<f64>,
+    dbemb: Vec<f64>,
+    dwqkv: Vec<f64>,
+    dwo: Vec<f64>,
+}
+
+/// The whole attention head in f64. `win`, `wemb` and `wqkv` are read as given (the caller
+/// rounds them); `emb`, `dqkv` and `demb` are read through `operand` (a rounding, or none)
+/// where a product takes them.
+#[allow(clippy::too_many_arguments)]
+fn attention_fused64(
+    dims: AttnFusedDims,
+    win: &[f64],
+    wemb: &[f64],
+    bemb: &[f64],
+    wqkv: &[f64],
+    wo: &[f64],
+    wp: &[f64],
+    bp: f64,
+    r: &[f64],
+    coef: f64,
+    operand: &dyn Fn(f64) -> f64,
+) -> AttnFused64 {
+    let AttnFusedDims {
+        batch: bn,
+        state: sn,
+        window: wn,
+        width: e,
+        heads: _,
+    } = dims;
+    let rows = bn * wn;
+    check("attention_fused_reference: win", win.len(), rows * sn);
+    check("attention_fused_reference: wemb", wemb.len(), e * sn);
+    check("attention_fused_reference: bemb", bemb.len(), e);
+    check("attention_fused_reference: wqkv", wqkv.len(), 3 * e * e);
+    check("attention_fused_reference: wo", wo.len(), e * e);
+    let through = |x: Vec<f64>| -> Vec<f64> { x.into_iter().map(operand).collect() };
+    let mut emb = times_transposed(win, wemb, rows, sn, e);
+    for row in emb.chunks_mut(e) {
+        for (x, b) in row.iter_mut().zip(bemb) {
+            *x += b;
+        }
+    }
+    let emb = through(emb);
+    let qkv = times_transposed(&emb, wqkv, rows, e, 3 * e);
+    let (att, probs) = attention_forward64(dims.attention(), &qkv);
+    let o = times_transposed(&att, wo, rows, e, e);
+    let pool = attn_pool64(dims.pool(), &o, wp, bp, r, coef);
+    let datt = times(&pool.d_o, wo, rows, e, e);
+    let dwo = transposed_times(&pool.d_o, &att, rows, e, e);
+    let dqkv = through(attention_backward64(dims.attention(), &qkv, &probs, &datt));
+    let demb = times(&dqkv, wqkv, rows, 3 * e, e);
+    let mut dbemb = vec![0.0; e];
+    for row in demb.chunks(e) {
+        for (s, x) in dbemb.iter_mut().zip(row) {
+            *s += x;
+        }
+    }
+    let dwqkv = transposed_times(&dqkv, &emb, rows, 3 * e, e);
+    let dwemb = transposed_times(&through(demb), win, rows, e, sn);
+    AttnFused64 {
+        pool,
+        dwemb,
+        dbemb,
+        dwqkv,
+        dwo,
+    }
+}
+
+/// `x wᵀ`, `[rows, out]`, for `x[rows, inp]` and `w[out, inp]` (a layer's forward).
+fn times_transposed(x: &[f64], w: &[f64], rows: usize, inp: usize, out: usize) -> Vec<f64> {
+    let mut y = Vec::with_capacity(rows * out);
+    for xr in x.chunks(inp).take(rows) {
+        y.extend(
+            w.chunks(inp)
+                .take(out)
+                .map(|wr| xr.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>()),
+        );
+    }
+    y
+}
+
+/// `dy w`, `[rows, inp]`, for `dy[rows, out]` and `w[out, inp]` (a layer's input gradient).
+fn times(dy: &[f64], w: &[f64], rows: usize, out: usize, inp: usize) -> Vec<f64> {
+    let mut dx = vec![0.0; rows * inp];
+    for (dxr, dyr) in dx.chunks_mut(inp).zip(dy.chunks(out).take(rows)) {
+        for (&d, wr) in dyr.iter().zip(w.chunks(inp)) {
+            for (acc, b) in dxr.iter_mut().zip(wr) {
+                *acc += d * b;
+            }
+        }
+    }
+    dx
+}
+
+/// `dyᵀ x`, `[out, inp]`, over `rows` rows of `dy[rows, out]` and `x[rows, inp]` (a layer's
+/// weight gradient).
+fn transposed_times(dy: &[f64], x: &[f64], rows: usize, out: usize, inp: usize) -> Vec<f64> {
+    let mut dw = vec![0.0; out * inp];
+    for (dyr, xr) in dy.chunks(out).zip(x.chunks(inp)).take(rows) {
+        for (&d, dwr) in dyr.iter().zip(dw.chunks_mut(inp)) {
+            for (acc, b) in dwr.iter_mut().zip(xr) {
+                *acc += d * b;
+            }
+        }
+    }
+    dw
 }
 
 /// What [`Kernels::trunk_l1_grad`](crate::kernels::Kernels::trunk_l1_grad) computes, in f64 with
@@ -1909,6 +2114,119 @@ mod tests {
             &[out.dbp],
             &numeric_grad(&[bp], |x| loss(&o, &wp, x[0])),
         );
+    }
+
+    /// The fused attention head's gradients are those of `coef · L_attn` through the whole
+    /// head (the embedding, the QKV projection, the attention, the output projection and the
+    /// pool): every element of every weight against central differences, with exact
+    /// operands. Scores of order 1, so the softmax is far from uniform.
+    #[test]
+    fn attention_fused_gradients_match_finite_differences() {
+        let dims = AttnFusedDims {
+            batch: 3,
+            state: 4,
+            window: 2,
+            width: 4,
+            heads: 2,
+        };
+        let (bn, sn, e) = (dims.batch, dims.state, dims.width);
+        let mut rng = Rng(13);
+        let win = rng.vec(bn * dims.window * sn, -1.5, 1.5);
+        let wemb = rng.vec(e * sn, -1.0, 1.0);
+        let bemb = rng.vec(e, -0.5, 0.5);
+        let wqkv = rng.vec(3 * e * e, -1.0, 1.0);
+        let wo = rng.vec(e * e, -1.0, 1.0);
+        let wp = rng.vec(e, -1.0, 1.0);
+        let r = rng.vec(bn, -1.0, 1.0);
+        let (bp, coef) = (0.2, 0.1);
+        let run = |w: [&[f64]; 5], bp: f64| {
+            let [wemb, bemb, wqkv, wo, wp] = w;
+            attention_fused64(dims, &win, wemb, bemb, wqkv, wo, wp, bp, &r, coef, &|x| x)
+        };
+        let loss = |w: [&[f64]; 5], bp: f64| coef * run(w, bp).pool.loss;
+        let weights: [&[f64]; 5] = [&wemb, &bemb, &wqkv, &wo, &wp];
+        let out = run(weights, bp);
+        let analytic: [&[f64]; 5] = [&out.dwemb, &out.dbemb, &out.dwqkv, &out.dwo, &out.pool.dwp];
+        let names = ["dwemb", "dbemb", "dwqkv", "dwo", "dwp"];
+        for (i, (name, grad)) in names.into_iter().zip(analytic).enumerate() {
+            let numeric = numeric_grad(weights[i], |x| {
+                let mut w = weights;
+                w[i] = x;
+                loss(w, bp)
+            });
+            assert_close(&format!("attention fused {name}"), grad, &numeric);
+        }
+        assert_close(
+            "attention fused dbp",
+            &[out.pool.dbp],
+            &numeric_grad(&[bp], |x| loss(weights, x[0])),
+        );
+    }
+
+    /// The public reference fills the loss slots as the kernel does, and rounding the
+    /// products' operands to TF32 moves every output, by about TF32's unit roundoff.
+    #[test]
+    fn attention_fused_reference_with_tf32_operands_is_near_the_exact_one() {
+        let dims = AttnFusedDims {
+            batch: 5,
+            state: 6,
+            window: 3,
+            width: 8,
+            heads: 2,
+        };
+        let (bn, sn, e) = (dims.batch, dims.state, dims.width);
+        let mut rng = Rng(14);
+        let mut f32s = |n: usize, scale: f64| narrow(&rng.vec(n, -scale, scale));
+        let win = f32s(bn * dims.window * sn, 1.5);
+        let wemb = f32s(e * sn, 0.7);
+        let bemb = f32s(e, 0.5);
+        let wqkv = f32s(3 * e * e, 0.6);
+        let wo = f32s(e * e, 0.6);
+        let wp = f32s(e, 0.6);
+        let r = f32s(bn, 1.0);
+        let reference = |operands| {
+            attention_fused_reference(
+                dims, &win, &wemb, &bemb, &wqkv, &wo, &wp, 0.2, &r, 0.1, operands,
+            )
+        };
+        let (exact, tf32) = (
+            reference(GemmOperands::Exact),
+            reference(GemmOperands::Tf32),
+        );
+        for (what, a, b) in [
+            ("pred", &exact.pred, &tf32.pred),
+            ("dwemb", &exact.dwemb, &tf32.dwemb),
+            ("dbemb", &exact.dbemb, &tf32.dbemb),
+            ("dwqkv", &exact.dwqkv, &tf32.dwqkv),
+            ("dwo", &exact.dwo, &tf32.dwo),
+            ("dwp", &exact.dwp, &tf32.dwp),
+            ("dbp", &vec![exact.dbp], &vec![tf32.dbp]),
+        ] {
+            let norm = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            let diff = a
+                .iter()
+                .zip(b)
+                .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!(
+                diff > 0.0 && diff < 1e-2 * norm,
+                "{what}: TF32 operands moved it by {diff:e} of {norm:e}"
+            );
+        }
+        for out in [&exact, &tf32] {
+            let l = out.losses;
+            assert!(l[LossSlot::Attn.index()] > 0.0);
+            assert_eq!(
+                l[LossSlot::Total.index()],
+                0.1f32 as f64 * l[LossSlot::Attn.index()]
+            );
+            for (i, &x) in l.iter().enumerate() {
+                if i != LossSlot::Attn.index() && i != LossSlot::Total.index() {
+                    assert_eq!(x, 0.0, "slot {i}");
+                }
+            }
+        }
     }
 
     /// The replay generator's draw: indices in range and spread evenly over the buffer,

@@ -1,7 +1,10 @@
 //! GPU tests of the window attention kernels (`Kernels::attention_forward` and
 //! `Kernels::attention_backward`): against the CPU references, on both of the kernels'
 //! paths (a warp per sample for `E / Hh == 16`, `W <= 8`; a block of samples otherwise), and
-//! run twice for the same bits. They need a CUDA GPU of compute capability 9.0.
+//! run twice for the same bits. Then of the fused head (`Kernels::attention_fused`, the
+//! whole head forward and backward at the step's sizes): against the CPU reference,
+//! against the unfused GPU path it replaces, twice for the same bits, and refusing other
+//! sizes. They need a CUDA GPU of compute capability 9.0.
 //!
 //! Every input is random and nonzero; every output is poisoned with NaN first, so an
 //! element the kernels did not write fails the check. The backward takes the forward's
@@ -16,14 +19,63 @@
 //! root mean square. The kernels compute in f32 with sums of at most `E / Hh` or `W` terms
 //! and `expf` (2 ulp); a CPU model of their arithmetic is within 1e-6 of the f64 reference
 //! by this measure, and an indexing mistake is of order 1.
+//!
+//! The fused head is compared output by output by its largest elementwise error relative to
+//! the output's largest magnitude (`pred`, each weight gradient, the two loss slots). A
+//! mistake (a wrong fragment, a missed tile or sample, a double count) is of order 1 by
+//! this measure, and one block's partial row lost out of 132 at the step's batch moves a
+//! weight gradient by 1/132 of its size or more. The bounds, and why:
+//!
+//! - Against the CPU reference that rounds the products' operands to TF32 where the kernel
+//!   does (`GemmOperands::Tf32`): [`FUSED_TF32_BOUND`] = 2e-4. What is left is the order of
+//!   f32 sums against f64 (near 1e-6), and the operands the kernel rounds from its own f32
+//!   values (`emb`, `dqkv`, `demb`): where one of them lies within its f32 error of a TF32
+//!   rounding boundary, the two sides round it a whole TF32 ulp apart (2⁻¹¹ to 2⁻¹⁰ of
+//!   the value), and every term it enters moves by that. Such moves put `pred` and `dwemb`
+//!   at up to 5.6e-5 on an H200 (`B` = 300 and 2001, two draws of `r`), the other outputs
+//!   at up to 3.5e-5. Over one sample's 8 rows a move weighs more (one term of 8 instead
+//!   of thousands; an estimated 4e-4 by this measure at most), so the one-sample case is
+//!   held to [`FUSED_TF32_SHORT_BOUND`] = 1e-3 (measured 9e-5 and 1e-5).
+//! - Against the unfused GPU path at the step's batch, which the CPU reference is too slow
+//!   for in a test (a debug build takes about 6 s a thousand samples): cuBLASLt's TF32
+//!   GEMMs, whose conversion of the operands need not round as `cvt.rna` does, and three
+//!   more products on TF32 operands (`o`, `datt`, `dwo`) that the fused kernel computes in
+//!   f32 or folds away. Each operand rounded differently moves its terms by up to 2⁻¹¹:
+//!   measured up to 2.6e-4 on an H200 (two draws of `r`), held to
+//!   [`FUSED_UNFUSED_BOUND`] = 2e-3 (MODEL.md allows a gradient 1e-2 against PyTorch).
+//!   There, `pred` at the batch's first, middle and last samples is also held to
+//!   [`FUSED_TF32_BOUND`], against the reference on those samples alone (a sample's `pred`
+//!   depends on its own inputs only; measured 2.9e-5).
 
-use super::{Rng, check_within, nan_buffer, rms, run_one_op};
-use stepgraph::{Device, DeviceBuffer, Result};
-use stepgraph_dqn::kernels::{AttentionDims, Kernels};
-use stepgraph_dqn::reference::{attention_backward_reference, attention_forward_reference};
+use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
+use stepgraph::{Device, DeviceBuffer, Epilogue, MatmulArgs, Result};
+use stepgraph_dqn::kernels::{
+    ATTENTION_FUSED_SIZES, AttentionDims, AttentionKernel, AttnFusedDims, AttnFusedInputs,
+    AttnFusedOutputs, AttnPoolInputs, AttnPoolOutputs, Kernels, LOSS_SLOTS, LossSlot,
+};
+use stepgraph_dqn::layers::{
+    Linear, forward, input_grad_spec, linear_spec, param_grads_wide, weight_only_grad_spec,
+};
+use stepgraph_dqn::reference::{
+    AttnFusedReference, GemmOperands, attention_backward_reference, attention_forward_reference,
+    attention_fused_reference,
+};
+use stepgraph_kernels::column_sums_scratch_len;
 
 /// Largest elementwise error (see the module's documentation).
 const BOUND: f64 = 1e-5;
+
+/// The fused head against the CPU reference with TF32 operands, over `B W >= 2400` rows:
+/// the largest error relative to the output's largest magnitude (see the module's
+/// documentation).
+const FUSED_TF32_BOUND: f64 = 2e-4;
+/// The same over one sample's 8 rows, where one operand rounded the other way weighs more.
+const FUSED_TF32_SHORT_BOUND: f64 = 1e-3;
+/// The fused head against the unfused GPU path, by the same measure.
+const FUSED_UNFUSED_BOUND: f64 = 2e-3;
+
+/// The step's weight of `L_attn` (MODEL.md).
+const COEF: f32 = 0.1;
 
 /// The kernels' outputs, downloaded.
 #[derive(PartialEq)]
@@ -146,6 +198,544 @@ fn gpu_attention_repeats_bit_for_bit() -> Result<()> {
             again == first,
             "{dims:?}: a second run of the attention kernels differs from the first"
         );
+    }
+    Ok(())
+}
+
+/// The step's `S`, `W`, `E` and `Hh` (the sizes `attention_fused` takes) with `batch`
+/// samples.
+fn fused_dims(batch: usize) -> AttnFusedDims {
+    let (state, window, width, heads) = ATTENTION_FUSED_SIZES;
+    AttnFusedDims {
+        batch,
+        state,
+        window,
+        width,
+        heads,
+    }
+}
+
+/// The head's inputs on the host.
+struct HeadData {
+    win: Vec<f32>,
+    wemb: Vec<f32>,
+    bemb: Vec<f32>,
+    wqkv: Vec<f32>,
+    wo: Vec<f32>,
+    wp: Vec<f32>,
+    bp: f32,
+    r: Vec<f32>,
+}
+
+impl HeadData {
+    /// `win` and `r` of unit variance, as the step's normal draws, with `r` around −1: the
+    /// residuals' mean, and with it `dbp` and every sum over samples of the gradient
+    /// `g_b`, is then of order 1 rather than a cancellation near zero that no relative
+    /// bound could hold. The weights are uniform in `±sqrt(3 / fan_in)`, an initialisation
+    /// that keeps each product of order 1, so that the scores are of order 1 and the softmax
+    /// far from uniform (the step's own `±1 / sqrt(fan_in)` leaves them near 0.1).
+    fn new(dims: AttnFusedDims, seed: u64) -> HeadData {
+        let mut rng = Rng::new(seed);
+        let (rows, s, e) = (dims.batch * dims.window, dims.state, dims.width);
+        let mut init = |n: usize, fan_in: usize| {
+            let bound = (3.0 / fan_in as f32).sqrt();
+            rng.vec_nonzero(n, -bound, bound)
+        };
+        HeadData {
+            win: init(rows * s, 1),
+            wemb: init(e * s, s),
+            bemb: init(e, s),
+            wqkv: init(3 * e * e, e),
+            wo: init(e * e, e),
+            wp: init(e, e),
+            bp: 0.1,
+            r: init(dims.batch, 1).iter().map(|x| x - 1.0).collect(),
+        }
+    }
+
+    /// The reference with TF32 operands on `samples` alone (a batch of their own).
+    fn reference(
+        &self,
+        dims: AttnFusedDims,
+        samples: std::ops::Range<usize>,
+    ) -> AttnFusedReference {
+        let rows = dims.window * dims.state;
+        let sub = AttnFusedDims {
+            batch: samples.len(),
+            ..dims
+        };
+        attention_fused_reference(
+            sub,
+            &self.win[samples.start * rows..samples.end * rows],
+            &self.wemb,
+            &self.bemb,
+            &self.wqkv,
+            &self.wo,
+            &self.wp,
+            self.bp,
+            &self.r[samples],
+            COEF,
+            GemmOperands::Tf32,
+        )
+    }
+}
+
+/// The head's inputs on the device; the embedding and the prediction as the step's
+/// layers, for the unfused path.
+struct HeadInputs {
+    win: DeviceBuffer<f32>,
+    emb: Linear,
+    wqkv: DeviceBuffer<f32>,
+    wo: DeviceBuffer<f32>,
+    p: Linear,
+    r: DeviceBuffer<f32>,
+}
+
+impl HeadInputs {
+    fn upload(device: &Device, d: &HeadData) -> Result<HeadInputs> {
+        Ok(HeadInputs {
+            win: device.upload_new("win", &d.win)?,
+            emb: Linear {
+                w: device.upload_new("wemb", &d.wemb)?,
+                b: device.upload_new("bemb", &d.bemb)?,
+            },
+            wqkv: device.upload_new("wqkv", &d.wqkv)?,
+            wo: device.upload_new("wo", &d.wo)?,
+            p: Linear {
+                w: device.upload_new("wp", &d.wp)?,
+                b: device.upload_new("bp", &[d.bp])?,
+            },
+            r: device.upload_new("r", &d.r)?,
+        })
+    }
+
+    fn fused(&self) -> AttnFusedInputs<'_> {
+        AttnFusedInputs {
+            win: &self.win,
+            wemb: &self.emb.w,
+            bemb: &self.emb.b,
+            wqkv: &self.wqkv,
+            wo: &self.wo,
+            wp: &self.p.w,
+            bp: &self.p.b,
+            r: &self.r,
+        }
+    }
+}
+
+/// The head's outputs, NaN-poisoned (the loss buffer zeroed, as the step's memset does).
+struct HeadOutputs {
+    pred: DeviceBuffer<f32>,
+    /// `dwemb` and `dbemb`.
+    emb: Linear,
+    dwqkv: DeviceBuffer<f32>,
+    dwo: DeviceBuffer<f32>,
+    dwp: DeviceBuffer<f32>,
+    dbp: DeviceBuffer<f32>,
+    losses: DeviceBuffer<f32>,
+}
+
+impl HeadOutputs {
+    fn poisoned(device: &Device, dims: AttnFusedDims) -> Result<HeadOutputs> {
+        let (s, e) = (dims.state, dims.width);
+        let nan = |what: &str, len: usize| nan_buffer(device, what, len);
+        Ok(HeadOutputs {
+            pred: nan("pred", dims.batch)?,
+            emb: Linear {
+                w: nan("dwemb", e * s)?,
+                b: nan("dbemb", e)?,
+            },
+            dwqkv: nan("dwqkv", 3 * e * e)?,
+            dwo: nan("dwo", e * e)?,
+            dwp: nan("dwp", e)?,
+            dbp: nan("dbp", 1)?,
+            losses: device.upload_new("losses", &[0.0f32; LOSS_SLOTS])?,
+        })
+    }
+
+    fn fused(&mut self) -> AttnFusedOutputs<'_> {
+        AttnFusedOutputs {
+            pred: &mut self.pred,
+            dwemb: &mut self.emb.w,
+            dbemb: &mut self.emb.b,
+            dwqkv: &mut self.dwqkv,
+            dwo: &mut self.dwo,
+            dwp: &mut self.dwp,
+            dbp: &mut self.dbp,
+            losses: &mut self.losses,
+        }
+    }
+
+    fn download(&self, device: &Device) -> Result<HeadResult> {
+        Ok(HeadResult {
+            pred: device.download(&self.pred)?,
+            dwemb: device.download(&self.emb.w)?,
+            dbemb: device.download(&self.emb.b)?,
+            dwqkv: device.download(&self.dwqkv)?,
+            dwo: device.download(&self.dwo)?,
+            dwp: device.download(&self.dwp)?,
+            dbp: device.download(&self.dbp)?,
+            losses: device.download(&self.losses)?,
+        })
+    }
+}
+
+/// The outputs downloaded, or the reference's.
+struct HeadResult {
+    pred: Vec<f32>,
+    dwemb: Vec<f32>,
+    dbemb: Vec<f32>,
+    dwqkv: Vec<f32>,
+    dwo: Vec<f32>,
+    dwp: Vec<f32>,
+    dbp: Vec<f32>,
+    losses: Vec<f32>,
+}
+
+impl HeadResult {
+    /// Every output, named, in one order.
+    fn outputs(&self) -> [(&'static str, &[f32]); 8] {
+        [
+            ("pred", &self.pred),
+            ("dwemb", &self.dwemb),
+            ("dbemb", &self.dbemb),
+            ("dwqkv", &self.dwqkv),
+            ("dwo", &self.dwo),
+            ("dwp", &self.dwp),
+            ("dbp", &self.dbp),
+            ("losses", &self.losses),
+        ]
+    }
+
+    /// The bits of every output, for comparing two runs exactly.
+    fn bits(&self) -> Vec<u32> {
+        bits(&self.outputs().map(|(_, x)| x))
+    }
+}
+
+impl From<AttnFusedReference> for HeadResult {
+    fn from(r: AttnFusedReference) -> HeadResult {
+        HeadResult {
+            pred: r.pred,
+            dwemb: r.dwemb,
+            dbemb: r.dbemb,
+            dwqkv: r.dwqkv,
+            dwo: r.dwo,
+            dwp: r.dwp,
+            dbp: vec![r.dbp],
+            losses: r.losses.iter().map(|&l| l as f32).collect(),
+        }
+    }
+}
+
+/// Runs the fused head once, eagerly, into `out`.
+fn launch_fused(
+    device: &Device,
+    k: &Kernels,
+    dims: AttnFusedDims,
+    x: &HeadInputs,
+    out: &mut HeadOutputs,
+    scratch: &mut DeviceBuffer<f32>,
+) -> Result<()> {
+    run_one_op(device, |stream| {
+        k.attention_fused(stream, dims, &x.fused(), COEF, out.fused(), scratch)
+    })
+}
+
+/// Runs the fused head once, eagerly, and downloads its outputs.
+fn run_fused(
+    device: &Device,
+    k: &Kernels,
+    dims: AttnFusedDims,
+    x: &HeadInputs,
+) -> Result<HeadResult> {
+    let mut out = HeadOutputs::poisoned(device, dims)?;
+    let mut scratch = nan_buffer(device, "attention_fused scratch", dims.scratch_len())?;
+    launch_fused(device, k, dims, x, &mut out, &mut scratch)?;
+    out.download(device)
+}
+
+/// Runs the unfused path (the step's for sizes the fused kernel does not take) once,
+/// eagerly, and downloads its outputs: the embedding and QKV GEMMs, the attention, the
+/// output GEMM and the pooled loss, then back through the output GEMM, the attention and
+/// the QKV GEMM, and the three weight-gradient GEMMs with the embedding's bias gradient.
+fn run_unfused(
+    device: &Device,
+    k: &Kernels,
+    dims: AttnFusedDims,
+    x: &HeadInputs,
+) -> Result<HeadResult> {
+    let (rows, s, e) = (dims.batch * dims.window, dims.state, dims.width);
+    let nan = |what: &str, len: usize| nan_buffer(device, what, len);
+    let mut out = HeadOutputs::poisoned(device, dims)?;
+    let (mut emb, mut qkv) = (nan("emb", rows * e)?, nan("qkv", rows * 3 * e)?);
+    let mut att = nan("att", rows * e)?;
+    let mut probs = nan("probs", dims.batch * dims.heads * dims.window * dims.window)?;
+    let (mut o, mut d_o, mut datt) = (
+        nan("o", rows * e)?,
+        nan("d_o", rows * e)?,
+        nan("datt", rows * e)?,
+    );
+    let (mut dqkv, mut demb) = (nan("dqkv", rows * 3 * e)?, nan("demb", rows * e)?);
+    let mut pool_scratch = nan("attn_pool scratch", dims.pool().scratch_len())?;
+    let mut bias_scratch = nan("bias-gradient partials", column_sums_scratch_len(rows, e))?;
+    run_one_op(device, |stream| {
+        let blas = stream.blas();
+        let plain = Epilogue::Default;
+        forward(&blas, &x.win, &x.emb, &mut emb, rows, s, e, Epilogue::Bias)?;
+        blas.matmul(
+            &linear_spec(rows, e, 3 * e, plain),
+            &emb,
+            &x.wqkv,
+            &mut qkv,
+            MatmulArgs::new(),
+        )?;
+        k.attention_forward(stream, dims.attention(), &qkv, &mut att, &mut probs)?;
+        blas.matmul(
+            &linear_spec(rows, e, e, plain),
+            &att,
+            &x.wo,
+            &mut o,
+            MatmulArgs::new(),
+        )?;
+        let inputs = AttnPoolInputs {
+            o: &o,
+            wp: &x.p.w,
+            bp: &x.p.b,
+            r: &x.r,
+        };
+        let outputs = AttnPoolOutputs {
+            pred: &mut out.pred,
+            d_o: &mut d_o,
+            dwp: &mut out.dwp,
+            dbp: &mut out.dbp,
+            losses: &mut out.losses,
+        };
+        k.attn_pool_loss(
+            stream,
+            dims.pool(),
+            &inputs,
+            COEF,
+            outputs,
+            &mut pool_scratch,
+        )?;
+        blas.matmul(
+            &input_grad_spec(rows, e, e, plain),
+            &d_o,
+            &x.wo,
+            &mut datt,
+            MatmulArgs::new(),
+        )?;
+        k.attention_backward(stream, dims.attention(), &qkv, &probs, &datt, &mut dqkv)?;
+        blas.matmul(
+            &input_grad_spec(rows, e, 3 * e, plain),
+            &dqkv,
+            &x.wqkv,
+            &mut demb,
+            MatmulArgs::new(),
+        )?;
+        blas.matmul(
+            &weight_only_grad_spec(rows, e, e),
+            &d_o,
+            &att,
+            &mut out.dwo,
+            MatmulArgs::new(),
+        )?;
+        blas.matmul(
+            &weight_only_grad_spec(rows, e, 3 * e),
+            &dqkv,
+            &emb,
+            &mut out.dwqkv,
+            MatmulArgs::new(),
+        )?;
+        param_grads_wide(
+            &blas,
+            stream,
+            k,
+            &demb,
+            &x.win,
+            &mut out.emb,
+            rows,
+            s,
+            e,
+            &mut bias_scratch,
+        )
+    })?;
+    out.download(device)
+}
+
+/// The largest magnitude of `x`: the scale each output's errors are measured against.
+fn largest(x: &[f32]) -> f64 {
+    x.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()))
+}
+
+/// Checks every output of `got` against `want` (see the module's documentation); the loss
+/// slots other than `Attn` and `Total` must stay zero.
+fn check_head(case: &str, got: &HeadResult, want: &HeadResult, bound: f64) {
+    let slots = [LossSlot::Attn.index(), LossSlot::Total.index()];
+    for ((what, g), (_, w)) in got.outputs().into_iter().zip(want.outputs()) {
+        if what == "losses" {
+            let pick = |x: &[f32]| slots.map(|i| x[i]);
+            let (g, w) = (pick(g), pick(w));
+            check_within(case, "loss (Attn, Total)", &g, &w, largest(&w), bound);
+        } else {
+            check_within(case, what, g, w, largest(w), bound);
+        }
+    }
+    for (i, &l) in got.losses.iter().enumerate() {
+        if !slots.contains(&i) {
+            assert_eq!(l, 0.0, "{case}: loss slot {i} is not the head's to write");
+        }
+    }
+}
+
+#[test]
+fn gpu_attention_fused_matches_the_cpu_reference() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    assert!(
+        k.has_attention_fused(),
+        "this GPU refused attention_fused its shared memory"
+    );
+    // A batch no tile divides (38 tiles, the last of 4 samples: fewer tiles than blocks);
+    // an odd one over more tiles than blocks (251 tiles, the last of one sample, so some
+    // blocks take two tiles through both window buffers); one sample (one block, one
+    // warp's sample valid).
+    for (seed, (batch, bound)) in [
+        (300, FUSED_TF32_BOUND),
+        (2001, FUSED_TF32_BOUND),
+        (1, FUSED_TF32_SHORT_BOUND),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dims = fused_dims(batch);
+        assert!(dims.fused_takes(), "{dims:?}");
+        let data = HeadData::new(dims, 20 + seed as u64);
+        let x = HeadInputs::upload(&device, &data)?;
+        let got = run_fused(&device, &k, dims, &x)?;
+        let want = HeadResult::from(data.reference(dims, 0..batch));
+        check_head(
+            &format!("attention_fused vs CPU with TF32 operands, B = {batch}"),
+            &got,
+            &want,
+            bound,
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_attention_fused_matches_the_unfused_gpu_path_at_the_step_batch() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    // The step's sizes: 2048 tiles, 15 or 16 per block of 132.
+    let batch = 16384;
+    let dims = fused_dims(batch);
+    let data = HeadData::new(dims, 30);
+    let x = HeadInputs::upload(&device, &data)?;
+    let fused = run_fused(&device, &k, dims, &x)?;
+    let unfused = run_unfused(&device, &k, dims, &x)?;
+    check_head(
+        "attention_fused vs the unfused GPU path, B = 16384",
+        &fused,
+        &unfused,
+        FUSED_UNFUSED_BOUND,
+    );
+    // pred of the first tiles, a middle block's and the last, against the reference on
+    // those samples alone.
+    for samples in [0..64, 8000..8064, batch - 64..batch] {
+        let want = data.reference(dims, samples.clone());
+        check_within(
+            &format!("attention_fused vs CPU with TF32 operands, B = 16384, samples {samples:?}"),
+            "pred",
+            &fused.pred[samples],
+            &want.pred,
+            largest(&want.pred),
+            FUSED_TF32_BOUND,
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_attention_fused_repeats_bit_for_bit() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    // The step's batch, and a ragged one with a last tile of one sample.
+    for batch in [16384, 2001] {
+        let dims = fused_dims(batch);
+        let x = HeadInputs::upload(&device, &HeadData::new(dims, 40))?;
+        let first = run_fused(&device, &k, dims, &x)?;
+        let again = run_fused(&device, &k, dims, &x)?;
+        assert!(
+            again.bits() == first.bits(),
+            "B = {batch}: a second run of attention_fused differs from the first"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_attention_fused_refuses_other_sizes() -> Result<()> {
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    assert_eq!(
+        k.attention_kernel(fused_dims(16384)),
+        AttentionKernel::Fused
+    );
+    let others = [
+        AttnFusedDims {
+            width: 32,
+            ..fused_dims(64)
+        },
+        AttnFusedDims {
+            window: 4,
+            ..fused_dims(64)
+        },
+        AttnFusedDims {
+            state: 32,
+            ..fused_dims(64)
+        },
+        AttnFusedDims {
+            heads: 8,
+            ..fused_dims(64)
+        },
+    ];
+    for dims in others {
+        assert!(!dims.fused_takes(), "{dims:?}");
+        assert_eq!(
+            k.attention_kernel(dims),
+            AttentionKernel::Unfused,
+            "{dims:?}"
+        );
+        let x = HeadInputs::upload(&device, &HeadData::new(dims, 50))?;
+        let mut out = HeadOutputs::poisoned(&device, dims)?;
+        // Scratch enough for the step's sizes at this batch: not what it refuses.
+        let mut scratch = nan_buffer(&device, "scratch", fused_dims(dims.batch).scratch_len())?;
+        let err = match launch_fused(&device, &k, dims, &x, &mut out, &mut scratch) {
+            Ok(()) => panic!("attention_fused took sizes it is not written for: {dims:?}"),
+            Err(e) => e.chain(),
+        };
+        let found = format!(
+            "found S = {}, W = {}, E = {}, Hh = {}",
+            dims.state, dims.window, dims.width, dims.heads
+        );
+        assert!(
+            err.contains("attention_fused: expected S = 64, W = 8, E = 64 and Hh = 4")
+                && err.contains(&found),
+            "{err}"
+        );
+        // Nothing ran: every output still holds its poison, the loss buffer its zeros.
+        let left = out.download(&device)?;
+        for (what, x) in left.outputs() {
+            let untouched = if what == "losses" {
+                x.iter().all(|&l| l == 0.0)
+            } else {
+                x.iter().all(|l| l.is_nan())
+            };
+            assert!(untouched, "{dims:?}: {what} was written");
+        }
     }
     Ok(())
 }

@@ -92,6 +92,7 @@ fn build_with(
         // The binary's default (`--branch-sms share`).
         branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
         iqn_kernel: None,
+        attention_kernel: None,
     };
     let mut step = dqn::Step::with_schedule(device, k, buffers, config, schedule)?;
     let mut rng = Rng::new(seed ^ 0x1417);

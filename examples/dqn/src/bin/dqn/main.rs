@@ -8,6 +8,7 @@
 //!                                         [--target-sync K] [--polyak TAU]
 //!                                         [--branch-sms whole|share|1/N|N]
 //!                                         [--iqn-kernel auto|wgmma|mma]
+//!                                         [--attention auto|fused|unfused]
 //! cargo run --release -p stepgraph-dqn -- --check DIR [--steps 3]   # for reference.py check DIR
 //! cargo run --release -p stepgraph-dqn -- --gpus N [--steps N]    # data parallel, NCCL
 //! cargo run --release -p stepgraph-dqn -- --print-plan dot|svg
@@ -22,7 +23,9 @@ use std::time::Instant;
 use stepgraph::stats::{Bounds, Ceilings, Floor, median};
 use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
 use stepgraph_dqn::floor;
-use stepgraph_dqn::kernels::{BadReplay, IqnFusedKernel, Kernels, LossSlot, Watch};
+use stepgraph_dqn::kernels::{
+    AttentionKernel, BadReplay, IqnFusedKernel, Kernels, LossSlot, Watch,
+};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
@@ -72,6 +75,9 @@ struct Options {
     /// `--iqn-kernel auto|wgmma|mma`: the fused IQN head's kernel (`auto`: what the sizes
     /// and the GPU take).
     iqn_kernel: Option<IqnFusedKernel>,
+    /// `--attention auto|fused|unfused`: how the attention head runs (`auto`: what the
+    /// sizes and the GPU take).
+    attention_kernel: Option<AttentionKernel>,
 }
 
 /// `--source`: where the training run's batches come from.
@@ -112,6 +118,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
         // Measured faster than `whole` (PERF.md, run `i20-sms`).
         branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
         iqn_kernel: None,
+        attention_kernel: None,
     };
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
@@ -157,6 +164,18 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
                     v => {
                         return Err(format!(
                             "--iqn-kernel: expected auto, wgmma or mma, found `{v}`"
+                        ));
+                    }
+                }
+            }
+            "--attention" => {
+                o.attention_kernel = match value()?.as_str() {
+                    "auto" => None,
+                    "fused" => Some(AttentionKernel::Fused),
+                    "unfused" => Some(AttentionKernel::Unfused),
+                    v => {
+                        return Err(format!(
+                            "--attention: expected auto, fused or unfused, found `{v}`"
                         ));
                     }
                 }
@@ -539,6 +558,7 @@ fn build_rank(
         polyak: o.polyak,
         branch_sms: o.branch_sms,
         iqn_kernel: o.iqn_kernel,
+        attention_kernel: o.attention_kernel,
     };
     dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
 }
@@ -1193,6 +1213,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     println!("{work}");
     for op in [
         "attention_head",
+        "attention_wgrad",
         "iqn_head",
         "branch_backward[0]",
         "iql_high",
@@ -1413,6 +1434,21 @@ mod tests {
         assert_eq!(
             parse("--branch-sms 33").unwrap().branch_sms,
             SmTarget::Count(33)
+        );
+        assert_eq!(parse("").unwrap().attention_kernel, None);
+        assert_eq!(parse("--attention auto").unwrap().attention_kernel, None);
+        assert_eq!(
+            parse("--attention fused").unwrap().attention_kernel,
+            Some(AttentionKernel::Fused)
+        );
+        assert_eq!(
+            parse("--attention unfused").unwrap().attention_kernel,
+            Some(AttentionKernel::Unfused)
+        );
+        assert!(
+            parse("--attention flash")
+                .unwrap_err()
+                .contains("expected auto, fused or unfused, found `flash`")
         );
         assert_eq!(parse("").unwrap().iqn_kernel, None);
         assert_eq!(parse("--iqn-kernel auto").unwrap().iqn_kernel, None);

@@ -1,0 +1,632 @@
+// The DQN step's whole attention head in one kernel (MODEL.md, "Attention over the window"):
+// the embedding, the fused QKV projection, each head's attention, the pooled reward
+// prediction and its loss, and the backward to every weight gradient, for the step's sizes
+// S = E = 64, W = 8, Hh = 4 (dh = 16). attention_fused writes one partial row per block;
+// attention_fused_finish adds the rows in order (deterministic: no atomics but the loss
+// slots' adds, as every loss kernel of the step does).
+//
+// Why one kernel: the unfused head (attention.cu and five cuBLASLt GEMMs, then three
+// weight-gradient GEMMs) moves [B W, E] .. [B W, 3E] activations of 131072 rows through
+// memory between every pair of its 17 kernels, about 0.4 GB a step. Here a tile of 8
+// samples (64 rows) stays in shared memory from the windows it reads to the weight
+// gradients it adds to, and the weights are staged once per block.
+//
+// The output projection needs no product: pred depends on att only through its mean over
+// the window, so with v = wpᵀ wo ([E], v[c] = sum_e wp[e] wo[e, c]) and the loss's
+// gradient g_b = 2 coef (pred_b - r_b) / B,
+//   pred_b = mean_w(att_b) . v + bp,        datt[b, w, :] = (g_b / W) v   (every w),
+//   dwo[e, c] = wp[e] Sum[c],  dwp[e] = sum_c Sum[c] wo[e, c],  Sum = sum_b g_b mean_w(att_b),
+// and datt being the same for every row of a sample, so is dP[hd, i, k] = datt_i . V_k.
+//
+// A persistent block of 8 warps takes tiles blockIdx.x, + gridDim.x, ... Per tile:
+//   1. emb = win wembᵀ + bemb                     mma.sync, M 64  N 64   K 64
+//   2. qkv = emb wqkvᵀ                            mma.sync, M 64  N 192  K 64
+//   3. attention forward and backward, FP32: thread (sample = warp, head = lane / 8,
+//      row = lane % 8); pred, the loss, dqkv
+//   4. dwqkv += dqkvᵀ emb                         mma.sync, M 192 N 64   K 64 (registers)
+//   5. demb = dqkv wqkv, dbemb += column sums     mma.sync, M 64  N 64   K 192
+//   6. dwemb += dembᵀ win                         mma.sync, M 64  N 64   K 64 (registers)
+// with a block barrier between phases, and the next tile's windows copied in (cp.async)
+// while this one computes. The products' operands are rounded to TF32 (cvt.rna) once, where
+// they are stored in shared memory; the products run on the tensor cores as cuBLASLt's
+// FAST_TF32 GEMMs do, and the attention itself in FP32 as attention.cu does.
+//
+// Shared memory holds every matrix row-major with rows of 64 or 192 floats, element
+// (r, c) at r ld + (c ^ swz(r)), swz(r) = 8 (r % 4) + 4 ((r / 4) % 2): the XOR moves c
+// within its block of 32 columns. An mma.sync fragment reads either 8 rows by 4 columns
+// (an operand stored as [m][k] or [n][k]) or 4 rows by 8 columns (stored as [k][m] or
+// [k][n]); both hit 32 distinct banks under that map, so every product reads its
+// operands in whichever layout the previous phase wrote, without bank conflicts.
+
+#include "dqn.cuh"
+
+#define AF_S 64
+#define AF_W 8
+#define AF_E 64
+#define AF_HEADS 4
+#define AF_DH 16
+#define AF_E3 (3 * AF_E)
+// A tile: 8 samples of 8 window rows.
+#define AF_SAMPLES 8
+#define AF_ROWS (AF_SAMPLES * AF_W)
+#define AF_THREADS 256
+
+// Shared memory, in floats: the two weights, two tiles of windows, emb, qkv (whose space
+// then holds demb), dqkv, each head's dS, and v and bemb.
+#define AF_OFF_WEMB 0
+#define AF_OFF_WQKV (AF_OFF_WEMB + AF_E * AF_S)
+#define AF_OFF_WIN (AF_OFF_WQKV + AF_E3 * AF_E)
+#define AF_OFF_EMB (AF_OFF_WIN + 2 * AF_ROWS * AF_S)
+#define AF_OFF_QKV (AF_OFF_EMB + AF_ROWS * AF_E)
+#define AF_OFF_DQKV (AF_OFF_QKV + AF_ROWS * AF_E3)
+#define AF_OFF_DS (AF_OFF_DQKV + AF_ROWS * AF_E3)
+#define AF_OFF_V (AF_OFF_DS + AF_SAMPLES * AF_HEADS * AF_W * AF_W)
+#define AF_OFF_BEMB (AF_OFF_V + AF_E)
+#define AF_SMEM_FLOATS (AF_OFF_BEMB + AF_E)
+// Mirrored in kernels.rs (ATTENTION_FUSED_SHARED_BYTES), hence a literal.
+#define AF_SMEM_BYTES 221696
+static_assert(AF_SMEM_BYTES == 4 * AF_SMEM_FLOATS, "the shared memory layout's size");
+
+// A block's partial row: [dwqkv (3E E) | dwemb (E S) | dbemb (E) | Sum (E) | dbp | loss].
+#define AF_P_DWQKV 0
+#define AF_P_DWEMB (AF_P_DWQKV + AF_E3 * AF_E)
+#define AF_P_DBEMB (AF_P_DWEMB + AF_E * AF_S)
+#define AF_P_SUM (AF_P_DBEMB + AF_E)
+#define AF_P_DBP (AF_P_SUM + AF_E)
+#define AF_P_LOSS (AF_P_DBP + 1)
+// Mirrored in kernels.rs (ATTENTION_FUSED_ROW_LEN), hence a literal.
+#define AF_ROW_LEN 16514
+static_assert(AF_ROW_LEN == AF_P_LOSS + 1, "the partial row's length");
+
+// Where element (r, c) of a matrix with rows of ld floats (a multiple of 32) lives.
+__device__ __forceinline__ unsigned af_at(unsigned r, unsigned c, unsigned ld) {
+    return r * ld + (c ^ (((r & 3u) << 3) | (r & 4u)));
+}
+
+// Operand element (m, k) of a matrix stored as [m][k], or as [k][m] when KM: the bits of a
+// TF32 value stored rounded.
+template <bool KM>
+__device__ __forceinline__ unsigned af_ld(const float* s, unsigned ld, unsigned m, unsigned k) {
+    return __float_as_uint(KM ? s[af_at(k, m, ld)] : s[af_at(m, k, ld)]);
+}
+
+__device__ __forceinline__ float af_tf32(float x) {
+    return __uint_as_float(tf32_bits(x));
+}
+
+// acc += A B over K for a warp's MT x NT tiles of m16n8 at (m0, n0). A is [m][k], or
+// [k][m] when A_KM; B is [n][k] (a weight, as nn.Linear stores it), or [k][n] when B_KN.
+template <int MT, int NT, int K, bool A_KM, bool B_KN>
+__device__ __forceinline__ void af_mma(float (&acc)[MT][NT][4], const float* A, unsigned lda,
+                                       unsigned m0, const float* Bm, unsigned ldb, unsigned n0,
+                                       unsigned lane) {
+    const unsigned g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (unsigned k0 = 0; k0 < K; k0 += 8) {
+        unsigned a[MT][4], b[NT][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            const unsigned m = m0 + 16 * i + g;
+            a[i][0] = af_ld<A_KM>(A, lda, m, k0 + t);
+            a[i][1] = af_ld<A_KM>(A, lda, m + 8, k0 + t);
+            a[i][2] = af_ld<A_KM>(A, lda, m, k0 + t + 4);
+            a[i][3] = af_ld<A_KM>(A, lda, m + 8, k0 + t + 4);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const unsigned n = n0 + 8 * j + g;
+            b[j][0] = af_ld<B_KN>(Bm, ldb, n, k0 + t);
+            b[j][1] = af_ld<B_KN>(Bm, ldb, n, k0 + t + 4);
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                mma_tf32(acc[i][j], a[i], b[j][0], b[j][1]);
+            }
+        }
+    }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void af_zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        }
+    }
+}
+
+// Stores a warp's tiles as [m][n] (rows of ld), plus bias[n] when given, rounded to TF32
+// when ROUND (the value is then only a product's operand).
+template <int MT, int NT, bool ROUND>
+__device__ __forceinline__ void af_store(const float (&acc)[MT][NT][4], float* s, unsigned ld,
+                                         unsigned m0, unsigned n0, const float* bias,
+                                         unsigned lane) {
+    const unsigned g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const unsigned m = m0 + 16 * i + g, n = n0 + 8 * j + 2 * t;
+            const float b0 = bias ? bias[n] : 0.0f, b1 = bias ? bias[n + 1] : 0.0f;
+            float2 lo = make_float2(acc[i][j][0] + b0, acc[i][j][1] + b1);
+            float2 hi = make_float2(acc[i][j][2] + b0, acc[i][j][3] + b1);
+            if (ROUND) {
+                lo = make_float2(af_tf32(lo.x), af_tf32(lo.y));
+                hi = make_float2(af_tf32(hi.x), af_tf32(hi.y));
+            }
+            *reinterpret_cast<float2*>(s + af_at(m, n, ld)) = lo;
+            *reinterpret_cast<float2*>(s + af_at(m + 8, n, ld)) = hi;
+        }
+    }
+}
+
+// Writes a warp's tiles into a partial row's [M][N] block at p (global memory).
+template <int MT, int NT>
+__device__ __forceinline__ void af_store_global(const float (&acc)[MT][NT][4], float* p,
+                                                unsigned n_cols, unsigned m0, unsigned n0,
+                                                unsigned lane) {
+    const unsigned g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const unsigned m = m0 + 16 * i + g, n = n0 + 8 * j + 2 * t;
+            *reinterpret_cast<float2*>(p + (size_t)m * n_cols + n) =
+                make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(p + (size_t)(m + 8) * n_cols + n) =
+                make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+}
+
+// A 16-byte copy from global to shared memory, or 16 zero bytes when !valid (src is then
+// not read).
+__device__ __forceinline__ void af_cp_async16(float* dst, const float* src, bool valid) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    const unsigned n = valid ? 16u : 0u;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n)
+                 : "memory");
+}
+
+__device__ __forceinline__ void af_cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// The chunks of 4 floats of a tile of windows that thread tid copies (and later rounds):
+// chunk e = tid + 256 q is row e / 16, columns 4 (e % 16) ...
+#define AF_WIN_CHUNKS_PER_THREAD (AF_ROWS * AF_S / 4 / AF_THREADS)
+
+__device__ __forceinline__ void af_stage_win(float* dst, const float* __restrict__ win,
+                                             unsigned tile, unsigned B) {
+    const unsigned rows = B * AF_W;
+#pragma unroll
+    for (unsigned q = 0; q < AF_WIN_CHUNKS_PER_THREAD; ++q) {
+        const unsigned e = threadIdx.x + AF_THREADS * q, r = e / 16, c = 4 * (e % 16);
+        const unsigned gr = tile * AF_ROWS + r;
+        const bool valid = gr < rows;
+        af_cp_async16(dst + af_at(r, c, AF_S), valid ? win + (size_t)gr * AF_S + c : win, valid);
+    }
+}
+
+// Rounds the chunks this thread copied to TF32, in place (after its copies landed).
+__device__ __forceinline__ void af_round_win(float* dst) {
+#pragma unroll
+    for (unsigned q = 0; q < AF_WIN_CHUNKS_PER_THREAD; ++q) {
+        const unsigned e = threadIdx.x + AF_THREADS * q, r = e / 16, c = 4 * (e % 16);
+        float4* p = reinterpret_cast<float4*>(dst + af_at(r, c, AF_S));
+        const float4 x = *p;
+        *p = make_float4(af_tf32(x.x), af_tf32(x.y), af_tf32(x.z), af_tf32(x.w));
+    }
+}
+
+// Head slice `part` (0 Q, 1 K, 2 V) of head hd in row r of qkv.
+__device__ __forceinline__ void af_slice(float (&v)[AF_DH], const float* sq, unsigned r,
+                                         unsigned part, unsigned hd) {
+#pragma unroll
+    for (unsigned q = 0; q < AF_DH / 4; ++q) {
+        const float4 x = *reinterpret_cast<const float4*>(
+            sq + af_at(r, part * AF_E + hd * AF_DH + 4 * q, AF_E3));
+        v[4 * q] = x.x, v[4 * q + 1] = x.y, v[4 * q + 2] = x.z, v[4 * q + 3] = x.w;
+    }
+}
+
+// out = sum_k w[k] (head slice `part` of head hd in row r0 + k): the weighted sum of a
+// sample's rows that the attention's forward (P V) and backward (dS K, dSᵀ Q) take.
+__device__ __forceinline__ void af_rows_times(float (&out)[AF_DH], const float (&w)[AF_W],
+                                              const float* sq, unsigned r0, unsigned part,
+                                              unsigned hd) {
+    float x[AF_DH];
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        out[c] = 0.0f;
+    }
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        af_slice(x, sq, r0 + k, part, hd);
+#pragma unroll
+        for (unsigned c = 0; c < AF_DH; ++c) {
+            out[c] = fmaf(w[k], x[c], out[c]);
+        }
+    }
+}
+
+// Stores a head slice into row r of dqkv, rounded to TF32 (it is only a product's operand).
+__device__ __forceinline__ void af_store_slice(float* sd, const float (&v)[AF_DH], unsigned r,
+                                               unsigned part, unsigned hd) {
+#pragma unroll
+    for (unsigned q = 0; q < AF_DH / 4; ++q) {
+        *reinterpret_cast<float4*>(sd + af_at(r, part * AF_E + hd * AF_DH + 4 * q, AF_E3)) =
+            make_float4(af_tf32(v[4 * q]), af_tf32(v[4 * q + 1]), af_tf32(v[4 * q + 2]),
+                        af_tf32(v[4 * q + 3]));
+    }
+}
+
+// What phase 3 carries from tile to tile: thread (head hd, row i) of warp s owns columns
+// hd dh + 2i, + 1 of Sum (for its warp's samples), lane 0 the loss and dbp.
+struct AfPool {
+    float sum0, sum1, dbp, loss;
+};
+
+// Phase 3 for sample s of the tile (this warp), head hd = lane / 8, row i = lane % 8.
+__device__ __forceinline__ void af_attention(const float* sq, float* sd, float* sds,
+                                             const float* sv, float bp,
+                                             const float* __restrict__ r, float* __restrict__ pred,
+                                             unsigned tile, unsigned B, float coef, AfPool& pool) {
+    const unsigned lane = threadIdx.x & 31, s = threadIdx.x >> 5;
+    const unsigned hd = lane >> 3, i = lane & 7, base = lane & ~7u;
+    const unsigned r0 = s * AF_W, row = r0 + i;
+    const unsigned b = tile * AF_SAMPLES + s;
+    const bool valid = b < B;
+    const float scale = 0.25f;  // 1 / sqrt(dh)
+
+    // Forward: scores, softmax, att_i.
+    float q[AF_DH], x[AF_DH], p[AF_W];
+    af_slice(q, sq, row, 0, hd);
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        af_slice(x, sq, r0 + k, 1, hd);
+        float dot = 0.0f;
+#pragma unroll
+        for (unsigned c = 0; c < AF_DH; ++c) {
+            dot = fmaf(q[c], x[c], dot);
+        }
+        p[k] = dot * scale;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        mx = fmaxf(mx, p[k]);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        p[k] = expf(p[k] - mx);
+        sum += p[k];
+    }
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        p[k] = p[k] / sum;
+    }
+    float a[AF_DH];
+    af_rows_times(a, p, sq, r0, 2, hd);
+
+    // The mean over the window: afterwards lane i holds columns 2i, 2i + 1 of the head's
+    // slice summed over its 8 rows (reduce-scatter over lane bits 2, 1, 0).
+    reduce_scatter_step<8>(a, lane, 4);
+    reduce_scatter_step<4>(a, lane, 2);
+    reduce_scatter_step<2>(a, lane, 1);
+    const unsigned c0 = hd * AF_DH + 2 * i;
+    const float m0 = a[0] / (float)AF_W, m1 = a[1] / (float)AF_W;
+    const float pb = warp_sum(fmaf(m0, sv[c0], m1 * sv[c0 + 1])) + bp;
+    const float diff = valid ? pb - r[b] : 0.0f;
+    const float g = 2.0f * coef / (float)B * diff;
+    if (lane == 0) {
+        if (valid) {
+            pred[b] = pb;
+        }
+        pool.loss = fmaf(diff, diff, pool.loss);
+        pool.dbp += g;
+    }
+    pool.sum0 = fmaf(g, m0, pool.sum0);
+    pool.sum1 = fmaf(g, m1, pool.sum1);
+
+    // Backward. datt_i = (g / W) v for every row; u is its head slice.
+    const float gw = g / (float)AF_W;
+    float u[AF_DH];
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        u[c] = gw * sv[hd * AF_DH + c];
+    }
+    // dV_i = (sum_i' P[i', i]) u: the column sums of P by reduce-scatter (lane i gets
+    // column i).
+    float cs[AF_W];
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        cs[k] = p[k];
+    }
+    reduce_scatter_step<4>(cs, lane, 4);
+    reduce_scatter_step<2>(cs, lane, 2);
+    reduce_scatter_step<1>(cs, lane, 1);
+    float dv[AF_DH];
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        dv[c] = cs[0] * u[c];
+    }
+    af_store_slice(sd, dv, row, 2, hd);
+    // dP[i, k] = u . V_k, the same for every i: lane i computes it for k = i.
+    af_slice(x, sq, row, 2, hd);
+    float ci = 0.0f;
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        ci = fmaf(u[c], x[c], ci);
+    }
+    float ck[AF_W];
+    float pc = 0.0f;
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        ck[k] = __shfl_sync(FULL_MASK, ci, base + k);
+        pc = fmaf(p[k], ck[k], pc);
+    }
+    float ds[AF_W];
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        ds[k] = p[k] * (ck[k] - pc);
+    }
+    // dQ_i = scale sum_k dS[i, k] K_k.
+    float dq[AF_DH];
+    af_rows_times(dq, ds, sq, r0, 1, hd);
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        dq[c] *= scale;
+    }
+    af_store_slice(sd, dq, row, 0, hd);
+    // dK_i = scale sum_i' dS[i', i] Q_i': dS through shared memory (this warp's only).
+    float* my_ds = sds + ((s * AF_HEADS + hd) * AF_W) * AF_W;
+    *reinterpret_cast<float4*>(my_ds + i * AF_W) = make_float4(ds[0], ds[1], ds[2], ds[3]);
+    *reinterpret_cast<float4*>(my_ds + i * AF_W + 4) = make_float4(ds[4], ds[5], ds[6], ds[7]);
+    __syncwarp();
+    float ds_col[AF_W], dk[AF_DH];
+#pragma unroll
+    for (unsigned k = 0; k < AF_W; ++k) {
+        ds_col[k] = my_ds[k * AF_W + i];
+    }
+    af_rows_times(dk, ds_col, sq, r0, 0, hd);
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        dk[c] *= scale;
+    }
+    af_store_slice(sd, dk, row, 1, hd);
+    // The next tile overwrites my_ds only after the block barriers between.
+}
+
+// The whole head, forward and backward, for tiles of 8 samples: see the top of the file.
+// win [B W, S], wemb [E, S], bemb [E], wqkv [3E, E], wo [E, E], wp [E], bp [1], r [B];
+// writes pred[b < B] and partials[gridDim.x, AF_ROW_LEN]. Grid: at most ceil(B / 8) blocks
+// of AF_THREADS threads, AF_SMEM_BYTES of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
+    attention_fused(const float* __restrict__ win, const float* __restrict__ wemb,
+                    const float* __restrict__ bemb, const float* __restrict__ wqkv,
+                    const float* __restrict__ wo, const float* __restrict__ wp,
+                    const float* __restrict__ bp, const float* __restrict__ r,
+                    float* __restrict__ pred, float* __restrict__ partials, unsigned B,
+                    float coef) {
+    extern __shared__ float4 af_smem4[];
+    float* smem = reinterpret_cast<float*>(af_smem4);
+    float* s_wemb = smem + AF_OFF_WEMB;
+    float* s_wqkv = smem + AF_OFF_WQKV;
+    float* s_emb = smem + AF_OFF_EMB;
+    float* s_qkv = smem + AF_OFF_QKV;
+    float* s_demb = smem + AF_OFF_QKV;  // after phase 3, qkv's space
+    float* s_dqkv = smem + AF_OFF_DQKV;
+    float* s_ds = smem + AF_OFF_DS;
+    float* s_v = smem + AF_OFF_V;
+    float* s_bemb = smem + AF_OFF_BEMB;
+    const unsigned tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    const unsigned g = lane >> 2, t = lane & 3;
+    const unsigned tiles = (B + AF_SAMPLES - 1) / AF_SAMPLES;
+
+    if (blockIdx.x < tiles) {
+        af_stage_win(smem + AF_OFF_WIN, win, blockIdx.x, B);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    for (unsigned e = tid; e < AF_E * AF_S; e += AF_THREADS) {
+        s_wemb[af_at(e / AF_S, e % AF_S, AF_S)] = af_tf32(wemb[e]);
+    }
+    for (unsigned e = tid; e < AF_E3 * AF_E; e += AF_THREADS) {
+        s_wqkv[af_at(e / AF_E, e % AF_E, AF_E)] = af_tf32(wqkv[e]);
+    }
+    if (tid < AF_E) {
+        float v = 0.0f;
+        for (unsigned e = 0; e < AF_E; ++e) {
+            v = fmaf(wp[e], wo[e * AF_E + tid], v);
+        }
+        s_v[tid] = v;
+        s_bemb[tid] = bemb[tid];
+    }
+    const float bp0 = bp[0];
+
+    // Carried across tiles: dwqkv (warp tile 48 x 32 at (48 (wid % 4), 32 (wid / 4))), dwemb
+    // (16 x 32 at (16 (wid % 4), 32 (wid / 4))), dbemb's column sums (demb's warp tile,
+    // columns 32 (wid / 4) + 8 j + 2t, + 1), and the pool's sums.
+    float dwqkv[3][4][4], dwemb[1][4][4], dbemb[4][2];
+    af_zero(dwqkv);
+    af_zero(dwemb);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        dbemb[j][0] = dbemb[j][1] = 0.0f;
+    }
+    AfPool pool = {0.0f, 0.0f, 0.0f, 0.0f};
+    const unsigned mb4 = wid & 3, nb2 = wid >> 2;
+
+    unsigned it = 0;
+    for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++it) {
+        float* s_win = smem + AF_OFF_WIN + (it & 1) * AF_ROWS * AF_S;
+        af_cp_async_wait_all();
+        af_round_win(s_win);
+        // Every thread's windows are in and rounded, the weights staged, and the last
+        // tile's phase 6 is done with emb, demb and the other window buffer.
+        __syncthreads();
+        if (tile + gridDim.x < tiles) {
+            af_stage_win(smem + AF_OFF_WIN + ((it + 1) & 1) * AF_ROWS * AF_S, win,
+                         tile + gridDim.x, B);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+        // 1. emb = win wembᵀ + bemb.
+        {
+            float acc[1][4][4];
+            af_zero(acc);
+            af_mma<1, 4, AF_S, false, false>(acc, s_win, AF_S, 16 * mb4, s_wemb, AF_S, 32 * nb2,
+                                             lane);
+            af_store<1, 4, true>(acc, s_emb, AF_E, 16 * mb4, 32 * nb2, s_bemb, lane);
+        }
+        __syncthreads();
+        // 2. qkv = emb wqkvᵀ (warp tile 32 x 48).
+        {
+            float acc[2][6][4];
+            af_zero(acc);
+            af_mma<2, 6, AF_E, false, false>(acc, s_emb, AF_E, 32 * (wid & 1), s_wqkv, AF_E,
+                                             48 * (wid >> 1), lane);
+            af_store<2, 6, false>(acc, s_qkv, AF_E3, 32 * (wid & 1), 48 * (wid >> 1), nullptr,
+                                  lane);
+        }
+        __syncthreads();
+        // 3. Attention, the pool and the loss, and dqkv.
+        af_attention(s_qkv, s_dqkv, s_ds, s_v, bp0, r, pred, tile, B, coef, pool);
+        __syncthreads();
+        // 4. dwqkv += dqkvᵀ emb.
+        af_mma<3, 4, AF_ROWS, true, true>(dwqkv, s_dqkv, AF_E3, 48 * mb4, s_emb, AF_E, 32 * nb2,
+                                          lane);
+        // 5. demb = dqkv wqkv, into qkv's space, and dbemb's column sums.
+        {
+            float acc[1][4][4];
+            af_zero(acc);
+            af_mma<1, 4, AF_E3, false, true>(acc, s_dqkv, AF_E3, 16 * mb4, s_wqkv, AF_E,
+                                             32 * nb2, lane);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                dbemb[j][0] += acc[0][j][0] + acc[0][j][2];
+                dbemb[j][1] += acc[0][j][1] + acc[0][j][3];
+            }
+            af_store<1, 4, true>(acc, s_demb, AF_E, 16 * mb4, 32 * nb2, nullptr, lane);
+        }
+        __syncthreads();
+        // 6. dwemb += dembᵀ win.
+        af_mma<1, 4, AF_ROWS, true, true>(dwemb, s_demb, AF_E, 16 * mb4, s_win, AF_S, 32 * nb2,
+                                          lane);
+    }
+    af_cp_async_wait_all();
+
+    // The block's partial row. The products' sums go straight out; dbemb's, the pool's
+    // and the loss are added over lanes and warps in a fixed order, through shared memory.
+    float* row = partials + (size_t)blockIdx.x * AF_ROW_LEN;
+    af_store_global(dwqkv, row + AF_P_DWQKV, AF_E, 48 * mb4, 32 * nb2, lane);
+    af_store_global(dwemb, row + AF_P_DWEMB, AF_S, 16 * mb4, 32 * nb2, lane);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float v = dbemb[j][h];
+            v += __shfl_xor_sync(FULL_MASK, v, 4);
+            v += __shfl_xor_sync(FULL_MASK, v, 8);
+            v += __shfl_xor_sync(FULL_MASK, v, 16);
+            dbemb[j][h] = v;
+        }
+    }
+    __syncthreads();  // the last tile is done with s_ds
+    float* red_bemb = s_ds;                  // [4 m-blocks][E]
+    float* red_sum = s_ds + 4 * AF_E;        // [8 warps][E]
+    float* red_scalar = s_ds + 12 * AF_E;    // [8 warps][2]
+    if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const unsigned c = 32 * nb2 + 8 * j + 2 * t;
+            red_bemb[mb4 * AF_E + c] = dbemb[j][0];
+            red_bemb[mb4 * AF_E + c + 1] = dbemb[j][1];
+        }
+    }
+    {
+        const unsigned hd = lane >> 3, i = lane & 7, c = hd * AF_DH + 2 * i;
+        red_sum[wid * AF_E + c] = pool.sum0;
+        red_sum[wid * AF_E + c + 1] = pool.sum1;
+    }
+    if (lane == 0) {
+        red_scalar[2 * wid] = pool.dbp;
+        red_scalar[2 * wid + 1] = pool.loss;
+    }
+    __syncthreads();
+    if (tid < AF_E) {
+        float sb = 0.0f, ss = 0.0f;
+        for (unsigned m = 0; m < 4; ++m) {
+            sb += red_bemb[m * AF_E + tid];
+        }
+        for (unsigned w = 0; w < AF_THREADS / 32; ++w) {
+            ss += red_sum[w * AF_E + tid];
+        }
+        row[AF_P_DBEMB + tid] = sb;
+        row[AF_P_SUM + tid] = ss;
+    } else if (tid < AF_E + 2) {
+        const unsigned k = tid - AF_E;
+        float x = 0.0f;
+        for (unsigned w = 0; w < AF_THREADS / 32; ++w) {
+            x += red_scalar[2 * w + k];
+        }
+        row[AF_P_DBP + k] = x;
+    }
+}
+
+// Adds attention_fused's `rows` partial rows in order and writes the weight gradients:
+// dwqkv, dwemb, dbemb as summed; dwo[e, c] = wp[e] Sum[c], dwp[e] = sum_c Sum[c] wo[e, c],
+// dbp; and L_attn = (loss sum) / B into losses[LOSS_ATTN], coef L_attn into
+// losses[LOSS_TOTAL]. Grid: AF_P_SUM / 32 + 1 blocks of (32, 32) threads; the last block
+// takes Sum, dbp and the loss.
+extern "C" __global__ void __launch_bounds__(1024)
+    attention_fused_finish(const float* __restrict__ partials, unsigned rows,
+                           const float* __restrict__ wo, const float* __restrict__ wp,
+                           float* __restrict__ dwqkv, float* __restrict__ dwemb,
+                           float* __restrict__ dbemb, float* __restrict__ dwo,
+                           float* __restrict__ dwp, float* __restrict__ dbp,
+                           float* __restrict__ losses, unsigned B, float coef) {
+    if (blockIdx.x + 1 < gridDim.x) {
+        const unsigned c = blockIdx.x * 32 + threadIdx.x;
+        const float s = column_block_sum(partials, 0, rows, AF_ROW_LEN, c);
+        if (threadIdx.y != 0 || c >= AF_P_SUM) {
+            return;
+        }
+        if (c < AF_P_DWEMB) {
+            dwqkv[c] = s;
+        } else if (c < AF_P_DBEMB) {
+            dwemb[c - AF_P_DWEMB] = s;
+        } else {
+            dbemb[c - AF_P_DBEMB] = s;
+        }
+        return;
+    }
+    __shared__ float sum[AF_ROW_LEN - AF_P_SUM];
+    for (unsigned part = 0; part < 3; ++part) {
+        const unsigned c = AF_P_SUM + 32 * part + threadIdx.x;
+        const float s = column_block_sum(partials, 0, rows, AF_ROW_LEN, c);
+        if (threadIdx.y == 0 && c < AF_ROW_LEN) {
+            sum[c - AF_P_SUM] = s;
+        }
+        __syncthreads();  // column_block_sum's tile is read before the next call writes it
+    }
+    const unsigned tid = threadIdx.y * 32 + threadIdx.x;
+    for (unsigned e = tid; e < AF_E * AF_E; e += 1024) {
+        dwo[e] = wp[e / AF_E] * sum[e % AF_E];
+    }
+    if (tid < AF_E) {
+        float d = 0.0f;
+        for (unsigned c = 0; c < AF_E; ++c) {
+            d = fmaf(sum[c], wo[tid * AF_E + c], d);
+        }
+        dwp[tid] = d;
+    } else if (tid == AF_E) {
+        dbp[0] = sum[AF_P_DBP - AF_P_SUM];
+        add_loss_term(losses, LOSS_ATTN, sum[AF_P_LOSS - AF_P_SUM] / (float)B, coef);
+    }
+}
