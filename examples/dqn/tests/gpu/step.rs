@@ -1,8 +1,8 @@
 //! GPU tests of the whole DQN step at batch 512 (the other sizes the defaults): the batch
 //! drawn from the replay buffer inside the graph, the host-fed batch, and the target
-//! network's update at every K-th replay (a conditional node), copied or Polyak; and the
-//! graph of each verified against its plan. They need a CUDA GPU of compute capability
-//! 9.0.
+//! network's update at every K-th replay (a conditional node), copied or Polyak; the
+//! graph of each verified against its plan; and the attention head fused against
+//! unfused. They need a CUDA GPU of compute capability 9.0.
 //!
 //! The references are computed another way on the host: the drawn indices and fractions
 //! by the CPU generator (`replay_draw_reference`, the same integers), the gathered rows by
@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
-use stepgraph_dqn::kernels::{Kernels, ReplayTensor, Watch};
+use stepgraph_dqn::kernels::{AttentionKernel, Kernels, LossSlot, ReplayTensor, Watch};
 use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, Model, dqn};
 use stepgraph_dqn::reference::{
@@ -61,10 +61,19 @@ fn build(
     polyak: f32,
     seed: u64,
 ) -> Result<dqn::Step> {
-    build_with(device, feed, target_sync, polyak, seed, Schedule::Planned)
+    build_with(
+        device,
+        feed,
+        target_sync,
+        polyak,
+        seed,
+        Schedule::Planned,
+        None,
+    )
 }
 
-/// [`build`] under `schedule`.
+/// [`build`] under `schedule`, with the attention head as `attention` says (`None`: what
+/// the sizes and the GPU take).
 fn build_with(
     device: &Device,
     feed: Feed,
@@ -72,6 +81,7 @@ fn build_with(
     polyak: f32,
     seed: u64,
     schedule: Schedule,
+    attention: Option<AttentionKernel>,
 ) -> Result<dqn::Step> {
     let s = sizes();
     let k = Arc::new(Kernels::load(device)?);
@@ -92,7 +102,7 @@ fn build_with(
         // The binary's default (`--branch-sms share`).
         branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
         iqn_kernel: None,
-        attention_kernel: None,
+        attention_kernel: attention,
     };
     let mut step = dqn::Step::with_schedule(device, k, buffers, config, schedule)?;
     let mut rng = Rng::new(seed ^ 0x1417);
@@ -336,6 +346,84 @@ fn host(b: &dqn::Buffers) -> &HostBatch {
     b.source.host().expect("a host-fed step")
 }
 
+/// Stages `x` as the host-fed step's next batch.
+fn stage_host(step: &mut dqn::Step, x: &HostData) -> Result<()> {
+    step.stage(|b| &host(b).s, &x.s)?;
+    step.stage(|b| &host(b).s2, &x.s2)?;
+    step.stage(|b| &host(b).act, &x.act)?;
+    step.stage(|b| &host(b).r, &x.r)?;
+    step.stage(|b| &host(b).done, &x.done)?;
+    step.stage(|b| &host(b).win, &x.win)?;
+    step.stage(|b| &host(b).tau, &x.tau)
+}
+
+/// The step with its attention head fused and unfused (`Config::attention_kernel`), from
+/// the same parameters and host batch, one replay each: the attention head's gradients
+/// and `L_attn` agree within what tests/gpu/attention.rs allows the fused kernel against
+/// the unfused path (2e-3 of each tensor's largest magnitude; TF32 operands rounded
+/// differently), `L_attn` within 1e-3 of itself (one tile of 64 lost would move it by
+/// 1/64), and every other gradient is the same bits: no op but the update reads
+/// what the head writes, and each of the other kernels is deterministic. A fused head
+/// that wrote into another head's buffer, or a finish ordered before the kernel it adds
+/// up, fails one or the other.
+#[test]
+fn gpu_the_fused_attention_head_trains_as_the_unfused_one() -> Result<()> {
+    let device = device();
+    let s = sizes();
+    let x = host_data(&mut Rng::new(46), &s);
+    let mut runs = Vec::new();
+    for attention in [AttentionKernel::Fused, AttentionKernel::Unfused] {
+        let mut step = build_with(
+            &device,
+            Feed::Host,
+            1000,
+            0.0,
+            46,
+            Schedule::Planned,
+            Some(attention),
+        )?;
+        stage_host(&mut step, &x)?;
+        train_step(&mut step, 1)?;
+        let grads = step
+            .buffers()
+            .grads()
+            .into_iter()
+            .map(|(name, buf)| Ok((name, step.executor().download(buf)?)))
+            .collect::<Result<Vec<(String, Vec<f32>)>>>()?;
+        let losses = step.download(|b| &b.attn_losses)?;
+        runs.push((grads, losses[LossSlot::Attn.index()]));
+    }
+    let ((fused, fused_loss), (unfused, unfused_loss)) = (&runs[0], &runs[1]);
+    let (fused_loss, unfused_loss) = (*fused_loss, *unfused_loss);
+    let mut attention_tensors = 0;
+    for ((name, f), (_, u)) in fused.iter().zip(unfused) {
+        if ["wemb", "bemb", "wqkv", "wo", "wp", "bp"].contains(&name.as_str()) {
+            attention_tensors += 1;
+            let scale = u.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let err = f
+                .iter()
+                .zip(u)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            eprintln!(
+                "{name}: fused against unfused {:.2e} of {scale:.2e}",
+                err / scale
+            );
+            assert!(
+                scale > 0.0 && err <= 2e-3 * scale,
+                "{name}: {err:e} of {scale:e}"
+            );
+        } else {
+            assert!(bits(&[f]) == bits(&[u]), "{name}: not the same bits");
+        }
+    }
+    assert_eq!(attention_tensors, 6);
+    assert!(
+        (fused_loss - unfused_loss).abs() <= 1e-3 * unfused_loss.abs() && unfused_loss > 0.0,
+        "L_attn: fused {fused_loss}, unfused {unfused_loss}"
+    );
+    Ok(())
+}
+
 /// The host-fed step: each replay's batch and windows are the batch uploaded before it,
 /// copied device to device; no rows are drawn.
 #[test]
@@ -346,13 +434,7 @@ fn gpu_a_host_fed_step_trains_on_the_batch_uploaded_before_each_replay() -> Resu
     let mut rng = Rng::new(42);
     for t in 1..=2u32 {
         let x = host_data(&mut rng, &s);
-        step.stage(|b| &host(b).s, &x.s)?;
-        step.stage(|b| &host(b).s2, &x.s2)?;
-        step.stage(|b| &host(b).act, &x.act)?;
-        step.stage(|b| &host(b).r, &x.r)?;
-        step.stage(|b| &host(b).done, &x.done)?;
-        step.stage(|b| &host(b).win, &x.win)?;
-        step.stage(|b| &host(b).tau, &x.tau)?;
+        stage_host(&mut step, &x)?;
         train_step(&mut step, t)?;
         for (what, got, want) in [
             ("s", step.download(|b| &b.batch.s)?, &x.s),
@@ -482,15 +564,6 @@ fn gpu_the_watch_latches_the_first_bad_replay_and_applies_none_after_it() -> Res
     let mut step = build(&device, Feed::Host, 1000, 0.0, 44)?;
     let mut rng = Rng::new(44);
     let tensors = step.buffers().grads().len();
-    let stage = |step: &mut dqn::Step, x: &HostData| -> Result<()> {
-        step.stage(|b| &host(b).s, &x.s)?;
-        step.stage(|b| &host(b).s2, &x.s2)?;
-        step.stage(|b| &host(b).act, &x.act)?;
-        step.stage(|b| &host(b).r, &x.r)?;
-        step.stage(|b| &host(b).done, &x.done)?;
-        step.stage(|b| &host(b).win, &x.win)?;
-        step.stage(|b| &host(b).tau, &x.tau)
-    };
     let mut after_two = None;
     for t in 1..=6u32 {
         let mut x = host_data(&mut rng, &s);
@@ -503,7 +576,7 @@ fn gpu_the_watch_latches_the_first_bad_replay_and_applies_none_after_it() -> Res
             assert_eq!((w.replays, w.bad.clone()), (2, None), "after replay 2");
             assert!(w.losses.iter().all(|l| l.is_finite()), "{:?}", w.losses);
         }
-        stage(&mut step, &x)?;
+        stage_host(&mut step, &x)?;
         set_step_count(&mut step, t)?;
         step.replay()?;
     }
@@ -545,7 +618,7 @@ fn gpu_the_work_bound_times_every_kernel_of_the_step() -> Result<()> {
     for schedule in [Schedule::Planned, Schedule::OneStream] {
         for feed in [Feed::Replay, Feed::Host] {
             eprintln!("work bound: {schedule:?} {feed:?}");
-            let mut step = build_with(&device, feed, 4, 0.0, 45, schedule)?;
+            let mut step = build_with(&device, feed, 4, 0.0, 45, schedule, None)?;
             set_step_count(&mut step, 1)?;
             step.replay()?;
             for _ in 0..5 {
