@@ -964,7 +964,7 @@ pub mod dqn {
         let x = attn_act;
         stream.memset_zeros(attn_losses)?;
         let fused = attn_fused_dims(&s);
-        if attention_kernel.unwrap_or_else(|| k.attention_kernel(fused)) == AttentionKernel::Fused {
+        if attention_path(k, &s, attention_kernel) == AttentionKernel::Fused {
             let inputs = AttnFusedInputs {
                 win,
                 wemb: &a.emb.w,
@@ -1059,7 +1059,7 @@ pub mod dqn {
     ) -> Result<()> {
         let s = sizes;
         let fused = attn_fused_dims(&s);
-        if attention_kernel.unwrap_or_else(|| k.attention_kernel(fused)) == AttentionKernel::Fused {
+        if attention_path(k, &s, attention_kernel) == AttentionKernel::Fused {
             // The partial rows attention_head's kernel left in the scratch.
             let Attn { emb, qkv, o, p } = attn_grad;
             let grads = AttnFusedGrads {
@@ -1432,6 +1432,13 @@ fn expectile_head(
 }
 
 /// The IQN head's sizes.
+/// How the step's attention head runs: `choice` (`Config::attention_kernel`), or where it
+/// is `None`, what [`Kernels::attention_kernel`] picks for the sizes and the GPU. The ops
+/// and [`allocate`]'s callers resolve it here, so that the buffers fit the path.
+pub fn attention_path(k: &Kernels, s: &Sizes, choice: Option<AttentionKernel>) -> AttentionKernel {
+    choice.unwrap_or_else(|| k.attention_kernel(attn_fused_dims(s)))
+}
+
 fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
     AttnFusedDims {
         batch: s.batch,
@@ -1496,12 +1503,18 @@ impl dqn::Buffers {
 
 /// Allocates every buffer of the step for `sizes`, with parameters zeroed (the caller
 /// uploads initial values), drawing its batches from `source`; `comm` is this rank's
-/// place among the data-parallel ranks.
+/// place among the data-parallel ranks. `attention` is the path the attention head will
+/// run ([`attention_path`] of the step's `Config::attention_kernel`): the fused head keeps
+/// its activations on chip, so the unfused head's `[B W, ·]` tensors (about 420 MB at the
+/// default sizes) are allocated only for [`AttentionKernel::Unfused`]. A step allocated
+/// for the fused head but configured to run the unfused one fails at capture, naming the
+/// buffer that is too short.
 pub fn allocate(
     device: &Device,
     s: &Sizes,
     source: BatchSource,
     comm: Communicator,
+    attention: AttentionKernel,
 ) -> Result<dqn::Buffers> {
     let z = |what: &str, n: usize| device.alloc_zeros::<f32>(what, n);
     let (b, h) = (s.batch, s.hidden);
@@ -1535,7 +1548,13 @@ pub fn allocate(
     } else {
         (b * s.quantiles, iqn.unfused().scratch_len())
     };
-    let iqn_buf = |what: &str, n: usize| z(what, n.max(1));
+    // A path's tensor where it does not run is one float: cuMemAlloc refuses 0 bytes.
+    let at_least_one = |what: &str, n: usize| z(what, n.max(1));
+    // Likewise the unfused attention head's activations (a float each for the fused head).
+    let (attn_samples, attn_rows) = match attention {
+        AttentionKernel::Fused => (0, 0),
+        AttentionKernel::Unfused => (b, bw),
+    };
     let pool = AttnPoolDims {
         batch: b,
         window: s.window,
@@ -1623,30 +1642,36 @@ pub fn allocate(
             z("dh_branch", b * h)?,
         ],
         iqn_act: IqnAct {
-            cosf: iqn_buf("iqn cosf", iqn_rows * s.cosines)?,
-            phi: iqn_buf("iqn phi", iqn_rows * h)?,
-            dphi_pre: iqn_buf("iqn dphi", iqn_rows * h)?,
+            cosf: at_least_one("iqn cosf", iqn_rows * s.cosines)?,
+            phi: at_least_one("iqn phi", iqn_rows * h)?,
+            dphi_pre: at_least_one("iqn dphi", iqn_rows * h)?,
             dh: z("iqn dh", b * h)?,
-            scratch: iqn_buf("iqn scratch", iqn_scratch)?,
+            scratch: at_least_one("iqn scratch", iqn_scratch)?,
         },
         attn_act: AttnAct {
-            emb: z("attn emb", bw * s.width)?,
-            qkv: z("attn qkv", bw * 3 * s.width)?,
-            probs: z("attn probs", b * s.heads * s.window * s.window)?,
-            att: z("attn att", bw * s.width)?,
-            o: z("attn o", bw * s.width)?,
+            emb: at_least_one("attn emb", attn_rows * s.width)?,
+            qkv: at_least_one("attn qkv", attn_rows * 3 * s.width)?,
+            probs: at_least_one("attn probs", attn_samples * s.heads * s.window * s.window)?,
+            att: at_least_one("attn att", attn_rows * s.width)?,
+            o: at_least_one("attn o", attn_rows * s.width)?,
             pred: z("attn pred", b)?,
-            d_o: z("attn d_o", bw * s.width)?,
-            datt: z("attn datt", bw * s.width)?,
-            dqkv: z("attn dqkv", bw * 3 * s.width)?,
-            demb: z("attn demb", bw * s.width)?,
+            d_o: at_least_one("attn d_o", attn_rows * s.width)?,
+            datt: at_least_one("attn datt", attn_rows * s.width)?,
+            dqkv: at_least_one("attn dqkv", attn_rows * 3 * s.width)?,
+            demb: at_least_one("attn demb", attn_rows * s.width)?,
+            // Either path's partial rows: a step allocated for the unfused head runs the
+            // fused one too.
             scratch: z(
                 "attn scratch",
                 pool.scratch_len().max(attn_fused_dims(s).scratch_len()),
             )?,
-            bias_scratch: z(
+            bias_scratch: at_least_one(
                 "attn bias-gradient partials",
-                column_sums_scratch_len(bw, s.width),
+                if attn_rows == 0 {
+                    0
+                } else {
+                    column_sums_scratch_len(attn_rows, s.width)
+                },
             )?,
         },
         dz2: z("dz2", b * h)?,

@@ -91,7 +91,8 @@ fn build_with(
         }
         Feed::Host => BatchSource::Host(HostBatch::new(device, &s)?),
     };
-    let buffers = model::allocate(device, &s, source, Communicator::single())?;
+    let attention = model::attention_path(&k, &s, attention);
+    let buffers = model::allocate(device, &s, source, Communicator::single(), attention)?;
     let config = dqn::Config {
         sizes: s,
         gamma: 0.99,
@@ -102,7 +103,7 @@ fn build_with(
         // The binary's default (`--branch-sms share`).
         branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
         iqn_kernel: None,
-        attention_kernel: attention,
+        attention_kernel: Some(attention),
     };
     let mut step = dqn::Step::with_schedule(device, k, buffers, config, schedule)?;
     let mut rng = Rng::new(seed ^ 0x1417);

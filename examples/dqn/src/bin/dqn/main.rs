@@ -548,7 +548,8 @@ fn build_rank(
         )?),
         Source::Host => BatchSource::Host(HostBatch::new(device, s)?),
     };
-    let buffers = model::allocate(device, s, source, comm)?;
+    let attention = model::attention_path(&kernels, s, o.attention_kernel);
+    let buffers = model::allocate(device, s, source, comm, attention)?;
     let config = dqn::Config {
         sizes: *s,
         gamma: GAMMA,
@@ -558,7 +559,7 @@ fn build_rank(
         polyak: o.polyak,
         branch_sms: o.branch_sms,
         iqn_kernel: o.iqn_kernel,
-        attention_kernel: o.attention_kernel,
+        attention_kernel: Some(attention),
     };
     dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
 }
