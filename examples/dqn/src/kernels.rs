@@ -2507,7 +2507,10 @@ pub const ATTENTION_FUSED_SHARED_BYTES: u32 = 221_696;
 
 /// Floats in one block's partial row of `attention_fused` (`AF_ROW_LEN`): `[dwqkv (3E E) |
 /// dwemb (E S) | dbemb (E) | sum_b g_b mean_w att_b (E) | dbp | loss]`.
-pub const ATTENTION_FUSED_ROW_LEN: usize = 3 * 64 * 64 + 64 * 64 + 64 + 64 + 2;
+pub const ATTENTION_FUSED_ROW_LEN: usize = {
+    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
+    3 * e * e + e * s + e + e + 2
+};
 
 /// Samples in a tile of `attention_fused` (`AF_SAMPLES`): 64 rows of the window.
 const ATTENTION_FUSED_TILE: usize = 8;
@@ -2646,22 +2649,10 @@ pub struct AttnFusedInputs<'a> {
 /// `coef · L_attn`.
 #[derive(Debug)]
 pub struct AttnFusedOutputs<'a> {
-    /// `pred[B]`.
+    /// `pred[B]` ([`Kernels::attention_fused_tiles`] writes it).
     pub pred: &'a mut DeviceBuffer<f32>,
-    /// `dwemb[E, S]`.
-    pub dwemb: &'a mut DeviceBuffer<f32>,
-    /// `dbemb[E]`.
-    pub dbemb: &'a mut DeviceBuffer<f32>,
-    /// `dwqkv[3E, E]`.
-    pub dwqkv: &'a mut DeviceBuffer<f32>,
-    /// `dwo[E, E]`.
-    pub dwo: &'a mut DeviceBuffer<f32>,
-    /// `dwp[E]`.
-    pub dwp: &'a mut DeviceBuffer<f32>,
-    /// `dbp[1]`.
-    pub dbp: &'a mut DeviceBuffer<f32>,
-    /// The loss buffer: [`LossSlot::Attn`] and [`LossSlot::Total`] are added to.
-    pub losses: &'a mut DeviceBuffer<f32>,
+    /// The gradients and the loss ([`Kernels::attention_fused_finish`] writes them).
+    pub grads: AttnFusedGrads<'a>,
 }
 
 /// What [`Kernels::attention_fused_finish`] writes: every weight gradient of the head, of
@@ -2722,25 +2713,7 @@ impl Kernels {
         out: AttnFusedOutputs<'_>,
         scratch: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let AttnFusedOutputs {
-            pred,
-            dwemb,
-            dbemb,
-            dwqkv,
-            dwo,
-            dwp,
-            dbp,
-            losses,
-        } = out;
-        let grads = AttnFusedGrads {
-            dwemb,
-            dbemb,
-            dwqkv,
-            dwo,
-            dwp,
-            dbp,
-            losses,
-        };
+        let AttnFusedOutputs { pred, grads } = out;
         // Every length is checked before the first launch, so that nothing is half done.
         attention_fused_finish_checks(dims, inputs.wo, inputs.wp, &grads)?;
         self.attention_fused_tiles(stream, dims, inputs, coef, pred, scratch)?;

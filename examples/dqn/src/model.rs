@@ -11,13 +11,13 @@ use stepgraph_kernels::{
 };
 
 use crate::kernels::{
-    AttentionDims, AttentionKernel, AttnFusedDims, AttnFusedGrads, AttnFusedInputs, AttnPoolDims,
-    AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs,
-    DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
-    ExpectileHeadInputs, ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedKernel,
-    IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims, TrunkGrads,
-    TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs, expectile_head_scratch_len,
-    trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
+    AttentionKernel, AttnFusedDims, AttnFusedGrads, AttnFusedInputs, AttnPoolInputs,
+    AttnPoolOutputs, BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients,
+    DuelingDims, DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadInputs,
+    ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedKernel, IqnFusedOutputs, IqnInputs,
+    IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs,
+    TrunkL1Outputs, expectile_head_scratch_len, trunk_grad_join_scratch_len,
+    trunk_l1_grad_scratch_len,
 };
 
 use crate::kernels::{TransitionRows, TransitionRowsMut, Watch};
@@ -82,6 +82,36 @@ impl Iqn {
 }
 
 impl Attn {
+    /// These parameters with the windows `win` and rewards `r`: what
+    /// [`Kernels::attention_fused_tiles`] reads.
+    pub fn fused_inputs<'a>(&'a self, win: &'a Buf, r: &'a Buf) -> AttnFusedInputs<'a> {
+        AttnFusedInputs {
+            win,
+            wemb: &self.emb.w,
+            bemb: &self.emb.b,
+            wqkv: &self.qkv,
+            wo: &self.o,
+            wp: &self.p.w,
+            bp: &self.p.b,
+            r,
+        }
+    }
+
+    /// These gradients with the loss buffer `losses`: what
+    /// [`Kernels::attention_fused_finish`] writes.
+    pub fn fused_grads<'a>(&'a mut self, losses: &'a mut Buf) -> AttnFusedGrads<'a> {
+        let Attn { emb, qkv, o, p } = self;
+        AttnFusedGrads {
+            dwemb: &mut emb.w,
+            dbemb: &mut emb.b,
+            dwqkv: qkv,
+            dwo: o,
+            dwp: &mut p.w,
+            dbp: &mut p.b,
+            losses,
+        }
+    }
+
     pub fn zeros(device: &Device, s: &Sizes, name: &str) -> Result<Attn> {
         Ok(Attn {
             emb: Linear::zeros(device, &format!("{name}.emb"), s.width, s.state)?,
@@ -965,76 +995,28 @@ pub mod dqn {
         stream.memset_zeros(attn_losses)?;
         let fused = attn_fused_dims(&s);
         if attention_path(k, &s, attention_kernel) == AttentionKernel::Fused {
-            let inputs = AttnFusedInputs {
-                win,
-                wemb: &a.emb.w,
-                bemb: &a.emb.b,
-                wqkv: &a.qkv,
-                wo: &a.o,
-                wp: &a.p.w,
-                bp: &a.p.b,
-                r: &batch.r,
-            };
+            let inputs = a.fused_inputs(win, &batch.r);
             // The gradients and the loss: attention_fused_finish, in attention_wgrad.
             return k.attention_fused_tiles(
                 stream,
                 fused,
                 &inputs,
-                0.1,
+                ATTN_LOSS_COEF,
                 &mut x.pred,
                 &mut x.scratch,
             );
         }
-        let blas = stream.blas();
-        let (rows, e) = (s.batch * s.window, s.width);
-        forward(
-            &blas,
+        attention_unfused_head(
+            stream,
+            k,
+            fused,
             win,
-            &a.emb,
-            &mut x.emb,
-            rows,
-            s.state,
-            e,
-            Epilogue::Bias,
-        )?;
-        let qkv = linear_spec(rows, e, 3 * e, Epilogue::Default);
-        blas.matmul(&qkv, &x.emb, &a.qkv, &mut x.qkv, MatmulArgs::new())?;
-        let dims = AttentionDims {
-            batch: s.batch,
-            window: s.window,
-            width: e,
-            heads: s.heads,
-        };
-        k.attention_forward(stream, dims, &x.qkv, &mut x.att, &mut x.probs)?;
-        let out = linear_spec(rows, e, e, Epilogue::Default);
-        blas.matmul(&out, &x.att, &a.o, &mut x.o, MatmulArgs::new())?;
-        let pool = AttnPoolDims {
-            batch: s.batch,
-            window: s.window,
-            width: e,
-        };
-        let inputs = AttnPoolInputs {
-            o: &x.o,
-            wp: &a.p.w,
-            bp: &a.p.b,
-            r: &batch.r,
-        };
-        let outputs = AttnPoolOutputs {
-            pred: &mut x.pred,
-            d_o: &mut x.d_o,
-            dwp: &mut attn_grad.p.w,
-            dbp: &mut attn_grad.p.b,
-            losses: attn_losses,
-        };
-        k.attn_pool_loss(stream, pool, &inputs, 0.1, outputs, &mut x.scratch)?;
-        // Backward through the output projection, the attention, the fused QKV projection
-        // and the embedding: the data gradients here, the weight gradients in
-        // `attention_wgrad`.
-        let back = input_grad_spec(rows, e, e, Epilogue::Default);
-        blas.matmul(&back, &x.d_o, &a.o, &mut x.datt, MatmulArgs::new())?;
-        k.attention_backward(stream, dims, &x.qkv, &x.probs, &x.datt, &mut x.dqkv)?;
-        let back = input_grad_spec(rows, e, 3 * e, Epilogue::Default);
-        blas.matmul(&back, &x.dqkv, &a.qkv, &mut x.demb, MatmulArgs::new())
+            &batch.r,
+            a,
+            x,
+            &mut attn_grad.p,
+            attn_losses,
+        )
     }
 
     /// The attention head's weight gradients: long-K GEMMs whose grids fill half the GPU,
@@ -1061,57 +1043,19 @@ pub mod dqn {
         let fused = attn_fused_dims(&s);
         if attention_path(k, &s, attention_kernel) == AttentionKernel::Fused {
             // The partial rows attention_head's kernel left in the scratch.
-            let Attn { emb, qkv, o, p } = attn_grad;
-            let grads = AttnFusedGrads {
-                dwemb: &mut emb.w,
-                dbemb: &mut emb.b,
-                dwqkv: qkv,
-                dwo: o,
-                dwp: &mut p.w,
-                dbp: &mut p.b,
-                losses: attn_losses,
-            };
+            let grads = attn_grad.fused_grads(attn_losses);
             let a = &params.attn;
             return k.attention_fused_finish(
                 stream,
                 fused,
                 &a.o,
                 &a.p.w,
-                0.1,
+                ATTN_LOSS_COEF,
                 grads,
                 &attn_act.scratch,
             );
         }
-        let blas = stream.blas();
-        let (rows, e) = (s.batch * s.window, s.width);
-        let x = attn_act;
-        let wgrad = |out, inp| weight_only_grad_spec(rows, inp, out);
-        blas.matmul(
-            &wgrad(e, e),
-            &x.d_o,
-            &x.att,
-            &mut attn_grad.o,
-            MatmulArgs::new(),
-        )?;
-        blas.matmul(
-            &wgrad(3 * e, e),
-            &x.dqkv,
-            &x.emb,
-            &mut attn_grad.qkv,
-            MatmulArgs::new(),
-        )?;
-        param_grads_wide(
-            &blas,
-            stream,
-            k,
-            &x.demb,
-            win,
-            &mut attn_grad.emb,
-            rows,
-            s.state,
-            e,
-            &mut x.bias_scratch,
-        )
+        attention_unfused_wgrad(stream, k, fused, win, attn_act, attn_grad)
     }
 
     /// Data parallel: the attention head's gradients.
@@ -1432,6 +1376,115 @@ fn expectile_head(
 }
 
 /// The IQN head's sizes.
+/// The weight of `L_attn` in the step's loss (MODEL.md: `0.1 L_attn`). The fused head's
+/// two kernels must be given the same one, and the unfused head's pool takes it too.
+pub const ATTN_LOSS_COEF: f32 = 0.1;
+
+/// The unfused attention head's forward, pooled loss and data gradients on `stream`: the
+/// embedding and QKV GEMMs, [`Kernels::attention_forward`], the output GEMM,
+/// [`Kernels::attn_pool_loss`] (`pred`, `d_o`, `grad_p`, `L_attn` added into `losses`),
+/// then back through the output GEMM, [`Kernels::attention_backward`] and the QKV GEMM to
+/// `demb`, each into `x`. The other weight gradients are [`attention_unfused_wgrad`]'s.
+#[allow(clippy::too_many_arguments)] // the head's inputs and outputs, one each
+pub fn attention_unfused_head(
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    dims: AttnFusedDims,
+    win: &Buf,
+    r: &Buf,
+    a: &Attn,
+    x: &mut AttnAct,
+    grad_p: &mut Linear,
+    losses: &mut Buf,
+) -> Result<()> {
+    let blas = stream.blas();
+    let (rows, e) = (dims.batch * dims.window, dims.width);
+    forward(
+        &blas,
+        win,
+        &a.emb,
+        &mut x.emb,
+        rows,
+        dims.state,
+        e,
+        Epilogue::Bias,
+    )?;
+    let qkv = linear_spec(rows, e, 3 * e, Epilogue::Default);
+    blas.matmul(&qkv, &x.emb, &a.qkv, &mut x.qkv, MatmulArgs::new())?;
+    k.attention_forward(stream, dims.attention(), &x.qkv, &mut x.att, &mut x.probs)?;
+    let out = linear_spec(rows, e, e, Epilogue::Default);
+    blas.matmul(&out, &x.att, &a.o, &mut x.o, MatmulArgs::new())?;
+    let inputs = AttnPoolInputs {
+        o: &x.o,
+        wp: &a.p.w,
+        bp: &a.p.b,
+        r,
+    };
+    let outputs = AttnPoolOutputs {
+        pred: &mut x.pred,
+        d_o: &mut x.d_o,
+        dwp: &mut grad_p.w,
+        dbp: &mut grad_p.b,
+        losses,
+    };
+    k.attn_pool_loss(
+        stream,
+        dims.pool(),
+        &inputs,
+        ATTN_LOSS_COEF,
+        outputs,
+        &mut x.scratch,
+    )?;
+    let back = input_grad_spec(rows, e, e, Epilogue::Default);
+    blas.matmul(&back, &x.d_o, &a.o, &mut x.datt, MatmulArgs::new())?;
+    k.attention_backward(
+        stream,
+        dims.attention(),
+        &x.qkv,
+        &x.probs,
+        &x.datt,
+        &mut x.dqkv,
+    )?;
+    let back = input_grad_spec(rows, e, 3 * e, Epilogue::Default);
+    blas.matmul(&back, &x.dqkv, &a.qkv, &mut x.demb, MatmulArgs::new())
+}
+
+/// The unfused attention head's weight gradients from [`attention_unfused_head`]'s
+/// activations: `dwo`, `dwqkv`, and the embedding's weight and bias gradients, into
+/// `grad` (whose `p` the head wrote).
+pub fn attention_unfused_wgrad(
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    dims: AttnFusedDims,
+    win: &Buf,
+    x: &mut AttnAct,
+    grad: &mut Attn,
+) -> Result<()> {
+    let blas = stream.blas();
+    let (rows, e) = (dims.batch * dims.window, dims.width);
+    let wgrad = |out, inp| weight_only_grad_spec(rows, inp, out);
+    blas.matmul(&wgrad(e, e), &x.d_o, &x.att, &mut grad.o, MatmulArgs::new())?;
+    blas.matmul(
+        &wgrad(3 * e, e),
+        &x.dqkv,
+        &x.emb,
+        &mut grad.qkv,
+        MatmulArgs::new(),
+    )?;
+    param_grads_wide(
+        &blas,
+        stream,
+        k,
+        &x.demb,
+        win,
+        &mut grad.emb,
+        rows,
+        dims.state,
+        e,
+        &mut x.bias_scratch,
+    )
+}
+
 /// How the step's attention head runs: `choice` (`Config::attention_kernel`), or where it
 /// is `None`, what [`Kernels::attention_kernel`] picks for the sizes and the GPU. The ops
 /// and [`allocate`]'s callers resolve it here, so that the buffers fit the path.
@@ -1555,11 +1608,7 @@ pub fn allocate(
         AttentionKernel::Fused => (0, 0),
         AttentionKernel::Unfused => (b, bw),
     };
-    let pool = AttnPoolDims {
-        batch: b,
-        window: s.window,
-        width: s.width,
-    };
+    let attn = attn_fused_dims(s);
     let branch_act = |d: usize| BranchAct::zeros(device, s, &format!("branch{d}"));
     Ok(dqn::Buffers {
         source,
@@ -1663,7 +1712,7 @@ pub fn allocate(
             // fused one too.
             scratch: z(
                 "attn scratch",
-                pool.scratch_len().max(attn_fused_dims(s).scratch_len()),
+                attn.pool().scratch_len().max(attn.scratch_len()),
             )?,
             bias_scratch: at_least_one(
                 "attn bias-gradient partials",

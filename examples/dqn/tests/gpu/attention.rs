@@ -48,13 +48,14 @@
 //!   depends on its own inputs only; measured 2.9e-5).
 
 use super::{Rng, bits, check_within, nan_buffer, rms, run_one_op};
-use stepgraph::{Device, DeviceBuffer, Epilogue, MatmulArgs, Result};
+use stepgraph::{Device, DeviceBuffer, Result};
 use stepgraph_dqn::kernels::{
     ATTENTION_FUSED_SIZES, AttentionDims, AttentionKernel, AttnFusedDims, AttnFusedInputs,
-    AttnFusedOutputs, AttnPoolInputs, AttnPoolOutputs, Kernels, LOSS_SLOTS, LossSlot,
+    AttnFusedOutputs, Kernels, LOSS_SLOTS, LossSlot,
 };
-use stepgraph_dqn::layers::{
-    Linear, forward, input_grad_spec, linear_spec, param_grads_wide, weight_only_grad_spec,
+use stepgraph_dqn::layers::Linear;
+use stepgraph_dqn::model::{
+    ATTN_LOSS_COEF, Attn, AttnAct, attention_unfused_head, attention_unfused_wgrad,
 };
 use stepgraph_dqn::reference::{
     AttnFusedReference, GemmOperands, attention_backward_reference, attention_forward_reference,
@@ -73,9 +74,6 @@ const FUSED_TF32_BOUND: f64 = 2e-4;
 const FUSED_TF32_SHORT_BOUND: f64 = 1e-3;
 /// The fused head against the unfused GPU path, by the same measure.
 const FUSED_UNFUSED_BOUND: f64 = 2e-3;
-
-/// The step's weight of `L_attn` (MODEL.md).
-const COEF: f32 = 0.1;
 
 /// The kernels' outputs, downloaded.
 #[derive(PartialEq)]
@@ -274,20 +272,16 @@ impl HeadData {
             &self.wp,
             self.bp,
             &self.r[samples],
-            COEF,
+            ATTN_LOSS_COEF,
             GemmOperands::Tf32,
         )
     }
 }
 
-/// The head's inputs on the device; the embedding and the prediction as the step's
-/// layers, for the unfused path.
+/// The head's inputs on the device, the parameters as the step holds them.
 struct HeadInputs {
     win: DeviceBuffer<f32>,
-    emb: Linear,
-    wqkv: DeviceBuffer<f32>,
-    wo: DeviceBuffer<f32>,
-    p: Linear,
+    attn: Attn,
     r: DeviceBuffer<f32>,
 }
 
@@ -295,43 +289,32 @@ impl HeadInputs {
     fn upload(device: &Device, d: &HeadData) -> Result<HeadInputs> {
         Ok(HeadInputs {
             win: device.upload_new("win", &d.win)?,
-            emb: Linear {
-                w: device.upload_new("wemb", &d.wemb)?,
-                b: device.upload_new("bemb", &d.bemb)?,
-            },
-            wqkv: device.upload_new("wqkv", &d.wqkv)?,
-            wo: device.upload_new("wo", &d.wo)?,
-            p: Linear {
-                w: device.upload_new("wp", &d.wp)?,
-                b: device.upload_new("bp", &[d.bp])?,
+            attn: Attn {
+                emb: Linear {
+                    w: device.upload_new("wemb", &d.wemb)?,
+                    b: device.upload_new("bemb", &d.bemb)?,
+                },
+                qkv: device.upload_new("wqkv", &d.wqkv)?,
+                o: device.upload_new("wo", &d.wo)?,
+                p: Linear {
+                    w: device.upload_new("wp", &d.wp)?,
+                    b: device.upload_new("bp", &[d.bp])?,
+                },
             },
             r: device.upload_new("r", &d.r)?,
         })
     }
 
     fn fused(&self) -> AttnFusedInputs<'_> {
-        AttnFusedInputs {
-            win: &self.win,
-            wemb: &self.emb.w,
-            bemb: &self.emb.b,
-            wqkv: &self.wqkv,
-            wo: &self.wo,
-            wp: &self.p.w,
-            bp: &self.p.b,
-            r: &self.r,
-        }
+        self.attn.fused_inputs(&self.win, &self.r)
     }
 }
 
-/// The head's outputs, NaN-poisoned (the loss buffer zeroed, as the step's memset does).
+/// The head's outputs, NaN-poisoned (the loss buffer zeroed, as the step's memset does):
+/// `pred`, the gradients as the step holds them, the loss buffer.
 struct HeadOutputs {
     pred: DeviceBuffer<f32>,
-    /// `dwemb` and `dbemb`.
-    emb: Linear,
-    dwqkv: DeviceBuffer<f32>,
-    dwo: DeviceBuffer<f32>,
-    dwp: DeviceBuffer<f32>,
-    dbp: DeviceBuffer<f32>,
+    grad: Attn,
     losses: DeviceBuffer<f32>,
 }
 
@@ -341,14 +324,18 @@ impl HeadOutputs {
         let nan = |what: &str, len: usize| nan_buffer(device, what, len);
         Ok(HeadOutputs {
             pred: nan("pred", dims.batch)?,
-            emb: Linear {
-                w: nan("dwemb", e * s)?,
-                b: nan("dbemb", e)?,
+            grad: Attn {
+                emb: Linear {
+                    w: nan("dwemb", e * s)?,
+                    b: nan("dbemb", e)?,
+                },
+                qkv: nan("dwqkv", 3 * e * e)?,
+                o: nan("dwo", e * e)?,
+                p: Linear {
+                    w: nan("dwp", e)?,
+                    b: nan("dbp", 1)?,
+                },
             },
-            dwqkv: nan("dwqkv", 3 * e * e)?,
-            dwo: nan("dwo", e * e)?,
-            dwp: nan("dwp", e)?,
-            dbp: nan("dbp", 1)?,
             losses: device.upload_new("losses", &[0.0f32; LOSS_SLOTS])?,
         })
     }
@@ -356,25 +343,20 @@ impl HeadOutputs {
     fn fused(&mut self) -> AttnFusedOutputs<'_> {
         AttnFusedOutputs {
             pred: &mut self.pred,
-            dwemb: &mut self.emb.w,
-            dbemb: &mut self.emb.b,
-            dwqkv: &mut self.dwqkv,
-            dwo: &mut self.dwo,
-            dwp: &mut self.dwp,
-            dbp: &mut self.dbp,
-            losses: &mut self.losses,
+            grads: self.grad.fused_grads(&mut self.losses),
         }
     }
 
     fn download(&self, device: &Device) -> Result<HeadResult> {
+        let g = &self.grad;
         Ok(HeadResult {
             pred: device.download(&self.pred)?,
-            dwemb: device.download(&self.emb.w)?,
-            dbemb: device.download(&self.emb.b)?,
-            dwqkv: device.download(&self.dwqkv)?,
-            dwo: device.download(&self.dwo)?,
-            dwp: device.download(&self.dwp)?,
-            dbp: device.download(&self.dbp)?,
+            dwemb: device.download(&g.emb.w)?,
+            dbemb: device.download(&g.emb.b)?,
+            dwqkv: device.download(&g.qkv)?,
+            dwo: device.download(&g.o)?,
+            dwp: device.download(&g.p.w)?,
+            dbp: device.download(&g.p.b)?,
             losses: device.download(&self.losses)?,
         })
     }
@@ -438,7 +420,14 @@ fn launch_fused(
     scratch: &mut DeviceBuffer<f32>,
 ) -> Result<()> {
     run_one_op(device, |stream| {
-        k.attention_fused(stream, dims, &x.fused(), COEF, out.fused(), scratch)
+        k.attention_fused(
+            stream,
+            dims,
+            &x.fused(),
+            ATTN_LOSS_COEF,
+            out.fused(),
+            scratch,
+        )
     })
 }
 
@@ -456,112 +445,49 @@ fn run_fused(
 }
 
 /// Runs the unfused path (the step's for sizes the fused kernel does not take) once,
-/// eagerly, and downloads its outputs: the embedding and QKV GEMMs, the attention, the
-/// output GEMM and the pooled loss, then back through the output GEMM, the attention and
-/// the QKV GEMM, and the three weight-gradient GEMMs with the embedding's bias gradient.
+/// eagerly, and downloads its outputs: the step's own functions, `model`'s
+/// `attention_unfused_head` then `attention_unfused_wgrad`, on NaN-poisoned activations.
 fn run_unfused(
     device: &Device,
     k: &Kernels,
     dims: AttnFusedDims,
     x: &HeadInputs,
 ) -> Result<HeadResult> {
-    let (rows, s, e) = (dims.batch * dims.window, dims.state, dims.width);
+    let (rows, e) = (dims.batch * dims.window, dims.width);
     let nan = |what: &str, len: usize| nan_buffer(device, what, len);
     let mut out = HeadOutputs::poisoned(device, dims)?;
-    let (mut emb, mut qkv) = (nan("emb", rows * e)?, nan("qkv", rows * 3 * e)?);
-    let mut att = nan("att", rows * e)?;
-    let mut probs = nan("probs", dims.batch * dims.heads * dims.window * dims.window)?;
-    let (mut o, mut d_o, mut datt) = (
-        nan("o", rows * e)?,
-        nan("d_o", rows * e)?,
-        nan("datt", rows * e)?,
-    );
-    let (mut dqkv, mut demb) = (nan("dqkv", rows * 3 * e)?, nan("demb", rows * e)?);
-    let mut pool_scratch = nan("attn_pool scratch", dims.pool().scratch_len())?;
-    let mut bias_scratch = nan("bias-gradient partials", column_sums_scratch_len(rows, e))?;
+    let mut act = AttnAct {
+        emb: nan("emb", rows * e)?,
+        qkv: nan("qkv", rows * 3 * e)?,
+        probs: nan("probs", dims.batch * dims.heads * dims.window * dims.window)?,
+        att: nan("att", rows * e)?,
+        o: nan("o", rows * e)?,
+        pred: nan("pred", dims.batch)?,
+        d_o: nan("d_o", rows * e)?,
+        datt: nan("datt", rows * e)?,
+        dqkv: nan("dqkv", rows * 3 * e)?,
+        demb: nan("demb", rows * e)?,
+        scratch: nan("attn_pool scratch", dims.pool().scratch_len())?,
+        bias_scratch: nan("bias-gradient partials", column_sums_scratch_len(rows, e))?,
+    };
     run_one_op(device, |stream| {
-        let blas = stream.blas();
-        let plain = Epilogue::Default;
-        forward(&blas, &x.win, &x.emb, &mut emb, rows, s, e, Epilogue::Bias)?;
-        blas.matmul(
-            &linear_spec(rows, e, 3 * e, plain),
-            &emb,
-            &x.wqkv,
-            &mut qkv,
-            MatmulArgs::new(),
-        )?;
-        k.attention_forward(stream, dims.attention(), &qkv, &mut att, &mut probs)?;
-        blas.matmul(
-            &linear_spec(rows, e, e, plain),
-            &att,
-            &x.wo,
-            &mut o,
-            MatmulArgs::new(),
-        )?;
-        let inputs = AttnPoolInputs {
-            o: &o,
-            wp: &x.p.w,
-            bp: &x.p.b,
-            r: &x.r,
-        };
-        let outputs = AttnPoolOutputs {
-            pred: &mut out.pred,
-            d_o: &mut d_o,
-            dwp: &mut out.dwp,
-            dbp: &mut out.dbp,
-            losses: &mut out.losses,
-        };
-        k.attn_pool_loss(
-            stream,
-            dims.pool(),
-            &inputs,
-            COEF,
-            outputs,
-            &mut pool_scratch,
-        )?;
-        blas.matmul(
-            &input_grad_spec(rows, e, e, plain),
-            &d_o,
-            &x.wo,
-            &mut datt,
-            MatmulArgs::new(),
-        )?;
-        k.attention_backward(stream, dims.attention(), &qkv, &probs, &datt, &mut dqkv)?;
-        blas.matmul(
-            &input_grad_spec(rows, e, 3 * e, plain),
-            &dqkv,
-            &x.wqkv,
-            &mut demb,
-            MatmulArgs::new(),
-        )?;
-        blas.matmul(
-            &weight_only_grad_spec(rows, e, e),
-            &d_o,
-            &att,
-            &mut out.dwo,
-            MatmulArgs::new(),
-        )?;
-        blas.matmul(
-            &weight_only_grad_spec(rows, e, 3 * e),
-            &dqkv,
-            &emb,
-            &mut out.dwqkv,
-            MatmulArgs::new(),
-        )?;
-        param_grads_wide(
-            &blas,
+        attention_unfused_head(
             stream,
             k,
-            &demb,
+            dims,
             &x.win,
-            &mut out.emb,
-            rows,
-            s,
-            e,
-            &mut bias_scratch,
-        )
+            &x.r,
+            &x.attn,
+            &mut act,
+            &mut out.grad.p,
+            &mut out.losses,
+        )?;
+        attention_unfused_wgrad(stream, k, dims, &x.win, &mut act, &mut out.grad)
     })?;
-    out.download(device)
+    Ok(HeadResult {
+        pred: device.download(&act.pred)?,
+        ..out.download(device)?
+    })
 }
 
 /// The largest magnitude of `x`: the scale each output's errors are measured against.
