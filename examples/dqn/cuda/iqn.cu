@@ -413,7 +413,7 @@ __device__ __forceinline__ uint4 lds4(const float* p) {
     return *reinterpret_cast<const uint4*>(p);
 }
 
-// Grid: min(B, IQN_FUSED_BLOCKS x blocks per SM) blocks of 32 ceil(H / 16) threads (lib.rs);
+// Grid: min(B, sms x blocks per SM) blocks of 32 ceil(H / 16) threads (kernels.rs);
 // partials holds gridDim.x rows of 2H + 2 + H C. One block of 16 warps per SM at H = 256
 // (registers: 128 a thread).
 extern "C" __global__ void __launch_bounds__(32 * IQN_FUSED_MAX_WARPS, 1)
@@ -781,7 +781,7 @@ __device__ __forceinline__ void iqn_wg_gemm2(float (&d)[32], uint32_t (&a)[32], 
 }
 #endif
 
-// Grid: min(ceil(B / 2), IQN_FUSED_BLOCKS) blocks of IQN_WG_THREADS threads with IQN_WG_SMEM
+// Grid: min(ceil(B / 2), sms) blocks of IQN_WG_THREADS threads with IQN_WG_SMEM
 // bytes of dynamic shared memory; partials holds gridDim.x rows of 2H + 2 + H C. Traps if
 // this image was not compiled for sm_90a (the host does not launch it then).
 extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)

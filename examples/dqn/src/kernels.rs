@@ -1652,11 +1652,22 @@ impl Kernels {
 
 // ---- cuda/iqn.cu: the whole IQN head in one kernel ----
 
-/// Blocks of 16 warps in one wave of an [`Kernels::iqn_fused`] launch: the SMs of an H100
-/// (and of an H200), one block each at `H = 256`. A constant rather than the device's SM
-/// count, so that the grid, the order of the sums and the result's bits depend on the
-/// sizes only (and are the same on both GPUs).
-pub const IQN_FUSED_BLOCKS: u32 = 132;
+/// The SMs of an H100 SXM and of an H200: the whole GPU, as a persistent head's `sms`
+/// ([`IqnFusedDims::sms`], [`AttnFusedDims::sms`]) counts it. A constant rather than the
+/// device's SM count, so that the grid, the order of the sums and the result's bits depend
+/// on the sizes only (and are the same on both GPUs).
+pub const PERSISTENT_SMS: u32 = 132;
+
+/// The check every persistent head's plan makes of its `sms`.
+fn at_least_one_sm(kernel: &str, sms: u32) -> Result<()> {
+    if sms == 0 {
+        return Err(Error::Invalid(format!(
+            "{kernel}: expected sms of at least 1 (the SMs its grid may hold; \
+             {PERSISTENT_SMS} is the whole GPU), found 0"
+        )));
+    }
+    Ok(())
+}
 
 /// Most warps in a block of [`Kernels::iqn_fused`] (`IQN_FUSED_MAX_WARPS` in
 /// `cuda/iqn.cu`); each owns 16 hidden units.
@@ -1669,7 +1680,7 @@ pub const IQN_FUSED_MAX_HIDDEN: usize = 16 * IQN_FUSED_MAX_WARPS as usize;
 /// `cuda/iqn.cu`: the kernel computes with 64, zero-padded).
 pub const IQN_FUSED_MAX_COSINES: usize = 64;
 
-/// Waves of [`IQN_FUSED_BLOCKS`] blocks in a [`Kernels::iqn_fused`] launch. One: each block
+/// Waves of [`IqnFusedDims::sms`] SMs' blocks in a [`Kernels::iqn_fused`] launch. One: each block
 /// loads its slice of `wphi` once and writes one partial row (66 KB at `H = 256`) that
 /// `iqn_fused_finish` reads back. More waves of shorter blocks cost a partial row each but
 /// let the hardware balance the work when other kernels hold some SMs (a persistent block
@@ -1716,6 +1727,12 @@ pub struct IqnFusedDims {
     pub hidden: usize,
     /// `C`.
     pub cosines: usize,
+    /// The SMs the head's grid may hold, at least 1: `iqn_wgmma` launches at most this many
+    /// persistent blocks (one an SM), `iqn_fused` this many times the blocks an SM holds.
+    /// With the batch it fixes the grid, the order of the sums and so the result's bits.
+    /// [`PERSISTENT_SMS`] is the whole GPU; a step that runs the head beside other work can
+    /// leave that work SMs of its own (`model::IQN_HEAD_SMS`).
+    pub sms: u32,
 }
 
 impl IqnFusedDims {
@@ -1793,7 +1810,8 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
     let row_len = iqn_partial_row_len(dims);
     let warps = h.div_ceil(16);
     let per_sm = (IQN_FUSED_MAX_WARPS / warps).min(IQN_FUSED_SMEM_BLOCKS_PER_SM);
-    let blocks = b.min(IQN_FUSED_BLOCKS * per_sm * IQN_FUSED_WAVES);
+    at_least_one_sm("iqn_fused", dims.sms)?;
+    let blocks = b.min(dims.sms.saturating_mul(per_sm * IQN_FUSED_WAVES));
     let scratch_len = product("iqn_fused: scratch", &[blocks as usize, row_len])?;
     len_u32("iqn_fused: scratch", scratch_len)?;
     Ok(IqnFusedPlan {
@@ -1815,7 +1833,7 @@ fn iqn_partial_row_len(dims: IqnFusedDims) -> usize {
     2 * dims.hidden + 2 + dims.hidden * dims.cosines
 }
 
-/// How `iqn_wgmma` launches: `min(ceil(B / 2), IQN_FUSED_BLOCKS)` persistent blocks of 256
+/// How `iqn_wgmma` launches: `min(ceil(B / 2), sms)` persistent blocks of 256
 /// threads (two warpgroups), each with at least one tile of two samples, each writing one
 /// partial row as `iqn_fused` does.
 fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
@@ -1831,7 +1849,7 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         )));
     }
     // B N fits 32 bits (supported), so ceil(B / 2) does too.
-    let blocks = (dims.batch.div_ceil(2) as u32).min(IQN_FUSED_BLOCKS);
+    let blocks = (dims.batch.div_ceil(2) as u32).min(dims.sms);
     Ok(IqnFusedPlan {
         config: LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -1924,8 +1942,8 @@ impl Kernels {
     }
 
     /// [`Kernels::iqn_fused`] with the kernel chosen by the caller (to compare the two):
-    /// `iqn_fused`, `min(B, IQN_FUSED_BLOCKS × blocks per SM)` blocks of `32 ceil(H / 16)`
-    /// threads, or `iqn_wgmma`, `min(ceil(B / 2), IQN_FUSED_BLOCKS)` persistent blocks of
+    /// `iqn_fused`, `min(B, sms × blocks per SM)` blocks of `32 ceil(H / 16)`
+    /// threads, or `iqn_wgmma`, `min(ceil(B / 2), sms)` persistent blocks of
     /// two warpgroups. [`IqnFusedKernel::Wgmma`] fails with [`Error::Invalid`] where the
     /// sizes are not [`IQN_WGMMA_SIZES`] or the GPU did not load its image.
     #[allow(clippy::too_many_arguments)]
@@ -2540,6 +2558,12 @@ pub struct AttnFusedDims {
     pub width: usize,
     /// `Hh`.
     pub heads: usize,
+    /// The SMs the head's grid may hold, at least 1: [`Kernels::attention_fused`] launches
+    /// at most this many persistent blocks (one an SM). With the batch it fixes the grid,
+    /// the order of the sums and so the result's bits. [`PERSISTENT_SMS`] is the whole GPU;
+    /// a step that runs the head beside other work can leave that work SMs of its own
+    /// (`model::ATTENTION_HEAD_SMS`).
+    pub sms: u32,
 }
 
 impl AttnFusedDims {
@@ -2586,7 +2610,7 @@ struct AttnFusedPlan {
     finish: LaunchConfig,
 }
 
-/// `min(ceil(B / 8), IQN_FUSED_BLOCKS)` persistent blocks of 256 threads: one a SM (each
+/// `min(ceil(B / 8), sms)` persistent blocks of 256 threads: one a SM (each
 /// takes 216.5 KB of shared memory), each with at least one tile.
 fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
     let (s, w, e, hh) = ATTENTION_FUSED_SIZES;
@@ -2603,7 +2627,8 @@ fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
         product("attention_fused: win", &[dims.batch, w, s])?,
     )?;
     let tiles = dims.batch.div_ceil(ATTENTION_FUSED_TILE);
-    let blocks = (tiles as u32).min(IQN_FUSED_BLOCKS);
+    at_least_one_sm("attention_fused", dims.sms)?;
+    let blocks = (tiles as u32).min(dims.sms);
     let scratch_len = product(
         "attention_fused: scratch",
         &[blocks as usize, ATTENTION_FUSED_ROW_LEN],
@@ -3611,11 +3636,12 @@ mod tests {
             quantiles,
             hidden,
             cosines,
+            sms: PERSISTENT_SMS,
         };
         // The step's sizes: 16 warps, one block per SM of the H100.
         let step = dims(16384, 32, 256, 64);
         let plan = iqn_fused_plan(step).unwrap();
-        let wave = IQN_FUSED_BLOCKS * IQN_FUSED_WAVES;
+        let wave = PERSISTENT_SMS * IQN_FUSED_WAVES;
         assert_eq!(plan.config.grid_dim, (wave, 1, 1));
         assert_eq!(plan.config.block_dim, (512, 1, 1));
         assert_eq!(plan.config.shared_mem_bytes, 0, "static shared memory only");
@@ -3699,6 +3725,62 @@ mod tests {
     }
 
     #[test]
+    fn the_persistent_heads_hold_at_most_their_sms() {
+        let attn = AttnFusedDims {
+            batch: 16384,
+            state: 64,
+            window: 8,
+            width: 64,
+            heads: 4,
+            sms: 66,
+        };
+        let iqn = IqnFusedDims {
+            batch: 16384,
+            quantiles: 32,
+            hidden: 256,
+            cosines: 64,
+            sms: 116,
+        };
+        let plan = attention_fused_plan(attn).unwrap();
+        assert_eq!((plan.config.grid_dim.0, plan.rows), (66, 66));
+        assert_eq!(attn.scratch_len(), 66 * ATTENTION_FUSED_ROW_LEN);
+        let plan = iqn_wgmma_plan(iqn).unwrap();
+        assert_eq!((plan.config.grid_dim.0, plan.rows), (116, 116));
+        // iqn_fused: sms times the blocks an SM holds (one at H = 256, 16 warps; two at
+        // H = 128), and never more than the batch.
+        assert_eq!(iqn_fused_plan(iqn).unwrap().rows, 116);
+        let half = IqnFusedDims { hidden: 128, ..iqn };
+        assert_eq!(iqn_fused_plan(half).unwrap().rows, 232);
+        let small = IqnFusedDims { batch: 100, ..iqn };
+        assert_eq!(iqn_fused_plan(small).unwrap().rows, 100);
+        // The scratch iqn_fused's plan sizes holds iqn_wgmma's rows on the same SMs.
+        assert!(iqn_wgmma_plan(iqn).unwrap().scratch_len <= iqn.scratch_len());
+        // A tile of eight samples (two for iqn_wgmma) is the least a block takes.
+        let few = AttnFusedDims { batch: 40, ..attn };
+        assert_eq!(attention_fused_plan(few).unwrap().rows, 5);
+        // None: refused with the reason, and no scratch asked for.
+        let no_attn = AttnFusedDims { sms: 0, ..attn };
+        let no_iqn = IqnFusedDims { sms: 0, ..iqn };
+        assert!(!no_attn.fused_takes() && no_attn.scratch_len() == 0);
+        assert!(!no_iqn.supported() && no_iqn.scratch_len() == 0);
+        for (err, kernel) in [
+            (
+                attention_fused_plan(no_attn).unwrap_err(),
+                "attention_fused",
+            ),
+            (iqn_fused_plan(no_iqn).unwrap_err(), "iqn_fused"),
+            (iqn_wgmma_plan(no_iqn).unwrap_err(), "iqn_fused"),
+        ] {
+            let err = err.to_string();
+            assert!(
+                err.contains(&format!("{kernel}: expected sms of at least 1"))
+                    && err.contains("132 is the whole GPU), found 0"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn attention_fused_takes_the_step_sizes_only() {
         let step = |batch| AttnFusedDims {
             batch,
@@ -3706,6 +3788,7 @@ mod tests {
             window: 8,
             width: 64,
             heads: 4,
+            sms: PERSISTENT_SMS,
         };
         // Eight samples a tile, one tile at least per block, at most one block per SM.
         for (batch, blocks) in [(1, 1), (8, 1), (9, 2), (300, 38), (2001, 132), (16384, 132)] {
@@ -3764,6 +3847,7 @@ mod tests {
             quantiles: 32,
             hidden: 256,
             cosines: 64,
+            sms: PERSISTENT_SMS,
         };
         // Two samples a tile, one tile at least per block, at most one block per SM.
         for (batch, blocks) in [(1, 1), (2, 1), (3, 2), (263, 132), (264, 132), (16384, 132)] {

@@ -332,11 +332,12 @@ fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Bu
         .collect()
 }
 
-// Attention is the longest op (0.79 ms alone, 0.58 ms of it filling the GPU) and starts
-// with the step: at high priority it is not starved by the chain of small ops. Measured
-// on the H100 (PERF.md): 1.686 ms against 1.706 ms with equal priorities, and 1.80 ms
-// with attention low, where it is starved until the chain ends and then runs alone.
-#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn(high), attn_wgrad(low), comm), kernels = Kernels)]
+// With the fused head, attention holds its ATTENTION_HEAD_SMS from its start; at equal
+// priority the step is a little faster. Measured on the H200 (run `i20-grid-ab`, attention
+// on 66 SMs, IQN on 116): 0.855 ms at normal priority, 0.861 ms high, 0.927 ms low. On the
+// H100 with the unfused head (PERF.md), high had paid: 1.686 ms against 1.706 ms. The
+// unfused path (sizes the fused kernel does not take) was not measured again.
+#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn, attn_wgrad(low), comm), kernels = Kernels)]
 pub mod dqn {
     use super::*;
 
@@ -1492,22 +1493,41 @@ pub fn attention_path(k: &Kernels, s: &Sizes, choice: Option<AttentionKernel>) -
     choice.unwrap_or_else(|| k.attention_kernel(attn_fused_dims(s)))
 }
 
-fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
+// The two persistent heads hold whole SMs (a block of each takes most of an SM's shared
+// memory), so the SMs they are given are SMs the rest of the step waits for. Measured in
+// one call on the H200 (BENCHMARKS.md, run `i20-grid-ab`, (c) ms): attention on 132 / 88 /
+// 66 / 44 SMs 0.902 / 0.871 / 0.871 / 0.926, and with attention on 66, IQN on 132 / 116 /
+// 100 / 88 SMs 0.871 / 0.861 / 0.858 / 0.895.
+
+/// The SMs the step gives the fused attention head: half the GPU. It runs beside the
+/// forward chain (trunk and branches, then the double-DQN target), which keeps the other
+/// half; on the whole GPU it takes 0.17 ms alone but leaves the chain waiting for SMs.
+pub const ATTENTION_HEAD_SMS: u32 = 66;
+
+/// The SMs the step gives `iqn_wgmma`: all but 16, which the four branches' backward and
+/// the IQL heads fill while IQN runs, so that the trunk's backward can start when IQN ends.
+pub const IQN_HEAD_SMS: u32 = 116;
+
+/// The sizes of the step's fused attention head, on [`ATTENTION_HEAD_SMS`].
+pub fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
     AttnFusedDims {
         batch: s.batch,
         state: s.state,
         window: s.window,
         width: s.width,
         heads: s.heads,
+        sms: ATTENTION_HEAD_SMS,
     }
 }
 
-fn iqn_fused_dims(s: &Sizes) -> IqnFusedDims {
+/// The sizes of the step's fused IQN head, on [`IQN_HEAD_SMS`].
+pub fn iqn_fused_dims(s: &Sizes) -> IqnFusedDims {
     IqnFusedDims {
         batch: s.batch,
         quantiles: s.quantiles,
         hidden: s.hidden,
         cosines: s.cosines,
+        sms: IQN_HEAD_SMS,
     }
 }
 

@@ -828,6 +828,7 @@ fn iqn_fused64(
         quantiles: nn,
         hidden: hn,
         cosines: cn,
+        sms: _,
     } = dims;
     check("iqn_fused_reference: tau", tau.len(), bn * nn);
     check("iqn_fused_reference: wphi", wphi.len(), hn * cn);
@@ -1202,6 +1203,7 @@ fn attention_fused64(
         window: wn,
         width: e,
         heads: _,
+        sms: _,
     } = dims;
     let rows = bn * wn;
     check("attention_fused_reference: win", win.len(), rows * sn);
@@ -1398,6 +1400,7 @@ pub fn replay_fill_normal_reference(n: usize, seed: u64, tensor: u64) -> Vec<f32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::PERSISTENT_SMS;
 
     /// splitmix64: small, seeded, good enough for test data.
     struct Rng(u64);
@@ -1891,6 +1894,7 @@ mod tests {
             quantiles: 3,
             hidden: 5,
             cosines: 4,
+            sms: PERSISTENT_SMS,
         };
         for _ in 0..3 {
             let h = rng.vec(dims.batch * dims.hidden, 0.0, 1.5);
@@ -1938,6 +1942,7 @@ mod tests {
             quantiles: 4,
             hidden: 6,
             cosines: 5,
+            sms: PERSISTENT_SMS,
         };
         let f32s = |v: Vec<f64>| narrow(&v);
         let h = f32s(rng.vec(dims.batch * dims.hidden, 0.0, 1.5));
@@ -2128,6 +2133,7 @@ mod tests {
             window: 2,
             width: 4,
             heads: 2,
+            sms: PERSISTENT_SMS,
         };
         let (bn, sn, e) = (dims.batch, dims.state, dims.width);
         let mut rng = Rng(13);
@@ -2173,6 +2179,7 @@ mod tests {
             window: 3,
             width: 8,
             heads: 2,
+            sms: PERSISTENT_SMS,
         };
         let (bn, sn, e) = (dims.batch, dims.state, dims.width);
         let mut rng = Rng(14);

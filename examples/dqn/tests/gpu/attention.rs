@@ -55,7 +55,8 @@ use stepgraph_dqn::kernels::{
 };
 use stepgraph_dqn::layers::Linear;
 use stepgraph_dqn::model::{
-    ATTN_LOSS_COEF, Attn, AttnAct, attention_unfused_head, attention_unfused_wgrad,
+    ATTENTION_HEAD_SMS, ATTN_LOSS_COEF, Attn, AttnAct, attention_unfused_head,
+    attention_unfused_wgrad,
 };
 use stepgraph_dqn::reference::{
     AttnFusedReference, GemmOperands, attention_backward_reference, attention_forward_reference,
@@ -201,7 +202,8 @@ fn gpu_attention_repeats_bit_for_bit() -> Result<()> {
 }
 
 /// The step's `S`, `W`, `E` and `Hh` (the sizes `attention_fused` takes) with `batch`
-/// samples.
+/// samples, on the step's SMs: at the step's batch, the grid and the sums' order the step
+/// runs. (The whole GPU's grid differs only in how many tiles a block takes.)
 fn fused_dims(batch: usize) -> AttnFusedDims {
     let (state, window, width, heads) = ATTENTION_FUSED_SIZES;
     AttnFusedDims {
@@ -210,6 +212,7 @@ fn fused_dims(batch: usize) -> AttnFusedDims {
         window,
         width,
         heads,
+        sms: ATTENTION_HEAD_SMS,
     }
 }
 

@@ -34,8 +34,9 @@ use super::{Rng, nan_buffer, run_one_op};
 use stepgraph::{Device, DeviceBuffer, Epilogue, Matmul, MatmulArgs, Precision, Result};
 use stepgraph_dqn::kernels::{
     IqnFusedDims, IqnFusedInputs, IqnFusedKernel, IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels,
-    LOSS_SLOTS, LossSlot,
+    LOSS_SLOTS, LossSlot, PERSISTENT_SMS,
 };
+use stepgraph_dqn::model::IQN_HEAD_SMS;
 use stepgraph_dqn::reference::{GemmOperands, iqn_fused_reference};
 
 /// Every output against the reference with TF32 operands (see the module's documentation).
@@ -320,13 +321,15 @@ impl From<&HeadResult> for HeadResult64 {
     }
 }
 
-/// The step's `N`, `H` and `C` (the sizes `iqn_wgmma` takes) with `batch` samples.
+/// The step's `N`, `H` and `C` (the sizes `iqn_wgmma` takes) with `batch` samples, on the
+/// step's SMs: at the step's batch, the grid and the sums' order the step runs.
 fn step_dims(batch: usize) -> IqnFusedDims {
     IqnFusedDims {
         batch,
         quantiles: 32,
         hidden: 256,
         cosines: 64,
+        sms: IQN_HEAD_SMS,
     }
 }
 
@@ -338,6 +341,7 @@ const RAGGED: IqnFusedDims = IqnFusedDims {
     quantiles: 40,
     hidden: 200,
     cosines: 37,
+    sms: PERSISTENT_SMS,
 };
 
 #[test]
