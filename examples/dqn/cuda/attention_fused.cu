@@ -403,6 +403,39 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
     // The next tile overwrites my_ds only after the block barriers between.
 }
 
+// Phase clocks, for bench/probes/attention only (built with -DAF_PHASE_CLOCKS; the step's
+// build has none of it): thread 0 of each block adds the cycles from one of its marks to the
+// next. The marks after block barriers time the block's slowest warp; those without (the
+// prologue's, phase 6's) time warp 0's own progress.
+#ifdef AF_PHASE_CLOCKS
+#define AF_PHASES 8
+#define AF_CLOCK_BLOCKS 1024
+__device__ unsigned long long af_phase_clocks[AF_CLOCK_BLOCKS][AF_PHASES];
+#define AF_CLOCK_INIT()                 \
+    long long af_clk_t = clock64();     \
+    unsigned long long af_clk[AF_PHASES] = {0, 0, 0, 0, 0, 0, 0, 0};
+#define AF_CLOCK(p)                              \
+    do {                                         \
+        if (tid == 0) {                          \
+            const long long af_now = clock64();  \
+            af_clk[p] += af_now - af_clk_t;      \
+            af_clk_t = af_now;                   \
+        }                                        \
+    } while (0)
+#define AF_CLOCK_STORE()                                         \
+    do {                                                         \
+        if (tid == 0 && blockIdx.x < AF_CLOCK_BLOCKS) {          \
+            for (int af_p = 0; af_p < AF_PHASES; ++af_p) {       \
+                af_phase_clocks[blockIdx.x][af_p] = af_clk[af_p]; \
+            }                                                    \
+        }                                                        \
+    } while (0)
+#else
+#define AF_CLOCK_INIT()
+#define AF_CLOCK(p)
+#define AF_CLOCK_STORE()
+#endif
+
 // The whole head, forward and backward, for tiles of 8 samples: see the top of the file.
 // win [B W, S], wemb [E, S], bemb [E], wqkv [3E, E], wo [E, E], wp [E], bp [1], r [B];
 // writes pred[b < B] and partials[gridDim.x, AF_ROW_LEN]. Grid: at most ceil(B / 8) blocks
@@ -428,6 +461,7 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     const unsigned tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
     const unsigned g = lane >> 2, t = lane & 3;
     const unsigned tiles = (B + AF_SAMPLES - 1) / AF_SAMPLES;
+    AF_CLOCK_INIT();
 
     if (blockIdx.x < tiles) {
         af_stage_win(smem + AF_OFF_WIN, win, blockIdx.x, B);
@@ -463,6 +497,7 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     const unsigned mb4 = wid & 3, nb2 = wid >> 2;
 
     unsigned it = 0;
+    AF_CLOCK(0);  // the prologue's loads issued (the first barrier waits for them)
     for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++it) {
         float* s_win = smem + AF_OFF_WIN + (it & 1) * AF_ROWS * AF_S;
         af_cp_async_wait_all();
@@ -470,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         // Every thread's windows are in and rounded, the weights staged, and the last
         // tile's phase 6 is done with emb, demb and the other window buffer.
         __syncthreads();
+        AF_CLOCK(1);
         if (tile + gridDim.x < tiles) {
             af_stage_win(smem + AF_OFF_WIN + ((it + 1) & 1) * AF_ROWS * AF_S, win,
                          tile + gridDim.x, B);
@@ -485,6 +521,7 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
             af_store<1, 4, true>(acc, s_emb, AF_E, 16 * mb4, 32 * nb2, s_bemb, lane);
         }
         __syncthreads();
+        AF_CLOCK(2);
         // 2. qkv = emb wqkvᵀ (warp tile 32 x 48).
         {
             float acc[2][6][4];
@@ -495,9 +532,11 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
                                   lane);
         }
         __syncthreads();
+        AF_CLOCK(3);
         // 3. Attention, the pool and the loss, and dqkv.
         af_attention(s_qkv, s_dqkv, s_ds, s_v, bp0, r, pred, tile, B, coef, pool);
         __syncthreads();
+        AF_CLOCK(4);
         // 4. dwqkv += dqkvᵀ emb.
         af_mma<3, 4, AF_ROWS, true, true>(dwqkv, s_dqkv, AF_E3, 48 * mb4, s_emb, AF_E, 32 * nb2,
                                           lane);
@@ -515,9 +554,11 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
             af_store<1, 4, true>(acc, s_demb, AF_E, 16 * mb4, 32 * nb2, nullptr, lane);
         }
         __syncthreads();
+        AF_CLOCK(5);
         // 6. dwemb += dembᵀ win.
         af_mma<1, 4, AF_ROWS, true, true>(dwemb, s_demb, AF_E, 16 * mb4, s_win, AF_S, 32 * nb2,
                                           lane);
+        AF_CLOCK(6);
     }
     af_cp_async_wait_all();
 
@@ -577,6 +618,8 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         }
         row[AF_P_DBP + k] = x;
     }
+    AF_CLOCK(7);
+    AF_CLOCK_STORE();
 }
 
 // Adds attention_fused's `rows` partial rows in order and writes the weight gradients:

@@ -1,0 +1,241 @@
+// bench/probes/attention: where attention_fused's time goes. Runs the DQN's fused attention
+// kernel (examples/dqn/cuda/attention_fused.cu, included as it is) and its finish alone at
+// the step's sizes on random inputs, on several grids, and prints
+//   - the kernel's time (CUDA events around each launch, after warm-up: median of 50);
+//   - built with -DAF_PHASE_CLOCKS (af_probe_clocks), the cycles a tile spends in each of
+//     the kernel's phases, averaged over the blocks' tiles, and their shares;
+//   - checks that can fail: pred the same bits on every grid and finite; the partial rows'
+//     column sums (in double) on each grid against those of the first, within 1e-4 of
+//     each column's largest magnitude; the finish's dwqkv equal to those sums in f32.
+// The kernel's correctness against a CPU reference is the GPU tests' (tests/gpu/attention.rs).
+//
+//   ./af_probe [GRID...]          default grids 132 66
+#include "../../../examples/dqn/cuda/attention_fused.cu"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#define CK(x)                                                                          \
+    do {                                                                               \
+        cudaError_t e_ = (x);                                                          \
+        if (e_ != cudaSuccess) {                                                       \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,            \
+                         cudaGetErrorString(e_));                                      \
+            std::exit(2);                                                              \
+        }                                                                              \
+    } while (0)
+
+static const unsigned kB = 16384;  // the step's batch
+
+static float* upload(const std::vector<float>& h) {
+    float* d = nullptr;
+    CK(cudaMalloc(&d, h.size() * sizeof(float)));
+    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static std::vector<float> uniform(size_t n, float bound, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-bound, bound);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+struct Run {
+    unsigned grid;
+    float median_ms;
+    std::vector<float> pred;
+    std::vector<double> colsum;  // over the grid's partial rows
+    std::vector<float> dwqkv;    // the finish's
+    std::vector<unsigned long long> clocks;  // [grid][AF_PHASES] where built with clocks
+};
+
+int main(int argc, char** argv) {
+    std::vector<unsigned> grids;
+    for (int i = 1; i < argc; ++i) grids.push_back((unsigned)std::strtoul(argv[i], nullptr, 10));
+    if (grids.empty()) grids = {132, 66};
+    const unsigned tiles = (kB + AF_SAMPLES - 1) / AF_SAMPLES;
+    for (unsigned g : grids) {
+        if (g == 0 || g > tiles) {
+            std::fprintf(stderr, "grid %u: expected 1 to %u blocks\n", g, tiles);
+            return 2;
+        }
+    }
+
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    int clock_khz = 0;
+    CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+#ifdef AF_PHASE_CLOCKS
+    const char* build = "with phase clocks";
+#else
+    const char* build = "without phase clocks";
+#endif
+    std::printf("device: %s, %d SMs, nominal SM clock %.0f MHz; attention_fused %s\n", prop.name,
+                prop.multiProcessorCount, clock_khz / 1e3, build);
+
+    // The GPU tests' initialisation: unit-variance windows and rewards around -1, weights
+    // uniform in +-sqrt(3 / fan_in), so that the softmax is far from uniform.
+    std::mt19937 rng(20261202);
+    const auto win = uniform((size_t)kB * AF_W * AF_S, std::sqrt(3.0f), rng);
+    const auto wemb = uniform(AF_E * AF_S, std::sqrt(3.0f / AF_S), rng);
+    const auto bemb = uniform(AF_E, std::sqrt(3.0f / AF_S), rng);
+    const auto wqkv = uniform(AF_E3 * AF_E, std::sqrt(3.0f / AF_E), rng);
+    const auto wo = uniform(AF_E * AF_E, std::sqrt(3.0f / AF_E), rng);
+    const auto wp = uniform(AF_E, std::sqrt(3.0f / AF_E), rng);
+    const std::vector<float> bp = {0.1f};
+    auto r = uniform(kB, std::sqrt(3.0f), rng);
+    for (auto& x : r) x -= 1.0f;
+    float *d_win = upload(win), *d_wemb = upload(wemb), *d_bemb = upload(bemb),
+          *d_wqkv = upload(wqkv), *d_wo = upload(wo), *d_wp = upload(wp), *d_bp = upload(bp),
+          *d_r = upload(r);
+    const unsigned max_grid = *std::max_element(grids.begin(), grids.end());
+    float *d_pred, *d_partials, *d_dwqkv, *d_dwemb, *d_dbemb, *d_dwo, *d_dwp, *d_dbp, *d_losses;
+    CK(cudaMalloc(&d_pred, kB * sizeof(float)));
+    CK(cudaMalloc(&d_partials, (size_t)max_grid * AF_ROW_LEN * sizeof(float)));
+    CK(cudaMalloc(&d_dwqkv, AF_E3 * AF_E * sizeof(float)));
+    CK(cudaMalloc(&d_dwemb, AF_E * AF_S * sizeof(float)));
+    CK(cudaMalloc(&d_dbemb, AF_E * sizeof(float)));
+    CK(cudaMalloc(&d_dwo, AF_E * AF_E * sizeof(float)));
+    CK(cudaMalloc(&d_dwp, AF_E * sizeof(float)));
+    CK(cudaMalloc(&d_dbp, sizeof(float)));
+    CK(cudaMalloc(&d_losses, LOSS_SLOT_COUNT * sizeof(float)));
+    CK(cudaFuncSetAttribute(attention_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            AF_SMEM_BYTES));
+    const float coef = 0.1f;  // ATTN_LOSS_COEF
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    std::vector<Run> runs;
+    for (unsigned g : grids) {
+        auto launch = [&]() {
+            attention_fused<<<g, AF_THREADS, AF_SMEM_BYTES>>>(d_win, d_wemb, d_bemb, d_wqkv,
+                                                              d_wo, d_wp, d_bp, d_r, d_pred,
+                                                              d_partials, kB, coef);
+        };
+        for (int i = 0; i < 5; ++i) launch();
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        std::vector<float> ms;
+        for (int i = 0; i < 50; ++i) {
+            CK(cudaEventRecord(e0));
+            launch();
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float t = 0.0f;
+            CK(cudaEventElapsedTime(&t, e0, e1));
+            ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        Run run;
+        run.grid = g;
+        run.median_ms = ms[ms.size() / 2];
+#ifdef AF_PHASE_CLOCKS
+        std::vector<unsigned long long> zeros((size_t)AF_CLOCK_BLOCKS * AF_PHASES, 0);
+        CK(cudaMemcpyToSymbol(af_phase_clocks, zeros.data(), zeros.size() * 8));
+        launch();
+        CK(cudaDeviceSynchronize());
+        run.clocks.resize((size_t)g * AF_PHASES);
+        CK(cudaMemcpyFromSymbol(run.clocks.data(), af_phase_clocks, run.clocks.size() * 8));
+#endif
+        run.pred.resize(kB);
+        CK(cudaMemcpy(run.pred.data(), d_pred, kB * sizeof(float), cudaMemcpyDeviceToHost));
+        std::vector<float> part((size_t)g * AF_ROW_LEN);
+        CK(cudaMemcpy(part.data(), d_partials, part.size() * sizeof(float),
+                      cudaMemcpyDeviceToHost));
+        run.colsum.assign(AF_ROW_LEN, 0.0);
+        for (unsigned b = 0; b < g; ++b)
+            for (unsigned c = 0; c < AF_ROW_LEN; ++c) run.colsum[c] += part[(size_t)b * AF_ROW_LEN + c];
+        CK(cudaMemset(d_losses, 0, LOSS_SLOT_COUNT * sizeof(float)));
+        attention_fused_finish<<<(AF_P_SUM + 31) / 32 + 1, dim3(32, 32)>>>(
+            d_partials, g, d_wo, d_wp, d_dwqkv, d_dwemb, d_dbemb, d_dwo, d_dwp, d_dbp, d_losses,
+            kB, coef);
+        CK(cudaGetLastError());
+        run.dwqkv.resize(AF_E3 * AF_E);
+        CK(cudaMemcpy(run.dwqkv.data(), d_dwqkv, run.dwqkv.size() * sizeof(float),
+                      cudaMemcpyDeviceToHost));
+        runs.push_back(std::move(run));
+    }
+
+    static const char* names[8] = {"prologue (weights, v)", "windows: wait, round",
+                                   "1 emb",                 "2 qkv",
+                                   "3 attention fwd+bwd",   "4 dwqkv + 5 demb",
+                                   "6 dwemb (warp 0)",      "epilogue (partial row)"};
+    int failures = 0;
+    for (const Run& run : runs) {
+        const double per_sm_tiles = (double)tiles / run.grid;
+        std::printf("\ngrid %u blocks (%.1f tiles a block): attention_fused %.4f ms (median of 50)\n",
+                    run.grid, per_sm_tiles, run.median_ms);
+        if (!run.clocks.empty()) {
+            double sum[8] = {0}, total = 0;
+            for (unsigned b = 0; b < run.grid; ++b)
+                for (int p = 0; p < 8; ++p) sum[p] += (double)run.clocks[(size_t)b * 8 + p];
+            for (int p = 0; p < 8; ++p) total += sum[p];
+            std::printf("  %-26s %14s %14s %7s\n", "phase", "cycles a tile", "cycles a block",
+                        "share");
+            for (int p = 0; p < 8; ++p) {
+                const bool per_tile = p >= 1 && p <= 6;
+                std::printf("  %-26s %14.0f %14.0f %6.1f%%\n", names[p],
+                            per_tile ? sum[p] / tiles : 0.0, sum[p] / run.grid,
+                            100.0 * sum[p] / total);
+            }
+            const double cycles = total / run.grid;
+            std::printf("  a block's cycles %.0f: %.4f ms at the kernel's measured time, so the SMs "
+                        "ran at %.0f MHz\n",
+                        cycles, run.median_ms, cycles / (run.median_ms * 1e3));
+        }
+        for (float p : run.pred) {
+            if (!std::isfinite(p)) {
+                std::printf("  FAIL: a pred is not finite\n");
+                ++failures;
+                break;
+            }
+        }
+        const Run& first = runs.front();
+        if (&run != &first) {
+            if (std::memcmp(run.pred.data(), first.pred.data(), kB * sizeof(float)) != 0) {
+                std::printf("  FAIL: pred differs from grid %u's (it depends on its sample only)\n",
+                            first.grid);
+                ++failures;
+            }
+            // Each output of the row (dwqkv, dwemb, dbemb, Sum, dbp, the loss) against its
+            // own largest magnitude.
+            static const unsigned parts[7] = {AF_P_DWQKV, AF_P_DWEMB, AF_P_DBEMB, AF_P_SUM,
+                                              AF_P_DBP,   AF_P_LOSS,  AF_ROW_LEN};
+            double worst = 0;
+            for (int k = 0; k < 6; ++k) {
+                double scale = 0;
+                for (unsigned c = parts[k]; c < parts[k + 1]; ++c)
+                    scale = std::max(scale, std::fabs(first.colsum[c]));
+                for (unsigned c = parts[k]; c < parts[k + 1]; ++c)
+                    if (scale > 0)
+                        worst = std::max(worst, std::fabs(run.colsum[c] - first.colsum[c]) / scale);
+            }
+            std::printf("  partial rows' sums against grid %u's: %.2e of each block's largest magnitude\n",
+                        first.grid, worst);
+            if (!(worst <= 1e-4)) {
+                std::printf("  FAIL: more than 1e-4\n");
+                ++failures;
+            }
+        }
+        double worst = 0, scale = 0;
+        for (unsigned c = 0; c < AF_E3 * AF_E; ++c) scale = std::max(scale, std::fabs(run.colsum[c]));
+        for (unsigned c = 0; c < AF_E3 * AF_E; ++c)
+            worst = std::max(worst, std::fabs((double)run.dwqkv[c] - run.colsum[c]) / scale);
+        std::printf("  the finish's dwqkv against the rows' sums: %.2e\n", worst);
+        if (!(worst <= 1e-5)) {
+            std::printf("  FAIL: more than 1e-5\n");
+            ++failures;
+        }
+    }
+    std::printf("\n%s\n", failures ? "FAILED" : "ALL PASSED");
+    return failures ? 1 : 0;
+}

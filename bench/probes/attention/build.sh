@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the attention_fused probe with the project's nvcc (CUDA 13.0) for sm_90a, linking
+# the CUDA runtime statically: af_probe (the kernel as the step builds it) and
+# af_probe_clocks (-DAF_PHASE_CLOCKS: the same kernel with its phase clocks). Fails on any
+# ptxas warning or spill. Run both on the GPU host from this folder: ./af_probe, then
+# ./af_probe_clocks (each takes grids, default 132 66).
+#
+#   ./build.sh                      -> ./af_probe, ./af_probe_clocks, ptxas.log
+#   NVCC=/path/to/nvcc ./build.sh   to use another nvcc
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(git rev-parse --show-toplevel)
+NVCC=${NVCC:-$ROOT/target/nvcc/nvidia/cu13/bin/nvcc}
+if [ ! -x "$NVCC" ] && command -v nvcc >/dev/null 2>&1; then NVCC=$(command -v nvcc); fi
+[ -x "$NVCC" ] || { echo "nvcc not found at $NVCC (cargo build fetches the project's)" >&2; exit 1; }
+CUDA_ROOT=$(cd "$(dirname "$NVCC")/.." && pwd)
+LIBDIR=""
+for d in "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$CUDA_ROOT/targets/x86_64-linux/lib"; do
+    if [ -f "$d/libcudart_static.a" ]; then LIBDIR=$d; break; fi
+done
+[ -n "$LIBDIR" ] || { echo "no libcudart_static.a under $CUDA_ROOT" >&2; exit 1; }
+: > ptxas.log
+for v in af_probe af_probe_clocks; do
+    def=""; [ "$v" = af_probe_clocks ] && def="-DAF_PHASE_CLOCKS"
+    "$NVCC" -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo $def \
+        -I"$ROOT/kernels/cuda" -Xptxas -v -Xptxas -warn-spills -Xptxas -warn-lmem-usage \
+        -Xcompiler -O3,-Wall -cudart static -L"$LIBDIR" -o "$v" af_probe.cu 2>> ptxas.log \
+        || { cat ptxas.log; exit 1; }
+done
+grep -A3 "entry function 'attention_fused' " ptxas.log | grep -E "registers|spill" || true
+if grep -Ei "warning" ptxas.log; then
+    echo "BUILD FAILED: warnings above" >&2
+    exit 1
+fi
+echo "built af_probe and af_probe_clocks"
