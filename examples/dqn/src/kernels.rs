@@ -1680,11 +1680,13 @@ pub const IQN_FUSED_MAX_HIDDEN: usize = 16 * IQN_FUSED_MAX_WARPS as usize;
 /// `cuda/iqn.cu`: the kernel computes with 64, zero-padded).
 pub const IQN_FUSED_MAX_COSINES: usize = 64;
 
-/// Waves of [`IqnFusedDims::sms`] SMs' blocks in a [`Kernels::iqn_fused`] launch. One: each block
-/// loads its slice of `wphi` once and writes one partial row (66 KB at `H = 256`) that
+/// Waves of [`IqnFusedDims::sms`] SMs' blocks in a [`Kernels::iqn_fused`] launch. One: each
+/// block loads its slice of `wphi` once and writes one partial row (66 KB at `H = 256`) that
 /// `iqn_fused_finish` reads back. More waves of shorter blocks cost a partial row each but
 /// let the hardware balance the work when other kernels hold some SMs (a persistent block
-/// that starts late finishes late).
+/// that starts late finishes late). Measured in the step, the cost won for both IQN
+/// kernels: 2 and 4 waves of `iqn_fused` (run `h200b-c15`) and 2 to 4 of `iqn_wgmma`
+/// (run `i20-iqn-waves`) were slower than one.
 const IQN_FUSED_WAVES: u32 = 1;
 
 /// Blocks of [`Kernels::iqn_fused`] that share an SM when `H` is small enough for their

@@ -1131,13 +1131,17 @@ fn print_floors(
     let floors = floor_rows(s, work);
     println!("ceilings: {ceilings}");
     println!(
-        "| part | counted | floor ms (arithmetic, bytes) | kernels alone ms | work ms | alone / floor | rate alone, share of the TF32 matmul rate |"
+        "| part | counted | floor ms (arithmetic, bytes) | kernels alone ms | work ms | alone / floor | rate alone, share of the TF32 matmul rate | rate at the SMs held (work ms), share |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in &floors {
         let rate = r.floor.tensor_flop / (r.alone_ms * 1e-3);
+        // A kernel that holds fewer SMs than the GPU has (the step's persistent heads) is
+        // also judged against those SMs' part of the rate: its work is its time alone
+        // times the share of the GPU its grid holds.
+        let rate_held = r.floor.tensor_flop / (r.work_ms * 1e-3);
         println!(
-            "| {} | {} | {:.4} ({:.4}, {:.4}) | {:.4} | {:.4} | {:.2} | {:.1} TFLOP/s, {:.0}% |",
+            "| {} | {} | {:.4} ({:.4}, {:.4}) | {:.4} | {:.4} | {:.2} | {:.1} TFLOP/s, {:.0}% | {:.1} TFLOP/s, {:.0}% |",
             r.part,
             r.floor,
             r.floor.ms(ceilings),
@@ -1147,12 +1151,14 @@ fn print_floors(
             r.work_ms,
             r.alone_ms / r.floor.ms(ceilings),
             rate / 1e12,
-            100.0 * rate / ceilings.tf32_flop_per_s
+            100.0 * rate / ceilings.tf32_flop_per_s,
+            rate_held / 1e12,
+            100.0 * rate_held / ceilings.tf32_flop_per_s
         );
     }
     let step = floors[2].floor.ms(ceilings);
     println!(
-        "| (c) against the step's floor | | {step:.4} | | | (c)/floor = {:.2} | |",
+        "| (c) against the step's floor | | {step:.4} | | | (c)/floor = {:.2} | | |",
         c / step
     );
     floors.iter().map(|r| r.json(ceilings)).collect()
