@@ -1859,7 +1859,7 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
             shared_mem_bytes: IQN_WGMMA_SHARED_BYTES,
         },
         rows: blocks,
-        // Never more rows than iqn_fused's plan (min(B, 132) blocks at H = 256), so the
+        // Never more rows than iqn_fused's plan (min(B, sms) blocks at H = 256), so the
         // scratch that IqnFusedDims::scratch_len asks for serves both kernels.
         scratch_len: blocks as usize * iqn_partial_row_len(dims),
         finish: fallback.finish,
@@ -2747,7 +2747,7 @@ impl Kernels {
         self.attention_fused_finish(stream, dims, inputs.wo, inputs.wp, coef, grads, scratch)
     }
 
-    /// The fused head's first part: `attention_fused`, `min(ceil(B / 8), 132)` persistent
+    /// The fused head's first part: `attention_fused`, `min(ceil(B / 8), sms)` persistent
     /// blocks of 256 threads with [`ATTENTION_FUSED_SHARED_BYTES`] of shared memory, takes
     /// tiles of 8 samples through the whole head in shared memory, its products on the
     /// tensor cores in TF32 (mma.sync), and writes `pred` and one partial row of the

@@ -1376,7 +1376,6 @@ fn expectile_head(
     )
 }
 
-/// The IQN head's sizes.
 /// The weight of `L_attn` in the step's loss (MODEL.md: `0.1 L_attn`). The fused head's
 /// two kernels must be given the same one, and the unfused head's pool takes it too.
 pub const ATTN_LOSS_COEF: f32 = 0.1;

@@ -23,8 +23,8 @@
 //! The fused head is compared output by output by its largest elementwise error relative to
 //! the output's largest magnitude (`pred`, each weight gradient, the two loss slots). A
 //! mistake (a wrong fragment, a missed tile or sample, a double count) is of order 1 by
-//! this measure, and one block's partial row lost out of 132 at the step's batch moves a
-//! weight gradient by 1/132 of its size or more. The bounds, and why:
+//! this measure, and one block's partial row lost out of 66 at the step's batch moves a
+//! weight gradient by 1/66 of its size or more. The bounds, and why:
 //!
 //! - Against the CPU reference that rounds the products' operands to TF32 where the kernel
 //!   does (`GemmOperands::Tf32`): [`FUSED_TF32_BOUND`] = 2e-4. What is left is the order of
@@ -526,10 +526,10 @@ fn gpu_attention_fused_matches_the_cpu_reference() -> Result<()> {
         k.has_attention_fused(),
         "this GPU refused attention_fused its shared memory"
     );
-    // A batch no tile divides (38 tiles, the last of 4 samples: fewer tiles than blocks);
-    // an odd one over more tiles than blocks (251 tiles, the last of one sample, so some
-    // blocks take two tiles through both window buffers); one sample (one block, one
-    // warp's sample valid).
+    // A batch no tile divides (38 tiles, the last of 4 samples: fewer tiles than the step's
+    // 66 SMs, a block each); an odd one over more tiles than blocks (251 tiles, the last of
+    // one sample, so each block takes 3 or 4 tiles through both window buffers); one
+    // sample (one block, one warp's sample valid).
     for (seed, (batch, bound)) in [
         (300, FUSED_TF32_BOUND),
         (2001, FUSED_TF32_BOUND),
@@ -558,7 +558,7 @@ fn gpu_attention_fused_matches_the_cpu_reference() -> Result<()> {
 fn gpu_attention_fused_matches_the_unfused_gpu_path_at_the_step_batch() -> Result<()> {
     let device = Device::new(0)?;
     let k = Kernels::load(&device)?;
-    // The step's sizes: 2048 tiles, 15 or 16 per block of 132.
+    // The step's sizes: 2048 tiles, 31 or 32 per block of 66.
     let batch = 16384;
     let dims = fused_dims(batch);
     let data = HeadData::new(dims, 30);
