@@ -139,29 +139,38 @@ __device__ __forceinline__ void af_zero(float (&acc)[MT][NT][4]) {
     }
 }
 
+// Calls put(m, n, c) for each 16 x 8 tile of a warp's mma.sync accumulators at (m0, n0):
+// c[0], c[1] are (m, n), (m, n + 1), and c[2], c[3] the same columns of row m + 8.
+template <int MT, int NT, typename Put>
+__device__ __forceinline__ void af_for_tiles(const float (&acc)[MT][NT][4], unsigned m0,
+                                             unsigned n0, unsigned lane, Put put) {
+    const unsigned g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            put(m0 + 16 * i + g, n0 + 8 * j + 2 * t, acc[i][j]);
+        }
+    }
+}
+
 // Stores a warp's tiles as [m][n] (rows of ld), plus bias[n] when given, rounded to TF32
 // when ROUND (the value is then only a product's operand).
 template <int MT, int NT, bool ROUND>
 __device__ __forceinline__ void af_store(const float (&acc)[MT][NT][4], float* s, unsigned ld,
                                          unsigned m0, unsigned n0, const float* bias,
                                          unsigned lane) {
-    const unsigned g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const unsigned m = m0 + 16 * i + g, n = n0 + 8 * j + 2 * t;
-            const float b0 = bias ? bias[n] : 0.0f, b1 = bias ? bias[n + 1] : 0.0f;
-            float2 lo = make_float2(acc[i][j][0] + b0, acc[i][j][1] + b1);
-            float2 hi = make_float2(acc[i][j][2] + b0, acc[i][j][3] + b1);
-            if (ROUND) {
-                lo = make_float2(af_tf32(lo.x), af_tf32(lo.y));
-                hi = make_float2(af_tf32(hi.x), af_tf32(hi.y));
-            }
-            *reinterpret_cast<float2*>(s + af_at(m, n, ld)) = lo;
-            *reinterpret_cast<float2*>(s + af_at(m + 8, n, ld)) = hi;
+    af_for_tiles(acc, m0, n0, lane, [&](unsigned m, unsigned n, const float (&c)[4]) {
+        const float b0 = bias ? bias[n] : 0.0f, b1 = bias ? bias[n + 1] : 0.0f;
+        float2 lo = make_float2(c[0] + b0, c[1] + b1);
+        float2 hi = make_float2(c[2] + b0, c[3] + b1);
+        if (ROUND) {
+            lo = make_float2(af_tf32(lo.x), af_tf32(lo.y));
+            hi = make_float2(af_tf32(hi.x), af_tf32(hi.y));
         }
-    }
+        *reinterpret_cast<float2*>(s + af_at(m, n, ld)) = lo;
+        *reinterpret_cast<float2*>(s + af_at(m + 8, n, ld)) = hi;
+    });
 }
 
 // Writes a warp's tiles into a partial row's [M][N] block at p (global memory).
@@ -169,18 +178,10 @@ template <int MT, int NT>
 __device__ __forceinline__ void af_store_global(const float (&acc)[MT][NT][4], float* p,
                                                 unsigned n_cols, unsigned m0, unsigned n0,
                                                 unsigned lane) {
-    const unsigned g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const unsigned m = m0 + 16 * i + g, n = n0 + 8 * j + 2 * t;
-            *reinterpret_cast<float2*>(p + (size_t)m * n_cols + n) =
-                make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2*>(p + (size_t)(m + 8) * n_cols + n) =
-                make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-    }
+    af_for_tiles(acc, m0, n0, lane, [&](unsigned m, unsigned n, const float (&c)[4]) {
+        *reinterpret_cast<float2*>(p + (size_t)m * n_cols + n) = make_float2(c[0], c[1]);
+        *reinterpret_cast<float2*>(p + (size_t)(m + 8) * n_cols + n) = make_float2(c[2], c[3]);
+    });
 }
 
 // A 16-byte copy from global to shared memory, or 16 zero bytes when !valid (src is then
