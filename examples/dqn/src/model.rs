@@ -1508,7 +1508,7 @@ pub const ATTENTION_HEAD_SMS: u32 = 66;
 pub const IQN_HEAD_SMS: u32 = 116;
 
 /// The sizes of the step's fused attention head, on [`ATTENTION_HEAD_SMS`].
-pub fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
+fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
     AttnFusedDims {
         batch: s.batch,
         state: s.state,
@@ -1520,7 +1520,7 @@ pub fn attn_fused_dims(s: &Sizes) -> AttnFusedDims {
 }
 
 /// The sizes of the step's fused IQN head, on [`IQN_HEAD_SMS`].
-pub fn iqn_fused_dims(s: &Sizes) -> IqnFusedDims {
+fn iqn_fused_dims(s: &Sizes) -> IqnFusedDims {
     IqnFusedDims {
         batch: s.batch,
         quantiles: s.quantiles,
@@ -1733,13 +1733,10 @@ pub fn allocate(
                 "attn scratch",
                 attn.pool().scratch_len().max(attn.scratch_len()),
             )?,
-            bias_scratch: at_least_one(
+            // For the fused head (no rows), one chunk's partials: 64 floats.
+            bias_scratch: z(
                 "attn bias-gradient partials",
-                if attn_rows == 0 {
-                    0
-                } else {
-                    column_sums_scratch_len(attn_rows, s.width)
-                },
+                column_sums_scratch_len(attn_rows, s.width),
             )?,
         },
         dz2: z("dz2", b * h)?,
