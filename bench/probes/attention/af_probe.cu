@@ -10,7 +10,15 @@
 // The kernel's correctness against a CPU reference is the GPU tests' (tests/gpu/attention.rs).
 //
 //   ./af_probe [GRID...]          default grids 132 66
+//   AF_DUMP=FILE ./af_probe ...    also writes the first grid's pred and row sums to FILE
+//   AF_AGAINST=FILE ./af_probe ... and compares them with FILE's (another build's: an A/B
+//                                  of kernel variants checks that they compute the same)
+// AF_KERNEL (build.sh's KERNEL=...) includes another copy of the kernel, for such an A/B.
+#ifdef AF_KERNEL
+#include AF_KERNEL
+#else
 #include "../../../examples/dqn/cuda/attention_fused.cu"
+#endif
 
 #include <cuda_runtime.h>
 
@@ -56,6 +64,52 @@ struct Run {
     std::vector<float> dwqkv;    // the finish's
     std::vector<unsigned long long> clocks;  // [grid][AF_PHASES] where built with clocks
 };
+
+// AF_DUMP writes pred (f32) then the row sums (f64); AF_AGAINST reads another build's and
+// compares: pred against its largest magnitude, each output of the row against its own
+// (the kernels' TF32 operands allow about 1e-3 between builds that round differently).
+static int dump_or_compare(const std::vector<float>& pred, const std::vector<double>& colsum) {
+    if (const char* path = std::getenv("AF_DUMP")) {
+        FILE* f = std::fopen(path, "wb");
+        if (!f || std::fwrite(pred.data(), 4, pred.size(), f) != pred.size() ||
+            std::fwrite(colsum.data(), 8, colsum.size(), f) != colsum.size()) {
+            std::printf("FAIL: cannot write %s\n", path);
+            return 1;
+        }
+        std::fclose(f);
+    }
+    const char* path = std::getenv("AF_AGAINST");
+    if (!path) return 0;
+    std::vector<float> p2(pred.size());
+    std::vector<double> c2(colsum.size());
+    FILE* f = std::fopen(path, "rb");
+    if (!f || std::fread(p2.data(), 4, p2.size(), f) != p2.size() ||
+        std::fread(c2.data(), 8, c2.size(), f) != c2.size()) {
+        std::printf("FAIL: cannot read %zu predictions and %zu sums from %s\n", p2.size(),
+                    c2.size(), path);
+        return 1;
+    }
+    std::fclose(f);
+    double ps = 0, pw = 0;
+    for (size_t b = 0; b < pred.size(); ++b) ps = std::max(ps, std::fabs((double)p2[b]));
+    for (size_t b = 0; b < pred.size(); ++b) pw = std::max(pw, std::fabs((double)pred[b] - p2[b]) / ps);
+    static const unsigned parts[7] = {AF_P_DWQKV, AF_P_DWEMB, AF_P_DBEMB, AF_P_SUM,
+                                      AF_P_DBP,   AF_P_LOSS,  AF_ROW_LEN};
+    static const char* names[6] = {"dwqkv", "dwemb", "dbemb", "Sum", "dbp", "loss"};
+    int failures = 0;
+    std::printf("\nagainst %s: pred %.2e", path, pw);
+    failures += !(pw <= 1e-3);
+    for (int k = 0; k < 6; ++k) {
+        double scale = 0, worst = 0;
+        for (unsigned c = parts[k]; c < parts[k + 1]; ++c) scale = std::max(scale, std::fabs(c2[c]));
+        for (unsigned c = parts[k]; c < parts[k + 1]; ++c)
+            if (scale > 0) worst = std::max(worst, std::fabs(colsum[c] - c2[c]) / scale);
+        std::printf(", %s %.2e", names[k], worst);
+        failures += !(worst <= 1e-3);
+    }
+    std::printf(" (of each one's largest magnitude)%s\n", failures ? ": FAIL, more than 1e-3" : "");
+    return failures;
+}
 
 int main(int argc, char** argv) {
     std::vector<unsigned> grids;
@@ -236,6 +290,7 @@ int main(int argc, char** argv) {
             ++failures;
         }
     }
+    failures += dump_or_compare(runs.front().pred, runs.front().colsum);
     std::printf("\n%s\n", failures ? "FAILED" : "ALL PASSED");
     return failures ? 1 : 0;
 }

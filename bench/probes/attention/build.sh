@@ -7,6 +7,10 @@
 #
 #   ./build.sh                      -> ./af_probe, ./af_probe_clocks, ptxas.log
 #   NVCC=/path/to/nvcc ./build.sh   to use another nvcc
+#   KERNEL=/path/attention_fused.cu SUFFIX=_base ./build.sh
+#                                   -> ./af_probe_base, ./af_probe_clocks_base, built from
+#                                      another copy of the kernel (its dqn.cuh beside it),
+#                                      for an A/B of kernel variants in one call
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(git rev-parse --show-toplevel)
@@ -20,8 +24,15 @@ for d in "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$CUDA_ROOT/targets/x86_64-linux/li
 done
 [ -n "$LIBDIR" ] || { echo "no libcudart_static.a under $CUDA_ROOT" >&2; exit 1; }
 : > ptxas.log
-for v in af_probe af_probe_clocks; do
-    def=""; [ "$v" = af_probe_clocks ] && def="-DAF_PHASE_CLOCKS"
+SUFFIX=${SUFFIX:-}
+KDEF=""
+if [ -n "${KERNEL:-}" ]; then
+    [ -f "$KERNEL" ] || { echo "KERNEL=$KERNEL: no such file" >&2; exit 1; }
+    KDEF="-DAF_KERNEL=\"$(cd "$(dirname "$KERNEL")" && pwd)/$(basename "$KERNEL")\""
+fi
+for base in af_probe af_probe_clocks; do
+    v=$base$SUFFIX
+    def="$KDEF"; [ "$base" = af_probe_clocks ] && def="$def -DAF_PHASE_CLOCKS"
     "$NVCC" -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo $def \
         -I"$ROOT/kernels/cuda" -Xptxas -v -Xptxas -warn-spills -Xptxas -warn-lmem-usage \
         -Xcompiler -O3,-Wall -cudart static -L"$LIBDIR" -o "$v" af_probe.cu 2>> ptxas.log \
@@ -32,4 +43,4 @@ if grep -Ei "warning" ptxas.log; then
     echo "BUILD FAILED: warnings above" >&2
     exit 1
 fi
-echo "built af_probe and af_probe_clocks"
+echo "built af_probe$SUFFIX and af_probe_clocks$SUFFIX"

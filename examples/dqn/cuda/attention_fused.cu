@@ -26,8 +26,8 @@
 //   4. dwqkv += dqkvᵀ emb                         mma.sync, M 192 N 64   K 64 (registers)
 //   5. demb = dqkv wqkv, dbemb += column sums     mma.sync, M 64  N 64   K 192
 //   6. dwemb += dembᵀ win                         mma.sync, M 64  N 64   K 64 (registers)
-// with a block barrier between phases, and the next tile's windows copied in (cp.async)
-// while this one computes. The products' operands are rounded to TF32 (cvt.rna) once, where
+// with a block barrier between phases (4 and 5 run side by side, each on half the warps),
+// and the next tile's windows copied in (cp.async) while this one computes. The products' operands are rounded to TF32 (cvt.rna) once, where
 // they are stored in shared memory; the products run on the tensor cores as cuBLASLt's
 // FAST_TF32 GEMMs do, and the attention itself in FP32 as attention.cu does.
 //
@@ -96,10 +96,16 @@ __device__ __forceinline__ float af_tf32(float x) {
 
 // acc += A B over K for a warp's MT x NT tiles of m16n8 at (m0, n0). A is [m][k], or
 // [k][m] when A_KM; B is [n][k] (a weight, as nn.Linear stores it), or [k][n] when B_KN.
+// When both are stored along k, each k-block of 8 is read in another order: fragment
+// slots t and t + 4 take columns 2t and 2t + 1, one 8-byte load for both (the XOR of the
+// swizzle leaves bit 0 of a column alone, and the 16 lanes of each half-warp still hit 32
+// distinct banks). The product sums the same terms; the tensor cores may add them in
+// another order.
 template <int MT, int NT, int K, bool A_KM, bool B_KN>
 __device__ __forceinline__ void af_mma(float (&acc)[MT][NT][4], const float* A, unsigned lda,
                                        unsigned m0, const float* Bm, unsigned ldb, unsigned n0,
                                        unsigned lane) {
+    constexpr bool PAIRS = !A_KM && !B_KN;
     const unsigned g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (unsigned k0 = 0; k0 < K; k0 += 8) {
@@ -107,16 +113,29 @@ __device__ __forceinline__ void af_mma(float (&acc)[MT][NT][4], const float* A, 
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
             const unsigned m = m0 + 16 * i + g;
-            a[i][0] = af_ld<A_KM>(A, lda, m, k0 + t);
-            a[i][1] = af_ld<A_KM>(A, lda, m + 8, k0 + t);
-            a[i][2] = af_ld<A_KM>(A, lda, m, k0 + t + 4);
-            a[i][3] = af_ld<A_KM>(A, lda, m + 8, k0 + t + 4);
+            if (PAIRS) {
+                const float2 lo = *reinterpret_cast<const float2*>(A + af_at(m, k0 + 2 * t, lda));
+                const float2 hi =
+                    *reinterpret_cast<const float2*>(A + af_at(m + 8, k0 + 2 * t, lda));
+                a[i][0] = __float_as_uint(lo.x), a[i][2] = __float_as_uint(lo.y);
+                a[i][1] = __float_as_uint(hi.x), a[i][3] = __float_as_uint(hi.y);
+            } else {
+                a[i][0] = af_ld<A_KM>(A, lda, m, k0 + t);
+                a[i][1] = af_ld<A_KM>(A, lda, m + 8, k0 + t);
+                a[i][2] = af_ld<A_KM>(A, lda, m, k0 + t + 4);
+                a[i][3] = af_ld<A_KM>(A, lda, m + 8, k0 + t + 4);
+            }
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const unsigned n = n0 + 8 * j + g;
-            b[j][0] = af_ld<B_KN>(Bm, ldb, n, k0 + t);
-            b[j][1] = af_ld<B_KN>(Bm, ldb, n, k0 + t + 4);
+            if (PAIRS) {
+                const float2 x = *reinterpret_cast<const float2*>(Bm + af_at(n, k0 + 2 * t, ldb));
+                b[j][0] = __float_as_uint(x.x), b[j][1] = __float_as_uint(x.y);
+            } else {
+                b[j][0] = af_ld<B_KN>(Bm, ldb, n, k0 + t);
+                b[j][1] = af_ld<B_KN>(Bm, ldb, n, k0 + t + 4);
+            }
         }
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
@@ -224,22 +243,73 @@ __device__ __forceinline__ void af_round_win(float* dst) {
     }
 }
 
-// Head slice `part` (0 Q, 1 K, 2 V) of head hd in row r of qkv.
-__device__ __forceinline__ void af_slice(float (&v)[AF_DH], const float* sq, unsigned r,
-                                         unsigned part, unsigned hd) {
+// Where thread (sample rows r0 .. r0 + 7, head hd) finds its head slices in qkv and dqkv,
+// whose rows are AF_E3 floats. r0 is a multiple of 8, so row r0 + k's swizzle is a constant
+// once k is (the loops over k are unrolled), and of its bits (4, 3, 2) only bit 4 meets
+// the slice's column dh hd = 16 hd: an address is one of two bases plus a constant, with
+// no swizzle arithmetic per load (which had been a fifth of phase 3's instructions). The
+// thread's own row r0 + i has a swizzle known only at run time: its base and the four
+// (4 q) ^ swizzle offsets are computed once.
+struct AfRows {
+    unsigned k_base[2];  // r0 AF_E3 + (16 hd), and with bit 4 of the column flipped
+    unsigned own;        // (r0 + i) AF_E3 + (16 hd ^ (bit 4 of its swizzle))
+    unsigned own_low[4]; // (4 q) ^ (bits 3, 2 of its swizzle)
+};
+
+__device__ __forceinline__ unsigned af_swz(unsigned r) {
+    return ((r & 3u) << 3) | (r & 4u);
+}
+
+__device__ __forceinline__ AfRows af_rows(unsigned r0, unsigned i, unsigned hd) {
+    AfRows a;
+    a.k_base[0] = r0 * AF_E3 + AF_DH * hd;
+    a.k_base[1] = r0 * AF_E3 + ((AF_DH * hd) ^ 16u);
+    const unsigned swz = af_swz(r0 + i);
+    a.own = (r0 + i) * AF_E3 + ((AF_DH * hd) ^ (swz & 16u));
 #pragma unroll
     for (unsigned q = 0; q < AF_DH / 4; ++q) {
-        const float4 x = *reinterpret_cast<const float4*>(
-            sq + af_at(r, part * AF_E + hd * AF_DH + 4 * q, AF_E3));
-        v[4 * q] = x.x, v[4 * q + 1] = x.y, v[4 * q + 2] = x.z, v[4 * q + 3] = x.w;
+        a.own_low[q] = (4 * q) ^ (swz & 12u);
+    }
+    return a;
+}
+
+// af_at(r0 + k, part E + 16 hd + 4 q, AF_E3), for k, part and q constants.
+__device__ __forceinline__ unsigned af_k_at(const AfRows& a, unsigned k, unsigned part,
+                                            unsigned q) {
+    const unsigned swz = af_swz(k);
+    return a.k_base[(swz >> 4) & 1u] + k * AF_E3 + part * AF_E + ((4 * q) ^ (swz & 12u));
+}
+
+// af_at(r0 + i, part E + 16 hd + 4 q, AF_E3), for part and q constants.
+__device__ __forceinline__ unsigned af_own_at(const AfRows& a, unsigned part, unsigned q) {
+    return a.own + part * AF_E + a.own_low[q];
+}
+
+// Head slice `part` (0 Q, 1 K, 2 V) of row r0 + k (own: of row r0 + i) of qkv.
+__device__ __forceinline__ void af_put4(float (&v)[AF_DH], unsigned q, float4 x) {
+    v[4 * q] = x.x, v[4 * q + 1] = x.y, v[4 * q + 2] = x.z, v[4 * q + 3] = x.w;
+}
+
+__device__ __forceinline__ void af_slice_k(float (&v)[AF_DH], const float* sq, const AfRows& a,
+                                           unsigned k, unsigned part) {
+#pragma unroll
+    for (unsigned q = 0; q < AF_DH / 4; ++q) {
+        af_put4(v, q, *reinterpret_cast<const float4*>(sq + af_k_at(a, k, part, q)));
     }
 }
 
-// out = sum_k w[k] (head slice `part` of head hd in row r0 + k): the weighted sum of a
-// sample's rows that the attention's forward (P V) and backward (dS K, dSᵀ Q) take.
+__device__ __forceinline__ void af_slice_own(float (&v)[AF_DH], const float* sq,
+                                             const AfRows& a, unsigned part) {
+#pragma unroll
+    for (unsigned q = 0; q < AF_DH / 4; ++q) {
+        af_put4(v, q, *reinterpret_cast<const float4*>(sq + af_own_at(a, part, q)));
+    }
+}
+
+// out = sum_k w[k] (head slice `part` of row r0 + k): the weighted sum of a sample's rows
+// that the attention's forward (P V) and backward (dS K, dSᵀ Q) take.
 __device__ __forceinline__ void af_rows_times(float (&out)[AF_DH], const float (&w)[AF_W],
-                                              const float* sq, unsigned r0, unsigned part,
-                                              unsigned hd) {
+                                              const float* sq, const AfRows& a, unsigned part) {
     float x[AF_DH];
 #pragma unroll
     for (unsigned c = 0; c < AF_DH; ++c) {
@@ -247,7 +317,7 @@ __device__ __forceinline__ void af_rows_times(float (&out)[AF_DH], const float (
     }
 #pragma unroll
     for (unsigned k = 0; k < AF_W; ++k) {
-        af_slice(x, sq, r0 + k, part, hd);
+        af_slice_k(x, sq, a, k, part);
 #pragma unroll
         for (unsigned c = 0; c < AF_DH; ++c) {
             out[c] = fmaf(w[k], x[c], out[c]);
@@ -255,12 +325,13 @@ __device__ __forceinline__ void af_rows_times(float (&out)[AF_DH], const float (
     }
 }
 
-// Stores a head slice into row r of dqkv, rounded to TF32 (it is only a product's operand).
-__device__ __forceinline__ void af_store_slice(float* sd, const float (&v)[AF_DH], unsigned r,
-                                               unsigned part, unsigned hd) {
+// Stores a head slice into row r0 + i of dqkv, rounded to TF32 (it is only a product's
+// operand).
+__device__ __forceinline__ void af_store_own(float* sd, const float (&v)[AF_DH], const AfRows& a,
+                                             unsigned part) {
 #pragma unroll
     for (unsigned q = 0; q < AF_DH / 4; ++q) {
-        *reinterpret_cast<float4*>(sd + af_at(r, part * AF_E + hd * AF_DH + 4 * q, AF_E3)) =
+        *reinterpret_cast<float4*>(sd + af_own_at(a, part, q)) =
             make_float4(af_tf32(v[4 * q]), af_tf32(v[4 * q + 1]), af_tf32(v[4 * q + 2]),
                         af_tf32(v[4 * q + 3]));
     }
@@ -272,24 +343,28 @@ struct AfPool {
     float sum0, sum1, dbp, loss;
 };
 
-// Phase 3 for sample s of the tile (this warp), head hd = lane / 8, row i = lane % 8.
+// Phase 3 for sample s of the tile (this warp), head hd = lane / 8, row i = lane % 8. rb is
+// the sample's reward (0 past B), loaded at the tile's start so that its latency is hidden
+// behind phases 1 and 2.
 __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* sds,
-                                             const float* sv, float bp,
-                                             const float* __restrict__ r, float* __restrict__ pred,
-                                             unsigned tile, unsigned B, float coef, AfPool& pool) {
+                                             const float* sv, float bp, float rb,
+                                             float* __restrict__ pred, unsigned tile, unsigned B,
+                                             float coef, AfPool& pool) {
     const unsigned lane = threadIdx.x & 31, s = threadIdx.x >> 5;
     const unsigned hd = lane >> 3, i = lane & 7, base = lane & ~7u;
-    const unsigned r0 = s * AF_W, row = r0 + i;
+    const AfRows rows = af_rows(s * AF_W, i, hd);
     const unsigned b = tile * AF_SAMPLES + s;
     const bool valid = b < B;
-    const float scale = 0.25f;  // 1 / sqrt(dh)
+    // 1 / sqrt(dh), a power of two: multiplying by it is exact, so where it is applied
+    // (to a score, or to dS before its products) does not change a bit.
+    const float scale = 0.25f;
 
     // Forward: scores, softmax, att_i.
     float q[AF_DH], x[AF_DH], p[AF_W];
-    af_slice(q, sq, row, 0, hd);
+    af_slice_own(q, sq, rows, 0);
 #pragma unroll
     for (unsigned k = 0; k < AF_W; ++k) {
-        af_slice(x, sq, r0 + k, 1, hd);
+        af_slice_k(x, sq, rows, k, 1);
         float dot = 0.0f;
 #pragma unroll
         for (unsigned c = 0; c < AF_DH; ++c) {
@@ -302,18 +377,22 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
     for (unsigned k = 0; k < AF_W; ++k) {
         mx = fmaxf(mx, p[k]);
     }
+    // The exponentials by the special-function unit (arguments at most 0, relative error
+    // about 1e-6) and one reciprocal, where expf's range checks and eight IEEE divisions
+    // took about 150 instructions a thread.
     float sum = 0.0f;
 #pragma unroll
     for (unsigned k = 0; k < AF_W; ++k) {
-        p[k] = expf(p[k] - mx);
+        p[k] = __expf(p[k] - mx);
         sum += p[k];
     }
+    const float inv = 1.0f / sum;
 #pragma unroll
     for (unsigned k = 0; k < AF_W; ++k) {
-        p[k] = p[k] / sum;
+        p[k] *= inv;
     }
     float a[AF_DH];
-    af_rows_times(a, p, sq, r0, 2, hd);
+    af_rows_times(a, p, sq, rows, 2);
 
     // The mean over the window: afterwards lane i holds columns 2i, 2i + 1 of the head's
     // slice summed over its 8 rows (reduce-scatter over lane bits 2, 1, 0).
@@ -323,7 +402,7 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
     const unsigned c0 = hd * AF_DH + 2 * i;
     const float m0 = a[0] / (float)AF_W, m1 = a[1] / (float)AF_W;
     const float pb = warp_sum(fmaf(m0, sv[c0], m1 * sv[c0 + 1])) + bp;
-    const float diff = valid ? pb - r[b] : 0.0f;
+    const float diff = valid ? pb - rb : 0.0f;
     const float g = 2.0f * coef / (float)B * diff;
     if (lane == 0) {
         if (valid) {
@@ -357,9 +436,9 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
     for (unsigned c = 0; c < AF_DH; ++c) {
         dv[c] = cs[0] * u[c];
     }
-    af_store_slice(sd, dv, row, 2, hd);
+    af_store_own(sd, dv, rows, 2);
     // dP[i, k] = u . V_k, the same for every i: lane i computes it for k = i.
-    af_slice(x, sq, row, 2, hd);
+    af_slice_own(x, sq, rows, 2);
     float ci = 0.0f;
 #pragma unroll
     for (unsigned c = 0; c < AF_DH; ++c) {
@@ -372,19 +451,16 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
         ck[k] = __shfl_sync(FULL_MASK, ci, base + k);
         pc = fmaf(p[k], ck[k], pc);
     }
+    // scale dS here, once, rather than dQ and dK after their products (exact either way).
     float ds[AF_W];
 #pragma unroll
     for (unsigned k = 0; k < AF_W; ++k) {
-        ds[k] = p[k] * (ck[k] - pc);
+        ds[k] = p[k] * (ck[k] - pc) * scale;
     }
     // dQ_i = scale sum_k dS[i, k] K_k.
     float dq[AF_DH];
-    af_rows_times(dq, ds, sq, r0, 1, hd);
-#pragma unroll
-    for (unsigned c = 0; c < AF_DH; ++c) {
-        dq[c] *= scale;
-    }
-    af_store_slice(sd, dq, row, 0, hd);
+    af_rows_times(dq, ds, sq, rows, 1);
+    af_store_own(sd, dq, rows, 0);
     // dK_i = scale sum_i' dS[i', i] Q_i': dS through shared memory (this warp's only).
     float* my_ds = sds + ((s * AF_HEADS + hd) * AF_W) * AF_W;
     *reinterpret_cast<float4*>(my_ds + i * AF_W) = make_float4(ds[0], ds[1], ds[2], ds[3]);
@@ -395,12 +471,8 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
     for (unsigned k = 0; k < AF_W; ++k) {
         ds_col[k] = my_ds[k * AF_W + i];
     }
-    af_rows_times(dk, ds_col, sq, r0, 0, hd);
-#pragma unroll
-    for (unsigned c = 0; c < AF_DH; ++c) {
-        dk[c] *= scale;
-    }
-    af_store_slice(sd, dk, row, 1, hd);
+    af_rows_times(dk, ds_col, sq, rows, 0);
+    af_store_own(sd, dk, rows, 1);
     // The next tile overwrites my_ds only after the block barriers between.
 }
 
@@ -484,10 +556,17 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     }
     const float bp0 = bp[0];
 
-    // Carried across tiles: dwqkv (warp tile 48 x 32 at (48 (wid % 4), 32 (wid / 4))), dwemb
-    // (16 x 32 at (16 (wid % 4), 32 (wid / 4))), dbemb's column sums (demb's warp tile,
-    // columns 32 (wid / 4) + 8 j + 2t, + 1), and the pool's sums.
-    float dwqkv[3][4][4], dwemb[1][4][4], dbemb[4][2];
+    // Phases 4 and 5 run side by side on the two halves of the block: warps 0-3 (`wgrad`)
+    // add to dwqkv, warps 4-7 compute demb. Each half's warp tiles are then twice as large
+    // as when all 8 warps took each product in turn (48 x 64 and 32 x 32, against 48 x 32 and
+    // 16 x 32), so the fragments read from shared memory, which bound those phases, drop
+    // from 3584 to 2432 wavefronts a tile.
+    // Carried across tiles: dwqkv (warps 0-3: warp tile 48 x 64 at (48 wid, 0)), dwemb
+    // (16 x 32 at (16 (wid % 4), 32 (wid / 4))), dbemb's column sums (warps 4-7: demb's warp
+    // tile, columns 32 (h / 2) + 8 j + 2t, + 1, with h = wid - 4), and the pool's sums.
+    const bool wgrad = wid < 4;
+    const unsigned h = wid & 3, mb2 = h & 1, nb2h = h >> 1;
+    float dwqkv[3][8][4], dwemb[1][4][4], dbemb[4][2];
     af_zero(dwqkv);
     af_zero(dwemb);
 #pragma unroll
@@ -507,6 +586,8 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         // tile's phase 6 is done with emb, demb and the other window buffer.
         __syncthreads();
         AF_CLOCK(1);
+        // This warp's sample's reward, for phase 3.
+        const float rb = tile * AF_SAMPLES + wid < B ? r[tile * AF_SAMPLES + wid] : 0.0f;
         if (tile + gridDim.x < tiles) {
             af_stage_win(smem + AF_OFF_WIN + ((it + 1) & 1) * AF_ROWS * AF_S, win,
                          tile + gridDim.x, B);
@@ -535,24 +616,24 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         __syncthreads();
         AF_CLOCK(3);
         // 3. Attention, the pool and the loss, and dqkv.
-        af_attention(s_qkv, s_dqkv, s_ds, s_v, bp0, r, pred, tile, B, coef, pool);
+        af_attention(s_qkv, s_dqkv, s_ds, s_v, bp0, rb, pred, tile, B, coef, pool);
         __syncthreads();
         AF_CLOCK(4);
-        // 4. dwqkv += dqkvᵀ emb.
-        af_mma<3, 4, AF_ROWS, true, true>(dwqkv, s_dqkv, AF_E3, 48 * mb4, s_emb, AF_E, 32 * nb2,
-                                          lane);
-        // 5. demb = dqkv wqkv, into qkv's space, and dbemb's column sums.
-        {
-            float acc[1][4][4];
+        if (wgrad) {
+            // 4. dwqkv += dqkvᵀ emb.
+            af_mma<3, 8, AF_ROWS, true, true>(dwqkv, s_dqkv, AF_E3, 48 * h, s_emb, AF_E, 0, lane);
+        } else {
+            // 5. demb = dqkv wqkv, into qkv's space, and dbemb's column sums.
+            float acc[2][4][4];
             af_zero(acc);
-            af_mma<1, 4, AF_E3, false, true>(acc, s_dqkv, AF_E3, 16 * mb4, s_wqkv, AF_E,
-                                             32 * nb2, lane);
+            af_mma<2, 4, AF_E3, false, true>(acc, s_dqkv, AF_E3, 32 * mb2, s_wqkv, AF_E,
+                                             32 * nb2h, lane);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                dbemb[j][0] += acc[0][j][0] + acc[0][j][2];
-                dbemb[j][1] += acc[0][j][1] + acc[0][j][3];
+                dbemb[j][0] += (acc[0][j][0] + acc[0][j][2]) + (acc[1][j][0] + acc[1][j][2]);
+                dbemb[j][1] += (acc[0][j][1] + acc[0][j][3]) + (acc[1][j][1] + acc[1][j][3]);
             }
-            af_store<1, 4, true>(acc, s_demb, AF_E, 16 * mb4, 32 * nb2, nullptr, lane);
+            af_store<2, 4, true>(acc, s_demb, AF_E, 32 * mb2, 32 * nb2h, nullptr, lane);
         }
         __syncthreads();
         AF_CLOCK(5);
@@ -566,7 +647,9 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     // The block's partial row. The products' sums go straight out; dbemb's, the pool's
     // and the loss are added over lanes and warps in a fixed order, through shared memory.
     float* row = partials + (size_t)blockIdx.x * AF_ROW_LEN;
-    af_store_global(dwqkv, row + AF_P_DWQKV, AF_E, 48 * mb4, 32 * nb2, lane);
+    if (wgrad) {
+        af_store_global(dwqkv, row + AF_P_DWQKV, AF_E, 48 * h, 0, lane);
+    }
     af_store_global(dwemb, row + AF_P_DWEMB, AF_S, 16 * mb4, 32 * nb2, lane);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -580,15 +663,15 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         }
     }
     __syncthreads();  // the last tile is done with s_ds
-    float* red_bemb = s_ds;                  // [4 m-blocks][E]
+    float* red_bemb = s_ds;                  // [2 m-blocks][E]
     float* red_sum = s_ds + 4 * AF_E;        // [8 warps][E]
     float* red_scalar = s_ds + 12 * AF_E;    // [8 warps][2]
-    if (g == 0) {
+    if (!wgrad && g == 0) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const unsigned c = 32 * nb2 + 8 * j + 2 * t;
-            red_bemb[mb4 * AF_E + c] = dbemb[j][0];
-            red_bemb[mb4 * AF_E + c + 1] = dbemb[j][1];
+            const unsigned c = 32 * nb2h + 8 * j + 2 * t;
+            red_bemb[mb2 * AF_E + c] = dbemb[j][0];
+            red_bemb[mb2 * AF_E + c + 1] = dbemb[j][1];
         }
     }
     {
@@ -603,7 +686,7 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     __syncthreads();
     if (tid < AF_E) {
         float sb = 0.0f, ss = 0.0f;
-        for (unsigned m = 0; m < 4; ++m) {
+        for (unsigned m = 0; m < 2; ++m) {
             sb += red_bemb[m * AF_E + tid];
         }
         for (unsigned w = 0; w < AF_THREADS / 32; ++w) {
