@@ -703,7 +703,6 @@ pub mod dqn {
         sizes: Sizes,
         branch_sms: SmTarget,
         params: &Model,
-        act: &TrunkAct,
         branch_act: &BranchAct,
         dadv: &Buf,
         branch_back: &mut BranchBack,
@@ -731,14 +730,6 @@ pub mod dqn {
                 dbg: &mut branch_grad.gate.b,
             };
             k.branch_head_backward(stream, head, &inputs, out, &mut branch_back.partials)?;
-            let spec = weight_only_grad_spec(s.batch, s.hidden, 2 * s.glu);
-            blas.matmul(
-                &spec,
-                &branch_back.du,
-                &act.h,
-                &mut branch_grad.gate.w,
-                MatmulArgs::new(),
-            )?;
         } else {
             // Advantage head: dwa, dba, then dg = dadv wa.
             param_grads(
@@ -759,6 +750,7 @@ pub mod dqn {
                 MatmulArgs::new(),
             )?;
             // GLU, then the gate layer's dwg and dbg.
+            // GLU; the gate layer's gradients are branch_wgrad's.
             k.glu_backward(
                 stream,
                 &branch_act.u,
@@ -766,15 +758,6 @@ pub mod dqn {
                 &mut branch_back.du,
                 s.batch,
                 s.glu,
-            )?;
-            param_grads(
-                &blas,
-                &branch_back.du,
-                &act.h,
-                &mut branch_grad.gate,
-                s.batch,
-                s.hidden,
-                2 * s.glu,
             )?;
         }
         // The branch's part of dh.
@@ -786,6 +769,45 @@ pub mod dqn {
             dh_branch,
             MatmulArgs::new(),
         )
+    }
+
+    /// The gate layer's weight gradient (and, where the fused head did not write it, its
+    /// bias gradient), after `branch_backward` on the branch's stream. An op of its own so
+    /// that the trunk's backward, which needs only `dh_branch`, does not wait for it: while
+    /// IQN holds most SMs, the branches' kernels run on the few left, and this product
+    /// (a split-K GEMM and its reduction) had kept the trunk's backward waiting after IQN
+    /// had ended.
+    #[stream(branch[d])]
+    fn branch_wgrad(
+        stream: &CaptureStream<'_>,
+        sizes: Sizes,
+        branch_sms: SmTarget,
+        act: &TrunkAct,
+        branch_back: &BranchBack,
+        branch_grad: &mut Branch,
+    ) -> Result<()> {
+        let s = sizes;
+        let blas = stream.blas().planned_for(branch_sms);
+        if s.branch_head().supported() {
+            let spec = weight_only_grad_spec(s.batch, s.hidden, 2 * s.glu);
+            blas.matmul(
+                &spec,
+                &branch_back.du,
+                &act.h,
+                &mut branch_grad.gate.w,
+                MatmulArgs::new(),
+            )
+        } else {
+            param_grads(
+                &blas,
+                &branch_back.du,
+                &act.h,
+                &mut branch_grad.gate,
+                s.batch,
+                s.hidden,
+                2 * s.glu,
+            )
+        }
     }
 
     /// Data parallel: the branches' gradients, averaged over the ranks as soon as the
@@ -1775,11 +1797,11 @@ pub fn allocate(
 mod tests {
     use super::dqn;
 
-    /// The step's plan, checked without a GPU: every conflicting access of the 34 ops
+    /// The step's plan, checked without a GPU: every conflicting access of the 38 ops
     /// ordered, nothing independent ordered.
     #[test]
     fn the_plan_orders_every_conflict_and_nothing_else() {
-        assert_eq!(dqn::PLAN.ops.len(), 34);
+        assert_eq!(dqn::PLAN.ops.len(), 38);
         let audit = dqn::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");

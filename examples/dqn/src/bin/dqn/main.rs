@@ -1223,6 +1223,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         "attention_wgrad",
         "iqn_head",
         "branch_backward[0]",
+        "branch_wgrad[0]",
         "iql_high",
         "trunk_backward",
     ] {
@@ -1366,7 +1367,7 @@ fn part_of(func: &str) -> &'static str {
     match func {
         "begin" | "trunk_forward_s" | "trunk_backward" => "trunk",
         "draw_sample" | "load_batch" | "load_window" => "batch",
-        "branch_forward" | "branch_backward" => "branches",
+        "branch_forward" | "branch_backward" | "branch_wgrad" => "branches",
         "trunk_forward_next" | "branch_forward_next" | "double_dqn_target" | "dueling_losses" => {
             "ddqn"
         }
