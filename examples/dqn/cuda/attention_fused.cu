@@ -1,15 +1,16 @@
 // The DQN step's whole attention head in one kernel (MODEL.md, "Attention over the window"):
 // the embedding, the fused QKV projection, each head's attention, the pooled reward
 // prediction and its loss, and the backward to every weight gradient, for the step's sizes
-// S = E = 64, W = 8, Hh = 4 (dh = 16). attention_fused writes one partial row per block;
-// attention_fused_finish adds the rows in order (deterministic: no atomics but the loss
-// slots' adds, as every loss kernel of the step does).
+// S = E = 64, W = 8, Hh = 4 (dh = 16). attention_fused_fold folds the weights (below);
+// attention_fused writes one partial row per block; attention_fused_sums adds the rows in
+// order and attention_fused_grads turns the sums into the gradients (deterministic: no
+// atomics but the loss slots' adds, as every loss kernel of the step does).
 //
 // Why one kernel: the unfused head (attention.cu and five cuBLASLt GEMMs, then three
 // weight-gradient GEMMs) moves [B W, E] .. [B W, 3E] activations of 131072 rows through
 // memory between every pair of its 17 kernels, about 0.4 GB a step. Here a tile of 8
-// samples (64 rows) stays in shared memory from the windows it reads to the weight
-// gradients it adds to, and the weights are staged once per block.
+// samples (64 rows) stays in shared memory from the windows it reads to the sums it adds
+// to, and the weights are staged once per block.
 //
 // The output projection needs no product: pred depends on att only through its mean over
 // the window, so with v = wpᵀ wo ([E], v[c] = sum_e wp[e] wo[e, c]) and the loss's
@@ -18,18 +19,26 @@
 //   dwo[e, c] = wp[e] Sum[c],  dwp[e] = sum_c Sum[c] wo[e, c],  Sum = sum_b g_b mean_w(att_b),
 // and datt being the same for every row of a sample, so is dP[hd, i, k] = datt_i . V_k.
 //
+// Nor does the embedding. emb = win wembᵀ + bemb enters only qkv = emb wqkvᵀ and the
+// gradients, so with W' = wqkv wemb ([3E, S]) and b' = wqkv bemb ([3E]), both computed once
+// by attention_fused_fold in FP32,
+//   qkv   = win W'ᵀ + b',                  G = sum over rows of dqkvᵀ win   ([3E, S]),
+//   dwqkv = G wembᵀ + csum bembᵀ,          dwemb = wqkvᵀ G,   dbemb = wqkvᵀ csum,
+// where csum = sum over rows of dqkv ([3E]). Its K part is 0 (each row of dS sums to 0, so
+// the sum over keys of dK is), and its V part is dbp v (dV_k = (g / W) v sum_i P[i, k],
+// and the P of a query sums to 1): only its Q part is summed here. A tile then takes two
+// products (qkv and G: 1536 mma.sync) where emb, qkv, dwqkv, demb and dwemb took five
+// (2816), and neither emb nor demb is stored.
+//
 // A persistent block of 8 warps takes tiles blockIdx.x, + gridDim.x, ... Per tile:
-//   1. emb = win wembᵀ + bemb                     mma.sync, M 64  N 64   K 64
-//   2. qkv = emb wqkvᵀ                            mma.sync, M 64  N 192  K 64
-//   3. attention forward and backward, FP32: thread (sample = warp, head = lane / 8,
-//      row = lane % 8); pred, the loss, dqkv
-//   4. dwqkv += dqkvᵀ emb                         mma.sync, M 192 N 64   K 64 (registers)
-//   5. demb = dqkv wqkv, dbemb += column sums     mma.sync, M 64  N 64   K 192
-//   6. dwemb += dembᵀ win                         mma.sync, M 64  N 64   K 64 (registers)
-// with a block barrier between phases (4 and 5 run side by side, each on half the warps),
-// and the next tile's windows copied in (cp.async) while this one computes. The products' operands are rounded to TF32 (cvt.rna) once, where
-// they are stored in shared memory; the products run on the tensor cores as cuBLASLt's
-// FAST_TF32 GEMMs do, and the attention itself in FP32 as attention.cu does.
+//   1. qkv = win W'ᵀ + b'                         mma.sync, M 64  N 192  K 64
+//   2. attention forward and backward, FP32: thread (sample = warp, head = lane / 8,
+//      row = lane % 8); pred, the loss, dqkv, the Q part of csum
+//   3. G += dqkvᵀ win                             mma.sync, M 192 N 64   K 64 (registers)
+// with a block barrier between phases, and the next tile's windows copied in (cp.async)
+// while this one computes. The products' operands are rounded to TF32 (cvt.rna) once,
+// where they are stored in shared memory; the products run on the tensor cores as
+// cuBLASLt's FAST_TF32 GEMMs do, and the attention itself in FP32 as attention.cu does.
 //
 // Shared memory holds every matrix row-major with rows of 64 or 192 floats, element
 // (r, c) at r ld + (c ^ swz(r)), swz(r) = 8 (r % 4) + 4 ((r / 4) % 2): the XOR moves c
@@ -51,32 +60,50 @@
 #define AF_ROWS (AF_SAMPLES * AF_W)
 #define AF_THREADS 256
 
-// Shared memory, in floats: the two weights, two tiles of windows, emb, qkv (whose space
-// then holds demb), dqkv, each head's dS, and v and bemb.
-#define AF_OFF_WEMB 0
-#define AF_OFF_WQKV (AF_OFF_WEMB + AF_E * AF_S)
-#define AF_OFF_WIN (AF_OFF_WQKV + AF_E3 * AF_E)
-#define AF_OFF_EMB (AF_OFF_WIN + 2 * AF_ROWS * AF_S)
-#define AF_OFF_QKV (AF_OFF_EMB + AF_ROWS * AF_E)
+// Shared memory, in floats: W', two tiles of windows, qkv, dqkv, each head's dS, v and b'.
+#define AF_OFF_WP 0
+#define AF_OFF_WIN (AF_OFF_WP + AF_E3 * AF_S)
+#define AF_OFF_QKV (AF_OFF_WIN + 2 * AF_ROWS * AF_S)
 #define AF_OFF_DQKV (AF_OFF_QKV + AF_ROWS * AF_E3)
 #define AF_OFF_DS (AF_OFF_DQKV + AF_ROWS * AF_E3)
 #define AF_OFF_V (AF_OFF_DS + AF_SAMPLES * AF_HEADS * AF_W * AF_W)
-#define AF_OFF_BEMB (AF_OFF_V + AF_E)
-#define AF_SMEM_FLOATS (AF_OFF_BEMB + AF_E)
+#define AF_OFF_BP (AF_OFF_V + AF_E)
+#define AF_SMEM_FLOATS (AF_OFF_BP + AF_E3)
 // Mirrored in kernels.rs (ATTENTION_FUSED_SHARED_BYTES), hence a literal.
-#define AF_SMEM_BYTES 221696
+#define AF_SMEM_BYTES 189440
 static_assert(AF_SMEM_BYTES == 4 * AF_SMEM_FLOATS, "the shared memory layout's size");
+// attention_fused_grads stages wemb with rows of 65 floats: a warp's 32 threads read 32
+// rows at one column, on 32 banks.
+#define AF_WEMB_LD 65
 
-// A block's partial row: [dwqkv (3E E) | dwemb (E S) | dbemb (E) | Sum (E) | dbp | loss].
-#define AF_P_DWQKV 0
-#define AF_P_DWEMB (AF_P_DWQKV + AF_E3 * AF_E)
-#define AF_P_DBEMB (AF_P_DWEMB + AF_E * AF_S)
-#define AF_P_SUM (AF_P_DBEMB + AF_E)
+// A block's partial row: [G (3E S) | csum's Q part (E) | Sum (E) | dbp | loss].
+#define AF_P_G 0
+#define AF_P_CSQ (AF_P_G + AF_E3 * AF_S)
+#define AF_P_SUM (AF_P_CSQ + AF_E)
 #define AF_P_DBP (AF_P_SUM + AF_E)
 #define AF_P_LOSS (AF_P_DBP + 1)
 // Mirrored in kernels.rs (ATTENTION_FUSED_ROW_LEN), hence a literal.
-#define AF_ROW_LEN 16514
+#define AF_ROW_LEN 12418
 static_assert(AF_ROW_LEN == AF_P_LOSS + 1, "the partial row's length");
+// What attention_fused_fold writes for the other kernels: [W' (3E S, TF32, row-major) | b'
+// (3E) | v (E)], in the scratch after the partial rows and their sums (af_fold_at).
+// Mirrored in kernels.rs (ATTENTION_FUSED_FOLD_LEN).
+#define AF_F_WP 0
+#define AF_F_BP (AF_F_WP + AF_E3 * AF_S)
+#define AF_F_V (AF_F_BP + AF_E3)
+#define AF_FOLD_LEN 12544
+static_assert(AF_FOLD_LEN == AF_F_V + AF_E, "the fold's length");
+// A scratch of `rows` partial rows holds, after them, their sums (af_sums_at) and then the
+// fold (af_fold_at), each at a multiple of 4 floats: both are read as float4s.
+#define af_align4(n) (((size_t)(n) + 3) & ~(size_t)3)
+#define af_sums_at(scratch, rows) ((scratch) + af_align4((size_t)(rows) * AF_ROW_LEN))
+#define af_fold_at(scratch, rows) (af_sums_at(scratch, rows) + af_align4(AF_ROW_LEN))
+// The fold's blocks: 4 rows of W' each. Mirrored in kernels.rs.
+#define AF_FOLD_BLOCKS 48
+static_assert(4 * AF_FOLD_BLOCKS == AF_E3, "4 rows of W' a block");
+// The finish in two passes and the weights folded (bench/probes/attention launches what
+// the kernel file has).
+#define AF_FINISH_SUMS_THEN_GRADS 1
 
 // Where element (r, c) of a matrix with rows of ld floats (a multiple of 32) lives.
 __device__ __forceinline__ unsigned af_at(unsigned r, unsigned c, unsigned ld) {
@@ -337,15 +364,16 @@ __device__ __forceinline__ void af_store_own(float* sd, const float (&v)[AF_DH],
     }
 }
 
-// What phase 3 carries from tile to tile: thread (head hd, row i) of warp s owns columns
-// hd dh + 2i, + 1 of Sum (for its warp's samples), lane 0 the loss and dbp.
+// What phase 2 carries from tile to tile: thread (head hd, row i) of warp s owns columns
+// hd dh + 2i, + 1 of Sum and of csum's Q part (for its warp's samples), lane 0 the loss
+// and dbp.
 struct AfPool {
-    float sum0, sum1, dbp, loss;
+    float sum0, sum1, csq0, csq1, dbp, loss;
 };
 
-// Phase 3 for sample s of the tile (this warp), head hd = lane / 8, row i = lane % 8. rb is
+// Phase 2 for sample s of the tile (this warp), head hd = lane / 8, row i = lane % 8. rb is
 // the sample's reward (0 past B), loaded at the tile's start so that its latency is hidden
-// behind phases 1 and 2.
+// behind phase 1.
 __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* sds,
                                              const float* sv, float bp, float rb,
                                              float* __restrict__ pred, unsigned tile, unsigned B,
@@ -457,10 +485,21 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
     for (unsigned k = 0; k < AF_W; ++k) {
         ds[k] = p[k] * (ck[k] - pc) * scale;
     }
-    // dQ_i = scale sum_k dS[i, k] K_k.
+    // dQ_i = scale sum_k dS[i, k] K_k, rounded to TF32 here: G's operand, and csum's Q part
+    // sums the same values (the sample's 8 rows by reduce-scatter: lane i gets columns
+    // 2i, 2i + 1 of the head's slice).
     float dq[AF_DH];
     af_rows_times(dq, ds, sq, rows, 1);
+#pragma unroll
+    for (unsigned c = 0; c < AF_DH; ++c) {
+        dq[c] = af_tf32(dq[c]);
+    }
     af_store_own(sd, dq, rows, 0);
+    reduce_scatter_step<8>(dq, lane, 4);
+    reduce_scatter_step<4>(dq, lane, 2);
+    reduce_scatter_step<2>(dq, lane, 1);
+    pool.csq0 += dq[0];
+    pool.csq1 += dq[1];
     // dK_i = scale sum_i' dS[i', i] Q_i': dS through shared memory (this warp's only).
     float* my_ds = sds + ((s * AF_HEADS + hd) * AF_W) * AF_W;
     *reinterpret_cast<float4*>(my_ds + i * AF_W) = make_float4(ds[0], ds[1], ds[2], ds[3]);
@@ -479,14 +518,18 @@ __device__ __forceinline__ void af_attention(const float* sq, float* sd, float* 
 // Phase clocks, for bench/probes/attention only (built with -DAF_PHASE_CLOCKS; the step's
 // build has none of it): thread 0 of each block adds the cycles from one of its marks to the
 // next. The marks after block barriers time the block's slowest warp; those without (the
-// prologue's, phase 6's) time warp 0's own progress.
+// prologue's, phase 3's) time warp 0's own progress. AF_PHASE_NAMES names them for the
+// probe; phases 1 to AF_PHASES - 2 are per tile.
+#define AF_PHASE_NAMES                                                                \
+    {"prologue (the fold)", "windows: wait, round", "1 qkv", "2 attention fwd+bwd", \
+     "3 G (warp 0)", "epilogue (partial row)"}
 #ifdef AF_PHASE_CLOCKS
-#define AF_PHASES 8
+#define AF_PHASES 6
 #define AF_CLOCK_BLOCKS 1024
 __device__ unsigned long long af_phase_clocks[AF_CLOCK_BLOCKS][AF_PHASES];
-#define AF_CLOCK_INIT()                 \
-    long long af_clk_t = clock64();     \
-    unsigned long long af_clk[AF_PHASES] = {0, 0, 0, 0, 0, 0, 0, 0};
+#define AF_CLOCK_INIT()             \
+    long long af_clk_t = clock64(); \
+    unsigned long long af_clk[AF_PHASES] = {0, 0, 0, 0, 0, 0};
 #define AF_CLOCK(p)                              \
     do {                                         \
         if (tid == 0) {                          \
@@ -509,30 +552,83 @@ __device__ unsigned long long af_phase_clocks[AF_CLOCK_BLOCKS][AF_PHASES];
 #define AF_CLOCK_STORE()
 #endif
 
+// The weights folded, once a step: W' = wqkv wemb rounded to TF32, b' = wqkv bemb and
+// v = wpᵀ wo, in FP32, into the fold of a scratch of `rows` partial rows. Block b takes rows
+// 4b .. 4b + 3 of W' and b' (thread t: row 4b + t / 64, column t % 64, a sum of 64 terms from
+// shared memory); block 0 also v. Grid: AF_FOLD_BLOCKS blocks of AF_THREADS threads.
+extern "C" __global__ void __launch_bounds__(AF_THREADS)
+    attention_fused_fold(const float* __restrict__ wemb, const float* __restrict__ bemb,
+                         const float* __restrict__ wqkv, const float* __restrict__ wo,
+                         const float* __restrict__ wp, float* __restrict__ scratch,
+                         unsigned rows) {
+    float* fold = af_fold_at(scratch, rows);
+    __shared__ __align__(16) float s_wemb[AF_E * AF_S];
+    __shared__ float s_wq[4][AF_E];
+    const unsigned tid = threadIdx.x, j0 = 4 * blockIdx.x;
+    for (unsigned e = tid; e < AF_E * AF_S / 4; e += AF_THREADS) {
+        reinterpret_cast<float4*>(s_wemb)[e] = reinterpret_cast<const float4*>(wemb)[e];
+    }
+    s_wq[tid / AF_E][tid % AF_E] = wqkv[j0 * AF_E + tid];
+    __syncthreads();
+    const unsigned jl = tid / AF_S, c = tid % AF_S;
+    float d = 0.0f;
+#pragma unroll 16
+    for (unsigned e = 0; e < AF_E; ++e) {
+        d = fmaf(s_wq[jl][e], s_wemb[e * AF_S + c], d);
+    }
+    fold[AF_F_WP + (j0 + jl) * AF_S + c] = af_tf32(d);
+    if (tid < 4) {
+        float b = 0.0f;
+        for (unsigned e = 0; e < AF_E; ++e) {
+            b = fmaf(s_wq[tid][e], bemb[e], b);
+        }
+        fold[AF_F_BP + j0 + tid] = b;
+    }
+    if (blockIdx.x == 0 && tid >= 64 && tid < 128) {
+        const unsigned k = tid - 64;
+        float v = 0.0f;
+#pragma unroll 8
+        for (unsigned e = 0; e < AF_E; ++e) {
+            v = fmaf(wp[e], wo[e * AF_E + k], v);
+        }
+        fold[AF_F_V + k] = v;
+    }
+}
+
+// The fold into shared memory: W' swizzled as [3E][S] (qkv's B operand), b', v.
+__device__ __forceinline__ void af_load_fold(const float* __restrict__ fold, float* s_wp,
+                                             float* s_bp, float* s_v) {
+    for (unsigned q = threadIdx.x; q < AF_E3 * AF_S / 4; q += AF_THREADS) {
+        const unsigned r = q / (AF_S / 4), c = 4 * (q % (AF_S / 4));
+        *reinterpret_cast<float4*>(s_wp + af_at(r, c, AF_S)) =
+            reinterpret_cast<const float4*>(fold + AF_F_WP)[q];
+    }
+    if (threadIdx.x < AF_E3) {
+        s_bp[threadIdx.x] = fold[AF_F_BP + threadIdx.x];
+    } else if (threadIdx.x < AF_E3 + AF_E) {
+        s_v[threadIdx.x - AF_E3] = fold[AF_F_V + threadIdx.x - AF_E3];
+    }
+}
+
 // The whole head, forward and backward, for tiles of 8 samples: see the top of the file.
-// win [B W, S], wemb [E, S], bemb [E], wqkv [3E, E], wo [E, E], wp [E], bp [1], r [B];
-// writes pred[b < B] and partials[gridDim.x, AF_ROW_LEN]. Grid: at most ceil(B / 8) blocks
-// of AF_THREADS threads, AF_SMEM_BYTES of dynamic shared memory.
+// win [B W, S], bp [1], r [B], and the scratch's fold (attention_fused_fold's, for this
+// grid); writes pred[b < B] and the scratch's partial rows [gridDim.x, AF_ROW_LEN]. Grid:
+// at most ceil(B / 8) blocks of AF_THREADS threads, AF_SMEM_BYTES of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
-    attention_fused(const float* __restrict__ win, const float* __restrict__ wemb,
-                    const float* __restrict__ bemb, const float* __restrict__ wqkv,
-                    const float* __restrict__ wo, const float* __restrict__ wp,
-                    const float* __restrict__ bp, const float* __restrict__ r,
-                    float* __restrict__ pred, float* __restrict__ partials, unsigned B,
-                    float coef) {
+    attention_fused(const float* __restrict__ win, const float* __restrict__ bp,
+                    const float* __restrict__ r, float* __restrict__ pred, float* scratch,
+                    unsigned B, float coef) {
+    const float* fold = af_fold_at(scratch, gridDim.x);
+    float* partials = scratch;
     extern __shared__ float4 af_smem4[];
     float* smem = reinterpret_cast<float*>(af_smem4);
-    float* s_wemb = smem + AF_OFF_WEMB;
-    float* s_wqkv = smem + AF_OFF_WQKV;
-    float* s_emb = smem + AF_OFF_EMB;
+    float* s_wp = smem + AF_OFF_WP;
     float* s_qkv = smem + AF_OFF_QKV;
-    float* s_demb = smem + AF_OFF_QKV;  // after phase 3, qkv's space
     float* s_dqkv = smem + AF_OFF_DQKV;
     float* s_ds = smem + AF_OFF_DS;
     float* s_v = smem + AF_OFF_V;
-    float* s_bemb = smem + AF_OFF_BEMB;
+    float* s_bp = smem + AF_OFF_BP;
     const unsigned tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-    const unsigned g = lane >> 2, t = lane & 3;
     const unsigned tiles = (B + AF_SAMPLES - 1) / AF_SAMPLES;
     AF_CLOCK_INIT();
 
@@ -540,53 +636,27 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         af_stage_win(smem + AF_OFF_WIN, win, blockIdx.x, B);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    for (unsigned e = tid; e < AF_E * AF_S; e += AF_THREADS) {
-        s_wemb[af_at(e / AF_S, e % AF_S, AF_S)] = af_tf32(wemb[e]);
-    }
-    for (unsigned e = tid; e < AF_E3 * AF_E; e += AF_THREADS) {
-        s_wqkv[af_at(e / AF_E, e % AF_E, AF_E)] = af_tf32(wqkv[e]);
-    }
-    if (tid < AF_E) {
-        float v = 0.0f;
-        for (unsigned e = 0; e < AF_E; ++e) {
-            v = fmaf(wp[e], wo[e * AF_E + tid], v);
-        }
-        s_v[tid] = v;
-        s_bemb[tid] = bemb[tid];
-    }
+    af_load_fold(fold, s_wp, s_bp, s_v);
     const float bp0 = bp[0];
 
-    // Phases 4 and 5 run side by side on the two halves of the block: warps 0-3 (`wgrad`)
-    // add to dwqkv, warps 4-7 compute demb. Each half's warp tiles are then twice as large
-    // as when all 8 warps took each product in turn (48 x 64 and 32 x 32, against 48 x 32 and
-    // 16 x 32), so the fragments read from shared memory, which bound those phases, drop
-    // from 3584 to 2432 wavefronts a tile.
-    // Carried across tiles: dwqkv (warps 0-3: warp tile 48 x 64 at (48 wid, 0)), dwemb
-    // (16 x 32 at (16 (wid % 4), 32 (wid / 4))), dbemb's column sums (warps 4-7: demb's warp
-    // tile, columns 32 (h / 2) + 8 j + 2t, + 1, with h = wid - 4), and the pool's sums.
-    const bool wgrad = wid < 4;
-    const unsigned h = wid & 3, mb2 = h & 1, nb2h = h >> 1;
-    float dwqkv[3][8][4], dwemb[1][4][4], dbemb[4][2];
-    af_zero(dwqkv);
-    af_zero(dwemb);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        dbemb[j][0] = dbemb[j][1] = 0.0f;
-    }
-    AfPool pool = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Carried across tiles: G (warp tile 48 x 32 at (48 (wid % 4), 32 (wid / 4))) and the
+    // pool's sums.
+    float G[3][4][4];
+    af_zero(G);
+    AfPool pool = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     const unsigned mb4 = wid & 3, nb2 = wid >> 2;
 
     unsigned it = 0;
-    AF_CLOCK(0);  // the prologue's loads issued (the first barrier waits for them)
+    AF_CLOCK(0);  // the fold's loads issued (the first barrier waits for them)
     for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++it) {
         float* s_win = smem + AF_OFF_WIN + (it & 1) * AF_ROWS * AF_S;
         af_cp_async_wait_all();
         af_round_win(s_win);
-        // Every thread's windows are in and rounded, the weights staged, and the last
-        // tile's phase 6 is done with emb, demb and the other window buffer.
+        // Every thread's windows are in and rounded, the fold stored, and the last tile's
+        // phase 3 is done with dqkv and the other window buffer.
         __syncthreads();
         AF_CLOCK(1);
-        // This warp's sample's reward, for phase 3.
+        // This warp's sample's reward, for phase 2.
         const float rb = tile * AF_SAMPLES + wid < B ? r[tile * AF_SAMPLES + wid] : 0.0f;
         if (tile + gridDim.x < tiles) {
             af_stage_win(smem + AF_OFF_WIN + ((it + 1) & 1) * AF_ROWS * AF_S, win,
@@ -594,90 +664,42 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
 
-        // 1. emb = win wembᵀ + bemb.
-        {
-            float acc[1][4][4];
-            af_zero(acc);
-            af_mma<1, 4, AF_S, false, false>(acc, s_win, AF_S, 16 * mb4, s_wemb, AF_S, 32 * nb2,
-                                             lane);
-            af_store<1, 4, true>(acc, s_emb, AF_E, 16 * mb4, 32 * nb2, s_bemb, lane);
-        }
-        __syncthreads();
-        AF_CLOCK(2);
-        // 2. qkv = emb wqkvᵀ (warp tile 32 x 48).
+        // 1. qkv = win W'ᵀ + b' (warp tile 32 x 48).
         {
             float acc[2][6][4];
             af_zero(acc);
-            af_mma<2, 6, AF_E, false, false>(acc, s_emb, AF_E, 32 * (wid & 1), s_wqkv, AF_E,
+            af_mma<2, 6, AF_S, false, false>(acc, s_win, AF_S, 32 * (wid & 1), s_wp, AF_S,
                                              48 * (wid >> 1), lane);
-            af_store<2, 6, false>(acc, s_qkv, AF_E3, 32 * (wid & 1), 48 * (wid >> 1), nullptr,
+            af_store<2, 6, false>(acc, s_qkv, AF_E3, 32 * (wid & 1), 48 * (wid >> 1), s_bp,
                                   lane);
         }
         __syncthreads();
-        AF_CLOCK(3);
-        // 3. Attention, the pool and the loss, and dqkv.
+        AF_CLOCK(2);
+        // 2. Attention, the pool and the loss, dqkv and csum's Q part.
         af_attention(s_qkv, s_dqkv, s_ds, s_v, bp0, rb, pred, tile, B, coef, pool);
         __syncthreads();
-        AF_CLOCK(4);
-        if (wgrad) {
-            // 4. dwqkv += dqkvᵀ emb.
-            af_mma<3, 8, AF_ROWS, true, true>(dwqkv, s_dqkv, AF_E3, 48 * h, s_emb, AF_E, 0, lane);
-        } else {
-            // 5. demb = dqkv wqkv, into qkv's space, and dbemb's column sums.
-            float acc[2][4][4];
-            af_zero(acc);
-            af_mma<2, 4, AF_E3, false, true>(acc, s_dqkv, AF_E3, 32 * mb2, s_wqkv, AF_E,
-                                             32 * nb2h, lane);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                dbemb[j][0] += (acc[0][j][0] + acc[0][j][2]) + (acc[1][j][0] + acc[1][j][2]);
-                dbemb[j][1] += (acc[0][j][1] + acc[0][j][3]) + (acc[1][j][1] + acc[1][j][3]);
-            }
-            af_store<2, 4, true>(acc, s_demb, AF_E, 32 * mb2, 32 * nb2h, nullptr, lane);
-        }
-        __syncthreads();
-        AF_CLOCK(5);
-        // 6. dwemb += dembᵀ win.
-        af_mma<1, 4, AF_ROWS, true, true>(dwemb, s_demb, AF_E, 16 * mb4, s_win, AF_S, 32 * nb2,
+        AF_CLOCK(3);
+        // 3. G += dqkvᵀ win.
+        af_mma<3, 4, AF_ROWS, true, true>(G, s_dqkv, AF_E3, 48 * mb4, s_win, AF_S, 32 * nb2,
                                           lane);
-        AF_CLOCK(6);
+        AF_CLOCK(4);
     }
     af_cp_async_wait_all();
 
-    // The block's partial row. The products' sums go straight out; dbemb's, the pool's
-    // and the loss are added over lanes and warps in a fixed order, through shared memory.
+    // The block's partial row. G goes straight out; the pool's sums and the loss are added
+    // over warps in a fixed order, through shared memory.
     float* row = partials + (size_t)blockIdx.x * AF_ROW_LEN;
-    if (wgrad) {
-        af_store_global(dwqkv, row + AF_P_DWQKV, AF_E, 48 * h, 0, lane);
-    }
-    af_store_global(dwemb, row + AF_P_DWEMB, AF_S, 16 * mb4, 32 * nb2, lane);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float v = dbemb[j][h];
-            v += __shfl_xor_sync(FULL_MASK, v, 4);
-            v += __shfl_xor_sync(FULL_MASK, v, 8);
-            v += __shfl_xor_sync(FULL_MASK, v, 16);
-            dbemb[j][h] = v;
-        }
-    }
+    af_store_global(G, row + AF_P_G, AF_S, 48 * mb4, 32 * nb2, lane);
     __syncthreads();  // the last tile is done with s_ds
-    float* red_bemb = s_ds;                  // [2 m-blocks][E]
-    float* red_sum = s_ds + 4 * AF_E;        // [8 warps][E]
-    float* red_scalar = s_ds + 12 * AF_E;    // [8 warps][2]
-    if (!wgrad && g == 0) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const unsigned c = 32 * nb2h + 8 * j + 2 * t;
-            red_bemb[mb2 * AF_E + c] = dbemb[j][0];
-            red_bemb[mb2 * AF_E + c + 1] = dbemb[j][1];
-        }
-    }
+    float* red_sum = s_ds;                   // [8 warps][E]
+    float* red_csq = s_ds + 8 * AF_E;        // [8 warps][E]
+    float* red_scalar = s_ds + 16 * AF_E;    // [8 warps][2]
     {
         const unsigned hd = lane >> 3, i = lane & 7, c = hd * AF_DH + 2 * i;
         red_sum[wid * AF_E + c] = pool.sum0;
         red_sum[wid * AF_E + c + 1] = pool.sum1;
+        red_csq[wid * AF_E + c] = pool.csq0;
+        red_csq[wid * AF_E + c + 1] = pool.csq1;
     }
     if (lane == 0) {
         red_scalar[2 * wid] = pool.dbp;
@@ -685,15 +707,13 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     }
     __syncthreads();
     if (tid < AF_E) {
-        float sb = 0.0f, ss = 0.0f;
-        for (unsigned m = 0; m < 2; ++m) {
-            sb += red_bemb[m * AF_E + tid];
-        }
+        float ss = 0.0f, sq = 0.0f;
         for (unsigned w = 0; w < AF_THREADS / 32; ++w) {
             ss += red_sum[w * AF_E + tid];
+            sq += red_csq[w * AF_E + tid];
         }
-        row[AF_P_DBEMB + tid] = sb;
         row[AF_P_SUM + tid] = ss;
+        row[AF_P_CSQ + tid] = sq;
     } else if (tid < AF_E + 2) {
         const unsigned k = tid - AF_E;
         float x = 0.0f;
@@ -702,58 +722,121 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
         }
         row[AF_P_DBP + k] = x;
     }
-    AF_CLOCK(7);
+    AF_CLOCK(5);
     AF_CLOCK_STORE();
 }
 
-// Adds attention_fused's `rows` partial rows in order and writes the weight gradients:
-// dwqkv, dwemb, dbemb as summed; dwo[e, c] = wp[e] Sum[c], dwp[e] = sum_c Sum[c] wo[e, c],
-// dbp; and L_attn = (loss sum) / B into losses[LOSS_ATTN], coef L_attn into
-// losses[LOSS_TOTAL]. Grid: AF_P_SUM / 32 + 1 blocks of (32, 32) threads; the last block
-// takes Sum, dbp and the loss.
+// Adds attention_fused's `rows` partial rows in order, each column of a row summed by
+// column_block_sum, into the sums' row after them (af_sums_at), which attention_fused_grads
+// reads. Grid: ceil(AF_ROW_LEN / 32) blocks of (32, 32) threads.
 extern "C" __global__ void __launch_bounds__(1024)
-    attention_fused_finish(const float* __restrict__ partials, unsigned rows,
-                           const float* __restrict__ wo, const float* __restrict__ wp,
-                           float* __restrict__ dwqkv, float* __restrict__ dwemb,
-                           float* __restrict__ dbemb, float* __restrict__ dwo,
-                           float* __restrict__ dwp, float* __restrict__ dbp,
-                           float* __restrict__ losses, unsigned B, float coef) {
-    if (blockIdx.x + 1 < gridDim.x) {
-        const unsigned c = blockIdx.x * 32 + threadIdx.x;
-        const float s = column_block_sum(partials, 0, rows, AF_ROW_LEN, c);
-        if (threadIdx.y != 0 || c >= AF_P_SUM) {
-            return;
-        }
-        if (c < AF_P_DWEMB) {
-            dwqkv[c] = s;
-        } else if (c < AF_P_DBEMB) {
-            dwemb[c - AF_P_DWEMB] = s;
-        } else {
-            dbemb[c - AF_P_DBEMB] = s;
-        }
-        return;
+    attention_fused_sums(float* partials, unsigned rows) {
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const float s = column_block_sum(partials, 0, rows, AF_ROW_LEN, c);
+    if (threadIdx.y == 0 && c < AF_ROW_LEN) {
+        af_sums_at(partials, rows)[c] = s;
     }
-    __shared__ float sum[AF_ROW_LEN - AF_P_SUM];
-    for (unsigned part = 0; part < 3; ++part) {
-        const unsigned c = AF_P_SUM + 32 * part + threadIdx.x;
-        const float s = column_block_sum(partials, 0, rows, AF_ROW_LEN, c);
-        if (threadIdx.y == 0 && c < AF_ROW_LEN) {
-            sum[c - AF_P_SUM] = s;
+}
+
+// csum[j], the sum over rows of dqkv's column j, from the summed row T and the fold's v:
+// its Q part as summed, its K part 0 and its V part dbp v (see the top of the file).
+__device__ __forceinline__ float af_csum(const float* T, const float* v, unsigned j) {
+    return j < AF_E ? T[AF_P_CSQ + j] : j < 2 * AF_E ? 0.0f : T[AF_P_DBP] * v[j - 2 * AF_E];
+}
+
+// The gradients from the summed row T (attention_fused_sums'), the fold's
+// v and the weights, every operand staged in shared memory first (the sums read from global memory
+// one term at a time had taken 47 us):
+//   blocks 0-47   dwqkv[j, c] = sum_s G[j, s] wemb[c, s] + csum[j] bemb[c], 4 rows j a block
+//   blocks 48-63  dwemb[e, s] = sum_j wqkv[j, e] G[j, s], 4 rows e a block, G staged in
+//                 three chunks of 64 rows
+//   block 64      dbemb[e] = sum_j wqkv[j, e] csum[j] (four partial sums of 48 terms,
+//                 added in order); dwo[e, c] = wp[e] Sum[c], dwp[e] = sum_c Sum[c] wo[e, c],
+//                 dbp; L_attn = (loss sum) / B into losses[LOSS_ATTN], coef L_attn into
+//                 losses[LOSS_TOTAL].
+// Every sum in FP32 in a fixed order. Grid: AF_GRADS_BLOCKS blocks of AF_THREADS threads.
+#define AF_GRADS_BLOCKS 65
+extern "C" __global__ void __launch_bounds__(AF_THREADS)
+    attention_fused_grads(const float* __restrict__ partials, unsigned rows,
+                          const float* __restrict__ wemb,
+                          const float* __restrict__ bemb, const float* __restrict__ wqkv,
+                          const float* __restrict__ wo, const float* __restrict__ wp,
+                          float* __restrict__ dwqkv, float* __restrict__ dwemb,
+                          float* __restrict__ dbemb, float* __restrict__ dwo,
+                          float* __restrict__ dwp, float* __restrict__ dbp,
+                          float* __restrict__ losses, unsigned B, float coef) {
+    const float* T = af_sums_at(partials, rows);
+    const float* v = af_fold_at(partials, rows) + AF_F_V;
+    const unsigned tid = threadIdx.x;
+    // wemb or wo with rows of AF_WEMB_LD (a warp reads 32 rows at one column), or a chunk
+    // of G's rows.
+    __shared__ __align__(16) float s_x[AF_E * AF_WEMB_LD];
+    __shared__ float s_y[AF_THREADS];  // 4 rows of G, 4 columns of a chunk of wqkv, or csum
+    __shared__ float s_part[4][AF_E];
+    if (blockIdx.x < 48) {
+        const unsigned j0 = 4 * blockIdx.x;
+        for (unsigned e = tid; e < AF_E * AF_S; e += AF_THREADS) {
+            s_x[(e / AF_S) * AF_WEMB_LD + e % AF_S] = wemb[e];
         }
-        __syncthreads();  // column_block_sum's tile is read before the next call writes it
-    }
-    const unsigned tid = threadIdx.y * 32 + threadIdx.x;
-    for (unsigned e = tid; e < AF_E * AF_E; e += 1024) {
-        dwo[e] = wp[e / AF_E] * sum[e % AF_E];
-    }
-    if (tid < AF_E) {
+        s_y[tid] = T[AF_P_G + j0 * AF_S + tid];
+        __syncthreads();
+        const unsigned jl = tid / AF_E, c = tid % AF_E;
         float d = 0.0f;
-        for (unsigned c = 0; c < AF_E; ++c) {
-            d = fmaf(sum[c], wo[tid * AF_E + c], d);
+#pragma unroll 16
+        for (unsigned k = 0; k < AF_S; ++k) {
+            d = fmaf(s_y[jl * AF_S + k], s_x[c * AF_WEMB_LD + k], d);
         }
-        dwp[tid] = d;
-    } else if (tid == AF_E) {
-        dbp[0] = sum[AF_P_DBP - AF_P_SUM];
-        add_loss_term(losses, LOSS_ATTN, sum[AF_P_LOSS - AF_P_SUM] / (float)B, coef);
+        dwqkv[(j0 + jl) * AF_E + c] = fmaf(af_csum(T, v, j0 + jl), bemb[c], d);
+    } else if (blockIdx.x < 64) {
+        const unsigned e0 = 4 * (blockIdx.x - 48), el = tid / AF_S, k = tid % AF_S;
+        float d = 0.0f;
+        for (unsigned j0 = 0; j0 < AF_E3; j0 += 64) {
+            __syncthreads();  // the last chunk is read
+            for (unsigned q = tid; q < 64 * AF_S / 4; q += AF_THREADS) {
+                reinterpret_cast<float4*>(s_x)[q] =
+                    reinterpret_cast<const float4*>(T + AF_P_G + j0 * AF_S)[q];
+            }
+            s_y[tid] = wqkv[(j0 + tid / 4) * AF_E + e0 + tid % 4];
+            __syncthreads();
+#pragma unroll 16
+            for (unsigned jj = 0; jj < 64; ++jj) {
+                d = fmaf(s_y[4 * jj + el], s_x[jj * AF_S + k], d);
+            }
+        }
+        dwemb[(e0 + el) * AF_S + k] = d;
+    } else {
+        for (unsigned e = tid; e < AF_E * AF_E; e += AF_THREADS) {
+            s_x[(e / AF_E) * AF_WEMB_LD + e % AF_E] = wo[e];
+        }
+        if (tid < AF_E3) {
+            s_y[tid] = af_csum(T, v, tid);
+        }
+        __syncthreads();
+        {
+            const unsigned e = tid % AF_E, q = tid / AF_E;
+            float d = 0.0f;
+#pragma unroll 8
+            for (unsigned j = 48 * q; j < 48 * q + 48; ++j) {
+                d = fmaf(wqkv[j * AF_E + e], s_y[j], d);
+            }
+            s_part[q][e] = d;
+        }
+        __syncthreads();
+        if (tid < AF_E) {
+            dbemb[tid] = ((s_part[0][tid] + s_part[1][tid]) + s_part[2][tid]) + s_part[3][tid];
+        } else if (tid < 2 * AF_E) {
+            const unsigned e = tid - AF_E;
+            float p = 0.0f;
+            for (unsigned c = 0; c < AF_E; ++c) {
+                p = fmaf(T[AF_P_SUM + c], s_x[e * AF_WEMB_LD + c], p);
+            }
+            dwp[e] = p;
+        } else if (tid == 2 * AF_E) {
+            dbp[0] = T[AF_P_DBP];
+            add_loss_term(losses, LOSS_ATTN, T[AF_P_LOSS] / (float)B, coef);
+        }
+        for (unsigned x = tid; x < AF_E * AF_E; x += AF_THREADS) {
+            dwo[x] = wp[x / AF_E] * T[AF_P_SUM + x % AF_E];
+        }
     }
 }

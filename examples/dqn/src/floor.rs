@@ -48,6 +48,14 @@ pub fn iqn(s: &Sizes) -> Floor {
 /// `dwp = Sum woᵀ` with `Sum = Σ_b g_b mean_w(att_b)`; and with the same `datt` for every
 /// query row, a head's `dP[i, k] = datt_i · V_k` is one dot product per key and `dV` one
 /// scaled copy per key.
+///
+/// The embedding is counted the cheaper of two ways. The long way stores `emb` and takes
+/// `emb`, `qkv`, `demb = dqkv wqkv`, `dwqkv = dqkvᵀ emb` and `dwemb = dembᵀ win` over every
+/// row. Folded, as the fused kernel computes it, `W' = wqkv wemb` makes `qkv = win W'ᵀ + b'`,
+/// and one product over the rows, `G = dqkvᵀ win`, gives `dwqkv = G wembᵀ + csum bembᵀ` and
+/// `dwemb = wqkvᵀ G` (products of the weights' sizes, not the rows'). Folded is the cheaper
+/// where `S` is not much larger than `E` (at the step's `S = E`, 6 products of the rows'
+/// size become 2).
 pub fn attention(s: &Sizes) -> Floor {
     let (b, w, e, st) = (s.batch, s.window, s.width, s.state);
     let rows = b * w;
@@ -57,8 +65,22 @@ pub fn attention(s: &Sizes) -> Floor {
     let per_head = Floor::matmul(w, w, head);
     let heads = per_head.times(b * s.heads);
     let per_key = Floor::matmul(w, 1, head).times(b * s.heads);
-    let forward = Floor::matmul(rows, e, st) // emb
+    let long = Floor::matmul(rows, e, st) // emb
         + Floor::matmul(rows, 3 * e, e) // qkv
+        + Floor::matmul(rows, e, 3 * e) // demb = dqkv wqkv
+        + Floor::matmul(3 * e, e, rows) // dwqkv
+        + Floor::matmul(e, st, rows); // dwemb
+    let folded = Floor::matmul(3 * e, st, e) // W' = wqkv wemb
+        + Floor::matmul(rows, 3 * e, st) // qkv = win W'ᵀ + b'
+        + Floor::matmul(3 * e, st, rows) // G = dqkvᵀ win
+        + Floor::matmul(3 * e, e, st) // dwqkv = G wembᵀ + csum bembᵀ
+        + Floor::matmul(e, st, 3 * e); // dwemb = wqkvᵀ G
+    let embedding = if folded.tensor_flop <= long.tensor_flop {
+        folded
+    } else {
+        long
+    };
+    let forward = embedding
         + heads.times(2) // scores, P V
         + Floor::matmul(1, e, e) // v = wpᵀ wo
         + Floor::matmul(b, 1, e); // pred = mean_w(att) · v
@@ -66,10 +88,7 @@ pub fn attention(s: &Sizes) -> Floor {
         + Floor::matmul(e, e, 1) // dwo = wp ⊗ Sum
         + Floor::matmul(1, e, e) // dwp = Sum woᵀ
         + per_key.times(2) // dP, dV
-        + heads.times(2) // dQ, dK
-        + Floor::matmul(rows, e, 3 * e) // demb = dqkv wqkv
-        + Floor::matmul(3 * e, e, rows) // dwqkv
-        + Floor::matmul(e, st, rows); // dwemb
+        + heads.times(2); // dQ, dK
     let params = e * st + e + 3 * e * e + e * e + e + 1;
     let reads = Floor::f32s(rows * st + b + params);
     let writes = Floor::f32s(params);
@@ -159,21 +178,30 @@ mod tests {
 
         let (w, e, st) = (8.0, 64.0, 64.0);
         let bw = b * w;
-        let projections = 2.0 * bw * e * (st + 3.0 * e);
+        // The embedding folded (W' = wqkv wemb): qkv and G over the rows, and three
+        // products of the weights' sizes (W', dwqkv, dwemb).
+        let over_rows = 2.0 * 2.0 * bw * 3.0 * e * st;
+        let weights = 3.0 * 2.0 * 3.0 * e * e * st;
         let heads = 2.0 * b * w * w * e;
         let a = attention(&s);
         assert_eq!(
             a.tensor_flop,
-            // forward: projections, scores and values, v and the prediction
-            projections + 2.0 * heads + 2.0 * e * e + 2.0 * b * e
-            // backward: Sum, dwo, dwp; dP, dV; dQ, dK; demb; the weight gradients
+            // the embedding and the projections, forward and backward
+            over_rows + weights
+            // forward: scores and values, v and the prediction
+            + 2.0 * heads + 2.0 * e * e + 2.0 * b * e
+            // backward: Sum, dwo, dwp; dP, dV; dQ, dK
             + 2.0 * b * e + 2.0 * e * e + 2.0 * e * e + 4.0 * bw * e + 2.0 * heads
-            + 2.0 * bw * 3.0 * e * e + projections
         );
-        // PERF.md: about 12 GFLOP (15 with the output projection), 70 GFLOP for the step.
-        assert!((11.5e9..12.5e9).contains(&a.tensor_flop), "{a}");
+        // The long way (emb, qkv, demb, dwqkv, dwemb over the rows) is larger: 11 GFLOP of
+        // products where the folded takes 6.4.
+        let long = 2.0 * bw * e * (st + 3.0 * e) * 2.0;
+        assert!(over_rows + weights < long);
+        // PERF.md: about 7 GFLOP (12.4 the long way, 15.8 with the output projection), 66
+        // GFLOP for the step.
+        assert!((6.5e9..7.5e9).contains(&a.tensor_flop), "{a}");
         let total = step(&s);
-        assert!((68.0e9..72.0e9).contains(&total.tensor_flop), "{total}");
+        assert!((64.0e9..68.0e9).contains(&total.tensor_flop), "{total}");
         // Well under 1 GB: the window dominates.
         assert!((0.04e9..0.1e9).contains(&total.bytes), "{total}");
     }
@@ -207,10 +235,11 @@ mod tests {
             ..s
         };
         // Every product scales with the batch (the weight gradients' k is the batch too)
-        // but attention's pool of weights alone, v = wpᵀ wo, dwo and dwp (2 E² FLOP
-        // each): the rest halves exactly.
-        let e = s.width as f64;
-        let fixed = 3.0 * 2.0 * e * e;
+        // but attention's of weights alone: v = wpᵀ wo, dwo and dwp (2 E² FLOP each), and
+        // the folded embedding's W', dwqkv and dwemb (2 3E E S each): the rest halves
+        // exactly.
+        let (e, st) = (s.width as f64, s.state as f64);
+        let fixed = 3.0 * 2.0 * e * e + 3.0 * 2.0 * 3.0 * e * e * st;
         assert_eq!(iqn(&half).tensor_flop * 2.0, iqn(&s).tensor_flop);
         assert_eq!(
             (attention(&half).tensor_flop - fixed) * 2.0,

@@ -2519,18 +2519,34 @@ impl Kernels {
 /// `cuda/attention_fused.cu`): state features `S`, window `W`, width `E` and heads `Hh`.
 pub const ATTENTION_FUSED_SIZES: (usize, usize, usize, usize) = (64, 8, 64, 4);
 
-/// Dynamic shared memory of an `attention_fused` block (`AF_SMEM_BYTES`): `wemb` and
-/// `wqkv`, two tiles of windows, and a tile's `emb`, `qkv` (then `demb`), `dqkv` and `dS`,
-/// in 216.5 KB. Hopper's opt-in limit is 227 KB; a GPU with less takes the unfused path
+/// Dynamic shared memory of an `attention_fused` block (`AF_SMEM_BYTES`): `W' = wqkv wemb`,
+/// two tiles of windows, and a tile's `qkv`, `dqkv` and `dS`, in 185 KB. Hopper's opt-in
+/// limit is 227 KB; a GPU with less takes the unfused path
 /// ([`Kernels::has_attention_fused`]).
-pub const ATTENTION_FUSED_SHARED_BYTES: u32 = 221_696;
+pub const ATTENTION_FUSED_SHARED_BYTES: u32 = 189_440;
 
-/// Floats in one block's partial row of `attention_fused` (`AF_ROW_LEN`): `[dwqkv (3E E) |
-/// dwemb (E S) | dbemb (E) | sum_b g_b mean_w att_b (E) | dbp | loss]`.
+/// Floats in one block's partial row of `attention_fused` (`AF_ROW_LEN`): `[G = Σ dqkvᵀ win
+/// (3E S) | Σ dq (E) | Σ_b g_b mean_w att_b (E) | dbp | loss]`, from which
+/// [`Kernels::attention_fused_finish`] makes every gradient.
 pub const ATTENTION_FUSED_ROW_LEN: usize = {
     let (s, _, e, _) = ATTENTION_FUSED_SIZES;
-    3 * e * e + e * s + e + e + 2
+    3 * e * s + e + e + 2
 };
+
+/// Floats of the weights folded once a step by `attention_fused_fold` (`AF_FOLD_LEN`),
+/// kept in the scratch after the partial rows and their sums: `[W' = wqkv wemb (3E S) |
+/// b' = wqkv bemb (3E) | v = wpᵀ wo (E)]`.
+pub const ATTENTION_FUSED_FOLD_LEN: usize = {
+    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
+    3 * e * s + 3 * e + e
+};
+
+/// Blocks of `attention_fused_fold` (`AF_FOLD_BLOCKS`): 4 rows of `W'` each.
+const ATTENTION_FUSED_FOLD_BLOCKS: u32 = 48;
+
+/// Blocks of `attention_fused_grads` (`AF_GRADS_BLOCKS`): 48 of `dwqkv`'s rows, 16 of
+/// `dwemb`'s, and one for the rest.
+const ATTENTION_FUSED_GRADS_BLOCKS: u32 = 65;
 
 /// Samples in a tile of `attention_fused` (`AF_SAMPLES`): 64 rows of the window.
 const ATTENTION_FUSED_TILE: usize = 8;
@@ -2596,7 +2612,8 @@ impl AttnFusedDims {
     }
 
     /// Length of the scratch buffer that [`Kernels::attention_fused`] needs (a partial row
-    /// of [`ATTENTION_FUSED_ROW_LEN`] floats per block), or 0 for sizes it does not take.
+    /// of [`ATTENTION_FUSED_ROW_LEN`] floats per block, one more for their sums, and the
+    /// folded weights, [`ATTENTION_FUSED_FOLD_LEN`]), or 0 for sizes it does not take.
     pub fn scratch_len(self) -> usize {
         attention_fused_plan(self).map_or(0, |plan| plan.scratch_len)
     }
@@ -2605,11 +2622,16 @@ impl AttnFusedDims {
 /// How [`Kernels::attention_fused`] launches.
 #[derive(Clone, Copy, Debug)]
 struct AttnFusedPlan {
+    /// `attention_fused_fold`: the weights folded, before the tiles.
+    fold: LaunchConfig,
     config: LaunchConfig,
     /// Partial rows written (one per block of `config`).
     rows: u32,
     scratch_len: usize,
-    finish: LaunchConfig,
+    /// `attention_fused_sums`: the rows added, column by column, into one more row.
+    sums: LaunchConfig,
+    /// `attention_fused_grads`: the gradients from that row.
+    grads: LaunchConfig,
 }
 
 /// `min(ceil(B / 8), sms)` persistent blocks of 256 threads: one a SM (each
@@ -2631,15 +2653,22 @@ fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
     let tiles = dims.batch.div_ceil(ATTENTION_FUSED_TILE);
     at_least_one_sm("attention_fused", dims.sms)?;
     let blocks = (tiles as u32).min(dims.sms);
+    // One partial row a block, the row their sums go to, and the folded weights, the last
+    // two each at a multiple of 4 floats (`af_sums_at`, `af_fold_at`: read as float4s).
     let scratch_len = product(
         "attention_fused: scratch",
         &[blocks as usize, ATTENTION_FUSED_ROW_LEN],
-    )?;
+    )?
+    .next_multiple_of(4)
+        + ATTENTION_FUSED_ROW_LEN.next_multiple_of(4)
+        + ATTENTION_FUSED_FOLD_LEN;
     len_u32("attention_fused: scratch", scratch_len)?;
-    // The finish kernel's column blocks cover the rows' first columns up to the pool's
-    // sums; its last block takes the sums, dbp and the loss.
-    let columns = ATTENTION_FUSED_ROW_LEN - e - 2;
     Ok(AttnFusedPlan {
+        fold: LaunchConfig {
+            grid_dim: (ATTENTION_FUSED_FOLD_BLOCKS, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        },
         config: LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (256, 1, 1),
@@ -2647,7 +2676,12 @@ fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
         },
         rows: blocks,
         scratch_len,
-        finish: tile_config(columns.div_ceil(32) as u32 + 1, 1),
+        sums: tile_config(ATTENTION_FUSED_ROW_LEN.div_ceil(32) as u32, 1),
+        grads: LaunchConfig {
+            grid_dim: (ATTENTION_FUSED_GRADS_BLOCKS, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        },
     })
 }
 
@@ -2656,6 +2690,19 @@ fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
 pub struct AttnFusedInputs<'a> {
     /// `win[B W, S]`: each sample's window of past states.
     pub win: &'a DeviceBuffer<f32>,
+    /// The head's weights but `bp`.
+    pub weights: AttnFusedWeights<'a>,
+    /// `bp[1]`.
+    pub bp: &'a DeviceBuffer<f32>,
+    /// `r[B]`: the reward to predict.
+    pub r: &'a DeviceBuffer<f32>,
+}
+
+/// The attention head's weights but `bp`: what `attention_fused_fold` folds once a step and
+/// [`Kernels::attention_fused_finish`] reads to turn the partial rows' sums into the
+/// gradients (`dwqkv = G wembᵀ + csum bembᵀ`, `dwemb = wqkvᵀ G`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnFusedWeights<'a> {
     /// `wemb[E, S]`.
     pub wemb: &'a DeviceBuffer<f32>,
     /// `bemb[E]`.
@@ -2666,10 +2713,6 @@ pub struct AttnFusedInputs<'a> {
     pub wo: &'a DeviceBuffer<f32>,
     /// `wp[E]`.
     pub wp: &'a DeviceBuffer<f32>,
-    /// `bp[1]`.
-    pub bp: &'a DeviceBuffer<f32>,
-    /// `r[B]`: the reward to predict.
-    pub r: &'a DeviceBuffer<f32>,
 }
 
 /// Outputs of [`Kernels::attention_fused`]: each written whole, every gradient of
@@ -2742,16 +2785,16 @@ impl Kernels {
     ) -> Result<()> {
         let AttnFusedOutputs { pred, grads } = out;
         // Every length is checked before the first launch, so that nothing is half done.
-        attention_fused_finish_checks(dims, inputs.wo, inputs.wp, &grads)?;
+        attention_fused_finish_checks(dims, &inputs.weights, &grads)?;
         self.attention_fused_tiles(stream, dims, inputs, coef, pred, scratch)?;
-        self.attention_fused_finish(stream, dims, inputs.wo, inputs.wp, coef, grads, scratch)
+        self.attention_fused_finish(stream, dims, &inputs.weights, coef, grads, scratch)
     }
 
     /// The fused head's first part: `attention_fused`, `min(ceil(B / 8), sms)` persistent
     /// blocks of 256 threads with [`ATTENTION_FUSED_SHARED_BYTES`] of shared memory, takes
     /// tiles of 8 samples through the whole head in shared memory, its products on the
-    /// tensor cores in TF32 (mma.sync), and writes `pred` and one partial row of the
-    /// gradients and the loss per block into `scratch` (at least
+    /// tensor cores in TF32 (mma.sync), and writes `pred` and one partial row of sums (of
+    /// `dqkvᵀ win`, `dq`, the pool's terms and the loss) per block into `scratch` (at least
     /// [`AttnFusedDims::scratch_len`] floats, not shared with an op that may run at the same
     /// time), which [`Kernels::attention_fused_finish`] adds up.
     pub fn attention_fused_tiles(
@@ -2771,22 +2814,10 @@ impl Kernels {
                  it; use the unfused attention path"
             )));
         }
-        let (_, w, e, _) = ATTENTION_FUSED_SIZES;
+        let (_, w, _, _) = ATTENTION_FUSED_SIZES;
         let win_len = product("attention_fused", &[dims.batch, w, dims.state])?;
         check_len("attention_fused: win ([B W, S])", inputs.win.len(), win_len)?;
-        check_len(
-            "attention_fused: wemb ([E, S])",
-            inputs.wemb.len(),
-            e * dims.state,
-        )?;
-        check_len("attention_fused: bemb ([E])", inputs.bemb.len(), e)?;
-        check_len(
-            "attention_fused: wqkv ([3E, E])",
-            inputs.wqkv.len(),
-            3 * e * e,
-        )?;
-        check_len("attention_fused: wo ([E, E])", inputs.wo.len(), e * e)?;
-        check_len("attention_fused: wp ([E])", inputs.wp.len(), e)?;
+        check_weights(&inputs.weights)?;
         check_len("attention_fused: bp ([1])", inputs.bp.len(), 1)?;
         check_len("attention_fused: r ([B])", inputs.r.len(), dims.batch)?;
         check_len("attention_fused: pred ([B])", pred.len(), dims.batch)?;
@@ -2795,20 +2826,31 @@ impl Kernels {
             scratch.len(),
             plan.scratch_len,
         )?;
+        // SAFETY: the fold reads the weights at the kernel's sizes (checked above) and writes
+        // the fold after `rows` + 1 rows of scratch, within plan.scratch_len (checked above).
+        unsafe {
+            self.raw.attention_fused_fold(
+                stream,
+                plan.fold,
+                inputs.weights.wemb,
+                inputs.weights.bemb,
+                inputs.weights.wqkv,
+                inputs.weights.wo,
+                inputs.weights.wp,
+                scratch,
+                plan.rows,
+            )?;
+        }
         // SAFETY: the plan admits only the kernel's sizes (S = E = 64, W = 8, Hh = 4) with at
         // most ceil(B / 8) blocks of 256 threads and the shared memory Kernels::load opted
-        // it in to (checked above); the kernel reads win rows below B W and r, writes
+        // it in to (checked above); the kernel reads win rows below B W, r, and the fold
+        // that the launch above wrote for gridDim.x = plan.rows blocks, and writes
         // pred[b < B] and gridDim.x partial rows of scratch (checked above).
         unsafe {
             self.raw.attention_fused(
                 stream,
                 plan.config,
                 inputs.win,
-                inputs.wemb,
-                inputs.bemb,
-                inputs.wqkv,
-                inputs.wo,
-                inputs.wp,
                 inputs.bp,
                 inputs.r,
                 pred,
@@ -2819,40 +2861,49 @@ impl Kernels {
         }
     }
 
-    /// The fused head's second part: `attention_fused_finish`, `(3E E + E S + E) / 32 + 1`
-    /// blocks of 32 × 32, adds the partial rows that [`Kernels::attention_fused_tiles`]
-    /// wrote into `scratch` for the same `dims` in order, writes every gradient of `grads`
-    /// (`dwo` and `dwp` from the sums and `wo`, `wp`) and adds `L_attn` into its loss
-    /// buffer.
-    #[allow(clippy::too_many_arguments)]
+    /// The fused head's second part: `attention_fused_sums`, `ceil(ROW_LEN / 32)` blocks of
+    /// 32 × 32, adds the partial rows that [`Kernels::attention_fused_tiles`] wrote into
+    /// `scratch` for the same `dims` in order, into the row after them; then
+    /// `attention_fused_grads`, 65 blocks of 256, writes every gradient of `grads` from
+    /// those sums and `weights` (`dwqkv = G wembᵀ + csum bembᵀ`, `dwemb = wqkvᵀ G`,
+    /// `dbemb = wqkvᵀ csum`, `dwo` and `dwp` from the pool's sums and `wo`, `wp`) and adds
+    /// `L_attn` into its loss buffer.
     pub fn attention_fused_finish(
         &self,
         stream: &CaptureStream<'_>,
         dims: AttnFusedDims,
-        wo: &DeviceBuffer<f32>,
-        wp: &DeviceBuffer<f32>,
+        weights: &AttnFusedWeights<'_>,
         coef: f32,
         grads: AttnFusedGrads<'_>,
-        scratch: &DeviceBuffer<f32>,
+        scratch: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
         let plan = attention_fused_plan(dims)?;
-        attention_fused_finish_checks(dims, wo, wp, &grads)?;
+        attention_fused_finish_checks(dims, weights, &grads)?;
         check_scratch(
             "attention_fused_finish: scratch (at least AttnFusedDims::scratch_len)",
             scratch.len(),
             plan.scratch_len,
         )?;
-        // SAFETY: the finish reads `rows` partial rows of scratch (checked above) and writes
-        // dwqkv, dwemb, dbemb, dwo, dwp, dbp whole at the kernel's sizes (their lengths
-        // checked above) and loss slots below LOSS_SLOTS.
+        // SAFETY: the sums read `rows` partial rows of scratch and write the row after them,
+        // all within plan.scratch_len (checked above).
         unsafe {
-            self.raw.attention_fused_finish(
+            self.raw
+                .attention_fused_sums(stream, plan.sums, scratch, plan.rows)?;
+        }
+        // SAFETY: the grads read the summed row of scratch (within plan.scratch_len) and the
+        // weights, and write dwqkv, dwemb, dbemb, dwo, dwp, dbp whole at the kernel's sizes
+        // (every length checked above) and loss slots below LOSS_SLOTS.
+        unsafe {
+            self.raw.attention_fused_grads(
                 stream,
-                plan.finish,
+                plan.grads,
                 scratch,
                 plan.rows,
-                wo,
-                wp,
+                weights.wemb,
+                weights.bemb,
+                weights.wqkv,
+                weights.wo,
+                weights.wp,
                 grads.dwqkv,
                 grads.dwemb,
                 grads.dbemb,
@@ -2867,17 +2918,29 @@ impl Kernels {
     }
 }
 
+/// The weights' lengths at the kernel's sizes.
+fn check_weights(weights: &AttnFusedWeights<'_>) -> Result<()> {
+    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
+    check_len("attention_fused: wemb ([E, S])", weights.wemb.len(), e * s)?;
+    check_len("attention_fused: bemb ([E])", weights.bemb.len(), e)?;
+    check_len(
+        "attention_fused: wqkv ([3E, E])",
+        weights.wqkv.len(),
+        3 * e * e,
+    )?;
+    check_len("attention_fused: wo ([E, E])", weights.wo.len(), e * e)?;
+    check_len("attention_fused: wp ([E])", weights.wp.len(), e)
+}
+
 /// The lengths [`Kernels::attention_fused_finish`] reads and writes, at the kernel's sizes.
 fn attention_fused_finish_checks(
     dims: AttnFusedDims,
-    wo: &DeviceBuffer<f32>,
-    wp: &DeviceBuffer<f32>,
+    weights: &AttnFusedWeights<'_>,
     grads: &AttnFusedGrads<'_>,
 ) -> Result<()> {
     let (s, _, e, _) = ATTENTION_FUSED_SIZES;
     attention_fused_plan(dims)?;
-    check_len("attention_fused: wo ([E, E])", wo.len(), e * e)?;
-    check_len("attention_fused: wp ([E])", wp.len(), e)?;
+    check_weights(weights)?;
     check_len("attention_fused: dwemb ([E, S])", grads.dwemb.len(), e * s)?;
     check_len("attention_fused: dbemb ([E])", grads.dbemb.len(), e)?;
     check_len(
@@ -3351,8 +3414,10 @@ mod tests {
             ("attention", "attention_backward"),
             ("attention", "attn_pool_loss"),
             ("attention", "attn_pool_finish"),
+            ("attention_fused", "attention_fused_fold"),
             ("attention_fused", "attention_fused"),
-            ("attention_fused", "attention_fused_finish"),
+            ("attention_fused", "attention_fused_sums"),
+            ("attention_fused", "attention_fused_grads"),
             ("heads", "glu_forward"),
             ("heads", "glu_backward"),
             ("heads", "branch_head_forward"),
@@ -3722,6 +3787,15 @@ mod tests {
             ATTENTION_FUSED_SHARED_BYTES.to_string()
         );
         assert_eq!(af["AF_ROW_LEN"], ATTENTION_FUSED_ROW_LEN.to_string());
+        assert_eq!(
+            af["AF_GRADS_BLOCKS"],
+            ATTENTION_FUSED_GRADS_BLOCKS.to_string()
+        );
+        assert_eq!(af["AF_FOLD_LEN"], ATTENTION_FUSED_FOLD_LEN.to_string());
+        assert_eq!(
+            af["AF_FOLD_BLOCKS"],
+            ATTENTION_FUSED_FOLD_BLOCKS.to_string()
+        );
         // Within Hopper's opt-in limit of 227 KB a block.
         const { assert!(ATTENTION_FUSED_SHARED_BYTES <= 227 * 1024) };
     }
@@ -3745,7 +3819,12 @@ mod tests {
         };
         let plan = attention_fused_plan(attn).unwrap();
         assert_eq!((plan.config.grid_dim.0, plan.rows), (66, 66));
-        assert_eq!(attn.scratch_len(), 66 * ATTENTION_FUSED_ROW_LEN);
+        assert_eq!(
+            attn.scratch_len(),
+            (66 * ATTENTION_FUSED_ROW_LEN).next_multiple_of(4)
+                + ATTENTION_FUSED_ROW_LEN.next_multiple_of(4)
+                + ATTENTION_FUSED_FOLD_LEN
+        );
         let plan = iqn_wgmma_plan(iqn).unwrap();
         assert_eq!((plan.config.grid_dim.0, plan.rows), (116, 116));
         // iqn_fused: sms times the blocks an SM holds (one at H = 256, 16 warps; two at
@@ -3801,11 +3880,21 @@ mod tests {
             assert_eq!(plan.config.block_dim, (256, 1, 1));
             assert_eq!(plan.config.shared_mem_bytes, ATTENTION_FUSED_SHARED_BYTES);
             assert_eq!(plan.rows, blocks);
-            assert_eq!(plan.scratch_len, blocks as usize * ATTENTION_FUSED_ROW_LEN);
+            // A partial row a block, the row of their sums, and the folded weights, the
+            // last two 16-byte aligned.
+            let rows_len = (blocks as usize * ATTENTION_FUSED_ROW_LEN).next_multiple_of(4);
+            assert_eq!(
+                plan.scratch_len,
+                rows_len + ATTENTION_FUSED_ROW_LEN.next_multiple_of(4) + ATTENTION_FUSED_FOLD_LEN
+            );
+            assert_eq!(plan.fold.grid_dim, (48, 1, 1));
             assert_eq!(dims.scratch_len(), plan.scratch_len);
-            // 514 column blocks up to the pool's sums, and the block that takes them.
-            assert_eq!(plan.finish.grid_dim, (515, 1, 1));
-            assert_eq!(plan.finish.block_dim, (32, 32, 1));
+            // A block of 32 columns of the rows each (12418 = 388 x 32 + 2), then 48 blocks
+            // of dwqkv's rows, 16 of dwemb's and one for the rest.
+            assert_eq!(plan.sums.grid_dim, (389, 1, 1));
+            assert_eq!(plan.sums.block_dim, (32, 32, 1));
+            assert_eq!(plan.grads.grid_dim, (65, 1, 1));
+            assert_eq!(plan.grads.block_dim, (256, 1, 1));
         }
         for dims in [
             AttnFusedDims {

@@ -11,13 +11,13 @@ use stepgraph_kernels::{
 };
 
 use crate::kernels::{
-    AttentionKernel, AttnFusedDims, AttnFusedGrads, AttnFusedInputs, AttnPoolInputs,
-    AttnPoolOutputs, BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs, DuelingCoefficients,
-    DuelingDims, DuelingInputs, DuelingOutputs, Expectile, ExpectileHeadInputs,
-    ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedKernel, IqnFusedOutputs, IqnInputs,
-    IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims, TrunkGrads, TrunkJoinOutputs, TrunkL1Inputs,
-    TrunkL1Outputs, expectile_head_scratch_len, trunk_grad_join_scratch_len,
-    trunk_l1_grad_scratch_len,
+    AttentionKernel, AttnFusedDims, AttnFusedGrads, AttnFusedInputs, AttnFusedWeights,
+    AttnPoolInputs, AttnPoolOutputs, BranchHeadInputs, BranchHeadOutputs, DdqnTargetInputs,
+    DuelingCoefficients, DuelingDims, DuelingInputs, DuelingOutputs, Expectile,
+    ExpectileHeadInputs, ExpectileHeadOutputs, IqnFusedDims, IqnFusedInputs, IqnFusedKernel,
+    IqnFusedOutputs, IqnInputs, IqnOutputs, Kernels, LOSS_SLOTS, TrunkDims, TrunkGrads,
+    TrunkJoinOutputs, TrunkL1Inputs, TrunkL1Outputs, expectile_head_scratch_len,
+    trunk_grad_join_scratch_len, trunk_l1_grad_scratch_len,
 };
 
 use crate::kernels::{TransitionRows, TransitionRowsMut, Watch};
@@ -87,13 +87,20 @@ impl Attn {
     pub fn fused_inputs<'a>(&'a self, win: &'a Buf, r: &'a Buf) -> AttnFusedInputs<'a> {
         AttnFusedInputs {
             win,
+            weights: self.fused_weights(),
+            bp: &self.p.b,
+            r,
+        }
+    }
+
+    /// The weights [`Kernels::attention_fused_finish`] reads (all but `bp`).
+    pub fn fused_weights(&self) -> AttnFusedWeights<'_> {
+        AttnFusedWeights {
             wemb: &self.emb.w,
             bemb: &self.emb.b,
             wqkv: &self.qkv,
             wo: &self.o,
             wp: &self.p.w,
-            bp: &self.p.b,
-            r,
         }
     }
 
@@ -1067,15 +1074,13 @@ pub mod dqn {
         if attention_path(k, &s, attention_kernel) == AttentionKernel::Fused {
             // The partial rows attention_head's kernel left in the scratch.
             let grads = attn_grad.fused_grads(attn_losses);
-            let a = &params.attn;
             return k.attention_fused_finish(
                 stream,
                 fused,
-                &a.o,
-                &a.p.w,
+                &params.attn.fused_weights(),
                 ATTN_LOSS_COEF,
                 grads,
-                &attn_act.scratch,
+                &mut attn_act.scratch,
             );
         }
         attention_unfused_wgrad(stream, k, fused, win, attn_act, attn_grad)

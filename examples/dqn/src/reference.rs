@@ -1108,20 +1108,23 @@ pub struct AttnFusedReference {
     pub losses: LossContributions,
 }
 
-/// What [`Kernels::attention_fused`](crate::kernels::Kernels::attention_fused) computes, the
-/// long way: `emb = win wembᵀ + bemb`, `qkv = emb wqkvᵀ`, the attention of
-/// [`attention_forward_reference`], `o = att woᵀ`, the pooled loss of
-/// [`attn_pool_loss_reference`], then back through `datt = d_o wo` (with `dwo = d_oᵀ att`),
-/// [`attention_backward_reference`]'s `dqkv`, `demb = dqkv wqkv` (with `dwqkv = dqkvᵀ emb`
-/// and `dbemb`, the column sums of `demb`) and `dwemb = dembᵀ win`; every gradient is of
-/// `coef · L_attn`.
+/// What [`Kernels::attention_fused`](crate::kernels::Kernels::attention_fused) computes, in
+/// the kernel's order: `qkv = win W'ᵀ + b'` with `W' = wqkv wemb` and `b' = wqkv bemb`, the
+/// attention of [`attention_forward_reference`], `o = att woᵀ`, the pooled loss of
+/// [`attn_pool_loss_reference`], then back through `datt = d_o wo` (with `dwo = d_oᵀ att`)
+/// to [`attention_backward_reference`]'s `dqkv`, and the weight gradients from
+/// `G = dqkvᵀ win` and `csum`, the column sums of `dqkv`: `dwqkv = G wembᵀ + csum bembᵀ`
+/// (`dqkvᵀ emb`), `dwemb = wqkvᵀ G` (`dembᵀ win`) and `dbemb = wqkvᵀ csum`. `csum` is as the
+/// kernel takes it: its Q part summed, its K part 0 and its V part `dbp v`, `v = wpᵀ wo`
+/// (each exact; the kernel's file says why). Every gradient is of `coef · L_attn`. With
+/// exact arithmetic this is the long way's result (`emb = win wembᵀ + bemb`,
+/// `qkv = emb wqkvᵀ`, `demb = dqkv wqkv`, ...); the finite-difference test checks that.
 ///
-/// With [`GemmOperands::Tf32`] the operands of the five products the kernel runs on the
-/// tensor cores are rounded, as the kernel rounds them where it stores them: `win` and
-/// `wemb` for `emb`; `emb` (as f32, its bias added) and `wqkv` for `qkv`; `dqkv` (as f32)
-/// and `wqkv` for `demb`; `dqkv` and `emb` for `dwqkv`; `demb` (as f32) and `win` for
-/// `dwemb`. Nothing else is: `qkv` enters the attention as the product gives it, `dbemb`
-/// sums `demb` before its rounding (the kernel sums its accumulators), and the output
+/// With [`GemmOperands::Tf32`] the operands of the two products the kernel runs on the
+/// tensor cores are rounded, as the kernel rounds them where it stores them: `win` and `W'`
+/// (as f32) for `qkv`; `dqkv` (as f32) and `win` for `G`, and `csum`'s Q part sums the
+/// rounded `dq`. Nothing else is: `qkv` enters the attention as the product gives it, the
+/// weights enter `W'`, `b'` and the finish's products as they are, and the output
 /// projection and the pool, which the kernel folds into `wpᵀ wo` in f32 (no product), read
 /// `att`, `wo` and `wp` as they are. With [`GemmOperands::Exact`] nothing is rounded.
 #[allow(clippy::too_many_arguments)] // the kernel's inputs, one slice each
@@ -1142,9 +1145,9 @@ pub fn attention_fused_reference(
     let out = attention_fused64(
         dims,
         &rounded(win),
-        &rounded(wemb),
+        &widen(wemb),
         &widen(bemb),
-        &rounded(wqkv),
+        &widen(wqkv),
         &widen(wo),
         &widen(wp),
         f64::from(bp),
@@ -1180,8 +1183,8 @@ struct AttnFused64 {
     dwo: Vec<f64>,
 }
 
-/// The whole attention head in f64. `win`, `wemb` and `wqkv` are read as given (the caller
-/// rounds them); `emb`, `dqkv` and `demb` are read through `operand` (a rounding, or none)
+/// The whole attention head in f64, in the kernel's order. `win` is read as given (the
+/// caller rounds it); `W'` and `dqkv` are read through `operand` (a rounding, or none)
 /// where a product takes them.
 #[allow(clippy::too_many_arguments)]
 fn attention_fused64(
@@ -1212,29 +1215,41 @@ fn attention_fused64(
     check("attention_fused_reference: wqkv", wqkv.len(), 3 * e * e);
     check("attention_fused_reference: wo", wo.len(), e * e);
     let through = |x: Vec<f64>| -> Vec<f64> { x.into_iter().map(operand).collect() };
-    let mut emb = times_transposed(win, wemb, rows, sn, e);
-    for row in emb.chunks_mut(e) {
-        for (x, b) in row.iter_mut().zip(bemb) {
+    // W' = wqkv wemb ([3E, S]) and b' = wqkv bemb: wqkv as [3E, E] times wemb as [E, S].
+    let w_fold = through(times(wqkv, wemb, 3 * e, e, sn));
+    let b_fold = times(wqkv, bemb, 3 * e, e, 1);
+    let mut qkv = times_transposed(win, &w_fold, rows, sn, 3 * e);
+    for row in qkv.chunks_mut(3 * e) {
+        for (x, b) in row.iter_mut().zip(&b_fold) {
             *x += b;
         }
     }
-    let emb = through(emb);
-    let qkv = times_transposed(&emb, wqkv, rows, e, 3 * e);
     let (att, probs) = attention_forward64(dims.attention(), &qkv);
     let o = times_transposed(&att, wo, rows, e, e);
     let pool = attn_pool64(dims.pool(), &o, wp, bp, r, coef);
     let datt = times(&pool.d_o, wo, rows, e, e);
     let dwo = transposed_times(&pool.d_o, &att, rows, e, e);
     let dqkv = through(attention_backward64(dims.attention(), &qkv, &probs, &datt));
-    let demb = times(&dqkv, wqkv, rows, 3 * e, e);
-    let mut dbemb = vec![0.0; e];
-    for row in demb.chunks(e) {
-        for (s, x) in dbemb.iter_mut().zip(row) {
+    let g = transposed_times(&dqkv, win, rows, 3 * e, sn);
+    // csum: the Q part summed, the K part 0, the V part dbp v with v = wpᵀ wo.
+    let v = times(wp, wo, 1, e, e);
+    let mut csum = vec![0.0; 3 * e];
+    for row in dqkv.chunks(3 * e) {
+        for (s, x) in csum[..e].iter_mut().zip(row) {
             *s += x;
         }
     }
-    let dwqkv = transposed_times(&dqkv, &emb, rows, 3 * e, e);
-    let dwemb = transposed_times(&through(demb), win, rows, e, sn);
+    for (s, x) in csum[2 * e..].iter_mut().zip(&v) {
+        *s = pool.dbp * x;
+    }
+    let mut dwqkv = times_transposed(&g, wemb, 3 * e, sn, e);
+    for (row, c) in dwqkv.chunks_mut(e).zip(&csum) {
+        for (x, b) in row.iter_mut().zip(bemb) {
+            *x += c * b;
+        }
+    }
+    let dwemb = transposed_times(wqkv, &g, 3 * e, e, sn);
+    let dbemb = times(&csum, wqkv, 1, 3 * e, e);
     AttnFused64 {
         pool,
         dwemb,

@@ -27,15 +27,17 @@
 //! weight gradient by 1/66 of its size or more. The bounds, and why:
 //!
 //! - Against the CPU reference that rounds the products' operands to TF32 where the kernel
-//!   does (`GemmOperands::Tf32`): [`FUSED_TF32_BOUND`] = 2e-4. What is left is the order of
-//!   f32 sums against f64 (near 1e-6), and the operands the kernel rounds from its own f32
-//!   values (`emb`, `dqkv`, `demb`): where one of them lies within its f32 error of a TF32
-//!   rounding boundary, the two sides round it a whole TF32 ulp apart (2⁻¹¹ to 2⁻¹⁰ of
-//!   the value), and every term it enters moves by that. Such moves put `pred` and `dwemb`
-//!   at up to 5.6e-5 on an H200 (`B` = 300 and 2001, two draws of `r`), the other outputs
-//!   at up to 3.5e-5. Over one sample's 8 rows a move weighs more (one term of 8 instead
-//!   of thousands; an estimated 4e-4 by this measure at most), so the one-sample case is
-//!   held to [`FUSED_TF32_SHORT_BOUND`] = 1e-3 (measured 9e-5 and 1e-5).
+//!   does (`GemmOperands::Tf32`), in the kernel's order (the embedding folded into
+//!   `W' = wqkv wemb`): [`FUSED_TF32_BOUND`] = 2e-4. What is left is the order of f32 sums
+//!   against f64 (near 1e-6), and the operands the kernel rounds from its own f32 values
+//!   (`W'`, `dqkv`): where one of them lies within its f32 error of a TF32 rounding
+//!   boundary, the two sides round it a whole TF32 ulp apart (2⁻¹¹ to 2⁻¹⁰ of the value),
+//!   and every term it enters moves by that. Such moves put `pred` and `dwemb` at up to
+//!   5.6e-5 on an H200 (`B` = 300 and 2001, two draws of `r`; the kernel before the fold,
+//!   which rounded `emb` and `demb` too), the other outputs at up to 3.5e-5. Over one
+//!   sample's 8 rows a move weighs more (one term of 8 instead of thousands; an estimated
+//!   4e-4 by this measure at most), so the one-sample case is held to
+//!   [`FUSED_TF32_SHORT_BOUND`] = 1e-3 (measured 9e-5 and 1e-5).
 //! - Against the unfused GPU path at the step's batch, which the CPU reference is too slow
 //!   for in a test (a debug build takes about 6 s a thousand samples): cuBLASLt's TF32
 //!   GEMMs, whose conversion of the operands need not round as `cvt.rna` does, and three
