@@ -1,7 +1,7 @@
 // bench/probes/attention: where attention_fused's time goes. Runs the DQN's fused attention
-// kernel (examples/dqn/cuda/attention_fused.cu, included as it is) and its finish alone at
-// the step's sizes on random inputs, on several grids, and prints
-//   - the kernel's time (CUDA events around each launch, after warm-up: median of 50);
+// kernel (examples/dqn/cuda/attention_fused.cu, included as it is), its fold and its finish
+// alone at the step's sizes on random inputs, on several grids, and prints
+//   - each one's time (CUDA events around each launch, after warm-up: median of 50);
 //   - built with -DAF_PHASE_CLOCKS (af_probe_clocks), the cycles a tile spends in each of
 //     the kernel's phases, averaged over the blocks' tiles, and their shares;
 //   - checks that can fail: pred the same bits on every grid and finite; the partial rows'

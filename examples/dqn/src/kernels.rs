@@ -2635,7 +2635,7 @@ struct AttnFusedPlan {
 }
 
 /// `min(ceil(B / 8), sms)` persistent blocks of 256 threads: one a SM (each
-/// takes 216.5 KB of shared memory), each with at least one tile.
+/// takes 185 KB of shared memory), each with at least one tile.
 fn attention_fused_plan(dims: AttnFusedDims) -> Result<AttnFusedPlan> {
     let (s, w, e, hh) = ATTENTION_FUSED_SIZES;
     if (dims.state, dims.window, dims.width, dims.heads) != (s, w, e, hh) {
