@@ -37,7 +37,7 @@
 //   3. G += dqkvᵀ win                             mma.sync, M 192 N 64   K 64 (registers)
 // with a block barrier between phases, and the next tile's windows copied in (cp.async)
 // while this one computes. The products' operands are rounded to TF32 (cvt.rna) once,
-// where they are stored in shared memory; the products run on the tensor cores as
+// where they are stored (W' by the fold, in global memory; the others in shared memory); the products run on the tensor cores as
 // cuBLASLt's FAST_TF32 GEMMs do, and the attention itself in FP32 as attention.cu does.
 //
 // Shared memory holds every matrix row-major with rows of 64 or 192 floats, element
@@ -82,7 +82,8 @@ static_assert(AF_SMEM_BYTES == 4 * AF_SMEM_FLOATS, "the shared memory layout's s
 #define AF_P_SUM (AF_P_CSQ + AF_E)
 #define AF_P_DBP (AF_P_SUM + AF_E)
 #define AF_P_LOSS (AF_P_DBP + 1)
-// Mirrored in kernels.rs (ATTENTION_FUSED_ROW_LEN), hence a literal.
+// Mirrored in kernels.rs (ATTENTION_FUSED_ROW_LEN), hence a literal. Not a multiple of 4:
+// a block's row is only 8-byte aligned (its stores are float2s and floats).
 #define AF_ROW_LEN 12418
 static_assert(AF_ROW_LEN == AF_P_LOSS + 1, "the partial row's length");
 // What attention_fused_fold writes for the other kernels: [W' (3E S, TF32, row-major) | b'
@@ -105,9 +106,14 @@ static_assert(4 * AF_FOLD_BLOCKS == AF_E3, "4 rows of W' a block");
 // the kernel file has).
 #define AF_FINISH_SUMS_THEN_GRADS 1
 
+// The XOR of row r's columns: 8 (r % 4) + 4 ((r / 4) % 2).
+__device__ __forceinline__ unsigned af_swz(unsigned r) {
+    return ((r & 3u) << 3) | (r & 4u);
+}
+
 // Where element (r, c) of a matrix with rows of ld floats (a multiple of 32) lives.
 __device__ __forceinline__ unsigned af_at(unsigned r, unsigned c, unsigned ld) {
-    return r * ld + (c ^ (((r & 3u) << 3) | (r & 4u)));
+    return r * ld + (c ^ af_swz(r));
 }
 
 // Operand element (m, k) of a matrix stored as [m][k], or as [k][m] when KM: the bits of a
@@ -286,10 +292,6 @@ struct AfRows {
     unsigned own_low[4]; // (4 q) ^ (bits 3, 2 of its swizzle)
 };
 
-__device__ __forceinline__ unsigned af_swz(unsigned r) {
-    return ((r & 3u) << 3) | (r & 4u);
-}
-
 __device__ __forceinline__ AfRows af_rows(unsigned r0, unsigned i, unsigned hd) {
     AfRows a;
     a.k_base[0] = r0 * AF_E3 + AF_DH * hd;
@@ -315,11 +317,11 @@ __device__ __forceinline__ unsigned af_own_at(const AfRows& a, unsigned part, un
     return a.own + part * AF_E + a.own_low[q];
 }
 
-// Head slice `part` (0 Q, 1 K, 2 V) of row r0 + k (own: of row r0 + i) of qkv.
 __device__ __forceinline__ void af_put4(float (&v)[AF_DH], unsigned q, float4 x) {
     v[4 * q] = x.x, v[4 * q + 1] = x.y, v[4 * q + 2] = x.z, v[4 * q + 3] = x.w;
 }
 
+// Head slice `part` (0 Q, 1 K, 2 V) of row r0 + k (own: of row r0 + i) of qkv.
 __device__ __forceinline__ void af_slice_k(float (&v)[AF_DH], const float* sq, const AfRows& a,
                                            unsigned k, unsigned part) {
 #pragma unroll
@@ -693,7 +695,9 @@ extern "C" __global__ void __launch_bounds__(AF_THREADS, 1)
     // over warps in a fixed order, through shared memory.
     float* row = partials + (size_t)blockIdx.x * AF_ROW_LEN;
     af_store_global(G, row + AF_P_G, AF_S, 48 * mb4, 32 * nb2, lane);
-    __syncthreads();  // the last tile is done with s_ds
+    // s_ds's last use was phase 2's, before a barrier already; this one keeps the
+    // epilogue's shared writes apart from every warp's last products.
+    __syncthreads();
     float* red_sum = s_ds;                   // [8 warps][E]
     float* red_csq = s_ds + 8 * AF_E;        // [8 warps][E]
     float* red_scalar = s_ds + 16 * AF_E;    // [8 warps][2]

@@ -2624,6 +2624,7 @@ impl AttnFusedDims {
 struct AttnFusedPlan {
     /// `attention_fused_fold`: the weights folded, before the tiles.
     fold: LaunchConfig,
+    /// `attention_fused`: the tiles.
     config: LaunchConfig,
     /// Partial rows written (one per block of `config`).
     rows: u32,
@@ -2790,11 +2791,13 @@ impl Kernels {
         self.attention_fused_finish(stream, dims, &inputs.weights, coef, grads, scratch)
     }
 
-    /// The fused head's first part: `attention_fused`, `min(ceil(B / 8), sms)` persistent
-    /// blocks of 256 threads with [`ATTENTION_FUSED_SHARED_BYTES`] of shared memory, takes
-    /// tiles of 8 samples through the whole head in shared memory, its products on the
-    /// tensor cores in TF32 (mma.sync), and writes `pred` and one partial row of sums (of
-    /// `dqkvᵀ win`, `dq`, the pool's terms and the loss) per block into `scratch` (at least
+    /// The fused head's first part: `attention_fused_fold` (48 blocks) folds the weights
+    /// into `scratch` (`W' = wqkv wemb`, `b' = wqkv bemb`, `v = wpᵀ wo`); then
+    /// `attention_fused`, `min(ceil(B / 8), sms)` persistent blocks of 256 threads with
+    /// [`ATTENTION_FUSED_SHARED_BYTES`] of shared memory, takes tiles of 8 samples through
+    /// the whole head in shared memory, its products on the tensor cores in TF32
+    /// (mma.sync), and writes `pred` and one partial row of sums (of `dqkvᵀ win`, `dq`, the
+    /// pool's terms and the loss) per block into `scratch` (at least
     /// [`AttnFusedDims::scratch_len`] floats, not shared with an op that may run at the same
     /// time), which [`Kernels::attention_fused_finish`] adds up.
     pub fn attention_fused_tiles(
@@ -2867,7 +2870,9 @@ impl Kernels {
     /// `attention_fused_grads`, 65 blocks of 256, writes every gradient of `grads` from
     /// those sums and `weights` (`dwqkv = G wembᵀ + csum bembᵀ`, `dwemb = wqkvᵀ G`,
     /// `dbemb = wqkvᵀ csum`, `dwo` and `dwp` from the pool's sums and `wo`, `wp`) and adds
-    /// `L_attn` into its loss buffer.
+    /// `L_attn` into its loss buffer. `scratch` must hold what
+    /// [`Kernels::attention_fused_tiles`] left for the same `dims` (the partial rows and the
+    /// fold's `v`).
     pub fn attention_fused_finish(
         &self,
         stream: &CaptureStream<'_>,
@@ -2890,8 +2895,8 @@ impl Kernels {
             self.raw
                 .attention_fused_sums(stream, plan.sums, scratch, plan.rows)?;
         }
-        // SAFETY: the grads read the summed row of scratch (within plan.scratch_len) and the
-        // weights, and write dwqkv, dwemb, dbemb, dwo, dwp, dbp whole at the kernel's sizes
+        // SAFETY: the grads read the summed row and the fold's v of scratch (within
+        // plan.scratch_len) and the weights, and write dwqkv, dwemb, dbemb, dwo, dwp, dbp whole at the kernel's sizes
         // (every length checked above) and loss slots below LOSS_SLOTS.
         unsafe {
             self.raw.attention_fused_grads(

@@ -756,7 +756,6 @@ pub mod dqn {
                 &mut branch_back.dg,
                 MatmulArgs::new(),
             )?;
-            // GLU, then the gate layer's dwg and dbg.
             // GLU; the gate layer's gradients are branch_wgrad's.
             k.glu_backward(
                 stream,
@@ -818,7 +817,7 @@ pub mod dqn {
     }
 
     /// Data parallel: the branches' gradients, averaged over the ranks as soon as the
-    /// four branch backward passes have written them.
+    /// four branches' `branch_wgrad` (the last to write them) are done.
     #[stream(comm)]
     #[join(branch)]
     fn reduce_branches(
@@ -1002,9 +1001,10 @@ pub mod dqn {
     }
 
     /// Multi-head self-attention over the window of past states, predicting the reward.
-    /// At the step's sizes on Hopper, one kernel (`attention_fused`) runs the whole head,
-    /// forward and backward, leaving each block's partial gradients in the scratch for
-    /// `attention_wgrad` to add; elsewhere, the unfused path of GEMMs and attention kernels.
+    /// At the step's sizes on Hopper, the weights folded (`attention_fused_fold`) and one
+    /// kernel (`attention_fused`) run the whole head, forward and backward, leaving the
+    /// fold and each block's partial sums in the scratch for `attention_wgrad` to make the
+    /// gradients from; elsewhere, the unfused path of GEMMs and attention kernels.
     #[stream(aux_attn)]
     #[cost(4.0)]
     fn attention_head(

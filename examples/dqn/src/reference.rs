@@ -5,7 +5,10 @@
 //!
 //! The gradients here are computed the long way (the full chain rule, with no algebraic
 //! shortcut), so that a kernel that uses a shortcut is checked against an independent
-//! derivation.
+//! derivation. The fused attention head is the exception: its reference computes in the
+//! kernel's order (the embedding folded into `W' = wqkv wemb`, `csum`'s K and V parts from
+//! their identities), so that it rounds where the kernel does; its tests check that order
+//! against finite differences and against the long way.
 
 use crate::kernels::{
     AttentionDims, AttnFusedDims, AttnPoolDims, BranchHeadDims, DuelingCoefficients, DuelingDims,
@@ -2136,6 +2139,34 @@ mod tests {
         );
     }
 
+    /// Random inputs of the fused attention head at `dims`: windows in ±1.5, weights in ±1
+    /// (`bemb` ±0.5), rewards in ±1, so that scores are of order 1.
+    struct AttnInputs64 {
+        win: Vec<f64>,
+        wemb: Vec<f64>,
+        bemb: Vec<f64>,
+        wqkv: Vec<f64>,
+        wo: Vec<f64>,
+        wp: Vec<f64>,
+        r: Vec<f64>,
+    }
+
+    impl AttnInputs64 {
+        fn random(dims: AttnFusedDims, seed: u64) -> AttnInputs64 {
+            let (bn, sn, e) = (dims.batch, dims.state, dims.width);
+            let mut rng = Rng(seed);
+            AttnInputs64 {
+                win: rng.vec(bn * dims.window * sn, -1.5, 1.5),
+                wemb: rng.vec(e * sn, -1.0, 1.0),
+                bemb: rng.vec(e, -0.5, 0.5),
+                wqkv: rng.vec(3 * e * e, -1.0, 1.0),
+                wo: rng.vec(e * e, -1.0, 1.0),
+                wp: rng.vec(e, -1.0, 1.0),
+                r: rng.vec(bn, -1.0, 1.0),
+            }
+        }
+    }
+
     /// The fused attention head's gradients are those of `coef · L_attn` through the whole
     /// head (the embedding, the QKV projection, the attention, the output projection and the
     /// pool): every element of every weight against central differences, with exact
@@ -2150,15 +2181,15 @@ mod tests {
             heads: 2,
             sms: PERSISTENT_SMS,
         };
-        let (bn, sn, e) = (dims.batch, dims.state, dims.width);
-        let mut rng = Rng(13);
-        let win = rng.vec(bn * dims.window * sn, -1.5, 1.5);
-        let wemb = rng.vec(e * sn, -1.0, 1.0);
-        let bemb = rng.vec(e, -0.5, 0.5);
-        let wqkv = rng.vec(3 * e * e, -1.0, 1.0);
-        let wo = rng.vec(e * e, -1.0, 1.0);
-        let wp = rng.vec(e, -1.0, 1.0);
-        let r = rng.vec(bn, -1.0, 1.0);
+        let AttnInputs64 {
+            win,
+            wemb,
+            bemb,
+            wqkv,
+            wo,
+            wp,
+            r,
+        } = AttnInputs64::random(dims, 13);
         let (bp, coef) = (0.2, 0.1);
         let run = |w: [&[f64]; 5], bp: f64| {
             let [wemb, bemb, wqkv, wo, wp] = w;
@@ -2182,6 +2213,66 @@ mod tests {
             &[out.pool.dbp],
             &numeric_grad(&[bp], |x| loss(weights, x[0])),
         );
+    }
+
+    /// The fused head's reference in the kernel's order (the embedding folded into
+    /// `W' = wqkv wemb`, one product `G = dqkvᵀ win` for every weight gradient, `csum`'s K
+    /// part 0 and V part `dbp v`) gives, with exact operands, what the long way gives:
+    /// `emb = win wembᵀ + bemb`, `qkv = emb wqkvᵀ`, `demb = dqkv wqkv`, `dwqkv = dqkvᵀ emb`,
+    /// `dbemb = Σ demb`, `dwemb = dembᵀ win` (the kernel's form before the fold). At sizes
+    /// where `S ≠ E` and with several heads, so that no transposition can hide.
+    #[test]
+    fn attention_fused_in_the_kernels_order_is_the_long_way() {
+        let dims = AttnFusedDims {
+            batch: 5,
+            state: 6,
+            window: 4,
+            width: 8,
+            heads: 2,
+            sms: PERSISTENT_SMS,
+        };
+        let (sn, e) = (dims.state, dims.width);
+        let rows = dims.batch * dims.window;
+        let x = AttnInputs64::random(dims, 15);
+        let (win, wemb, bemb, wqkv) = (&x.win[..], &x.wemb[..], &x.bemb[..], &x.wqkv[..]);
+        let (wo, wp, r) = (&x.wo[..], &x.wp[..], &x.r[..]);
+        let (bp, coef) = (0.2, 0.1);
+        let folded = attention_fused64(dims, win, wemb, bemb, wqkv, wo, wp, bp, r, coef, &|x| x);
+        // The long way.
+        let mut emb = times_transposed(win, wemb, rows, sn, e);
+        for row in emb.chunks_mut(e) {
+            for (x, b) in row.iter_mut().zip(bemb) {
+                *x += b;
+            }
+        }
+        let qkv = times_transposed(&emb, wqkv, rows, e, 3 * e);
+        let (att, probs) = attention_forward64(dims.attention(), &qkv);
+        let o = times_transposed(&att, wo, rows, e, e);
+        let pool = attn_pool64(dims.pool(), &o, wp, bp, r, coef);
+        let datt = times(&pool.d_o, wo, rows, e, e);
+        let dqkv = attention_backward64(dims.attention(), &qkv, &probs, &datt);
+        let demb = times(&dqkv, wqkv, rows, 3 * e, e);
+        let mut dbemb = vec![0.0; e];
+        for row in demb.chunks(e) {
+            for (s, x) in dbemb.iter_mut().zip(row) {
+                *s += x;
+            }
+        }
+        let dwqkv = transposed_times(&dqkv, &emb, rows, 3 * e, e);
+        let dwemb = transposed_times(&demb, win, rows, e, sn);
+        let dwo = transposed_times(&pool.d_o, &att, rows, e, e);
+        // (assert_close's message calls the long way "finite differences".)
+        for (what, got, want) in [
+            ("pred", &folded.pool.pred, &pool.pred),
+            ("dwqkv", &folded.dwqkv, &dwqkv),
+            ("dwemb", &folded.dwemb, &dwemb),
+            ("dbemb", &folded.dbemb, &dbemb),
+            ("dwo", &folded.dwo, &dwo),
+            ("dwp", &folded.pool.dwp, &pool.dwp),
+            ("dbp", &vec![folded.pool.dbp], &vec![pool.dbp]),
+        ] {
+            assert_close(&format!("folded against the long way: {what}"), got, want);
+        }
     }
 
     /// The public reference fills the loss slots as the kernel does, and rounding the
