@@ -2830,7 +2830,8 @@ impl Kernels {
             plan.scratch_len,
         )?;
         // SAFETY: the fold reads the weights at the kernel's sizes (checked above) and writes
-        // the fold after `rows` + 1 rows of scratch, within plan.scratch_len (checked above).
+        // the fold after `rows` partial rows and their sums' row of scratch (af_fold_at),
+        // within plan.scratch_len (checked above).
         unsafe {
             self.raw.attention_fused_fold(
                 stream,
@@ -2889,15 +2890,16 @@ impl Kernels {
             scratch.len(),
             plan.scratch_len,
         )?;
-        // SAFETY: the sums read `rows` partial rows of scratch and write the row after them,
-        // all within plan.scratch_len (checked above).
+        // SAFETY: the sums read `rows` partial rows of scratch and write their sums' row after
+        // them (af_sums_at), all within plan.scratch_len (checked above).
         unsafe {
             self.raw
                 .attention_fused_sums(stream, plan.sums, scratch, plan.rows)?;
         }
         // SAFETY: the grads read the summed row and the fold's v of scratch (within
-        // plan.scratch_len) and the weights, and write dwqkv, dwemb, dbemb, dwo, dwp, dbp whole at the kernel's sizes
-        // (every length checked above) and loss slots below LOSS_SLOTS.
+        // plan.scratch_len) and the weights, and write dwqkv, dwemb, dbemb, dwo, dwp, dbp
+        // whole at the kernel's sizes (every length checked above) and loss slots below
+        // LOSS_SLOTS.
         unsafe {
             self.raw.attention_fused_grads(
                 stream,
@@ -2923,18 +2925,27 @@ impl Kernels {
     }
 }
 
+/// The five weights of [`AttnFusedWeights`], in its order, with their lengths at the
+/// kernel's sizes: their gradients ([`AttnFusedGrads`], `d` before each name) have the same.
+fn attention_fused_weight_lens() -> [(&'static str, usize); 5] {
+    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
+    [
+        ("wemb ([E, S])", e * s),
+        ("bemb ([E])", e),
+        ("wqkv ([3E, E])", 3 * e * e),
+        ("wo ([E, E])", e * e),
+        ("wp ([E])", e),
+    ]
+}
+
 /// The weights' lengths at the kernel's sizes.
 fn check_weights(weights: &AttnFusedWeights<'_>) -> Result<()> {
-    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
-    check_len("attention_fused: wemb ([E, S])", weights.wemb.len(), e * s)?;
-    check_len("attention_fused: bemb ([E])", weights.bemb.len(), e)?;
-    check_len(
-        "attention_fused: wqkv ([3E, E])",
-        weights.wqkv.len(),
-        3 * e * e,
-    )?;
-    check_len("attention_fused: wo ([E, E])", weights.wo.len(), e * e)?;
-    check_len("attention_fused: wp ([E])", weights.wp.len(), e)
+    let w = weights;
+    let bufs = [w.wemb, w.bemb, w.wqkv, w.wo, w.wp];
+    for ((name, len), buf) in attention_fused_weight_lens().into_iter().zip(bufs) {
+        check_len(&format!("attention_fused: {name}"), buf.len(), len)?;
+    }
+    Ok(())
 }
 
 /// The lengths [`Kernels::attention_fused_finish`] reads and writes, at the kernel's sizes.
@@ -2943,18 +2954,19 @@ fn attention_fused_finish_checks(
     weights: &AttnFusedWeights<'_>,
     grads: &AttnFusedGrads<'_>,
 ) -> Result<()> {
-    let (s, _, e, _) = ATTENTION_FUSED_SIZES;
     attention_fused_plan(dims)?;
     check_weights(weights)?;
-    check_len("attention_fused: dwemb ([E, S])", grads.dwemb.len(), e * s)?;
-    check_len("attention_fused: dbemb ([E])", grads.dbemb.len(), e)?;
-    check_len(
-        "attention_fused: dwqkv ([3E, E])",
-        grads.dwqkv.len(),
-        3 * e * e,
-    )?;
-    check_len("attention_fused: dwo ([E, E])", grads.dwo.len(), e * e)?;
-    check_len("attention_fused: dwp ([E])", grads.dwp.len(), e)?;
+    let g = grads;
+    let lens = [
+        g.dwemb.len(),
+        g.dbemb.len(),
+        g.dwqkv.len(),
+        g.dwo.len(),
+        g.dwp.len(),
+    ];
+    for ((name, len), found) in attention_fused_weight_lens().into_iter().zip(lens) {
+        check_len(&format!("attention_fused: d{name}"), found, len)?;
+    }
     check_len("attention_fused: dbp ([1])", grads.dbp.len(), 1)?;
     check_losses("attention_fused: losses", grads.losses)
 }
