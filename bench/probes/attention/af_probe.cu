@@ -6,15 +6,17 @@
 //     the kernel's phases, averaged over the blocks' tiles, and their shares;
 //   - checks that can fail: pred the same bits on every grid and finite; the partial rows'
 //     column sums (in double) on each grid against those of the first, within 1e-4 of
-//     each part's largest magnitude; the finish's sums of the rows (or, for a kernel file
-//     whose finish has one pass, its dwqkv) equal to those sums in f32, within 1e-5.
+//     each part's largest magnitude; the finish's sums of the rows equal to those sums in
+//     f32, within 1e-5 of each part's largest magnitude.
 // The kernel's correctness against a CPU reference is the GPU tests' (tests/gpu/attention.rs).
 //
 //   ./af_probe [GRID...]          default grids 132 66
 //   AF_DUMP=FILE ./af_probe ...    also writes the first grid's pred and gradients to FILE
 //   AF_AGAINST=FILE ./af_probe ... and compares them with FILE's (another build's: an A/B
 //                                  of kernel variants checks that they compute the same)
-// AF_KERNEL (build.sh's KERNEL=...) includes another copy of the kernel, for such an A/B.
+// AF_KERNEL (build.sh's KERNEL=...) includes another copy of the kernel, for such an A/B: a
+// copy with the same kernels' signatures and partial row (the probe of 84bf607..a74def2's
+// copies, before the fold, was the one in git at 6abc4bb).
 #ifdef AF_KERNEL
 #include AF_KERNEL
 #else
@@ -57,16 +59,28 @@ static std::vector<float> uniform(size_t n, float bound, std::mt19937& rng) {
     return v;
 }
 
-// The row's parts and the phases, whichever kernel file was included.
-#ifdef AF_FINISH_SUMS_THEN_GRADS
-#define AF_ROW_PARTS {AF_P_G, AF_P_CSQ, AF_P_SUM, AF_P_DBP, AF_P_LOSS, AF_ROW_LEN}
-#define AF_PHASES_NAMED 6
-#else
-#define AF_ROW_PARTS {AF_P_DWQKV, AF_P_DWEMB, AF_P_DBEMB, AF_P_SUM, AF_P_DBP, AF_P_LOSS, AF_ROW_LEN}
-#define AF_PHASES_NAMED 8
-#endif
+// The parts of a partial row, and the phases the clocks name.
+static const unsigned kRowParts[] = {AF_P_G, AF_P_CSQ, AF_P_SUM, AF_P_DBP, AF_P_LOSS, AF_ROW_LEN};
+static const int kParts = sizeof(kRowParts) / sizeof(kRowParts[0]) - 1;
+static const char* kPhaseNames[] = AF_PHASE_NAMES;
+static const int kPhases = sizeof(kPhaseNames) / sizeof(kPhaseNames[0]);
 
-// The finish's outputs, in one order (the same for every kernel file).
+// The largest difference of two partial rows' values, each part's relative to that part's
+// largest magnitude in `want` (one scale for the whole row would be the loss's sum).
+template <typename T>
+static double row_diff(const std::vector<T>& got, const std::vector<double>& want) {
+    double worst = 0;
+    for (int k = 0; k < kParts; ++k) {
+        double scale = 0;
+        for (unsigned c = kRowParts[k]; c < kRowParts[k + 1]; ++c)
+            scale = std::max(scale, std::fabs(want[c]));
+        for (unsigned c = kRowParts[k]; c < kRowParts[k + 1]; ++c)
+            if (scale > 0) worst = std::max(worst, std::fabs((double)got[c] - want[c]) / scale);
+    }
+    return worst;
+}
+
+// The finish's outputs, in one order.
 static const char* kOutputs[7] = {"dwqkv", "dwemb", "dbemb", "dwo", "dwp", "dbp", "loss"};
 static const size_t kOutputLen[7] = {AF_E3 * AF_E, AF_E * AF_S, AF_E, AF_E * AF_E, AF_E, 1, 1};
 
@@ -172,15 +186,10 @@ int main(int argc, char** argv) {
     const unsigned max_grid = *std::max_element(grids.begin(), grids.end());
     float *d_pred, *d_partials, *d_out[7];
     CK(cudaMalloc(&d_pred, kB * sizeof(float)));
-    // One row a block, the row of their sums (the two-pass finish writes it), the fold.
-#ifdef AF_FOLD_LEN
-    const size_t fold_len = AF_FOLD_LEN;
-#else
-    const size_t fold_len = 0;
-#endif
-    // (+ 8: the two-pass finish's sums and the fold start at multiples of 4 floats.)
+    // One row a block, the row of their sums and the fold (those two at multiples of 4
+    // floats: + 8).
     CK(cudaMalloc(&d_partials,
-                  ((size_t)(max_grid + 1) * AF_ROW_LEN + 8 + fold_len) * sizeof(float)));
+                  ((size_t)(max_grid + 1) * AF_ROW_LEN + 8 + AF_FOLD_LEN) * sizeof(float)));
     for (int k = 0; k < 6; ++k) CK(cudaMalloc(&d_out[k], kOutputLen[k] * sizeof(float)));
     CK(cudaMalloc(&d_out[6], LOSS_SLOT_COUNT * sizeof(float)));  // the loss slots
     CK(cudaFuncSetAttribute(attention_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -210,7 +219,6 @@ int main(int argc, char** argv) {
 
     std::vector<Run> runs;
     for (unsigned g : grids) {
-#ifdef AF_FOLD_LEN
         auto fold = [&]() {
             attention_fused_fold<<<AF_FOLD_BLOCKS, AF_THREADS>>>(d_wemb, d_bemb, d_wqkv, d_wo,
                                                                  d_wp, d_partials, g);
@@ -219,25 +227,11 @@ int main(int argc, char** argv) {
             attention_fused<<<g, AF_THREADS, AF_SMEM_BYTES>>>(d_win, d_bp, d_r, d_pred,
                                                               d_partials, kB, coef);
         };
-#else
-        auto fold = [&]() {};
-        auto launch = [&]() {
-            attention_fused<<<g, AF_THREADS, AF_SMEM_BYTES>>>(d_win, d_wemb, d_bemb, d_wqkv,
-                                                              d_wo, d_wp, d_bp, d_r, d_pred,
-                                                              d_partials, kB, coef);
-        };
-#endif
         auto finish = [&]() {
-#ifdef AF_FINISH_SUMS_THEN_GRADS
             attention_fused_sums<<<(AF_ROW_LEN + 31) / 32, dim3(32, 32)>>>(d_partials, g);
             attention_fused_grads<<<AF_GRADS_BLOCKS, AF_THREADS>>>(
                 d_partials, g, d_wemb, d_bemb, d_wqkv, d_wo, d_wp, d_out[0], d_out[1], d_out[2],
                 d_out[3], d_out[4], d_out[5], d_out[6], kB, coef);
-#else
-            attention_fused_finish<<<(AF_P_SUM + 31) / 32 + 1, dim3(32, 32)>>>(
-                d_partials, g, d_wo, d_wp, d_out[0], d_out[1], d_out[2], d_out[3], d_out[4],
-                d_out[5], d_out[6], kB, coef);
-#endif
         };
         Run run;
         run.grid = g;
@@ -272,23 +266,12 @@ int main(int argc, char** argv) {
             if (k == 6) o = {o[LOSS_ATTN]};
             run.outs.push_back(std::move(o));
         }
-#ifdef AF_FINISH_SUMS_THEN_GRADS
         run.summed.resize(AF_ROW_LEN);
         CK(cudaMemcpy(run.summed.data(), af_sums_at(d_partials, g), AF_ROW_LEN * sizeof(float),
                       cudaMemcpyDeviceToHost));
-#else
-        run.summed = run.outs[0];  // dwqkv: the rows' first columns as summed
-#endif
         runs.push_back(std::move(run));
     }
 
-#ifdef AF_PHASE_NAMES
-    static const char* names[AF_PHASES_NAMED] = AF_PHASE_NAMES;
-#else
-    static const char* names[AF_PHASES_NAMED] = {
-        "prologue (weights, v)", "windows: wait, round", "1 emb",           "2 qkv",
-        "3 attention fwd+bwd",   "4 dwqkv + 5 demb",     "6 dwemb (warp 0)", "epilogue (partial row)"};
-#endif
     int failures = 0;
     for (const Run& run : runs) {
         const double per_sm_tiles = (double)tiles / run.grid;
@@ -296,17 +279,17 @@ int main(int argc, char** argv) {
                     "%.4f ms, its finish %.4f ms (medians of 50)\n",
                     run.grid, per_sm_tiles, run.median_ms, run.fold_ms, run.finish_ms);
         if (!run.clocks.empty()) {
-            std::vector<double> sum(AF_PHASES_NAMED, 0.0);
+            std::vector<double> sum(kPhases, 0.0);
             double total = 0;
             for (unsigned b = 0; b < run.grid; ++b)
-                for (int p = 0; p < AF_PHASES_NAMED; ++p)
-                    sum[p] += (double)run.clocks[(size_t)b * AF_PHASES_NAMED + p];
-            for (int p = 0; p < AF_PHASES_NAMED; ++p) total += sum[p];
+                for (int p = 0; p < kPhases; ++p)
+                    sum[p] += (double)run.clocks[(size_t)b * kPhases + p];
+            for (int p = 0; p < kPhases; ++p) total += sum[p];
             std::printf("  %-26s %14s %14s %7s\n", "phase", "cycles a tile", "cycles a block",
                         "share");
-            for (int p = 0; p < AF_PHASES_NAMED; ++p) {
-                const bool per_tile = p >= 1 && p <= AF_PHASES_NAMED - 2;
-                std::printf("  %-26s %14.0f %14.0f %6.1f%%\n", names[p],
+            for (int p = 0; p < kPhases; ++p) {
+                const bool per_tile = p >= 1 && p <= kPhases - 2;
+                std::printf("  %-26s %14.0f %14.0f %6.1f%%\n", kPhaseNames[p],
                             per_tile ? sum[p] / tiles : 0.0, sum[p] / run.grid,
                             100.0 * sum[p] / total);
             }
@@ -329,18 +312,7 @@ int main(int argc, char** argv) {
                             first.grid);
                 ++failures;
             }
-            // Each part of the row against its own largest magnitude.
-            static const unsigned parts[] = AF_ROW_PARTS;
-            const int nparts = sizeof(parts) / sizeof(parts[0]) - 1;
-            double worst = 0;
-            for (int k = 0; k < nparts; ++k) {
-                double scale = 0;
-                for (unsigned c = parts[k]; c < parts[k + 1]; ++c)
-                    scale = std::max(scale, std::fabs(first.colsum[c]));
-                for (unsigned c = parts[k]; c < parts[k + 1]; ++c)
-                    if (scale > 0)
-                        worst = std::max(worst, std::fabs(run.colsum[c] - first.colsum[c]) / scale);
-            }
+            const double worst = row_diff(run.colsum, first.colsum);
             std::printf("  partial rows' sums against grid %u's: %.2e of each part's largest magnitude\n",
                         first.grid, worst);
             if (!(worst <= 1e-4)) {
@@ -348,24 +320,7 @@ int main(int argc, char** argv) {
                 ++failures;
             }
         }
-        // Each part of the row against its own largest magnitude (the loss's sum would
-        // otherwise set the scale for all of them); a one-pass finish's dwqkv is its
-        // first part.
-        double worst = 0;
-        {
-            static const unsigned parts[] = AF_ROW_PARTS;
-            const int nparts = sizeof(parts) / sizeof(parts[0]) - 1;
-            for (int k = 0; k < nparts && parts[k] < run.summed.size(); ++k) {
-                const unsigned end = std::min<unsigned>(parts[k + 1], run.summed.size());
-                double scale = 0;
-                for (unsigned c = parts[k]; c < end; ++c)
-                    scale = std::max(scale, std::fabs(run.colsum[c]));
-                for (unsigned c = parts[k]; c < end; ++c)
-                    if (scale > 0)
-                        worst = std::max(worst,
-                                         std::fabs((double)run.summed[c] - run.colsum[c]) / scale);
-            }
-        }
+        const double worst = row_diff(run.summed, run.colsum);
         std::printf("  the finish's sums of the rows against the host's: %.2e of each part's "
                     "largest magnitude\n", worst);
         if (!(worst <= 1e-5)) {

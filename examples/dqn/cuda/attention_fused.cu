@@ -102,9 +102,6 @@ static_assert(AF_FOLD_LEN == AF_F_V + AF_E, "the fold's length");
 // The fold's blocks: 4 rows of W' each. Mirrored in kernels.rs.
 #define AF_FOLD_BLOCKS 48
 static_assert(4 * AF_FOLD_BLOCKS == AF_E3, "4 rows of W' a block");
-// The finish in two passes and the weights folded (bench/probes/attention launches what
-// the kernel file has).
-#define AF_FINISH_SUMS_THEN_GRADS 1
 
 // The XOR of row r's columns: 8 (r % 4) + 4 ((r / 4) % 2).
 __device__ __forceinline__ unsigned af_swz(unsigned r) {
