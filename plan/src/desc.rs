@@ -974,7 +974,8 @@ impl fmt::Display for PlanDesc {
             Some(EventDesc {
                 after: Some(op), ..
             }) => format!("e{}({})", e.0, op_name(*op)),
-            Some(EventDesc { after: None, .. }) => format!("e{}(begin)", e.0),
+            // Two words, so that no op's name (an identifier) can read the same.
+            Some(EventDesc { after: None, .. }) => format!("e{}(capture begin)", e.0),
             None => format!("e{}(?)", e.0),
         };
         writeln!(

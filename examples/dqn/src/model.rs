@@ -344,7 +344,15 @@ fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Bu
 // on 66 SMs, IQN on 116): 0.855 ms at normal priority, 0.861 ms high, 0.927 ms low. On the
 // H100 with the unfused head (PERF.md), high had paid: 1.686 ms against 1.706 ms. The
 // unfused path (sizes the fused kernel does not take) was not measured again.
-#[stepgraph::step(streams(main, branch[4], ddqn, aux_iqn, aux_attn, attn_wgrad(low), comm), kernels = Kernels)]
+//
+// `ddqn` is high priority: with each branch's target pass ahead of its online pass on the
+// branch's stream, the double-DQN target, which IQN waits for, is ready earlier. Run
+// `i20-sched` (two rounds in one call on the H200): (c) 0.806, 0.807 ms before; `begin` on
+// `ddqn` and `report` on `comm` 0.800, 0.801; then the target passes first 0.783, 0.782;
+// with `ddqn` high 0.779, 0.780. In the next call (`i20-sched-b`) 0.775, 0.773 against
+// 0.801, 0.800; `main` high too 0.786, 0.785; `aux_attn` high too 0.778, 0.777; IQN on 112
+// or 108 SMs, or attention on 77, within 0.005 of it.
+#[stepgraph::step(streams(main, branch[4], ddqn(high), aux_iqn, aux_attn, attn_wgrad(low), comm), kernels = Kernels)]
 pub mod dqn {
     use super::*;
 
@@ -428,7 +436,10 @@ pub mod dqn {
         pub attention_kernel: Option<AttentionKernel>,
     }
 
-    /// Zero the main losses and copy in lr and the bias corrections the host staged.
+    /// Zero the main losses and copy in lr and the bias corrections the host staged. On
+    /// `ddqn`, whose first op waits for the batch anyway: on `main` it held the batch's
+    /// draw, at the head of the critical path, back by its memset and copy.
+    #[stream(ddqn)]
     fn begin(stream: &CaptureStream<'_>, losses: &mut Buf, optim: &mut Optim) -> Result<()> {
         stream.memset_zeros(losses)?;
         stream.stage(&optim.scalars_in, &mut optim.scalars)
@@ -570,32 +581,6 @@ pub mod dqn {
 
     #[stream(branch[d])]
     #[cost(2.0)]
-    #[allow(clippy::too_many_arguments)]
-    fn branch_forward(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        d: usize,
-        sizes: Sizes,
-        branch_sms: SmTarget,
-        params: &Model,
-        act: &TrunkAct,
-        branch_act: &mut BranchAct,
-    ) -> Result<()> {
-        branch_pass(
-            stream,
-            k,
-            &sizes,
-            branch_sms,
-            &params.branch[d],
-            &act.h,
-            &mut branch_act.u,
-            GluOut::Keep(&mut branch_act.g),
-            &mut branch_act.adv,
-        )
-    }
-
-    #[stream(branch[d])]
-    #[cost(2.0)]
     fn branch_forward_next(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -631,6 +616,32 @@ pub mod dqn {
             &mut glu_tmp.u,
             GluOut::Scratch(&mut glu_tmp.g),
             target_adv,
+        )
+    }
+
+    #[stream(branch[d])]
+    #[cost(2.0)]
+    #[allow(clippy::too_many_arguments)]
+    fn branch_forward(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        d: usize,
+        sizes: Sizes,
+        branch_sms: SmTarget,
+        params: &Model,
+        act: &TrunkAct,
+        branch_act: &mut BranchAct,
+    ) -> Result<()> {
+        branch_pass(
+            stream,
+            k,
+            &sizes,
+            branch_sms,
+            &params.branch[d],
+            &act.h,
+            &mut branch_act.u,
+            GluOut::Keep(&mut branch_act.g),
+            &mut branch_act.adv,
         )
     }
 
@@ -1251,6 +1262,18 @@ pub mod dqn {
             .adam_clip_update(stream, table, &mut slots, sq_norm, scalars, hyper)
     }
 
+    /// The watch back to the host, into the next of its pinned slots: the host reads it
+    /// every few replays without waiting for the GPU. On `comm`, whose reductions are
+    /// done by then, so that it runs beside the target's update instead of after it;
+    /// it writes `health` as `clip_and_adam` does (the watch words, then their slot), so
+    /// it joins `main` after that op, which comes before `update_target` here.
+    #[stream(comm)]
+    #[join(main)]
+    fn report(stream: &CaptureStream<'_>, health: &mut Health) -> Result<()> {
+        let Health { watch, watch_out } = health;
+        stream.read_back(&*watch, watch_out)
+    }
+
     /// The target network from the online one, at every `target_sync`-th replay (a
     /// conditional node): a copy of every tensor, or with `polyak = τ` the Polyak update
     /// `θ⁻ ← (1 − τ) θ⁻ + τ θ` (`fmaf(τ, θ, (1 − τ) θ⁻)`, `axpby`).
@@ -1270,13 +1293,6 @@ pub mod dqn {
             }
         }
         Ok(())
-    }
-
-    /// The watch back to the host, into the next of its pinned slots: the host reads it
-    /// every few replays without waiting for the GPU.
-    fn report(stream: &CaptureStream<'_>, health: &mut Health) -> Result<()> {
-        let Health { watch, watch_out } = health;
-        stream.read_back(&*watch, watch_out)
     }
 }
 
@@ -1814,9 +1830,10 @@ mod tests {
 
     /// Every pair the planner orders only by a shared `&mut` buffer is one the step means
     /// to order: `begin` zeroes the losses the others add to, the two expectile heads
-    /// share one stream and their scratch, the collectives keep their order on one
-    /// communicator, and the report reads the health flags after Adam's step wrote them.
-    /// A new pair here would be a scratch buffer shared by accident.
+    /// share one stream and their scratch, and the collectives keep their order on one
+    /// communicator (the report, which reads the health flags after Adam's step wrote
+    /// them, says so with its `#[join(main)]`). A new pair here would be a scratch buffer
+    /// shared by accident.
     #[test]
     fn every_pair_ordered_only_by_a_shared_buffer_is_meant() {
         let plan = &dqn::PLAN;
@@ -1840,7 +1857,6 @@ mod tests {
                 ("reduce_iql", "reduce_iqn", "comm"),
                 ("reduce_iqn", "reduce_attention", "comm"),
                 ("reduce_attention", "reduce_trunk", "comm"),
-                ("clip_and_adam", "report", "health"),
             ]
         );
     }
@@ -1853,9 +1869,11 @@ mod tests {
             .unwrap_or_else(|| panic!("no op {name}"))
     }
 
-    /// The batch is drawn and loaded first, the window on the attention head's stream;
-    /// the target update, conditional on `target_sync`, comes after Adam, and the watch's
-    /// read-back is the last op, after the watch in `clip_and_adam`.
+    /// The batch is drawn and loaded first, the window on the attention head's stream,
+    /// and `begin` on another stream than the draw, which it would hold back; the target
+    /// passes come before the online ones on each branch's stream (the double-DQN target,
+    /// and IQN after it, wait for them); the watch's read-back and the target update,
+    /// conditional on `target_sync`, come after Adam, side by side.
     #[test]
     fn the_batch_is_loaded_first_and_the_target_updated_last() {
         let names: Vec<&str> = dqn::PLAN.ops.iter().map(|o| o.name).collect();
@@ -1871,11 +1889,17 @@ mod tests {
         );
         assert_eq!(
             names[names.len() - 3..],
-            ["clip_and_adam", "update_target", "report"]
+            ["clip_and_adam", "report", "update_target"]
         );
         let stream = |o: &str| dqn::PLAN.streams[op(o).stream.index()].name;
         assert_eq!(stream("load_window"), stream("attention_head"));
         assert_eq!(stream("load_batch"), stream("trunk_forward_s"));
+        assert_ne!(stream("begin"), stream("draw_sample"));
+        assert_ne!(stream("report"), stream("update_target"));
+        let at = |o: &str| names.iter().position(|n| *n == o).unwrap();
+        for d in 0..4 {
+            assert!(at(&format!("branch_forward_next[{d}]")) < at(&format!("branch_forward[{d}]")));
+        }
         assert!(op("update_target").every.is_some());
         assert!(dqn::PLAN.ops.iter().filter(|o| o.every.is_some()).count() == 1);
     }
