@@ -458,7 +458,7 @@ fn ship(
         }
     }
     if upload {
-        session.copy(&bundle, &release, state.current.as_deref())?;
+        session.copy(&bundle, &release, &state)?;
         session.verify(&release, expected.as_ref())?;
     }
     // What is on the host now is checked; the bundle here may be rebuilt.

@@ -36,14 +36,15 @@ pub struct Script {
 }
 
 /// `PREPARE DIR RELEASE`: the folders; then what is there, one fact a line:
-/// `current <target of current, or nothing>` and, if the release is there,
-/// `present`.
+/// `releases <the releases folder's absolute path>`, `current <target of current, or
+/// nothing>` and, if the release is there, `present`.
 pub const PREPARE: Script = Script {
     name: "prepare",
     text: r#"set -eu
 dir=$1 release=$2
 mkdir -p -- "$dir/releases" "$dir/runs"
 cd -- "$dir"
+printf 'releases %s\n' "$(cd releases && pwd -P)"
 printf 'current %s\n' "$(readlink current 2>/dev/null || true)"
 if [ -d "releases/$release" ]; then
     echo present

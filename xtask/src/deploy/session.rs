@@ -77,6 +77,8 @@ pub struct JobPlan<'a> {
 /// What [`Session::prepare`] found on the host.
 #[derive(Debug, Default)]
 pub struct HostState {
+    /// The releases folder's absolute path on the host (`pwd -P`).
+    pub releases: Option<String>,
     /// The release `current` points at.
     pub current: Option<String>,
     /// Whether this deploy's release is there already.
@@ -128,7 +130,9 @@ impl Session {
         };
         let mut state = HostState::default();
         for line in o.stdout.lines() {
-            if let Some(target) = line.strip_prefix("current ") {
+            if let Some(path) = line.strip_prefix("releases ") {
+                state.releases = Some(path.to_string()).filter(|p| p.starts_with('/'));
+            } else if let Some(target) = line.strip_prefix("current ") {
                 state.current = remote::current_release(target).map(String::from);
             } else if line == "present" {
                 state.present = true;
@@ -139,8 +143,9 @@ impl Session {
 
     /// rsync into this deploy's own upload folder. Files the release `current` points
     /// at holds already are copied from there on the host (`--copy-dest`: copies, never
-    /// links), so only the others travel; `--checksum` compares their content.
-    pub fn copy(&self, bundle: &Path, release: &str, current: Option<&str>) -> Result<()> {
+    /// links), so only the others travel; `--checksum` compares their content. `state`
+    /// is what [`Session::prepare`] found.
+    pub fn copy(&self, bundle: &Path, release: &str, state: &HostState) -> Result<()> {
         step("copy the bundle");
         let incoming = self.upload_dir(release);
         let mut options = vec![
@@ -148,9 +153,16 @@ impl Session {
             "--itemize-changes".into(),
             RSYNC_IO_TIMEOUT.into(),
         ];
-        // Relative to the upload folder, which sits beside the releases.
-        if let Some(current) = current {
-            options.push(format!("--copy-dest=../{current}"));
+        // By its absolute path where the host said it: rsync 3.4.3 and the distributions'
+        // backports of its CVE fixes (Debian 12's 3.2.7-1+deb12u5 among them) discard every
+        // file received against a relative basis over ssh ("failed verification -- update
+        // discarded", RsyncProject/rsync#928). Otherwise relative to the upload folder,
+        // which sits beside the releases.
+        if let Some(current) = &state.current {
+            options.push(match &state.releases {
+                Some(releases) => format!("--copy-dest={releases}/{current}"),
+                None => format!("--copy-dest=../{current}"),
+            });
         }
         let options: Vec<&str> = options.iter().map(String::as_str).collect();
         let copy = self.ssh.rsync(
