@@ -1626,8 +1626,8 @@ mod tests {
         assert!(msg.contains("those after step 4"), "{msg}");
     }
 
-    /// The breakdown of the profile recorded on the H100: every op lands in one of the
-    /// five parts, and the parts add up to the ops.
+    /// The breakdown of the profile recorded on the H200 (run `i20-prefetch-b`): every op
+    /// lands in one of the seven parts, and the parts add up to the ops.
     #[test]
     fn breakdown_of_the_recorded_profile_covers_every_op() {
         let path = concat!(
@@ -1663,8 +1663,8 @@ mod tests {
             (total - summed).abs() < 5e-3,
             "{line}: parts {summed} vs ops {total}"
         );
-        // The fixture was recorded before the step had collectives and loaded its own
-        // batch: those are 0.
+        // One GPU: the collectives issue nothing, but their ops still take their events'
+        // time; the first five parts hold the model's work.
         assert!(parts[..5].iter().all(|(_, t)| *t > 0.0), "{line}");
         // Every op of the step is named in `part_of`'s table or is an auxiliary head.
         for op in dqn::PLAN.ops {
