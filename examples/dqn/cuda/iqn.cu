@@ -717,10 +717,6 @@ extern "C" __global__ void __launch_bounds__(1024)
 // Rows (b, j) per tile: two samples.
 #define IQN_WG_ROWS 64
 #define IQN_WG_THREADS 256
-// Tiles ahead whose inputs a block prefetches into L2 (one is the next tile).
-#ifndef IQN_WG_AHEAD
-#define IQN_WG_AHEAD 1
-#endif
 #define IQN_WG_W_BYTES (IQN_WG_H * IQN_WG_C * 4)
 #define IQN_WG_TILE_BYTES (IQN_WG_ROWS * IQN_WG_C * 4)
 // Dynamic shared memory: the alignment slack, W, CQ[2], CT[2] (IQN_WGMMA_SHARED_BYTES in
@@ -924,21 +920,24 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
     // an accumulator a wgmma still owns serializes every wgmma of the kernel.
     do {
         const unsigned next = tl + gridDim.x;
-        // The inputs of the tile IQN_WG_AHEAD tiles on, pulled into L2 now, so that the stage
-        // (after GEMM 2's issue, before the barrier that GEMM 1 waits behind) reads them
-        // from L2 instead of waiting for DRAM: its h (two samples, 16 lines), tau (64 rows,
-        // 2 lines) and ybar. No registers; lines past the inputs are not asked for.
-        {
-            const unsigned ahead = tl + IQN_WG_AHEAD * gridDim.x;
-            if (ahead < tiles && tid < 19) {
-                const float* base = tid < 16 ? h : tid < 18 ? tau : ybar;
-                const size_t off = tid < 16   ? (size_t)ahead * 2 * IQN_WG_H + 32 * tid
-                                   : tid < 18 ? (size_t)ahead * IQN_WG_ROWS + 32 * (tid - 16)
-                                              : 2 * (size_t)ahead;
-                const size_t end = tid < 16 ? (size_t)B * IQN_WG_H : tid < 18 ? rows_all : B;
-                if (off < end) {
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-                }
+        // The next tile's inputs pulled into L2 now, so that its stage (after GEMM 2's
+        // issue, before the barrier that GEMM 1 waits behind) reads them from L2 instead of
+        // waiting for DRAM: h (two samples, 16 lines of 128 bytes), tau (64 rows, 2 lines)
+        // and ybar (1). No registers; a line past the end of its input is not asked for.
+        // (Two tiles ahead measured the same, PERF.md's twelfth round.)
+        if (next < tiles && tid < 19) {
+            const float* line = nullptr;
+            if (tid < 16) {
+                const size_t off = (size_t)next * 2 * IQN_WG_H + 32 * tid;
+                line = off < (size_t)B * IQN_WG_H ? h + off : nullptr;
+            } else if (tid < 18) {
+                const size_t off = (size_t)next * IQN_WG_ROWS + 32 * (tid - 16);
+                line = off < rows_all ? tau + off : nullptr;
+            } else {
+                line = ybar + 2 * (size_t)next;  // next < tiles: sample 2 next exists
+            }
+            if (line != nullptr) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
             }
         }
         // h wq of the thread's units in the tile's two samples.

@@ -153,16 +153,12 @@ impl Session {
             "--itemize-changes".into(),
             RSYNC_IO_TIMEOUT.into(),
         ];
-        // By its absolute path where the host said it: rsync 3.4.3 and the distributions'
-        // backports of its CVE fixes (Debian 12's 3.2.7-1+deb12u5 among them) discard every
-        // file received against a relative basis over ssh ("failed verification -- update
-        // discarded", RsyncProject/rsync#928). Otherwise relative to the upload folder,
-        // which sits beside the releases.
-        if let Some(current) = &state.current {
-            options.push(match &state.releases {
-                Some(releases) => format!("--copy-dest={releases}/{current}"),
-                None => format!("--copy-dest=../{current}"),
-            });
+        // By its absolute path: rsync 3.4.3 and the distributions' backports of its CVE
+        // fixes (Debian 12's 3.2.7-1+deb12u5 among them) discard every file received
+        // against a relative basis over ssh ("failed verification -- update discarded",
+        // RsyncProject/rsync#928). With no path from the host, no basis: every file travels.
+        if let (Some(releases), Some(current)) = (&state.releases, &state.current) {
+            options.push(format!("--copy-dest={releases}/{current}"));
         }
         let options: Vec<&str> = options.iter().map(String::as_str).collect();
         let copy = self.ssh.rsync(
