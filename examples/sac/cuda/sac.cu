@@ -2,8 +2,9 @@
 // ReLU's backward (alone, and after a narrow output layer), the critic loss (alone, and
 // fused with the critic's output layer and its backward: critic_head), ReLU's backward
 // fused with a narrow input gradient (relu_narrow_product), the tanh-Gaussian sample and
-// its backward, the critics' minimum, the soft target, the actor loss and its routing to
-// the critics, and the temperature's gradient. The
+// its backward (from the smallest critic's input gradient, row by row), the critics'
+// minimum, the soft target, the actor loss, the temperature's gradient, and a transpose
+// (a layer's weights for its input gradient's matmul). The
 // matmuls (with their bias and ReLU epilogues), the optimizer and the Polyak update are
 // cuBLASLt's and stepgraph-kernels'.
 //
@@ -207,14 +208,23 @@ extern "C" __global__ void actor_loss(const float* __restrict__ qmin,
     }
 }
 
-// The actor loss's gradient with respect to critic `index`'s output: -1/n where it is the
-// minimum, else 0. One thread per element.
-extern "C" __global__ void argmin_grad(const unsigned* __restrict__ argmin,
-                                       float* __restrict__ dq, unsigned index, unsigned n) {
-    const unsigned i = global_index();
-    if (i < n) {
-        dq[i] = argmin[i] == index ? -1.0f / (float)n : 0.0f;
-    }
+// One element (b, j) of tanh_gauss_backward from its da: one definition for
+// tanh_gauss_backward and tanh_gauss_backward_min, which must give the same bits.
+__device__ __forceinline__ void tanh_gauss_backward_at(const float* __restrict__ head,
+                                                       const float* __restrict__ eps,
+                                                       const float* __restrict__ act, float da,
+                                                       float scale, float* __restrict__ dhead,
+                                                       unsigned i, unsigned b, unsigned j,
+                                                       unsigned dims) {
+    const float raw = head[b * 2 * dims + dims + j];
+    const float ls = fminf(fmaxf(raw, SAC_LOG_STD_MIN), SAC_LOG_STD_MAX);
+    const float a = act[i];
+    const float one_minus = 1.0f - a * a;
+    const float g = 2.0f * a * one_minus / (one_minus + SAC_TANH_EPS);
+    const float du = fmaf(scale, g, da * one_minus);
+    const bool inside = raw >= SAC_LOG_STD_MIN && raw <= SAC_LOG_STD_MAX;
+    dhead[b * 2 * dims + j] = du;
+    dhead[b * 2 * dims + dims + j] = inside ? fmaf(du * expf(ls), eps[i], -scale) : 0.0f;
 }
 
 // The actor loss's gradient with respect to the actor's head [B, 2A] (MODEL.md, "Actor"):
@@ -235,15 +245,7 @@ extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
     const unsigned b = i / dims;
     const unsigned j = i - b * dims;
     const float scale = expf(log_alpha[0]) / (float)rows;
-    const float raw = head[b * 2 * dims + dims + j];
-    const float ls = fminf(fmaxf(raw, SAC_LOG_STD_MIN), SAC_LOG_STD_MAX);
-    const float a = act[i];
-    const float one_minus = 1.0f - a * a;
-    const float g = 2.0f * a * one_minus / (one_minus + SAC_TANH_EPS);
-    const float du = fmaf(scale, g, da[i] * one_minus);
-    const bool inside = raw >= SAC_LOG_STD_MIN && raw <= SAC_LOG_STD_MAX;
-    dhead[b * 2 * dims + j] = du;
-    dhead[b * 2 * dims + dims + j] = inside ? fmaf(du * expf(ls), eps[i], -scale) : 0.0f;
+    tanh_gauss_backward_at(head, eps, act, da[i], scale, dhead, i, b, j, dims);
 }
 
 // The temperature's loss -log_alpha mean(logp + target_entropy) into loss[0] and its
@@ -510,5 +512,78 @@ extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
     const float s = block_sum(acc);
     if (threadIdx.x == 0) {
         loss[0] = s * inv;
+    }
+}
+
+// The running minimum over the critics with the actor's gradient through the smallest,
+// one critic at a time: critic `index` (0 first) with outputs q [rows] and its gradient
+// at the action da [rows, dims] (of -q / rows) into qmin [rows] and da_min [rows, dims],
+// where it is smaller than the critics before it (the lower index on a tie, as
+// critic_min). Index 0 copies. One thread per row.
+extern "C" __global__ void critic_min_select(const float* __restrict__ q,
+                                             const float* __restrict__ da,
+                                             float* __restrict__ qmin,
+                                             float* __restrict__ da_min, unsigned index,
+                                             unsigned rows, unsigned dims) {
+    const unsigned b = global_index();
+    if (b >= rows) {
+        return;
+    }
+    if (index == 0 || q[b] < qmin[b]) {
+        qmin[b] = q[b];
+        for (unsigned j = 0; j < dims; ++j) {
+            da_min[(size_t)b * dims + j] = da[(size_t)b * dims + j];
+        }
+    }
+}
+
+// tanh_gauss_backward with da taken, row by row, from the smallest of up to
+// SAC_MIN_CRITICS critics at the actor's sample (critics_min: q0..q{count-1} [rows], the
+// lower index on a tie): da{k} [rows, dims] is the gradient at the action of critic k's
+// -q / rows, computed for every row, so that no critic's pass waits for the minimum. The
+// same bits as critic_min_select over the critics followed by tanh_gauss_backward. One
+// thread per (b, j), j < dims.
+extern "C" __global__ void tanh_gauss_backward_min(
+    const float* __restrict__ head, const float* __restrict__ eps,
+    const float* __restrict__ act, const float* __restrict__ q0, const float* __restrict__ q1,
+    const float* __restrict__ q2, const float* __restrict__ q3, unsigned count,
+    const float* __restrict__ da0, const float* __restrict__ da1,
+    const float* __restrict__ da2, const float* __restrict__ da3,
+    const float* __restrict__ log_alpha, float* __restrict__ dhead, unsigned rows,
+    unsigned dims) {
+    const unsigned i = global_index();
+    if (i >= rows * dims) {
+        return;
+    }
+    const unsigned b = i / dims;
+    const unsigned j = i - b * dims;
+    unsigned k;
+    critics_min(q0, q1, q2, q3, count, b, &k);
+    // A chain of selects, not an array indexed at run time (which lives on the stack).
+    const float* da = k == 0 ? da0 : k == 1 ? da1 : k == 2 ? da2 : da3;
+    const float scale = expf(log_alpha[0]) / (float)rows;
+    tanh_gauss_backward_at(head, eps, act, da[i], scale, dhead, i, b, j, dims);
+}
+
+// out [cols, rows] = in [rows, cols] transposed, by 32 x 32 tiles through shared memory
+// (a column of padding, so that neither the reads nor the writes of a tile conflict).
+// Blocks of 32 x 8 threads, a tile each: grid (ceil(cols / 32), ceil(rows / 32)).
+extern "C" __global__ void __launch_bounds__(256)
+    transpose(const float* __restrict__ in, float* __restrict__ out, unsigned rows,
+              unsigned cols) {
+    __shared__ float tile[32][33];
+    const unsigned c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (unsigned i = threadIdx.y; i < 32; i += 8) {
+        const unsigned r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) {
+            tile[i][threadIdx.x] = in[(size_t)r * cols + c];
+        }
+    }
+    __syncthreads();
+    for (unsigned i = threadIdx.y; i < 32; i += 8) {
+        const unsigned c = c0 + i, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) {
+            out[(size_t)c * rows + r] = tile[threadIdx.x][i];
+        }
     }
 }

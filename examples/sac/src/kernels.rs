@@ -459,6 +459,33 @@ impl Kernels {
         }
     }
 
+    /// `out [cols, rows] = inᵀ`, `input [rows, cols]` row-major: a layer's weights laid
+    /// out for the input gradient's matmul in the layout of its forward one (TF32 tensor
+    /// cores read both operands along the inner dimension; PERF.md).
+    pub fn transpose(
+        &self,
+        stream: &CaptureStream<'_>,
+        input: &Buf,
+        out: &mut Buf,
+        rows: usize,
+        cols: usize,
+    ) -> Result<()> {
+        let n = product("transpose", &[rows, cols])?;
+        let r = positive("transpose: rows", rows)?;
+        let c = positive("transpose: cols", cols)?;
+        check_len("transpose: in ([rows, cols])", input.len(), n)?;
+        check_len("transpose: out ([cols, rows])", out.len(), n)?;
+        len_u32("transpose: in", n)?;
+        let config = LaunchConfig {
+            grid_dim: (c.div_ceil(32), r.div_ceil(32), 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: block (x, y) reads in[r, c] and writes out[c, r] for r < rows, c < cols
+        // only; both hold rows cols elements (checked).
+        unsafe { self.raw.transpose(stream, config, input, out, r, c) }
+    }
+
     /// The running minimum over the critics: critic `index`'s outputs `q [n]` into `qmin`
     /// and its index into `argmin` where it is smaller (the lower index on a tie);
     /// `index == 0` copies. Called once per critic, in index order.
@@ -659,29 +686,6 @@ impl Kernels {
         }
     }
 
-    /// The actor loss's gradient with respect to critic `index`'s output: `dq = −1/n`
-    /// where `argmin` names it, else 0.
-    pub fn argmin_grad(
-        &self,
-        stream: &CaptureStream<'_>,
-        argmin: &DeviceBuffer<u32>,
-        dq: &mut Buf,
-        index: usize,
-    ) -> Result<()> {
-        let n = positive("argmin_grad: argmin", argmin.len())?;
-        check_len(
-            "argmin_grad: dq (the length of argmin)",
-            dq.len(),
-            argmin.len(),
-        )?;
-        let index = len_u32("argmin_grad: index", index)?;
-        // SAFETY: threads with i >= n return; argmin and dq hold n elements (checked).
-        unsafe {
-            self.raw
-                .argmin_grad(stream, elementwise_config(n), argmin, dq, index, n)
-        }
-    }
-
     /// The actor loss's gradient with respect to the actor's head, `dhead [rows, 2 dims]`,
     /// from `da [rows, dims]` (the loss's gradient with respect to the action through the
     /// critics, summed), the sample's `head`, `eps` and `act`, and
@@ -734,6 +738,123 @@ impl Kernels {
                 log_alpha,
                 dhead,
                 r,
+                d,
+            )
+        }
+    }
+
+    /// [`Kernels::tanh_gauss_backward`] with `da` taken, row by row, from the critic
+    /// smallest at the actor's sample: `qs` the critics' outputs (1 to [`MIN_CRITICS`], in
+    /// index order, each `[rows]`), `das` their gradients at the action (of `−q / rows`,
+    /// each `[rows, dims]`, every row computed), the lower index on a tie. The same bits
+    /// as [`Kernels::critic_min_select`] over the critics, then
+    /// [`Kernels::tanh_gauss_backward`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn tanh_gauss_backward_min(
+        &self,
+        stream: &CaptureStream<'_>,
+        head: &Buf,
+        eps: &Buf,
+        act: &Buf,
+        qs: &[&Buf],
+        das: &[&Buf],
+        log_alpha: &Buf,
+        dhead: &mut Buf,
+        rows: usize,
+        dims: usize,
+    ) -> Result<()> {
+        let what = "tanh_gauss_backward_min";
+        let r = positive("tanh_gauss_backward_min: rows", rows)?;
+        let d = positive("tanh_gauss_backward_min: dims", dims)?;
+        let rd = product(what, &[rows, dims])?;
+        let heads = product(what, &[rows, 2, dims])?;
+        let ([q0, q1, q2, q3], count) = critic_outputs(what, qs, rows)?;
+        if das.len() != qs.len() {
+            return Err(stepgraph::Error::Invalid(format!(
+                "tanh_gauss_backward_min: expected a gradient per critic's output ({}), found {}",
+                qs.len(),
+                das.len()
+            )));
+        }
+        let ([da0, da1, da2, da3], _) = critic_outputs(what, das, rd)?;
+        for (name, len, want) in [
+            ("head ([rows, 2 dims])", head.len(), heads),
+            ("dhead ([rows, 2 dims])", dhead.len(), heads),
+            ("eps ([rows, dims])", eps.len(), rd),
+            ("act ([rows, dims])", act.len(), rd),
+            ("log_alpha ([1])", log_alpha.len(), 1),
+        ] {
+            check_len(&format!("{what}: {name}"), len, want)?;
+        }
+        len_u32("tanh_gauss_backward_min: head", heads)?;
+        let n = len_u32("tanh_gauss_backward_min: act", rd)?;
+        // SAFETY: threads with i >= rows dims return; thread (b, j) reads element b of the
+        // first `count` critics' outputs and element (b, j) of their gradients (the other
+        // slots repeat the first and are not read), row b of head, eps and act at columns
+        // < their widths, and writes row b of dhead, all of the lengths checked above.
+        unsafe {
+            self.raw.tanh_gauss_backward_min(
+                stream,
+                elementwise_config(n),
+                head,
+                eps,
+                act,
+                q0,
+                q1,
+                q2,
+                q3,
+                count,
+                da0,
+                da1,
+                da2,
+                da3,
+                log_alpha,
+                dhead,
+                r,
+                d,
+            )
+        }
+    }
+
+    /// The running minimum over the critics carrying the actor's gradient through the
+    /// smallest, a critic at a time (0 first), for more critics than
+    /// [`Kernels::tanh_gauss_backward_min`] takes: critic `index`'s outputs `q [rows]` and
+    /// its gradient at the action `da [rows, dims]` into `qmin` and `da_min` where it is
+    /// smaller than every critic before it (the lower index on a tie); index 0 copies.
+    #[allow(clippy::too_many_arguments)]
+    pub fn critic_min_select(
+        &self,
+        stream: &CaptureStream<'_>,
+        q: &Buf,
+        da: &Buf,
+        qmin: &mut Buf,
+        da_min: &mut Buf,
+        index: usize,
+        dims: usize,
+    ) -> Result<()> {
+        let rows = positive("critic_min_select: q", q.len())?;
+        let d = positive("critic_min_select: dims", dims)?;
+        let rd = product("critic_min_select", &[q.len(), dims])?;
+        check_len(
+            "critic_min_select: qmin (the length of q)",
+            qmin.len(),
+            q.len(),
+        )?;
+        check_len("critic_min_select: da ([rows, dims])", da.len(), rd)?;
+        check_len("critic_min_select: da_min ([rows, dims])", da_min.len(), rd)?;
+        let index = len_u32("critic_min_select: index", index)?;
+        // SAFETY: threads with b >= rows return; thread b reads q[b] and row b of da and
+        // writes qmin[b] and row b of da_min, all of the lengths checked above.
+        unsafe {
+            self.raw.critic_min_select(
+                stream,
+                elementwise_config(rows),
+                q,
+                da,
+                qmin,
+                da_min,
+                index,
+                rows,
                 d,
             )
         }

@@ -356,8 +356,39 @@ pub fn relu_input_grad(
     k.relu_backward(stream, h, dz)
 }
 
+/// The gradient through the ReLU of a hidden layer's output `h [rows, units]` that feeds
+/// a hidden layer of weights `w [out, units]`, given `wt = wᵀ [units, out]`, from that
+/// layer's output gradient `dy [rows, out]`: `dz = (dy w) ⊙ (h > 0)`, the matmul as
+/// `dy wtᵀ`, the layout of the forward one, where TF32 tensor cores read both operands
+/// along the inner dimension: cuBLASLt's Hopper kernels take it (`dy w` with `w` as it is
+/// runs Ampere's, about 1.45 times as long at these sizes; PERF.md).
+#[allow(clippy::too_many_arguments)]
+pub fn relu_hidden_grad(
+    blas: &Blas<'_>,
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    d: MlpDims,
+    dy: &Buf,
+    wt: &Buf,
+    h: &Buf,
+    dz: &mut Buf,
+) -> Result<()> {
+    input_grad_t(blas, d, dy, wt, dz)?;
+    k.relu_backward(stream, h, dz)
+}
+
+/// `dx = dy w` as `dy wtᵀ`, `wt = wᵀ [units, out]` (see [`relu_hidden_grad`]); `dx [rows,
+/// units]`.
+fn input_grad_t(blas: &Blas<'_>, d: MlpDims, dy: &Buf, wt: &Buf, dx: &mut Buf) -> Result<()> {
+    let out = dy.len() / d.rows.max(1);
+    let units = wt.len() / out.max(1);
+    let spec = linear_spec(d.rows, out, units, Epilogue::Default).with_sm_target(d.sms);
+    blas.matmul(&spec, dy, wt, dx, MatmulArgs::new())
+}
+
 /// The backward pass of an MLP from the gradient `dout [rows, out]` of its output, given
-/// its input `x` and the forward pass `act`: into `grads` (the parameters' gradients,
+/// its input `x`, the forward pass `act` and `w2t`, its second layer's weights transposed
+/// ([`relu_hidden_grad`]): into `grads` (the parameters' gradients,
 /// biases as column sums) when given, and, given `(dx, first)`, the input's gradient at
 /// its columns `first..in` into `dx [rows, in − first]` (only the columns a caller needs
 /// are computed: a critic's action columns for the actor); `back` holds the hidden
@@ -369,6 +400,7 @@ pub fn mlp_backward(
     k: &Kernels,
     d: MlpDims,
     net: &Mlp,
+    w2t: &Buf,
     x: &Buf,
     act: &MlpAct,
     dout: &Buf,
@@ -380,11 +412,11 @@ pub fn mlp_backward(
         linear_grads(blas, stream, k, d, dout, &act.h2, &mut g.l3, &mut back.sums)?;
     }
     relu_input_grad(blas, stream, k, d, dout, &net.l3.w, &act.h2, &mut back.dz2)?;
-    hidden_backward(blas, stream, k, d, net, x, act, back, grads, dx)
+    hidden_backward(blas, stream, k, d, net, w2t, x, act, back, grads, dx)
 }
 
 /// [`mlp_backward`] from `back.dz2`, the gradient at the last hidden layer's
-/// pre-activation, on: the hidden layers' gradients into `grads` and, given `(dx, first)`,
+/// pre-activation, on (`w2t` the second layer's weights transposed): the hidden layers' gradients into `grads` and, given `(dx, first)`,
 /// the input's gradient at its columns `first..in`. Without `grads`, a narrow `dx` takes
 /// ReLU's backward and its matmul in one pass (`relu_narrow_product`).
 #[allow(clippy::too_many_arguments)]
@@ -394,6 +426,7 @@ pub fn hidden_backward(
     k: &Kernels,
     d: MlpDims,
     net: &Mlp,
+    w2t: &Buf,
     x: &Buf,
     act: &MlpAct,
     back: &mut MlpBack,
@@ -428,11 +461,10 @@ pub fn hidden_backward(
         && relu_narrow_product_takes(h, *cols)
     {
         // dz1 before the ReLU's mask: relu_narrow_product applies it as it reads.
-        let spec = input_grad_spec(rows, h, h).with_sm_target(d.sms);
-        blas.matmul(&spec, &*dz2, &net.l2.w, dz1, MatmulArgs::new())?;
+        input_grad_t(blas, d, dz2, w2t, dz1)?;
         return k.relu_narrow_product(stream, dz1, &act.h1, &net.l1.w, inp, *first, dx);
     }
-    relu_input_grad(blas, stream, k, d, dz2, &net.l2.w, &act.h1, dz1)?;
+    relu_hidden_grad(blas, stream, k, d, dz2, w2t, &act.h1, dz1)?;
     if let Some(g) = grads {
         linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums)?;
     }

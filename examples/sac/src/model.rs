@@ -13,7 +13,7 @@ use stepgraph_kernels::{
 use crate::kernels::{Buf, Kernels, MIN_CRITICS};
 use crate::layers::{
     Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, hidden_backward, hidden_forward, linear_grads,
-    mlp_backward, mlp_forward, relu_input_grad,
+    mlp_backward, mlp_forward, relu_hidden_grad, relu_input_grad,
 };
 
 /// Transitions, row-major, `n` of them: both the replay buffer (`R` rows on the device,
@@ -103,15 +103,15 @@ pub struct CriticPass {
 }
 
 /// A critic's pass for the actor's gradient: forward at the actor's sample, then the
-/// backward to its input.
+/// backward to its input of `−q / B`, the actor loss's gradient where this critic is the
+/// smallest, at every row: the actor's backward takes each row from the smallest critic,
+/// so that no critic's pass waits for the minimum over all of them.
 #[derive(Debug, StepBuffer)]
 pub struct ActorCriticPass {
     pub act: MlpAct,
-    /// `∂L_π/∂q [B]`: this critic's share of the actor loss's gradient.
-    pub dq: Buf,
     pub back: MlpBack,
-    /// `[B, A]`: the critic's input gradient at the action's columns (the actor needs no
-    /// other).
+    /// `[B, A]`: `∂(−q/B)/∂â`, the critic's input gradient at the action's columns (the
+    /// actor needs no other).
     pub da: Buf,
 }
 
@@ -136,8 +136,11 @@ pub struct ActorLoss {
 /// the head.
 #[derive(Debug, StepBuffer)]
 pub struct ActorBack {
-    /// `∂L_π/∂â [B, A]`, summed over the critics.
+    /// `∂L_π/∂â [B, A]` through the smallest critic, for more critics than
+    /// [`MIN_CRITICS`] (fewer take it in the backward's launch).
     pub da: Buf,
+    /// `[B]`: the running minimum beside `da`, for more critics than [`MIN_CRITICS`].
+    pub qmin: Buf,
     /// `∂L_π/∂head [B, 2A]`.
     pub dhead: Buf,
 }
@@ -223,7 +226,7 @@ fn target_pass(
 }
 
 /// A critic's training pass: forward at `[s, a]`, the MSE against `y`, the backward into
-/// `grads`.
+/// `grads` (`w2t`: `net`'s second layer's weights transposed).
 #[allow(clippy::too_many_arguments)]
 fn train_critic(
     s: &CaptureStream<'_>,
@@ -232,6 +235,7 @@ fn train_critic(
     x: &Buf,
     y: &Buf,
     net: &Mlp,
+    w2t: &Buf,
     pass: &mut CriticPass,
     grads: &mut Mlp,
 ) -> Result<()> {
@@ -245,7 +249,20 @@ fn train_critic(
     if !d.fused_head() {
         mlp_forward(&blas, d, x, net, act)?;
         k.mse_loss(s, &act.out, y, dq, loss)?;
-        return mlp_backward(&blas, s, k, d, net, x, act, dq, back, Some(grads), None);
+        return mlp_backward(
+            &blas,
+            s,
+            k,
+            d,
+            net,
+            w2t,
+            x,
+            act,
+            dq,
+            back,
+            Some(grads),
+            None,
+        );
     }
     // The output layer, the loss and their backward in one pass over h2 (PERF.md).
     hidden_forward(&blas, d, x, net, act)?;
@@ -265,7 +282,7 @@ fn train_critic(
         gb,
         loss,
     )?;
-    hidden_backward(&blas, s, k, d, net, x, act, back, Some(grads), None)
+    hidden_backward(&blas, s, k, d, net, w2t, x, act, back, Some(grads), None)
 }
 
 /// The Polyak update `target ← τ θ + (1 − τ) target` over the whole network in one
@@ -281,6 +298,13 @@ fn polyak(
     let mut targets = target.tensors_mut();
     k.generic
         .axpby_table(s, table, &net.tensors(), &mut targets, tau, 1.0 - tau)
+}
+
+/// `w2t ← net.l2.wᵀ`: the second layer's weights in the layout of its input gradient's
+/// matmul ([`relu_hidden_grad`]).
+fn transpose_l2(s: &CaptureStream<'_>, k: &Kernels, net: &Mlp, w2t: &mut Buf) -> Result<()> {
+    let (out, inp) = (net.l2.b.len(), net.l2.w.len() / net.l2.b.len().max(1));
+    k.transpose(s, &net.l2.w, w2t, out, inp)
 }
 
 /// The noise's and the batch's substreams of the step's generator: different, so that
@@ -310,9 +334,9 @@ fn sample(
     k.concat_cols(s, obs, action, x, sizes.batch, sizes.obs, sizes.action)
 }
 
-/// A critic's pass for the actor: forward at the actor's sample; or, given the critics'
-/// `argmin` and this critic's index, its share of the actor loss's gradient and the
-/// backward of it to the input (no weight gradients).
+/// A critic's pass for the actor: forward at the actor's sample, then the backward of
+/// `dq` (`−1/B` at every row) to the action's columns of its input (no weight gradients;
+/// `w2t`: `net`'s second layer's weights transposed).
 #[allow(clippy::too_many_arguments)]
 fn actor_critic_pass(
     s: &CaptureStream<'_>,
@@ -320,20 +344,29 @@ fn actor_critic_pass(
     d: MlpDims,
     x: &Buf,
     net: &Mlp,
-    argmin: Option<(&DeviceBuffer<u32>, usize)>,
+    w2t: &Buf,
+    dq: &Buf,
     pass: &mut ActorCriticPass,
 ) -> Result<()> {
     let blas = s.blas();
-    let ActorCriticPass { act, dq, back, da } = pass;
-    match argmin {
-        None => mlp_forward(&blas, d, x, net, act),
-        Some((argmin, index)) => {
-            k.argmin_grad(s, argmin, dq, index)?;
-            // The action is the input's last `A` columns, after the observation's `S`.
-            let obs = d.inp - da.len() / d.rows;
-            mlp_backward(&blas, s, k, d, net, x, act, dq, back, None, Some((da, obs)))
-        }
-    }
+    let ActorCriticPass { act, back, da } = pass;
+    mlp_forward(&blas, d, x, net, act)?;
+    // The action is the input's last `A` columns, after the observation's `S`.
+    let obs = d.inp - da.len() / d.rows;
+    mlp_backward(
+        &blas,
+        s,
+        k,
+        d,
+        net,
+        w2t,
+        x,
+        act,
+        dq,
+        back,
+        None,
+        Some((da, obs)),
+    )
 }
 
 /// How many critics the step trains: one stream each (`critic[0]`, `critic[1]`, ...), the
@@ -370,10 +403,16 @@ pub mod sac {
         /// The critics `Qi`.
         #[per_branch]
         pub critic: [Mlp; CRITIC_WIDTH],
+        /// Each critic's second layer's weights transposed, for its input gradient's matmul
+        /// (`relu_hidden_grad`): before its Adam step, then after it.
+        #[per_branch]
+        pub critic_w2t: [Buf; CRITIC_WIDTH],
         /// The target critics `Qi'`.
         #[per_branch]
         pub critic_target: [Mlp; CRITIC_WIDTH],
         pub actor_net: Mlp,
+        /// The actor's second layer's weights transposed, for `actor_dz1`.
+        pub actor_w2t: Buf,
         /// `[1]`.
         pub log_alpha: Buf,
         /// The actor's sample at `s2`, with `ε'`.
@@ -396,6 +435,9 @@ pub mod sac {
         pub polyak_table: [PairTable; CRITIC_WIDTH],
         /// The actor's sample at `s`, with `ε`.
         pub pi: Policy,
+        /// `[B]`, `−1/B` at every row (set when built, read only): the gradient of the actor
+        /// loss's `−mean(q)` with respect to a critic's output, where it is the smallest.
+        pub policy_dq: Buf,
         /// Each critic's passes for the actor's gradient.
         #[per_branch]
         pub critic_actor: [ActorCriticPass; CRITIC_WIDTH],
@@ -488,6 +530,18 @@ pub mod sac {
         g.rng_normal(stream, rng, NOISE_CUR, &mut noise.cur)
     }
 
+    /// The actor's second layer's weights transposed for its backward at the end of the
+    /// step, on the actor's stream while it waits for the batch.
+    #[stream(actor)]
+    fn actor_transpose(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        actor_net: &Mlp,
+        actor_w2t: &mut Buf,
+    ) -> Result<()> {
+        transpose_l2(stream, k, actor_net, actor_w2t)
+    }
+
     /// The critics' training input `[s, a]`.
     fn critic_input(
         stream: &CaptureStream<'_>,
@@ -526,6 +580,18 @@ pub mod sac {
         next_pi: &mut Policy,
     ) -> Result<()> {
         sample(stream, k, sizes, &batch.s2, &noise.next, actor_net, next_pi)
+    }
+
+    /// Critic `d`'s second layer's weights transposed for its training pass, at the head of
+    /// its stream, which waits for the next action.
+    #[stream(critic[d])]
+    fn critic_transpose(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        critic: &Mlp,
+        critic_w2t: &mut Buf,
+    ) -> Result<()> {
+        transpose_l2(stream, k, critic, critic_w2t)
     }
 
     /// Target critic `d` at `[s2, a']`, on critic `d`'s stream.
@@ -604,6 +670,7 @@ pub mod sac {
         x_data: &Buf,
         y: &Buf,
         critic: &Mlp,
+        critic_w2t: &Buf,
         critic_pass: &mut CriticPass,
         critic_grad: &mut Mlp,
     ) -> Result<()> {
@@ -614,6 +681,7 @@ pub mod sac {
             x_data,
             y,
             critic,
+            critic_w2t,
             critic_pass,
             critic_grad,
         )
@@ -680,7 +748,10 @@ pub mod sac {
             .grad_sq_norm(stream, table, &[&*grad], scratch, sq_norm)
     }
 
-    /// `Qd([s, â])` with critic `d` as its Adam step left it.
+    /// `Qd([s, â])` with critic `d` as its Adam step left it, and the gradient of `−Qd/B`
+    /// at the action through it, at every row: the actor's backward takes each row's from
+    /// the smallest critic, so this pass does not wait for the other critics. Its second
+    /// layer's weights are transposed again first, as updated.
     #[stream(critic[d])]
     #[allow(clippy::too_many_arguments)]
     fn critic_at_policy(
@@ -690,14 +761,26 @@ pub mod sac {
         critic_sms: SmTarget,
         pi: &Policy,
         critic: &Mlp,
+        policy_dq: &Buf,
+        critic_w2t: &mut Buf,
         critic_actor: &mut ActorCriticPass,
     ) -> Result<()> {
         let dims = sizes.critic().planned_for(critic_sms);
-        actor_critic_pass(stream, k, dims, &pi.x, critic, None, critic_actor)
+        transpose_l2(stream, k, critic, critic_w2t)?;
+        actor_critic_pass(
+            stream,
+            k,
+            dims,
+            &pi.x,
+            critic,
+            critic_w2t,
+            policy_dq,
+            critic_actor,
+        )
     }
 
-    /// `L_π = mean(α log π − minᵢ qᵢ)`, after every critic's pass at the sample.
-    #[stream(actor)]
+    /// `L_π = mean(α log π − minᵢ qᵢ)`, after every critic's pass at the sample: on
+    /// `main`, off the chain to the actor's update, which takes its minimum itself.
     #[join(critic)]
     fn policy_loss(
         stream: &CaptureStream<'_>,
@@ -726,34 +809,8 @@ pub mod sac {
         k.actor_loss(stream, &min.q, &pi.logp, log_alpha, loss)
     }
 
-    /// `∂L_π/∂[s, â]` through critic `d` where it is the minimum (its weights get no
-    /// gradient).
-    #[stream(critic[d])]
-    #[allow(clippy::too_many_arguments)]
-    fn critic_input_grad(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        d: usize,
-        sizes: Sizes,
-        critic_sms: SmTarget,
-        pi: &Policy,
-        critic: &Mlp,
-        actor_loss: &ActorLoss,
-        critic_actor: &mut ActorCriticPass,
-    ) -> Result<()> {
-        actor_critic_pass(
-            stream,
-            k,
-            sizes.critic().planned_for(critic_sms),
-            &pi.x,
-            critic,
-            Some((&actor_loss.min.argmin, d)),
-            critic_actor,
-        )
-    }
-
-    /// The actor loss's gradient at the actor's head: the critics' input gradients summed,
-    /// through the tanh-Gaussian sample.
+    /// The actor loss's gradient at the actor's head: each row's gradient at the action
+    /// from the critic smallest there, through the tanh-Gaussian sample.
     #[stream(actor)]
     #[join(critic)]
     #[allow(clippy::too_many_arguments)]
@@ -767,15 +824,27 @@ pub mod sac {
         log_alpha: &Buf,
         actor_back: &mut ActorBack,
     ) -> Result<()> {
-        let ActorBack { da, dhead } = actor_back;
-        // da = ((da_0 + da_1) + ...) + da_{N-1}, in f32 in critic order (axpby with a = b =
-        // 1 is one rounded add).
-        let (first, rest) = critic_actor.split_first().ok_or_else(|| {
-            stepgraph::Error::Invalid("the actor's gradient needs at least one critic".into())
-        })?;
-        stream.copy(&first.da, da)?;
-        for pass in rest {
-            k.generic.axpby(stream, &pass.da, da, 1.0, 1.0)?;
+        let ActorBack { da, qmin, dhead } = actor_back;
+        let (rows, dims) = (sizes.batch, sizes.action);
+        let qs: Vec<&Buf> = critic_actor.iter().map(|p| &p.act.out).collect();
+        let das: Vec<&Buf> = critic_actor.iter().map(|p| &p.da).collect();
+        if qs.len() <= MIN_CRITICS {
+            // The minimum and the backward in one launch.
+            return k.tanh_gauss_backward_min(
+                stream,
+                &pi.act.out,
+                &noise.cur,
+                &pi.action,
+                &qs,
+                &das,
+                log_alpha,
+                dhead,
+                rows,
+                dims,
+            );
+        }
+        for (i, (q, d)) in qs.into_iter().zip(das).enumerate() {
+            k.critic_min_select(stream, q, d, qmin, da, i, dims)?;
         }
         k.tanh_gauss_backward(
             stream,
@@ -785,8 +854,8 @@ pub mod sac {
             da,
             log_alpha,
             dhead,
-            sizes.batch,
-            sizes.action,
+            rows,
+            dims,
         )
     }
 
@@ -814,18 +883,18 @@ pub mod sac {
         k: &Kernels,
         sizes: Sizes,
         pi: &Policy,
-        actor_net: &Mlp,
+        actor_w2t: &Buf,
         actor_dz2: &Buf,
         actor_dz1: &mut Buf,
     ) -> Result<()> {
-        let (blas, h1, w2) = (stream.blas(), &pi.act.h1, &actor_net.l2.w);
-        relu_input_grad(
+        let (blas, h1) = (stream.blas(), &pi.act.h1);
+        relu_hidden_grad(
             &blas,
             stream,
             k,
             sizes.actor(),
             actor_dz2,
-            w2,
+            actor_w2t,
             h1,
             actor_dz1,
         )
@@ -1016,7 +1085,6 @@ fn critic_pass_bufs(device: &Device, s: &Sizes, name: &str) -> Result<CriticPass
 fn actor_critic_pass_bufs(device: &Device, s: &Sizes, name: &str) -> Result<ActorCriticPass> {
     Ok(ActorCriticPass {
         act: MlpAct::zeros(device, s.critic(), name)?,
-        dq: device.alloc_zeros(&format!("{name}.dq"), s.batch)?,
         back: MlpBack::zeros(device, s.critic(), name)?,
         da: device.alloc_zeros(&format!("{name}.da"), s.batch * s.action)?,
     })
@@ -1131,7 +1199,9 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         x_data: z("x_data", b * c)?,
         critic_target,
         polyak_table,
+        critic_w2t: per_critic(|_, name| z(&name, s.hidden * s.hidden), ".w2t")?,
         critic,
+        actor_w2t: z("actor.w2t", s.hidden * s.hidden)?,
         actor_net,
         log_alpha,
         next_pi: policy(device, s, "next_pi")?,
@@ -1149,6 +1219,7 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         critic_grad,
         critic_optim,
         pi: policy(device, s, "pi")?,
+        policy_dq: device.upload_new("policy dq", &vec![-1.0 / b as f32; b])?,
         critic_actor: per_critic(|_, name| actor_critic_pass_bufs(device, s, &name), "_actor")?,
         actor_loss: ActorLoss {
             min: critic_min(device, s, "actor.min")?,
@@ -1156,6 +1227,7 @@ pub fn allocate(device: &Device, s: &Sizes, replay: usize, seed: u64) -> Result<
         },
         actor_back: ActorBack {
             da: z("actor.da", b * s.action)?,
+            qmin: z("actor.qmin", b)?,
             dhead: z("actor.dhead", b * 2 * s.action)?,
         },
         actor_dz2,
@@ -1195,7 +1267,7 @@ mod tests {
 
     #[test]
     fn the_plan_audits_clean() {
-        assert_eq!(sac::PLAN.ops.len(), 18 + 6 * CRITICS);
+        assert_eq!(sac::PLAN.ops.len(), 19 + 6 * CRITICS);
         let audit = sac::PLAN.audit().unwrap();
         assert!(audit.conflicts_ordered > 0, "{audit:?}");
         assert!(audit.independent_pairs > 0, "{audit:?}");
@@ -1216,7 +1288,7 @@ mod tests {
     fn the_actor_sees_every_updated_critic() {
         for i in 0..CRITICS {
             let adam = critic_op("critic_adam", i);
-            for pass in ["critic_at_policy", "critic_input_grad", "critic_polyak"] {
+            for pass in ["critic_at_policy", "critic_polyak"] {
                 assert!(
                     before(adam, critic_op(pass, i)),
                     "critic {i}: adam before {pass}"
@@ -1228,10 +1300,13 @@ mod tests {
                     "critic {i}'s Adam step is not ordered before {actor_op}"
                 );
             }
-            // No critic's pass for the actor waits for another critic's update.
+            // No critic's pass for the actor waits for another critic's update, nor for
+            // the actor loss's minimum (the backward takes each row's from the smallest).
             for j in (0..CRITICS).filter(|&j| j != i) {
                 assert!(!before(adam, critic_op("critic_at_policy", j)), "{i} {j}");
             }
+            assert!(!before(op("policy_loss"), critic_op("critic_at_policy", i)));
+            assert!(!before(op("policy_loss"), op("actor_backward")));
             // The Polyak update writes the target after the soft target's pass read it.
             let target = critic_op("critic_target_pass", i);
             assert!(before(target, critic_op("critic_polyak", i)));
@@ -1347,7 +1422,6 @@ mod tests {
             "critic_loss",
             "critic_adam",
             "critic_at_policy",
-            "critic_input_grad",
             "critic_polyak",
         ] {
             for i in 0..CRITICS {
@@ -1359,5 +1433,6 @@ mod tests {
             }
         }
         assert_eq!(stream_of(op("actor_backward")), "actor");
+        assert_eq!(stream_of(op("policy_loss")), "main");
     }
 }

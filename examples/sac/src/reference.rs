@@ -214,12 +214,14 @@ pub fn actor_loss_reference(qmin: &[f32], logp: &[f32], log_alpha: f32) -> f32 {
     (sum / qmin.len() as f64) as f32
 }
 
-/// Critic `index`'s share of the actor loss's gradient: `−1/n` where it is the minimum.
-pub fn argmin_grad_reference(argmin: &[u32], index: u32) -> Vec<f32> {
-    let inv = -1.0 / argmin.len() as f32;
+/// The actor loss's gradient at the action, row by row from the critic smallest there
+/// (`argmin`, [`critic_min_reference`]'s): `das[k]` `[rows, dims]` is critic `k`'s at every
+/// row.
+pub fn min_select_reference(argmin: &[u32], das: &[&[f32]], dims: usize) -> Vec<f32> {
     argmin
         .iter()
-        .map(|&m| if m == index { inv } else { 0.0 })
+        .enumerate()
+        .flat_map(|(b, &k)| das[k as usize][b * dims..(b + 1) * dims].iter().copied())
         .collect()
 }
 
@@ -370,9 +372,13 @@ mod tests {
             (three.clone(), argmin3.clone()),
             (vec![1.0, 1.0, 0.5, 5.0], vec![0, 1, 2, 0])
         );
-        let t = -0.25;
-        assert_eq!(argmin_grad_reference(&argmin3, 0), [t, 0.0, 0.0, t]);
-        assert_eq!(argmin_grad_reference(&argmin3, 2), [0.0, 0.0, t, 0.0]);
+        // Each row's gradient from its smallest critic: two columns, critic k's are k.k.
+        let das: Vec<Vec<f32>> = (0..3).map(|k| vec![k as f32 + 0.5; 8]).collect();
+        let das: Vec<&[f32]> = das.iter().map(|d| d.as_slice()).collect();
+        assert_eq!(
+            min_select_reference(&argmin3, &das, 2),
+            [0.5, 0.5, 1.5, 1.5, 2.5, 2.5, 0.5, 0.5]
+        );
         let loss = actor_loss_reference(&three, &[0.5; 4], 0.0);
         assert!((loss - (0.5 - 7.5 / 4.0)).abs() < 1e-6, "{loss}");
     }

@@ -81,6 +81,7 @@ fn gpu_concat_and_the_relu_backwards_are_exact() {
             (16, 256),
             (12, 256),
             (NARROW_OUTPUTS, 256),
+            (12, 200),
             (16, 201),
             (1, 201),
         ] {
@@ -109,6 +110,27 @@ fn gpu_concat_and_the_relu_backwards_are_exact() {
 
 /// The narrow matmul refuses a width it does not take and lengths that do not fit, naming
 /// what it expected, before anything runs.
+/// The transpose moves every element, at square, ragged and one-row shapes.
+#[test]
+fn gpu_transpose_is_exact() {
+    let (device, k) = gpu();
+    for (rows, cols) in [(256, 256), (200, 200), (33, 65), (1, 7)] {
+        let mut rng = Rng::new(3 + (rows * cols) as u64);
+        let x = rng.vec_nonzero(rows * cols, -1.0, 1.0);
+        let xb = device.upload_new("in", &x).unwrap();
+        let mut out = nan_buffer(&device, "out", rows * cols).unwrap();
+        run_one_op(&device, |s| k.transpose(s, &xb, &mut out, rows, cols));
+        let want: Vec<f32> = (0..cols)
+            .flat_map(|c| x.iter().skip(c).step_by(cols).copied().collect::<Vec<_>>())
+            .collect();
+        assert_eq!(
+            bits(&[&device.download(&out).unwrap()]),
+            bits(&[&want]),
+            "{rows} x {cols}"
+        );
+    }
+}
+
 #[test]
 fn gpu_narrow_relu_grad_refuses_what_it_does_not_take() {
     let (device, k) = gpu();
@@ -455,6 +477,94 @@ fn gpu_tanh_gauss_backward_matches_its_reference() {
     }
 }
 
+/// The actor's backward through the smallest critic: the running selection
+/// (`critic_min_select` a critic at a time) takes each row's gradient from the critic
+/// the CPU's minimum names, ties to the lower index, for one to five critics; the fused
+/// `tanh_gauss_backward_min` gives the bits of the selection followed by
+/// `tanh_gauss_backward` for one to four and refuses five; and the result is the
+/// reference backward of the selected gradient.
+#[test]
+fn gpu_the_backward_through_the_smallest_critic_matches_the_selection() {
+    use stepgraph_sac::kernels::MIN_CRITICS;
+    let (device, k) = gpu();
+    let dims = 8;
+    for rows in ROWS {
+        let mut rng = Rng::new(71 + rows as u64);
+        let mut qs: Vec<Vec<f32>> = (0..=MIN_CRITICS)
+            .map(|_| rng.vec_nonzero(rows, -3.0, 3.0))
+            .collect();
+        // Ties every fifth row between critics 0 to 2 (the lower index wins).
+        for i in (0..rows).step_by(5) {
+            let tie = qs[0][i];
+            qs[1][i] = tie;
+            qs[2][i] = tie;
+        }
+        let das: Vec<Vec<f32>> = (0..=MIN_CRITICS)
+            .map(|_| rng.vec_nonzero(rows * dims, -2e-3, 2e-3))
+            .collect();
+        let head = random_head(&mut rng, rows, dims);
+        let eps = rng.vec_nonzero(rows * dims, -2.0, 2.0);
+        let act = rng.vec_nonzero(rows * dims, -0.95, 0.95);
+        let log_alpha = -0.4f32;
+        let up = |what: &str, v: &[f32]| device.upload_new(what, v).unwrap();
+        let qb: Vec<Buf> = qs.iter().map(|q| up("q", q)).collect();
+        let dab: Vec<Buf> = das.iter().map(|d| up("da", d)).collect();
+        let (hb, eb, ab) = (up("head", &head), up("eps", &eps), up("act", &act));
+        let la = up("log_alpha", &[log_alpha]);
+        for count in 1..=MIN_CRITICS + 1 {
+            let case = format!("{rows} rows, {count} critics");
+            let (q_in, da_in): (Vec<&Buf>, Vec<&Buf>) =
+                qb[..count].iter().zip(&dab[..count]).unzip();
+            let mut qmin = nan_buffer(&device, "qmin", rows).unwrap();
+            let mut da = nan_buffer(&device, "da", rows * dims).unwrap();
+            let mut dhead = nan_buffer(&device, "dhead", rows * 2 * dims).unwrap();
+            run_one_op(&device, |s| {
+                for (i, (q, d)) in q_in.iter().zip(&da_in).enumerate() {
+                    k.critic_min_select(s, q, d, &mut qmin, &mut da, i, dims)?;
+                }
+                k.tanh_gauss_backward(s, &hb, &eb, &ab, &da, &la, &mut dhead, rows, dims)
+            });
+            let q_refs: Vec<&[f32]> = qs[..count].iter().map(|q| q.as_slice()).collect();
+            let (want_min, want_argmin) = critic_min_reference(&q_refs);
+            let da_refs: Vec<&[f32]> = das[..count].iter().map(|d| d.as_slice()).collect();
+            let want_da = min_select_reference(&want_argmin, &da_refs, dims);
+            let got_da = device.download(&da).unwrap();
+            assert_eq!(bits(&[&got_da]), bits(&[&want_da]), "{case}: da");
+            assert_eq!(
+                bits(&[&device.download(&qmin).unwrap()]),
+                bits(&[&want_min]),
+                "{case}: qmin"
+            );
+            let running = device.download(&dhead).unwrap();
+            let want =
+                tanh_gauss_backward_reference(&head, &eps, &act, &want_da, log_alpha, rows, dims);
+            let floor = 1e-2 * stepgraph_testkit::rms(&want);
+            check_within(&case, "dhead", &running, &want, floor, 1e-4);
+
+            let mut fused = nan_buffer(&device, "dhead", rows * 2 * dims).unwrap();
+            let result = stepgraph::exec::run_once(&device, |s| {
+                k.tanh_gauss_backward_min(
+                    s, &hb, &eb, &ab, &q_in, &da_in, &la, &mut fused, rows, dims,
+                )
+            });
+            if count > MIN_CRITICS {
+                let err = result.unwrap_err().chain();
+                assert!(
+                    err.contains("expected 1 to 4 critics' outputs, found 5"),
+                    "{case}: {err}"
+                );
+                continue;
+            }
+            result.expect("the fused backward runs");
+            assert_eq!(
+                bits(&[&device.download(&fused).unwrap()]),
+                bits(&[&running]),
+                "{case}: fused against running"
+            );
+        }
+    }
+}
+
 /// The fused minimum with the soft target, and with the actor loss, give the bits of the
 /// running minimum (`critic_min` a critic at a time) followed by `soft_target` and
 /// `actor_loss`, for one to four critics, with ties; five critics are refused.
@@ -580,20 +690,13 @@ fn gpu_soft_target_actor_loss_and_alpha_grad_match_their_references() {
         let mut qmin = nan_buffer(&device, "qmin", rows).unwrap();
         let mut argmin = device.upload_new("argmin", &vec![u32::MAX; rows]).unwrap();
         let mut y = nan_buffer(&device, "y", rows).unwrap();
-        let mut dqs: Vec<_> = (0..3)
-            .map(|_| nan_buffer(&device, "dq", rows).unwrap())
-            .collect();
         let mut loss = nan_buffer(&device, "loss", 1).unwrap();
         run_one_op(&device, |s| {
             for (i, q) in qb.iter().enumerate() {
                 k.critic_min(s, q, &mut qmin, &mut argmin, i)?;
             }
             k.soft_target(s, &rb, &db, &qmin, &lb, &la, &mut y, 0.99)?;
-            k.actor_loss(s, &qmin, &lb, &la, &mut loss)?;
-            for (i, dq) in dqs.iter_mut().enumerate() {
-                k.argmin_grad(s, &argmin, dq, i)?;
-            }
-            Ok(())
+            k.actor_loss(s, &qmin, &lb, &la, &mut loss)
         });
         let q_refs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
         let (want_min, want_argmin) = critic_min_reference(&q_refs);
@@ -616,14 +719,6 @@ fn gpu_soft_target_actor_loss_and_alpha_grad_match_their_references() {
             1.0,
             1e-5,
         );
-        for (i, dq) in dqs.iter().enumerate() {
-            let want = argmin_grad_reference(&want_argmin, i as u32);
-            assert_eq!(
-                bits(&[&device.download(dq).unwrap()]),
-                bits(&[&want]),
-                "{case}: dq of critic {i}"
-            );
-        }
         let wl = actor_loss_reference(&want_min, &logp, log_alpha);
         check_within(
             &case,
