@@ -776,6 +776,13 @@ impl Kernels {
                 das.len()
             )));
         }
+        for (i, da) in das.iter().enumerate() {
+            check_len(
+                &format!("{what}: critic {i}'s gradient at the action ([rows, dims])"),
+                da.len(),
+                rd,
+            )?;
+        }
         let ([da0, da1, da2, da3], _) = critic_outputs(what, das, rd)?;
         for (name, len, want) in [
             ("head ([rows, 2 dims])", head.len(), heads),

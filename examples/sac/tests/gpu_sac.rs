@@ -561,6 +561,31 @@ fn gpu_the_backward_through_the_smallest_critic_matches_the_selection() {
                 bits(&[&running]),
                 "{case}: fused against running"
             );
+            if count == 2 {
+                // A gradient of another length is refused, by its name.
+                let short = up("da", &das[1][..dims]);
+                let err = stepgraph::exec::run_once(&device, |s| {
+                    k.tanh_gauss_backward_min(
+                        s,
+                        &hb,
+                        &eb,
+                        &ab,
+                        &q_in,
+                        &[da_in[0], &short],
+                        &la,
+                        &mut fused,
+                        rows,
+                        dims,
+                    )
+                });
+                if rows > 1 {
+                    let err = err.unwrap_err().chain();
+                    assert!(
+                        err.contains("critic 1's gradient at the action ([rows, dims])"),
+                        "{case}: {err}"
+                    );
+                }
+            }
         }
     }
 }
