@@ -92,18 +92,31 @@ pub const MIN_CRITICS: usize = 4;
 /// The critics' outputs as the fused minimum's four pointers: 1 to [`MIN_CRITICS`] of
 /// them, each `[n]`, the unused slots the first (never read).
 fn critic_outputs<'a>(what: &str, qs: &[&'a Buf], n: usize) -> Result<([&'a Buf; 4], u32)> {
-    let Some(&first) = qs.first().filter(|_| qs.len() <= MIN_CRITICS) else {
+    critic_slots(what, qs, n, "outputs ([n])")
+}
+
+/// One buffer per critic as a fused kernel's four pointers (1 to [`MIN_CRITICS`] of
+/// them, each `n` long, the unused slots the first, never read); `kind` names them in
+/// the error for one of another length.
+fn critic_slots<'a>(
+    what: &str,
+    bufs: &[&'a Buf],
+    n: usize,
+    kind: &str,
+) -> Result<([&'a Buf; 4], u32)> {
+    // (A caller of gradients checks their count against the outputs' first.)
+    let Some(&first) = bufs.first().filter(|_| bufs.len() <= MIN_CRITICS) else {
         return Err(stepgraph::Error::Invalid(format!(
             "{what}: expected 1 to {MIN_CRITICS} critics' outputs, found {}",
-            qs.len()
+            bufs.len()
         )));
     };
     let mut slots = [first; MIN_CRITICS];
-    for (i, q) in qs.iter().enumerate() {
-        check_len(&format!("{what}: critic {i}'s outputs ([n])"), q.len(), n)?;
-        slots[i] = q;
+    for (i, b) in bufs.iter().enumerate() {
+        check_len(&format!("{what}: critic {i}'s {kind}"), b.len(), n)?;
+        slots[i] = b;
     }
-    Ok((slots, qs.len() as u32))
+    Ok((slots, bufs.len() as u32))
 }
 
 /// `len / k`, where `len` must be a positive multiple of `k`.
@@ -776,14 +789,8 @@ impl Kernels {
                 das.len()
             )));
         }
-        for (i, da) in das.iter().enumerate() {
-            check_len(
-                &format!("{what}: critic {i}'s gradient at the action ([rows, dims])"),
-                da.len(),
-                rd,
-            )?;
-        }
-        let ([da0, da1, da2, da3], _) = critic_outputs(what, das, rd)?;
+        let gradient = "gradient at the action ([rows, dims])";
+        let ([da0, da1, da2, da3], _) = critic_slots(what, das, rd, gradient)?;
         for (name, len, want) in [
             ("head ([rows, 2 dims])", head.len(), heads),
             ("dhead ([rows, 2 dims])", dhead.len(), heads),

@@ -301,7 +301,10 @@ fn polyak(
 }
 
 /// `w2t ← net.l2.wᵀ`: the second layer's weights in the layout of its input gradient's
-/// matmul ([`relu_hidden_grad`]).
+/// matmul ([`relu_hidden_grad`]). Derived in the graph at every replay, from the weights
+/// as they are then, not kept beside them: the host uploads the parameters after the
+/// buffers are allocated and may upload them again between replays, and a stale copy
+/// would train on weights the step no longer has.
 fn transpose_l2(s: &CaptureStream<'_>, k: &Kernels, net: &Mlp, w2t: &mut Buf) -> Result<()> {
     let (out, inp) = (net.l2.b.len(), net.l2.w.len() / net.l2.b.len().max(1));
     k.transpose(s, &net.l2.w, w2t, out, inp)
@@ -1110,7 +1113,8 @@ fn per_critic<T>(
         .map_err(|_| stepgraph::Error::Invalid(format!("expected {CRITICS} critics")))
 }
 
-/// Allocates every buffer of the step for `sizes`, zeroed, with a replay buffer of
+/// Allocates every buffer of the step for `sizes`, zeroed but for the constant
+/// `policy_dq` (`−1/B`), with a replay buffer of
 /// `replay` rows and the generator of `seed`: the caller uploads the parameters (the
 /// targets the critics' copies), `log α` and the replay buffer
 /// ([`crate::host::initial_buffers`] does).
