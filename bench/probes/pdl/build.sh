@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the programmatic-dependent-launch probe with the project's nvcc (CUDA 13.0) for
+# sm_90, the CUDA runtime linked statically, so that the binary runs on the GPU host
+# with only its driver. Run it there with no arguments: it prints each variant's median
+# graph launch over 300 launches and checks every result against the host.
+#
+#   ./build.sh                      -> ./pdl
+#   NVCC=/path/to/nvcc ./build.sh   to use another nvcc
+set -euo pipefail
+cd "$(dirname "$0")"
+NVCC=${NVCC:-$(git rev-parse --show-toplevel 2>/dev/null)/target/nvcc/nvidia/cu13/bin/nvcc}
+if [ ! -x "$NVCC" ] && command -v nvcc >/dev/null 2>&1; then NVCC=$(command -v nvcc); fi
+[ -x "$NVCC" ] || { echo "nvcc not found at $NVCC (cargo xtask install-nvcc installs it)" >&2; exit 1; }
+"$NVCC" -gencode=arch=compute_90,code=sm_90 -O3 -std=c++17 -o pdl pdl.cu
+echo "built $(pwd)/pdl"
