@@ -14,10 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(git rev-parse --show-toplevel)
-NVCC=${NVCC:-$ROOT/target/nvcc/nvidia/cu13/bin/nvcc}
-if [ ! -x "$NVCC" ] && command -v nvcc >/dev/null 2>&1; then NVCC=$(command -v nvcc); fi
-[ -x "$NVCC" ] || { echo "nvcc not found at $NVCC (cargo build fetches the project's)" >&2; exit 1; }
-CUDA_ROOT=$(cd "$(dirname "$NVCC")/.." && pwd)
+. ../nvcc.sh
 LIBDIR=""
 for d in "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$CUDA_ROOT/targets/x86_64-linux/lib"; do
     if [ -f "$d/libcudart_static.a" ]; then LIBDIR=$d; break; fi

@@ -8,8 +8,6 @@
 #   NVCC=/path/to/nvcc ./build.sh   to use another nvcc
 set -euo pipefail
 cd "$(dirname "$0")"
-NVCC=${NVCC:-$(git rev-parse --show-toplevel 2>/dev/null)/target/nvcc/nvidia/cu13/bin/nvcc}
-if [ ! -x "$NVCC" ] && command -v nvcc >/dev/null 2>&1; then NVCC=$(command -v nvcc); fi
-[ -x "$NVCC" ] || { echo "nvcc not found at $NVCC (cargo xtask install-nvcc installs it)" >&2; exit 1; }
+. ../nvcc.sh
 "$NVCC" -gencode=arch=compute_90,code=sm_90 -O3 -std=c++17 -o pdl pdl.cu
 echo "built $(pwd)/pdl"

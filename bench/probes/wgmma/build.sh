@@ -8,11 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# nvcc: $NVCC, else the project's pip-wheel CUDA 13.0, else the one on PATH (the GPU host's).
-NVCC=${NVCC:-$(git rev-parse --show-toplevel 2>/dev/null)/target/nvcc/nvidia/cu13/bin/nvcc}
-if [ ! -x "$NVCC" ] && command -v nvcc >/dev/null 2>&1; then NVCC=$(command -v nvcc); fi
-CUDA_ROOT=$(cd "$(dirname "$NVCC")/.." && pwd)
-[ -x "$NVCC" ] || { echo "nvcc not found at $NVCC" >&2; exit 1; }
+. ../nvcc.sh
 
 # The wrappers in the .cu must match their generator.
 python3 gen_wrappers.py --check wgmma_tf32.cu

@@ -5,8 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(git rev-parse --show-toplevel)
-NVCC=${NVCC:-$ROOT/target/nvcc/nvidia/cu13/bin/nvcc}
-[ -x "$NVCC" ] || { echo "nvcc not found at $NVCC (cargo xtask install-nvcc)" >&2; exit 1; }
+. ../nvcc.sh
 "$NVCC" --version | tail -1
 log=$("$NVCC" -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I"$ROOT/examples/dqn/cuda" \
     -Xptxas -v -cubin -o /dev/null overlap.cu 2>&1)
