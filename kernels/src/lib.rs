@@ -577,6 +577,19 @@ mod tests {
                 let (_, chunks, _) = column_sums_plan(rows, cols);
                 chunks * cols
             });
+            // The public plan a fused first pass launches is the same split.
+            let plan = ColumnSumsPlan::new(rows, cols);
+            assert_eq!(
+                (plan.col_blocks, plan.chunks, plan.rows_per_chunk),
+                column_sums_plan(rows, cols)
+            );
+            assert_eq!(plan.partials_len(cols), column_sums_scratch_len(rows, cols));
+            let grid = plan.launch().unwrap();
+            assert_eq!(
+                grid.grid_dim,
+                (plan.col_blocks as u32, plan.chunks as u32, 1)
+            );
+            assert_eq!(grid.block_dim, (32, 32, 1));
         }
     }
 

@@ -363,6 +363,56 @@ pub(crate) fn column_sums_plan(rows: usize, cols: usize) -> (usize, usize, usize
     row_chunk_plan(rows, cols, 256)
 }
 
+/// The grid of [`Kernels::column_sums`]' first pass over `[rows, cols]`, for a kernel of
+/// your own that forms a tensor and sums its columns in the same pass (a ReLU's backward
+/// and the bias gradient it feeds, say), then lets [`Kernels::column_sums_finish`] add
+/// the partials.
+///
+/// Such a kernel launches [`ColumnSumsPlan::launch`]: blocks of 32 × 32 threads, block
+/// `(i, y)` for columns `32 i + threadIdx.x` of the rows `[y rows_per_chunk, (y + 1)
+/// rows_per_chunk)` (the last chunk ends at `rows`). Each thread adds the values of its
+/// column at rows `y rows_per_chunk + threadIdx.y + 32 k` in order of `k`, calls
+/// `column_tile_sum` (`#include "stepgraph/reduce.cuh"`), and the threads with
+/// `threadIdx.y == 0` write `partials[y cols + c]` for `c < cols`. That is the order of
+/// [`Kernels::column_sums`], so the sums have its bits. The plan depends on the sizes
+/// only.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnSumsPlan {
+    /// Blocks of 32 columns: `ceil(cols / 32)`.
+    pub col_blocks: usize,
+    /// Chunks of rows, one partial row each.
+    pub chunks: usize,
+    /// Rows per chunk (the last may have fewer).
+    pub rows_per_chunk: usize,
+}
+
+impl ColumnSumsPlan {
+    /// The plan for an `[rows, cols]` tensor.
+    pub fn new(rows: usize, cols: usize) -> ColumnSumsPlan {
+        let (col_blocks, chunks, rows_per_chunk) = column_sums_plan(rows, cols);
+        ColumnSumsPlan {
+            col_blocks,
+            chunks,
+            rows_per_chunk,
+        }
+    }
+
+    /// The first pass's launch: `(col_blocks, chunks)` blocks of 32 × 32 threads.
+    pub fn launch(&self) -> Result<LaunchConfig> {
+        Ok(tile_config(
+            len_u32("column sums: column blocks", self.col_blocks)?,
+            len_u32("column sums: row chunks", self.chunks)?,
+        ))
+    }
+
+    /// The partials' length for `cols` columns: `chunks × cols`
+    /// ([`column_sums_scratch_len`]).
+    pub fn partials_len(&self, cols: usize) -> usize {
+        self.chunks.saturating_mul(cols)
+    }
+}
+
 /// Length of the scratch buffer [`Kernels::column_sums`] needs for an `[rows, cols]` input.
 pub fn column_sums_scratch_len(rows: usize, cols: usize) -> usize {
     let (_, chunks, _) = column_sums_plan(rows, cols);
@@ -530,6 +580,44 @@ impl Kernels {
         }
     }
 
+    /// The second pass of [`Kernels::column_sums`] alone: `out[c]` = the sum over the
+    /// chunks of `partials[y cols + c]`, in order, where a kernel of your own wrote the
+    /// partials of an `[rows, cols]` tensor on the grid of [`ColumnSumsPlan::new`]`(rows,
+    /// cols)` (its first pass fused with the op that formed the tensor). `partials` holds
+    /// at least [`column_sums_scratch_len`] floats; `ceil(cols / 32)` blocks of 32 × 32.
+    pub fn column_sums_finish(
+        &self,
+        stream: &CaptureStream<'_>,
+        partials: &DeviceBuffer<f32>,
+        rows: usize,
+        cols: usize,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        positive("column_sums_finish: rows", rows)?;
+        let c = positive("column_sums_finish: cols", cols)?;
+        check_len("column_sums_finish: out ([cols])", out.len(), cols)?;
+        let plan = ColumnSumsPlan::new(rows, cols);
+        check_scratch(
+            "column_sums_finish: partials (at least column_sums_scratch_len)",
+            partials.len(),
+            plan.partials_len(cols),
+        )?;
+        let col_blocks = len_u32("column_sums_finish: column blocks", plan.col_blocks)?;
+        let chunks = len_u32("column_sums_finish: row chunks", plan.chunks)?;
+        // SAFETY: the kernel reads chunks cols floats of partials (checked above) and writes
+        // out[c] for c < cols = out.len() (checked above).
+        unsafe {
+            self.raw.column_sums_finish(
+                stream,
+                tile_config(col_blocks, 1),
+                partials,
+                chunks,
+                c,
+                out,
+            )
+        }
+    }
+
     /// `out[c] = Σ_r x[r, c]` for `x[rows, cols]`, two-pass and deterministic:
     /// `column_sums_partial` (`(ceil(cols / 32), chunks)` blocks of 32 × 32, each summing
     /// a chunk of rows) writes `[chunks, cols]` partial sums into `scratch` (at least
@@ -553,15 +641,13 @@ impl Kernels {
             product("column_sums", &[rows, cols])?,
         )?;
         check_len("column_sums: out ([cols])", out.len(), cols)?;
-        let (col_blocks, chunks, rows_per_chunk) = column_sums_plan(rows, cols);
-        let needed = chunks * cols;
+        let plan = ColumnSumsPlan::new(rows, cols);
         check_scratch(
             "column_sums: scratch (at least column_sums_scratch_len)",
             scratch.len(),
-            needed,
+            plan.partials_len(cols),
         )?;
-        let (col_blocks, chunks32, per_chunk) =
-            (col_blocks as u32, chunks as u32, rows_per_chunk as u32);
+        let per_chunk = len_u32("column_sums: rows per chunk", plan.rows_per_chunk)?;
         {
             // SAFETY: block (i, y) reads columns < cols of rows [y rows_per_chunk, rows) of
             // x (rows cols floats, checked) and writes partials[y cols + c] with y <
@@ -569,7 +655,7 @@ impl Kernels {
             unsafe {
                 self.raw.column_sums_partial(
                     stream,
-                    tile_config(col_blocks, chunks32),
+                    plan.launch()?,
                     x,
                     r,
                     c,
@@ -578,17 +664,6 @@ impl Kernels {
                 )?
             };
         }
-        // SAFETY: the kernel reads chunks cols floats of scratch and writes out[c] for c < cols =
-        // out.len() (checked above).
-        unsafe {
-            self.raw.column_sums_finish(
-                stream,
-                tile_config(col_blocks, 1),
-                &*scratch,
-                chunks32,
-                c,
-                out,
-            )
-        }
+        self.column_sums_finish(stream, scratch, rows, cols, out)
     }
 }

@@ -46,6 +46,36 @@ extern "C" __global__ void relu_backward(const float* __restrict__ h, float* __r
     }
 }
 
+// ReLU's backward and the first pass of its result's column sums, in one pass over dz:
+//   dz[r, c] <- h[r, c] > 0 ? dz[r, c] : 0   (relu_backward's),
+//   partials[y, c] = the sum of the new dz[r, c] over the rows r of chunk y,
+// in the order of stepgraph_kernels' column_sums (ColumnSumsPlan: each thread its rows
+// in turn, then column_tile_sum), so that Kernels::column_sums_finish gives the bias
+// gradient with column_sums' bits. It replaces relu_backward and column_sums_partial: two
+// passes over dz, the second a read of the 16 MB the first had just written.
+// Grid: ColumnSumsPlan's (ceil(cols / 32), chunks) blocks of (32, 32) threads.
+extern "C" __global__ void __launch_bounds__(1024)
+    relu_backward_sums(const float* __restrict__ h, float* __restrict__ dz, unsigned rows,
+                       unsigned cols, unsigned rows_per_chunk, float* __restrict__ partials) {
+    const unsigned c = blockIdx.x * 32 + threadIdx.x;
+    const unsigned r0 = blockIdx.y * rows_per_chunk;
+    const unsigned r1 = rows - r0 <= rows_per_chunk ? rows : r0 + rows_per_chunk;
+    float s = 0.0f;
+    if (c < cols) {
+#pragma unroll 4
+        for (unsigned r = r0 + threadIdx.y; r < r1; r += 32) {
+            const size_t i = (size_t)r * cols + c;
+            const float v = h[i] > 0.0f ? dz[i] : 0.0f;
+            dz[i] = v;
+            s += v;
+        }
+    }
+    const float t = column_tile_sum(s);
+    if (threadIdx.y == 0 && c < cols) {
+        partials[(size_t)blockIdx.y * cols + c] = t;
+    }
+}
+
 // The last hidden layer's gradient through its ReLU from the gradient dout [B, K] of a
 // narrow output layer (K outputs: a critic's 1, the actor's 2A):
 //   dz[b, j] = h[b, j] > 0 ? sum_o dout[b, o] w[o, j] : 0,
@@ -272,16 +302,18 @@ extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
 //   q[b] = bias + sum_j h[b, j] w[j]   (each lane its columns j = lane + 32 i in order,
 //                                        then warp_sum)
 //   dq[b] = 2 (q[b] - y[b]) / B,       dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0,
-// and the block's partial sums, row blockIdx.x of partial [blocks, H + 2]: columns j < H
-// sum_b dq[b] h[b, j] (the output weights' gradient), column H sum_b dq[b] (the bias's),
-// column H + 1 sum_b (q[b] - y[b])^2 (the loss times B). critic_head_finish adds the
-// blocks' rows. Each warp takes SAC_HEAD_ROWS consecutive rows in turn and keeps its sums
+// and the block's partial sums, row blockIdx.x of partial [blocks, 2 H + 2]: columns
+// j < H sum_b dq[b] h[b, j] (the output weights' gradient), column H sum_b dq[b] (the
+// bias's), column H + 1 sum_b (q[b] - y[b])^2 (the loss times B), columns H + 2 + j
+// sum_b dz[b, j] (the hidden layer's bias gradient, summed as dz is written rather than
+// read back by a column sum). critic_head_finish adds the blocks' rows. Each warp takes SAC_HEAD_ROWS consecutive rows in turn and keeps its sums
 // in its own row of shared memory; the block adds its warps' rows in warp order. Every
 // order is fixed: the same bits on every run. It replaces cuBLASLt's gemv and mse_loss
 // forward, and the gemv, split-K reduction, column sums and narrow_relu_grad backward
-// (seven kernels, each a pass over h or a one-block reduction) with one pass.
+// (seven kernels, each a pass over h or a one-block reduction) and the hidden layer's
+// bias column sums (two more, a pass over dz) with one pass.
 // Launch: SAC_HEAD_WARPS warps a block, ceil(B / (SAC_HEAD_WARPS SAC_HEAD_ROWS)) blocks,
-// SAC_HEAD_WARPS (H + 2) floats of dynamic shared memory.
+// SAC_HEAD_WARPS (2 H + 2) floats of dynamic shared memory.
 #define SAC_HEAD_WARPS 8
 #define SAC_HEAD_ROWS 4
 extern "C" __global__ void critic_head(const float* __restrict__ h, const float* __restrict__ w,
@@ -292,8 +324,9 @@ extern "C" __global__ void critic_head(const float* __restrict__ h, const float*
                                        unsigned cols) {
     extern __shared__ float head_acc[];
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const unsigned width = cols + 2;
+    const unsigned width = 2 * cols + 2;
     float* mine = head_acc + warp * width;
+    float* mine_dz = mine + cols + 2;
     for (unsigned j = lane; j < width; j += 32) {
         mine[j] = 0.0f;
     }
@@ -323,8 +356,10 @@ extern "C" __global__ void critic_head(const float* __restrict__ h, const float*
         float* dzr = dz + (size_t)b * cols;
         for (unsigned j = lane; j < cols; j += 32) {
             const float hv = hr[j];
-            dzr[j] = hv > 0.0f ? g * w[j] : 0.0f;
+            const float dzv = hv > 0.0f ? g * w[j] : 0.0f;
+            dzr[j] = dzv;
             mine[j] = fmaf(g, hv, mine[j]);
+            mine_dz[j] += dzv;
         }
     }
     __syncthreads();
@@ -337,24 +372,27 @@ extern "C" __global__ void critic_head(const float* __restrict__ h, const float*
     }
 }
 
-// The sums of critic_head's partial [blocks, H + 2] down its columns (column_block_sum's
+// The sums of critic_head's partial [blocks, 2 H + 2] down its columns (column_block_sum's
 // fixed order): gw [H] the output weights' gradient, gb[0] the bias's, loss[0] the mean
-// squared error. Blocks of (32, 32) threads, ceil((H + 2) / 32) of them.
+// squared error, gb2 [H] the hidden layer's bias gradient. Blocks of (32, 32) threads,
+// ceil((2 H + 2) / 32) of them.
 extern "C" __global__ void critic_head_finish(const float* __restrict__ partial,
                                               float* __restrict__ gw, float* __restrict__ gb,
-                                              float* __restrict__ loss, unsigned blocks,
-                                              unsigned cols, unsigned rows) {
+                                              float* __restrict__ loss, float* __restrict__ gb2,
+                                              unsigned blocks, unsigned cols, unsigned rows) {
     const unsigned c = blockIdx.x * 32 + threadIdx.x;
-    const float t = column_block_sum(partial, 0, blocks, cols + 2, c);
-    if (threadIdx.y != 0 || c >= cols + 2) {
+    const float t = column_block_sum(partial, 0, blocks, 2 * cols + 2, c);
+    if (threadIdx.y != 0 || c >= 2 * cols + 2) {
         return;
     }
     if (c < cols) {
         gw[c] = t;
     } else if (c == cols) {
         gb[0] = t;
-    } else {
+    } else if (c == cols + 1) {
         loss[0] = t / (float)rows;
+    } else {
+        gb2[c - cols - 2] = t;
     }
 }
 

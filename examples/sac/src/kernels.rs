@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, LaunchConfig, Result};
+use stepgraph_kernels::ColumnSumsPlan;
 use stepgraph_kernels::launch::{
     check_len, check_scratch, elementwise_config, float4_rows, len_u32, positive, product,
 };
@@ -57,17 +58,20 @@ pub fn head_blocks(rows: usize) -> usize {
 }
 
 /// The partial sums [`Kernels::critic_head`] needs for `rows` rows of `cols` hidden units:
-/// a row of `cols + 2` per block.
+/// a row of `2 cols + 2` per block.
 pub fn critic_head_scratch_len(rows: usize, cols: usize) -> usize {
-    head_blocks(rows) * (cols + 2)
+    head_blocks(rows) * (2 * cols + 2)
 }
 
 /// Whether [`Kernels::critic_head`] takes a last hidden layer of `cols` units: its warps'
-/// sums must fit a block's shared memory (up to 1534 units). Wider critics keep the
-/// matmuls, `mse_loss` and `narrow_relu_grad`.
+/// sums must fit a block's shared memory (up to 767 units). Wider critics keep the
+/// matmuls, `mse_loss`, `narrow_relu_grad` and the column sums.
 pub fn critic_head_takes(cols: usize) -> bool {
-    cols > 0 && HEAD_WARPS * (cols + 2) * 4 <= SHARED_BYTES
+    cols > 0 && HEAD_WARPS * (2 * cols + 2) * 4 <= SHARED_BYTES
 }
+
+/// The most hidden units [`Kernels::critic_head`] takes (see [`critic_head_takes`]).
+pub const CRITIC_HEAD_MAX_UNITS: usize = (SHARED_BYTES / (4 * HEAD_WARPS) - 2) / 2;
 
 /// Whether [`Kernels::relu_narrow_product`] takes `n` outputs from `cols` hidden units:
 /// `n` at most [`NARROW_OUTPUTS`] and `n cols` weights in a block's shared memory.
@@ -198,6 +202,44 @@ impl Kernels {
         }
     }
 
+    /// [`Kernels::relu_backward`] of `dz [rows, cols]` and the first pass of the column
+    /// sums of its result, in one pass: `partials` as [`ColumnSumsPlan`] lays them out
+    /// (at least [`column_sums_scratch_len`](stepgraph_kernels::column_sums_scratch_len)
+    /// floats), for
+    /// [`column_sums_finish`](stepgraph_kernels::Kernels::column_sums_finish) to add into
+    /// the bias gradient `Σ_rows dz`, with the bits of `column_sums` over the `dz` written.
+    pub fn relu_backward_sums(
+        &self,
+        stream: &CaptureStream<'_>,
+        h: &Buf,
+        dz: &mut Buf,
+        cols: usize,
+        partials: &mut Buf,
+    ) -> Result<()> {
+        let rows = whole("relu_backward_sums: h ([rows, cols])", h.len(), cols)?;
+        check_len(
+            "relu_backward_sums: dz (the length of h)",
+            dz.len(),
+            h.len(),
+        )?;
+        len_u32("relu_backward_sums: h", h.len())?;
+        let plan = ColumnSumsPlan::new(rows, cols);
+        check_scratch(
+            "relu_backward_sums: partials (at least column_sums_scratch_len)",
+            partials.len(),
+            plan.partials_len(cols),
+        )?;
+        let (r, c) = (rows as u32, cols as u32);
+        let per_chunk = len_u32("relu_backward_sums: rows per chunk", plan.rows_per_chunk)?;
+        // SAFETY: block (i, y) touches columns c < cols of rows [y per_chunk, rows) of h and
+        // dz (rows cols elements each, checked above) and writes partials[y cols + c] with
+        // y < chunks: inside partials (checked above).
+        unsafe {
+            self.raw
+                .relu_backward_sums(stream, plan.launch()?, h, dz, r, c, per_chunk, partials)
+        }
+    }
+
     /// `dz[i] = h[i] > 0 ? dz[i] : 0`, in place: ReLU's backward from its output.
     pub fn relu_backward(&self, stream: &CaptureStream<'_>, h: &Buf, dz: &mut Buf) -> Result<()> {
         check_len("relu_backward: dz (the length of h)", dz.len(), h.len())?;
@@ -288,8 +330,9 @@ impl Kernels {
     /// A critic's output layer, its MSE against `y` and their backward in one pass over
     /// `h [rows, cols]`, the last hidden layer's ReLU output, for an output layer of one
     /// unit (`w [cols]`, `bias [1]`): `q = h w + bias`, `dq = 2 (q − y) / rows`,
-    /// `dz = (dq wᵀ) ⊙ (h > 0)`, the output layer's gradients `gw = dqᵀ h`, `gb = Σ dq`
-    /// and `loss = mean (q − y)²`, all in f32 in a fixed order. `partial` holds at
+    /// `dz = (dq wᵀ) ⊙ (h > 0)`, the output layer's gradients `gw = dqᵀ h`, `gb = Σ dq`,
+    /// `loss = mean (q − y)²` and the hidden layer's bias gradient `gb_hidden = Σ_rows dz`
+    /// (`[cols]`), all in f32 in a fixed order. `partial` holds at
     /// least [`critic_head_scratch_len`] floats. Two launches: the pass, then the sums of its
     /// blocks. A `cols` that [`critic_head_takes`] refuses is an error.
     #[allow(clippy::too_many_arguments)]
@@ -307,15 +350,15 @@ impl Kernels {
         gw: &mut Buf,
         gb: &mut Buf,
         loss: &mut Buf,
+        gb_hidden: &mut Buf,
     ) -> Result<()> {
         let rows = y.len();
         let r = positive("critic_head: y ([rows])", rows)?;
         let cols = w.len();
         if !critic_head_takes(cols) {
             return Err(stepgraph::Error::Invalid(format!(
-                "critic_head: the last hidden layer must have 1 to {} units (its warps' sums \
-                 in {SHARED_BYTES} bytes of shared memory), found {cols}",
-                SHARED_BYTES / (4 * HEAD_WARPS) - 2
+                "critic_head: the last hidden layer must have 1 to {CRITIC_HEAD_MAX_UNITS} \
+                 units (its warps' sums in {SHARED_BYTES} bytes of shared memory), found {cols}"
             )));
         }
         let n = product("critic_head", &[rows, cols])?;
@@ -327,6 +370,7 @@ impl Kernels {
         check_len("critic_head: gw ([cols])", gw.len(), cols)?;
         check_len("critic_head: gb ([1])", gb.len(), 1)?;
         check_len("critic_head: loss ([1])", loss.len(), 1)?;
+        check_len("critic_head: gb_hidden ([cols])", gb_hidden.len(), cols)?;
         check_scratch(
             "critic_head: partial (at least critic_head_scratch_len(rows, cols))",
             partial.len(),
@@ -338,12 +382,13 @@ impl Kernels {
             head_blocks(rows) * HEAD_WARPS * HEAD_ROWS,
         )?;
         let c = cols as u32;
-        let config = head_config(head_blocks(rows), HEAD_WARPS * (cols + 2) * 4)?;
+        let config = head_config(head_blocks(rows), HEAD_WARPS * (2 * cols + 2) * 4)?;
         let blocks = config.grid_dim.0;
         // SAFETY: warp w of block k takes rows (8k + w) 4 .. + 4 below `rows`, reading
         // h, y and writing q, dq, dz in those rows only, and w[j], bias[0] for j < cols;
-        // it writes its own row of the (cols + 2) 8 floats of shared memory given; the
-        // block writes partial's row k of cols + 2 (at least blocks (cols + 2) long, checked).
+        // it writes its own row of the (2 cols + 2) 8 floats of shared memory given; the
+        // block writes partial's row k of 2 cols + 2 (at least blocks (2 cols + 2) long,
+        // checked).
         unsafe {
             self.raw.critic_head(
                 stream,
@@ -361,16 +406,17 @@ impl Kernels {
             )
         }?;
         let finish = LaunchConfig {
-            grid_dim: ((c + 2).div_ceil(32), 1, 1),
+            grid_dim: ((2 * c + 2).div_ceil(32), 1, 1),
             block_dim: (32, 32, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: column_block_sum reads partial's rows < blocks at columns < cols + 2;
-        // thread (c, 0) writes gw[c] for c < cols, gb[0] at c = cols and loss[0] at
-        // c = cols + 1 (lengths checked above).
+        // SAFETY: column_block_sum reads partial's rows < blocks at columns < 2 cols + 2;
+        // thread (c, 0) writes gw[c] for c < cols, gb[0] at c = cols, loss[0] at
+        // c = cols + 1 and gb_hidden[c - cols - 2] above (lengths checked above).
         unsafe {
-            self.raw
-                .critic_head_finish(stream, finish, &*partial, gw, gb, loss, blocks, c, r)
+            self.raw.critic_head_finish(
+                stream, finish, &*partial, gw, gb, loss, gb_hidden, blocks, c, r,
+            )
         }
     }
 
@@ -914,10 +960,11 @@ mod tests {
     /// matmuls what does not fit a block's shared memory.
     #[test]
     fn each_size_takes_the_path_it_should() {
-        for cols in [256, 200, 1, 1534] {
+        assert_eq!(CRITIC_HEAD_MAX_UNITS, 767);
+        for cols in [256, 200, 1, 767] {
             assert!(critic_head_takes(cols), "{cols}");
         }
-        for cols in [0, 1535, 4096] {
+        for cols in [0, 768, 4096] {
             assert!(!critic_head_takes(cols), "{cols}");
         }
         for (cols, n) in [(256, 8), (200, 6), (256, 32), (1536, 8)] {
@@ -928,7 +975,7 @@ mod tests {
         }
         assert_eq!(head_blocks(16384), 512);
         assert_eq!(head_blocks(1001), 32);
-        assert_eq!(critic_head_scratch_len(1000, 200), 32 * 202);
+        assert_eq!(critic_head_scratch_len(1000, 200), 32 * 402);
     }
 
     /// The constants here are the ones `cuda/sac.cu` defines.

@@ -323,12 +323,39 @@ pub fn linear_grads(
     grad: &mut Linear,
     sums: &mut Buf,
 ) -> Result<()> {
+    weight_grad(blas, d, dy, x, &mut grad.w)?;
     let (rows, out) = (d.rows, grad.b.len());
-    let inp = grad.w.len() / out.max(1);
-    let spec = weight_grad_spec(rows, inp, out).with_sm_target(d.sms);
-    blas.matmul(&spec, dy, x, &mut grad.w, MatmulArgs::new())?;
     k.generic
         .column_sums(stream, dy, rows, out, sums, &mut grad.b)
+}
+
+/// [`linear_grads`] for a `dy` whose column sums' first pass was done as it was written
+/// (`partials`, [`relu_hidden_grad`] given them): `dw = dyᵀ x`, and `db` the sums' second pass.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_grads_summed(
+    blas: &Blas<'_>,
+    stream: &CaptureStream<'_>,
+    k: &Kernels,
+    d: MlpDims,
+    dy: &Buf,
+    x: &Buf,
+    grad: &mut Linear,
+    partials: &Buf,
+) -> Result<()> {
+    weight_grad(blas, d, dy, x, &mut grad.w)?;
+    let (rows, out) = (d.rows, grad.b.len());
+    k.generic
+        .column_sums_finish(stream, partials, rows, out, &mut grad.b)
+}
+
+/// `dw = dyᵀ x` for `dy [rows, out]`, `x [rows, in]` (the widths read off `dw [out, in]`
+/// and `dy`); the matmul planned for `d.sms`.
+pub fn weight_grad(blas: &Blas<'_>, d: MlpDims, dy: &Buf, x: &Buf, dw: &mut Buf) -> Result<()> {
+    let rows = d.rows;
+    let out = dy.len() / rows.max(1);
+    let inp = dw.len() / out.max(1);
+    let spec = weight_grad_spec(rows, inp, out).with_sm_target(d.sms);
+    blas.matmul(&spec, dy, x, dw, MatmulArgs::new())
 }
 
 /// The gradient through the ReLU of output `h [rows, units]` that feeds a layer of
@@ -362,6 +389,11 @@ pub fn relu_input_grad(
 /// `dy wtᵀ`, the layout of the forward one, where TF32 tensor cores read both operands
 /// along the inner dimension: cuBLASLt's Hopper kernels take it (`dy w` with `w` as it is
 /// runs Ampere's, about 1.45 times as long at these sizes; PERF.md).
+///
+/// Given `sums`, ReLU's backward also forms the first pass of the column sums of `dz` (the
+/// bias gradient of the layer below) as it writes `dz` (`relu_backward_sums`), and
+/// [`linear_grads_summed`] finishes them: one pass over `dz` fewer than `relu_backward`
+/// and then [`linear_grads`]' column sums.
 #[allow(clippy::too_many_arguments)]
 pub fn relu_hidden_grad(
     blas: &Blas<'_>,
@@ -372,9 +404,13 @@ pub fn relu_hidden_grad(
     wt: &Buf,
     h: &Buf,
     dz: &mut Buf,
+    sums: Option<&mut Buf>,
 ) -> Result<()> {
     input_grad_t(blas, d, dy, wt, dz)?;
-    k.relu_backward(stream, h, dz)
+    match sums {
+        Some(partials) => k.relu_backward_sums(stream, h, dz, d.hidden, partials),
+        None => k.relu_backward(stream, h, dz),
+    }
 }
 
 /// `dx = dy w` as `dy wtᵀ`, `wt = wᵀ [units, out]` (see [`relu_hidden_grad`]); `dx [rows,
@@ -412,13 +448,17 @@ pub fn mlp_backward(
         linear_grads(blas, stream, k, d, dout, &act.h2, &mut g.l3, &mut back.sums)?;
     }
     relu_input_grad(blas, stream, k, d, dout, &net.l3.w, &act.h2, &mut back.dz2)?;
-    hidden_backward(blas, stream, k, d, net, w2t, x, act, back, grads, dx)
+    hidden_backward(blas, stream, k, d, net, w2t, x, act, back, grads, false, dx)
 }
 
 /// [`mlp_backward`] from `back.dz2`, the gradient at the last hidden layer's
-/// pre-activation, on (`w2t` the second layer's weights transposed): the hidden layers' gradients into `grads` and, given `(dx, first)`,
+/// pre-activation, on (`w2t` the second layer's weights transposed): the hidden layers'
+/// gradients into `grads` (the second layer's bias gradient left as it is when
+/// `l2_bias_summed`: `critic_head` sums it as it writes `dz2`) and, given `(dx, first)`,
 /// the input's gradient at its columns `first..in`. Without `grads`, a narrow `dx` takes
-/// ReLU's backward and its matmul in one pass (`relu_narrow_product`).
+/// ReLU's backward and its matmul in one pass (`relu_narrow_product`); with them, ReLU's
+/// backward forms the first pass of the first layer's bias gradient as it goes
+/// ([`relu_hidden_grad`]).
 #[allow(clippy::too_many_arguments)]
 pub fn hidden_backward(
     blas: &Blas<'_>,
@@ -431,6 +471,7 @@ pub fn hidden_backward(
     act: &MlpAct,
     back: &mut MlpBack,
     mut grads: Option<&mut Mlp>,
+    l2_bias_summed: bool,
     dx: Option<(&mut Buf, usize)>,
 ) -> Result<()> {
     let MlpDims {
@@ -441,7 +482,11 @@ pub fn hidden_backward(
     } = d;
     let MlpBack { dz2, dz1, sums } = back;
     if let Some(g) = grads.as_deref_mut() {
-        linear_grads(blas, stream, k, d, dz2, &act.h1, &mut g.l2, sums)?;
+        if l2_bias_summed {
+            weight_grad(blas, d, dz2, &act.h1, &mut g.l2.w)?;
+        } else {
+            linear_grads(blas, stream, k, d, dz2, &act.h1, &mut g.l2, sums)?;
+        }
     }
     // The input gradient's columns: from `first` to the end of the input.
     let mut dx = match dx {
@@ -464,9 +509,11 @@ pub fn hidden_backward(
         input_grad_t(blas, d, dz2, w2t, dz1)?;
         return k.relu_narrow_product(stream, dz1, &act.h1, &net.l1.w, inp, *first, dx);
     }
-    relu_hidden_grad(blas, stream, k, d, dz2, w2t, &act.h1, dz1)?;
     if let Some(g) = grads {
-        linear_grads(blas, stream, k, d, dz1, x, &mut g.l1, sums)?;
+        relu_hidden_grad(blas, stream, k, d, dz2, w2t, &act.h1, dz1, Some(sums))?;
+        linear_grads_summed(blas, stream, k, d, dz1, x, &mut g.l1, sums)?;
+    } else {
+        relu_hidden_grad(blas, stream, k, d, dz2, w2t, &act.h1, dz1, None)?;
     }
     let Some((dx, first, cols)) = dx else {
         return Ok(());

@@ -13,7 +13,7 @@ use stepgraph_kernels::{
 use crate::kernels::{Buf, Kernels, MIN_CRITICS};
 use crate::layers::{
     Linear, Mlp, MlpAct, MlpBack, MlpDims, Sizes, hidden_backward, hidden_forward, linear_grads,
-    mlp_backward, mlp_forward, relu_hidden_grad, relu_input_grad,
+    linear_grads_summed, mlp_backward, mlp_forward, relu_hidden_grad, relu_input_grad,
 };
 
 /// Transitions, row-major, `n` of them: both the replay buffer (`R` rows on the device,
@@ -281,8 +281,22 @@ fn train_critic(
         gw,
         gb,
         loss,
+        &mut grads.l2.b,
     )?;
-    hidden_backward(&blas, s, k, d, net, w2t, x, act, back, Some(grads), None)
+    hidden_backward(
+        &blas,
+        s,
+        k,
+        d,
+        net,
+        w2t,
+        x,
+        act,
+        back,
+        Some(grads),
+        true,
+        None,
+    )
 }
 
 /// The Polyak update `target ← τ θ + (1 − τ) target` over the whole network in one
@@ -533,18 +547,6 @@ pub mod sac {
         g.rng_normal(stream, rng, NOISE_CUR, &mut noise.cur)
     }
 
-    /// The actor's second layer's weights transposed for its backward at the end of the
-    /// step, on the actor's stream while it waits for the batch.
-    #[stream(actor)]
-    fn actor_transpose(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        actor_net: &Mlp,
-        actor_w2t: &mut Buf,
-    ) -> Result<()> {
-        transpose_l2(stream, k, actor_net, actor_w2t)
-    }
-
     /// The critics' training input `[s, a]`.
     fn critic_input(
         stream: &CaptureStream<'_>,
@@ -583,6 +585,19 @@ pub mod sac {
         next_pi: &mut Policy,
     ) -> Result<()> {
         sample(stream, k, sizes, &batch.s2, &noise.next, actor_net, next_pi)
+    }
+
+    /// The actor's second layer's weights transposed for its backward at the end of the
+    /// step, on the actor's stream after the next action (on the critical path: the
+    /// target passes wait for it), before the sample at `s`, which has slack.
+    #[stream(actor)]
+    fn actor_transpose(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        actor_net: &Mlp,
+        actor_w2t: &mut Buf,
+    ) -> Result<()> {
+        transpose_l2(stream, k, actor_net, actor_w2t)
     }
 
     /// Critic `d`'s second layer's weights transposed for its training pass, at the head of
@@ -879,8 +894,10 @@ pub mod sac {
         relu_input_grad(&blas, stream, k, sizes.actor(), dhead, w3, h2, actor_dz2)
     }
 
-    /// `dz1 = (dz2 w2) ⊙ (h1 > 0)`, beside the second layer's gradients.
+    /// `dz1 = (dz2 w2) ⊙ (h1 > 0)`, beside the second layer's gradients, and the first
+    /// pass of the first layer's bias gradient as ReLU's backward writes `dz1`.
     #[stream(actor)]
+    #[allow(clippy::too_many_arguments)]
     fn actor_dz1(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -889,6 +906,7 @@ pub mod sac {
         actor_w2t: &Buf,
         actor_dz2: &Buf,
         actor_dz1: &mut Buf,
+        actor_sums_l1: &mut Buf,
     ) -> Result<()> {
         let (blas, h1) = (stream.blas(), &pi.act.h1);
         relu_hidden_grad(
@@ -900,6 +918,7 @@ pub mod sac {
             actor_w2t,
             h1,
             actor_dz1,
+            Some(actor_sums_l1),
         )
     }
 
@@ -951,8 +970,9 @@ pub mod sac {
         )
     }
 
-    /// The first layer's gradients, from `dz1` and the observations: next on the chain,
-    /// on the actor's stream, not behind the other layers' gradients.
+    /// The first layer's gradients, from `dz1` and the observations (the bias's from the
+    /// first pass `actor_dz1` formed): next on the chain, on the actor's stream, not
+    /// behind the other layers' gradients.
     #[stream(actor)]
     fn actor_grad_input(
         stream: &CaptureStream<'_>,
@@ -960,11 +980,11 @@ pub mod sac {
         sizes: Sizes,
         batch: &Transitions,
         actor_dz1: &Buf,
+        actor_sums_l1: &Buf,
         actor_grad_l1: &mut Linear,
-        actor_sums_l1: &mut Buf,
     ) -> Result<()> {
         let (blas, dims) = (stream.blas(), sizes.actor());
-        linear_grads(
+        linear_grads_summed(
             &blas,
             stream,
             k,

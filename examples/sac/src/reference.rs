@@ -72,10 +72,13 @@ pub struct CriticHead {
     pub gw: Vec<f32>,
     pub gb: f32,
     pub loss: f32,
+    /// `Σ_rows dz`: the hidden layer's bias gradient.
+    pub gb_hidden: Vec<f32>,
 }
 
 /// A critic's output layer `q = h w + bias`, its MSE against `y` and their backward:
-/// `dq = 2 (q − y) / rows`, `dz = (dq wᵀ) ⊙ (h > 0)`, `gw = dqᵀ h`, `gb = Σ dq`.
+/// `dq = 2 (q − y) / rows`, `dz = (dq wᵀ) ⊙ (h > 0)`, `gw = dqᵀ h`, `gb = Σ dq`,
+/// `gb_hidden = Σ_rows dz`.
 pub fn critic_head_reference(h: &[f32], w: &[f32], bias: f32, y: &[f32]) -> CriticHead {
     let (rows, cols) = (y.len(), w.len());
     let n = rows as f64;
@@ -86,8 +89,10 @@ pub fn critic_head_reference(h: &[f32], w: &[f32], bias: f32, y: &[f32]) -> Crit
         gw: vec![0.0; cols],
         gb: 0.0,
         loss: 0.0,
+        gb_hidden: Vec::new(),
     };
     let (mut gw, mut gb, mut sq) = (vec![0.0f64; cols], 0.0f64, 0.0f64);
+    let mut gb_hidden = vec![0.0f64; cols];
     for (b, &yb) in y.iter().enumerate() {
         let row = &h[b * cols..(b + 1) * cols];
         let q = f64::from(bias)
@@ -104,11 +109,13 @@ pub fn critic_head_reference(h: &[f32], w: &[f32], bias: f32, y: &[f32]) -> Crit
             let dz = if hv > 0.0 { g * f64::from(w[j]) } else { 0.0 };
             out.dz.push(dz as f32);
             gw[j] += g * f64::from(hv);
+            gb_hidden[j] += dz;
         }
         gb += g;
         sq += d * d;
     }
     out.gw = gw.into_iter().map(|v| v as f32).collect();
+    out.gb_hidden = gb_hidden.into_iter().map(|v| v as f32).collect();
     out.gb = gb as f32;
     out.loss = (sq / n) as f32;
     out
@@ -488,6 +495,13 @@ mod tests {
                 critic_loss(&z, &w2, f64::from(bias), &y)
             };
             close(&format!("gw[{j}]"), got.gw[j], fd(&moved));
+            // The hidden layer's bias moves column j of z in every row.
+            let shifted = |e: f64| {
+                let mut z2 = z.clone();
+                z2.iter_mut().skip(j).step_by(cols).for_each(|v| *v += e);
+                critic_loss(&z2, &w64, f64::from(bias), &y)
+            };
+            close(&format!("gb_hidden[{j}]"), got.gb_hidden[j], fd(&shifted));
         }
         for k in 0..rows * cols {
             let moved = |e: f64| {

@@ -73,6 +73,51 @@ fn gpu_concat_and_the_relu_backwards_are_exact() {
             "relu, {rows} rows"
         );
 
+        // ReLU's backward with the column sums' first pass: the same dz, and the bias
+        // gradient the library's finish makes of its partials has the bits of
+        // column_sums over that dz. Widths of whole column blocks and not.
+        for cols in [256, 200] {
+            let h = rng.vec(rows * cols, -1.0, 1.0);
+            let dz = rng.vec_nonzero(rows * cols, -1.0, 1.0);
+            let hb = device.upload_new("h", &h).unwrap();
+            let scratch = stepgraph_kernels::column_sums_scratch_len(rows, cols);
+            let (mut fused, mut plain) = (
+                device.upload_new("dz", &dz).unwrap(),
+                device.upload_new("dz", &dz).unwrap(),
+            );
+            let nan = |what: &str, n: usize| nan_buffer(&device, what, n).unwrap();
+            let (mut partials, mut sums) = (nan("partials", scratch), nan("sums", scratch));
+            let (mut db_fused, mut db_plain) = (nan("db", cols), nan("db", cols));
+            run_one_op(&device, |s| {
+                k.relu_backward_sums(s, &hb, &mut fused, cols, &mut partials)?;
+                k.generic
+                    .column_sums_finish(s, &partials, rows, cols, &mut db_fused)?;
+                k.relu_backward(s, &hb, &mut plain)?;
+                k.generic
+                    .column_sums(s, &plain, rows, cols, &mut sums, &mut db_plain)
+            });
+            let mut want = dz.clone();
+            relu_backward_reference(&h, &mut want);
+            let case = format!("relu_backward_sums, {rows} rows, {cols} columns");
+            let got = device.download(&fused).unwrap();
+            assert_eq!(bits(&[&got]), bits(&[&want]), "{case}: dz");
+            let db = device.download(&db_fused).unwrap();
+            assert_eq!(
+                bits(&[&db]),
+                bits(&[&device.download(&db_plain).unwrap()]),
+                "{case}: the bias gradient against column_sums"
+            );
+            let want_db = stepgraph_kernels::column_sums_reference(&want, rows, cols);
+            check_within(
+                &case,
+                "db",
+                &db,
+                &want_db,
+                stepgraph_testkit::rms(&want),
+                1e-4,
+            );
+        }
+
         // A critic's one output, the actor's 2A at the default and the odd sizes, the
         // widest the kernel takes; rows of whole 16-byte vectors (four elements a thread)
         // and a width that is not (one a thread).
@@ -200,6 +245,7 @@ fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
                     (nan("q", rows), nan("dq", rows), nan("dz", rows * cols));
                 let (mut partial, mut gw) = (nan("partial", scratch), nan("gw", cols));
                 let (mut gb, mut loss) = (nan("gb", 1), nan("loss", 1));
+                let mut gb_hidden = nan("gb_hidden", cols);
                 run_one_op(&device, |s| {
                     k.critic_head(
                         s,
@@ -214,9 +260,10 @@ fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
                         &mut gw,
                         &mut gb,
                         &mut loss,
+                        &mut gb_hidden,
                     )
                 });
-                [q, dq, dz, gw, gb, loss].map(|b| device.download(&b).unwrap())
+                [q, dq, dz, gw, gb, loss, gb_hidden].map(|b| device.download(&b).unwrap())
             };
             let got = run();
             let again = run();
@@ -229,7 +276,7 @@ fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
             }
             let want = critic_head_reference(&h, &w, bias, &y);
             let case = format!("critic_head, {rows} rows, {cols} columns");
-            let [q, dq, dz, gw, gb, loss] = &got;
+            let [q, dq, dz, gw, gb, loss, gb_hidden] = &got;
             let scale = |x: &[f32]| stepgraph_testkit::rms(x).max(f64::MIN_POSITIVE);
             check_within(&case, "q", q, &want.q, scale(&want.q), 1e-5);
             check_within(&case, "dq", dq, &want.dq, scale(&want.dq), 1e-5);
@@ -237,6 +284,14 @@ fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
             check_within(&case, "gw", gw, &want.gw, scale(&want.gw), 1e-4);
             check_within(&case, "gb", gb, &[want.gb], scale(&want.dq), 1e-4);
             check_within(&case, "loss", loss, &[want.loss], 1e-3, 1e-5);
+            check_within(
+                &case,
+                "gb_hidden",
+                gb_hidden,
+                &want.gb_hidden,
+                scale(&want.dz),
+                1e-4,
+            );
         }
     }
 }
@@ -283,10 +338,11 @@ fn gpu_relu_narrow_product_matches_its_reference_and_repeats_bit_for_bit() {
 fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
     let (device, k) = gpu();
     let buf = |n: usize| device.upload_new("x", &vec![1.0f32; n]).unwrap();
-    let wide = 1535;
+    let wide = stepgraph_sac::kernels::CRITIC_HEAD_MAX_UNITS + 1;
     let (h, w, one, y) = (buf(2 * wide), buf(wide), buf(1), buf(2));
     let (mut q, mut dq, mut dz) = (buf(2), buf(2), buf(2 * wide));
     let (mut partial, mut gw, mut gb, mut loss) = (buf(1 << 16), buf(wide), buf(1), buf(1));
+    let mut gb_hidden = buf(wide);
     let err = stepgraph::exec::run_once(&device, |s| {
         k.critic_head(
             s,
@@ -301,19 +357,20 @@ fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
             &mut gw,
             &mut gb,
             &mut loss,
+            &mut gb_hidden,
         )
     })
     .unwrap_err()
     .chain();
-    assert!(err.contains("must have 1 to 1534 units"), "{err}");
-    assert!(err.contains("found 1535"), "{err}");
+    assert!(err.contains("must have 1 to 767 units"), "{err}");
+    assert!(err.contains("found 768"), "{err}");
 
     let (h, w8) = (buf(2 * 8), buf(8));
-    let (mut dz, mut gw8, mut short) = (buf(2 * 8), buf(8), buf(9));
+    let (mut dz, mut gw8, mut short, mut gb8) = (buf(2 * 8), buf(8), buf(17), buf(8));
     let err = stepgraph::exec::run_once(&device, |s| {
         k.critic_head(
             s, &h, &w8, &one, &y, &mut q, &mut dq, &mut dz, &mut short, &mut gw8, &mut gb,
-            &mut loss,
+            &mut loss, &mut gb8,
         )
     })
     .unwrap_err()
@@ -322,7 +379,7 @@ fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
         err.contains("partial (at least critic_head_scratch_len"),
         "{err}"
     );
-    assert!(err.contains("expected 10 elements, found 9"), "{err}");
+    assert!(err.contains("expected 18 elements, found 17"), "{err}");
 
     let (hh, ww) = (buf(2 * 8), buf(8 * 10));
     let mut dx = nan_buffer(&device, "dx", 2 * 4).unwrap();
@@ -347,6 +404,31 @@ fn gpu_the_fused_kernels_refuse_what_they_do_not_take() {
         "{err}"
     );
     assert!(device.download(&dx).unwrap().iter().all(|x| x.is_nan()));
+
+    // ReLU's backward with the sums: partials shorter than the plan's, and an h that is
+    // not whole rows of the width given.
+    let (h64, mut dz64) = (buf(64 * 32), nan_buffer(&device, "dz", 64 * 32).unwrap());
+    let mut few = buf(31);
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.relu_backward_sums(s, &h64, &mut dz64, 32, &mut few)
+    })
+    .unwrap_err()
+    .chain();
+    assert!(
+        err.contains("partials (at least column_sums_scratch_len)"),
+        "{err}"
+    );
+    assert!(err.contains("expected 32 elements, found 31"), "{err}");
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.relu_backward_sums(s, &h64, &mut dz64, 30, &mut few)
+    })
+    .unwrap_err()
+    .chain();
+    assert!(
+        err.contains("expected a positive multiple of 30 elements, found 2048"),
+        "{err}"
+    );
+    assert!(device.download(&dz64).unwrap().iter().all(|x| x.is_nan()));
 }
 
 #[test]

@@ -36,22 +36,14 @@ __device__ __forceinline__ float block_sum(float v) {
     return t;
 }
 
-// Column c of rows [row_begin, row_end) of a row-major matrix x[., cols], summed by a block
-// of (32, 32) threads: threadIdx.x picks the column (c = 32 * blockIdx.x + threadIdx.x is
-// the caller's choice), threadIdx.y the rows row_begin + threadIdx.y + 32k. Each thread
-// adds its rows in order, then the threads with threadIdx.y == 0 add the 32 row groups in
-// order: deterministic. Every thread of the block must call it; the result is valid where
-// threadIdx.y == 0 (0 for columns c >= cols). A warp reads 32 consecutive floats of a row.
-__device__ __forceinline__ float column_block_sum(const float* __restrict__ x, unsigned row_begin,
-                                                  unsigned row_end, unsigned cols, unsigned c) {
+// The block's half of column_block_sum: each thread's own sum s of its rows in, the sum of
+// the block's 32 row groups out, added in order by the threads with threadIdx.y == 0 (the
+// result is valid there). A kernel that forms the values it sums (a first pass of
+// stepgraph_kernels::Kernels::column_sums fused with the op that writes the tensor) adds
+// its rows row_begin + threadIdx.y + 32k in that order, then calls this: the same bits as
+// column_block_sum over the tensor written. Every thread of the block must call it.
+__device__ __forceinline__ float column_tile_sum(float s) {
     __shared__ float tile[32][33];
-    float s = 0.0f;
-    if (c < cols) {
-#pragma unroll 4
-        for (unsigned r = row_begin + threadIdx.y; r < row_end; r += 32) {
-            s += x[(size_t)r * cols + c];
-        }
-    }
     tile[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     float t = 0.0f;
@@ -64,3 +56,20 @@ __device__ __forceinline__ float column_block_sum(const float* __restrict__ x, u
     return t;
 }
 
+// Column c of rows [row_begin, row_end) of a row-major matrix x[., cols], summed by a block
+// of (32, 32) threads: threadIdx.x picks the column (c = 32 * blockIdx.x + threadIdx.x is
+// the caller's choice), threadIdx.y the rows row_begin + threadIdx.y + 32k. Each thread
+// adds its rows in order, then the threads with threadIdx.y == 0 add the 32 row groups in
+// order: deterministic. Every thread of the block must call it; the result is valid where
+// threadIdx.y == 0 (0 for columns c >= cols). A warp reads 32 consecutive floats of a row.
+__device__ __forceinline__ float column_block_sum(const float* __restrict__ x, unsigned row_begin,
+                                                  unsigned row_end, unsigned cols, unsigned c) {
+    float s = 0.0f;
+    if (c < cols) {
+#pragma unroll 4
+        for (unsigned r = row_begin + threadIdx.y; r < row_end; r += 32) {
+            s += x[(size_t)r * cols + c];
+        }
+    }
+    return column_tile_sum(s);
+}
