@@ -312,16 +312,119 @@ extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
 // forward, and the gemv, split-K reduction, column sums and narrow_relu_grad backward
 // (seven kernels, each a pass over h or a one-block reduction) and the hidden layer's
 // bias column sums (two more, a pass over dz) with one pass.
-// Launch: SAC_HEAD_WARPS warps a block, ceil(B / (SAC_HEAD_WARPS SAC_HEAD_ROWS)) blocks,
-// SAC_HEAD_WARPS (2 H + 2) floats of dynamic shared memory.
+// With vec != 0 (H % 4 == 0, h, w and dz 16-byte aligned) and H at most 256, a lane
+// takes float4s (critic_head_rows_f4). Launch: SAC_HEAD_WARPS warps a block,
+// ceil(B / (SAC_HEAD_WARPS SAC_HEAD_ROWS)) blocks, SAC_HEAD_WARPS (2 H + 2) floats of
+// dynamic shared memory.
 #define SAC_HEAD_WARPS 8
 #define SAC_HEAD_ROWS 4
+// A row's output from its lanes' partial sums s of h w: q[b] = the warp's sum + b0 and
+// dq[b] = 2 (q[b] - y[b]) / B (lane 0 writes both); returns dq[b], and d = q[b] - y[b].
+__device__ __forceinline__ float critic_head_row(float s, float b0, const float* __restrict__ y,
+                                                 unsigned b, float inv, unsigned lane,
+                                                 float* __restrict__ q, float* __restrict__ dq,
+                                                 float& d) {
+    const float qv = warp_sum(s) + b0;
+    d = qv - y[b];
+    const float g = 2.0f * d * inv;
+    if (lane == 0) {
+        q[b] = qv;
+        dq[b] = g;
+    }
+    return g;
+}
+
+// The rows of a warp, as critic_head's loops below, with float4s of four consecutive
+// columns: lane l takes columns 4 l + 128 i (i < NQ), holds w's there and the rows' h in
+// registers, and its sums over the rows (gw, the hidden bias's) in registers until they
+// go to its warp's row of shared memory. Each sum adds in the loops' order: the same
+// bits for gw, gb, the loss and the hidden bias's; q's dot adds four columns a lane.
+#define SAC_F4_ZERO make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+template <int NQ>
+__device__ __forceinline__ void critic_head_rows_f4(
+    const float* __restrict__ h, const float* __restrict__ w, float b0,
+    const float* __restrict__ y, float* __restrict__ q, float* __restrict__ dq,
+    float* __restrict__ dz, float* mine, unsigned first, unsigned rows, unsigned cols,
+    float inv, unsigned lane) {
+    float4 wv[NQ], gw[NQ], gz[NQ];
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+        const unsigned j = 4 * lane + 128 * i;
+        wv[i] = j < cols ? *reinterpret_cast<const float4*>(w + j) : SAC_F4_ZERO;
+        gw[i] = SAC_F4_ZERO;
+        gz[i] = SAC_F4_ZERO;
+    }
+    float gb = 0.0f, sq = 0.0f;
+    for (unsigned r = 0; r < SAC_HEAD_ROWS; ++r) {
+        const unsigned b = first + r;
+        if (b >= rows) {
+            break;
+        }
+        const float* hr = h + (size_t)b * cols;
+        float4 hv[NQ];
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NQ; ++i) {
+            const unsigned j = 4 * lane + 128 * i;
+            hv[i] = j < cols ? *reinterpret_cast<const float4*>(hr + j) : SAC_F4_ZERO;
+            s = fmaf(hv[i].x, wv[i].x, s);
+            s = fmaf(hv[i].y, wv[i].y, s);
+            s = fmaf(hv[i].z, wv[i].z, s);
+            s = fmaf(hv[i].w, wv[i].w, s);
+        }
+        float d;
+        const float g = critic_head_row(s, b0, y, b, inv, lane, q, dq, d);
+        if (lane == 0) {
+            gb += g;
+            sq = fmaf(d, d, sq);
+        }
+        float* dzr = dz + (size_t)b * cols;
+#pragma unroll
+        for (int i = 0; i < NQ; ++i) {
+            const unsigned j = 4 * lane + 128 * i;
+            if (j < cols) {
+                const float4 z = make_float4(
+                    hv[i].x > 0.0f ? g * wv[i].x : 0.0f, hv[i].y > 0.0f ? g * wv[i].y : 0.0f,
+                    hv[i].z > 0.0f ? g * wv[i].z : 0.0f, hv[i].w > 0.0f ? g * wv[i].w : 0.0f);
+                *reinterpret_cast<float4*>(dzr + j) = z;
+                gw[i].x = fmaf(g, hv[i].x, gw[i].x);
+                gw[i].y = fmaf(g, hv[i].y, gw[i].y);
+                gw[i].z = fmaf(g, hv[i].z, gw[i].z);
+                gw[i].w = fmaf(g, hv[i].w, gw[i].w);
+                gz[i].x += z.x;
+                gz[i].y += z.y;
+                gz[i].z += z.z;
+                gz[i].w += z.w;
+            }
+        }
+    }
+    float* mine_dz = mine + cols + 2;
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+        const unsigned j = 4 * lane + 128 * i;
+        if (j < cols) {
+            mine[j] = gw[i].x;
+            mine[j + 1] = gw[i].y;
+            mine[j + 2] = gw[i].z;
+            mine[j + 3] = gw[i].w;
+            mine_dz[j] = gz[i].x;
+            mine_dz[j + 1] = gz[i].y;
+            mine_dz[j + 2] = gz[i].z;
+            mine_dz[j + 3] = gz[i].w;
+        }
+    }
+    if (lane == 0) {
+        mine[cols] = gb;
+        mine[cols + 1] = sq;
+    }
+}
+
 extern "C" __global__ void critic_head(const float* __restrict__ h, const float* __restrict__ w,
                                        const float* __restrict__ bias,
                                        const float* __restrict__ y, float* __restrict__ q,
                                        float* __restrict__ dq, float* __restrict__ dz,
                                        float* __restrict__ partial, unsigned rows,
-                                       unsigned cols) {
+                                       unsigned cols, unsigned vec) {
     extern __shared__ float head_acc[];
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const unsigned width = 2 * cols + 2;
@@ -334,7 +437,15 @@ extern "C" __global__ void critic_head(const float* __restrict__ h, const float*
     const float inv = 1.0f / (float)rows;
     const float b0 = bias[0];
     const unsigned first = (blockIdx.x * SAC_HEAD_WARPS + warp) * SAC_HEAD_ROWS;
-    for (unsigned r = 0; r < SAC_HEAD_ROWS; ++r) {
+    const unsigned nq = (cols + 127) / 128;
+    // Up to 256 columns (two float4s a lane): more would hold more registers than the
+    // scalar loops need, for every width.
+    if (vec != 0 && nq == 1) {
+        critic_head_rows_f4<1>(h, w, b0, y, q, dq, dz, mine, first, rows, cols, inv, lane);
+    } else if (vec != 0 && nq == 2) {
+        critic_head_rows_f4<2>(h, w, b0, y, q, dq, dz, mine, first, rows, cols, inv, lane);
+    }
+    for (unsigned r = 0; (vec == 0 || nq > 2) && r < SAC_HEAD_ROWS; ++r) {
         const unsigned b = first + r;
         if (b >= rows) {
             break;
@@ -344,12 +455,9 @@ extern "C" __global__ void critic_head(const float* __restrict__ h, const float*
         for (unsigned j = lane; j < cols; j += 32) {
             s = fmaf(hr[j], w[j], s);
         }
-        const float qv = warp_sum(s) + b0;
-        const float d = qv - y[b];
-        const float g = 2.0f * d * inv;
+        float d;
+        const float g = critic_head_row(s, b0, y, b, inv, lane, q, dq, d);
         if (lane == 0) {
-            q[b] = qv;
-            dq[b] = g;
             mine[cols] += g;
             mine[cols + 1] = fmaf(d, d, mine[cols + 1]);
         }
@@ -393,6 +501,55 @@ extern "C" __global__ void critic_head_finish(const float* __restrict__ partial,
         loss[0] = t / (float)rows;
     } else {
         gb2[c - cols - 2] = t;
+    }
+}
+
+// A critic's output at the actor's sample and the gradient at its last hidden layer, in
+// one pass over h, the last hidden layer's ReLU output [B, H], where cuBLASLt's gemv of
+// the output layer and narrow_relu_grad took a pass each. w [H] and bias [1] are the
+// output layer's (one unit); dq [B] is the gradient at the output, given (the actor's
+// pass: -1/B at every row), so dz does not wait for q. Per row b, in f32:
+//   q[b] = bias + sum_j h[b, j] w[j]   (each lane its columns in order, then warp_sum)
+//   dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0   (narrow_relu_grad's element for one output)
+// With vec != 0 (H % 4 == 0, h, w and dz 16-byte aligned) a lane takes float4s of four
+// consecutive columns, 32 float4s apart. A warp a row; SAC_HEAD_WARPS warps a block.
+extern "C" __global__ void critic_q_relu_grad(const float* __restrict__ h,
+                                              const float* __restrict__ w,
+                                              const float* __restrict__ bias,
+                                              const float* __restrict__ dq,
+                                              float* __restrict__ q, float* __restrict__ dz,
+                                              unsigned rows, unsigned cols, unsigned vec) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned b = blockIdx.x * SAC_HEAD_WARPS + warp;
+    if (b >= rows) {
+        return;
+    }
+    const float* hr = h + (size_t)b * cols;
+    float* dzr = dz + (size_t)b * cols;
+    const float d = dq[b];
+    float s = 0.0f;
+    if (vec != 0) {
+        for (unsigned j = 4 * lane; j < cols; j += 128) {
+            const float4 hv = *reinterpret_cast<const float4*>(hr + j);
+            const float4 wv = *reinterpret_cast<const float4*>(w + j);
+            s = fmaf(hv.x, wv.x, s);
+            s = fmaf(hv.y, wv.y, s);
+            s = fmaf(hv.z, wv.z, s);
+            s = fmaf(hv.w, wv.w, s);
+            *reinterpret_cast<float4*>(dzr + j) =
+                make_float4(hv.x > 0.0f ? d * wv.x : 0.0f, hv.y > 0.0f ? d * wv.y : 0.0f,
+                            hv.z > 0.0f ? d * wv.z : 0.0f, hv.w > 0.0f ? d * wv.w : 0.0f);
+        }
+    } else {
+        for (unsigned j = lane; j < cols; j += 32) {
+            const float hv = hr[j], wv = w[j];
+            s = fmaf(hv, wv, s);
+            dzr[j] = hv > 0.0f ? d * wv : 0.0f;
+        }
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+        q[b] = s + bias[0];
     }
 }
 

@@ -383,6 +383,11 @@ impl Kernels {
         )?;
         let c = cols as u32;
         let config = head_config(head_blocks(rows), HEAD_WARPS * (2 * cols + 2) * 4)?;
+        // float4s where every row of h, w and dz starts 16-byte aligned.
+        let vec = u32::from(float4_rows(
+            cols,
+            &[h.device_address(), w.device_address(), dz.device_address()],
+        ));
         let blocks = config.grid_dim.0;
         // SAFETY: warp w of block k takes rows (8k + w) 4 .. + 4 below `rows`, reading
         // h, y and writing q, dq, dz in those rows only, and w[j], bias[0] for j < cols;
@@ -403,6 +408,7 @@ impl Kernels {
                 &mut *partial,
                 r,
                 c,
+                vec,
             )
         }?;
         let finish = LaunchConfig {
@@ -417,6 +423,53 @@ impl Kernels {
             self.raw.critic_head_finish(
                 stream, finish, &*partial, gw, gb, loss, gb_hidden, blocks, c, r,
             )
+        }
+    }
+
+    /// A critic's output and the gradient at its last hidden layer in one pass over
+    /// `h [rows, cols]`, that layer's ReLU output, for an output layer of one unit (`w
+    /// [cols]`, `bias [1]`) whose output's gradient `dq [rows]` is given: `q = h w + bias`
+    /// (in f32, each lane's columns in order, then the warp's sum) and `dz[b, j] = h[b, j]
+    /// > 0 ? dq[b] w[j] : 0` (the bits of [`Kernels::narrow_relu_grad`] with one output).
+    /// The critics' passes for the actor, whose `dq` is `−1/B` at every row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn critic_q_relu_grad(
+        &self,
+        stream: &CaptureStream<'_>,
+        h: &Buf,
+        w: &Buf,
+        bias: &Buf,
+        dq: &Buf,
+        q: &mut Buf,
+        dz: &mut Buf,
+    ) -> Result<()> {
+        let rows = dq.len();
+        let r = positive("critic_q_relu_grad: dq ([rows])", rows)?;
+        let cols = w.len();
+        let c = positive("critic_q_relu_grad: w ([cols])", cols)?;
+        let n = product("critic_q_relu_grad", &[rows, cols])?;
+        check_len("critic_q_relu_grad: h ([rows, cols])", h.len(), n)?;
+        check_len("critic_q_relu_grad: dz ([rows, cols])", dz.len(), n)?;
+        check_len("critic_q_relu_grad: bias ([1])", bias.len(), 1)?;
+        check_len("critic_q_relu_grad: q ([rows])", q.len(), rows)?;
+        let addresses = [h.device_address(), w.device_address(), dz.device_address()];
+        let vec = u32::from(float4_rows(cols, &addresses));
+        let config = LaunchConfig {
+            grid_dim: (
+                len_u32("critic_q_relu_grad: blocks", rows.div_ceil(HEAD_WARPS))?,
+                1,
+                1,
+            ),
+            block_dim: ((HEAD_WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: warp w of block k takes row b = 8k + w and returns when b >= rows; it
+        // reads h's row b, w[0..cols], bias[0] and dq[b] and writes dz's row b and q[b],
+        // all within the lengths checked above; with vec, every row starts 16-byte
+        // aligned (checked), so its float4s are aligned.
+        unsafe {
+            self.raw
+                .critic_q_relu_grad(stream, config, h, w, bias, dq, q, dz, r, c, vec)
         }
     }
 

@@ -367,10 +367,14 @@ fn actor_critic_pass(
 ) -> Result<()> {
     let blas = s.blas();
     let ActorCriticPass { act, back, da } = pass;
-    mlp_forward(&blas, d, x, net, act)?;
+    hidden_forward(&blas, d, x, net, act)?;
+    // The output layer and the gradient through the last ReLU in one pass over h2: `dq`
+    // is given, so the gradient does not wait for the output (PERF.md).
+    let MlpAct { h2, out, .. } = act;
+    k.critic_q_relu_grad(s, h2, &net.l3.w, &net.l3.b, dq, out, &mut back.dz2)?;
     // The action is the input's last `A` columns, after the observation's `S`.
     let obs = d.inp - da.len() / d.rows;
-    mlp_backward(
+    hidden_backward(
         &blas,
         s,
         k,
@@ -379,9 +383,9 @@ fn actor_critic_pass(
         w2t,
         x,
         act,
-        dq,
         back,
         None,
+        false,
         Some((da, obs)),
     )
 }

@@ -219,6 +219,14 @@ fn gpu_narrow_relu_grad_refuses_what_it_does_not_take() {
     assert!(device.download(&dz).unwrap().iter().all(|x| x.is_nan()));
 }
 
+/// A ReLU's output: uniform in [-1, 1), negatives at 0 (about half the elements).
+fn relu_output(rng: &mut Rng, n: usize) -> Vec<f32> {
+    rng.vec(n, -1.0, 1.0)
+        .into_iter()
+        .map(|v| v.max(0.0))
+        .collect()
+}
+
 /// `critic_head` against its f64 reference at the step's sizes and ragged ones (hidden
 /// widths of whole float4s and not, batches of one block and of a partial last block),
 /// and the same bits when it runs again.
@@ -228,11 +236,7 @@ fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
     for rows in ROWS {
         for cols in [256, 200, 37] {
             let mut rng = Rng::new(31 + (rows * cols) as u64);
-            let h: Vec<f32> = rng
-                .vec(rows * cols, -1.0, 1.0)
-                .into_iter()
-                .map(|v| v.max(0.0))
-                .collect();
+            let h = relu_output(&mut rng, rows * cols);
             let w = rng.vec_nonzero(cols, -1.0, 1.0);
             let y = rng.vec_nonzero(rows, -3.0, 3.0);
             let bias = 0.25f32;
@@ -294,6 +298,75 @@ fn gpu_critic_head_matches_its_reference_and_repeats_bit_for_bit() {
             );
         }
     }
+}
+
+/// `critic_q_relu_grad` against its references: `dz` with the bits of
+/// `narrow_relu_grad` for one output, `q` against the f64 product; hidden widths of whole
+/// float4s and not, and the same bits when it runs again.
+#[test]
+fn gpu_critic_q_relu_grad_matches_its_references_and_repeats_bit_for_bit() {
+    let (device, k) = gpu();
+    for rows in ROWS {
+        for cols in [256, 200, 37] {
+            let mut rng = Rng::new(43 + (rows * cols) as u64);
+            let h = relu_output(&mut rng, rows * cols);
+            let w = rng.vec_nonzero(cols, -1.0, 1.0);
+            let dq = rng.vec_nonzero(rows, -1.0, 1.0);
+            let bias = -0.375f32;
+            let up = |what: &str, x: &[f32]| device.upload_new(what, x).unwrap();
+            let (hb, wb, bb, dqb) = (up("h", &h), up("w", &w), up("bias", &[bias]), up("dq", &dq));
+            let run = || {
+                let mut q = nan_buffer(&device, "q", rows).unwrap();
+                let mut dz = nan_buffer(&device, "dz", rows * cols).unwrap();
+                run_one_op(&device, |s| {
+                    k.critic_q_relu_grad(s, &hb, &wb, &bb, &dqb, &mut q, &mut dz)
+                });
+                [q, dz].map(|b| device.download(&b).unwrap())
+            };
+            let (got, again) = (run(), run());
+            let case = format!("critic_q_relu_grad, {rows} rows, {cols} columns");
+            assert_eq!(
+                bits(&[&got[0], &got[1]]),
+                bits(&[&again[0], &again[1]]),
+                "{case}"
+            );
+            assert_eq!(
+                bits(&[&got[1]]),
+                bits(&[&narrow_relu_grad_reference(&dq, &w, &h, 1)]),
+                "{case}: dz"
+            );
+            let q: Vec<f32> = h
+                .chunks_exact(cols)
+                .map(|row| {
+                    let dot: f64 = row
+                        .iter()
+                        .zip(&w)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    (dot + f64::from(bias)) as f32
+                })
+                .collect();
+            check_within(&case, "q", &got[0], &q, stepgraph_testkit::rms(&q), 1e-5);
+        }
+    }
+    // A bias of the wrong length is refused before anything runs.
+    let (h, w, dq) = (
+        device.upload_new("h", &[1.0f32; 8]).unwrap(),
+        device.upload_new("w", &[1.0f32; 4]).unwrap(),
+        device.upload_new("dq", &[1.0f32; 2]).unwrap(),
+    );
+    let (mut q, mut dz) = (
+        nan_buffer(&device, "q", 2).unwrap(),
+        nan_buffer(&device, "dz", 8).unwrap(),
+    );
+    let err = stepgraph::exec::run_once(&device, |s| {
+        k.critic_q_relu_grad(s, &h, &w, &dq, &dq, &mut q, &mut dz)
+    })
+    .unwrap_err()
+    .chain();
+    assert!(err.contains("bias ([1])"), "{err}");
+    assert!(err.contains("expected 1 elements, found 2"), "{err}");
+    assert!(device.download(&dz).unwrap().iter().all(|v| v.is_nan()));
 }
 
 /// `relu_narrow_product` against its f64 reference: the step's input gradient (the
