@@ -566,36 +566,91 @@ extern "C" __global__ void critic_q_relu_grad(const float* __restrict__ h,
 // per row), n H floats of dynamic shared memory.
 #define SAC_NARROW_MAX 32
 // The body for N outputs, known at compile time, so that the loops over the outputs are
-// unrolled without a test per output.
+// unrolled without a test per output. With vec (H % 4 == 0, h and dh 16-byte aligned)
+// a lane takes float4s of four consecutive columns j = 4 lane + 128 i. The N sums of a
+// row are reduced over the warp by a transposed butterfly (NP: N rounded up to a power of
+// two, up to 16 outputs): at each of the first log2 NP steps a lane keeps half of its
+// sums and adds its partner's copy of that half, so that after them each lane holds one
+// output's sum over a group of lanes; the steps left add the groups. NP - 1 + 5 - log2 NP
+// shuffles a row where a warp_sum per output takes 5 N (as it still does past 16
+// outputs). Every order is fixed: the same bits whichever warp takes the row.
 template <unsigned N>
 __device__ __forceinline__ void relu_narrow_rows(const float* __restrict__ dh,
                                                  const float* __restrict__ h,
                                                  const float* __restrict__ wt,
                                                  float* __restrict__ dx, unsigned rows,
-                                                 unsigned cols) {
+                                                 unsigned cols, bool vec) {
+    constexpr unsigned NP = N <= 1 ? 1 : N <= 2 ? 2 : N <= 4 ? 4 : N <= 8 ? 8 : N <= 16 ? 16 : N;
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // Each row's sums are its warp's alone, so the grid may stride over the rows.
     for (unsigned b = blockIdx.x * SAC_HEAD_WARPS + warp; b < rows;
          b += gridDim.x * SAC_HEAD_WARPS) {
-        float acc[N];
+        float acc[NP];
 #pragma unroll
-        for (unsigned c = 0; c < N; ++c) {
+        for (unsigned c = 0; c < NP; ++c) {
             acc[c] = 0.0f;
         }
         const float* hr = h + (size_t)b * cols;
         const float* dhr = dh + (size_t)b * cols;
-        for (unsigned j = lane; j < cols; j += 32) {
-            const float m = hr[j] > 0.0f ? dhr[j] : 0.0f;
+        if (vec) {
+            for (unsigned j = 4 * lane; j < cols; j += 128) {
+                const float4 hv = *reinterpret_cast<const float4*>(hr + j);
+                const float4 dv = *reinterpret_cast<const float4*>(dhr + j);
+                const float m0 = hv.x > 0.0f ? dv.x : 0.0f, m1 = hv.y > 0.0f ? dv.y : 0.0f;
+                const float m2 = hv.z > 0.0f ? dv.z : 0.0f, m3 = hv.w > 0.0f ? dv.w : 0.0f;
 #pragma unroll
-            for (unsigned c = 0; c < N; ++c) {
-                acc[c] = fmaf(m, wt[c * cols + j], acc[c]);
+                for (unsigned c = 0; c < N; ++c) {
+                    const float4 wv = *reinterpret_cast<const float4*>(wt + c * cols + j);
+                    acc[c] = fmaf(m0, wv.x, acc[c]);
+                    acc[c] = fmaf(m1, wv.y, acc[c]);
+                    acc[c] = fmaf(m2, wv.z, acc[c]);
+                    acc[c] = fmaf(m3, wv.w, acc[c]);
+                }
+            }
+        } else {
+            for (unsigned j = lane; j < cols; j += 32) {
+                const float m = hr[j] > 0.0f ? dhr[j] : 0.0f;
+#pragma unroll
+                for (unsigned c = 0; c < N; ++c) {
+                    acc[c] = fmaf(m, wt[c * cols + j], acc[c]);
+                }
             }
         }
+        if constexpr (N > 16) {
+            // Past 16 outputs the butterfly's halves would hold more registers than the
+            // sums themselves: a warp_sum per output.
 #pragma unroll
-        for (unsigned c = 0; c < N; ++c) {
-            const float t = warp_sum(acc[c]);
-            if (lane == c) {
-                dx[(size_t)b * N + c] = t;
+            for (unsigned c = 0; c < N; ++c) {
+                const float t = warp_sum(acc[c]);
+                if (lane == c) {
+                    dx[(size_t)b * N + c] = t;
+                }
+            }
+        } else {
+            // The transposed butterfly: after the step at offset o, a lane with (lane & o)
+            // holds the upper half of the sums it held, the others the lower half.
+            unsigned out = 0;
+#pragma unroll
+            for (unsigned o = 16, m = NP; o >= 1; o >>= 1) {
+                if (m > 1) {
+                    const unsigned half = m / 2;
+                    const bool upper = (lane & o) != 0;
+#pragma unroll
+                    for (unsigned i = 0; i < half; ++i) {
+                        const float send = upper ? acc[i] : acc[i + half];
+                        const float keep = upper ? acc[i + half] : acc[i];
+                        acc[i] = keep + __shfl_xor_sync(FULL_MASK, send, o);
+                    }
+                    out += upper ? half : 0u;
+                    m = half;
+                } else {
+                    acc[0] += __shfl_xor_sync(FULL_MASK, acc[0], o);
+                }
+            }
+            // Lanes that differ only below the last halving step hold the same sum.
+            constexpr unsigned low = (32 / NP) - 1;
+            if ((lane & low) == 0 && out < N) {
+                dx[(size_t)b * N + out] = acc[0];
             }
         }
     }
@@ -606,7 +661,7 @@ extern "C" __global__ void relu_narrow_product(const float* __restrict__ dh,
                                                const float* __restrict__ w,
                                                float* __restrict__ dx, unsigned rows,
                                                unsigned cols, unsigned inp, unsigned first,
-                                               unsigned n) {
+                                               unsigned n, unsigned vec) {
     extern __shared__ float wt[];
     // Read w's rows' n columns in order (coalesced), stored transposed.
     for (unsigned i = threadIdx.x; i < n * cols; i += blockDim.x) {
@@ -617,7 +672,7 @@ extern "C" __global__ void relu_narrow_product(const float* __restrict__ dh,
     switch (n) {
 #define SAC_NARROW_CASE(N) \
     case N:                \
-        relu_narrow_rows<N>(dh, h, wt, dx, rows, cols); \
+        relu_narrow_rows<N>(dh, h, wt, dx, rows, cols, vec != 0); \
         break;
         SAC_NARROW_CASE(1) SAC_NARROW_CASE(2) SAC_NARROW_CASE(3) SAC_NARROW_CASE(4)
         SAC_NARROW_CASE(5) SAC_NARROW_CASE(6) SAC_NARROW_CASE(7) SAC_NARROW_CASE(8)

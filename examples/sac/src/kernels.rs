@@ -44,10 +44,10 @@ pub const NARROW_OUTPUTS: usize = 32;
 pub const HEAD_WARPS: usize = 8;
 /// Rows each of their warps takes in turn (`SAC_HEAD_ROWS`).
 pub const HEAD_ROWS: usize = 4;
-/// The most blocks of a [`Kernels::relu_narrow_product`] launch: four for each of the
-/// H200's 132 SMs. A fixed count, not the device's; any count gives the same bits, as
-/// each row's sums are one warp's.
-pub const NARROW_PRODUCT_BLOCKS: usize = 528;
+/// The most blocks of a [`Kernels::relu_narrow_product`] launch: three for each of the
+/// H200's 132 SMs, as many as its registers (71 a thread) let an SM hold. A fixed count,
+/// not the device's; any count gives the same bits, as each row's sums are one warp's.
+pub const NARROW_PRODUCT_BLOCKS: usize = 396;
 /// The dynamic shared memory a block may use without opting in to more: 48 KiB.
 pub const SHARED_BYTES: usize = 48 * 1024;
 
@@ -517,10 +517,15 @@ impl Kernels {
             rows + blocks * HEAD_WARPS,
         )?;
         let config = head_config(blocks, n * cols * 4)?;
+        // float4s where every row of h and dh starts 16-byte aligned.
+        let vec = u32::from(float4_rows(
+            cols,
+            &[h.device_address(), dh.device_address()],
+        ));
         // SAFETY: the block stages w[j, first + c] (j < cols, c < n, first + n <= inp, so
         // within w's cols inp) into n cols floats of shared memory; its warps take rows
-        // below `rows` only, reading h and dh in those rows and writing dx's (rows n long,
-        // checked).
+        // below `rows` only, reading h and dh in those rows (with vec, float4s of aligned
+        // rows) and writing dx's (rows n long, checked).
         unsafe {
             self.raw.relu_narrow_product(
                 stream,
@@ -534,6 +539,7 @@ impl Kernels {
                 i,
                 first as u32,
                 n as u32,
+                vec,
             )
         }
     }

@@ -370,12 +370,20 @@ fn gpu_critic_q_relu_grad_matches_its_references_and_repeats_bit_for_bit() {
 }
 
 /// `relu_narrow_product` against its f64 reference: the step's input gradient (the
-/// action's 8 columns after 64), the odd sizes' (6 after 200), and the widest it takes.
+/// action's 8 columns after 64), the odd sizes' (6 after 200), 16 and one output, and the
+/// widest it takes.
 #[test]
 fn gpu_relu_narrow_product_matches_its_reference_and_repeats_bit_for_bit() {
     let (device, k) = gpu();
     for rows in ROWS {
-        for (cols, inp, first, n) in [(256, 72, 64, 8), (200, 206, 200, 6), (37, 40, 8, 32)] {
+        // The butterfly's widths (8 of 8, 6 of 8, 16, 1) and the warp sums past 16.
+        for (cols, inp, first, n) in [
+            (256, 72, 64, 8),
+            (200, 206, 200, 6),
+            (128, 100, 80, 16),
+            (33, 34, 33, 1),
+            (37, 40, 8, 32),
+        ] {
             let mut rng = Rng::new(37 + (rows * n) as u64);
             let h = rng.vec(rows * cols, -1.0, 1.0);
             let dh = rng.vec_nonzero(rows * cols, -1.0, 1.0);
