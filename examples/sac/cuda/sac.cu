@@ -1,7 +1,9 @@
 // The SAC step's own kernels (examples/sac/MODEL.md): the critic input's concatenation,
-// ReLU's backward (alone, and after a narrow output layer), the critic loss (alone, and
-// fused with the critic's output layer and its backward: critic_head), ReLU's backward
-// fused with a narrow input gradient (relu_narrow_product), the tanh-Gaussian sample and
+// ReLU's backward (alone, with the first pass of its result's column sums, and after a
+// narrow output layer), the critic loss (alone, and fused with the critic's output layer
+// and its backward: critic_head), a critic's output and last hidden gradient for the
+// actor's pass (critic_q_relu_grad), ReLU's backward fused with a narrow input gradient
+// (relu_narrow_product), the tanh-Gaussian sample and
 // its backward (from the smallest critic's input gradient, row by row), the critics'
 // minimum, the soft target, the actor loss, the temperature's gradient, and a transpose
 // (a layer's weights for its input gradient's matmul). The
@@ -306,9 +308,10 @@ extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
 // j < H sum_b dq[b] h[b, j] (the output weights' gradient), column H sum_b dq[b] (the
 // bias's), column H + 1 sum_b (q[b] - y[b])^2 (the loss times B), columns H + 2 + j
 // sum_b dz[b, j] (the hidden layer's bias gradient, summed as dz is written rather than
-// read back by a column sum). critic_head_finish adds the blocks' rows. Each warp takes SAC_HEAD_ROWS consecutive rows in turn and keeps its sums
-// in its own row of shared memory; the block adds its warps' rows in warp order. Every
-// order is fixed: the same bits on every run. It replaces cuBLASLt's gemv and mse_loss
+// read back by a column sum). critic_head_finish adds the blocks' rows. Each warp takes
+// SAC_HEAD_ROWS consecutive rows in turn and keeps its sums in its own row of shared
+// memory; the block adds its warps' rows in warp order. Every order is fixed: the same
+// bits on every run. It replaces cuBLASLt's gemv and mse_loss
 // forward, and the gemv, split-K reduction, column sums and narrow_relu_grad backward
 // (seven kernels, each a pass over h or a one-block reduction) and the hidden layer's
 // bias column sums (two more, a pass over dz) with one pass.

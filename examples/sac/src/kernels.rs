@@ -427,11 +427,12 @@ impl Kernels {
     }
 
     /// A critic's output and the gradient at its last hidden layer in one pass over
-    /// `h [rows, cols]`, that layer's ReLU output, for an output layer of one unit (`w
-    /// [cols]`, `bias [1]`) whose output's gradient `dq [rows]` is given: `q = h w + bias`
-    /// (in f32, each lane's columns in order, then the warp's sum) and `dz[b, j] = h[b, j]
-    /// > 0 ? dq[b] w[j] : 0` (the bits of [`Kernels::narrow_relu_grad`] with one output).
-    /// The critics' passes for the actor, whose `dq` is `−1/B` at every row.
+    /// `h [rows, cols]`, that layer's ReLU output, for an output layer of one unit
+    /// (`w [cols]`, `bias [1]`) whose output's gradient `dq [rows]` is given:
+    /// `q = h w + bias` (in f32, each lane's columns in order, then the warp's sum) and
+    /// `dz[b, j] = h[b, j] > 0 ? dq[b] w[j] : 0` (the bits of
+    /// [`Kernels::narrow_relu_grad`] with one output). The critics' passes for the actor,
+    /// whose `dq` is `−1/B` at every row.
     #[allow(clippy::too_many_arguments)]
     pub fn critic_q_relu_grad(
         &self,
