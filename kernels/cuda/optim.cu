@@ -60,14 +60,42 @@ extern "C" __global__ void __launch_bounds__(256)
     }
 }
 
-// out[0] = sum of partials[0..n), in a fixed order. Grid: 1 block of 1024.
+// The sum of partials[0..n) in one fixed order, whatever the block's size (a multiple of
+// 32, at most 1024): that of a block of 1024 threads, each adding the partials at its
+// index and 1024 apart in turn, each warp's lanes added by warp_sum, then the 32 warps'
+// sums by warp_sum. A smaller block takes the 32 warps' parts in turn, so every block
+// that calls it gets the same bits. Every thread must call it; the result is valid in
+// every thread. It ends with a barrier.
+__device__ __forceinline__ float grad_sq_norm_sum(const float* __restrict__ partials,
+                                                  unsigned n) {
+    __shared__ float warp_part[32];
+    __shared__ float total;
+    const unsigned lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (unsigned w = threadIdx.x >> 5; w < 32; w += warps) {
+        float s = 0.0f;
+        for (unsigned i = w * 32 + lane; i < n; i += 1024) {
+            s += partials[i];
+        }
+        s = warp_sum(s);
+        if (lane == 0) {
+            warp_part[w] = s;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const float t = warp_sum(warp_part[lane]);
+        if (lane == 0) {
+            total = t;
+        }
+    }
+    __syncthreads();
+    return total;
+}
+
+// out[0] = sum of partials[0..n), in grad_sq_norm_sum's order. Grid: 1 block of 1024.
 extern "C" __global__ void __launch_bounds__(1024)
     grad_sq_norm_finish(const float* __restrict__ partials, unsigned n, float* __restrict__ out) {
-    float s = 0.0f;
-    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
-        s += partials[i];
-    }
-    s = block_sum(s);
+    const float s = grad_sq_norm_sum(partials, n);
     if (threadIdx.x == 0) {
         out[0] = s;
     }
@@ -86,12 +114,11 @@ extern "C" __global__ void __launch_bounds__(1024)
 // overflows) skips the update: clipping would turn one bad element into NaN everywhere,
 // so parameters and moments keep the last finite step's values for the host to report.
 // Grid: ceil(total / OPTIM_CHUNK) blocks of 256.
-extern "C" __global__ void __launch_bounds__(256)
-    adam_clip_update(const u64* __restrict__ table, unsigned T, u64 total,
-                     const float* __restrict__ sq_norm, const float* __restrict__ scalars,
-                     float max_norm, float beta1, float beta2, float one_minus_beta1,
-                     float one_minus_beta2, float eps) {
-    const float sq = sq_norm[0];
+__device__ __forceinline__ void adam_apply(const u64* __restrict__ table, unsigned T, u64 total,
+                                           float sq, const float* __restrict__ scalars,
+                                           float max_norm, float beta1, float beta2,
+                                           float one_minus_beta1, float one_minus_beta2,
+                                           float eps) {
     if (!isfinite(sq)) {
         return;
     }
@@ -120,6 +147,35 @@ extern "C" __global__ void __launch_bounds__(256)
             param[j] -= lr * (mj / bias1) / (sqrtf(vj / bias2) + eps);
         }
     }
+}
+
+// The update from grad_sq_norm's output, sq_norm[0].
+extern "C" __global__ void __launch_bounds__(256)
+    adam_clip_update(const u64* __restrict__ table, unsigned T, u64 total,
+                     const float* __restrict__ sq_norm, const float* __restrict__ scalars,
+                     float max_norm, float beta1, float beta2, float one_minus_beta1,
+                     float one_minus_beta2, float eps) {
+    adam_apply(table, T, total, sq_norm[0], scalars, max_norm, beta1, beta2, one_minus_beta1,
+               one_minus_beta2, eps);
+}
+
+// adam_clip_update with the global norm finished in every block from grad_sq_norm's n
+// partials (grad_sq_norm_sum: the bits grad_sq_norm_finish writes), block 0 also writing
+// it to sq_norm[0] for the host: the finish's launch, one block on the optimizer's chain,
+// is gone. Nothing in the launch reads sq_norm. Grid: ceil(total / OPTIM_CHUNK) blocks of
+// 256.
+extern "C" __global__ void __launch_bounds__(256)
+    adam_clip_update_partials(const u64* __restrict__ table, unsigned T, u64 total,
+                              const float* __restrict__ partials, unsigned n,
+                              float* __restrict__ sq_norm, const float* __restrict__ scalars,
+                              float max_norm, float beta1, float beta2,
+                              float one_minus_beta1, float one_minus_beta2, float eps) {
+    const float sq = grad_sq_norm_sum(partials, n);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        sq_norm[0] = sq;
+    }
+    adam_apply(table, T, total, sq, scalars, max_norm, beta1, beta2, one_minus_beta1,
+               one_minus_beta2, eps);
 }
 
 // beta^t by repeated squaring, in double, the multiplications in the order of

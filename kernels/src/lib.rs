@@ -289,6 +289,7 @@ mod tests {
             ("optim", "grad_sq_norm_partial"),
             ("optim", "grad_sq_norm_finish"),
             ("optim", "adam_clip_update"),
+            ("optim", "adam_clip_update_partials"),
             ("optim", "adam_tick"),
             ("optim", "column_sums_partial"),
             ("optim", "column_sums_finish"),

@@ -419,6 +419,31 @@ pub fn column_sums_scratch_len(rows: usize, cols: usize) -> usize {
     chunks.saturating_mul(cols)
 }
 
+/// The checks of an Adam update's slots against its table (count, and every buffer by
+/// address and length) and of its device scalars' length.
+fn check_adam_slots(
+    what: &str,
+    table: &ParamTable,
+    slots: &[AdamSlot<'_>],
+    scalars: &impl DeviceMem<f32>,
+) -> Result<()> {
+    table.check_count(&format!("{what}: slots (one per table entry)"), slots.len())?;
+    for (k, (s, e)) in slots.iter().zip(&table.entries).enumerate() {
+        table.check(what, k, "param", e.param, s.param)?;
+        table.check(what, k, "grad", e.grad, s.grad)?;
+        table.check(what, k, "m", e.m, s.m)?;
+        table.check(what, k, "v", e.v, s.v)?;
+    }
+    if scalars.len() < ADAM_SCALARS {
+        return Err(Error::Invalid(format!(
+            "{what}: the device scalars hold {} values; the kernel reads indices \
+             {ADAM_LR} (lr), {ADAM_BIAS1} (1 - beta1^t) and {ADAM_BIAS2} (1 - beta2^t)",
+            scalars.len()
+        )));
+    }
+    Ok(())
+}
+
 impl Kernels {
     /// `sq_norm[0] = ‖g‖²` over every gradient of `table`, two-pass and deterministic:
     /// `grad_sq_norm_partial` (one block of 256 per [`OPTIM_CHUNK`] elements) writes one
@@ -502,21 +527,8 @@ impl Kernels {
         scalars: &impl DeviceMem<f32>,
         hyper: AdamHyper,
     ) -> Result<()> {
-        table.check_count("adam_clip_update: slots (one per table entry)", slots.len())?;
-        for (k, (s, e)) in slots.iter().zip(&table.entries).enumerate() {
-            table.check("adam_clip_update", k, "param", e.param, s.param)?;
-            table.check("adam_clip_update", k, "grad", e.grad, s.grad)?;
-            table.check("adam_clip_update", k, "m", e.m, s.m)?;
-            table.check("adam_clip_update", k, "v", e.v, s.v)?;
-        }
+        check_adam_slots("adam_clip_update", table, slots, scalars)?;
         check_len("adam_clip_update: sq_norm ([1])", sq_norm.len(), 1)?;
-        if scalars.len() < ADAM_SCALARS {
-            return Err(Error::Invalid(format!(
-                "adam_clip_update: the device scalars hold {} values; the kernel reads indices \
-                 {ADAM_LR} (lr), {ADAM_BIAS1} (1 - beta1^t) and {ADAM_BIAS2} (1 - beta2^t)",
-                scalars.len()
-            )));
-        }
         let count = table.entries.len() as u32;
         let total = table.total as u64;
         let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
@@ -531,6 +543,79 @@ impl Kernels {
                 &table.table,
                 count,
                 total,
+                sq_norm,
+                scalars,
+                max_norm,
+                beta1,
+                beta2,
+                omb1,
+                omb2,
+                eps,
+            )
+        }
+    }
+
+    /// [`Kernels::grad_sq_norm`] then [`Kernels::adam_clip_update`] in two launches
+    /// instead of three: the norm's partial sums into `scratch`, then the update, whose
+    /// blocks each add the partials themselves, in the order of `grad_sq_norm`'s finishing
+    /// block (the same bits of the norm, so the same update), block 0 also writing the norm
+    /// to `sq_norm[0]` for the host. The finishing block's launch is gone: on an
+    /// optimizer step at the end of a chain of dependent kernels, about a microsecond each
+    /// however little it does. Where something must read or change the norm between the
+    /// two (a health check), call those two instead.
+    ///
+    /// The gradients are the slots' (`slots` must be the table's buffers, in table order,
+    /// checked by address and length); `scratch` holds at least [`ParamTable::blocks`]
+    /// floats; the scalars are [`Kernels::adam_clip_update`]'s.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grad_norm_adam(
+        &self,
+        stream: &CaptureStream<'_>,
+        table: &ParamTable,
+        slots: &mut [AdamSlot<'_>],
+        scratch: &mut DeviceBuffer<f32>,
+        sq_norm: &mut DeviceBuffer<f32>,
+        scalars: &impl DeviceMem<f32>,
+        hyper: AdamHyper,
+    ) -> Result<()> {
+        check_adam_slots("grad_norm_adam", table, slots, scalars)?;
+        let blocks = len_u32("grad_norm_adam: blocks", table.blocks())?;
+        check_scratch(
+            "grad_norm_adam: scratch (at least ParamTable::blocks)",
+            scratch.len(),
+            table.blocks(),
+        )?;
+        check_len("grad_norm_adam: sq_norm ([1])", sq_norm.len(), 1)?;
+        let count = table.entries.len() as u32;
+        let total = table.total as u64;
+        {
+            // SAFETY: the table's gradients are the slots' (addresses and lengths checked
+            // above, borrowed for this call); block x reads elements [x OPTIM_CHUNK, ..) <
+            // total of them and writes partials[x] with x < blocks <= scratch.len().
+            unsafe {
+                self.raw.grad_sq_norm_partial(
+                    stream,
+                    table.config(),
+                    &table.table,
+                    count,
+                    total,
+                    &mut *scratch,
+                )?
+            };
+        }
+        let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
+        // SAFETY: as adam_clip_update's; each block also reads partials[0..blocks) (scratch
+        // holds that many, written by the launch before on this stream) and block 0 writes
+        // sq_norm[0] (one element, checked), which nothing in this launch reads.
+        unsafe {
+            self.raw.adam_clip_update_partials(
+                stream,
+                table.config(),
+                &table.table,
+                count,
+                total,
+                &*scratch,
+                blocks,
                 sq_norm,
                 scalars,
                 max_norm,

@@ -1,6 +1,7 @@
 //! GPU tests of the optimizer's two launches (`Kernels::grad_sq_norm`, then
 //! `Kernels::adam_clip_update`, as the step's `clip_and_adam` issues them) against the
-//! CPU references, over tensors whose lengths put chunk boundaries inside tensors, at
+//! CPU references, and of `Kernels::grad_norm_adam` (the norm finished in the update's
+//! blocks) against them bit for bit, over tensors whose lengths put chunk boundaries inside tensors, at
 //! them, and between tensors of one element; of the guard that skips a step whose
 //! gradients are not finite; and of Adam's clock on the device (`Kernels::adam_tick`),
 //! bit for bit against `AdamScalars::at_step`. They need a CUDA GPU of compute capability
@@ -74,6 +75,15 @@ enum Scalars {
     Clock { after: u64 },
 }
 
+/// How the norm and the update are issued.
+#[derive(Clone, Copy, Debug)]
+enum Launches {
+    /// `grad_sq_norm`, then `adam_clip_update`.
+    NormThenUpdate,
+    /// `grad_norm_adam`.
+    Fused,
+}
+
 /// Runs the two launches once on the GPU; returns `sq_norm` and the state after them.
 fn run(
     device: &Device,
@@ -82,16 +92,24 @@ fn run(
     scalars: AdamScalars,
     hyper: AdamHyper,
 ) -> Result<(f32, State)> {
-    run_with(device, k, x, hyper, Scalars::Staged(scalars))
+    run_with(
+        device,
+        k,
+        x,
+        hyper,
+        Scalars::Staged(scalars),
+        Launches::NormThenUpdate,
+    )
 }
 
-/// [`run`], with the scalars from `scalars`.
+/// [`run`], with the scalars from `scalars`, issued as `launches` says.
 fn run_with(
     device: &Device,
     k: &Kernels,
     x: &State,
     hyper: AdamHyper,
     scalars: Scalars,
+    launches: Launches,
 ) -> Result<(f32, State)> {
     let up = |what: &str, v: &[Vec<f32>]| -> Result<Vec<DeviceBuffer<f32>>> {
         v.iter().map(|t| device.upload_new(what, t)).collect()
@@ -122,24 +140,31 @@ fn run_with(
             k.adam_tick(stream, clock, LR, hyper)?;
         }
         let grads: Vec<&DeviceBuffer<f32>> = grad.iter().collect();
-        k.grad_sq_norm(stream, &table, &grads, &mut scratch, &mut sq_norm)?;
+        let scalars = match &held {
+            Held::Staged(staged) => staged.on_device(),
+            Held::Clock(clock) => clock.scalars(),
+        };
         let mut slots: Vec<AdamSlot<'_>> = param
             .iter_mut()
             .zip(&grad)
             .zip(m.iter_mut().zip(v.iter_mut()))
             .map(|((param, grad), (m, v))| AdamSlot { param, grad, m, v })
             .collect();
-        k.adam_clip_update(
-            stream,
-            &table,
-            &mut slots,
-            &sq_norm,
-            match &held {
-                Held::Staged(staged) => staged.on_device(),
-                Held::Clock(clock) => clock.scalars(),
-            },
-            hyper,
-        )
+        match launches {
+            Launches::NormThenUpdate => {
+                k.grad_sq_norm(stream, &table, &grads, &mut scratch, &mut sq_norm)?;
+                k.adam_clip_update(stream, &table, &mut slots, &sq_norm, scalars, hyper)
+            }
+            Launches::Fused => k.grad_norm_adam(
+                stream,
+                &table,
+                &mut slots,
+                &mut scratch,
+                &mut sq_norm,
+                scalars,
+                hyper,
+            ),
+        }
     })?;
     let down = |bufs: &[DeviceBuffer<f32>]| -> Result<Vec<Vec<f32>>> {
         bufs.iter().map(|b| device.download(b)).collect()
@@ -191,6 +216,21 @@ fn gpu_grad_norm_and_adam_match_the_cpu_reference() -> Result<()> {
         let x = state(seed, grad_scale);
         let scalars = AdamScalars::at_step(LR, &hyper, t);
         let (norm, got) = run(&device, &k, &x, scalars, hyper)?;
+        // The norm finished in the update's blocks: the same bits, norm and state.
+        let staged = Scalars::Staged(scalars);
+        let (fused_norm, fused) = run_with(&device, &k, &x, hyper, staged, Launches::Fused)?;
+        assert_eq!(
+            fused_norm.to_bits(),
+            norm.to_bits(),
+            "{case}: fused sq_norm"
+        );
+        for (what, a, b) in [
+            ("param", &fused.param, &got.param),
+            ("m", &fused.m, &got.m),
+            ("v", &fused.v, &got.v),
+        ] {
+            assert_eq!(bits(&[&flat(a)]), bits(&[&flat(b)]), "{case}: fused {what}");
+        }
         let (want_norm, want) = reference(&x, scalars, hyper);
         let clipped = (hyper.max_norm as f32) < want_norm.sqrt();
         assert_eq!(
@@ -246,23 +286,29 @@ fn gpu_adam_skips_a_step_whose_gradient_is_not_finite() -> Result<()> {
         // In the long tensor, past the first chunk: the blocks that hold no bad element
         // must skip too.
         x.grad[6][40_000] = bad;
-        let (norm, got) = run(&device, &k, &x, scalars, hyper)?;
-        if bad.is_nan() {
-            assert!(norm.is_nan(), "{case}: sq_norm {norm} should be NaN");
-        } else {
-            assert_eq!(norm, f32::INFINITY, "{case}: sq_norm");
-        }
-        for (what, g, w) in [
-            ("param", &got.param, &x.param),
-            ("m", &got.m, &x.m),
-            ("v", &got.v, &x.v),
-        ] {
-            let (g, w) = (flat(g), flat(w));
-            assert_eq!(
-                bits(&[&g]),
-                bits(&[&w]),
-                "{case}: {what} changed by a skipped step"
-            );
+        for launches in [Launches::NormThenUpdate, Launches::Fused] {
+            let staged = Scalars::Staged(scalars);
+            let (norm, got) = run_with(&device, &k, &x, hyper, staged, launches)?;
+            if bad.is_nan() {
+                assert!(
+                    norm.is_nan(),
+                    "{case}, {launches:?}: sq_norm {norm} should be NaN"
+                );
+            } else {
+                assert_eq!(norm, f32::INFINITY, "{case}, {launches:?}: sq_norm");
+            }
+            for (what, g, w) in [
+                ("param", &got.param, &x.param),
+                ("m", &got.m, &x.m),
+                ("v", &got.v, &x.v),
+            ] {
+                let (g, w) = (flat(g), flat(w));
+                assert_eq!(
+                    bits(&[&g]),
+                    bits(&[&w]),
+                    "{case}, {launches:?}: {what} changed by a skipped step"
+                );
+            }
         }
         let (_, want) = reference(&x, scalars, hyper);
         assert_eq!(
@@ -420,6 +466,8 @@ fn gpu_adam_update_with_the_clock_matches_the_one_with_staged_scalars() -> Resul
         Scalars::Clock {
             after: u64::from(t) - 1,
         },
+        // The fused launches here: the same bits as the staged two.
+        Launches::Fused,
     )?;
     assert_eq!(staged.0.to_bits(), clocked.0.to_bits(), "sq_norm");
     for (what, a, b) in [

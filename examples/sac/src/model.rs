@@ -201,8 +201,6 @@ fn adam(
         sq_norm,
         scratch,
     } = optim;
-    k.generic
-        .grad_sq_norm(stream, table, &grads, scratch, sq_norm)?;
     let mut slots: Vec<AdamSlot<'_>> = params
         .tensors_mut()
         .into_iter()
@@ -210,8 +208,10 @@ fn adam(
         .zip(m.tensors_mut().into_iter().zip(v.tensors_mut()))
         .map(|((param, grad), (m, v))| AdamSlot { param, grad, m, v })
         .collect();
+    // The norm finished in the update's blocks: one launch fewer on the chains that end
+    // in an optimizer step.
     k.generic
-        .adam_clip_update(stream, table, &mut slots, sq_norm, scalars, hyper)
+        .grad_norm_adam(stream, table, &mut slots, scratch, sq_norm, scalars, hyper)
 }
 
 /// A critic's target pass at `[s2, a']`.
