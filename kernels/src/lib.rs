@@ -1,8 +1,10 @@
 //! stepgraph's generic CUDA kernels, for any step: elementwise ops, a fill, the
 //! fork_join example's iterated affine map, an optimizer step over a whole model (the
 //! global gradient norm, Adam with global-norm clipping over a [`ParamTable`] in one
-//! launch, Adam's step count on the device in an [`AdamClock`], deterministic column
-//! sums), multi-tensor ops over a [`PairTable`] ([`Kernels::axpby_table`], a Polyak target
+//! launch, or both in two with [`Kernels::grad_norm_adam`], Adam's step count on the
+//! device in an [`AdamClock`], deterministic column sums, whose first pass a kernel of
+//! your own may form as it writes the tensor: [`ColumnSumsPlan`],
+//! [`Kernels::column_sums_finish`]), multi-tensor ops over a [`PairTable`] ([`Kernels::axpby_table`], a Polyak target
 //! update in one launch), and a counter-based random generator whose state lives on the
 //! device ([`DeviceRng`]: normals, uniforms, row indices, and [`Kernels::gather_rows`] of
 //! the drawn rows, or [`Kernels::gather_rows_table`] of several arrays at the same rows in
