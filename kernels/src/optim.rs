@@ -415,8 +415,7 @@ impl ColumnSumsPlan {
 
 /// Length of the scratch buffer [`Kernels::column_sums`] needs for an `[rows, cols]` input.
 pub fn column_sums_scratch_len(rows: usize, cols: usize) -> usize {
-    let (_, chunks, _) = column_sums_plan(rows, cols);
-    chunks.saturating_mul(cols)
+    ColumnSumsPlan::new(rows, cols).partials_len(cols)
 }
 
 /// The checks of an Adam update's slots against its table (count, and every buffer by
@@ -464,31 +463,10 @@ impl Kernels {
         for (k, (g, e)) in grads.iter().zip(&table.entries).enumerate() {
             table.check("grad_sq_norm", k, "grad", e.grad, g)?;
         }
-        let blocks = len_u32("grad_sq_norm: blocks", table.blocks())?;
-        check_scratch(
-            "grad_sq_norm: scratch (at least ParamTable::blocks)",
-            scratch.len(),
-            table.blocks(),
-        )?;
         check_len("grad_sq_norm: sq_norm ([1])", sq_norm.len(), 1)?;
-        let count = table.entries.len() as u32;
-        let total = table.total as u64;
-        {
-            // SAFETY: the table's T entries are the gradients passed in (same addresses and
-            // lengths, checked above, so alive and borrowed for this call), block x reads
-            // elements [x OPTIM_CHUNK, ..) < total of them and writes partials[x] with x <
-            // blocks <= scratch.len().
-            unsafe {
-                self.raw.grad_sq_norm_partial(
-                    stream,
-                    table.config(),
-                    &table.table,
-                    count,
-                    total,
-                    &mut *scratch,
-                )?
-            };
-        }
+        // SAFETY: the table's entries are the gradients passed in (same addresses and
+        // lengths, checked above), borrowed for this call.
+        let blocks = unsafe { self.grad_sq_norm_partials("grad_sq_norm", stream, table, scratch)? };
         let config = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (1024, 1, 1),
@@ -500,6 +478,48 @@ impl Kernels {
             self.raw
                 .grad_sq_norm_finish(stream, config, &*scratch, blocks, sq_norm)
         }
+    }
+
+    /// The norm's first launch, shared by [`Kernels::grad_sq_norm`] and
+    /// [`Kernels::grad_norm_adam`]: `grad_sq_norm_partial` writes one partial sum of
+    /// squares per block of the table into `scratch` (checked to hold
+    /// [`ParamTable::blocks`] floats; `what` names the caller in the error). Returns the
+    /// block count, the partials' count for the pass that adds them.
+    ///
+    /// # Safety
+    ///
+    /// The table's gradients must be buffers the caller holds borrowed for this call
+    /// (checked against the table by address and length), so that they are alive when
+    /// the launch reads them.
+    unsafe fn grad_sq_norm_partials(
+        &self,
+        what: &str,
+        stream: &CaptureStream<'_>,
+        table: &ParamTable,
+        scratch: &mut DeviceBuffer<f32>,
+    ) -> Result<u32> {
+        let blocks = len_u32(&format!("{what}: blocks"), table.blocks())?;
+        check_scratch(
+            &format!("{what}: scratch (at least ParamTable::blocks)"),
+            scratch.len(),
+            table.blocks(),
+        )?;
+        let count = table.entries.len() as u32;
+        let total = table.total as u64;
+        // SAFETY: the gradients are alive (the caller's contract); block x reads elements
+        // [x OPTIM_CHUNK, ..) < total of them and writes partials[x] with x < blocks <=
+        // scratch.len() (checked above).
+        unsafe {
+            self.raw.grad_sq_norm_partial(
+                stream,
+                table.config(),
+                &table.table,
+                count,
+                total,
+                scratch,
+            )?
+        };
+        Ok(blocks)
     }
 
     /// Adam with global-norm clipping, in place, over every tensor of `table` in one
@@ -579,30 +599,13 @@ impl Kernels {
         hyper: AdamHyper,
     ) -> Result<()> {
         check_adam_slots("grad_norm_adam", table, slots, scalars)?;
-        let blocks = len_u32("grad_norm_adam: blocks", table.blocks())?;
-        check_scratch(
-            "grad_norm_adam: scratch (at least ParamTable::blocks)",
-            scratch.len(),
-            table.blocks(),
-        )?;
         check_len("grad_norm_adam: sq_norm ([1])", sq_norm.len(), 1)?;
+        // SAFETY: the table's gradients are the slots' (addresses and lengths checked
+        // above), borrowed for this call.
+        let blocks =
+            unsafe { self.grad_sq_norm_partials("grad_norm_adam", stream, table, scratch)? };
         let count = table.entries.len() as u32;
         let total = table.total as u64;
-        {
-            // SAFETY: the table's gradients are the slots' (addresses and lengths checked
-            // above, borrowed for this call); block x reads elements [x OPTIM_CHUNK, ..) <
-            // total of them and writes partials[x] with x < blocks <= scratch.len().
-            unsafe {
-                self.raw.grad_sq_norm_partial(
-                    stream,
-                    table.config(),
-                    &table.table,
-                    count,
-                    total,
-                    &mut *scratch,
-                )?
-            };
-        }
         let [max_norm, beta1, beta2, omb1, omb2, eps] = hyper.kernel_args();
         // SAFETY: as adam_clip_update's; each block also reads partials[0..blocks) (scratch
         // holds that many, written by the launch before on this stream) and block 0 writes
