@@ -448,13 +448,21 @@ pub fn mlp_backward(
         linear_grads(blas, stream, k, d, dout, &act.h2, &mut g.l3, &mut back.sums)?;
     }
     relu_input_grad(blas, stream, k, d, dout, &net.l3.w, &act.h2, &mut back.dz2)?;
-    hidden_backward(blas, stream, k, d, net, w2t, x, act, back, grads, false, dx)
+    // The second layer's bias gradient where `dz2` is formed, as `critic_head` sums it
+    // where it forms `dz2`; `hidden_backward` takes the weights' from there.
+    if let Some(g) = grads.as_deref_mut() {
+        let (rows, units) = (d.rows, g.l2.b.len());
+        k.generic
+            .column_sums(stream, &back.dz2, rows, units, &mut back.sums, &mut g.l2.b)?;
+    }
+    hidden_backward(blas, stream, k, d, net, w2t, x, act, back, grads, dx)
 }
 
 /// [`mlp_backward`] from `back.dz2`, the gradient at the last hidden layer's
 /// pre-activation, on (`w2t` the second layer's weights transposed): the hidden layers'
-/// gradients into `grads` (the second layer's bias gradient left as it is when
-/// `l2_bias_summed`: `critic_head` sums it as it writes `dz2`) and, given `(dx, first)`,
+/// gradients into `grads` but the second layer's bias gradient, which the op that forms
+/// `dz2` sums (`critic_head` as it writes it, [`mlp_backward`] after it), and, given
+/// `(dx, first)`,
 /// the input's gradient at its columns `first..in`. Without `grads`, a narrow `dx` takes
 /// ReLU's backward and its matmul in one pass (`relu_narrow_product`); with them, ReLU's
 /// backward forms the first pass of the first layer's bias gradient as it goes
@@ -471,7 +479,6 @@ pub fn hidden_backward(
     act: &MlpAct,
     back: &mut MlpBack,
     mut grads: Option<&mut Mlp>,
-    l2_bias_summed: bool,
     dx: Option<(&mut Buf, usize)>,
 ) -> Result<()> {
     let MlpDims {
@@ -482,11 +489,7 @@ pub fn hidden_backward(
     } = d;
     let MlpBack { dz2, dz1, sums } = back;
     if let Some(g) = grads.as_deref_mut() {
-        if l2_bias_summed {
-            weight_grad(blas, d, dz2, &act.h1, &mut g.l2.w)?;
-        } else {
-            linear_grads(blas, stream, k, d, dz2, &act.h1, &mut g.l2, sums)?;
-        }
+        weight_grad(blas, d, dz2, &act.h1, &mut g.l2.w)?;
     }
     // The input gradient's columns: from `first` to the end of the input.
     let mut dx = match dx {

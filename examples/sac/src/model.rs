@@ -283,20 +283,7 @@ fn train_critic(
         loss,
         &mut grads.l2.b,
     )?;
-    hidden_backward(
-        &blas,
-        s,
-        k,
-        d,
-        net,
-        w2t,
-        x,
-        act,
-        back,
-        Some(grads),
-        true,
-        None,
-    )
+    hidden_backward(&blas, s, k, d, net, w2t, x, act, back, Some(grads), None)
 }
 
 /// The Polyak update `target ← τ θ + (1 − τ) target` over the whole network in one
@@ -385,7 +372,6 @@ fn actor_critic_pass(
         act,
         back,
         None,
-        false,
         Some((da, obs)),
     )
 }
