@@ -146,6 +146,9 @@ pub struct Param {
     pub binding: Ident,
     pub kind: ParamKind,
     pub span: Span,
+    /// `#[all_branches]`: an op on a stream group takes a `#[per_branch]` array whole,
+    /// every branch's element, rather than its own branch's; the attribute, for errors.
+    pub all_branches: Option<syn::Attribute>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

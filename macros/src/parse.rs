@@ -595,15 +595,21 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             continue;
         };
         let mut binding = None;
+        let mut all_branches = None;
         for attr in &pt.attrs {
             if is(attr, "buf") {
                 match attr.parse_args::<Ident>() {
                     Ok(b) => binding = Some(b),
                     Err(_) => errors.spanned(attr, "expected #[buf(buffer_name)]"),
                 }
+            } else if is(attr, "all_branches") {
+                if attr.meta.require_path_only().is_err() {
+                    errors.spanned(attr, "#[all_branches] takes no arguments");
+                }
+                all_branches = Some(attr.clone());
             }
         }
-        pt.attrs.retain(|a| !is(a, "buf"));
+        pt.attrs.retain(|a| !is(a, "buf") && !is(a, "all_branches"));
         let Pat::Ident(pat) = &*pt.pat else {
             errors.spanned(
                 &pt.pat,
@@ -645,6 +651,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
                 binding,
                 kind: ParamKind::Index,
                 span,
+                all_branches,
             });
             continue;
         }
@@ -653,6 +660,7 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             binding,
             kind,
             span,
+            all_branches,
         });
     }
     Some(Op {

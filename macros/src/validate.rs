@@ -281,6 +281,18 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         // Parameters.
         let mut bound: HashMap<String, &Ident> = HashMap::new();
         for p in &op.params {
+            if let (Some(attr), false) = (
+                &p.all_branches,
+                matches!(p.kind, ParamKind::Read | ParamKind::Write),
+            ) {
+                errors.spanned(
+                    attr,
+                    format!(
+                        "#[all_branches] marks a parameter that reads a #[per_branch] buffer by `&`; `{}` is not a buffer parameter",
+                        p.name
+                    ),
+                );
+            }
             match p.kind {
                 ParamKind::Read | ParamKind::Write => {
                     let b = p.binding.to_string();
@@ -313,6 +325,16 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                     }
                     let buf = buffers[bi];
                     let write = p.kind == ParamKind::Write;
+                    // Reading the array whole from a group still ties its width to the
+                    // group's (the width check below).
+                    if let Some(attr) = &p.all_branches {
+                        if let Some(message) =
+                            all_branches_misuse(op, &b, buf, write, info.group_width)
+                        {
+                            errors.spanned(attr, message);
+                            continue;
+                        }
+                    }
                     match (buf.kind, info.group_width) {
                         (BufKind::Shared, Some(_)) if write && matches!(op.placement.as_ref().and_then(|p| p.index.as_ref()), Some(IndexSpec::Each(_))) => {
                             // Every replica would write the one copy at the same time.
@@ -513,8 +535,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                         let slot = match buffers[bi].kind {
                             BufKind::Shared => Slot::Field,
                             BufKind::PerBranch => match index {
-                                Some(k) => Slot::Element(k),
-                                None => Slot::Field,
+                                Some(k) if p.all_branches.is_none() => Slot::Element(k),
+                                _ => Slot::Field,
                             },
                             BufKind::ScratchPerBranch => Slot::Copy(index.unwrap_or(0) as usize),
                             BufKind::ScratchPerStream => {
@@ -998,6 +1020,47 @@ fn check_when(
         return None;
     }
     Some(bi)
+}
+
+/// What is wrong with `#[all_branches]` on a parameter binding `buf` (named `b`), if
+/// anything: it asks an op on a stream group for a `#[per_branch]` array whole, to read.
+fn all_branches_misuse(
+    op: &Op,
+    b: &str,
+    buf: &crate::model::Buffer,
+    write: bool,
+    group_width: Option<u32>,
+) -> Option<String> {
+    let name = &op.name;
+    if buf.kind != BufKind::PerBranch {
+        return Some(format!(
+            "#[all_branches] takes a #[per_branch] array whole, but `{b}` {}: bind it without #[all_branches]",
+            match buf.kind {
+                BufKind::Shared => "has one copy",
+                _ => "is scratch, a copy per stream or branch that no other branch's op may read",
+            }
+        ));
+    }
+    if let Some(parent) = &buf.view_of {
+        return Some(format!(
+            "`{b}` holds one view per branch: to read every branch's, take the parent `{parent}` whole"
+        ));
+    }
+    let replicated = matches!(
+        op.placement.as_ref().and_then(|p| p.index.as_ref()),
+        Some(IndexSpec::Each(_))
+    );
+    if write && replicated {
+        return Some(format!(
+            "op `{name}` runs on every stream of its group, so with #[all_branches] each replica would write every element of `{b}` at once: take it by `&`, or drop #[all_branches] to write the replica's own element"
+        ));
+    }
+    if group_width.is_none() {
+        return Some(format!(
+            "op `{name}` is not on a stream group, so it takes `{b}` whole already: remove #[all_branches]"
+        ));
+    }
+    None
 }
 
 /// A join that names the op's own stream through a group (the group, or its own member

@@ -192,8 +192,53 @@ pub use stepgraph_macros::StepBuffer;
 ///     handle and workspace (both also under a `use .. as ..` alias made in the module);
 ///     `&Type`: the declared kernels;
 ///   - `&T` reads the buffer of the same name, `&mut T` writes it;
+///   - `#[all_branches] name: &[T; N]`: an op on a stream group reads a `#[per_branch]`
+///     array whole, every branch's element, where it would get its own; each replica
+///     then waits for every branch's writer, on its own stream. An ensemble member that
+///     needs the minimum over all members' outputs computes it where it runs, with no op
+///     on another stream between. Only to read: replicas writing every element at once
+///     would race, so `&mut` is a compile error, as is the attribute on a buffer that
+///     is not a `#[per_branch]` array, on a per-branch view (take its parent whole), or on
+///     an op off the group (it takes the array whole already);
 ///   - a plain value is the config field of the same name;
 ///   - in a replicated op, the index parameter named in `#[stream(group[d])]`.
+///
+///   ```
+///   #[stepgraph::step(streams(main, member[2]))]
+///   mod ensemble {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub input: DeviceBuffer<f32>,
+///           #[per_branch]
+///           pub out: [DeviceBuffer<f32>; MEMBER_WIDTH],
+///           #[per_branch]
+///           pub target: [DeviceBuffer<f32>; MEMBER_WIDTH],
+///       }
+///
+///       #[stream(member[d])]
+///       fn forward(s: &CaptureStream<'_>, input: &DeviceBuffer<f32>, out: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(input, out)
+///       }
+///
+///       // Each member's target from every member's output, on the member's own stream.
+///       #[stream(member[d])]
+///       fn member_target(
+///           s: &CaptureStream<'_>,
+///           #[all_branches] out: &[DeviceBuffer<f32>; MEMBER_WIDTH],
+///           target: &mut DeviceBuffer<f32>,
+///       ) -> Result<()> {
+///           s.copy(&out[1], target) // stands for a kernel reading every element
+///       }
+///   }
+///
+///   let plan = ensemble::Step::plan();
+///   // member_target[0] waits for forward[1] (forward[0] ran before it on its stream).
+///   assert_eq!(plan.ops[2].name, "member_target[0]");
+///   assert_eq!(plan.ops[2].waits.len(), 1);
+///   assert_eq!(plan.ops[2].stream, plan.ops[0].stream);
+///   ```
 ///
 /// # Op attributes
 ///

@@ -1,0 +1,20 @@
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main, member[2]))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub input: DeviceBuffer<f32>,
+        #[per_branch]
+        pub out: [DeviceBuffer<f32>; 2],
+    }
+
+    #[stream(member[d])]
+    fn forward(s: &CaptureStream<'_>, #[all_branches] input: &DeviceBuffer<f32>, out: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.copy(input, out)
+    }
+}
+
+fn main() {}
