@@ -195,6 +195,110 @@ pub fn longest_path(
     (path, total)
 }
 
+/// The chains-and-work bound of a schedule ([`chain_work_bound`]): its value and where
+/// it was found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChainWork {
+    /// The bound, in the units of the costs.
+    pub total: f64,
+    /// The node whose longest chain from the start heads the bound, if any.
+    pub head: Option<usize>,
+    /// The node whose longest chain to the end tails the bound, if any.
+    pub tail: Option<usize>,
+}
+
+/// A lower bound on any execution of a schedule that combines its chains with the work
+/// between them: for a node `h` and a node `t` after it,
+///
+/// `longest chain from the start through h` (each node at `alone`)
+/// `+ Σ work over the nodes after h and before t`
+/// `+ longest chain from t to the end`,
+///
+/// maximised over `h` and `t`; either may be absent (the chain is then empty and the
+/// work runs from the start or to the end). No node after `h` can start before `h`'s
+/// chain ends, nor `t` before every node before it ends, and the nodes between share the
+/// GPU, so they take at least their summed work. With no `h` and no `t` it is the total
+/// work, with no node between it is a chain through the schedule: it is never below the
+/// larger of the longest path and the total work, and where the two disagree (chains at
+/// the ends of a schedule whose middle fills the GPU) it is the tighter of the three.
+///
+/// `alone(i)` is node `i`'s time by itself, `work(i)` the share of it no other node can
+/// use (at most `alone(i)`). Edges as [`closure`] takes them. Quadratic in pairs of
+/// nodes, each pair a scan of the nodes between: for the few hundred ops of a step.
+///
+/// ```
+/// use stepgraph_plan::dag::chain_work_bound;
+///
+/// // A chain 0 -> {1, 2} -> 3: 1 and 2 each fill the GPU (work = alone = 4), 0 and 3
+/// // are small kernels (alone 1, work 0). The longest path is 6 and the work 8; no
+/// // execution beats 1 + 8 + 1.
+/// let edges = [(0, 1), (0, 2), (1, 3), (2, 3)];
+/// let alone = [1.0, 4.0, 4.0, 1.0];
+/// let work = [0.0, 4.0, 4.0, 0.0];
+/// let b = chain_work_bound(4, &edges, |i| alone[i], |i| work[i]);
+/// assert_eq!((b.total, b.head, b.tail), (10.0, Some(0), Some(3)));
+/// ```
+pub fn chain_work_bound(
+    n: usize,
+    edges: &[(usize, usize)],
+    alone: impl Fn(usize) -> f64,
+    work: impl Fn(usize) -> f64,
+) -> ChainWork {
+    let preds = forward_preds(n, edges);
+    let before = closure(n, edges);
+    let mut after = vec![NodeSet::new(n); n];
+    for (b, set) in before.iter().enumerate() {
+        for (a, later) in after.iter_mut().enumerate().take(b) {
+            if set.contains(a) {
+                later.insert(b);
+            }
+        }
+    }
+    // Longest chain ending at each node (from the start) and starting at it (to the end).
+    let mut to_end = vec![0.0f64; n];
+    let mut from_start = vec![0.0f64; n];
+    for b in 0..n {
+        from_start[b] = preds[b].iter().map(|&a| from_start[a]).fold(0.0, f64::max) + alone(b);
+    }
+    let mut succs = vec![Vec::new(); n];
+    for (b, ps) in preds.iter().enumerate() {
+        for &a in ps {
+            succs[a].push(b);
+        }
+    }
+    for a in (0..n).rev() {
+        to_end[a] = succs[a].iter().map(|&b| to_end[b]).fold(0.0, f64::max) + alone(a);
+    }
+    let work: Vec<f64> = (0..n).map(work).collect();
+    let sum =
+        |pick: &dyn Fn(usize) -> bool| (0..n).filter(|&j| pick(j)).map(|j| work[j]).sum::<f64>();
+    let mut best = ChainWork {
+        total: work.iter().sum(),
+        head: None,
+        tail: None,
+    };
+    let mut offer = |total: f64, head: Option<usize>, tail: Option<usize>| {
+        if total > best.total {
+            best = ChainWork { total, head, tail };
+        }
+    };
+    for t in 0..n {
+        offer(sum(&|j| before[t].contains(j)) + to_end[t], None, Some(t));
+    }
+    for h in 0..n {
+        offer(
+            from_start[h] + sum(&|j| after[h].contains(j)),
+            Some(h),
+            None,
+        );
+        for t in (h + 1..n).filter(|&t| after[h].contains(t)) {
+            let between = sum(&|j| after[h].contains(j) && before[t].contains(j));
+            offer(from_start[h] + between + to_end[t], Some(h), Some(t));
+        }
+    }
+    best
+}
+
 /// Each node's level: 0 for a node nothing orders before it, otherwise one more than the
 /// highest level among the nodes that forward `edges` order before it.
 pub fn levels(n: usize, edges: &[(usize, usize)]) -> Vec<usize> {
@@ -261,5 +365,52 @@ mod tests {
     fn schedule_edges_skip_unknown_streams() {
         let ops = [(Some(0), vec![]), (None, vec![0]), (Some(0), vec![])];
         assert_eq!(schedule_edges(ops), [(0, 1), (0, 2)]);
+    }
+
+    #[test]
+    fn the_chain_work_bound_joins_a_head_chain_the_middle_work_and_a_tail_chain() {
+        // 0 -> 1 -> {2, 3} -> 4 -> 5: a head chain of two small ops, two GPU-filling ops
+        // side by side, a tail of two small ops, and 6 beside everything (small).
+        let edges = [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 5)];
+        let alone = [1.0, 2.0, 5.0, 5.0, 1.5, 0.5, 3.0];
+        let work = [0.1, 0.2, 5.0, 5.0, 0.1, 0.1, 0.5];
+        let b = chain_work_bound(7, &edges, |i| alone[i], |i| work[i]);
+        // 1 + 2 (to the end of 1) + 10 (2 and 3) + 1.5 + 0.5 (from 4 to the end).
+        assert_eq!((b.total, b.head, b.tail), (15.0, Some(1), Some(4)));
+        assert_eq!(longest_path(7, &edges, |i| alone[i]).1, 10.0);
+        // Nothing between: no node, no bound; one node: its time alone.
+        assert_eq!(chain_work_bound(0, &[], |_| 1.0, |_| 1.0).total, 0.0);
+        let one = chain_work_bound(1, &[], |_| 2.0, |_| 0.5);
+        assert_eq!((one.total, one.head, one.tail), (2.0, None, Some(0)));
+    }
+
+    proptest::proptest! {
+        /// On random schedules: never below the longest path or the total work, never
+        /// above one node at a time (an execution every schedule allows); the total work
+        /// where every node fills the GPU, the longest path where none takes any.
+        #[test]
+        fn the_chain_work_bound_lies_between_the_bounds_and_a_serial_execution(
+            n in 1usize..24,
+            raw_edges in proptest::collection::vec((0usize..24, 0usize..24), 0..60),
+            alone in proptest::collection::vec(0.0f64..4.0, 24),
+            share in proptest::collection::vec(0.0f64..=1.0, 24),
+        ) {
+            let edges: Vec<(usize, usize)> = raw_edges
+                .into_iter()
+                .map(|(a, b)| (a.min(b), a.max(b)))
+                .filter(|&(a, b)| a < b && b < n)
+                .collect();
+            let eps = 1e-9;
+            let path = longest_path(n, &edges, |i| alone[i]).1;
+            let serial: f64 = alone[..n].iter().sum();
+            let total_work: f64 = (0..n).map(|i| alone[i] * share[i]).sum();
+            let b = chain_work_bound(n, &edges, |i| alone[i], |i| alone[i] * share[i]);
+            proptest::prop_assert!(b.total >= path - eps && b.total >= total_work - eps, "{b:?} {path} {total_work}");
+            proptest::prop_assert!(b.total <= serial + eps, "{b:?} {serial}");
+            let full = chain_work_bound(n, &edges, |i| alone[i], |i| alone[i]);
+            proptest::prop_assert!((full.total - serial).abs() <= eps, "{full:?} {serial}");
+            let none = chain_work_bound(n, &edges, |i| alone[i], |_| 0.0);
+            proptest::prop_assert!((none.total - path).abs() <= eps, "{none:?} {path}");
+        }
     }
 }

@@ -334,6 +334,19 @@ impl EventDesc {
     }
 }
 
+/// A schedule's chains-and-work bound ([`PlanDesc::chain_work_bound`]): its value and the
+/// ops whose chains bound it.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChainBound {
+    /// The bound, in the units of the costs it was given.
+    pub total: f64,
+    /// The op that ends the head chain; `None`: the bound's work runs from the start.
+    pub head: Option<OpId>,
+    /// The op that starts the tail chain; `None`: the bound's work runs to the end.
+    pub tail: Option<OpId>,
+}
+
 /// A dependency the planner inferred (or an explicit ordering).
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -949,6 +962,63 @@ impl PlanDesc {
         let n = self.ops.len().min(costs.len());
         let (path, total) = dag::longest_path(n, &self.schedule_edges_ix(), |i| costs[i]);
         (path.into_iter().map(|o| OpId(o as u32)).collect(), total)
+    }
+
+    /// The chains-and-work bound of the schedule ([`dag::chain_work_bound`]) with each op's
+    /// time alone and its work (the share of that time no other op can use), one entry
+    /// per op each: the longest chain to an op `head`, the work of every op between
+    /// `head` and an op `tail`, and the longest chain from `tail` to the end. Never below
+    /// [`longest_path`](Self::longest_path) with the same times or the summed work; above
+    /// both where the schedule begins and ends with chains and its middle fills the GPU.
+    /// Ops past either slice's length count 0.
+    ///
+    /// ```
+    /// use stepgraph_plan::{
+    ///     AccessDesc, BufId, BufKind, BufferDesc, EventDesc, EventId, OpDesc, OpId, PlanDesc,
+    ///     StreamDesc, StreamId,
+    /// };
+    ///
+    /// // `head` writes x; `left` (on `side`) and `right` read it; `tail` waits for both.
+    /// static PLAN: PlanDesc = PlanDesc::new("diamond")
+    ///     .with_streams(&[StreamDesc::named("main"), StreamDesc::named("side")])
+    ///     .with_buffers(&[BufferDesc::new("x", BufKind::Shared), BufferDesc::new("y", BufKind::Shared)])
+    ///     .with_events(&[
+    ///         EventDesc::after(StreamId(0), OpId(0)),
+    ///         EventDesc::after(StreamId(1), OpId(1)),
+    ///     ])
+    ///     .with_ops(&[
+    ///         OpDesc::new("head", StreamId(0))
+    ///             .with_accesses(&[AccessDesc::write(BufId(0), 0)])
+    ///             .with_record(EventId(0)),
+    ///         OpDesc::new("left", StreamId(1))
+    ///             .with_accesses(&[AccessDesc::read(BufId(0), 0)])
+    ///             .with_waits(&[EventId(0)])
+    ///             .with_record(EventId(1)),
+    ///         OpDesc::new("right", StreamId(0)).with_accesses(&[AccessDesc::read(BufId(0), 0)]),
+    ///         OpDesc::new("tail", StreamId(0))
+    ///             .with_accesses(&[AccessDesc::write(BufId(1), 0)])
+    ///             .with_waits(&[EventId(1)]),
+    ///     ]);
+    /// // `left` and `right` fill the GPU; `head` and `tail` are small.
+    /// let (alone, work) = ([1.0, 4.0, 4.0, 1.0], [0.0, 4.0, 4.0, 0.0]);
+    /// assert_eq!(PLAN.longest_path(&alone).1, 6.0);
+    /// let b = PLAN.chain_work_bound(&alone, &work);
+    /// assert_eq!((b.total, b.head, b.tail), (10.0, Some(OpId(0)), Some(OpId(3))));
+    /// ```
+    pub fn chain_work_bound(&self, alone: &[f64], work: &[f64]) -> ChainBound {
+        let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+        let b = dag::chain_work_bound(
+            self.ops.len(),
+            &self.schedule_edges_ix(),
+            |i| at(alone, i),
+            |i| at(work, i),
+        );
+        let id = |i: Option<usize>| i.map(|i| OpId(i as u32));
+        ChainBound {
+            total: b.total,
+            head: id(b.head),
+            tail: id(b.tail),
+        }
     }
 
     /// Each op's level in the schedule: 0 for an op nothing orders before, otherwise one

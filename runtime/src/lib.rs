@@ -442,7 +442,7 @@ pub mod env {
 pub mod stats {
     pub use crate::floor::{CEILING_COPY_BYTES, CEILING_MATMUL, Ceilings, Floor};
     pub use crate::timing::median;
-    pub use crate::work::{Bounds, KernelWork, OpWork, grid_share, wave_share};
+    pub use crate::work::{Bounds, ChainsBound, KernelWork, OpWork, grid_share, wave_share};
 }
 
 /// Checks a program runs before it touches a GPU: the CUDA libraries stepgraph loads at

@@ -160,7 +160,9 @@ impl WorkBound {
 /// A planned step's time against its bounds: the critical path with every op at its time
 /// alone (d), and the work bound with shares averaged over waves (w) and with grid shares
 /// (w'). A step can be no faster than the larger of (d) and (w); how far above it the
-/// step runs is what its schedule leaves.
+/// step runs is what its schedule leaves. [`with_chains`](Self::with_chains) adds (p),
+/// which joins the two: where a step begins and ends with chains and its middle fills
+/// the GPU, no execution reaches max((d), (w)), and (p) says how close one can come.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bounds {
     /// The planned graph's replay, (c).
@@ -171,6 +173,22 @@ pub struct Bounds {
     pub work_ms: f64,
     /// (w'): [`WorkBound::grid_bound_ms`].
     pub grid_work_ms: f64,
+    /// (p), when [`with_chains`](Self::with_chains) computed it.
+    pub chains: Option<ChainsBound>,
+}
+
+/// (p), the chains-and-work bound of a step ([`PlanDesc::chain_work_bound`]): the
+/// longest chain of ops (each at its time alone) to the op `head`, the work (w) of every
+/// op between `head` and `tail`, and the longest chain from `tail` to the end; the
+/// largest such sum over pairs of ops. At least max((d), (w)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChainsBound {
+    /// The bound, in milliseconds.
+    pub ms: f64,
+    /// The op that ends the head chain; `None`: the work runs from the start.
+    pub head: Option<&'static str>,
+    /// The op that starts the tail chain; `None`: the work runs to the end.
+    pub tail: Option<&'static str>,
 }
 
 impl Bounds {
@@ -181,6 +199,36 @@ impl Bounds {
             critical_path_ms,
             work_ms: work.bound_ms(),
             grid_work_ms: work.grid_bound_ms(),
+            chains: None,
+        }
+    }
+
+    /// Adds (p) for the step of `plan`: `alone_ms` holds each op's time alone in plan
+    /// order (as for (d), the one-stream profile's durations), `work` the work bound
+    /// measured on the same step (each op's work, matched to the plan's ops by name; an op
+    /// it does not list counts no work).
+    pub fn with_chains(self, plan: &PlanDesc, alone_ms: &[f64], work: &WorkBound) -> Bounds {
+        let per_op: Vec<f64> = plan
+            .ops
+            .iter()
+            .map(|op| {
+                work.ops
+                    .iter()
+                    .find(|w| w.name == op.name)
+                    .map_or(0.0, OpWork::work_ms)
+            })
+            .collect();
+        let b = plan.chain_work_bound(alone_ms, &per_op);
+        let name = |id: Option<crate::plan::OpId>| {
+            id.and_then(|o| plan.ops.get(o.index())).map(|o| o.name)
+        };
+        Bounds {
+            chains: Some(ChainsBound {
+                ms: b.total,
+                head: name(b.head),
+                tail: name(b.tail),
+            }),
+            ..self
         }
     }
 
@@ -223,7 +271,18 @@ impl fmt::Display for Bounds {
             "| larger bound with grid shares, max((d), (w')) | {:.3} | (c)/max = {:.3} |",
             self.larger_grid_ms(),
             c / self.larger_grid_ms()
-        )
+        )?;
+        if let Some(p) = &self.chains {
+            let head = p.head.map_or("the start".to_string(), |h| format!("`{h}`"));
+            let tail = p.tail.map_or("the end".to_string(), |t| format!("`{t}`"));
+            writeln!(
+                f,
+                "| (p) chains and the work between: to {head}, work, from {tail} | {:.3} | (c)/(p) = {:.3} |",
+                p.ms,
+                c / p.ms
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -580,6 +639,7 @@ mod tests {
             critical_path_ms: 0.5,
             work_ms: 0.4,
             grid_work_ms: 0.6,
+            chains: None,
         };
         assert_eq!((b.larger_ms(), b.larger_grid_ms()), (0.5, 0.6));
         let rows = b.to_string();
@@ -658,5 +718,81 @@ mod tests {
             text.contains("work bound: 0.700 ms (41% of the kernels' 1.700 ms alone); with grid shares not averaged over waves: 1.700 ms"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_chains_bound_joins_the_plans_chains_with_the_work_between() {
+        use crate::plan::{
+            AccessDesc, BufId, BufKind, BufferDesc, EventDesc, EventId, OpDesc, OpId, StreamDesc,
+            StreamId,
+        };
+        // `head` writes x; `left` on `side` and `right` on `main` read it; `tail` waits
+        // for `left`. `left` and `right` fill the GPU; `head` and `tail` are small.
+        static PLAN: PlanDesc = PlanDesc::new("s")
+            .with_streams(&[StreamDesc::named("main"), StreamDesc::named("side")])
+            .with_buffers(&[
+                BufferDesc::new("x", BufKind::Shared),
+                BufferDesc::new("y", BufKind::Shared),
+            ])
+            .with_events(&[
+                EventDesc::after(StreamId(0), OpId(0)),
+                EventDesc::after(StreamId(1), OpId(1)),
+            ])
+            .with_ops(&[
+                OpDesc::new("head", StreamId(0))
+                    .with_accesses(&[AccessDesc::write(BufId(0), 0)])
+                    .with_record(EventId(0)),
+                OpDesc::new("left", StreamId(1))
+                    .with_accesses(&[AccessDesc::read(BufId(0), 0)])
+                    .with_waits(&[EventId(0)])
+                    .with_record(EventId(1)),
+                OpDesc::new("right", StreamId(0)).with_accesses(&[AccessDesc::read(BufId(0), 0)]),
+                OpDesc::new("tail", StreamId(0))
+                    .with_accesses(&[AccessDesc::write(BufId(1), 0)])
+                    .with_waits(&[EventId(1)]),
+            ]);
+        let w = WorkBound {
+            step: "s".into(),
+            device: "test".into(),
+            sms: 132,
+            // `head` is missing: it counts no work.
+            ops: vec![
+                OpWork {
+                    name: "left".into(),
+                    kernels: vec![kernel(1.0, 0.5), kernel(0.5, 0.2)],
+                    other_nodes: 0,
+                },
+                OpWork {
+                    name: "right".into(),
+                    kernels: vec![kernel(1.0, 0.6)],
+                    other_nodes: 0,
+                },
+                OpWork {
+                    name: "tail".into(),
+                    kernels: vec![kernel(0.05, 0.2)],
+                    other_nodes: 0,
+                },
+            ],
+        };
+        let alone = [0.1, 0.8, 0.7, 0.3];
+        let (_, d) = PLAN.longest_path(&alone);
+        let b = Bounds::new(2.0, d, &w).with_chains(&PLAN, &alone, &w);
+        // (d): head, left, tail = 1.2; (w): 0.6 + 0.6 + 0.01 = 1.21. (p): to `head` (0.1),
+        // the work of `left` and `right` (1.2), from `tail` (0.3).
+        assert!(
+            (d - 1.2).abs() < 1e-12 && (b.work_ms - 1.21).abs() < 1e-12,
+            "{b:?}"
+        );
+        let p = b.chains.unwrap();
+        assert!((p.ms - 1.6).abs() < 1e-12, "{p:?}");
+        assert_eq!((p.head, p.tail), (Some("head"), Some("tail")));
+        let rows = b.to_string();
+        assert_eq!(rows.lines().count(), 6, "{rows}");
+        assert!(
+            rows.contains("| (p) chains and the work between: to `head`, work, from `tail` | 1.600 | (c)/(p) = 1.250 |"),
+            "{rows}"
+        );
+        // Without the plan's chains, no row.
+        assert_eq!(Bounds::new(2.0, d, &w).to_string().lines().count(), 5);
     }
 }

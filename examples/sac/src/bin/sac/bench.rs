@@ -134,7 +134,7 @@ pub fn run(
     for op in work.ops.iter().filter(|o| o.alone_ms() >= 0.02) {
         print!("{}", work.kernel_table(&op.name));
     }
-    let bounds = Bounds::new(c, d, &work);
+    let bounds = Bounds::new(c, d, &work).with_chains(&sac::PLAN, &alone.durations_ms(), &work);
     println!(
         "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics planned for {} SMs, \
          {replays} replays",
@@ -168,11 +168,12 @@ pub fn run(
     }
     print!("{bounds}");
     let (w, wg) = (bounds.work_ms, bounds.grid_work_ms);
+    let p = bounds.chains.map_or(0.0, |p| p.ms);
     let json = format!(
         "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
          \"critic_sms\": \"{}\", \"other_critic_sms\": \"{other}\", \"planned_ab_ms\": [{}], \
          \"planned_other_sms_ab_ms\": [{}], \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
-         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \
+         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"chains_bound_ms\": {p}, \
          \"planned_over_bound\": {}, \"critical_path\": [{}]}}\n",
         sizes.batch,
         sizes.obs,
