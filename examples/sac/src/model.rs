@@ -385,8 +385,8 @@ pub const CRITICS: usize = sac::CRITIC_WIDTH;
 // The actor's stream runs at low priority: its sample at `s` has slack until the policy
 // loss, and at equal priority takes the GPU from the critics' target passes and losses on
 // the critical path (`sac --bench` measures the step both ways, (c) and (c')). Its
-// hidden layer's gradients run on `actor_grads` and its head's on `main`, beside the chain
-// through its layers; its input layer's follow that chain on `actor`.
+// head's gradients run on `main` beside the chain through its layers; its input layer's
+// follow that chain on `actor`, its hidden layer's on `actor_grads` beside them.
 #[stepgraph::step(streams(main, critic[2], actor(low), actor_grads(low)), kernels = Kernels)]
 pub mod sac {
     use super::*;
@@ -590,18 +590,6 @@ pub mod sac {
         transpose_l2(stream, k, actor_net, actor_w2t)
     }
 
-    /// Critic `d`'s second layer's weights transposed for its training pass, at the head of
-    /// its stream, which waits for the next action.
-    #[stream(critic[d])]
-    fn critic_transpose(
-        stream: &CaptureStream<'_>,
-        k: &Kernels,
-        critic: &Mlp,
-        critic_w2t: &mut Buf,
-    ) -> Result<()> {
-        transpose_l2(stream, k, critic, critic_w2t)
-    }
-
     /// Target critic `d` at `[s2, a']`, on critic `d`'s stream.
     #[stream(critic[d])]
     fn critic_target_pass(
@@ -619,6 +607,20 @@ pub mod sac {
             critic_target,
             critic_next,
         )
+    }
+
+    /// Critic `d`'s second layer's weights transposed for its training pass, after its
+    /// target pass, while `main` waits for the other critics' passes before the soft
+    /// target: at the head of the critic's stream it ran beside the next action, on the
+    /// critical path, and slowed it (PERF.md).
+    #[stream(critic[d])]
+    fn critic_transpose(
+        stream: &CaptureStream<'_>,
+        k: &Kernels,
+        critic: &Mlp,
+        critic_w2t: &mut Buf,
+    ) -> Result<()> {
+        transpose_l2(stream, k, critic, critic_w2t)
     }
 
     /// `y = r + γ (1 − done) (minᵢ Qi'(s2, a') − α log π')`, after every target pass.
@@ -884,8 +886,8 @@ pub mod sac {
         relu_input_grad(&blas, stream, k, sizes.actor(), dhead, w3, h2, actor_dz2)
     }
 
-    /// `dz1 = (dz2 w2) ⊙ (h1 > 0)`, beside the second layer's gradients, and the first
-    /// pass of the first layer's bias gradient as ReLU's backward writes `dz1`.
+    /// `dz1 = (dz2 w2) ⊙ (h1 > 0)`, and the first pass of the first layer's bias gradient
+    /// as ReLU's backward writes `dz1`.
     #[stream(actor)]
     #[allow(clippy::too_many_arguments)]
     fn actor_dz1(
@@ -936,8 +938,11 @@ pub mod sac {
         )
     }
 
-    /// The second layer's gradients, from `dz2` and `h1`.
+    /// The second layer's gradients, from `dz2` and `h1`, after `dz1`: beside `dz1`'s
+    /// matmul, which fills the GPU, they slowed the chain; beside the input layer's
+    /// gradients and the head's, small grids, they fill what those leave (PERF.md).
     #[stream(actor_grads)]
+    #[after(actor_dz1)]
     fn actor_grad_hidden(
         stream: &CaptureStream<'_>,
         k: &Kernels,
@@ -1345,18 +1350,21 @@ mod tests {
         }
     }
 
-    /// The head's and the hidden layer's gradients run beside the chain through the
-    /// layers below them, each on a stream of its own; the input layer's follows the chain
-    /// on the actor's stream; Adam waits for all three.
+    /// The head's gradients run beside the chain through the layers below, the hidden
+    /// layer's after `dz1` (whose matmul fills the GPU) beside the input layer's, which
+    /// follow the chain on the actor's stream; each on a stream of its own; Adam waits for
+    /// all three.
     #[test]
     fn the_actor_layers_gradients_run_beside_its_backward_chain() {
         for (grads, beside) in [
             ("actor_grad_head", "actor_dz2"),
-            ("actor_grad_hidden", "actor_dz1"),
+            ("actor_grad_head", "actor_dz1"),
+            ("actor_grad_hidden", "actor_grad_input"),
         ] {
             let (g, c) = (op(grads), op(beside));
             assert!(!before(g, c) && !before(c, g), "{grads} and {beside}");
         }
+        assert!(before(op("actor_dz1"), op("actor_grad_hidden")));
         for (grads, stream) in [
             ("actor_grad_head", "main"),
             ("actor_grad_hidden", "actor_grads"),
