@@ -689,25 +689,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_bound_weights_each_kernel_by_its_share_and_the_table_shows_it() {
-        let w = WorkBound {
+    /// A work bound of step `s` on a test device of 132 SMs: each op's name, kernels
+    /// and nodes other than kernels.
+    fn work_of(ops: Vec<(&str, Vec<KernelWork>, usize)>) -> WorkBound {
+        WorkBound {
             step: "s".into(),
             device: "test".into(),
             sms: 132,
-            ops: vec![
-                OpWork {
-                    name: "wide".into(),
-                    kernels: vec![kernel(1.0, 0.5), kernel(0.5, 0.2)],
-                    other_nodes: 1,
-                },
-                OpWork {
-                    name: "narrow".into(),
-                    kernels: vec![kernel(0.1, 1.0)],
-                    other_nodes: 0,
-                },
-            ],
-        };
+            ops: ops
+                .into_iter()
+                .map(|(name, kernels, other_nodes)| OpWork {
+                    name: name.into(),
+                    kernels,
+                    other_nodes,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_bound_weights_each_kernel_by_its_share_and_the_table_shows_it() {
+        let w = work_of(vec![
+            ("wide", vec![kernel(1.0, 0.5), kernel(0.5, 0.2)], 1),
+            ("narrow", vec![kernel(0.1, 1.0)], 0),
+        ]);
         assert!((w.bound_ms() - (0.5 + 0.1 + 0.1)).abs() < 1e-12);
         assert!((w.alone_ms() - 1.7).abs() < 1e-12);
         assert_eq!(w.kernels(), 3);
@@ -751,29 +756,12 @@ mod tests {
                     .with_accesses(&[AccessDesc::write(BufId(1), 0)])
                     .with_waits(&[EventId(1)]),
             ]);
-        let w = WorkBound {
-            step: "s".into(),
-            device: "test".into(),
-            sms: 132,
-            // `head` is missing: it counts no work.
-            ops: vec![
-                OpWork {
-                    name: "left".into(),
-                    kernels: vec![kernel(1.0, 0.5), kernel(0.5, 0.2)],
-                    other_nodes: 0,
-                },
-                OpWork {
-                    name: "right".into(),
-                    kernels: vec![kernel(1.0, 0.6)],
-                    other_nodes: 0,
-                },
-                OpWork {
-                    name: "tail".into(),
-                    kernels: vec![kernel(0.05, 0.2)],
-                    other_nodes: 0,
-                },
-            ],
-        };
+        // `head` is missing: it counts no work.
+        let w = work_of(vec![
+            ("left", vec![kernel(1.0, 0.5), kernel(0.5, 0.2)], 0),
+            ("right", vec![kernel(1.0, 0.6)], 0),
+            ("tail", vec![kernel(0.05, 0.2)], 0),
+        ]);
         let alone = [0.1, 0.8, 0.7, 0.3];
         let (_, d) = PLAN.longest_path(&alone);
         let b = Bounds::new(2.0, d, &w).with_chains(&PLAN, &alone, &w);
