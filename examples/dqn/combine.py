@@ -46,6 +46,8 @@ def combine(rust, torch_bench):
     bound = max(d, w)
     wg = rust.get("grid_work_bound_ms")
     grid_bound = None if wg is None else max(d, wg)
+    # (p), the chains and the work between them (records from c626f31 on; 0: not measured).
+    p = rust.get("chains_bound_ms") or None
     return {
         "device": rust["device"],
         "batch": rust["batch"],
@@ -61,6 +63,8 @@ def combine(rust, torch_bench):
             # The same against max((d), (w')): the work bound with the issue's grid share.
             "larger_grid_bound_ms": grid_bound,
             "c_over_larger_grid_bound": None if grid_bound is None else c / grid_bound,
+            "chains_bound_ms": p,
+            "c_over_chains_bound": None if p is None else c / p,
             # Of the time (b) spends above the larger bound, how much (c) saved.
             "share_of_allowed_saving_taken": (b - c) / (b - bound) if b > bound else None,
             "best_pytorch_variant": best_name,
@@ -87,6 +91,9 @@ def table(res):
         wg = rust["grid_work_bound_ms"]
         rows.append(("(w') work bound, grid shares not averaged over waves", wg,
                      f"(c)/(w') = {c / wg:.3f}"))
+    if r["chains_bound_ms"] is not None:
+        rows.append(("(p) chains and the work between them", r["chains_bound_ms"],
+                     f"(c)/(p) = {r['c_over_chains_bound']:.3f}"))
     rows += [(f"(e) PyTorch {name}", ms, f"/(c) = {ms / c:.2f}")
              for name, ms in res["pytorch"]["median_ms"].items()]
     lines = [f"DQN step on {res['device']}, batch {res['batch']}",

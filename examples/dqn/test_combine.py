@@ -59,6 +59,17 @@ class Combine(unittest.TestCase):
         self.assertIsNone(res["ratios"]["c_over_larger_grid_bound"])
         self.assertNotIn("max((d), (w'))", out)
 
+    def test_the_chains_bound_is_reported_when_the_record_has_it(self):
+        rc, res, out, _ = self.run_main(dict(RUST, chains_bound_ms=2.3), TORCH)
+        self.assertEqual(rc, 0)
+        self.assertTrue(math.isclose(res["ratios"]["c_over_chains_bound"], 2.4 / 2.3))
+        self.assertIn("| (p) chains and the work between them | 2.300 | (c)/(p) = 1.043 |", out)
+        # Records before (p), and a bench that could not measure it (0), have no such row.
+        for rust in (RUST, dict(RUST, chains_bound_ms=0.0)):
+            rc, res, out, _ = self.run_main(rust, TORCH)
+            self.assertIsNone(res["ratios"]["c_over_chains_bound"])
+            self.assertNotIn("(p)", out)
+
     def test_the_critical_path_is_the_bound_when_it_is_larger(self):
         rc, res, _, _ = self.run_main(dict(RUST, critical_path_bound_ms=2.3), TORCH)
         self.assertEqual(rc, 0)

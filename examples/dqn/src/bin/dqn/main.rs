@@ -1231,6 +1231,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     }
     let bounds = Bounds::new(c, d, &work).with_chains(&dqn::PLAN, &alone.durations_ms(), &work);
     let (w, wg, bound) = (bounds.work_ms, bounds.grid_work_ms, bounds.larger_ms());
+    let p = bounds.chains.map_or(0.0, |p| p.ms);
     println!("| variant | median ms | ratio |");
     println!("| --- | --- | --- |");
     println!("| (a) eager, one stream | {a:.3} | |");
@@ -1323,7 +1324,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         })
         .collect();
     let json = format!(
-        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ceilings\": {}, \"floors\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
+        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"chains_bound_ms\": {p}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ceilings\": {}, \"floors\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
         device.name(),
         s.batch,
         work.alone_ms(),
