@@ -196,10 +196,11 @@ pub use stepgraph_macros::StepBuffer;
 ///     array whole, every branch's element, where it would get its own; each replica
 ///     then waits for every branch's writer, on its own stream. An ensemble member that
 ///     needs the minimum over all members' outputs computes it where it runs, with no op
-///     on another stream between. Only to read: replicas writing every element at once
-///     would race, so `&mut` is a compile error, as is the attribute on a buffer that
-///     is not a `#[per_branch]` array, on a per-branch view (take its parent whole), or on
-///     an op off the group (it takes the array whole already);
+///     on another stream between. A replicated op only reads it so: its replicas would
+///     write every element at once, so `&mut` there is a compile error (an op on one
+///     member, `#[stream(group[0])]`, may write it whole), as is the attribute on a
+///     buffer that is not a `#[per_branch]` array, on a per-branch view (take its parent
+///     whole), or on an op off the group (it takes the array whole already);
 ///   - a plain value is the config field of the same name;
 ///   - in a replicated op, the index parameter named in `#[stream(group[d])]`.
 ///

@@ -44,6 +44,17 @@ mod step {
     fn summarise(s: &CaptureStream<'_>, #[all_branches] out: &[DeviceBuffer<f32>; 3], report: &mut DeviceBuffer<f32>) -> Result<()> {
         s.copy(&out[2], report)
     }
+
+    /// One member (not a replicated op) may write the array whole; as for any op that
+    /// writes what ops on other streams wrote, without reading it, a join orders them.
+    #[stream(member[0])]
+    #[join(member[1], member[2])]
+    fn reset_targets(s: &CaptureStream<'_>, #[all_branches] target: &mut [DeviceBuffer<f32>; 3]) -> Result<()> {
+        for t in target.iter_mut() {
+            s.memset_zeros(t)?;
+        }
+        Ok(())
+    }
 }
 
 fn main() {
@@ -51,8 +62,8 @@ fn main() {
     plan.check().unwrap();
     let audit = plan.audit().unwrap();
     assert!(audit.conflicts_ordered > 0, "{audit:?}");
-    // load, 3 forward, 3 ensemble_target, summarise
-    assert_eq!(plan.ops.len(), 8);
+    // load, 3 forward, 3 ensemble_target, summarise, reset_targets
+    assert_eq!(plan.ops.len(), 9);
     let id = |name: &str| OpId(plan.ops.iter().position(|o| o.name == name).unwrap() as u32);
     for d in 0..3 {
         let target = id(&format!("ensemble_target[{d}]"));
@@ -68,10 +79,13 @@ fn main() {
         assert_eq!(plan.ops[target.0 as usize].stream, plan.ops[id(&format!("forward[{d}]")).0 as usize].stream);
     }
     assert!(plan.orders(id("forward[2]"), id("summarise[0]")));
+    for d in 0..3 {
+        assert!(plan.orders(id(&format!("ensemble_target[{d}]")), id("reset_targets[0]")));
+    }
     // Three waits on `load` and two per replica on the other members' forwards; none
-    // for summarise, whose stream's replica waited for them already; the end joins the
-    // three members.
-    assert_eq!(plan.final_waits.len(), 3, "{plan}");
-    assert_eq!(plan.wait_count(), 3 + 3 * 2 + 3, "{plan}");
+    // for summarise, whose stream's replica waited for them already; two for the reset,
+    // on the other replicas that wrote the targets; then the end's joins.
+    let inside = plan.wait_count() - plan.final_waits.len();
+    assert_eq!(inside, 3 + 3 * 2 + 2, "{plan}");
     println!("{plan}");
 }
