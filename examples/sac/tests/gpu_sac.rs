@@ -153,8 +153,6 @@ fn gpu_concat_and_the_relu_backwards_are_exact() {
     }
 }
 
-/// The narrow matmul refuses a width it does not take and lengths that do not fit, naming
-/// what it expected, before anything runs.
 /// The transpose moves every element, at square, ragged and one-row shapes.
 #[test]
 fn gpu_transpose_is_exact() {
@@ -176,6 +174,8 @@ fn gpu_transpose_is_exact() {
     }
 }
 
+/// The narrow matmul refuses a width it does not take and lengths that do not fit, naming
+/// what it expected, before anything runs.
 #[test]
 fn gpu_narrow_relu_grad_refuses_what_it_does_not_take() {
     let (device, k) = gpu();
