@@ -160,7 +160,7 @@ impl WorkBound {
 /// A planned step's time against its bounds: the critical path with every op at its time
 /// alone (d), and the work bound with shares averaged over waves (w) and with grid shares
 /// (w'). A step can be no faster than the larger of (d) and (w); how far above it the
-/// step runs is what its schedule leaves. [`with_chains`](Self::with_chains) adds (p),
+/// step runs is what its schedule leaves. [`of_plan`](Self::of_plan) also gives (p),
 /// which joins the two: where a step begins and ends with chains and its middle fills
 /// the GPU, no execution reaches max((d), (w)), and (p) says how close one can come.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -173,7 +173,7 @@ pub struct Bounds {
     pub work_ms: f64,
     /// (w'): [`WorkBound::grid_bound_ms`].
     pub grid_work_ms: f64,
-    /// (p), when [`with_chains`](Self::with_chains) computed it.
+    /// (p), when [`of_plan`](Self::of_plan) computed the bounds.
     pub chains: Option<ChainsBound>,
 }
 
@@ -203,11 +203,14 @@ impl Bounds {
         }
     }
 
-    /// Adds (p) for the step of `plan`: `alone_ms` holds each op's time alone in plan
-    /// order (as for (d), the one-stream profile's durations), `work` the work bound
-    /// measured on the same step (each op's work, matched to the plan's ops by name; an op
-    /// it does not list counts no work).
-    pub fn with_chains(self, plan: &PlanDesc, alone_ms: &[f64], work: &WorkBound) -> Bounds {
+    /// (c) against every bound of the step of `plan`, from one set of measurements:
+    /// `alone_ms` holds each op's time alone in plan order (the one-stream step's
+    /// profile's durations), `work` the work bound measured on the same step. (d) is the
+    /// plan's longest path at those times ([`PlanDesc::longest_path`]); (p) joins those
+    /// chains with each op's work (matched to the plan's ops by name; an op `work` does
+    /// not list counts none).
+    pub fn of_plan(planned_ms: f64, plan: &PlanDesc, alone_ms: &[f64], work: &WorkBound) -> Bounds {
+        let (_, critical_path_ms) = plan.longest_path(alone_ms);
         let per_op: Vec<f64> = plan
             .ops
             .iter()
@@ -228,7 +231,7 @@ impl Bounds {
                 head: name(b.head),
                 tail: name(b.tail),
             }),
-            ..self
+            ..Bounds::new(planned_ms, critical_path_ms, work)
         }
     }
 
@@ -764,7 +767,7 @@ mod tests {
         ]);
         let alone = [0.1, 0.8, 0.7, 0.3];
         let (_, d) = PLAN.longest_path(&alone);
-        let b = Bounds::new(2.0, d, &w).with_chains(&PLAN, &alone, &w);
+        let b = Bounds::of_plan(2.0, &PLAN, &alone, &w);
         // (d): head, left, tail = 1.2; (w): 0.6 + 0.6 + 0.01 = 1.21. (p): to `head` (0.1),
         // the work of `left` and `right` (1.2), from `tail` (0.3).
         assert!(

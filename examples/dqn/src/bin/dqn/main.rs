@@ -1229,7 +1229,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     ] {
         print!("{}", work.kernel_table(op));
     }
-    let bounds = Bounds::new(c, d, &work).with_chains(&dqn::PLAN, &alone.durations_ms(), &work);
+    let bounds = Bounds::of_plan(c, &dqn::PLAN, &alone.durations_ms(), &work);
     let (w, wg, bound) = (bounds.work_ms, bounds.grid_work_ms, bounds.larger_ms());
     let p = bounds.chains.map_or(0.0, |p| p.ms);
     println!("| variant | median ms | ratio |");

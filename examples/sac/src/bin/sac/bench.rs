@@ -134,7 +134,7 @@ pub fn run(
     for op in work.ops.iter().filter(|o| o.alone_ms() >= 0.02) {
         print!("{}", work.kernel_table(&op.name));
     }
-    let bounds = Bounds::new(c, d, &work).with_chains(&sac::PLAN, &alone.durations_ms(), &work);
+    let bounds = Bounds::of_plan(c, &sac::PLAN, &alone.durations_ms(), &work);
     println!(
         "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics planned for {} SMs, \
          {replays} replays",
