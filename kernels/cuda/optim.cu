@@ -101,19 +101,21 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
 }
 
-// Adam with global-norm clipping, in place, over every tensor of the table:
-//   clip = min(1, max_norm / (sqrt(sq_norm[0]) + 1e-6)),  g = clip * grad
+// Adam with global-norm clipping, in place, over every tensor of the table, given sq, the
+// gradients' global squared norm (the two kernels below: grad_sq_norm's output, or its
+// partials finished in each block):
+//   clip = min(1, max_norm / (sqrt(sq) + 1e-6)),  g = clip * grad
 //   m <- beta1 m + (1 - beta1) g,  v <- beta2 v + (1 - beta2) g^2
 // (1 - beta1 and 1 - beta2 come as arguments, computed on the host in double: 1 - 0.999f
 // in float is 1.3e-5 off 0.001)
 //   param <- param - lr (m / bias1) / (sqrt(v / bias2) + eps)
 // with lr = scalars[ADAM_LR], bias1 = scalars[ADAM_BIAS1] (1 - beta1^t), bias2 =
 // scalars[ADAM_BIAS2] (1 - beta2^t), read from device memory at run time so that a replay
-// sees the values refreshed before it. sq_norm[0] is grad_sq_norm's output.
-// A non-finite sq_norm[0] (a NaN or infinite gradient, or a sum of squares that
-// overflows) skips the update: clipping would turn one bad element into NaN everywhere,
-// so parameters and moments keep the last finite step's values for the host to report.
-// Grid: ceil(total / OPTIM_CHUNK) blocks of 256.
+// sees the values refreshed before it.
+// A non-finite sq (a NaN or infinite gradient, or a sum of squares that overflows) skips
+// the update: clipping would turn one bad element into NaN everywhere, so parameters and
+// moments keep the last finite step's values for the host to report.
+// Block x updates elements [x OPTIM_CHUNK, (x + 1) OPTIM_CHUNK) of blocks of 256 threads.
 __device__ __forceinline__ void adam_apply(const u64* __restrict__ table, unsigned T, u64 total,
                                            float sq, const float* __restrict__ scalars,
                                            float max_norm, float beta1, float beta2,
@@ -149,7 +151,8 @@ __device__ __forceinline__ void adam_apply(const u64* __restrict__ table, unsign
     }
 }
 
-// The update from grad_sq_norm's output, sq_norm[0].
+// The update from grad_sq_norm's output, sq_norm[0]. Grid: ceil(total / OPTIM_CHUNK)
+// blocks of 256.
 extern "C" __global__ void __launch_bounds__(256)
     adam_clip_update(const u64* __restrict__ table, unsigned T, u64 total,
                      const float* __restrict__ sq_norm, const float* __restrict__ scalars,
