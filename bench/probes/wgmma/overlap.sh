@@ -9,10 +9,11 @@ ROOT=$(git rev-parse --show-toplevel)
 "$NVCC" --version | tail -1
 log=$("$NVCC" -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I"$ROOT/examples/dqn/cuda" \
     -Xptxas -v -cubin -o /dev/null overlap.cu 2>&1)
-for v in 0 1 2; do
+for v in 0 1 2 3; do
     name="_Z1kILi${v}EEvPfimm"
     if grep -E "C751[45]" <<<"$log" | grep -q "$name"; then verdict="serialized"; else verdict="asynchronous"; fi
     case $v in 0) what="wait_group 1, read the finished set";; 1) what="wait_group 0";;
-               2) what="wait_group 1, no register fences";; esac
+               2) what="wait_group 1, no register fences";;
+               3) what="wait_group 1, nothing in flight across the back edge";; esac
     echo "k<$v> ($what): $verdict"
 done
