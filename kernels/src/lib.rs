@@ -4,12 +4,13 @@
 //! launch, or both in two with [`Kernels::grad_norm_adam`], Adam's step count on the
 //! device in an [`AdamClock`], deterministic column sums, whose first pass a kernel of
 //! your own may form as it writes the tensor: [`ColumnSumsPlan`],
-//! [`Kernels::column_sums_finish`]), multi-tensor ops over a [`PairTable`] ([`Kernels::axpby_table`], a Polyak target
-//! update in one launch), and a counter-based random generator whose state lives on the
-//! device ([`DeviceRng`]: normals, uniforms, row indices, and [`Kernels::gather_rows`] of
-//! the drawn rows, or [`Kernels::gather_rows_table`] of several arrays at the same rows in
-//! one launch over a [`GatherTable`], a replay buffer's fields into a batch), so that a
-//! replayed graph draws fresh values with nothing from the host. A model's own kernels
+//! [`Kernels::column_sums_finish`]), multi-tensor ops over a [`PairTable`]
+//! ([`Kernels::axpby_table`], a Polyak target update in one launch), and a counter-based
+//! random generator whose state lives on the device ([`DeviceRng`]: normals, uniforms, row
+//! indices, and [`Kernels::gather_rows`] of the drawn rows, or
+//! [`Kernels::gather_rows_table`] of several arrays at the same rows in one launch over a
+//! [`GatherTable`], a replay buffer's fields into a batch), so that a replayed graph draws
+//! fresh values with nothing from the host. A model's own kernels
 //! live with the model, built the same way (the DQN trainer in `examples/dqn` is one).
 //!
 //! `build.rs` is a few lines on `stepgraph-build`, which compiles `cuda/*.cu` with nvcc (a
