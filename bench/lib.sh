@@ -219,7 +219,7 @@ bench_cleanup() {
 # host has only PyTorch's wheel (`libnccl.so.2`).
 bench_libpath() {
     local d nccl2
-    for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64; do
         [ -d "$d" ] || continue
         case ":${LD_LIBRARY_PATH:-}:" in
             *":$d:"*) ;;
@@ -327,7 +327,9 @@ part_gpu() {
         bench_to "$name.log" timeout 300 "$t" --include-ignored --test-threads=1 "${more[@]}"
         bench_rc "$name.log" "$name" $?
         if [ -n "$gpu_memcheck" ]; then
-            bench_to "memcheck-$name.log" timeout "$memcheck_timeout" "$(bench_tool compute-sanitizer)" \
+            # compute-sanitizer holds CUPTI, which the capture guard needs: off here.
+            bench_to "memcheck-$name.log" STEPGRAPH_CAPTURE_GUARD=0 \
+                timeout "$memcheck_timeout" "$(bench_tool compute-sanitizer)" \
                 --tool memcheck --error-exitcode 1 "$t" --include-ignored --test-threads=1 "$gpu_memcheck"
             bench_rc "memcheck-$name.log" memcheck $?
         fi
@@ -471,7 +473,9 @@ part_dram() {
         echo "  ncu --csv ... $(bench_words "$dqn")--serial-replay > dram-bound/ncu.csv 2>> dram-bound/ncu.err.log"
     else
         echo "\$ ncu ... --serial-replay" >> "$d/ncu.err.log"
-        timeout 600 "$(bench_tool ncu)" --csv --print-units base --print-kernel-base mangled \
+        # Nsight Compute holds CUPTI, which the capture guard needs: off here.
+        STEPGRAPH_CAPTURE_GUARD=0 timeout 600 "$(bench_tool ncu)" --csv --print-units base \
+            --print-kernel-base mangled \
             --graph-profiling node --clock-control none \
             --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
             "$dqn" --serial-replay > "$d/ncu.csv" 2>> "$d/ncu.err.log"
@@ -496,7 +500,7 @@ part_memcheck() {
     read -ra words <<< "$memcheck_args"
     for tool in ${memcheck_tools//,/ }; do
         bench_dir "$logs/$tool"
-        bench_to "$tool.log" OUT="$logs/$tool" timeout "$memcheck_timeout" \
+        bench_to "$tool.log" OUT="$logs/$tool" STEPGRAPH_CAPTURE_GUARD=0 timeout "$memcheck_timeout" \
             "$(bench_tool compute-sanitizer)" --tool "$tool" --error-exitcode 1 "$dqn" "${words[@]}"
         bench_rc "$tool.log" "$tool" $?
     done

@@ -7,6 +7,8 @@
 
 #[path = "gpu/blas.rs"]
 mod blas;
+#[path = "gpu/capture_guard.rs"]
+mod capture_guard;
 #[path = "gpu/comm.rs"]
 mod comm;
 #[path = "gpu/every.rs"]
@@ -401,15 +403,15 @@ mod big_scratch {
         pub tmp: DeviceBuffer<u8>,
     }
 
-    fn zero_main(stream: &CaptureStream<'_>, tmp: &mut DeviceBuffer<u8>) -> Result<()> {
+    fn zero_main(stream: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<u8>) -> Result<()> {
         stream.memset_zeros(tmp)
     }
     #[stream(a)]
-    fn zero_a(stream: &CaptureStream<'_>, tmp: &mut DeviceBuffer<u8>) -> Result<()> {
+    fn zero_a(stream: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<u8>) -> Result<()> {
         stream.memset_zeros(tmp)
     }
     #[stream(b)]
-    fn zero_b(stream: &CaptureStream<'_>, tmp: &mut DeviceBuffer<u8>) -> Result<()> {
+    fn zero_b(stream: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<u8>) -> Result<()> {
         stream.memset_zeros(tmp)
     }
 }

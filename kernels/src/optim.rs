@@ -204,7 +204,7 @@ pub struct AdamSlot<'a> {
 ///
 /// Held in f64 and rounded to f32 at launch; `1 − β1` and `1 − β2` are computed in f64
 /// first (in f32, `1 − 0.999` is 1.3e-5 off 0.001), as PyTorch does with its Python floats.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, stepgraph::ConfigValue)]
 pub struct AdamHyper {
     /// Global-norm clipping threshold.
     pub max_norm: f64,

@@ -65,7 +65,7 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             Priority::High => quote!(#rt::stream(#name, #rt::StreamPriority::High)),
         }
     });
-    let buffers = step.buffers.iter().flat_map(|b| &b.fields).map(|b| {
+    let buffers = step.buffer_fields().map(|b| {
         let name = b.name.to_string();
         let kind = match b.kind {
             BufKind::Shared => quote!(Shared),
@@ -111,11 +111,7 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             quote!(.with_every(#text))
         });
         let when = step.ops[inst.op].when.as_ref().and_then(|flag| {
-            let b = step
-                .buffers
-                .iter()
-                .flat_map(|b| &b.fields)
-                .position(|b| b.name == *flag)?;
+            let b = step.buffer_fields().position(|b| b.name == *flag)?;
             let b = lit_u16(b);
             Some(quote!(.with_when(#rt::BufId(#b))))
         });
@@ -278,61 +274,130 @@ fn spec(step: &Step, scratch_ty: TokenStream, body: TokenStream) -> TokenStream 
     }
 }
 
-/// One op instance's call: its function with each parameter bound, spanned on the op so
-/// that a type error in the call (a wrong return type, say) points at the op.
+/// One op instance's call: its buffers bound to locals, the op's grant entered (where its
+/// `&mut` buffers lie, which the runtime holds its writes to), the function called with
+/// each parameter bound, and the grant left (which fails if a buffer was swapped or
+/// assigned). The call is spanned on the op, so that a type error in it (a wrong return
+/// type, say) points at the op.
 fn op_call(step: &Step, inst: &crate::validate::Instance) -> TokenStream {
     let rt = rt();
     let op = &step.ops[inst.op];
     let func = &op.name;
-    let args = inst.args.iter().map(|a| match a {
-        Arg::Stream => quote!(__st),
-        Arg::Blas => quote!(&__st.blas()),
-        Arg::Kernels => quote!(__k),
-        Arg::Index(i) => Literal::u32_unsuffixed(*i).into_token_stream(),
-        Arg::Config(f) => quote!(#rt::cfg(&__c.#f)),
-        Arg::Buffer { field, write, slot } => {
-            let buf = step
-                .buffers
-                .iter()
-                .flat_map(|b| &b.fields)
-                .find(|b| b.name == *field);
-            if let Some(parent) = buf.and_then(|b| b.view_of.as_ref()) {
-                // A declared view: the op gets a view of the parent over the field's span.
-                let (span, what) = match slot {
-                    Slot::Element(i) => {
-                        let ix = Literal::usize_unsuffixed(*i as usize);
-                        (
-                            quote!(__b.#field[#ix]),
-                            format!("view `{field}[{i}]` of `{parent}`"),
-                        )
-                    }
-                    _ => (quote!(__b.#field), format!("view `{field}` of `{parent}`")),
-                };
-                return if *write {
-                    quote!(&mut #rt::declared_view_mut(&mut __b.#parent, #span, #what)?)
-                } else {
-                    quote!(&#rt::declared_view(&__b.#parent, #span, #what)?)
-                };
+    let mut binds = Vec::new();
+    let mut granted = Vec::new();
+    let args: Vec<TokenStream> = inst
+        .args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| match a {
+            Arg::Stream => quote!(__st),
+            Arg::Blas => quote!(&__st.blas()),
+            Arg::Kernels => quote!(__k),
+            // Bound by its type, which rustc knows where the macro does not (an alias
+            // declared outside the module). Spanned on the type, the path to the runtime
+            // (`rt()`) included, so that a type that is none of the three is reported
+            // there alone.
+            Arg::Context(span) => {
+                quote_spanned!(*span=> __sg::OpContext::pick(__st, &__st.blas(), __k))
             }
-            let place = match slot {
-                Slot::Field | Slot::Copy(0) => quote!(__b.#field),
-                Slot::Element(i) => {
-                    let i = Literal::usize_unsuffixed(*i as usize);
-                    quote!(__b.#field[#i])
+            Arg::Index(i) => Literal::u32_unsuffixed(*i).into_token_stream(),
+            Arg::Config(f) => quote!(#rt::cfg(&__c.#f)),
+            Arg::Buffer { field, write, slot } => {
+                let local = format_ident!("__a{}", i);
+                let bound = bind_buffer(step, field, *write, *slot, &local);
+                binds.push(bound.bind);
+                if *write {
+                    let name = match slot {
+                        Slot::Element(k) => format!("{field}[{k}]"),
+                        _ => field.to_string(),
+                    };
+                    granted.push(if bound.view {
+                        quote!(#rt::granted_view(#name, &#local))
+                    } else {
+                        quote!(#rt::granted(#name, &*#local))
+                    });
                 }
-                Slot::Copy(c) => {
-                    let c = Literal::usize_unsuffixed(c - 1);
-                    quote!(__s.#field[#c])
-                }
-            };
-            if *write {
-                quote!(&mut #place)
-            } else {
-                quote!(&#place)
+                bound.arg
             }
+        })
+        .collect();
+    let span = op.item.sig.ident.span();
+    let call = quote_spanned!(span=> #func(#(#args),*));
+    // The block's value is the op's: a return type other than `Result<()>` is reported
+    // at the op.
+    let done = quote_spanned!(span=> __done);
+    quote! {{
+        #(#binds)*
+        let __grant = #rt::Grant::enter(__st, ::std::vec![#(#granted),*]);
+        let __done = #call;
+        __grant.leave(::std::vec![#(#granted),*])?;
+        #done
+    }}
+}
+
+/// A buffer argument: the `let` that binds it to a local, and how the call passes it.
+struct BoundBuffer {
+    bind: TokenStream,
+    arg: TokenStream,
+    /// A declared view, made for the call (its parent is the buffer).
+    view: bool,
+}
+
+/// Binds buffer `field` (copy `slot`) to `local`: the field itself, an element of a
+/// per-branch array, a scratch copy, or a view of the parent of a `#[view]` field.
+fn bind_buffer(step: &Step, field: &Ident, write: bool, slot: Slot, local: &Ident) -> BoundBuffer {
+    let rt = rt();
+    let buf = step.buffer_fields().find(|b| b.name == *field);
+    if let Some(parent) = buf.and_then(|b| b.view_of.as_ref()) {
+        // A declared view: the op gets a view of the parent over the field's span.
+        let (span, what) = match slot {
+            Slot::Element(i) => {
+                let ix = Literal::usize_unsuffixed(i as usize);
+                (
+                    quote!(__b.#field[#ix]),
+                    format!("view `{field}[{i}]` of `{parent}`"),
+                )
+            }
+            _ => (quote!(__b.#field), format!("view `{field}` of `{parent}`")),
+        };
+        return if write {
+            BoundBuffer {
+                bind: quote!(let mut #local = #rt::declared_view_mut(&mut __b.#parent, #span, #what)?;),
+                arg: quote!(&mut #local),
+                view: true,
+            }
+        } else {
+            BoundBuffer {
+                bind: quote!(let #local = #rt::declared_view(&__b.#parent, #span, #what)?;),
+                arg: quote!(&#local),
+                view: true,
+            }
+        };
+    }
+    let place = match slot {
+        Slot::Field | Slot::Copy(0) => quote!(__b.#field),
+        Slot::Element(i) => {
+            let i = Literal::usize_unsuffixed(i as usize);
+            quote!(__b.#field[#i])
         }
-    });
-    quote_spanned!(op.item.sig.ident.span()=> #func(#(#args),*))
+        Slot::Copy(c) => {
+            let c = Literal::usize_unsuffixed(c - 1);
+            quote!(__s.#field[#c])
+        }
+    };
+    if write {
+        BoundBuffer {
+            bind: quote!(let #local = &mut #place;),
+            arg: quote!(&mut *#local),
+            view: false,
+        }
+    } else {
+        BoundBuffer {
+            bind: quote!(let #local = &#place;),
+            arg: quote!(#local),
+            view: false,
+        }
+    }
 }
 
 /// The full expansion of a valid step: the module's items, its `PLAN`, and the spec that
@@ -356,7 +421,7 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let buffers_ty = buffers_ident(step);
     let config_ty = config_ident(step);
     let kernels_ty = kernels_ty(step);
-    let fields: Vec<&crate::model::Buffer> = step.buffers.iter().flat_map(|b| &b.fields).collect();
+    let fields: Vec<&crate::model::Buffer> = step.buffer_fields().collect();
 
     // Per-branch arrays must have one element per member of their group.
     let width_checks = fields.iter().enumerate().filter_map(|(i, b)| {

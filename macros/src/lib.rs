@@ -27,12 +27,22 @@ pub fn step(
     expand(attr.into(), item.into()).into()
 }
 
-/// Makes a struct of step buffers a step buffer, with each field checked where it is
-/// written. See `stepgraph::StepBuffer`.
+/// Makes a struct of step buffers, and of the plain data that describes them, a step
+/// buffer, with each field checked where it is written. See `stepgraph::StepBuffer`.
 #[proc_macro_derive(StepBuffer, attributes(step_buffer))]
 pub fn derive_step_buffer(item: proc_macro::TokenStream) -> proc_macro::TokenStream {
     match syn::parse::<syn::DeriveInput>(item) {
         Ok(input) => derive::step_buffer(input).into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+/// Makes a struct or enum of config values a config value, with each field checked where
+/// it is written. See `stepgraph::ConfigValue`.
+#[proc_macro_derive(ConfigValue, attributes(config_value))]
+pub fn derive_config_value(item: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    match syn::parse::<syn::DeriveInput>(item) {
+        Ok(input) => derive::config_value(input).into(),
         Err(e) => e.to_compile_error().into(),
     }
 }

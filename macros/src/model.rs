@@ -20,6 +20,22 @@ pub struct Step {
     pub other: Vec<Item>,
 }
 
+impl Step {
+    /// The buffers' fields, in declaration order.
+    pub fn buffer_fields(&self) -> impl Iterator<Item = &Buffer> {
+        self.buffers.iter().flat_map(|b| &b.fields)
+    }
+
+    /// The config fields' names, in declaration order.
+    pub fn config_names(&self) -> Vec<String> {
+        self.config
+            .iter()
+            .flat_map(|c| &c.fields)
+            .map(|f| f.name.to_string())
+            .collect()
+    }
+}
+
 /// `main`, `branch[4]` or `aux_attn(low)` in `streams(..)`.
 pub struct StreamDecl {
     pub name: Ident,
@@ -100,6 +116,9 @@ pub struct Op {
     pub name: Ident,
     /// `None`: the origin stream.
     pub placement: Option<Placement>,
+    /// A `#[stream(..)]` that did not parse (and was reported): the op's stream is
+    /// unknown, so no stream is reported unused for want of it.
+    pub placement_unreadable: bool,
     pub joins: Vec<StreamRef>,
     pub after: Vec<Ident>,
     pub cost: Option<f64>,
@@ -138,17 +157,56 @@ impl Every {
     }
 }
 
+impl Op {
+    /// When the op runs: always, or under its `#[every]` or `#[when]`.
+    pub fn condition(&self) -> Condition {
+        match (&self.every, &self.when) {
+            (_, Some(flag)) => Condition::When(flag.to_string()),
+            (Some(every), None) => Condition::Every(every.text()),
+            (None, None) => Condition::Always,
+        }
+    }
+}
+
+/// When an op runs. Two ops with equal conditions run at the same replays (an
+/// `#[every(k)]` op counts the replays from the first; a `#[when]` op reads the flag).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Condition {
+    Always,
+    /// `#[every(k)]`: the field's name or the count.
+    Every(String),
+    /// `#[when(flag)]`: the flag's name.
+    When(String),
+}
+
+impl std::fmt::Display for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Condition::Always => write!(f, "at every replay"),
+            Condition::Every(k) => write!(f, "#[every({k})]"),
+            Condition::When(flag) => write!(f, "#[when({flag})]"),
+        }
+    }
+}
+
 pub struct Param {
     /// The parameter's name.
     pub name: Ident,
     /// What it binds: a buffer or config field name (the parameter's name, or the one
     /// given by `#[buf(..)]`).
     pub binding: Ident,
+    /// Whether `#[buf(..)]` named the binding: the parameter is meant to be a buffer.
+    pub named_by_buf: bool,
     pub kind: ParamKind,
+    /// The parameter's type, as written.
+    pub ty: Type,
     pub span: Span,
     /// `#[all_branches]`: an op on a stream group takes a `#[per_branch]` array whole,
     /// every branch's element, rather than its own branch's; the attribute, for errors.
     pub all_branches: Option<syn::Attribute>,
+    /// `#[out]`: the op writes every element of this scratch buffer before it reads any,
+    /// so it needs nothing from an earlier op; the attribute, for errors.
+    pub out: Option<syn::Attribute>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,4 +225,8 @@ pub enum ParamKind {
     Blas,
     /// `&Kernels` (the type named by `kernels = ..`): the loaded kernels.
     Kernels,
+    /// A `&T` that binds no buffer or config field and whose type is no device memory:
+    /// the stream, its cuBLASLt handle or the kernels under a name the macro cannot see
+    /// (an alias declared outside the module), which rustc picks by type.
+    Context,
 }

@@ -63,6 +63,13 @@ impl Parse for StepArgs {
                 "streams" => {
                     let content;
                     parenthesized!(content in input);
+                    // A second list would silently add streams to the first.
+                    if args.streams_span.is_some() {
+                        return Err(syn::Error::new(
+                            key.span(),
+                            "`streams(..)` is given twice: list every stream, origin first, in one `streams(..)`",
+                        ));
+                    }
                     args.streams_span = Some(key.span());
                     while !content.is_empty() {
                         let name: Ident = content.parse()?;
@@ -186,6 +193,34 @@ fn is(attr: &Attribute, name: &str) -> bool {
     attr.path().is_ident(name)
 }
 
+/// The first `#[name]` of `attrs`, a marker that takes no arguments (`#[op]`, `#[out]`,
+/// `#[per_branch]`, `#[buffers]`, ..). Arguments and repeats are reported: the macro
+/// would ignore them, and an ignored argument reads like a setting the step obeys.
+fn marker<'a>(attrs: &'a [Attribute], name: &str, errors: &Errors) -> Option<&'a Attribute> {
+    let mut found = attrs.iter().filter(|a| is(a, name));
+    let first = found.next()?;
+    for attr in std::iter::once(first).chain(found.clone()) {
+        match &attr.meta {
+            syn::Meta::Path(_) => {}
+            syn::Meta::List(l) => errors.at(
+                l.delimiter.span().join(),
+                format!("#[{name}] takes no arguments: write #[{name}]"),
+            ),
+            syn::Meta::NameValue(nv) => errors.spanned(
+                &nv.value,
+                format!("#[{name}] takes no value: write #[{name}]"),
+            ),
+        }
+    }
+    for again in found {
+        errors.spanned(
+            again,
+            format!("#[{name}] is given twice: remove the second"),
+        );
+    }
+    Some(first)
+}
+
 /// Parses the module into the model. `None` only when the item is not an inline module.
 pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
     let Some((_, items)) = module.content else {
@@ -216,7 +251,7 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
     let names = SpecialNames::of(&items);
     for item in items {
         match item {
-            Item::Struct(s) if s.attrs.iter().any(|a| is(a, "buffers")) => {
+            Item::Struct(s) if marker(&s.attrs, "buffers", errors).is_some() => {
                 if step.buffers.is_some() {
                     errors.spanned(
                         &s.ident,
@@ -226,7 +261,7 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
                 }
                 step.buffers = Some(parse_buffers(s, errors));
             }
-            Item::Struct(s) if s.attrs.iter().any(|a| is(a, "config")) => {
+            Item::Struct(s) if marker(&s.attrs, "config", errors).is_some() => {
                 if step.config.is_some() {
                     errors.spanned(
                         &s.ident,
@@ -244,6 +279,7 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
             other => step.other.push(other),
         }
     }
+    bind_by_type(&mut step);
     Some(step)
 }
 
@@ -280,11 +316,15 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
                 continue;
             }
             let new_kind = if is(attr, "per_branch") {
+                marker(std::slice::from_ref(attr), "per_branch", errors);
                 Some(BufKind::PerBranch)
             } else if is(attr, "scratch") {
                 match attr.parse_args::<Ident>() {
                     Ok(k) if k == "per_stream" => Some(BufKind::ScratchPerStream),
                     Ok(k) if k == "per_branch" => Some(BufKind::ScratchPerBranch),
+                    // Scratch all the same, of either kind: the rules for scratch then
+                    // apply, not those for a shared buffer, whose errors would only
+                    // follow from this one.
                     Ok(k) => {
                         errors.spanned(
                             &k,
@@ -292,14 +332,14 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
                                 "unknown scratch kind `{k}`: expected `per_stream` or `per_branch`"
                             ),
                         );
-                        None
+                        Some(BufKind::ScratchPerStream)
                     }
                     Err(_) => {
                         errors.spanned(
                             attr,
                             "write #[scratch(per_stream)] or #[scratch(per_branch)]",
                         );
-                        None
+                        Some(BufKind::ScratchPerStream)
                     }
                 }
             } else {
@@ -433,11 +473,39 @@ impl SpecialNames {
 }
 
 /// The attributes that make a `fn` an op and that parsing removes from it.
-const OP_ATTRS: [&str; 6] = ["stream", "join", "after", "cost", "every", "when"];
+const OP_ATTRS: [&str; 7] = ["op", "stream", "join", "after", "cost", "every", "when"];
+
+/// The attributes of an op's parameters, which parsing removes from them.
+const PARAM_ATTRS: [&str; 3] = ["buf", "all_branches", "out"];
+
+/// The types an op's buffer parameters have, by their last path segment: device memory,
+/// which a `&T` parameter binds by name. (Arrays and slices are device memory too.)
+const DEVICE_MEMORY: [&str; 9] = [
+    "DeviceBuffer",
+    "View",
+    "ViewMut",
+    "DeviceScalars",
+    "DeviceFlag",
+    "Communicator",
+    "CudaSlice",
+    "HostInput",
+    "HostOutput",
+];
+
+/// Whether `ty` (the `T` of a `&T` parameter) is recognisably device memory.
+pub fn is_device_memory(ty: &Type) -> bool {
+    match ty {
+        Type::Array(_) | Type::Slice(_) => true,
+        Type::Group(g) => is_device_memory(&g.elem),
+        Type::Paren(p) => is_device_memory(&p.elem),
+        _ => last_segment(ty).is_some_and(|s| DEVICE_MEMORY.iter().any(|d| s == d)),
+    }
+}
 
 /// Which `fn`s of the module are ops: those that take the capture stream or its cuBLASLt
 /// handle (there is no other way to put work into the step), and those that carry an op
-/// attribute. Every other `fn` is a helper the ops may call, kept as it is.
+/// attribute (`#[op]` alone marks one whose stream type is an alias the macro cannot
+/// see). Every other `fn` is a helper the ops may call, kept as it is.
 fn is_op(f: &ItemFn, names: &SpecialNames) -> bool {
     let attributed = f.attrs.iter().any(|a| OP_ATTRS.iter().any(|n| is(a, n)));
     attributed
@@ -453,7 +521,10 @@ fn is_op(f: &ItemFn, names: &SpecialNames) -> bool {
 }
 
 fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -> Option<Op> {
+    // `#[op]` only marks the op (`is_op`); its arguments are mistakes.
+    marker(&f.attrs, "op", errors);
     let mut placement = None;
+    let mut placement_unreadable = false;
     let mut joins = Vec::new();
     let mut after = Vec::new();
     let mut cost = None;
@@ -477,10 +548,13 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
                         }),
                     });
                 }
-                Err(e) => errors.push(syn::Error::new(
-                    e.span(),
-                    "expected #[stream(name)], #[stream(group[d])] or #[stream(group[2])]",
-                )),
+                Err(e) => {
+                    errors.push(syn::Error::new(
+                        e.span(),
+                        "expected #[stream(name)], #[stream(group[d])] or #[stream(group[2])]",
+                    ));
+                    placement_unreadable = true;
+                }
             }
         } else if is(attr, "join") {
             match attr.parse_args_with(Punctuated::<StreamSyntax, Token![,]>::parse_terminated) {
@@ -510,6 +584,11 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             }
         } else if is(attr, "after") {
             match attr.parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated) {
+                // An empty list orders nothing: a leftover, or an op that was meant.
+                Ok(list) if list.is_empty() => errors.spanned(
+                    attr,
+                    "name the earlier ops this op runs after: #[after(op)]",
+                ),
                 Ok(list) => after.extend(list),
                 Err(e) => errors.push(syn::Error::new(e.span(), "expected #[after(op, ..)]")),
             }
@@ -518,6 +597,21 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             let parsed = match attr.parse_args::<syn::Expr>() {
                 Ok(syn::Expr::Path(p)) if p.qself.is_none() => {
                     p.path.get_ident().cloned().map(Every::Field)
+                }
+                Ok(syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(l),
+                    ..
+                })) if !matches!(l.suffix(), "" | "u32") => {
+                    // The count is a `u32`: another suffix says a type it does not have.
+                    errors.spanned(
+                        &l,
+                        format!(
+                            "#[every({l})]: the count is a `u32`; expected a plain number or a `u32` one, found a `{}` suffix",
+                            l.suffix()
+                        ),
+                    );
+                    reported = true;
+                    None
                 }
                 Ok(syn::Expr::Lit(syn::ExprLit {
                     lit: syn::Lit::Int(l),
@@ -569,6 +663,10 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
                         .and_then(|l| l.base10_parse::<f64>())
                 });
             match parsed {
+                // A second cost would silently replace the first.
+                Ok(_) if cost.is_some() => {
+                    errors.spanned(attr, "an op has one #[cost]: remove the second")
+                }
                 Ok(c) if c.is_finite() && c >= 0.0 => cost = Some(c),
                 _ => errors.spanned(attr, "expected #[cost(N)] with N a non-negative number"),
             }
@@ -594,22 +692,29 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             errors.spanned(&*input, "an op is a free function: it takes no `self`");
             continue;
         };
-        let mut binding = None;
-        let mut all_branches = None;
-        for attr in &pt.attrs {
-            if is(attr, "buf") {
-                match attr.parse_args::<Ident>() {
-                    Ok(b) => binding = Some(b),
-                    Err(_) => errors.spanned(attr, "expected #[buf(buffer_name)]"),
+        let mut binding: Option<Ident> = None;
+        let mut unreadable = false;
+        for attr in pt.attrs.iter().filter(|a| is(a, "buf")) {
+            match attr.parse_args::<Ident>() {
+                // A second name would silently replace the first.
+                Ok(b) if binding.is_some() => errors.spanned(
+                    &b,
+                    "a parameter binds one buffer: remove the second #[buf(..)]",
+                ),
+                Ok(b) => binding = Some(b),
+                Err(_) => {
+                    errors.spanned(attr, "expected #[buf(buffer_name)]");
+                    unreadable = true;
                 }
-            } else if is(attr, "all_branches") {
-                if attr.meta.require_path_only().is_err() {
-                    errors.spanned(attr, "#[all_branches] takes no arguments");
-                }
-                all_branches = Some(attr.clone());
             }
         }
-        pt.attrs.retain(|a| !is(a, "buf") && !is(a, "all_branches"));
+        let all_branches = marker(&pt.attrs, "all_branches", errors).cloned();
+        let out = marker(&pt.attrs, "out", errors).cloned();
+        pt.attrs.retain(|a| !PARAM_ATTRS.iter().any(|n| is(a, n)));
+        if unreadable {
+            // What it binds is unknown: any rule about it would guess.
+            continue;
+        }
         let Pat::Ident(pat) = &*pt.pat else {
             errors.spanned(
                 &pt.pat,
@@ -642,30 +747,25 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
             _ => ParamKind::Value,
         };
         let is_index = kind == ParamKind::Value && index_var.as_ref() == Some(&name);
+        // The replication index: bound by the expansion, not by a field.
+        let kind = if is_index { ParamKind::Index } else { kind };
+        let named_by_buf = binding.is_some();
         let binding = binding.unwrap_or_else(|| name.clone());
-        let span = pt.span();
-        if is_index {
-            // The replication index: bound by the expansion, not by a field.
-            params.push(Param {
-                name,
-                binding,
-                kind: ParamKind::Index,
-                span,
-                all_branches,
-            });
-            continue;
-        }
         params.push(Param {
             name,
             binding,
+            named_by_buf,
             kind,
-            span,
+            ty: (*pt.ty).clone(),
+            span: pt.span(),
             all_branches,
+            out,
         });
     }
     Some(Op {
         name: f.sig.ident.clone(),
         placement,
+        placement_unreadable,
         joins,
         after,
         cost,
@@ -674,6 +774,35 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
         params,
         item: f,
     })
+}
+
+/// Turns each `&T` parameter that names no buffer or config field, and whose `T` is no
+/// device memory, into a context parameter, bound by type: the capture stream, its
+/// cuBLASLt handle or the kernels under an alias declared outside the module, which the
+/// macro cannot see but rustc can. A parameter that looks meant as a buffer (named by
+/// `#[buf]`, marked `#[all_branches]` or `#[out]`, or a near miss of a buffer's name) or
+/// as the undeclared kernels stays a buffer parameter, for validation's better error.
+fn bind_by_type(step: &mut Step) {
+    let buffers: Vec<String> = step.buffer_fields().map(|b| b.name.to_string()).collect();
+    let config: Vec<String> = step.config_names();
+    let kernels_declared = step.kernels.is_some();
+    for param in step.ops.iter_mut().flat_map(|op| &mut op.params) {
+        let Type::Reference(r) = &param.ty else {
+            continue;
+        };
+        let b = param.binding.to_string();
+        let meant_as_buffer = param.named_by_buf
+            || param.all_branches.is_some()
+            || param.out.is_some()
+            || buffers.contains(&b)
+            || config.contains(&b)
+            || is_device_memory(&r.elem)
+            || (!kernels_declared && b.contains("kernel"))
+            || crate::errors::did_you_mean(&b, buffers.iter().map(String::as_str)).is_some();
+        if param.kind == ParamKind::Read && !meant_as_buffer {
+            param.kind = ParamKind::Context;
+        }
+    }
 }
 
 /// Parses the attribute arguments, reporting a syntax error to the collector.
@@ -689,6 +818,113 @@ pub fn parse_args(tokens: TokenStream, errors: &Errors) -> StepArgs {
                 krate: None,
                 unreadable: true,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::*;
+
+    /// The kinds of op `f`'s parameters in a step with buffers `x` and `q_values` and a
+    /// config field `scale`.
+    fn kinds(args: TokenStream, op: TokenStream) -> Vec<(String, ParamKind)> {
+        let errors = Errors::new();
+        let module: ItemMod = syn::parse2(quote!(mod s {
+            #[buffers]
+            pub struct Buffers { pub x: DeviceBuffer<f32>, pub q_values: DeviceBuffer<f32> }
+            #[config]
+            pub struct Config { pub scale: f32 }
+            #op
+        }))
+        .unwrap();
+        let step = parse(parse_args(args, &errors), module, &errors).unwrap();
+        let _ = errors.finish();
+        let op = step.ops.iter().find(|o| o.name == "f").unwrap();
+        op.params
+            .iter()
+            .map(|p| (p.name.to_string(), p.kind))
+            .collect()
+    }
+
+    #[test]
+    fn a_reference_that_binds_nothing_and_is_no_device_memory_is_bound_by_type() {
+        let found = kinds(
+            quote!(streams(main), kernels = Kernels),
+            quote!(
+                #[op]
+                fn f(
+                    s: &Stream<'_>,
+                    lt: &path::Lt<'_>,
+                    ks: &Ks,
+                    x: &DeviceBuffer<f32>,
+                ) -> Result<()> {
+                    Ok(())
+                }
+            ),
+        );
+        use ParamKind::*;
+        assert_eq!(
+            found,
+            [
+                ("s".into(), Context),
+                ("lt".into(), Context),
+                ("ks".into(), Context),
+                ("x".into(), Read)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reference_meant_as_a_buffer_or_config_stays_one_for_its_better_error() {
+        let found = kinds(
+            quote!(streams(main)),
+            quote!(
+                #[op]
+                fn f(
+                    s: &Stream<'_>,
+                    // Device memory, a near miss of a buffer, a config field by reference,
+                    // the kernels undeclared, a buffer named by `#[buf]`, `#[out]`.
+                    lanes: &[DeviceBuffer<f32>; 2],
+                    q_value: &Head,
+                    scale: &f32,
+                    kernels: &Kernels,
+                    #[buf(x)] a: &Head,
+                    #[out] b: &Head,
+                ) -> Result<()> {
+                    Ok(())
+                }
+            ),
+        );
+        let meant: Vec<&str> = found
+            .iter()
+            .filter(|(_, k)| *k == ParamKind::Read)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(meant, ["lanes", "q_value", "scale", "kernels", "a", "b"]);
+    }
+
+    #[test]
+    fn device_memory_is_recognised_by_its_last_segment_or_as_an_array() {
+        for ty in [
+            quote!(DeviceBuffer<f32>),
+            quote!(stepgraph::View<'_, f32>),
+            quote!(ViewMut<'_, f32>),
+            quote!(DeviceScalars<f32>),
+            quote!(DeviceFlag),
+            quote!(Communicator),
+            quote!(cudarc::driver::CudaSlice<f32>),
+            quote!(HostInput<f32>),
+            quote!(HostOutput<f32>),
+            quote!([Head; 2]),
+            quote!((DeviceBuffer<f32>)),
+        ] {
+            assert!(is_device_memory(&syn::parse2(ty.clone()).unwrap()), "{ty}");
+        }
+        for ty in [quote!(CaptureStream<'_>), quote!(Head), quote!(str)] {
+            assert!(!is_device_memory(&syn::parse2(ty.clone()).unwrap()), "{ty}");
         }
     }
 }

@@ -103,11 +103,11 @@ fn scratch_per_stream_expansion() {
                     stream.memset_zeros(features)
                 }
                 #[stream(iqn)]
-                fn iqn(blas: &Blas<'_>, features: &DeviceBuffer<f32>, tmp: &mut DeviceBuffer<f32>, iqn_out: &mut DeviceBuffer<f32>, spec: Matmul) -> Result<()> {
+                fn iqn(blas: &Blas<'_>, features: &DeviceBuffer<f32>, #[out] tmp: &mut DeviceBuffer<f32>, iqn_out: &mut DeviceBuffer<f32>, spec: Matmul) -> Result<()> {
                     blas.run(&spec, features, tmp, iqn_out)
                 }
                 #[stream(attn)]
-                fn attn(stream: &CaptureStream<'_>, features: &DeviceBuffer<f32>, tmp: &mut DeviceBuffer<f32>, attn_out: &mut DeviceBuffer<f32>) -> Result<()> {
+                fn attn(stream: &CaptureStream<'_>, features: &DeviceBuffer<f32>, #[out] tmp: &mut DeviceBuffer<f32>, attn_out: &mut DeviceBuffer<f32>) -> Result<()> {
                     stream.copy(features, tmp)?;
                     stream.copy(tmp, attn_out)
                 }

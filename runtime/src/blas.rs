@@ -989,6 +989,23 @@ impl Operands {
 /// Checks a call's operands against its spec, before anything touches CUDA: cuBLASLt
 /// reads and writes exactly the extents the spec implies, so a short buffer would be
 /// read or written past its end on the GPU.
+/// Inside an op, every output a matmul writes must lie in memory the op takes `&mut`.
+fn check_outputs<T: BlasElem>(d: &impl DeviceMem<T>, args: &MatmulArgs<'_, T>) -> Result<()> {
+    crate::guard::check_write_mem(d, || "matmul output D".into())?;
+    if let Some(BiasArg::Grad(grad)) = &args.bias {
+        crate::guard::check_write_mem(&**grad, || "matmul bias gradient".into())?;
+    }
+    match &args.aux {
+        Some(AuxArg::SaveReluMask(mask)) => {
+            crate::guard::check_write_mem(&**mask, || "matmul ReLU mask".into())
+        }
+        Some(AuxArg::SaveGeluInput(input)) => {
+            crate::guard::check_write_mem(&**input, || "matmul GELU input".into())
+        }
+        _ => Ok(()),
+    }
+}
+
 fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
     spec.check_spec()?;
     let invalid = |why: String| Err(Error::Invalid(format!("matmul {spec}: {why}")));
@@ -1613,6 +1630,7 @@ impl Blas<'_> {
     ) -> Result<()> {
         let spec = &self.planned(spec);
         check_operands(spec, &Operands::of(a, b, d, &args))?;
+        check_outputs(d, &args)?;
         let stream: &CudaStream = self.stream;
         stream
             .context()
@@ -1647,7 +1665,11 @@ impl Blas<'_> {
         };
         let key = PlanKey::new(spec, &matrices);
         match self.mode {
-            Mode::Dry => self.warm::<T>(&key, a_ptr, b_ptr, ptrs, args.alpha),
+            // The warm-up allocates, runs and waits on purpose, before any capture: the
+            // capture guard, which refuses all three inside an op, leaves it be.
+            Mode::Dry => {
+                crate::guard::exempt(|| self.warm::<T>(&key, a_ptr, b_ptr, ptrs, args.alpha))
+            }
             Mode::Capture | Mode::Eager => {
                 if self.mode == Mode::Eager && !self.handle.plans.borrow().contains_key(&key) {
                     let plan = self.handle.build_plan(&key, &ptrs)?;

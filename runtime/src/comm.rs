@@ -315,9 +315,24 @@ impl CaptureStream<'_> {
         bufs: &mut [&mut DeviceBuffer<T>],
         op: ReduceOp,
     ) -> Result<()> {
+        if self.conditional {
+            // A conditional node's body may hold kernels, copies and memsets only: NCCL's
+            // captured collective is more (and every rank must run it at every replay).
+            return Err(Error::Invalid(format!(
+                "an all-reduce on `{}` inside an #[every] or #[when] op: a conditional node's \
+                 body cannot hold a collective, and every rank must run each one; issue it \
+                 from an op without a condition",
+                self.name
+            )));
+        }
+        for buf in bufs.iter() {
+            crate::guard::check_write_mem(&**buf, || "all-reduce bucket".into())?;
+        }
         self.count(|c| c.collectives += 1);
         if self.mode.enqueues() {
-            comm.all_reduce_on(self.stream, bufs, op)?;
+            // NCCL may order its own bookkeeping streams against this one; what it issues
+            // is NCCL's to order, so the capture guard does not judge it.
+            crate::guard::exempt(|| comm.all_reduce_on(self.stream, bufs, op))?;
         }
         Ok(())
     }

@@ -226,6 +226,70 @@ pub enum Error {
         /// The call (`Device::download`, `Step::replay`).
         call: &'static str,
     },
+    /// Code an op called made a CUDA call that escapes the op's capture (work on another
+    /// stream, a synchronisation, an allocation, a capture of its own), seen by the capture
+    /// guard while the step was captured; the capture was discarded.
+    #[error("op `{op}` of step `{step}` called `{call}` {what}{}", more_calls(*.more))]
+    Escape {
+        /// The step.
+        step: &'static str,
+        /// The op.
+        op: &'static str,
+        /// The CUDA entry point (`cuMemsetD8Async`, `cudaMemcpyAsync`).
+        call: String,
+        /// Where it went and why that escapes the capture.
+        what: String,
+        /// How many more of the op's calls escaped.
+        more: usize,
+    },
+    /// An op wrote device memory that none of its `&mut` parameters holds (a buffer in a
+    /// `static`, in the kernels type, in a global): the plan cannot order what it cannot
+    /// see, so that write races with every other op that touches the memory.
+    #[error(
+        "op `{op}` of step `{step}` writes memory that none of its `&mut` parameters holds \
+         ({what}: {bytes} bytes at {address:#x}): a buffer an op reaches another way (a \
+         static, the kernels type, a global) is shared by every op and stream, unordered by \
+         the plan; make it a buffer of the step and take it `&mut`"
+    )]
+    UngrantedWrite {
+        /// The step.
+        step: &'static str,
+        /// The op.
+        op: &'static str,
+        /// The write (`copy destination`, `argument 2 of kernel `scale``).
+        what: String,
+        /// Where it writes.
+        address: u64,
+        /// How many bytes.
+        bytes: usize,
+    },
+    /// An op swapped or assigned one of its `&mut` buffers while it was issued.
+    #[error(
+        "op `{op}` of step `{step}` replaced buffer `{buffer}` while it was issued (a \
+         `std::mem::swap`, `replace` or assignment through its `&mut`): the graph keeps the \
+         allocation of capture time and the host would see another; write the buffer in \
+         place, or rebind the step's buffers between replays with Step::rebind"
+    )]
+    BufferReplaced {
+        /// The step.
+        step: &'static str,
+        /// The op.
+        op: &'static str,
+        /// The parameter's buffer.
+        buffer: &'static str,
+    },
+    /// The capture guard could not watch a capture (CUPTI missing, or held by another
+    /// tool); nothing was captured.
+    #[error(
+        "the capture guard could not watch the capture: {why}. It refuses the CUDA calls an \
+         op makes outside its capture stream; to capture without it (as under a profiler \
+         that holds CUPTI), turn it off with Options::with_capture_guard(false) or \
+         STEPGRAPH_CAPTURE_GUARD=0"
+    )]
+    CaptureGuard {
+        /// What failed.
+        why: String,
+    },
     /// A plan with an index out of range ([`PlanDesc::check`](crate::PlanDesc::check)).
     #[error(transparent)]
     Plan(#[from] stepgraph_plan::PlanError),
@@ -325,6 +389,15 @@ impl Error {
     /// Wraps a cuBLASLt error with the call that produced it.
     pub fn blas(call: &'static str) -> impl FnOnce(CublasError) -> Error {
         move |source| Error::Blas { call, source }
+    }
+}
+
+/// ` (and N more such calls)`, or nothing.
+fn more_calls(more: usize) -> String {
+    match more {
+        0 => String::new(),
+        1 => " (and 1 more such call)".to_string(),
+        n => format!(" (and {n} more such calls)"),
     }
 }
 

@@ -11,12 +11,16 @@
 //! conditionals), the driver's rule for conditional bodies, so cuBLASLt matmuls and kernel
 //! launches are fine and collectives are not.
 //!
-//! An eager run of an `#[every]` op counts on the host, in a count of its own: the op's
-//! work runs at every k-th eager run. An eager run of a `#[when]` op reads the flag on
-//! the op's stream, after its waits, and waits for that read: one synchronisation per such
-//! op, acceptable in the eager baseline, which exists to be compared, not to be fast.
+//! An eager run of an `#[every]` op counts in the same counter, on the op's stream after
+//! its waits (read, counted and written back, with the host waiting for each): replays
+//! and eager runs keep one cadence. An eager run of a `#[when]` op reads the flag on the
+//! op's stream, after its waits, and waits for that read. Both cost a synchronisation per
+//! such op, acceptable in the eager baseline, which exists to be compared, not to be fast.
+//!
+//! The counters are the step's: [`ConditionalOps::counters`] reads them and
+//! [`ConditionalOps::restore`] puts back what was read, so that what measures a step
+//! (a profile, a work bound, timed replays, a verification) leaves its cadence as it was.
 
-use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -48,8 +52,6 @@ pub(crate) struct ConditionalOps {
     pub(crate) body_stream: Arc<CudaStream>,
     /// Per op: its replay counter (`None` for an op that runs at every replay).
     counters: Vec<Option<DeviceBuffer<u32>>>,
-    /// Per op: its count of eager runs, modulo k.
-    eager: Vec<Cell<u32>>,
     /// Keeps the module loaded while the kernel is used.
     _module: Arc<cudarc::driver::CudaModule>,
 }
@@ -96,26 +98,77 @@ impl ConditionalOps {
             when,
             body_stream,
             counters,
-            eager: plan.ops.iter().map(|_| Cell::new(0)).collect(),
             _module: module,
         }))
     }
 
-    /// Whether the eager run now starting runs op `op`'s work: its `k`-th, `2k`-th ...
-    pub(crate) fn eager_turn(&self, op: usize, k: u32) -> bool {
-        let c = (self.eager[op].get() + 1) % k;
-        self.eager[op].set(c);
-        c == 0
+    /// Whether the eager run now starting runs op `op`'s work (its `k`-th, `2k`-th ..
+    /// count): counts it in the op's counter on `stream`, after the op's waits, as the
+    /// graph's kernel does at a replay.
+    pub(crate) fn eager_turn(&self, stream: &CudaStream, op: usize, k: u32) -> Result<bool> {
+        let counter = self.counter(op)?;
+        let mut value = [0u32];
+        bind(stream)?;
+        // SAFETY: `value` has room for the counter's one u32, and the copy is waited for
+        // below, before `value` is read.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut value,
+                counter.device_address(),
+                stream.cu_stream(),
+            )
+        }
+        .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
+        sync(stream)?;
+        let c = (value[0] + 1) % k;
+        value[0] = c;
+        // SAFETY: the counter holds one u32; `value` lives until the copy is waited for.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                counter.device_address(),
+                &value,
+                stream.cu_stream(),
+            )
+        }
+        .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
+        sync(stream)?;
+        Ok(c == 0)
+    }
+
+    fn counter(&self, op: usize) -> Result<&DeviceBuffer<u32>> {
+        self.counters
+            .get(op)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Invalid(format!("op #{op} is no #[every] op: it has no counter")))
+    }
+
+    /// Every `#[every]` op's count of replays (and eager runs) since it last ran, modulo
+    /// its k, by op index; the device must be idle (the caller waited).
+    pub(crate) fn counters(&self, device: &Device) -> Result<Vec<(usize, u32)>> {
+        self.counters
+            .iter()
+            .enumerate()
+            .filter_map(|(op, c)| c.as_ref().map(|c| (op, c)))
+            .map(|(op, c)| Ok((op, device.download(c)?[0])))
+            .collect()
+    }
+
+    /// Puts counts read by [`ConditionalOps::counters`] back (zeros reset them); the
+    /// device must be idle.
+    pub(crate) fn restore(&self, device: &Device, counts: &[(usize, u32)]) -> Result<()> {
+        for &(op, count) in counts {
+            if let Some(Some(c)) = self.counters.get(op) {
+                device.write_in_place(c, &[count])?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the eager run now starting runs the work of a `#[when]` op on `stream`
     /// (after its waits): reads `flag` there and waits for the read.
     pub(crate) fn eager_flag(stream: &CudaStream, flag: &DeviceFlag) -> Result<bool> {
         let mut value = [0u32];
-        stream
-            .context()
-            .bind_to_thread()
-            .map_err(Error::driver("cuCtxSetCurrent"))?;
+        bind(stream)?;
         // SAFETY: `value` has room for the flag's one u32, and the copy is synchronised
         // below, before `value` is read or released.
         unsafe {
@@ -126,9 +179,7 @@ impl ConditionalOps {
             )
         }
         .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
-        stream
-            .synchronize()
-            .map_err(Error::driver("cuStreamSynchronize"))?;
+        sync(stream)?;
         Ok(value[0] != 0)
     }
 
@@ -161,7 +212,7 @@ impl ConditionalOps {
                     .as_ref()
                     .ok_or_else(|| Error::Invalid("an #[every] op without a counter".into()))?;
                 let mut launch = stream.launch_builder(&self.every);
-                launch.arg(&handle).arg(counter.as_cuda_slice()).arg(&k);
+                launch.arg(&handle).arg(counter.slice()).arg(&k);
                 // SAFETY: the kernel's parameters are a conditional handle (a u64), a
                 // pointer to one u32 (the counter, alive as long as the executor and its
                 // graphs) and a u32; one thread reads and writes the one counter.
@@ -258,6 +309,19 @@ impl ConditionalOps {
             .result()
             .map_err(Error::driver("cuStreamEndCapture"))
     }
+}
+
+fn bind(stream: &CudaStream) -> Result<()> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(Error::driver("cuCtxSetCurrent"))
+}
+
+fn sync(stream: &CudaStream) -> Result<()> {
+    stream
+        .synchronize()
+        .map_err(Error::driver("cuStreamSynchronize"))
 }
 
 /// The nodes the next work captured on `stream` will depend on.

@@ -78,6 +78,8 @@ pub struct Executor {
     id: u64,
     /// Replay numbers and completion events, for host inputs and outputs.
     clock: crate::host_io::Clock,
+    /// Replays and eager runs launched, all of them.
+    launched: std::cell::Cell<u64>,
     /// The graph's copies from and to host inputs and outputs, re-pointed before each
     /// replay at the slots it uses. Empty: replays record no event.
     patches: RefCell<Vec<crate::host_io::Patch>>,
@@ -216,6 +218,7 @@ impl Executor {
             options,
             id: crate::host_io::next_executor_id(),
             clock: crate::host_io::Clock::new(device)?,
+            launched: std::cell::Cell::new(0),
             patches: RefCell::new(Vec::new()),
         })
     }
@@ -328,6 +331,22 @@ impl Executor {
             stream.index()
         } else {
             0
+        }
+    }
+
+    /// How a stream handle reads in a message: one of this step's streams by its plan
+    /// name, any other as the guard describes it.
+    fn stream_text(&self, handle: usize) -> String {
+        let mine = self
+            .streams
+            .iter()
+            .position(|s| s.cu_stream() as usize == handle);
+        match mine {
+            Some(i) if self.parallel() => {
+                format!("stream `{}` of the step", self.plan.streams[i].name)
+            }
+            Some(_) => "the step's one stream".to_string(),
+            None => crate::guard::stream_text(handle),
         }
     }
 
@@ -507,9 +526,36 @@ impl Executor {
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<VerifyReport> {
         crate::guard::check("Step::verify")?;
+        // The `#[every]` cadence is the step's, not the verification's.
+        let counts = self.cadence()?;
         let tracker = Tracker::new(self.plan.ops.len());
-        self.capture_tracked(issue, Some(&tracker))?
-            .ok_or_else(|| Error::Invalid("verification produced no report".into()))
+        let report = self.capture_tracked(issue, Some(&tracker)).and_then(|r| {
+            r.ok_or_else(|| Error::Invalid("verification produced no report".into()))
+        });
+        self.restore_cadence(&counts)?;
+        report
+    }
+
+    /// The `#[every]` counts, after the last replay.
+    fn cadence(&self) -> Result<Vec<(usize, u32)>> {
+        match &self.conditional {
+            Some(ops) => {
+                self.wait()?;
+                ops.counters(&self.device)
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Puts counts [`Executor::cadence`] read back, once the device is idle.
+    fn restore_cadence(&self, counts: &[(usize, u32)]) -> Result<()> {
+        match &self.conditional {
+            Some(ops) if !counts.is_empty() => {
+                self.wait()?;
+                ops.restore(&self.device, counts)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The dry pass and a capture, with the extras (node tracking, timing events), ending
@@ -520,6 +566,13 @@ impl Executor {
         extras: Extras<'_>,
         io: &IoPass,
     ) -> Result<CapturedGraph> {
+        // The capture guard watches both passes: what an op's code calls outside the
+        // runtime is checked from the dry pass on.
+        let _watching = if self.options.capture_guard {
+            Some(crate::guard::Watching::start()?)
+        } else {
+            None
+        };
         // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
         // is created inside the capture.
         let dry = self.pass(Mode::Dry, issue, Extras::default(), io);
@@ -572,6 +625,14 @@ impl Executor {
     ) -> Result<Profile> {
         crate::guard::check("Step::profile")?;
         let replays = profile_replays(replays)?;
+        self.keeping_cadence(|exec| exec.profile_kept(issue, replays))
+    }
+
+    fn profile_kept(
+        &self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+        replays: usize,
+    ) -> Result<Profile> {
         let timing = || event(&self.device, true);
         let n = self.plan.ops.len();
         let timers = Timers {
@@ -680,6 +741,13 @@ impl Executor {
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<crate::WorkBound> {
         crate::guard::check("Step::work_bound")?;
+        self.keeping_cadence(|exec| exec.work_bound_kept(issue))
+    }
+
+    fn work_bound_kept(
+        &self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+    ) -> Result<crate::WorkBound> {
         let tracker = Tracker::new(self.plan.ops.len());
         let extras = Extras {
             tracker: Some(&tracker),
@@ -729,6 +797,7 @@ impl Executor {
         crate::guard::free_deferred();
         ran?;
         self.final_joins()?;
+        self.launched.set(self.launched.get() + 1);
         self.clock.launched_on(seq, self.origin())
     }
 
@@ -751,6 +820,7 @@ impl Executor {
                 self.plan.step
             )));
         };
+        self.launched.set(self.launched.get() + 1);
         let mut patches = self.patches.borrow_mut();
         if patches.is_empty() {
             // One driver call and nothing else: a completion event recorded per replay
@@ -768,11 +838,57 @@ impl Executor {
         self.clock.launched_on(seq, self.origin())
     }
 
-    /// The number of replays and eager runs launched so far that copy from or to host
-    /// inputs and outputs (the number a [`ReadBack`](crate::ReadBack) names), or of eager
-    /// runs alone for a step with none.
+    /// The number of replays and eager runs launched so far, all of them (timed replays
+    /// included; a profile's or work bound's runs of graphs of their own are not the
+    /// step's replays). A [`ReadBack`](crate::ReadBack) names a replay by this number.
     pub fn replays_launched(&self) -> u64 {
-        self.clock.launched()
+        self.launched.get()
+    }
+
+    /// Every `#[every(k)]` op's count of replays (and eager runs) since its work last
+    /// ran, modulo its `k`: at a count of `k - 1` the next replay runs it. Waits for the
+    /// last replay first.
+    pub fn every_counters(&self) -> Result<Vec<EveryCounter>> {
+        crate::guard::check("Step::every_counters")?;
+        self.wait()?;
+        let Some(ops) = &self.conditional else {
+            return Ok(Vec::new());
+        };
+        Ok(ops
+            .counters(&self.device)?
+            .into_iter()
+            .map(|(i, counted)| EveryCounter {
+                op: self.plan.ops[i].name,
+                counted,
+            })
+            .collect())
+    }
+
+    /// Sets every `#[every(k)]` op's count back to zero, as when the step was built: the
+    /// `k`-th replay from now is the next that runs each one. Waits for the last replay
+    /// first.
+    pub fn reset_every_counters(&self) -> Result<()> {
+        crate::guard::check("Step::reset_every_counters")?;
+        self.wait()?;
+        if let Some(ops) = &self.conditional {
+            let zeros: Vec<(usize, u32)> = ops
+                .counters(&self.device)?
+                .into_iter()
+                .map(|(i, _)| (i, 0))
+                .collect();
+            ops.restore(&self.device, &zeros)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f`, a measurement, and puts the `#[every]` counts back as they were: what
+    /// measures a step (a profile, a work bound, timed replays, a verification) runs the
+    /// counting kernels too, and would shift the step's cadence.
+    fn keeping_cadence<R>(&self, f: impl FnOnce(&Self) -> Result<R>) -> Result<R> {
+        let counts = self.cadence()?;
+        let out = f(self);
+        self.restore_cadence(&counts)?;
+        out
     }
 
     /// Waits until the replay that last read `input`'s next slot has finished, then lets
@@ -904,8 +1020,14 @@ impl Executor {
 
     /// Device time of `iters` replays after `warmup` unmeasured ones, in milliseconds
     /// each, from timing events recorded around each replay on the origin stream.
+    /// The `#[every]` counts are put back afterwards: timing leaves the step's cadence as
+    /// it found it.
     pub fn time_replays(&self, warmup: usize, iters: usize) -> Result<Vec<f64>> {
         crate::guard::check("Step::time_replays")?;
+        self.keeping_cadence(|exec| exec.time_replays_kept(warmup, iters))
+    }
+
+    fn time_replays_kept(&self, warmup: usize, iters: usize) -> Result<Vec<f64>> {
         for _ in 0..warmup {
             self.replay()?;
         }
@@ -929,6 +1051,16 @@ impl Executor {
             .map(|(s, e)| elapsed_ms(s, e))
             .collect()
     }
+}
+
+/// An `#[every(k)]` op's place in its cadence ([`Executor::every_counters`]).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EveryCounter {
+    /// The op (`sync_target`).
+    pub op: &'static str,
+    /// Replays and eager runs since its work last ran, modulo its `k`.
+    pub counted: u32,
 }
 
 /// The plan [`run_once`] runs: one op on one stream.
@@ -1128,7 +1260,9 @@ impl Issue<'_> {
                     .map_err(named)?;
                 (&ops.body_stream, Some((body, ops)))
             }
-            (Some((Condition::Every(k), ops)), Mode::Eager) if !ops.eager_turn(id.index(), k) => {
+            (Some((Condition::Every(k), ops)), Mode::Eager)
+                if !ops.eager_turn(stream, id.index(), k).map_err(named)? =>
+            {
                 return self.finish(id, op, stream, ordered, &named);
             }
             (Some((Condition::When(flag), _)), Mode::Eager)
@@ -1146,15 +1280,33 @@ impl Issue<'_> {
             counts: Default::default(),
             // A conditional op's copies may not run at every replay: no host rings.
             io: (op.every.is_none() && op.when.is_none()).then_some(self.io),
+            conditional: op.every.is_some() || op.when.is_some(),
         };
-        let issued = {
-            // Host-side calls from the body fail, naming the op, until it returns.
-            let _issuing = crate::guard::IssuingOp::enter(exec.plan.step, op.name);
-            body(&cs)
-        };
+        // The capture guard watches the dry pass and the capture; an eager run is no
+        // capture to escape.
+        let watch =
+            (self.mode != Mode::Eager && exec.options.capture_guard).then(|| crate::guard::Watch {
+                own: work_stream.cu_stream() as usize,
+                dry: self.mode == Mode::Dry,
+            });
+        // Host-side calls from the body fail, naming the op, until it returns.
+        let issuing = crate::guard::IssuingOp::enter(exec.plan.step, op.name, watch);
+        let issued = body(&cs);
+        let escaped = issuing.leave();
         // The body's capture ends whatever happened, so that its stream leaves capture.
         let body_ended = body_graph
             .map(|(_, ops)| check_still_capturing(work_stream).and_then(|()| ops.end_body()));
+        // An escape first: it explains whatever else failed after it.
+        if let Some((escaped, more)) = escaped {
+            let what = escaped.explain(|s| exec.stream_text(s));
+            return Err(named(Error::Escape {
+                step: exec.plan.step,
+                op: op.name,
+                call: escaped.call,
+                what,
+                more,
+            }));
+        }
         // A host-side call that could not return its error (a buffer dropped) fails the
         // op all the same.
         if let Some(e) = crate::guard::take_pending() {

@@ -179,7 +179,7 @@ impl Ceilings {
         let mut dst = device.alloc_zeros::<f32>("ceiling copy destination", words)?;
         let copy_ms = time(device, stream, &mut || {
             stream
-                .memcpy_dtod(src.as_cuda_slice(), dst.as_cuda_slice_mut())
+                .memcpy_dtod(src.slice(), dst.slice_mut())
                 .map_err(Error::driver("cuMemcpyDtoDAsync"))
         })?;
         let flop = 2.0 * (n as f64).powi(3);

@@ -36,6 +36,7 @@
 mod blas;
 mod buffer;
 mod comm;
+mod context;
 mod device;
 mod error;
 mod every;
@@ -68,8 +69,11 @@ pub use memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
 pub use options::{Options, Schedule};
 pub use scalars::{DeviceScalars, HostAccess};
 pub use step::{Step, StepSpec};
-/// `#[derive(StepBuffer)]`: a struct whose fields are all step buffers is one. See
-/// [`StepBuffer`](trait@StepBuffer).
+/// `#[derive(ConfigValue)]`: a struct or enum whose fields are all config values is one.
+/// See [`ConfigValue`](trait@ConfigValue).
+pub use stepgraph_macros::ConfigValue;
+/// `#[derive(StepBuffer)]`: a struct whose fields are step buffers, or plain data that
+/// describes them, is one. See [`StepBuffer`](trait@StepBuffer).
 pub use stepgraph_macros::StepBuffer;
 /// Plans a step's multi-stream capture at compile time.
 ///
@@ -144,6 +148,72 @@ pub use stepgraph_macros::StepBuffer;
 ///     allocates the others with [`AllocLike`]), so that streams never share it;
 ///   - `#[scratch(per_branch)]`: the same, one copy per branch of a group.
 ///
+///   Scratch holds nothing between steps, so the first op to use each copy, in program
+///   order, writes all of it before reading any, and says so by marking its `&mut`
+///   parameter `#[out]`. A later op may read the copy (`&`) or update it (`&mut`, which
+///   may read what is there: an accumulation). A first use by `&` or by plain `&mut`
+///   would read what the last replay left, and is a compile error at the parameter,
+///   naming the copy (each stream or branch has its own). So is a read of a copy that
+///   only `#[every]` or `#[when]` ops wrote, by an op that can run where they did not:
+///   see those attributes.
+///
+///   ```
+///   #[stepgraph::step(streams(main, branch[2]))]
+///   mod partial_sums {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub x: DeviceBuffer<f32>,
+///           #[scratch(per_branch)]
+///           pub partial: DeviceBuffer<f32>,
+///           #[per_branch]
+///           pub sums: [DeviceBuffer<f32>; BRANCH_WIDTH],
+///       }
+///
+///       // The first use of each branch's copy writes all of it: `#[out]`.
+///       #[stream(branch[d])]
+///       fn start(s: &CaptureStream<'_>, x: &DeviceBuffer<f32>, #[out] partial: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(x, partial)
+///       }
+///
+///       // Adds into what `start` wrote on the same branch: plain `&mut`.
+///       #[stream(branch[d])]
+///       fn accumulate(s: &CaptureStream<'_>, x: &DeviceBuffer<f32>, partial: &mut DeviceBuffer<f32>) -> Result<()> {
+///           let _ = x;
+///           s.memset_zeros(partial) // stands for a kernel computing `partial += x`
+///       }
+///
+///       #[stream(branch[d])]
+///       fn finish(s: &CaptureStream<'_>, partial: &DeviceBuffer<f32>, sums: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(partial, sums)
+///       }
+///   }
+///
+///   assert_eq!(partial_sums::Step::plan().ops.len(), 6);
+///   ```
+///
+///   ```compile_fail
+///   #[stepgraph::step(streams(main))]
+///   mod stale {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub x: DeviceBuffer<f32>,
+///           #[scratch(per_stream)]
+///           pub sum: DeviceBuffer<f32>,
+///       }
+///
+///       // error: op `accumulate` takes scratch buffer `sum` by `&mut` before any op of
+///       // the step wrote it: `&mut` may read what is there (to accumulate, say), and
+///       // scratch holds nothing between steps
+///       fn accumulate(s: &CaptureStream<'_>, x: &DeviceBuffer<f32>, sum: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(x, sum)
+///       }
+///   }
+///   ```
+///
 ///   A field marked `#[view(of = parent)]` holds no memory: it is a [`Span`] of the
 ///   shared buffer `parent` (or, with `#[per_branch]`, an array of spans, one per
 ///   branch), and an op that names it receives a [`View`] (`&View<'_, T>`) or a
@@ -186,12 +256,23 @@ pub use stepgraph_macros::StepBuffer;
 /// - `#[config] struct`: values the ops take by value (sizes, coefficients), cloned into
 ///   each op.
 /// - ops, in program order: every `fn` that takes the capture stream or its cuBLASLt
-///   handle, or carries an op attribute. Any other `fn` is a helper the ops may call. An
-///   op's parameters, by name or by `#[buf(field)]`:
+///   handle, or carries an op attribute (`#[op]` alone marks one). Any other `fn` is a
+///   helper the ops may call. An op's parameters, by name or by `#[buf(field)]`:
 ///   - `&CaptureStream<'_>`: the stream it runs on; `&Blas<'_>`: that stream's cuBLASLt
 ///     handle and workspace (both also under a `use .. as ..` alias made in the module);
 ///     `&Type`: the declared kernels;
-///   - `&T` reads the buffer of the same name, `&mut T` writes it;
+///   - `&T` reads the buffer of the same name, `&mut T` writes it. One buffer may be
+///     bound to two `&` parameters (one read); with `&mut`, to one parameter only;
+///   - `#[out] name: &mut T`: the op writes every element of the scratch buffer before it
+///     reads any (see scratch above); on anything but a `&mut` scratch parameter the
+///     marker is a compile error;
+///   - any other `&T`, whose `T` is no device memory ([`DeviceBuffer`], [`View`],
+///     [`ViewMut`], [`DeviceScalars`], [`DeviceFlag`], [`Communicator`], `CudaSlice`,
+///     [`HostInput`], [`HostOutput`] or an array) and whose name is no buffer's or config
+///     field's: the stream, its handle or the kernels, picked by its type. That is how an
+///     op takes them under an alias declared outside the module, which the macro cannot
+///     see; such an op has no parameter the macro recognises as the stream, so `#[op]`
+///     marks it. A type that is none of the three is a compile error at the type;
 ///   - `#[all_branches] name: &[T; N]`: an op on a stream group reads a `#[per_branch]`
 ///     array whole, every branch's element, where it would get its own; each replica
 ///     then waits for every branch's writer, on its own stream. An ensemble member that
@@ -203,6 +284,44 @@ pub use stepgraph_macros::StepBuffer;
 ///     whole), or on an op off the group (it takes the array whole already);
 ///   - a plain value is the config field of the same name;
 ///   - in a replicated op, the index parameter named in `#[stream(group[d])]`.
+///
+///   Ops may name lifetimes, and may be generic over types and consts that their
+///   parameters' types mention: the step calls each op with its buffers and config, and
+///   rustc infers the rest (`fn clear<T: DeviceRepr + ValidAsZeroBits>(s: &CaptureStream<'_>,
+///   x: &mut DeviceBuffer<T>)`, `fn sum<const N: usize>(.., lanes: &[DeviceBuffer<f32>; N])`).
+///   A type or const parameter no parameter mentions is a compile error naming it.
+///
+///   ```
+///   mod trainer {
+///       use stepgraph::{Blas, CaptureStream};
+///
+///       // Aliases the trainer declared for its own code, outside the step module.
+///       pub type Stream<'a> = CaptureStream<'a>;
+///       pub type Lt<'a> = Blas<'a>;
+///
+///       #[stepgraph::step(streams(main))]
+///       pub mod aliased {
+///           use super::{Lt, Stream};
+///           use stepgraph::{DeviceBuffer, Result};
+///
+///           #[buffers]
+///           pub struct Buffers {
+///               pub x: DeviceBuffer<f32>,
+///               pub y: DeviceBuffer<f32>,
+///           }
+///
+///           // `Stream` could be anything to the macro: `#[op]` says this is an op, and
+///           // `s` and `lt`, which name no buffer, are picked by their types.
+///           #[op]
+///           fn copy(s: &Stream<'_>, lt: &Lt<'_>, x: &DeviceBuffer<f32>, y: &mut DeviceBuffer<f32>) -> Result<()> {
+///               let _ = lt;
+///               s.copy(x, y)
+///           }
+///       }
+///   }
+///
+///   assert_eq!(trainer::aliased::PLAN.ops[0].accesses.len(), 2); // reads x, writes y
+///   ```
 ///
 ///   ```
 ///   #[stepgraph::step(streams(main, member[2]))]
@@ -243,6 +362,8 @@ pub use stepgraph_macros::StepBuffer;
 ///
 /// # Op attributes
 ///
+/// - `#[op]`: marks a `fn` as an op, for one the macro would not recognise (its stream
+///   type is an alias declared outside the module); it takes no arguments.
 /// - `#[stream(aux)]`: the op runs on `aux` (without it, on the origin).
 ///   `#[stream(branch[d])]` replicates it over the group, `d` being the index parameter;
 ///   `#[stream(branch[2])]` places it on one member.
@@ -254,8 +375,16 @@ pub use stepgraph_macros::StepBuffer;
 ///   a number): a target network synced every K steps, a report every N. The graph holds a
 ///   one-thread kernel that counts the replays and a conditional node whose body is the
 ///   op's work, so nothing is captured again; the plan orders the op as if it always ran.
-///   The body may hold kernels, matmuls, copies and memsets, not collectives. An eager run
-///   counts eager runs.
+///   The body may hold kernels, matmuls, copies and memsets, not collectives: an op that
+///   takes a [`Communicator`] is a compile error. An eager run counts eager runs.
+///
+///   What the op writes stays as it is at the replays where it does not run: a shared
+///   buffer written every k-th replay keeps its value between (the target network above
+///   is read at every replay, and holds the weights of the last sync). Scratch does not
+///   keep its value, so a scratch copy that only conditional ops wrote may be read only by
+///   ops with the same condition (the same `#[every(k)]`, field or count, or the same
+///   `#[when(flag)]`); another reader is a compile error naming the writer. An
+///   unconditional `#[out]` write before it covers every reader.
 ///
 ///   ```
 ///   #[stepgraph::step(streams(main))]
@@ -293,8 +422,10 @@ pub use stepgraph_macros::StepBuffer;
 ///   work, so nothing is captured again. The op reads the flag without naming it among
 ///   its parameters: the plan orders it after the op that set it, and an op that writes
 ///   the flag later after it. The flag is a shared buffer (not scratch, per-branch or a
-///   view), and an op has one condition (`#[every]` or `#[when]`). The body's rules are
-///   `#[every]`'s. An eager run reads the flag on the op's stream and waits for the read.
+///   view), and an op has one condition (`#[every]` or `#[when]`). The body's rules, and
+///   those for what the op writes, are `#[every]`'s; for scratch, the same flag covers
+///   a reader only while no op writes the flag between the writer and it. An eager run
+///   reads the flag on the op's stream and waits for the read.
 ///
 ///   ```
 ///   #[stepgraph::step(streams(main))]
@@ -355,7 +486,7 @@ pub use stepgraph_macros::StepBuffer;
 ///
 ///     #[stream(branch[d])]
 ///     fn lane(s: &CaptureStream<'_>, d: usize, scale: f32, x: &DeviceBuffer<f32>,
-///             tmp: &mut DeviceBuffer<f32>, lanes: &mut DeviceBuffer<f32>) -> Result<()> {
+///             #[out] tmp: &mut DeviceBuffer<f32>, lanes: &mut DeviceBuffer<f32>) -> Result<()> {
 ///         let _ = (d, scale);
 ///         s.copy(x, tmp)?;
 ///         s.copy(tmp, lanes)
@@ -383,7 +514,20 @@ pub use stepgraph_macros::StepBuffer;
 /// Mistakes are compile errors at the token, all of them in one build: an unknown
 /// stream or buffer, a buffer written from two streams with nothing else ordering them,
 /// a replicated op writing a shared buffer, scratch read before it is written, a join
-/// that waits for nothing, a stream no op runs on, and more.
+/// that waits for nothing, a stream no op runs on, an attribute argument the macro would
+/// not use, and more.
+///
+/// An op's body runs once, while the step is captured; the graph replays only the GPU
+/// work it issued. So the macro reads op bodies for host state they reach, and refuses
+/// at the token: a `static` of the module (a value fixed at capture, or device memory
+/// outside the step's buffers, which streams would race on unseen); `Device::new`,
+/// `Device::from_context`, `Device::count` or `CudaContext::new` (a device outside the
+/// step); `mem::swap`, `mem::replace` or `mem::take` on a buffer parameter (the buffers
+/// would no longer hold the addresses the graph captured); and the safe accessors
+/// `as_cuda_slice()`, `as_cuda_slice_mut()`, `as_cuda_view()` and `as_cuda_view_mut()`,
+/// whose cudarc types carry a stream and context out of the capture (inside an op, the
+/// `unsafe` `cuda_slice()` and its kin state what the op must keep to). The runtime
+/// refuses the same things where the reading cannot see them, in helper functions.
 ///
 /// ```compile_fail
 /// #[stepgraph::step(streams(main, a, b))]
@@ -426,7 +570,7 @@ pub use stepgraph_plan as plan;
 /// the captured graph, per-op issue counts, cuBLASLt handles outside a step.
 pub mod exec {
     pub use crate::blas::{BlasHandle, BlasSession, WORKSPACE_BYTES};
-    pub use crate::executor::{Executor, Issue, MAX_PROFILE_REPLAYS, run_once};
+    pub use crate::executor::{EveryCounter, Executor, Issue, MAX_PROFILE_REPLAYS, run_once};
     pub use crate::graph::{Graph, NodeCounts, Refresh};
     pub use crate::stream::Mode;
     pub use crate::verify::OpCounts;
@@ -434,7 +578,7 @@ pub mod exec {
 
 /// The environment switches [`Options::from_env`] reads.
 pub mod env {
-    pub use crate::options::{GRAPH_DOT, STREAM_PRIORITIES, VERIFY};
+    pub use crate::options::{CAPTURE_GUARD, GRAPH_DOT, STREAM_PRIORITIES, VERIFY};
 }
 
 /// Figures read off measurements: medians, the work bound's per-kernel and per-op parts
@@ -459,12 +603,15 @@ pub mod preflight {
 #[doc(hidden)]
 pub mod __rt_v1 {
     pub use crate::buffer::{
-        ConfigValue, StepBuffer, ViewSpans, assert_buffer, assert_config, assert_view,
+        BufferField, ConfigValue, StepBuffer, ViewSpans, assert_buffer, assert_config, assert_view,
+        field_regions,
     };
+    pub use crate::context::OpContext;
     pub use crate::device::{AllocLike, Device};
     pub use crate::error::{Error, Result};
     pub use crate::executor::Issue;
     pub use crate::flag::{DeviceFlag, WhenFlag, when_flag};
+    pub use crate::guard::{Grant, Granted, granted, granted_view};
     pub use crate::kernel::{
         Image, Kernel, KernelDecl, Module, ModuleDecl, ParamDecl, Registry, bf16, f16,
     };

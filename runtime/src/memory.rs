@@ -189,7 +189,9 @@ impl fmt::Display for Span {
 /// ([`from_cuda_slice`](DeviceBuffer::from_cuda_slice),
 /// [`into_cuda_slice`](DeviceBuffer::into_cuda_slice),
 /// [`as_cuda_slice`](DeviceBuffer::as_cuda_slice)), so that existing cudarc code takes it
-/// unchanged.
+/// unchanged. Inside an op the slice is reached only through `unsafe`
+/// ([`cuda_slice`](DeviceBuffer::cuda_slice)): it carries cudarc's stream and context, a
+/// route out of the capture.
 ///
 /// Dropped while an op is being issued (a buffer an op's kernels type held), it is not
 /// freed until the capture has ended, and the op fails with
@@ -271,17 +273,94 @@ impl<T> DeviceBuffer<T> {
         Ok(DeviceBuffer::wrap(slice))
     }
 
-    /// The cudarc allocation, for existing code that takes `&CudaSlice<T>`.
-    pub fn as_cuda_slice(&self) -> &CudaSlice<T> {
+    /// The cudarc allocation, for existing code that takes `&CudaSlice<T>`: outside an
+    /// op (building buffers, host code between replays).
+    ///
+    /// Fails with [`Error::HostCallInOp`] while an op is being issued: a `CudaSlice` hands
+    /// out cudarc's stream and context, through which code could synchronise, copy to the
+    /// host, clone the allocation or issue work off the capture stream, all of which
+    /// escape the capture. Inside an op, [`cuda_slice`](Self::cuda_slice) gives it under
+    /// a written contract.
+    pub fn as_cuda_slice(&self) -> Result<&CudaSlice<T>> {
+        crate::guard::check("DeviceBuffer::as_cuda_slice")?;
+        Ok(&self.slice)
+    }
+
+    /// The cudarc allocation, for existing code that takes `&mut CudaSlice<T>`: outside
+    /// an op. Fails while an op is being issued, as
+    /// [`as_cuda_slice`](Self::as_cuda_slice) does; inside an op,
+    /// [`cuda_slice_mut`](Self::cuda_slice_mut).
+    ///
+    /// Replacing the slice (`*buf.as_cuda_slice_mut()? = other`) rebinds the buffer: a
+    /// step's buffers are rebound only through [`Step::rebind`](crate::Step::rebind),
+    /// which captures again.
+    pub fn as_cuda_slice_mut(&mut self) -> Result<&mut CudaSlice<T>> {
+        crate::guard::check("DeviceBuffer::as_cuda_slice_mut")?;
+        Ok(&mut self.slice)
+    }
+
+    /// The cudarc allocation inside an op, for an existing function that takes
+    /// `&CudaSlice<T>` and issues its work on the stream of
+    /// [`CaptureStream::cuda_stream`](crate::CaptureStream::cuda_stream).
+    ///
+    /// # Safety
+    ///
+    /// The slice carries cudarc's stream and context, which are not the capture's. The
+    /// caller, and the code it hands the slice to:
+    /// - issues work on the slice only on the op's capture stream (`cuda_stream()`'s
+    ///   contract applies), never on the slice's own stream or the context's default
+    ///   stream: such work runs once, while the step is captured, and never in a replay;
+    /// - does not synchronise the slice's stream or context, copy the slice to or from the
+    ///   host, clone it, or free it (each escapes the capture or leaves the graph an
+    ///   address that is gone at the next replay);
+    /// - only reads the memory (this is a shared borrow of the op's parameter).
+    ///
+    /// The capture guard ([`Options::capture_guard`](crate::Options::capture_guard))
+    /// refuses, naming the op, the CUDA calls that break the first two points.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use stepgraph::cudarc::driver::{CudaSlice, CudaStream, DriverError};
+    /// use stepgraph::{CaptureStream, DeviceBuffer, Error, Result};
+    ///
+    /// // An existing function of a cudarc trainer, unchanged.
+    /// fn copy(s: &Arc<CudaStream>, a: &CudaSlice<f32>, b: &mut CudaSlice<f32>) -> Result<(), DriverError> {
+    ///     s.memcpy_dtod(a, b)
+    /// }
+    ///
+    /// fn op(s: &CaptureStream<'_>, a: &DeviceBuffer<f32>, b: &mut DeviceBuffer<f32>) -> Result<()> {
+    ///     // SAFETY: `copy` issues one copy on the stream it is given, the capture stream,
+    ///     // from `a` (read) into `b` (written), and nothing else.
+    ///     unsafe {
+    ///         if let Some(stream) = s.cuda_stream() {
+    ///             copy(stream, a.cuda_slice(), b.cuda_slice_mut()).map_err(Error::driver("copy"))?;
+    ///         }
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub unsafe fn cuda_slice(&self) -> &CudaSlice<T> {
         &self.slice
     }
 
-    /// The cudarc allocation, for existing code that takes `&mut CudaSlice<T>`.
+    /// The cudarc allocation inside an op, for an existing function that takes
+    /// `&mut CudaSlice<T>`.
     ///
-    /// Replacing the slice (`*buf.as_cuda_slice_mut() = other`) is not capture-safe: a
-    /// captured graph keeps the old address. A step's buffers are rebound only through
-    /// the step, which captures again.
-    pub fn as_cuda_slice_mut(&mut self) -> &mut CudaSlice<T> {
+    /// # Safety
+    ///
+    /// As for [`cuda_slice`](Self::cuda_slice), and the slice is written in place, never
+    /// replaced: the graph keeps the address it was captured with.
+    pub unsafe fn cuda_slice_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+
+    /// The allocation, for the runtime's own use.
+    pub(crate) fn slice(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+
+    /// The allocation, for the runtime's own use.
+    pub(crate) fn slice_mut(&mut self) -> &mut CudaSlice<T> {
         &mut self.slice
     }
 
@@ -410,8 +489,20 @@ impl<T> fmt::Debug for View<'_, T> {
 view_accessors!(View);
 
 impl<'a, T> View<'a, T> {
-    /// The cudarc view, for existing code that takes `&CudaView<T>`.
-    pub fn as_cuda_view(&self) -> &CudaView<'a, T> {
+    /// The cudarc view, for existing code that takes `&CudaView<T>`: outside an op. Fails
+    /// while an op is being issued, as [`DeviceBuffer::as_cuda_slice`] does; inside an
+    /// op, [`cuda_view`](Self::cuda_view).
+    pub fn as_cuda_view(&self) -> Result<&CudaView<'a, T>> {
+        crate::guard::check("View::as_cuda_view")?;
+        Ok(&self.inner)
+    }
+
+    /// The cudarc view inside an op.
+    ///
+    /// # Safety
+    ///
+    /// As for [`DeviceBuffer::cuda_slice`].
+    pub unsafe fn cuda_view(&self) -> &CudaView<'a, T> {
         &self.inner
     }
 }
@@ -439,13 +530,18 @@ impl<T> fmt::Debug for ViewMut<'_, T> {
 view_accessors!(ViewMut);
 
 impl<'a, T> ViewMut<'a, T> {
-    /// The cudarc view, for existing code that takes `&CudaView<T>`.
-    pub fn as_cuda_view(&self) -> CudaView<'_, T> {
-        self.inner.as_view()
+    /// The cudarc view, for existing code that takes `&CudaView<T>`: outside an op. Fails
+    /// while an op is being issued, as [`DeviceBuffer::as_cuda_slice`] does; inside an
+    /// op, [`cuda_view`](Self::cuda_view).
+    pub fn as_cuda_view(&self) -> Result<CudaView<'_, T>> {
+        crate::guard::check("ViewMut::as_cuda_view")?;
+        Ok(self.inner.as_view())
     }
 
-    /// The cudarc view, for existing code that takes `&mut CudaViewMut<T>`. A reborrow,
-    /// not the view itself, so that this one keeps its address.
+    /// The cudarc view, for existing code that takes `&mut CudaViewMut<T>`: outside an
+    /// op. A reborrow, not the view itself, so that this one keeps its address. Fails
+    /// while an op is being issued; inside an op,
+    /// [`cuda_view_mut`](Self::cuda_view_mut).
     ///
     /// ```no_run
     /// use stepgraph::cudarc::driver::{CudaView, CudaViewMut};
@@ -460,11 +556,30 @@ impl<'a, T> ViewMut<'a, T> {
     /// let mut y = device.alloc_zeros::<f32>("y", 8)?;
     /// let src = x.view(2..6)?;
     /// let mut dst = y.view_mut(4..)?;
-    /// fill(src.as_cuda_view(), &mut dst.as_cuda_view_mut());
+    /// fill(src.as_cuda_view()?, &mut dst.as_cuda_view_mut()?);
     /// assert_eq!((src.offset(), dst.span()), (2, stepgraph::Span::new(4, 4)));
     /// # Ok::<(), stepgraph::Error>(())
     /// ```
-    pub fn as_cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
+    pub fn as_cuda_view_mut(&mut self) -> Result<CudaViewMut<'_, T>> {
+        crate::guard::check("ViewMut::as_cuda_view_mut")?;
+        Ok(self.inner.slice_mut(..))
+    }
+
+    /// The cudarc view inside an op.
+    ///
+    /// # Safety
+    ///
+    /// As for [`DeviceBuffer::cuda_slice`].
+    pub unsafe fn cuda_view(&self) -> CudaView<'_, T> {
+        self.inner.as_view()
+    }
+
+    /// The cudarc view inside an op, to write.
+    ///
+    /// # Safety
+    ///
+    /// As for [`DeviceBuffer::cuda_slice_mut`].
+    pub unsafe fn cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
         self.inner.slice_mut(..)
     }
 }

@@ -41,6 +41,11 @@ pub const STREAM_PRIORITIES: &str = "STEPGRAPH_STREAM_PRIORITIES";
 /// whatever the build. Sets [`Options::verify`].
 pub const VERIFY: &str = "STEPGRAPH_VERIFY";
 
+/// Environment variable that turns the capture guard on (`1`) or off (`0`): off, the
+/// CUDA calls an op makes outside its capture stream are not watched, as a program run
+/// under a profiler that holds CUPTI needs. Sets [`Options::capture_guard`].
+pub const CAPTURE_GUARD: &str = "STEPGRAPH_CAPTURE_GUARD";
+
 /// How a step is built and checked.
 ///
 /// ```
@@ -70,6 +75,14 @@ pub struct Options {
     /// ([`STREAM_PRIORITIES`]): a stream's name or a group's name (which sets all its
     /// streams) with its priority; streams not named are normal.
     pub stream_priorities: Option<Vec<(String, StreamPriority)>>,
+    /// Whether each capture is watched through CUPTI for CUDA calls that escape it: work
+    /// an op's code issues on another stream than the op's, a synchronisation, an
+    /// allocation, a capture of its own. Each such call fails the capture, naming the op
+    /// and the call. On by default, in every build; the cost is paid at capture, never at
+    /// a replay ([`CAPTURE_GUARD`]). It needs CUPTI (`libcupti`, in the CUDA toolkit),
+    /// and no other CUPTI subscriber in the process (profilers and compute-sanitizer are
+    /// one): without them, capture fails saying so, unless the guard is off.
+    pub capture_guard: bool,
 }
 
 impl Default for Options {
@@ -80,13 +93,14 @@ impl Default for Options {
             verify: cfg!(debug_assertions),
             graph_dot: None,
             stream_priorities: None,
+            capture_guard: true,
         }
     }
 }
 
 impl Options {
     /// The defaults, changed by the environment switches that are set: [`GRAPH_DOT`],
-    /// [`STREAM_PRIORITIES`] and [`VERIFY`]. A switch whose value does not parse is an
+    /// [`STREAM_PRIORITIES`], [`VERIFY`] and [`CAPTURE_GUARD`]. A switch whose value does not parse is an
     /// error naming it.
     pub fn from_env() -> Result<Options> {
         Self::from_vars(|name| std::env::var(name).ok())
@@ -102,15 +116,10 @@ impl Options {
             options = options.with_stream_priorities(&text)?;
         }
         if let Some(text) = var(VERIFY) {
-            options.verify = match text.trim() {
-                "1" | "true" | "on" => true,
-                "0" | "false" | "off" => false,
-                other => {
-                    return Err(Error::Invalid(format!(
-                        "{VERIFY}: expected 1 or 0 (or true/false, on/off), found `{other}`"
-                    )));
-                }
-            };
+            options.verify = switch(VERIFY, &text)?;
+        }
+        if let Some(text) = var(CAPTURE_GUARD) {
+            options.capture_guard = switch(CAPTURE_GUARD, &text)?;
         }
         Ok(options)
     }
@@ -123,6 +132,14 @@ impl Options {
     /// The same options with verification of every capture on or off.
     pub fn with_verify(self, verify: bool) -> Options {
         Options { verify, ..self }
+    }
+
+    /// The same options with the capture guard on or off.
+    pub fn with_capture_guard(self, capture_guard: bool) -> Options {
+        Options {
+            capture_guard,
+            ..self
+        }
     }
 
     /// The same options with every verified capture dumped as DOT to `path`.
@@ -194,6 +211,17 @@ impl Options {
             p.replace("{step}", step)
                 .replace("{device}", &device.to_string())
         })
+    }
+}
+
+/// An on/off switch's value: `1`, `true` or `on`, or `0`, `false` or `off`.
+fn switch(name: &str, text: &str) -> Result<bool> {
+    match text.trim() {
+        "1" | "true" | "on" => Ok(true),
+        "0" | "false" | "off" => Ok(false),
+        other => Err(Error::Invalid(format!(
+            "{name}: expected 1 or 0 (or true/false, on/off), found `{other}`"
+        ))),
     }
 }
 
@@ -270,6 +298,18 @@ mod tests {
             .to_string();
         assert!(
             e.contains("STEPGRAPH_VERIFY") && e.contains("`maybe`"),
+            "{e}"
+        );
+        // The capture guard is on unless the environment turns it off.
+        assert!(Options::default().capture_guard);
+        let o = Options::from_vars(vars(&[(CAPTURE_GUARD, "0")])).unwrap();
+        assert!(!o.capture_guard);
+        assert!(o.with_capture_guard(true).capture_guard);
+        let e = Options::from_vars(vars(&[(CAPTURE_GUARD, "no")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("STEPGRAPH_CAPTURE_GUARD") && e.contains("`no`"),
             "{e}"
         );
     }

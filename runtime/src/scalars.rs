@@ -58,6 +58,13 @@ impl<T> Drop for DeviceScalars<T> {
     }
 }
 
+impl<T> DeviceScalars<T> {
+    /// The device copy, whatever the element type.
+    pub(crate) fn device_copy(&self) -> &DeviceBuffer<T> {
+        &self.device
+    }
+}
+
 impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     /// Allocates the pinned host values and their device copy, both set to `init`.
     pub fn new(device: &Device, what: &str, init: &[T]) -> Result<Self> {
@@ -97,8 +104,16 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
         &self.device
     }
 
-    /// The host value at `index`.
+    /// The host value at `index`, read on the host.
+    ///
+    /// Fails with [`Error::HostCallInOp`] while an op is being issued: read there, the
+    /// value would be frozen into the graph at its capture-time value, while every
+    /// replay's kernels read the device copy that [`CaptureStream::refresh`] updates.
+    /// Kernels read [`on_device`](Self::on_device) instead.
+    ///
+    /// [`CaptureStream::refresh`]: crate::CaptureStream::refresh
     pub fn get(&self, index: usize) -> Result<T> {
+        crate::guard::check("DeviceScalars::get")?;
         self.check(index)?;
         // SAFETY: in bounds (checked); the memory is initialised.
         Ok(unsafe { self.host.add(index).read() })

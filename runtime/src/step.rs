@@ -8,7 +8,7 @@ use cudarc::driver::DeviceRepr;
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::executor::{Executor, Issue};
+use crate::executor::{EveryCounter, Executor, Issue};
 use crate::host_io::{HostInput, HostOutput, ReadBack};
 use crate::memory::{DeviceMem, Span};
 use crate::options::{Options, Schedule};
@@ -230,6 +230,60 @@ impl<S: StepSpec> Step<S> {
     /// Waits for the last replay or eager run.
     pub fn wait(&self) -> Result<()> {
         self.exec.wait()
+    }
+
+    /// Replays and eager runs launched so far (timed replays included).
+    pub fn replays_launched(&self) -> u64 {
+        self.exec.replays_launched()
+    }
+
+    /// Each `#[every(k)]` op's count of replays (and eager runs) since its work last ran,
+    /// modulo its `k`: the op runs at the replay that brings it back to zero. Profiles,
+    /// work bounds, verifications and timed replays leave the counts as they found them.
+    /// Waits for the last replay.
+    ///
+    /// ```no_run
+    /// #[stepgraph::step(streams(main))]
+    /// mod sync {
+    ///     use stepgraph::{CaptureStream, DeviceBuffer, Result};
+    ///
+    ///     #[buffers]
+    ///     pub struct Buffers {
+    ///         pub online: DeviceBuffer<f32>,
+    ///         pub target: DeviceBuffer<f32>,
+    ///     }
+    ///
+    ///     #[every(4)]
+    ///     fn sync_target(s: &CaptureStream<'_>, online: &DeviceBuffer<f32>, target: &mut DeviceBuffer<f32>) -> Result<()> {
+    ///         s.copy(online, target)
+    ///     }
+    /// }
+    ///
+    /// let device = stepgraph::Device::new(0)?;
+    /// let buffers = sync::Buffers {
+    ///     online: device.upload_new("online", &[1.0f32; 64])?,
+    ///     target: device.alloc_zeros("target", 64)?,
+    /// };
+    /// let mut step = sync::Step::new(&device, (), buffers, sync::Config {})?;
+    /// let _warm = step.time_replays(5, 20)?; // leaves the cadence as it was
+    /// for _ in 0..3 {
+    ///     step.replay()?;
+    /// }
+    /// let counters = step.every_counters()?;
+    /// assert_eq!((counters[0].op, counters[0].counted), ("sync_target", 3));
+    /// step.replay()?; // the 4th: the sync runs, and the count is back to 0
+    /// assert_eq!(step.every_counters()?[0].counted, 0);
+    /// step.reset_every_counters()?; // as when built
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
+    pub fn every_counters(&self) -> Result<Vec<EveryCounter>> {
+        self.exec.every_counters()
+    }
+
+    /// Sets every `#[every(k)]` op's count back to zero, as when the step was built: the
+    /// `k`-th replay from now runs each one. Waits for the last replay.
+    pub fn reset_every_counters(&mut self) -> Result<()> {
+        self.exec.reset_every_counters()
     }
 
     /// Waits for the last replay and returns the proof that host values the graph reads

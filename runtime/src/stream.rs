@@ -58,6 +58,9 @@ pub struct CaptureStream<'a> {
     /// The pass's copies to and from host rings; `None` inside a conditional op, whose
     /// copies could not be pointed at a new slot per replay.
     pub(crate) io: Option<&'a IoPass>,
+    /// The op runs under a condition (`#[every]`, `#[when]`): its work is a conditional
+    /// node's body.
+    pub(crate) conditional: bool,
 }
 
 impl fmt::Debug for CaptureStream<'_> {
@@ -105,6 +108,8 @@ impl<'a> CaptureStream<'a> {
             kernel,
             check: ArgCheck::default(),
             counts: &self.counts,
+            pushed: 0,
+            refused: None,
         }
     }
 
@@ -119,6 +124,7 @@ impl<'a> CaptureStream<'a> {
         &self,
         buf: &mut impl DeviceMemMut<T>,
     ) -> Result<()> {
+        crate::guard::check_write_mem(buf, || "memset".into())?;
         if self.mode.enqueues() {
             let bytes = buf.len() * size_of::<T>();
             self.bind()?;
@@ -143,6 +149,7 @@ impl<'a> CaptureStream<'a> {
     /// step or in a later replay. A kernel of the op's own may write it instead, to decide
     /// from the data.
     pub fn set_flag(&self, flag: &mut DeviceFlag, set: bool) -> Result<()> {
+        crate::guard::check_write_mem(flag, || "set_flag".into())?;
         if self.mode.enqueues() {
             self.bind()?;
             // SAFETY: the address is that of the flag's one live u32, borrowed mutably for
@@ -176,6 +183,7 @@ impl<'a> CaptureStream<'a> {
                 found: dst.len(),
             });
         }
+        crate::guard::check_write_mem(dst, || "copy destination".into())?;
         if self.mode.enqueues() {
             self.bind()?;
             // SAFETY: both are live device memory of `len` elements (checked above),
@@ -235,9 +243,12 @@ impl<'a> CaptureStream<'a> {
     ///
     /// // The op that wraps it.
     /// fn zero(s: &CaptureStream<'_>, grads: &mut DeviceBuffer<f32>) -> Result<()> {
-    ///     // SAFETY: `zero_grads` issues one memset on the stream it is given, of `grads`.
-    ///     if let Some(stream) = unsafe { s.cuda_stream() } {
-    ///         zero_grads(stream, grads.as_cuda_slice_mut()).map_err(Error::driver("zero_grads"))?;
+    ///     // SAFETY: `zero_grads` issues one memset on the stream it is given, the capture
+    ///     // stream, of `grads`, which it writes in place.
+    ///     unsafe {
+    ///         if let Some(stream) = s.cuda_stream() {
+    ///             zero_grads(stream, grads.cuda_slice_mut()).map_err(Error::driver("zero_grads"))?;
+    ///         }
     ///     }
     ///     Ok(())
     /// }
@@ -257,6 +268,7 @@ impl<'a> CaptureStream<'a> {
         &self,
         scalars: &mut DeviceScalars<T>,
     ) -> Result<()> {
+        crate::guard::check_write_mem(scalars.on_device(), || "refresh of device scalars".into())?;
         if self.mode.enqueues() {
             scalars.enqueue_refresh(self.stream)?;
         }
@@ -282,6 +294,7 @@ impl<'a> CaptureStream<'a> {
             input.len(),
             dst.len(),
         )?;
+        crate::guard::check_write_mem(dst, || format!("staged copy of `{}`", input.name()))?;
         self.host_copy(&input.ring, dst.device_address())
     }
 
@@ -365,6 +378,10 @@ pub struct Launch<'b> {
     kernel: &'b Kernel,
     check: ArgCheck,
     counts: &'b Cell<OpCounts>,
+    /// Arguments pushed so far.
+    pushed: usize,
+    /// A write argument outside what the op may write: the launch is refused.
+    refused: Option<Error>,
 }
 
 impl fmt::Debug for Launch<'_> {
@@ -383,13 +400,22 @@ impl<'b> Launch<'b> {
     pub fn buf<T>(&mut self, buf: &'b impl DeviceMem<T>) -> &mut Self {
         self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
         buf.push_arg(&mut self.args);
+        self.pushed += 1;
         self
     }
 
     /// Passes a buffer or a view the kernel writes, as a `T*`.
     pub fn buf_mut<T>(&mut self, buf: &'b mut impl DeviceMemMut<T>) -> &mut Self {
         self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
+        if self.refused.is_none() {
+            let (kernel, index) = (self.kernel.name(), self.pushed);
+            self.refused = crate::guard::check_write_mem(&*buf, || {
+                format!("argument {index} of kernel `{kernel}`")
+            })
+            .err();
+        }
         buf.push_arg_mut(&mut self.args);
+        self.pushed += 1;
         self
     }
 
@@ -397,6 +423,7 @@ impl<'b> Launch<'b> {
     pub fn arg<T: DeviceRepr>(&mut self, value: &'b T) -> &mut Self {
         self.check.push(self.kernel.params(), size_of::<T>());
         self.args.arg(value);
+        self.pushed += 1;
         self
     }
 
@@ -405,7 +432,8 @@ impl<'b> Launch<'b> {
     ///
     /// Fails with [`Error::LaunchArguments`], naming the kernel and the argument, if the
     /// arguments differ from the kernel's parameter list in number or in any argument's
-    /// size; nothing is launched (or counted) then.
+    /// size, and inside an op with [`Error::UngrantedWrite`] if a `buf_mut` argument lies
+    /// outside every buffer the op takes `&mut`; nothing is launched (or counted) then.
     ///
     /// # Safety
     /// The arguments must have the types the kernel reads (the check sees sizes: a `u32`
@@ -413,6 +441,9 @@ impl<'b> Launch<'b> {
     /// the grid and the size arguments must keep every access inside the buffers passed.
     /// Typed launchers generated by `stepgraph-build` discharge the first obligation.
     pub unsafe fn launch(&mut self, config: LaunchConfig) -> Result<()> {
+        if let Some(refused) = self.refused.take() {
+            return Err(refused);
+        }
         self.check
             .finish(self.kernel.params())
             .map_err(|mismatch| Error::LaunchArguments {

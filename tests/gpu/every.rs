@@ -255,3 +255,87 @@ fn gpu_the_work_bound_lists_a_conditional_ops_kernel_untimed() -> Result<()> {
     step.replay()?;
     step.wait()
 }
+
+/// Replays and eager runs count in one counter per op: mixed, they keep one cadence.
+#[test]
+fn gpu_replays_and_eager_runs_share_one_cadence() -> Result<()> {
+    let (mut step, mut model) = build(85, 3)?;
+    for s in 1..=9 {
+        if s % 2 == 0 {
+            step.run_eager()?;
+        } else {
+            step.replay()?;
+        }
+        model.step(3);
+        assert_eq!(
+            bits(&step.download(|b| &b.target)?),
+            bits(&model.target),
+            "run {s}"
+        );
+    }
+    Ok(())
+}
+
+/// What measures a step (timed replays, a profile, a verification, a work bound) runs
+/// the counting kernels of its own graphs, and puts the counts back: the cadence the
+/// counters read before is the one the next replays follow.
+#[test]
+fn gpu_measuring_a_step_leaves_its_cadence_as_it_was() -> Result<()> {
+    let (mut step, mut model) = build(86, 3)?;
+    step.replay()?;
+    model.step(3);
+    let counted = |step: &target_sync::Step| -> Result<Vec<(&'static str, u32)>> {
+        Ok(step
+            .every_counters()?
+            .iter()
+            .map(|c| (c.op, c.counted))
+            .collect())
+    };
+    assert_eq!(counted(&step)?, [("sync", 1), ("project", 1)]);
+    let launched = step.replays_launched();
+    let _ = step.time_replays(2, 5)?;
+    assert_eq!(step.replays_launched(), launched + 7);
+    let _ = step.profile(3)?;
+    let _ = step.verify()?;
+    let _ = step.work_bound()?;
+    assert_eq!(counted(&step)?, [("sync", 1), ("project", 1)]);
+    // The work bound reran the kernels on the buffers: start the model again from them.
+    model.online = step.download(|b| &b.online)?;
+    model.target = step.download(|b| &b.target)?;
+    for s in 2..=7 {
+        step.replay()?;
+        model.step(3);
+        assert_eq!(
+            bits(&step.download(|b| &b.target)?),
+            bits(&model.target),
+            "replay {s}"
+        );
+    }
+    Ok(())
+}
+
+/// A reset puts every count back to zero: the k-th replay after it runs the op.
+#[test]
+fn gpu_a_reset_restarts_the_cadence_and_every_replay_is_counted() -> Result<()> {
+    let (mut step, mut model) = build(87, 3)?;
+    for _ in 0..2 {
+        step.replay()?;
+        model.step(3);
+    }
+    step.reset_every_counters()?;
+    assert!(step.every_counters()?.iter().all(|c| c.counted == 0));
+    // The model's own count restarts too.
+    model.step = 0;
+    for s in 1..=4 {
+        step.replay()?;
+        model.step(3);
+        assert_eq!(
+            bits(&step.download(|b| &b.target)?),
+            bits(&model.target),
+            "replay {s}"
+        );
+    }
+    step.run_eager()?;
+    assert_eq!(step.replays_launched(), 2 + 4 + 1);
+    Ok(())
+}

@@ -64,7 +64,7 @@ fn gpu_a_device_over_a_programs_context_takes_its_slices_both_ways() -> Result<(
         .map_err(Error::driver("cuMemcpyDtoH"))?;
     assert_eq!(read, data);
     // And a CudaSlice goes wherever a buffer does: a download, a copy source.
-    assert_eq!(device.download(src.as_cuda_slice())?, data);
+    assert_eq!(device.download(src.as_cuda_slice()?)?, data);
     Ok(())
 }
 
@@ -115,6 +115,14 @@ mod through_cudarc {
 }
 
 fn build(how: u32, verify: bool) -> Result<(Device, Result<through_cudarc::Step>)> {
+    build_guarded(how, verify, true)
+}
+
+fn build_guarded(
+    how: u32,
+    verify: bool,
+    guard: bool,
+) -> Result<(Device, Result<through_cudarc::Step>)> {
     let ctx = own_context();
     let device = Device::from_context(ctx.clone())?;
     let own = Own {
@@ -132,7 +140,9 @@ fn build(how: u32, verify: bool) -> Result<(Device, Result<through_cudarc::Step>
         x: device.upload_new("x", &rng.vec_nonzero(512, 1.0, 2.0))?,
         y,
     };
-    let options = Options::from_env()?.with_verify(verify);
+    let options = Options::from_env()?
+        .with_verify(verify)
+        .with_capture_guard(guard);
     let step = through_cudarc::Step::with_options(
         &device,
         own,
@@ -168,9 +178,18 @@ fn gpu_cudarc_work_on_the_ops_stream_is_captured_and_verified() -> Result<()> {
 }
 
 #[test]
-fn gpu_work_on_a_programs_own_stream_inside_an_op_fails_verification_naming_the_op() -> Result<()> {
-    // Built without verification, the lost work goes unnoticed: it ran once, eagerly.
+fn gpu_work_on_a_programs_own_stream_inside_an_op_is_refused_naming_the_op() -> Result<()> {
+    // The capture guard sees the memset on the program's stream, in every build.
     let (_device, step) = build(1, false)?;
+    let msg = step.map(drop).unwrap_err().chain();
+    assert!(
+        msg.contains("op `zero_y` of step `through_cudarc` called `cuMemsetD8Async` on stream"),
+        "{msg}"
+    );
+    assert!(msg.contains("never in a replay"), "{msg}");
+    // Without the guard (as under a profiler), the work goes unnoticed at capture: it ran
+    // once, eagerly. Verification still finds the op that put nothing into the graph.
+    let (_device, step) = build_guarded(1, false, false)?;
     let mut step = step?;
     let e = step.verify().unwrap_err();
     let msg = e.chain();
@@ -185,13 +204,18 @@ fn gpu_work_on_a_programs_own_stream_inside_an_op_fails_verification_naming_the_
 #[test]
 fn gpu_a_capture_broken_by_cudarc_code_inside_an_op_names_the_op() -> Result<()> {
     let (device, step) = build(2, false)?;
-    let e = step.unwrap_err();
-    let msg = e.chain();
+    let msg = step.map(drop).unwrap_err().chain();
     assert!(msg.contains("op `zero_y` on stream `side` failed"), "{msg}");
+    assert!(msg.contains("called `cuStreamSynchronize`"), "{msg}");
+    // Without the guard, the broken capture is found after the op.
+    let (device2, step) = build_guarded(2, false, false)?;
+    let msg = step.map(drop).unwrap_err().chain();
     assert!(msg.contains("capture invalidated"), "{msg}");
-    // The device is still usable.
-    let mut x = device.upload_new("x", &[1.0f32; 16])?;
-    run_one_op(&device, |s| s.memset_zeros(&mut x))?;
-    assert_eq!(device.download(&x)?, [0.0; 16]);
+    // Either way the device is still usable.
+    for device in [device, device2] {
+        let mut x = device.upload_new("x", &[1.0f32; 16])?;
+        run_one_op(&device, |s| s.memset_zeros(&mut x))?;
+        assert_eq!(device.download(&x)?, [0.0; 16]);
+    }
     Ok(())
 }

@@ -30,13 +30,13 @@ mod step {
         pub side_out: CudaSlice<f32>,
     }
 
-    fn forward(s: &CaptureStream<'_>, layer: &Linear, tmp: &mut CudaSlice<f32>, out: &mut CudaSlice<f32>) -> Result<()> {
+    fn forward(s: &CaptureStream<'_>, layer: &Linear, #[out] tmp: &mut CudaSlice<f32>, out: &mut CudaSlice<f32>) -> Result<()> {
         s.copy(&layer.w, tmp)?;
         s.copy(tmp, out)
     }
 
     #[stream(side)]
-    fn other(s: &CaptureStream<'_>, layer: &Linear, tmp: &mut CudaSlice<f32>, side_out: &mut CudaSlice<f32>) -> Result<()> {
+    fn other(s: &CaptureStream<'_>, layer: &Linear, #[out] tmp: &mut CudaSlice<f32>, side_out: &mut CudaSlice<f32>) -> Result<()> {
         s.copy(&layer.b, tmp)?;
         // SAFETY: `zero` issues one memset of `side_out` on the stream it is given.
         if let Some(stream) = unsafe { s.cuda_stream() } {

@@ -40,7 +40,7 @@ mod dqn {
     }
     #[stream(branch[d])]
     #[cost(2.0)]
-    fn branch_forward(s: &CaptureStream<'_>, trunk_act: &B, glu: &mut B, branch_adv: &mut B) -> Result<()> {
+    fn branch_forward(s: &CaptureStream<'_>, trunk_act: &B, #[out] glu: &mut B, branch_adv: &mut B) -> Result<()> {
         s.copy(trunk_act, glu)?;
         s.copy(glu, branch_adv)
     }

@@ -21,14 +21,14 @@ mod step {
 
     #[stream(aux_iqn)]
     #[cost(3.0)]
-    fn iqn_head(s: &CaptureStream<'_>, blas: &Blas<'_>, features: &DeviceBuffer<f32>, tmp: &mut DeviceBuffer<f32>, iqn: &mut DeviceBuffer<f32>) -> Result<()> {
+    fn iqn_head(s: &CaptureStream<'_>, blas: &Blas<'_>, features: &DeviceBuffer<f32>, #[out] tmp: &mut DeviceBuffer<f32>, iqn: &mut DeviceBuffer<f32>) -> Result<()> {
         let _ = blas;
         s.copy(features, tmp)?;
         s.copy(tmp, iqn)
     }
 
     #[stream(aux_attn)]
-    fn attn_head(s: &CaptureStream<'_>, features: &DeviceBuffer<f32>, tmp: &mut DeviceBuffer<f32>, attn: &mut DeviceBuffer<f32>) -> Result<()> {
+    fn attn_head(s: &CaptureStream<'_>, features: &DeviceBuffer<f32>, #[out] tmp: &mut DeviceBuffer<f32>, attn: &mut DeviceBuffer<f32>) -> Result<()> {
         s.copy(features, tmp)?;
         s.copy(tmp, attn)
     }

@@ -21,7 +21,7 @@ mod step {
     }
 
     #[stream(branch[d])]
-    fn glu_forward(s: &CaptureStream<'_>, d: usize, trunk_out: &DeviceBuffer<f32>, glu: &mut DeviceBuffer<f32>) -> Result<()> {
+    fn glu_forward(s: &CaptureStream<'_>, d: usize, trunk_out: &DeviceBuffer<f32>, #[out] glu: &mut DeviceBuffer<f32>) -> Result<()> {
         assert!(d < 4);
         s.copy(trunk_out, glu)
     }

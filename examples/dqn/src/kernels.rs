@@ -1708,7 +1708,7 @@ pub const IQN_WGMMA_SHARED_BYTES: u32 = 1024 + 65536 + 4 * 16384;
 pub const IQN_WGMMA_SIZES: (usize, usize, usize) = (32, 64, 256);
 
 /// Which kernel computes the fused IQN head ([`Kernels::iqn_fused`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, stepgraph::ConfigValue)]
 pub enum IqnFusedKernel {
     /// `iqn_wgmma`: both products on Hopper's warpgroup MMA (wgmma), at
     /// [`IQN_WGMMA_SIZES`] only, and only where [`Kernels::has_wgmma`].
@@ -2552,7 +2552,7 @@ const ATTENTION_FUSED_GRADS_BLOCKS: u32 = 65;
 const ATTENTION_FUSED_TILE: usize = 8;
 
 /// How the attention head runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, stepgraph::ConfigValue)]
 pub enum AttentionKernel {
     /// [`Kernels::attention_fused`]: one kernel and its finish, at
     /// [`ATTENTION_FUSED_SIZES`] only, and only where [`Kernels::has_attention_fused`].

@@ -18,7 +18,7 @@ pub const PRECISION: Precision = Precision::Tf32;
 
 /// The model's sizes (MODEL.md's table); `D`, the number of branches, is fixed at 4 by
 /// the step's `branch[4]` stream group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, stepgraph::ConfigValue)]
 pub struct Sizes {
     pub batch: usize,
     pub state: usize,

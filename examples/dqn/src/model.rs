@@ -591,7 +591,7 @@ pub mod dqn {
         target: &Model,
         next: &TrunkAct,
         target_next: &TrunkAct,
-        glu_tmp: &mut GluTmp,
+        #[out] glu_tmp: &mut GluTmp,
         next_adv: &mut Buf,
         target_adv: &mut Buf,
     ) -> Result<()> {
@@ -723,7 +723,7 @@ pub mod dqn {
         params: &Model,
         branch_act: &BranchAct,
         dadv: &Buf,
-        branch_back: &mut BranchBack,
+        #[out] branch_back: &mut BranchBack,
         branch_grad: &mut Branch,
         dh_branch: &mut Buf,
     ) -> Result<()> {

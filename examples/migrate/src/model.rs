@@ -42,7 +42,7 @@ use crate::lt::{Gemm, Lt};
 pub const HUBER_KAPPA: f32 = 1.0;
 
 /// The model's sizes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, stepgraph::ConfigValue)]
 pub struct Dims {
     /// `B`: samples per step.
     pub batch: usize,

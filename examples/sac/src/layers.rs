@@ -18,7 +18,7 @@ use crate::kernels::{
 pub const PRECISION: Precision = Precision::Tf32;
 
 /// The step's sizes (MODEL.md's table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, stepgraph::ConfigValue)]
 pub struct Sizes {
     /// `B`: transitions per step.
     pub batch: usize,

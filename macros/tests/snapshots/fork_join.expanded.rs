@@ -163,28 +163,141 @@ mod fork_join {
             __c: &Config,
             __k: &Kernels,
         ) -> __sg::Result<()> {
-            __i.op(__sg::OpId(0), |__st| seed(__st, __k, &mut __b.seed))?;
-            __i.op(__sg::OpId(1), |__st| start(__st, 0, &__b.seed, &mut __b.lanes[0]))?;
-            __i.op(__sg::OpId(2), |__st| start(__st, 1, &__b.seed, &mut __b.lanes[1]))?;
-            __i.op(__sg::OpId(3), |__st| start(__st, 2, &__b.seed, &mut __b.lanes[2]))?;
-            __i.op(__sg::OpId(4), |__st| start(__st, 3, &__b.seed, &mut __b.lanes[3]))?;
+            __i.op(
+                __sg::OpId(0),
+                |__st| {
+                    let __a2 = &mut __b.seed;
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("seed", & * __a2)],
+                    );
+                    let __done = seed(__st, __k, &mut *__a2);
+                    __grant.leave(::std::vec![__sg::granted("seed", & * __a2)])?;
+                    __done
+                },
+            )?;
+            __i.op(
+                __sg::OpId(1),
+                |__st| {
+                    let __a2 = &__b.seed;
+                    let __a3 = &mut __b.lanes[0];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[0]", & * __a3)],
+                    );
+                    let __done = start(__st, 0, __a2, &mut *__a3);
+                    __grant.leave(::std::vec![__sg::granted("lanes[0]", & * __a3)])?;
+                    __done
+                },
+            )?;
+            __i.op(
+                __sg::OpId(2),
+                |__st| {
+                    let __a2 = &__b.seed;
+                    let __a3 = &mut __b.lanes[1];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[1]", & * __a3)],
+                    );
+                    let __done = start(__st, 1, __a2, &mut *__a3);
+                    __grant.leave(::std::vec![__sg::granted("lanes[1]", & * __a3)])?;
+                    __done
+                },
+            )?;
+            __i.op(
+                __sg::OpId(3),
+                |__st| {
+                    let __a2 = &__b.seed;
+                    let __a3 = &mut __b.lanes[2];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[2]", & * __a3)],
+                    );
+                    let __done = start(__st, 2, __a2, &mut *__a3);
+                    __grant.leave(::std::vec![__sg::granted("lanes[2]", & * __a3)])?;
+                    __done
+                },
+            )?;
+            __i.op(
+                __sg::OpId(4),
+                |__st| {
+                    let __a2 = &__b.seed;
+                    let __a3 = &mut __b.lanes[3];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[3]", & * __a3)],
+                    );
+                    let __done = start(__st, 3, __a2, &mut *__a3);
+                    __grant.leave(::std::vec![__sg::granted("lanes[3]", & * __a3)])?;
+                    __done
+                },
+            )?;
             __i.op(
                 __sg::OpId(5),
-                |__st| work(__st, __k, &mut __b.lanes[0], __sg::cfg(&__c.iters)),
+                |__st| {
+                    let __a2 = &mut __b.lanes[0];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[0]", & * __a2)],
+                    );
+                    let __done = work(__st, __k, &mut *__a2, __sg::cfg(&__c.iters));
+                    __grant.leave(::std::vec![__sg::granted("lanes[0]", & * __a2)])?;
+                    __done
+                },
             )?;
             __i.op(
                 __sg::OpId(6),
-                |__st| work(__st, __k, &mut __b.lanes[1], __sg::cfg(&__c.iters)),
+                |__st| {
+                    let __a2 = &mut __b.lanes[1];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[1]", & * __a2)],
+                    );
+                    let __done = work(__st, __k, &mut *__a2, __sg::cfg(&__c.iters));
+                    __grant.leave(::std::vec![__sg::granted("lanes[1]", & * __a2)])?;
+                    __done
+                },
             )?;
             __i.op(
                 __sg::OpId(7),
-                |__st| work(__st, __k, &mut __b.lanes[2], __sg::cfg(&__c.iters)),
+                |__st| {
+                    let __a2 = &mut __b.lanes[2];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[2]", & * __a2)],
+                    );
+                    let __done = work(__st, __k, &mut *__a2, __sg::cfg(&__c.iters));
+                    __grant.leave(::std::vec![__sg::granted("lanes[2]", & * __a2)])?;
+                    __done
+                },
             )?;
             __i.op(
                 __sg::OpId(8),
-                |__st| work(__st, __k, &mut __b.lanes[3], __sg::cfg(&__c.iters)),
+                |__st| {
+                    let __a2 = &mut __b.lanes[3];
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("lanes[3]", & * __a2)],
+                    );
+                    let __done = work(__st, __k, &mut *__a2, __sg::cfg(&__c.iters));
+                    __grant.leave(::std::vec![__sg::granted("lanes[3]", & * __a2)])?;
+                    __done
+                },
             )?;
-            __i.op(__sg::OpId(9), |__st| sum(__st, __k, &__b.lanes, &mut __b.total))?;
+            __i.op(
+                __sg::OpId(9),
+                |__st| {
+                    let __a2 = &__b.lanes;
+                    let __a3 = &mut __b.total;
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("total", & * __a3)],
+                    );
+                    let __done = sum(__st, __k, __a2, &mut *__a3);
+                    __grant.leave(::std::vec![__sg::granted("total", & * __a3)])?;
+                    __done
+                },
+            )?;
             ::core::result::Result::Ok(())
         }
     }

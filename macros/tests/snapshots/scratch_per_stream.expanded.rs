@@ -118,20 +118,72 @@ pub mod heads {
             __c: &Config,
             __k: &(),
         ) -> __sg::Result<()> {
-            __i.op(__sg::OpId(0), |__st| trunk(__st, &mut __b.features))?;
+            __i.op(
+                __sg::OpId(0),
+                |__st| {
+                    let __a1 = &mut __b.features;
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![__sg::granted("features", & * __a1)],
+                    );
+                    let __done = trunk(__st, &mut *__a1);
+                    __grant.leave(::std::vec![__sg::granted("features", & * __a1)])?;
+                    __done
+                },
+            )?;
             __i.op(
                 __sg::OpId(1),
-                |__st| iqn(
-                    &__st.blas(),
-                    &__b.features,
-                    &mut __b.tmp,
-                    &mut __b.iqn_out,
-                    __sg::cfg(&__c.spec),
-                ),
+                |__st| {
+                    let __a1 = &__b.features;
+                    let __a2 = &mut __b.tmp;
+                    let __a3 = &mut __b.iqn_out;
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![
+                            __sg::granted("tmp", & * __a2), __sg::granted("iqn_out", & *
+                            __a3)
+                        ],
+                    );
+                    let __done = iqn(
+                        &__st.blas(),
+                        __a1,
+                        &mut *__a2,
+                        &mut *__a3,
+                        __sg::cfg(&__c.spec),
+                    );
+                    __grant
+                        .leave(
+                            ::std::vec![
+                                __sg::granted("tmp", & * __a2), __sg::granted("iqn_out", & *
+                                __a3)
+                            ],
+                        )?;
+                    __done
+                },
             )?;
             __i.op(
                 __sg::OpId(2),
-                |__st| attn(__st, &__b.features, &mut __s.tmp[0], &mut __b.attn_out),
+                |__st| {
+                    let __a1 = &__b.features;
+                    let __a2 = &mut __s.tmp[0];
+                    let __a3 = &mut __b.attn_out;
+                    let __grant = __sg::Grant::enter(
+                        __st,
+                        ::std::vec![
+                            __sg::granted("tmp", & * __a2), __sg::granted("attn_out", & *
+                            __a3)
+                        ],
+                    );
+                    let __done = attn(__st, __a1, &mut *__a2, &mut *__a3);
+                    __grant
+                        .leave(
+                            ::std::vec![
+                                __sg::granted("tmp", & * __a2), __sg::granted("attn_out", &
+                                * __a3)
+                            ],
+                        )?;
+                    __done
+                },
             )?;
             ::core::result::Result::Ok(())
         }

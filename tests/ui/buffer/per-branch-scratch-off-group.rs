@@ -10,7 +10,7 @@ mod step {
         pub glu: DeviceBuffer<f32>,
     }
 
-    fn a(s: &CaptureStream<'_>, glu: &mut DeviceBuffer<f32>) -> Result<()> {
+    fn a(s: &CaptureStream<'_>, #[out] glu: &mut DeviceBuffer<f32>) -> Result<()> {
         s.memset_zeros(glu)
     }
 }

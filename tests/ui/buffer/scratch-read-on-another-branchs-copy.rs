@@ -13,7 +13,7 @@ mod step {
     }
 
     #[stream(branch[0])]
-    fn fill(s: &CaptureStream<'_>, tmp: &mut DeviceBuffer<f32>) -> Result<()> {
+    fn fill(s: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<f32>) -> Result<()> {
         s.memset_zeros(tmp)
     }
 

@@ -11,7 +11,7 @@ mod step {
         pub out: DeviceBuffer<f32>,
     }
 
-    fn fill(s: &CaptureStream<'_>, tmp: &mut DeviceBuffer<f32>) -> Result<()> {
+    fn fill(s: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<f32>) -> Result<()> {
         s.memset_zeros(tmp)
     }
 

@@ -22,7 +22,7 @@ mod step {
     }
 
     #[after(c)]
-    fn c(s: &CaptureStream<'_>, y: &DeviceBuffer<f32>, #[buf(y)] z: &DeviceBuffer<f32>) -> Result<()> {
+    fn c(s: &CaptureStream<'_>, y: &DeviceBuffer<f32>, #[buf(y)] z: &mut DeviceBuffer<f32>) -> Result<()> {
         let _ = (s, y, z);
         Ok(())
     }

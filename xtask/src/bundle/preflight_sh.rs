@@ -16,9 +16,9 @@ pub const MIN_COMPUTE_CAPABILITY: &str = "9.0";
 /// driver refuses the cubins and the PTX alike.
 pub const MIN_DRIVER: &str = "580.65.06";
 
-/// The libraries the runtime loads (through cudarc, at run time): the driver and
-/// cuBLASLt, under the names the CUDA 13 builds give them.
-pub const CUDA_LIBRARIES: &[&str] = &["libcuda.so.1", "libcublasLt.so.13"];
+/// The libraries the runtime loads (at run time): the driver, cuBLASLt, and CUPTI for
+/// the capture guard, under the names the CUDA 13 builds give them.
+pub const CUDA_LIBRARIES: &[&str] = &["libcuda.so.1", "libcublasLt.so.13", "libcupti.so.13"];
 
 /// The one nvidia-smi query the preflight makes (a stand-in must answer it).
 pub const GPU_QUERY: &[&str] = &[
@@ -226,7 +226,7 @@ mod tests {
         let script = render();
         assert!(script.contains("min_cc=9.0\n"));
         assert!(script.contains("min_driver=580.65.06\n"));
-        assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13)\n"));
+        assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13 libcupti.so.13)\n"));
         assert!(script.contains("--query-gpu=index,name,compute_cap,driver_version"));
         assert!(script.contains(r#"if [ "${1:-}" = --no-gpu-checks ]; then"#));
         assert!(script.contains("fi # gpu_checks\n"));

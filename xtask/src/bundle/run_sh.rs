@@ -6,10 +6,11 @@ use crate::cmd::{quote, quote_words};
 pub const CUDA_LIB_DIRS: &[&str] = &[
     "/usr/local/cuda/lib64",
     "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/local/cuda/extras/CUPTI/lib64",
 ];
 
 /// Folders under a Python environment's `nvidia` package (the NVIDIA wheels).
-pub const PYTHON_NVIDIA_LIB_DIRS: &[&str] = &["cu13/lib", "cublas/lib"];
+pub const PYTHON_NVIDIA_LIB_DIRS: &[&str] = &["cu13/lib", "cublas/lib", "cuda_cupti/lib"];
 
 /// The compute-sanitizer tools `run.sh sanitize` runs, one after the other.
 pub const SANITIZER_TOOLS: &[&str] = &["memcheck", "racecheck", "synccheck"];
@@ -179,9 +180,12 @@ run_sanitize() {
         echo "run.sh: compute-sanitizer is neither on PATH nor in /usr/local/cuda/bin" >&2
         exit 1
     fi
+    # compute-sanitizer holds CUPTI, which takes one subscriber: the capture guard, which
+    # needs it, is off for these runs (the plain runs keep it).
     local tool
     for tool in @SANITIZER_TOOLS@; do
-        run_logged "sanitize-$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 \
+        run_logged "sanitize-$tool" env STEPGRAPH_CAPTURE_GUARD=0 \
+            "$sanitizer" --tool "$tool" --error-exitcode 1 \
             "$here/bin/$sanitize_example" "${sanitize_args[@]}"
     done
 }

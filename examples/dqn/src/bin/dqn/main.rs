@@ -541,6 +541,19 @@ fn build_rank(
     source: Source,
     comm: Communicator,
 ) -> Result<dqn::Step> {
+    let options = stepgraph::Options::from_env()?.with_schedule(schedule);
+    build_with(device, o, s, options, source, comm)
+}
+
+/// [`build_rank`] with the step's options given whole.
+fn build_with(
+    device: &Device,
+    o: &Options,
+    s: &Sizes,
+    options: stepgraph::Options,
+    source: Source,
+    comm: Communicator,
+) -> Result<dqn::Step> {
     let kernels = std::sync::Arc::new(Kernels::load(device)?);
     let source = match source {
         Source::Replay => BatchSource::Replay(ReplayBuffer::generated(
@@ -561,7 +574,40 @@ fn build_rank(
         iqn_kernel: o.iqn_kernel,
         attention_kernel: Some(attention),
     };
-    dqn::Step::with_schedule(device, kernels, buffers, config, schedule)
+    dqn::Step::with_options(device, kernels, buffers, config, options)
+}
+
+/// What the capture guard costs: the planned step captured again (dry pass, capture,
+/// instantiate) with the guard on and with it off, alternated, and both steps' replays,
+/// alternated too. Medians in ms: (capture on, capture off, replay on, replay off).
+fn guard_cost(device: &Device, o: &Options) -> Result<[f64; 4]> {
+    let s = &o.sizes;
+    let options = stepgraph::Options::from_env()?.with_schedule(Schedule::Planned);
+    let mut steps = Vec::new();
+    for guard in [true, false] {
+        let options = options.clone().with_capture_guard(guard);
+        let mut step = build_with(device, o, s, options, o.source(), Communicator::single())?;
+        initialise(&mut Rng::new(o.seed), s, &mut step)?;
+        set_step_count(&mut step, 1)?;
+        steps.push(step);
+    }
+    let (mut capture, mut replay) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    for _ in 0..10 {
+        for (i, step) in steps.iter_mut().enumerate() {
+            step.wait()?;
+            let t = Instant::now();
+            step.rebind(|_| ())?;
+            capture[i].push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    for _ in 0..5 {
+        for (i, step) in steps.iter_mut().enumerate() {
+            replay[i].extend(step.time_replays(10, 40)?);
+        }
+    }
+    let [c_on, c_off] = capture.each_mut().map(|v| median(v));
+    let [r_on, r_off] = replay.each_mut().map(|v| median(v));
+    Ok([c_on, c_off, r_on, r_off])
 }
 
 /// Stages Adam's step count `t` (lr and the bias corrections) for the next replay: it
@@ -1199,6 +1245,14 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         eager.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let a = median(&mut eager);
+    let [cap_on, cap_off, rep_on, rep_off] = guard_cost(device, o)?;
+    println!(
+        "capture guard: the step captured again (dry pass, capture, instantiate) in {cap_on:.2} ms \
+         with it, {cap_off:.2} ms without ({:.2}x); replayed in {rep_on:.4} ms with it, \
+         {rep_off:.4} ms without ({:.3}x)",
+        cap_on / cap_off,
+        rep_on / rep_off
+    );
     // Each op's time alone: the one-stream profile runs one op at a time.
     let alone = serial.profile(50)?;
     let (path, d) = dqn::PLAN.longest_path(&alone.durations_ms());

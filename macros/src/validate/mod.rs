@@ -8,8 +8,12 @@ use proc_macro2::Span;
 use syn::Ident;
 
 use crate::errors::{Errors, suggestion};
-use crate::model::{BufKind, IndexSpec, Op, ParamKind, Step};
+use crate::model::{BufKind, Buffer, IndexSpec, Op, ParamKind, Step};
 use crate::schedule::{self, Access, OpNode, Problem, Resource};
+
+mod params;
+mod scan;
+mod scratch;
 
 /// The most buffers and events a step may have, and the highest copy number: the plan
 /// stores their indices as `u16`.
@@ -43,6 +47,9 @@ pub enum Arg {
     Stream,
     Blas,
     Kernels,
+    /// A parameter bound by its type (the stream, the handle or the kernels under an
+    /// alias the macro cannot see); the span of the type, for rustc's error if it is none.
+    Context(Span),
     Index(u32),
     Config(Ident),
     Buffer {
@@ -70,6 +77,17 @@ pub struct Resolved {
     pub branch_widths: Vec<Option<u32>>,
 }
 
+/// The resolved step in program order, as the rules read it.
+pub struct Program<'a> {
+    pub ops: &'a [&'a Op],
+    pub instances: &'a [Instance],
+    pub buffers: &'a [&'a Buffer],
+    pub streams: &'a [PhysStream],
+    pub problem: &'a Problem,
+    /// Per op: the buffer index of its `#[when]` flag.
+    pub flags: &'a [Option<usize>],
+}
+
 struct OpInfo {
     /// Physical streams, one per instance, with the instance's index.
     instances: Vec<(usize, Option<u32>)>,
@@ -87,60 +105,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         return None;
     }
     // --- streams -------------------------------------------------------------------
-    // Streams are numbered in 16 bits too, well above this limit.
-    let mut total = 0usize;
-    for decl in &step.streams {
-        total += decl.width.map_or(1, |w| w as usize);
-        if total > MAX_STREAMS {
-            let all: usize = step
-                .streams
-                .iter()
-                .map(|d| d.width.map_or(1, |w| w as usize))
-                .sum();
-            errors.spanned(
-                &decl.name,
-                format!(
-                    "this step declares {all} streams: expected at most {MAX_STREAMS} (each is a CUDA stream with its own workspace); `{}` goes past the limit",
-                    decl.name
-                ),
-            );
-            // Every later rule would list or plan each of these streams: only noise.
-            return None;
-        }
-    }
-    let mut decl_of: HashMap<String, usize> = HashMap::new();
-    let mut streams: Vec<PhysStream> = Vec::new();
-    let mut members: Vec<Vec<usize>> = Vec::new();
-    for (d, decl) in step.streams.iter().enumerate() {
-        let name = decl.name.to_string();
-        if decl_of.insert(name.clone(), d).is_some() {
-            errors.spanned(&decl.name, format!("stream `{name}` is declared twice"));
-        }
-        if d == 0 && decl.width.is_some() {
-            // Capture begins and ends on one stream; a group has no single one.
-            errors.spanned(
-                &decl.name,
-                "the first stream is the origin, where capture begins and ends: make it a single stream, not a group",
-            );
-        }
-        let mut ids = Vec::new();
-        match decl.width {
-            None => {
-                ids.push(streams.len());
-                streams.push(PhysStream { name, decl: d });
-            }
-            Some(w) => {
-                for i in 0..w {
-                    ids.push(streams.len());
-                    streams.push(PhysStream {
-                        name: format!("{name}[{i}]"),
-                        decl: d,
-                    });
-                }
-            }
-        }
-        members.push(ids);
-    }
+    let (decl_of, streams, members) = declare_streams(step, errors)?;
     let stream_names: Vec<String> = step.streams.iter().map(|s| s.name.to_string()).collect();
     let unknown_stream = |name: &Ident, what: &str| {
         let n = name.to_string();
@@ -155,7 +120,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     };
 
     // --- buffers and config --------------------------------------------------------
-    let buffers: Vec<&crate::model::Buffer> = step.buffers.iter().flat_map(|b| &b.fields).collect();
+    let buffers: Vec<&crate::model::Buffer> = step.buffer_fields().collect();
     let buf_ix: HashMap<String, usize> = buffers
         .iter()
         .enumerate()
@@ -182,25 +147,18 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         }
     }
     let view_parent = check_views(&buffers, &buf_ix, errors);
-    let config: Vec<String> = step
-        .config
-        .iter()
-        .flat_map(|c| &c.fields)
-        .map(|f| f.name.to_string())
-        .collect();
+    let config: Vec<String> = step.config_names();
 
     check_reserved_names(step, errors);
     for op in &step.ops {
         check_op_signature(op, errors);
     }
+    let host_scan = scan::HostScan::of(step);
 
     // --- op names ------------------------------------------------------------------
     if step.ops.is_empty() {
         // A graph with no nodes captures nothing and cannot be instantiated usefully.
-        errors.spanned(
-            &step.name,
-            "this step has no ops: an op is a `fn` of the module that takes the capture stream (`&CaptureStream<'_>`) or its cuBLASLt handle (`&Blas<'_>`); other `fn`s are helpers",
-        );
+        report_no_ops(step, errors);
         return None;
     }
     let mut op_ix: HashMap<String, usize> = HashMap::new();
@@ -279,7 +237,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         let own_decl = info.instances.first().map(|&(s, _)| streams[s].decl);
 
         // Parameters.
-        let mut bound: HashMap<String, &Ident> = HashMap::new();
+        let mut bound: HashMap<String, (&Ident, ParamKind)> = HashMap::new();
         for p in &op.params {
             if let (Some(attr), false) = (
                 &p.all_branches,
@@ -312,16 +270,26 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                         }
                         continue;
                     };
-                    if let Some(first) = bound.insert(b.clone(), &p.name) {
-                        // `&` and `&mut` to one buffer in one call alias; two `&` say nothing new.
-                        errors.spanned(
-                            &p.binding,
-                            format!(
-                                "buffer `{b}` is bound twice in op `{}`, by parameters `{first}` and `{}`: bind each buffer once",
-                                op.name, p.name
-                            ),
-                        );
-                        continue;
+                    if let Some((first, first_kind)) = bound.insert(b.clone(), (&p.name, p.kind)) {
+                        // `&` and `&mut` to one buffer in one call alias, which the op's
+                        // kernels would see as two buffers; two `&` are one read.
+                        if first_kind == ParamKind::Write || p.kind == ParamKind::Write {
+                            let by = |k: ParamKind| {
+                                if k == ParamKind::Write {
+                                    "`&mut`"
+                                } else {
+                                    "`&`"
+                                }
+                            };
+                            errors.spanned(
+                                &p.binding,
+                                format!(
+                                    "buffer `{b}` is bound twice in op `{}`, by parameters `{first}` ({}) and `{}` ({}): a `&mut` borrow excludes any other of the same buffer; bind it once by `&mut` to read and write it, or by `&` in both to read it",
+                                    op.name, by(first_kind), p.name, by(p.kind)
+                                ),
+                            );
+                            continue;
+                        }
                     }
                     let buf = buffers[bi];
                     let write = p.kind == ParamKind::Write;
@@ -391,6 +359,9 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         }
 
         check_view_borrows(op, &buffers, &buf_ix, &view_parent, errors);
+        params::check_out_markers(op, &buffers, &buf_ix, errors);
+        params::check_conditional_collectives(op, &buffers, &buf_ix, errors);
+        host_scan.check(op, errors);
         check_every(op, &config, errors);
         check_one_condition(op, errors);
         flags.push(check_when(op, &buffers, &buf_ix, &config, errors));
@@ -510,6 +481,8 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     // Per-stream scratch: copy slot of each (buffer, stream), in order of first use.
     let mut stream_slots: HashMap<(usize, usize), usize> = HashMap::new();
     let mut extra_copies = vec![0usize; buffers.len()];
+    // Per instance: its uses of scratch copies, for the first-write rules.
+    let mut uses: Vec<Vec<scratch::Use>> = Vec::new();
     let mut used = vec![false; streams.len()];
     used[0] = true;
     for (i, op) in ops.iter().enumerate() {
@@ -519,11 +492,17 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             used[stream] = true;
             let mut args = Vec::new();
             let mut accesses = Vec::new();
+            let mut scratch_uses = Vec::new();
             for p in &op.params {
                 let arg = match p.kind {
                     ParamKind::Stream => Arg::Stream,
                     ParamKind::Blas => Arg::Blas,
                     ParamKind::Kernels => Arg::Kernels,
+                    // The referenced type's name, where rustc says it is none of the three.
+                    ParamKind::Context => Arg::Context(match &p.ty {
+                        syn::Type::Reference(r) => syn::spanned::Spanned::span(&r.elem),
+                        ty => syn::spanned::Spanned::span(ty),
+                    }),
                     ParamKind::Index => Arg::Index(index.unwrap_or(0)),
                     ParamKind::Value => Arg::Config(p.binding.clone()),
                     ParamKind::Read | ParamKind::Write => {
@@ -545,25 +524,26 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                                 Slot::Copy(*stream_slots.entry((bi, stream)).or_insert(next))
                             }
                         };
-                        match slot {
+                        let copies = match slot {
+                            // The whole array: every element.
                             Slot::Field if buffers[bi].kind == BufKind::PerBranch => {
-                                // The whole array: every element.
-                                let w = branch_widths[bi].unwrap_or(1) as usize;
-                                for copy in 0..w {
-                                    accesses.push((Resource { buf: bi, copy }, access));
-                                }
+                                0..branch_widths[bi].unwrap_or(1) as usize
                             }
-                            Slot::Field => accesses.push((Resource { buf: bi, copy: 0 }, access)),
-                            Slot::Element(k) => accesses.push((
-                                Resource {
-                                    buf: bi,
-                                    copy: k as usize,
-                                },
-                                access,
-                            )),
+                            Slot::Field => 0..1,
+                            Slot::Element(k) => k as usize..k as usize + 1,
                             Slot::Copy(k) => {
                                 extra_copies[bi] = extra_copies[bi].max(k);
-                                accesses.push((Resource { buf: bi, copy: k }, access));
+                                k..k + 1
+                            }
+                        };
+                        for copy in copies {
+                            let res = Resource { buf: bi, copy };
+                            // One buffer read through two `&` parameters is one read.
+                            if !accesses.contains(&(res, access)) {
+                                accesses.push((res, access));
+                            }
+                            if buffers[bi].is_scratch() {
+                                scratch_uses.push(scratch::Use::new(res, p));
                             }
                         }
                         Arg::Buffer {
@@ -611,6 +591,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
                 stream,
                 args,
             });
+            uses.push(scratch_uses);
         }
     }
     let problem = Problem {
@@ -620,8 +601,205 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
     };
 
     // --- copies the plan numbers in 16 bits ----------------------------------------------
-    // A copy is a branch index (groups are at most 1024 wide) or a stream's slot (at most
-    // one per stream): within bounds once the streams are, checked so that it stays so.
+    check_copy_numbers(&buffers, &problem, errors);
+
+    // --- joins with nothing pending ------------------------------------------------
+    check_pending_joins(&ops, &infos, &instances, streams.len(), errors);
+
+    // --- scratch written whole, and by an op that runs whenever its readers do ------
+    let program = Program {
+        ops: &ops,
+        instances: &instances,
+        buffers: &buffers,
+        streams: &streams,
+        problem: &problem,
+        flags: &flags,
+    };
+    scratch::check_first_writes(&program, &uses, errors);
+
+    // --- streams never used --------------------------------------------------------
+    check_unused_streams(step, &streams, &members, &used, &excused, &ops, errors);
+
+    // --- one buffer written by two streams with nothing else ordering them -----------
+    if errors.is_empty() {
+        check_unordered_writes(step, &program, errors);
+    }
+
+    Some(Resolved {
+        streams,
+        instances,
+        problem,
+        extra_copies,
+        branch_widths,
+    })
+}
+
+/// The declared streams, each group's members numbered in turn: per declaration its
+/// index by name and its members, and every member. `None` past the stream limit.
+fn declare_streams(step: &Step, errors: &Errors) -> Option<DeclaredStreams> {
+    // Streams are numbered in 16 bits too, well above this limit.
+    let mut total = 0usize;
+    for decl in &step.streams {
+        total += decl.width.map_or(1, |w| w as usize);
+        if total > MAX_STREAMS {
+            let all: usize = step
+                .streams
+                .iter()
+                .map(|d| d.width.map_or(1, |w| w as usize))
+                .sum();
+            errors.spanned(
+                &decl.name,
+                format!(
+                    "this step declares {all} streams: expected at most {MAX_STREAMS} (each is a CUDA stream with its own workspace); `{}` goes past the limit",
+                    decl.name
+                ),
+            );
+            // Every later rule would list or plan each of these streams: only noise.
+            return None;
+        }
+    }
+    let mut decl_of: HashMap<String, usize> = HashMap::new();
+    let mut streams: Vec<PhysStream> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (d, decl) in step.streams.iter().enumerate() {
+        let name = decl.name.to_string();
+        if decl_of.insert(name.clone(), d).is_some() {
+            errors.spanned(&decl.name, format!("stream `{name}` is declared twice"));
+        }
+        if d == 0 && decl.width.is_some() {
+            // Capture begins and ends on one stream; a group has no single one.
+            errors.spanned(
+                &decl.name,
+                "the first stream is the origin, where capture begins and ends: make it a single stream, not a group",
+            );
+        }
+        let mut ids = Vec::new();
+        match decl.width {
+            None => {
+                ids.push(streams.len());
+                streams.push(PhysStream { name, decl: d });
+            }
+            Some(w) => {
+                for i in 0..w {
+                    ids.push(streams.len());
+                    streams.push(PhysStream {
+                        name: format!("{name}[{i}]"),
+                        decl: d,
+                    });
+                }
+            }
+        }
+        members.push(ids);
+    }
+    Some((decl_of, streams, members))
+}
+
+/// What [`declare_streams`] returns: the declarations by name, the streams, and each
+/// declaration's streams.
+type DeclaredStreams = (HashMap<String, usize>, Vec<PhysStream>, Vec<Vec<usize>>);
+
+/// A join of a stream that has done nothing since the joining stream last joined it
+/// waits for nothing: dead code at best, a misplaced join at worst. Joins are kept per
+/// pair of streams: another stream joining the same op still waits for it.
+fn check_pending_joins(
+    ops: &[&Op],
+    infos: &[OpInfo],
+    instances: &[Instance],
+    n_streams: usize,
+    errors: &Errors,
+) {
+    let mut last_op: Vec<Option<usize>> = vec![None; n_streams];
+    // (joining stream, joined stream) -> the joined stream's last op then.
+    let mut joined_upto: HashMap<(usize, usize), usize> = HashMap::new();
+    // Per op: for each #[join] entry, its span and whether any instance waited for
+    // something through it (a replicated op's instances are judged together).
+    let mut entries: Vec<Vec<(usize, Span, bool)>> = vec![Vec::new(); ops.len()];
+    for (k, inst) in instances.iter().enumerate() {
+        let t = inst.stream;
+        for &(s, entry, span) in &infos[inst.op].joins {
+            if s == t {
+                continue;
+            }
+            let pending = match (last_op[s], joined_upto.get(&(t, s))) {
+                (None, _) => false,
+                (Some(l), Some(&j)) => l > j,
+                (Some(_), None) => true,
+            };
+            let op_entries = &mut entries[inst.op];
+            match op_entries.iter_mut().find(|(e, _, _)| *e == entry) {
+                Some(e) => e.2 |= pending,
+                None => op_entries.push((entry, span, pending)),
+            }
+        }
+        for &(s, _, _) in &infos[inst.op].joins {
+            if let Some(l) = last_op[s] {
+                joined_upto.insert((t, s), l);
+            }
+        }
+        last_op[t] = Some(k);
+    }
+    for (i, op_entries) in entries.iter().enumerate() {
+        for (_, span, pending) in op_entries {
+            if !pending {
+                errors.at(
+                    *span,
+                    format!(
+                        "#[join] on op `{}`: this stream has no op pending since this op's stream last joined it, so the join waits for nothing; remove it or move it below the op it should wait for",
+                        ops[i].name
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Every declared stream runs an op: an unused stream is created, joined and paid for
+/// at every capture. `excused` holds the declarations an op meant but did not reach (a
+/// misspelt placement), whose error would only repeat that one's; after a placement that
+/// did not parse, every declaration is.
+fn check_unused_streams(
+    step: &Step,
+    streams: &[PhysStream],
+    members: &[Vec<usize>],
+    used: &[bool],
+    excused: &[usize],
+    ops: &[&Op],
+    errors: &Errors,
+) {
+    let unreadable = ops.iter().any(|op| op.placement_unreadable);
+    for (d, decl) in step.streams.iter().enumerate().skip(1) {
+        if (unreadable || excused.contains(&d)) && !members[d].iter().any(|&m| used[m]) {
+            continue;
+        }
+        let unused: Vec<&str> = members[d]
+            .iter()
+            .filter(|&&s| !used[s])
+            .map(|&s| streams[s].name.as_str())
+            .collect();
+        if unused.is_empty() {
+            continue;
+        }
+        errors.spanned(
+            &decl.name,
+            if unused.len() == 1 {
+                format!(
+                    "stream `{}` is declared but no op runs on it: remove it from streams(..) or place an op with #[stream({})]",
+                    unused[0], unused[0]
+                )
+            } else {
+                format!(
+                    "streams {} are declared but no op runs on them: shrink the group or place ops on them",
+                    unused.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                )
+            },
+        );
+    }
+}
+
+/// A copy is a branch index (groups are at most 1024 wide) or a stream's slot (at most one
+/// per stream): within bounds once the streams are, checked so that it stays so, for the
+/// plan numbers copies in 16 bits and a wider one would name another copy.
+fn check_copy_numbers(buffers: &[&Buffer], problem: &Problem, errors: &Errors) {
     for (bi, buf) in buffers.iter().enumerate() {
         let most = problem
             .ops
@@ -640,166 +818,50 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             );
         }
     }
+}
 
-    // --- joins with nothing pending ------------------------------------------------
-    // A join of a stream that has done nothing since the joining stream last joined it
-    // waits for nothing: dead code at best, a misplaced join at worst. Joins are kept per
-    // pair of streams: another stream joining the same op still waits for it.
-    {
-        let mut last_op: Vec<Option<usize>> = vec![None; streams.len()];
-        // (joining stream, joined stream) -> the joined stream's last op then.
-        let mut joined_upto: HashMap<(usize, usize), usize> = HashMap::new();
-        // Per op: for each #[join] entry, its span and whether any instance waited for
-        // something through it (a replicated op's instances are judged together).
-        let mut entries: Vec<Vec<(usize, Span, bool)>> = vec![Vec::new(); ops.len()];
-        for (k, inst) in instances.iter().enumerate() {
-            let t = inst.stream;
-            for &(s, entry, span) in &infos[inst.op].joins {
-                if s == t {
-                    continue;
-                }
-                let pending = match (last_op[s], joined_upto.get(&(t, s))) {
-                    (None, _) => false,
-                    (Some(l), Some(&j)) => l > j,
-                    (Some(_), None) => true,
-                };
-                let op_entries = &mut entries[inst.op];
-                match op_entries.iter_mut().find(|(e, _, _)| *e == entry) {
-                    Some(e) => e.2 |= pending,
-                    None => op_entries.push((entry, span, pending)),
-                }
-            }
-            for &(s, _, _) in &infos[inst.op].joins {
-                if let Some(l) = last_op[s] {
-                    joined_upto.insert((t, s), l);
-                }
-            }
-            last_op[t] = Some(k);
-        }
-        for (i, op_entries) in entries.iter().enumerate() {
-            for (_, span, pending) in op_entries {
-                if !pending {
-                    errors.at(
-                        *span,
-                        format!(
-                            "#[join] on op `{}`: this stream has no op pending since this op's stream last joined it, so the join waits for nothing; remove it or move it below the op it should wait for",
-                            ops[i].name
-                        ),
-                    );
-                }
-            }
-        }
-    }
-
-    // --- scratch read before written -----------------------------------------------
-    // Scratch holds nothing between steps; reading it first reads last step's garbage.
-    // Each stream (or branch) has its own copy, so a write on another copy does not count.
-    {
-        // Per resource (a buffer's copy): the instance that wrote it first.
-        let mut writer: HashMap<Resource, usize> = HashMap::new();
-        let mut reported: Vec<(usize, String)> = Vec::new();
-        for (k, node) in problem.ops.iter().enumerate() {
-            for &(res, acc) in &node.accesses {
-                let buf = buffers[res.buf];
-                if buf.is_scratch() && acc == Access::Read && !writer.contains_key(&res) {
-                    let op = ops[instances[k].op];
-                    let key = (instances[k].op, buf.name.to_string());
-                    if !reported.contains(&key) {
-                        let other = writer
-                            .iter()
-                            .filter(|(r, _)| r.buf == res.buf)
-                            .map(|(_, &w)| w)
-                            .min();
-                        let message = scratch_read_message(
-                            buf,
-                            &instances[k],
-                            other.map(|w| &instances[w]),
-                            &streams,
-                        );
-                        errors.at(param_span(op, &buf.name), message);
-                        reported.push(key);
-                    }
-                }
-                if acc == Access::Write {
-                    writer.entry(res).or_insert(k);
-                }
-            }
-        }
-    }
-
-    // --- streams never used --------------------------------------------------------
-    for (d, decl) in step.streams.iter().enumerate().skip(1) {
-        if excused.contains(&d) && !members[d].iter().any(|&m| used[m]) {
+/// Two streams writing one shared buffer with nothing else ordering them: the plan would
+/// serialise the streams through the buffer, which is rarely what was meant (scratch
+/// wants a copy per stream, state wants one writer). Checked on a step without other
+/// errors, whose accesses are all resolved.
+fn check_unordered_writes(step: &Step, program: &Program, errors: &Errors) {
+    let mut reported: Vec<(usize, usize)> = Vec::new();
+    for d in schedule::unordered_cross_stream_writes(program.problem) {
+        let (a, b) = (&program.instances[d.from], &program.instances[d.to]);
+        let Some(res) = d.resource else { continue };
+        if reported.contains(&(b.op, res.buf)) {
             continue;
         }
-        let unused: Vec<&str> = members[d]
-            .iter()
-            .filter(|&&s| !used[s])
-            .map(|&s| streams[s].name.as_str())
-            .collect();
-        if !unused.is_empty() {
-            // An unused stream is created, joined and paid for at every capture.
-            errors.spanned(
-                &decl.name,
-                if unused.len() == 1 {
-                    format!(
-                        "stream `{}` is declared but no op runs on it: remove it from streams(..) or place an op with #[stream({})]",
-                        unused[0], unused[0]
-                    )
-                } else {
-                    format!(
-                        "streams {} are declared but no op runs on them: shrink the group or place ops on them",
-                        unused.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
-                    )
-                },
-            );
-        }
+        reported.push((b.op, res.buf));
+        let buf = program.buffers[res.buf];
+        let op = program.ops[b.op];
+        let span = param_span(op, &buf.name);
+        let joined = &step.streams[program.streams[a.stream].decl].name;
+        let advice = if last_segment_is(&buf.ty, "Communicator") {
+            // Every rank must issue a communicator's collectives in one order.
+            format!(
+                "Collectives on one communicator must run in one order on every rank: issue both on one stream (a `comm` stream, say), or order them with #[join({joined})] on `{}`",
+                b.name
+            )
+        } else {
+            format!(
+                "If `{name}` holds nothing between steps (scratch), give each stream its own copy with #[scratch(per_stream)]; if it holds state (parameters, optimizer moments), copies would diverge: run both ops on one stream, or order them with #[join({joined})] on `{}`",
+                b.name,
+                name = buf.name
+            )
+        };
+        errors.at(
+            span,
+            format!(
+                "ops `{}` (stream `{}`) and `{}` (stream `{}`) both write the shared buffer `{}` and nothing else orders them; the plan would serialise the two streams through it. {advice}",
+                a.name,
+                program.streams[a.stream].name,
+                b.name,
+                program.streams[b.stream].name,
+                buf.name,
+            ),
+        );
     }
-
-    // --- one buffer written by two streams with nothing else ordering them -----------
-    if errors.is_empty() {
-        let mut reported: Vec<(usize, usize)> = Vec::new();
-        for d in schedule::unordered_cross_stream_writes(&problem) {
-            let (a, b) = (&instances[d.from], &instances[d.to]);
-            let Some(res) = d.resource else { continue };
-            if reported.contains(&(b.op, res.buf)) {
-                continue;
-            }
-            reported.push((b.op, res.buf));
-            let buf = buffers[res.buf];
-            let op = ops[b.op];
-            let span = param_span(op, &buf.name);
-            let joined = &step.streams[streams[a.stream].decl].name;
-            let advice = if last_segment_is(&buf.ty, "Communicator") {
-                // Every rank must issue a communicator's collectives in one order.
-                format!(
-                    "Collectives on one communicator must run in one order on every rank: issue both on one stream (a `comm` stream, say), or order them with #[join({joined})] on `{}`",
-                    b.name
-                )
-            } else {
-                format!(
-                    "If `{name}` holds nothing between steps (scratch), give each stream its own copy with #[scratch(per_stream)]; if it holds state (parameters, optimizer moments), copies would diverge: run both ops on one stream, or order them with #[join({joined})] on `{}`",
-                    b.name,
-                    name = buf.name
-                )
-            };
-            errors.at(
-                span,
-                format!(
-                    "ops `{}` (stream `{}`) and `{}` (stream `{}`) both write the shared buffer `{}` and nothing else orders them; the plan would serialise the two streams through it. {advice}",
-                    a.name, streams[a.stream].name, b.name, streams[b.stream].name, buf.name,
-                ),
-            );
-        }
-    }
-
-    Some(Resolved {
-        streams,
-        instances,
-        problem,
-        extra_copies,
-        branch_widths,
-    })
 }
 
 /// The parent of each `#[view(of = ..)]` field, by buffer index. A view lies inside a
@@ -1132,13 +1194,25 @@ fn check_op_signature(op: &Op, errors: &Errors) {
             format!("op `{name}` is an `unsafe fn`: the step calls it from safe code; make it a safe `fn` with an `unsafe {{ .. }}` block inside, stating why it holds"),
         );
     }
-    // Each op is called once per instance with its parameters bound to buffers: there is
-    // nothing to infer a type parameter from.
-    if !sig.generics.params.is_empty() {
-        errors.spanned(
-            &sig.generics,
-            format!("op `{name}` has generic parameters: an op's parameters bind this step's buffers and config, whose types are fixed; write the concrete types"),
-        );
+    // The expansion calls the op without naming its type or const parameters: rustc
+    // infers each from the buffers and config bound to the parameters whose types
+    // mention it, and one that no parameter mentions cannot be inferred.
+    for param in &sig.generics.params {
+        let (ident, what) = match param {
+            syn::GenericParam::Type(t) => (&t.ident, "type"),
+            syn::GenericParam::Const(c) => (&c.ident, "const"),
+            syn::GenericParam::Lifetime(_) => continue,
+        };
+        let used = sig.inputs.iter().any(|input| match input {
+            syn::FnArg::Typed(pt) => mentions(&pt.ty, ident),
+            syn::FnArg::Receiver(_) => false,
+        });
+        if !used {
+            errors.spanned(
+                ident,
+                format!("op `{name}`'s {what} parameter `{ident}` appears in no parameter's type: the step calls `{name}` with its buffers and config, and rustc infers `{ident}` from their types; use `{ident}` in a parameter's type, or write the concrete type"),
+            );
+        }
     }
     // A failed launch or matmul must stop the capture (which is then discarded): an op
     // says so by returning the error.
@@ -1148,6 +1222,62 @@ fn check_op_signature(op: &Op, errors: &Errors) {
             format!("op `{name}` returns nothing: an op returns `stepgraph::Result<()>`, so that a failed launch stops the capture; add `-> Result<()>` and end with `Ok(())`"),
         );
     }
+}
+
+/// Whether `ident` occurs in `ty` (as a type, or as a const in an array length).
+fn mentions(ty: &syn::Type, ident: &Ident) -> bool {
+    struct Finder<'a> {
+        ident: &'a Ident,
+        found: bool,
+    }
+    impl<'ast> syn::visit::Visit<'ast> for Finder<'_> {
+        fn visit_ident(&mut self, i: &'ast Ident) {
+            self.found |= i == self.ident;
+        }
+    }
+    let mut finder = Finder {
+        ident,
+        found: false,
+    };
+    syn::visit::Visit::visit_type(&mut finder, ty);
+    finder.found
+}
+
+/// A step without ops. Where a `fn` of the module takes a reference to a type the macro
+/// cannot resolve, that is likely the op, its stream type an alias declared outside the
+/// module: the error names it and the remedy.
+fn report_no_ops(step: &Step, errors: &Errors) {
+    let unresolved = step.other.iter().find_map(|item| {
+        let syn::Item::Fn(f) = item else { return None };
+        f.sig.inputs.iter().find_map(|input| match input {
+            syn::FnArg::Typed(pt) => match &*pt.ty {
+                syn::Type::Reference(r) => unresolved_type(&r.elem).map(|t| (&f.sig.ident, t)),
+                _ => None,
+            },
+            syn::FnArg::Receiver(_) => None,
+        })
+    });
+    match unresolved {
+        Some((f, (ty, name))) => errors.spanned(
+            ty,
+            format!(
+                "this step has no ops, and `fn {f}` takes `&{name}`, a type the macro cannot resolve: if `{name}` is an alias of CaptureStream (or Blas) declared outside the module, mark the op #[op]; an op is a `fn` of the module that takes the capture stream (`&CaptureStream<'_>`) or its cuBLASLt handle (`&Blas<'_>`), or carries an op attribute"
+            ),
+        ),
+        None => errors.spanned(
+            &step.name,
+            "this step has no ops: an op is a `fn` of the module that takes the capture stream (`&CaptureStream<'_>`) or its cuBLASLt handle (`&Blas<'_>`); other `fn`s are helpers",
+        ),
+    }
+}
+
+/// A path type that is no device memory and no primitive (a capitalised name that is not
+/// `Self`): one the macro cannot tell the stream from. With its name.
+fn unresolved_type(ty: &syn::Type) -> Option<(&syn::Type, String)> {
+    let syn::Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last()?.ident.to_string();
+    let capitalised = last.starts_with(|c: char| c.is_ascii_uppercase()) && last != "Self";
+    (capitalised && !crate::parse::is_device_memory(ty)).then_some((ty, last))
 }
 
 /// The names the expansion defines in the step's module, with what each is.
@@ -1220,32 +1350,6 @@ pub fn check_plan(step: &Step, plan: &schedule::Plan, errors: &Errors) {
     }
 }
 
-/// Why reading a scratch copy that nothing wrote is wrong, naming the copy: `other` is
-/// the instance that wrote another copy of the same buffer, if one did.
-fn scratch_read_message(
-    buf: &crate::model::Buffer,
-    reader: &Instance,
-    other: Option<&Instance>,
-    streams: &[PhysStream],
-) -> String {
-    let name = &buf.name;
-    let stream = &streams[reader.stream].name;
-    let Some(other) = other else {
-        return format!(
-            "scratch buffer `{name}` is read by op `{}` before any op of the step wrote it: scratch holds nothing between steps; write it first or drop #[scratch]",
-            reader.name
-        );
-    };
-    let kind = match buf.kind {
-        BufKind::ScratchPerBranch => "#[scratch(per_branch)] gives each branch",
-        _ => "#[scratch(per_stream)] gives each stream that uses it",
-    };
-    format!(
-        "op `{}` reads `{stream}`'s copy of scratch buffer `{name}`, which no op wrote earlier in this step; op `{}` wrote the copy of `{}`, but {kind} a copy of its own and scratch holds nothing between steps: write `{name}` on `{stream}` first, or make it a shared buffer ordered by a join",
-        reader.name, other.name, streams[other.stream].name
-    )
-}
-
 /// Whether `ty` names a type whose last path segment is `name` (`Communicator`,
 /// `stepgraph::Communicator`), behind references and parentheses.
 fn last_segment_is(ty: &syn::Type, name: &str) -> bool {
@@ -1267,7 +1371,7 @@ fn param_span(op: &Op, buffer: &Ident) -> Span {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use proc_macro2::TokenStream;
     use quote::{format_ident, quote};
     use syn::Item;
@@ -1276,7 +1380,7 @@ mod tests {
     use crate::schedule::Event;
 
     /// The messages of the `compile_error!`s an expansion starts with.
-    fn errors_of(attr: TokenStream, item: TokenStream) -> Vec<String> {
+    pub(crate) fn errors_of(attr: TokenStream, item: TokenStream) -> Vec<String> {
         let out = crate::expand(attr, item);
         let file: syn::File = syn::parse2(out).expect("the expansion parses as a file");
         file.items
@@ -1378,6 +1482,40 @@ mod tests {
                 .count();
             assert_eq!(reads, 1, "{:?}", op.accesses);
         }
+    }
+
+    #[test]
+    fn one_buffer_bound_to_two_shared_parameters_is_one_read() {
+        let errors = Errors::new();
+        let module: syn::ItemMod = syn::parse_quote!(
+            mod twice {
+                #[buffers]
+                pub struct Buffers {
+                    pub x: DeviceBuffer<f32>,
+                    pub y: DeviceBuffer<f32>,
+                }
+                fn f(
+                    s: &CaptureStream<'_>,
+                    x: &DeviceBuffer<f32>,
+                    #[buf(x)] again: &DeviceBuffer<f32>,
+                    y: &mut DeviceBuffer<f32>,
+                ) -> Result<()> {
+                    Ok(())
+                }
+            }
+        );
+        let args = crate::parse::parse_args(quote!(streams(main)), &errors);
+        let step = crate::parse::parse(args, module, &errors).unwrap();
+        let resolved = validate(&step, &errors).unwrap();
+        assert!(errors.finish().is_none());
+        let x = Resource { buf: 0, copy: 0 };
+        let y = Resource { buf: 1, copy: 0 };
+        assert_eq!(
+            resolved.problem.ops[0].accesses,
+            [(x, Access::Read), (y, Access::Write)]
+        );
+        // Both parameters are passed.
+        assert_eq!(resolved.instances[0].args.len(), 4);
     }
 
     #[test]

@@ -1,0 +1,18 @@
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+    }
+
+    #[every(10u64)]
+    fn clear(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(x)
+    }
+}
+
+fn main() {}

@@ -1,0 +1,18 @@
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        #[scratch(per_stream, per_branch)]
+        pub tmp: DeviceBuffer<f32>,
+    }
+
+    fn fill(s: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(tmp)
+    }
+}
+
+fn main() {}
