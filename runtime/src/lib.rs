@@ -25,10 +25,16 @@
 //!   and copied inside the graph; `#[every(k)]` and `#[when(flag)]` ops for work at
 //!   every k-th replay or while a device flag is set;
 //! - the device: [`Device`], [`Error`];
+//! - what keeps work in the graph beyond the types: the capture guard
+//!   ([`Options::capture_guard`]), which refuses, naming the op and the call, every CUDA
+//!   call an op's code makes off its capture stream while the step is captured; the op's
+//!   grant, which holds the runtime's writes for an op to the buffers it takes `&mut`
+//!   and refuses a buffer swapped inside it; plain data in the config ([`ConfigValue`]);
 //! - a trainer's existing cudarc code: [`Device::from_context`], `CudaSlice` buffers
 //!   ([`DeviceBuffer::from_cuda_slice`], and `CudaSlice` is a [`StepBuffer`] itself),
-//!   [`CaptureStream::cuda_stream`] and [`Blas::workspace`] for existing functions inside
-//!   an op, and [`cudarc`] itself, re-exported;
+//!   [`CaptureStream::cuda_stream`], [`DeviceBuffer::cuda_slice`] and
+//!   [`Blas::workspace`] for existing functions inside an op, and [`cudarc`] itself,
+//!   re-exported;
 //! - the layer below: [`exec`] (the executor that runs a hand-built [`PlanDesc`], the
 //!   captured graph), [`plan`] (the plan's data and graph algorithms), [`stats`],
 //!   [`preflight`] and [`env`](mod@env).
@@ -523,11 +529,14 @@ pub use stepgraph_macros::StepBuffer;
 /// outside the step's buffers, which streams would race on unseen); `Device::new`,
 /// `Device::from_context`, `Device::count` or `CudaContext::new` (a device outside the
 /// step); `mem::swap`, `mem::replace` or `mem::take` on a buffer parameter (the buffers
-/// would no longer hold the addresses the graph captured); and the safe accessors
+/// would no longer hold the addresses the graph captured); `get` on a [`DeviceScalars`]
+/// parameter (its host value, frozen at capture); and the safe accessors
 /// `as_cuda_slice()`, `as_cuda_slice_mut()`, `as_cuda_view()` and `as_cuda_view_mut()`,
 /// whose cudarc types carry a stream and context out of the capture (inside an op, the
 /// `unsafe` `cuda_slice()` and its kin state what the op must keep to). The runtime
-/// refuses the same things where the reading cannot see them, in helper functions.
+/// refuses the same things where the reading cannot see them, in helper functions, and
+/// the capture guard ([`Options::capture_guard`]) every CUDA call an op's code makes off
+/// its capture stream.
 ///
 /// ```compile_fail
 /// #[stepgraph::step(streams(main, a, b))]

@@ -161,3 +161,45 @@ fn gpu_a_rank_outside_its_world_is_refused() {
     let err = Communicator::join(&device, CommId::new().unwrap(), 1, 1).unwrap_err();
     assert!(err.to_string().contains("found rank 1 of world 1"), "{err}");
 }
+
+/// A communicator the macro cannot see as one (inside a component of the op's own): an
+/// all-reduce in an `#[every]` op is refused when the step is built, naming the op.
+#[derive(stepgraph::StepBuffer)]
+pub struct Reduced {
+    pub comm: Communicator,
+    pub bucket: DeviceBuffer<f32>,
+}
+
+#[stepgraph::step(streams(main))]
+mod reduce_every {
+    use super::*;
+    use stepgraph::ReduceOp;
+
+    #[buffers]
+    pub struct Buffers {
+        pub grads: Reduced,
+    }
+
+    #[every(4)]
+    fn reduce(s: &CaptureStream<'_>, grads: &mut Reduced) -> Result<()> {
+        let Reduced { comm, bucket } = grads;
+        s.all_reduce(comm, &mut [bucket], ReduceOp::Sum)
+    }
+}
+
+#[test]
+fn gpu_an_all_reduce_in_a_conditional_op_is_refused_naming_the_op() {
+    let device = device();
+    let buffers = reduce_every::Buffers {
+        grads: Reduced {
+            comm: Communicator::single(),
+            bucket: device.upload_new("bucket", &[1.0f32; 64]).unwrap(),
+        },
+    };
+    let err = reduce_every::Step::new(&device, (), buffers, reduce_every::Config {})
+        .map(drop)
+        .unwrap_err();
+    let msg = err.chain();
+    assert!(msg.contains("op `reduce` on stream `main` failed"), "{msg}");
+    assert!(msg.contains("inside an #[every] or #[when] op"), "{msg}");
+}

@@ -66,11 +66,19 @@ impl HostScan {
             .filter(|p| matches!(p.kind, ParamKind::Read | ParamKind::Write))
             .map(|p| p.name.clone())
             .collect();
+        let scalars = op
+            .params
+            .iter()
+            .filter(|p| matches!(p.kind, ParamKind::Read | ParamKind::Write))
+            .filter(|p| names_type(&p.ty, "DeviceScalars"))
+            .map(|p| p.name.clone())
+            .collect();
         let mut body = OpBody {
             op,
             statics: &self.statics,
             mem_moves,
             buffers,
+            scalars,
             reported: Vec::new(),
             errors,
         };
@@ -110,6 +118,17 @@ fn imported_mem_moves(
     }
 }
 
+/// Whether `ty` (behind references) names a type whose last path segment is `name`.
+fn names_type(ty: &syn::Type, name: &str) -> bool {
+    match ty {
+        syn::Type::Reference(r) => names_type(&r.elem, name),
+        syn::Type::Paren(p) => names_type(&p.elem, name),
+        syn::Type::Group(g) => names_type(&g.elem, name),
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == name),
+        _ => false,
+    }
+}
+
 /// One op's body being read.
 struct OpBody<'a> {
     op: &'a Op,
@@ -117,6 +136,8 @@ struct OpBody<'a> {
     mem_moves: Vec<(Ident, &'static str)>,
     /// The op's buffer parameters.
     buffers: Vec<Ident>,
+    /// Those of them that are `DeviceScalars`.
+    scalars: Vec<Ident>,
     /// What was reported, once per op: a static's name, or a rule and a name.
     reported: Vec<String>,
     errors: &'a Errors,
@@ -242,6 +263,27 @@ impl OpBody<'_> {
     }
 }
 
+impl OpBody<'_> {
+    /// `scalars.get(i)` on a `DeviceScalars` parameter: the host value, read once at
+    /// capture, where every replay's kernels read the device copy its refresh updates.
+    fn scalar_read(&mut self, call: &syn::ExprMethodCall) {
+        if call.method != "get" {
+            return;
+        }
+        let Some(scalars) = self.buffer_root(&call.receiver) else {
+            return;
+        };
+        if !self.scalars.contains(&scalars) {
+            return;
+        }
+        let message = format!(
+            "op `{}` reads the host value of device scalars `{scalars}`: the op's body runs once, at capture, so the value is frozen at what it was then, while every replay's kernels read the device copy (`on_device()`) that `refresh` updates; pass `on_device()` to the kernel instead",
+            self.op.name
+        );
+        self.report(format!("get {scalars}"), &call.method, message);
+    }
+}
+
 impl<'ast> Visit<'ast> for OpBody<'_> {
     fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
         if e.qself.is_none() {
@@ -266,6 +308,7 @@ impl<'ast> Visit<'ast> for OpBody<'_> {
 
     fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
         self.cuda_accessor(&call.method);
+        self.scalar_read(call);
         visit::visit_expr_method_call(self, call);
     }
 
@@ -367,6 +410,37 @@ mod tests {
             found[6].contains("the `unsafe` `cuda_view()`"),
             "{}",
             found[6]
+        );
+    }
+
+    #[test]
+    fn a_host_read_of_device_scalars_is_an_error_and_other_gets_are_not() {
+        let found = errors_of(
+            quote!(streams(main)),
+            quote!(
+                mod scan {
+                    #[buffers]
+                    pub struct Buffers {
+                        pub x: DeviceBuffer<f32>,
+                        pub lr: DeviceScalars<f32>,
+                    }
+                    fn op(
+                        s: &CaptureStream<'_>,
+                        lr: &DeviceScalars<f32>,
+                        x: &mut DeviceBuffer<f32>,
+                    ) -> Result<()> {
+                        let sizes = vec![1usize, 2];
+                        let _ = sizes.get(0);
+                        let _ = lr.get(0)?;
+                        s.memset_zeros(x)
+                    }
+                }
+            ),
+        );
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("op `op` reads the host value of device scalars `lr`"),
+            "{found:#?}"
         );
     }
 

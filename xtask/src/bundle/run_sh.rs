@@ -245,7 +245,7 @@ mod tests {
             assert!(script.contains(dir), "{dir} missing");
         }
         assert!(
-            script.contains(r#"for sub in ("cu13/lib", "cublas/lib",):"#),
+            script.contains(r#"for sub in ("cu13/lib", "cublas/lib", "cuda_cupti/lib",):"#),
             "{script}"
         );
         assert!(script.contains("export LD_LIBRARY_PATH"));
