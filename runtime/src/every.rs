@@ -153,8 +153,15 @@ impl ConditionalOps {
             .collect()
     }
 
-    /// Puts counts read by [`ConditionalOps::counters`] back (zeros reset them); the
-    /// device must be idle.
+    /// Sets every counter to zero, as when the step was built; the device must be idle.
+    pub(crate) fn reset(&self, device: &Device) -> Result<()> {
+        for c in self.counters.iter().flatten() {
+            device.write_in_place(c, &[0])?;
+        }
+        Ok(())
+    }
+
+    /// Puts counts read by [`ConditionalOps::counters`] back; the device must be idle.
     pub(crate) fn restore(&self, device: &Device, counts: &[(usize, u32)]) -> Result<()> {
         for &(op, count) in counts {
             if let Some(Some(c)) = self.counters.get(op) {

@@ -78,8 +78,6 @@ pub struct Executor {
     id: u64,
     /// Replay numbers and completion events, for host inputs and outputs.
     clock: crate::host_io::Clock,
-    /// Replays and eager runs launched, all of them.
-    launched: std::cell::Cell<u64>,
     /// The graph's copies from and to host inputs and outputs, re-pointed before each
     /// replay at the slots it uses. Empty: replays record no event.
     patches: RefCell<Vec<crate::host_io::Patch>>,
@@ -218,7 +216,6 @@ impl Executor {
             options,
             id: crate::host_io::next_executor_id(),
             clock: crate::host_io::Clock::new(device)?,
-            launched: std::cell::Cell::new(0),
             patches: RefCell::new(Vec::new()),
         })
     }
@@ -569,7 +566,7 @@ impl Executor {
         // The capture guard watches both passes: what an op's code calls outside the
         // runtime is checked from the dry pass on.
         let _watching = if self.options.capture_guard {
-            Some(crate::guard::Watching::start()?)
+            Some(crate::guard::watch_capture()?)
         } else {
             None
         };
@@ -797,7 +794,6 @@ impl Executor {
         crate::guard::free_deferred();
         ran?;
         self.final_joins()?;
-        self.launched.set(self.launched.get() + 1);
         self.clock.launched_on(seq, self.origin())
     }
 
@@ -820,12 +816,13 @@ impl Executor {
                 self.plan.step
             )));
         };
-        self.launched.set(self.launched.get() + 1);
         let mut patches = self.patches.borrow_mut();
         if patches.is_empty() {
-            // One driver call and nothing else: a completion event recorded per replay
-            // would cost about another microsecond of host time on every step.
-            return graph.launch(self.origin());
+            // One driver call and a count: a completion event recorded per replay would
+            // cost about another microsecond of host time on every step.
+            graph.launch(self.origin())?;
+            self.clock.count_unrecorded();
+            return Ok(());
         }
         // Host inputs and outputs: each copy points at this replay's slot, and the
         // replay's completion is recorded, so the host knows when its slots are free.
@@ -842,7 +839,7 @@ impl Executor {
     /// included; a profile's or work bound's runs of graphs of their own are not the
     /// step's replays). A [`ReadBack`](crate::ReadBack) names a replay by this number.
     pub fn replays_launched(&self) -> u64 {
-        self.launched.get()
+        self.clock.launched()
     }
 
     /// Every `#[every(k)]` op's count of replays (and eager runs) since its work last
@@ -850,12 +847,8 @@ impl Executor {
     /// last replay first.
     pub fn every_counters(&self) -> Result<Vec<EveryCounter>> {
         crate::guard::check("Step::every_counters")?;
-        self.wait()?;
-        let Some(ops) = &self.conditional else {
-            return Ok(Vec::new());
-        };
-        Ok(ops
-            .counters(&self.device)?
+        Ok(self
+            .cadence()?
             .into_iter()
             .map(|(i, counted)| EveryCounter {
                 op: self.plan.ops[i].name,
@@ -870,15 +863,10 @@ impl Executor {
     pub fn reset_every_counters(&self) -> Result<()> {
         crate::guard::check("Step::reset_every_counters")?;
         self.wait()?;
-        if let Some(ops) = &self.conditional {
-            let zeros: Vec<(usize, u32)> = ops
-                .counters(&self.device)?
-                .into_iter()
-                .map(|(i, _)| (i, 0))
-                .collect();
-            ops.restore(&self.device, &zeros)?;
+        match &self.conditional {
+            Some(ops) => ops.reset(&self.device),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Runs `f`, a measurement, and puts the `#[every]` counts back as they were: what

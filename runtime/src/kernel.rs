@@ -723,6 +723,11 @@ pub(crate) struct ArgCheck {
 }
 
 impl ArgCheck {
+    /// How many arguments were pushed: the index of the next.
+    pub(crate) fn pushed(&self) -> usize {
+        self.pushed
+    }
+
     pub(crate) fn push(&mut self, params: &[Param], size: usize) {
         if self.first_wrong.is_none() && params.get(self.pushed).is_some_and(|p| p.size != size) {
             self.first_wrong = Some((self.pushed, size));

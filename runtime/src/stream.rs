@@ -108,7 +108,6 @@ impl<'a> CaptureStream<'a> {
             kernel,
             check: ArgCheck::default(),
             counts: &self.counts,
-            pushed: 0,
             refused: None,
         }
     }
@@ -378,8 +377,6 @@ pub struct Launch<'b> {
     kernel: &'b Kernel,
     check: ArgCheck,
     counts: &'b Cell<OpCounts>,
-    /// Arguments pushed so far.
-    pushed: usize,
     /// A write argument outside what the op may write: the launch is refused.
     refused: Option<Error>,
 }
@@ -400,22 +397,20 @@ impl<'b> Launch<'b> {
     pub fn buf<T>(&mut self, buf: &'b impl DeviceMem<T>) -> &mut Self {
         self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
         buf.push_arg(&mut self.args);
-        self.pushed += 1;
         self
     }
 
     /// Passes a buffer or a view the kernel writes, as a `T*`.
     pub fn buf_mut<T>(&mut self, buf: &'b mut impl DeviceMemMut<T>) -> &mut Self {
-        self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
         if self.refused.is_none() {
-            let (kernel, index) = (self.kernel.name(), self.pushed);
+            let (kernel, index) = (self.kernel.name(), self.check.pushed());
             self.refused = crate::guard::check_write_mem(&*buf, || {
                 format!("argument {index} of kernel `{kernel}`")
             })
             .err();
         }
+        self.check.push(self.kernel.params(), DEVICE_POINTER_BYTES);
         buf.push_arg_mut(&mut self.args);
-        self.pushed += 1;
         self
     }
 
@@ -423,7 +418,6 @@ impl<'b> Launch<'b> {
     pub fn arg<T: DeviceRepr>(&mut self, value: &'b T) -> &mut Self {
         self.check.push(self.kernel.params(), size_of::<T>());
         self.args.arg(value);
-        self.pushed += 1;
         self
     }
 

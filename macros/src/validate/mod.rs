@@ -1442,9 +1442,18 @@ pub(crate) mod tests {
         );
     }
 
+    /// A one-stream step validated without a mistake.
+    fn resolved(module: syn::ItemMod) -> Resolved {
+        let errors = Errors::new();
+        let args = crate::parse::parse_args(quote!(streams(main)), &errors);
+        let step = crate::parse::parse(args, module, &errors).unwrap();
+        let resolved = validate(&step, &errors).unwrap();
+        assert!(errors.finish().is_none());
+        resolved
+    }
+
     #[test]
     fn a_when_op_reads_its_flag_once_whether_or_not_it_names_it() {
-        let errors = Errors::new();
         let module: syn::ItemMod = syn::parse_quote!(
             mod guarded {
                 #[buffers]
@@ -1469,10 +1478,7 @@ pub(crate) mod tests {
                 }
             }
         );
-        let args = crate::parse::parse_args(quote!(streams(main)), &errors);
-        let step = crate::parse::parse(args, module, &errors).unwrap();
-        let resolved = validate(&step, &errors).unwrap();
-        assert!(errors.finish().is_none());
+        let resolved = resolved(module);
         let go = Resource { buf: 1, copy: 0 };
         for op in &resolved.problem.ops[1..] {
             let reads = op
@@ -1486,7 +1492,6 @@ pub(crate) mod tests {
 
     #[test]
     fn one_buffer_bound_to_two_shared_parameters_is_one_read() {
-        let errors = Errors::new();
         let module: syn::ItemMod = syn::parse_quote!(
             mod twice {
                 #[buffers]
@@ -1504,10 +1509,7 @@ pub(crate) mod tests {
                 }
             }
         );
-        let args = crate::parse::parse_args(quote!(streams(main)), &errors);
-        let step = crate::parse::parse(args, module, &errors).unwrap();
-        let resolved = validate(&step, &errors).unwrap();
-        assert!(errors.finish().is_none());
+        let resolved = resolved(module);
         let x = Resource { buf: 0, copy: 0 };
         let y = Resource { buf: 1, copy: 0 };
         assert_eq!(

@@ -5,7 +5,7 @@
 //!   host handle; but a handle can still reach an op another way (a kernels type that
 //!   holds a `Device`, a global). So every host-side entry point of this crate asks
 //!   [`check`] first, and fails, naming the op, while one is being issued.
-//! - No work outside the capture ([`Watching`], the capture guard). Code an op calls may
+//! - No work outside the capture ([`watch_capture`], the capture guard). Code an op calls may
 //!   reach CUDA without this crate: cudarc through a buffer's slice, raw driver calls,
 //!   cuBLASLt, a library of the program's own. While a step is captured, CUPTI calls back
 //!   on every driver and runtime API call; a call made while an op is issued that enqueues
@@ -43,6 +43,11 @@ thread_local! {
     static PENDING: Cell<Option<(Issuing, &'static str)>> = const { Cell::new(None) };
     /// Allocations dropped inside an op, freed once no capture is in progress.
     static DEFERRED: RefCell<Vec<CudaSlice<u8>>> = const { RefCell::new(Vec::new()) };
+    /// What the capture guard saw of the op being issued, when it watches.
+    static WATCH: RefCell<Option<OpWatch>> = const { RefCell::new(None) };
+    /// Depth of the runtime's own sections that may issue beside the op's stream (a
+    /// matmul's warm-up in the dry pass, a collective's NCCL bookkeeping).
+    static EXEMPT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks an op as being issued on this thread until it is dropped (also when the op
@@ -63,11 +68,11 @@ pub(crate) struct Watch {
     pub dry: bool,
 }
 
-/// The calls of the op being issued that escaped its capture: the first few of them in
-/// full, and how many there were.
+/// The calls of the op being issued that escaped its capture: the first in full (it says
+/// what went wrong), and how many there were.
 struct OpWatch {
     watch: Watch,
-    escaped: Vec<Escaped>,
+    first: Option<Escaped>,
     count: usize,
 }
 
@@ -82,23 +87,13 @@ pub(crate) struct Escaped {
     dry: bool,
 }
 
-/// How many escaped calls an op keeps in full: the first says what went wrong.
-const ESCAPES_KEPT: usize = 4;
-
-thread_local! {
-    static WATCH: RefCell<Option<OpWatch>> = const { RefCell::new(None) };
-    /// Depth of the runtime's own sections that may issue beside the op's stream (a
-    /// matmul's warm-up in the dry pass, a collective's NCCL bookkeeping).
-    static EXEMPT: Cell<u32> = const { Cell::new(0) };
-}
-
 impl IssuingOp {
     pub(crate) fn enter(step: &'static str, op: &'static str, watch: Option<Watch>) -> IssuingOp {
         let before = ISSUING.with(|c| c.replace(Some(Issuing { step, op })));
         let watch_before = WATCH.with(|w| {
             w.replace(watch.map(|watch| OpWatch {
                 watch,
-                escaped: Vec::new(),
+                first: None,
                 count: 0,
             }))
         });
@@ -115,7 +110,7 @@ impl IssuingOp {
         // `self` drops here, restoring what was marked before.
         let watched = watched?;
         let more = watched.count.saturating_sub(1);
-        watched.escaped.into_iter().next().map(|e| (e, more))
+        watched.first.map(|e| (e, more))
     }
 }
 
@@ -142,17 +137,11 @@ pub(crate) fn exempt<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Keeps CUPTI's callbacks on while it lives: hold one for a whole pass of capture (the
-/// dry pass and the capture itself). Fails when CUPTI cannot be loaded or subscribed,
-/// saying why.
-pub(crate) struct Watching(#[allow(dead_code)] cupti::Watching);
-
-impl Watching {
-    pub(crate) fn start() -> Result<Watching> {
-        cupti::Watching::start(on_call)
-            .map(Watching)
-            .map_err(|why| Error::CaptureGuard { why })
-    }
+/// Turns CUPTI's callbacks on until the value returned is dropped: hold it for a whole
+/// capture (the dry pass and the capture itself). Fails when CUPTI cannot be loaded or
+/// subscribed, saying why.
+pub(crate) fn watch_capture() -> Result<cupti::Watching> {
+    cupti::Watching::start(on_call).map_err(|why| Error::CaptureGuard { why })
 }
 
 /// CUPTI's callback, on every driver and runtime API call while a capture is watched, on
@@ -203,8 +192,8 @@ unsafe extern "C" fn on_call(
             return;
         }
         w.count += 1;
-        if w.escaped.len() < ESCAPES_KEPT {
-            w.escaped.push(Escaped {
+        if w.first.is_none() {
+            w.first = Some(Escaped {
                 call: String::from_utf8_lossy(name).into_owned(),
                 kind: call.kind,
                 stream,
