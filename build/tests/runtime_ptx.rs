@@ -1,5 +1,5 @@
 //! The runtime's kernels (`runtime/cuda/every.cu`, behind `#[every]` and `#[when]` ops)
-//! are committed as PTX (`runtime/src/every.ptx`), so that the runtime builds without
+//! are committed as PTX (`runtime/src/op/every.ptx`), so that the runtime builds without
 //! nvcc. This checks that the PTX is what nvcc makes of the source today: a change to one
 //! without the other fails here, with the command that regenerates it.
 //!
@@ -51,12 +51,12 @@ fn the_committed_ptx_is_what_nvcc_makes_of_every_cu() {
     assert!(status.success(), "nvcc failed on runtime/cuda/every.cu");
     let fresh = std::fs::read_to_string(&ptx).expect("nvcc wrote the PTX");
     let committed =
-        std::fs::read_to_string(root.join("src/every.ptx")).expect("runtime/src/every.ptx");
+        std::fs::read_to_string(root.join("src/op/every.ptx")).expect("runtime/src/op/every.ptx");
     assert_eq!(
         code(&committed),
         code(&fresh),
-        "runtime/src/every.ptx is stale: regenerate it with `nvcc -arch=compute_90 -ptx \
-         cuda/every.cu -o src/every.ptx` in runtime/"
+        "runtime/src/op/every.ptx is stale: regenerate it with `nvcc -arch=compute_90 -ptx \
+         cuda/every.cu -o src/op/every.ptx` in runtime/"
     );
     // The kernels the runtime loads by name.
     assert!(committed.contains(".visible .entry stepgraph_every("));

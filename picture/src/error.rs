@@ -1,7 +1,5 @@
 //! The crate's one error type.
 
-use crate::record::{FORMAT, VERSION};
-
 /// A `--print-plan` value this crate does not draw, or a profile record it cannot read or
 /// write. Each message says what was expected and what was found; a record's also says
 /// where (`ops[3].stream`), and a syntax error's source gives the line and column.
@@ -19,15 +17,19 @@ pub enum Error {
     #[error("profile record: not JSON in the record's shape")]
     RecordSyntax(#[source] serde_json::Error),
     /// The record's `format` field is missing or names another format.
-    #[error("profile record: expected format `{FORMAT}`, found {found}")]
+    #[error("profile record: expected format `{expected}`, found {found}")]
     RecordFormat {
+        /// The format this crate reads ([`record::FORMAT`](crate::record::FORMAT)).
+        expected: &'static str,
         /// What the record has instead: the field's JSON, or that it has none.
         found: String,
     },
     /// The record is of another version than this crate reads, or is the line-based
     /// text record of version 1.
-    #[error("profile record: expected version {VERSION}, found {found}")]
+    #[error("profile record: expected version {expected}, found {found}")]
     RecordVersion {
+        /// The version this crate reads ([`record::VERSION`](crate::record::VERSION)).
+        expected: u32,
         /// What the record has instead: the field's JSON, or that it has none.
         found: String,
     },

@@ -107,6 +107,7 @@ pub fn to_string(profile: &Profile) -> Result<String, Error> {
 pub fn from_str(text: &str) -> Result<Profile, Error> {
     if let Some(version) = text_record_version(text) {
         return Err(Error::RecordVersion {
+            expected: VERSION,
             found: format!("the line-based text record of version {version}"),
         });
     }
@@ -150,11 +151,13 @@ fn check_header(header: &Header) -> Result<(), Error> {
     };
     if header.format.as_ref().and_then(|v| v.as_str()) != Some(FORMAT) {
         return Err(Error::RecordFormat {
+            expected: FORMAT,
             found: found(&header.format, "format"),
         });
     }
     if header.version.as_ref().and_then(|v| v.as_u64()) != Some(VERSION.into()) {
         return Err(Error::RecordVersion {
+            expected: VERSION,
             found: found(&header.version, "version"),
         });
     }

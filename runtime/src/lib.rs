@@ -39,42 +39,40 @@
 //!   captured graph), [`plan`] (the plan's data and graph algorithms), [`stats`],
 //!   [`preflight`] and [`env`](mod@env).
 
-mod blas;
-mod buffer;
-mod comm;
-mod context;
-mod device;
+// The layers, bottom up; each uses only those below it (`cargo xtask test` checks):
+// the error enum and the op being issued on this thread; the driver layer, the only one
+// that calls the CUDA driver's raw API; cuBLASLt; what an op receives and the step
+// features; measurement; capture and replay.
 mod error;
-mod every;
-mod executor;
-mod flag;
-mod floor;
-mod graph;
-mod guard;
-mod host_io;
-pub mod kernel;
-mod memory;
-mod options;
-mod scalars;
-mod step;
-mod stream;
-mod timing;
-mod verify;
-mod work;
+mod scope;
 
+mod driver;
+
+mod blas;
+
+mod op;
+
+mod measure;
+
+mod capture;
+
+pub use blas::Blas;
 pub use blas::{BlasElem, Epilogue, Matmul, MatmulArgs, Precision, SmTarget};
-pub use buffer::{ConfigValue, StepBuffer, ViewSpans};
-pub use comm::{CollectiveElem, CommId, Communicator, ReduceOp};
+pub use capture::options::{Options, Schedule};
+pub use capture::step::{Step, StepSpec};
+pub use capture::verify::VerifyReport;
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
-pub use device::{AllocLike, Device};
+pub use driver::device::{AllocLike, Device};
+pub use driver::memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
+pub use driver::module::{Kernel, Module};
 pub use error::{Error, Result};
-pub use flag::DeviceFlag;
-pub use host_io::{HostInput, HostOutput, INPUT_SLOTS, MAX_IN_FLIGHT, OUTPUT_SLOTS, ReadBack};
-pub use kernel::{Kernel, Module};
-pub use memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
-pub use options::{Options, Schedule};
-pub use scalars::{DeviceScalars, HostAccess};
-pub use step::{Step, StepSpec};
+pub use measure::work::WorkBound;
+pub use op::buffer::{ConfigValue, StepBuffer, ViewSpans};
+pub use op::comm::{CollectiveElem, CommId, Communicator, ReduceOp};
+pub use op::flag::DeviceFlag;
+pub use op::host_io::{HostInput, HostOutput, INPUT_SLOTS, MAX_IN_FLIGHT, OUTPUT_SLOTS, ReadBack};
+pub use op::scalars::{DeviceScalars, HostAccess};
+pub use op::stream::CaptureStream;
 /// `#[derive(ConfigValue)]`: a struct or enum whose fields are all config values is one.
 /// See [`ConfigValue`](trait@ConfigValue).
 pub use stepgraph_macros::ConfigValue;
@@ -563,9 +561,25 @@ pub use stepgraph_macros::StepBuffer;
 /// ```
 pub use stepgraph_macros::step;
 pub use stepgraph_plan::{PlanDesc, Profile};
-pub use stream::{Blas, CaptureStream};
-pub use verify::VerifyReport;
-pub use work::WorkBound;
+
+pub mod kernel {
+    //! Modules and kernels: loading images, each kernel's parameter list as the driver reports
+    //! it, and the declarations that `stepgraph-build` generates for a crate's kernels.
+    //!
+    //! A crate's build script runs `stepgraph_build::Builder` (see that crate), which compiles
+    //! its `cuda/*.cu` and writes a registry that [`include_kernels!`](crate::include_kernels)
+    //! includes: a [`ModuleDecl`] per file, with its [`Image`]s and a [`KernelDecl`] (name and
+    //! [`ParamDecl`]s) per kernel, loaded into a [`Registry`] by the generated
+    //! `Kernels::load`. Loading compares every declared parameter list with the loaded
+    //! kernel's; every launch through [`CaptureStream::launch`](crate::CaptureStream::launch)
+    //! is compared with the kernel's [`Param`]s before the driver sees it.
+
+    pub use crate::driver::module::*;
+    pub use crate::error::{ArgMismatch, Param, SignatureMismatch};
+    /// A launch assembled by hand, argument by argument
+    /// ([`CaptureStream::launch`](crate::CaptureStream::launch)).
+    pub use crate::op::stream::Launch;
+}
 
 /// The cudarc stepgraph is built on, so that code that goes down to it names the same
 /// version and features: `stepgraph::cudarc::driver::CudaSlice`.
@@ -579,30 +593,34 @@ pub use stepgraph_plan as plan;
 /// the captured graph, per-op issue counts, cuBLASLt handles outside a step.
 pub mod exec {
     pub use crate::blas::{BlasHandle, BlasSession, WORKSPACE_BYTES};
-    pub use crate::executor::{EveryCounter, Executor, Issue, MAX_PROFILE_REPLAYS, run_once};
-    pub use crate::graph::{Graph, NodeCounts, Refresh};
-    pub use crate::stream::Mode;
-    pub use crate::verify::OpCounts;
+    pub use crate::capture::executor::{
+        EveryCounter, Executor, Issue, MAX_PROFILE_REPLAYS, run_once,
+    };
+    pub use crate::driver::graph::{Graph, NodeCounts, Refresh};
+    pub use crate::scope::Mode;
+    pub use crate::scope::OpCounts;
 }
 
 /// The environment switches [`Options::from_env`] reads.
 pub mod env {
-    pub use crate::options::{CAPTURE_GUARD, GRAPH_DOT, STREAM_PRIORITIES, VERIFY};
+    pub use crate::capture::options::{CAPTURE_GUARD, GRAPH_DOT, STREAM_PRIORITIES, VERIFY};
 }
 
 /// Figures read off measurements: medians, the work bound's per-kernel and per-op parts
 /// and the grid shares it weights kernels by, and floors counted from a model at the GPU's
 /// measured ceilings.
 pub mod stats {
-    pub use crate::floor::{CEILING_COPY_BYTES, CEILING_MATMUL, Ceilings, Floor};
-    pub use crate::timing::median;
-    pub use crate::work::{Bounds, ChainsBound, KernelWork, OpWork, grid_share, wave_share};
+    pub use crate::measure::floor::{CEILING_COPY_BYTES, CEILING_MATMUL, Ceilings, Floor};
+    pub use crate::measure::timing::median;
+    pub use crate::measure::work::{
+        Bounds, ChainsBound, KernelWork, OpWork, grid_share, wave_share,
+    };
 }
 
 /// Checks a program runs before it touches a GPU: the CUDA libraries stepgraph loads at
 /// run time, and the compute capability its kernels are built for.
 pub mod preflight {
-    pub use crate::device::{
+    pub use crate::driver::device::{
         REQUIRED_COMPUTE_CAPABILITY, check_compute_capability, check_libraries, require_library,
     };
 }
@@ -611,28 +629,29 @@ pub mod preflight {
 /// version of stepgraph fails to resolve it instead of calling the wrong shapes.
 #[doc(hidden)]
 pub mod __rt_v1 {
-    pub use crate::buffer::{
-        BufferField, ConfigValue, StepBuffer, ViewSpans, assert_buffer, assert_config, assert_view,
-        field_regions,
+    pub use crate::blas::Blas;
+    pub use crate::capture::executor::Issue;
+    pub use crate::capture::step::{Step, StepSpec};
+    pub use crate::driver::device::{AllocLike, Device};
+    pub use crate::driver::memory::{
+        DeviceBuffer, DeviceMem, DeviceMemMut, Span, declared_view, declared_view_mut,
     };
-    pub use crate::context::OpContext;
-    pub use crate::device::{AllocLike, Device};
     pub use crate::error::{Error, Result};
-    pub use crate::executor::Issue;
-    pub use crate::flag::{DeviceFlag, WhenFlag, when_flag};
-    pub use crate::guard::{Grant, Granted, granted, granted_view};
     pub use crate::kernel::{
         Image, Kernel, KernelDecl, Module, ModuleDecl, ParamDecl, Registry, bf16, f16,
     };
-    pub use crate::memory::{
-        DeviceBuffer, DeviceMem, DeviceMemMut, Span, declared_view, declared_view_mut,
+    pub use crate::op::buffer::{
+        BufferField, ConfigValue, StepBuffer, ViewSpans, assert_buffer, assert_config, assert_view,
+        field_regions,
     };
+    pub use crate::op::context::OpContext;
+    pub use crate::op::flag::{DeviceFlag, WhenFlag, when_flag};
+    pub use crate::op::grant::{Grant, Granted, granted, granted_view};
+    pub use crate::op::stream::CaptureStream;
     pub use crate::plan::{
         AccessDesc, BufId, BufKind, BufferDesc, EdgeDesc, EdgeKind, EventDesc, EventId, OpDesc,
         OpId, PlanDesc, StreamDesc, StreamId, StreamPriority,
     };
-    pub use crate::step::{Step, StepSpec};
-    pub use crate::stream::{Blas, CaptureStream};
     pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 
     /// Allocates `count` more copies shaped like `first` (per-stream or per-branch
@@ -643,7 +662,7 @@ pub mod __rt_v1 {
         buffer: &'static str,
         count: usize,
     ) -> Result<std::vec::Vec<T>> {
-        crate::step::scratch_copies(first, device, buffer, count)
+        crate::capture::step::scratch_copies(first, device, buffer, count)
     }
 
     /// A stream of the plan.

@@ -18,3 +18,5 @@ pub mod lock;
 pub mod plan;
 pub mod programs;
 pub mod test;
+#[cfg(test)]
+mod tidy;

@@ -26,17 +26,18 @@
 //! values are no longer needed.
 
 use std::fmt;
-use std::mem::MaybeUninit;
 
-use cudarc::driver::sys;
 use cudarc::driver::{CudaEvent, CudaStream};
 
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::event::{elapsed_ms, event};
+use crate::driver::graph::{
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUgraphNode, CUgraphNodeType, Graph, OpNodes,
+    blocks_per_sm, function_name, kernel_params, node_function, node_type, preceding_memsets,
+};
 use crate::error::{Error, Result};
-use crate::graph::{CapturedGraph, Graph};
+use crate::measure::timing::median;
 use crate::plan::PlanDesc;
-use crate::timing::{elapsed_ms, event, median};
-use crate::verify::{OpNodes, node_type};
 
 /// Copies of a kernel node chained in one timing graph.
 pub const COPIES: usize = 20;
@@ -364,111 +365,9 @@ pub fn grid_share(blocks: u64, resident: u64) -> f64 {
     (blocks as f64 / resident as f64).min(1.0)
 }
 
-/// Reads a kernel node's launch.
-fn kernel_params(node: sys::CUgraphNode) -> Result<sys::CUDA_KERNEL_NODE_PARAMS> {
-    let mut p = MaybeUninit::<sys::CUDA_KERNEL_NODE_PARAMS>::zeroed();
-    // SAFETY: `node` is a kernel node of a live graph; `p` is a valid out-pointer. The
-    // argument pointers it returns stay owned by the graph, which outlives their use.
-    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, p.as_mut_ptr()) }
-        .result()
-        .map_err(Error::driver("cuGraphKernelNodeGetParams"))?;
-    // SAFETY: written by the successful call (and all-zero is a valid value).
-    Ok(unsafe { p.assume_init() })
-}
-
-/// The function a kernel node launches: its `func`, or for a library kernel given as a
-/// `CUkernel` (cuBLASLt's), that kernel's function in the current context.
-fn node_function(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<sys::CUfunction> {
-    if !p.func.is_null() {
-        return Ok(p.func);
-    }
-    if p.kern.is_null() {
-        return Err(Error::Invalid(
-            "a kernel node names neither a function nor a kernel".into(),
-        ));
-    }
-    let mut f = std::ptr::null_mut();
-    // SAFETY: `kern` is a valid kernel handle read from a live node; `f` is a valid
-    // out-pointer; the context is current on this thread (the executor's).
-    unsafe { sys::cuKernelGetFunction(&mut f, p.kern) }
-        .result()
-        .map_err(Error::driver("cuKernelGetFunction"))?;
-    Ok(f)
-}
-
-/// The name the driver knows a function by (empty if it will not say).
-fn function_name(func: sys::CUfunction) -> String {
-    let mut p = std::ptr::null();
-    // SAFETY: valid function handle and out-pointer; the string is owned by the driver
-    // and lives as long as the function.
-    let ok = unsafe { sys::cuFuncGetName(&mut p, func) }.result().is_ok();
-    if !ok || p.is_null() {
-        return String::new();
-    }
-    // SAFETY: a NUL-terminated string from the driver (checked non-null above).
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Blocks of `func` one SM holds at once with this launch's block and shared memory.
-fn blocks_per_sm(func: sys::CUfunction, threads: u32, shared: u32) -> Result<u64> {
-    let mut n = 0i32;
-    let threads = i32::try_from(threads)
-        .map_err(|_| Error::Invalid(format!("a kernel node has {threads} threads a block")))?;
-    // SAFETY: valid function handle, valid out-pointer.
-    unsafe {
-        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, func, threads, shared as usize)
-    }
-    .result()
-    .map_err(Error::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-    Ok(u64::try_from(n).unwrap_or(0))
-}
-
 /// How long one timing of a kernel alone may take before it is given up: a chain of
 /// [`COPIES`] launched [`LAUNCHES`] + 1 times of a kernel of the step, milliseconds each.
 pub const ALONE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The memsets that kernel node `node` depends on directly: cuBLASLt clears a counter in
-/// its workspace before some Hopper kernels (a persistent tile scheduler's), and such a
-/// kernel run again without the clear waits for arrivals that never come, so its copies
-/// alone are preceded by the same clears.
-fn preceding_memsets(node: sys::CUgraphNode) -> Result<Vec<sys::CUDA_MEMSET_NODE_PARAMS>> {
-    let mut n = 0usize;
-    // SAFETY: a node of a live graph; null arrays ask for the count only.
-    unsafe {
-        sys::cuGraphNodeGetDependencies_v2(node, std::ptr::null_mut(), std::ptr::null_mut(), &mut n)
-    }
-    .result()
-    .map_err(Error::driver("cuGraphNodeGetDependencies"))?;
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let mut deps = vec![std::ptr::null_mut(); n];
-    // SAFETY: CUgraphEdgeData is plain data, valid when zeroed; the driver refuses to drop
-    // an edge's data, so it is read too.
-    let mut data = vec![unsafe { std::mem::zeroed::<sys::CUgraphEdgeData>() }; n];
-    // SAFETY: both arrays have room for `n` entries.
-    unsafe {
-        sys::cuGraphNodeGetDependencies_v2(node, deps.as_mut_ptr(), data.as_mut_ptr(), &mut n)
-    }
-    .result()
-    .map_err(Error::driver("cuGraphNodeGetDependencies"))?;
-    let mut memsets = Vec::new();
-    for &dep in deps.iter().take(n) {
-        if node_type(dep)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET {
-            continue;
-        }
-        let mut p = MaybeUninit::<sys::CUDA_MEMSET_NODE_PARAMS>::zeroed();
-        // SAFETY: a memset node of the live graph; `p` is a valid out-pointer.
-        unsafe { sys::cuGraphMemsetNodeGetParams(dep, p.as_mut_ptr()) }
-            .result()
-            .map_err(Error::driver("cuGraphMemsetNodeGetParams"))?;
-        // SAFETY: zeroed, then written by the driver.
-        memsets.push(unsafe { p.assume_init() });
-    }
-    Ok(memsets)
-}
 
 /// Median time of one copy of `src` alone, in milliseconds, from a chain of [`COPIES`],
 /// each after the memsets `src` depends on (`clears`, timed with it: tiny); `marks` are
@@ -478,54 +377,12 @@ fn time_alone(
     device: &Device,
     stream: &CudaStream,
     marks: &[CudaEvent],
-    src: sys::CUgraphNode,
-    params: &sys::CUDA_KERNEL_NODE_PARAMS,
-    clears: &[sys::CUDA_MEMSET_NODE_PARAMS],
+    src: CUgraphNode,
+    params: &CUDA_KERNEL_NODE_PARAMS,
+    clears: &[CUDA_MEMSET_NODE_PARAMS],
 ) -> Result<f64> {
     let ctx = device.context();
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; flags must be 0.
-    unsafe { sys::cuGraphCreate(&mut raw, 0) }
-        .result()
-        .map_err(Error::driver("cuGraphCreate"))?;
-    // SAFETY: a fresh graph owned by nothing else.
-    let graph = unsafe { CapturedGraph::new(raw, ctx.clone()) };
-    let mut prev: Option<sys::CUgraphNode> = None;
-    for _ in 0..COPIES {
-        for clear in clears {
-            let mut node = std::ptr::null_mut();
-            let deps: &[sys::CUgraphNode] = prev.as_slice();
-            // SAFETY: the graph is live; `clear` was read from a live memset node of the
-            // same context, whose memory outlives this call.
-            unsafe {
-                sys::cuGraphAddMemsetNode(
-                    &mut node,
-                    raw,
-                    deps.as_ptr(),
-                    deps.len(),
-                    clear,
-                    ctx.cu_ctx(),
-                )
-            }
-            .result()
-            .map_err(Error::driver("cuGraphAddMemsetNode"))?;
-            prev = Some(node);
-        }
-        let mut node = std::ptr::null_mut();
-        let deps: &[sys::CUgraphNode] = prev.as_slice();
-        // SAFETY: the graph is live; `params` was read from a live kernel node of the same
-        // context, its argument values are copied by the driver here.
-        unsafe { sys::cuGraphAddKernelNode_v2(&mut node, raw, deps.as_ptr(), deps.len(), params) }
-            .result()
-            .map_err(Error::driver("cuGraphAddKernelNode"))?;
-        // The copy must launch as the original did: cluster shape, priority and the
-        // other launch attributes cuBLASLt sets live on the node, not in its params.
-        // SAFETY: both are kernel nodes of one context.
-        unsafe { sys::cuGraphKernelNodeCopyAttributes(node, src) }
-            .result()
-            .map_err(Error::driver("cuGraphKernelNodeCopyAttributes"))?;
-        prev = Some(node);
-    }
+    let graph = crate::driver::graph::chain_of_copies(ctx, src, params, clears, COPIES)?;
     // The copies carry the source's priority attribute; timed alone, it does not matter.
     let exec = Graph::instantiate(graph, false)?;
     exec.launch(stream)?;
@@ -595,7 +452,7 @@ pub(crate) fn measure(
         // launched alone. Its body, which runs at every k-th replay only, is not counted.
         let conditional = plan.ops.get(i).is_some_and(|o| o.every.is_some());
         for &node in &op.nodes {
-            if node_type(node)? != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+            if node_type(node)? != CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
                 work.other_nodes += 1;
                 continue;
             }

@@ -16,10 +16,10 @@ use core::time::Duration;
 use cudarc::driver::LaunchConfig;
 
 use crate::blas::{Epilogue, Matmul, Precision, SmTarget};
-use crate::comm::{Communicator, ReduceOp};
-use crate::flag::DeviceFlag;
-use crate::memory::{DeviceBuffer, Span};
-use crate::scalars::DeviceScalars;
+use crate::driver::memory::{DeviceBuffer, Span};
+use crate::op::comm::{Communicator, ReduceOp};
+use crate::op::flag::DeviceFlag;
+use crate::op::scalars::DeviceScalars;
 
 /// Device memory that a step's ops are handed: the type of every field of a step's
 /// `#[buffers]` struct.
@@ -132,7 +132,7 @@ unsafe impl<T> StepBuffer for DeviceScalars<T> {
 // SAFETY: pinned staging slots that an op reaches only through `CaptureStream::stage`,
 // a copy in the graph; the host writes a slot only through `Step::fill`, once the replay
 // that read it has finished.
-unsafe impl<T> StepBuffer for crate::host_io::HostInput<T> {
+unsafe impl<T> StepBuffer for crate::op::host_io::HostInput<T> {
     fn __regions(&self, _: &mut Vec<(u64, usize)>) -> bool {
         true
     }
@@ -141,7 +141,7 @@ unsafe impl<T> StepBuffer for crate::host_io::HostInput<T> {
 // SAFETY: pinned slots that an op reaches only through `CaptureStream::read_back`, a copy
 // in the graph; the host reads a slot only through `Step::read_back`, once the replay that
 // wrote it has finished.
-unsafe impl<T> StepBuffer for crate::host_io::HostOutput<T> {
+unsafe impl<T> StepBuffer for crate::op::host_io::HostOutput<T> {
     fn __regions(&self, _: &mut Vec<(u64, usize)>) -> bool {
         true
     }

@@ -29,10 +29,10 @@ use cudarc::driver::CudaContext;
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys;
 
-use crate::device::{Device, require_library};
+use crate::driver::device::{Device, require_library};
+use crate::driver::memory::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::memory::DeviceBuffer;
-use crate::stream::CaptureStream;
+use crate::op::stream::CaptureStream;
 
 /// The error of a failed NCCL call, with NCCL's description of the code.
 fn nccl_error(call: &'static str) -> impl Fn(nccl::NcclError) -> Error {
@@ -82,7 +82,7 @@ impl fmt::Debug for CommId {
 impl CommId {
     /// A fresh id (`ncclGetUniqueId`).
     pub fn new() -> Result<CommId> {
-        crate::guard::check("CommId::new")?;
+        crate::scope::check("CommId::new")?;
         require_nccl()?;
         nccl::get_uniqueid()
             .map(CommId)
@@ -199,7 +199,7 @@ impl Communicator {
     /// rank has joined, so the ranks must join at the same time (one thread or process
     /// each). A world of one is a real NCCL communicator too.
     pub fn join(device: &Device, id: CommId, rank: usize, world: usize) -> Result<Communicator> {
-        crate::guard::check("Communicator::join")?;
+        crate::scope::check("Communicator::join")?;
         check_rank(rank, world)?;
         let ranks = |n: usize| {
             i32::try_from(n).map_err(|_| Error::Invalid(format!("{n} ranks are too many for NCCL")))
@@ -326,13 +326,13 @@ impl CaptureStream<'_> {
             )));
         }
         for buf in bufs.iter() {
-            crate::guard::check_write_mem(&**buf, || "all-reduce bucket".into())?;
+            crate::driver::memory::check_write_mem(&**buf, || "all-reduce bucket".into())?;
         }
         self.count(|c| c.collectives += 1);
         if self.mode.enqueues() {
             // NCCL may order its own bookkeeping streams against this one; what it issues
             // is NCCL's to order, so the capture guard does not judge it.
-            crate::guard::exempt(|| comm.all_reduce_on(self.stream, bufs, op))?;
+            crate::scope::exempt(|| comm.all_reduce_on(self.stream, bufs, op))?;
         }
         Ok(())
     }

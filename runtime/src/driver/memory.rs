@@ -9,7 +9,6 @@ use std::ops::{Bound, RangeBounds};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchArgs};
 use cudarc::driver::{DeviceSlice, PushKernelArg};
 
-use crate::device::Device;
 use crate::error::{Error, Result};
 
 pub(crate) mod sealed {
@@ -180,7 +179,7 @@ impl fmt::Display for Span {
 /// A typed allocation in device memory.
 ///
 /// It has no method that touches the host: copies to and from the host go through
-/// [`Device::upload`] and [`Device::download`], which an op never receives. An op gets
+/// [`Device::upload`](crate::Device::upload) and [`Device::download`](crate::Device::download), which an op never receives. An op gets
 /// `&DeviceBuffer` (read) or `&mut DeviceBuffer` (write) and hands it, or a [`View`] of
 /// it, to a kernel launch, a matmul, a copy or a memset on its
 /// [`CaptureStream`](crate::CaptureStream).
@@ -214,7 +213,7 @@ impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: `slice` is not used again: this is the value's last use.
         let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
-        crate::guard::free(slice);
+        crate::scope::free(slice);
     }
 }
 
@@ -223,54 +222,6 @@ impl<T> DeviceBuffer<T> {
         DeviceBuffer {
             slice: ManuallyDrop::new(slice),
         }
-    }
-
-    /// Takes a cudarc allocation made in `device`'s context: a trainer's existing
-    /// buffers enter a step this way.
-    ///
-    /// Fails if the slice belongs to another context, or if the `CudaContext` value it was
-    /// made with tracks events (each value has its own flag: make the slices with the
-    /// context given to [`Device::from_context`], whose tracking is off). stepgraph orders
-    /// every use of the buffer through the plan.
-    ///
-    /// ```no_run
-    /// use stepgraph::{Device, DeviceBuffer};
-    ///
-    /// let ctx = stepgraph::cudarc::driver::CudaContext::new(0)?;
-    /// // SAFETY: this program orders its streams itself (it captures graphs).
-    /// unsafe { ctx.disable_event_tracking() };
-    /// let stream = ctx.default_stream();
-    /// let weights = stream.clone_htod(&[0.5f32; 1024])?;
-    ///
-    /// let device = Device::from_context(ctx)?;
-    /// let weights = DeviceBuffer::from_cuda_slice(&device, weights)?;
-    /// assert_eq!(weights.len(), 1024);
-    /// let back: stepgraph::cudarc::driver::CudaSlice<f32> = weights.into_cuda_slice();
-    /// assert_eq!(back.len(), 1024);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_cuda_slice(device: &Device, slice: CudaSlice<T>) -> Result<DeviceBuffer<T>> {
-        let ours = device.context().cu_ctx();
-        let theirs = slice.context().cu_ctx();
-        if ours != theirs {
-            return Err(Error::Invalid(format!(
-                "a CudaSlice of {} elements belongs to another CUDA context than device {} ({}): \
-                 expected a slice allocated in the device's context",
-                slice.len(),
-                device.ordinal(),
-                device.name()
-            )));
-        }
-        // Each `CudaContext` value has its own flag, and a slice follows its own's.
-        if slice.context().is_event_tracking() {
-            return Err(Error::Invalid(format!(
-                "a CudaSlice of {} elements comes from a CudaContext that tracks events: \
-                 expected one with tracking off, such as the one given to \
-                 Device::from_context (its events would break the capture)",
-                slice.len()
-            )));
-        }
-        Ok(DeviceBuffer::wrap(slice))
     }
 
     /// The cudarc allocation, for existing code that takes `&CudaSlice<T>`: outside an
@@ -282,7 +233,7 @@ impl<T> DeviceBuffer<T> {
     /// escape the capture. Inside an op, [`cuda_slice`](Self::cuda_slice) gives it under
     /// a written contract.
     pub fn as_cuda_slice(&self) -> Result<&CudaSlice<T>> {
-        crate::guard::check("DeviceBuffer::as_cuda_slice")?;
+        crate::scope::check("DeviceBuffer::as_cuda_slice")?;
         Ok(&self.slice)
     }
 
@@ -295,7 +246,7 @@ impl<T> DeviceBuffer<T> {
     /// step's buffers are rebound only through [`Step::rebind`](crate::Step::rebind),
     /// which captures again.
     pub fn as_cuda_slice_mut(&mut self) -> Result<&mut CudaSlice<T>> {
-        crate::guard::check("DeviceBuffer::as_cuda_slice_mut")?;
+        crate::scope::check("DeviceBuffer::as_cuda_slice_mut")?;
         Ok(&mut self.slice)
     }
 
@@ -493,7 +444,7 @@ impl<'a, T> View<'a, T> {
     /// while an op is being issued, as [`DeviceBuffer::as_cuda_slice`] does; inside an
     /// op, [`cuda_view`](Self::cuda_view).
     pub fn as_cuda_view(&self) -> Result<&CudaView<'a, T>> {
-        crate::guard::check("View::as_cuda_view")?;
+        crate::scope::check("View::as_cuda_view")?;
         Ok(&self.inner)
     }
 
@@ -534,7 +485,7 @@ impl<'a, T> ViewMut<'a, T> {
     /// while an op is being issued, as [`DeviceBuffer::as_cuda_slice`] does; inside an
     /// op, [`cuda_view`](Self::cuda_view).
     pub fn as_cuda_view(&self) -> Result<CudaView<'_, T>> {
-        crate::guard::check("ViewMut::as_cuda_view")?;
+        crate::scope::check("ViewMut::as_cuda_view")?;
         Ok(self.inner.as_view())
     }
 
@@ -561,7 +512,7 @@ impl<'a, T> ViewMut<'a, T> {
     /// # Ok::<(), stepgraph::Error>(())
     /// ```
     pub fn as_cuda_view_mut(&mut self) -> Result<CudaViewMut<'_, T>> {
-        crate::guard::check("ViewMut::as_cuda_view_mut")?;
+        crate::scope::check("ViewMut::as_cuda_view_mut")?;
         Ok(self.inner.slice_mut(..))
     }
 
@@ -703,6 +654,15 @@ pub fn declared_view_mut<'a, T>(
     what: &str,
 ) -> Result<ViewMut<'a, T>> {
     parent.view_mut_named(span, what)
+}
+
+/// [`check_write`](crate::scope::check_write) for device memory an operation writes: fails
+/// unless it lies inside the grant of the op being issued, when one is held.
+pub(crate) fn check_write_mem<T>(
+    mem: &(impl DeviceMem<T> + ?Sized),
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    crate::scope::check_write(mem.device_address(), mem.len() * size_of::<T>(), what)
 }
 
 #[cfg(test)]

@@ -22,14 +22,13 @@
 //! flight, so a queued replay never writes the slot the host reads.
 
 use std::fmt;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::sys::{self, CUDA_MEMCPY3D};
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DeviceRepr, ValidAsZeroBits, result};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DeviceRepr, ValidAsZeroBits};
 
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::graph::{CUDA_MEMCPY3D, CUgraphExec, CUgraphNode};
 use crate::error::{Error, Result};
 
 /// Staging slots of a [`HostInput`]: the host fills one while a replay reads the other.
@@ -63,7 +62,7 @@ impl Drop for Pinned {
         // SAFETY: `ptr` came from `malloc_host` in `Ring::new` and is freed once, after
         // every graph that copies from or to it (each holds the ring's Arc).
         self.ctx
-            .record_err(unsafe { result::free_host(self.ptr.cast()) });
+            .record_err(unsafe { crate::driver::transfer::free_host(self.ptr) });
     }
 }
 
@@ -152,7 +151,7 @@ impl Ring {
         slots: usize,
         bytes: usize,
     ) -> Result<Ring> {
-        crate::guard::check(match direction {
+        crate::scope::check(match direction {
             Direction::ToDevice => "HostInput::new",
             Direction::ToHost => "HostOutput::new",
         })?;
@@ -168,9 +167,9 @@ impl Ring {
             .map(|i| {
                 // SAFETY: a plain page-locked allocation of `bytes` bytes, zeroed below
                 // before anything reads it.
-                let ptr = unsafe { result::malloc_host(bytes, 0) }
-                    .map_err(device.alloc_error(&format!("slot {i} of `{what}` (pinned)"), bytes))?
-                    as *mut u8;
+                let ptr = crate::driver::transfer::malloc_host(bytes).map_err(
+                    device.alloc_error(&format!("slot {i} of `{what}` (pinned)"), bytes),
+                )?;
                 // SAFETY: `ptr` holds `bytes` writable bytes.
                 unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
                 Ok(Pinned {
@@ -424,7 +423,7 @@ impl<T: fmt::Debug> fmt::Debug for ReadBack<'_, T> {
 /// replay at the slot that replay uses.
 pub(crate) struct Patch {
     ring: Arc<Ring>,
-    node: sys::CUgraphNode,
+    node: CUgraphNode,
     /// The node's parameters as captured; the host pointer is changed per slot.
     params: CUDA_MEMCPY3D,
     /// Where the node's host pointer is: the driver may record it as host or unified.
@@ -445,20 +444,13 @@ enum HostField {
 pub(crate) struct Captured {
     pub(crate) ring: Arc<Ring>,
     pub(crate) slot: usize,
-    pub(crate) node: sys::CUgraphNode,
+    pub(crate) node: CUgraphNode,
 }
 
 impl Patch {
     /// Reads the captured node's parameters and finds its host pointer.
     pub(crate) fn new(c: Captured) -> Result<Patch> {
-        let mut params = MaybeUninit::<CUDA_MEMCPY3D>::zeroed();
-        // SAFETY: `node` is a memcpy node of the live captured graph; `params` is a valid
-        // out-pointer.
-        unsafe { sys::cuGraphMemcpyNodeGetParams(c.node, params.as_mut_ptr()) }
-            .result()
-            .map_err(Error::driver("cuGraphMemcpyNodeGetParams"))?;
-        // SAFETY: zeroed, then written by the driver; all-zero is a valid value.
-        let params = unsafe { params.assume_init() };
+        let params = crate::driver::graph::memcpy_node_params(c.node)?;
         let ptr = c.ring.slot_ptr(c.slot);
         let host_field = match c.ring.direction {
             Direction::ToDevice if params.srcHost == ptr.cast_const().cast() => HostField::SrcHost,
@@ -483,12 +475,7 @@ impl Patch {
     }
 
     /// Points the executable node at the slot replay `seq` uses, and marks the slot.
-    pub(crate) fn prepare(
-        &mut self,
-        exec: sys::CUgraphExec,
-        ctx: &CudaContext,
-        seq: u64,
-    ) -> Result<()> {
+    pub(crate) fn prepare(&mut self, exec: CUgraphExec, ctx: &CudaContext, seq: u64) -> Result<()> {
         let mut st = self.ring.state();
         let slot = st.slot_for(self.ring.direction, seq);
         if slot != self.slot {
@@ -502,9 +489,7 @@ impl Patch {
             }
             // SAFETY: `node` is a memcpy node of the graph `exec` was instantiated from;
             // the new slot is pinned memory of the same context and size as the old.
-            unsafe { sys::cuGraphExecMemcpyNodeSetParams(exec, self.node, &params, ctx.cu_ctx()) }
-                .result()
-                .map_err(Error::driver("cuGraphExecMemcpyNodeSetParams"))?;
+            unsafe { crate::driver::graph::set_memcpy_node_params(exec, self.node, &params, ctx) }?;
             self.slot = slot;
         }
         st.mark(slot, seq);
@@ -532,7 +517,7 @@ impl Clock {
     pub(crate) fn new(device: &Device) -> Result<Clock> {
         Ok(Clock {
             events: (0..=MAX_IN_FLIGHT)
-                .map(|_| crate::timing::event(device, false))
+                .map(|_| crate::driver::event::event(device, false))
                 .collect::<Result<_>>()?,
             launched: Default::default(),
             finished: Default::default(),
@@ -645,7 +630,7 @@ pub(crate) fn enqueue(
             let src = unsafe { std::slice::from_raw_parts(host.cast_const(), bytes) };
             // SAFETY: `device` has room for `bytes` (checked by the caller); the source is
             // pinned, so a captured node reads it at replay time.
-            unsafe { result::memcpy_htod_async(device, src, stream.cu_stream()) }
+            unsafe { crate::driver::transfer::copy_htod(stream, device, src) }
                 .map_err(Error::driver("cuMemcpyHtoDAsync"))
         }
         Direction::ToHost => {
@@ -654,7 +639,7 @@ pub(crate) fn enqueue(
             let dst = unsafe { std::slice::from_raw_parts_mut(host, bytes) };
             // SAFETY: `device` holds `bytes` (checked by the caller); the slot is written
             // at replay time.
-            unsafe { result::memcpy_dtoh_async(dst, device, stream.cu_stream()) }
+            unsafe { crate::driver::transfer::copy_dtoh(stream, dst, device) }
                 .map_err(Error::driver("cuMemcpyDtoHAsync"))
         }
     }

@@ -20,10 +20,11 @@ use std::iter::Sum;
 use std::ops::Add;
 
 use crate::blas::{BlasSession, Matmul, MatmulArgs, Precision};
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::event::{elapsed_ms, event};
 use crate::error::{Error, Result};
-use crate::stream::Mode;
-use crate::timing::{elapsed_ms, event, median};
+use crate::measure::timing::median;
+use crate::op::stream::Mode;
 
 /// The side of the square TF32 product [`Ceilings::measure`] times.
 pub const CEILING_MATMUL: usize = 8192;
@@ -157,7 +158,7 @@ impl Ceilings {
     /// Measures both on `device` (about 1.3 GB of host data generated and uploaded, 3 GB
     /// of device memory for the time of the call).
     pub fn measure(device: &Device) -> Result<Ceilings> {
-        crate::guard::check("Ceilings::measure")?;
+        crate::scope::check("Ceilings::measure")?;
         let session = BlasSession::new(device)?;
         let stream = session.stream();
         let mut rng = SplitMix(0x5eed_f100);

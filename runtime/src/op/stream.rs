@@ -8,33 +8,14 @@ use cudarc::driver::{
     CudaStream, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-use crate::blas::{BlasHandle, Matmul, SmTarget};
+use crate::blas::{Blas, BlasHandle, SmTarget};
+use crate::driver::memory::{DeviceMem, DeviceMemMut};
+use crate::driver::module::{ArgCheck, Kernel};
 use crate::error::{Error, Result};
-use crate::flag::DeviceFlag;
-use crate::host_io::{self, Captured, HostInput, HostOutput, IoKind, IoPass};
-use crate::kernel::{ArgCheck, Kernel};
-use crate::memory::{DeviceMem, DeviceMemMut};
-use crate::scalars::DeviceScalars;
-use crate::verify::OpCounts;
-
-/// How a pass over the step's ops treats the work they issue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Nothing is enqueued: arguments are checked and matmul plans are built and warmed.
-    /// Runs once before every capture, so nothing is created inside a capture.
-    Dry,
-    /// Work is enqueued on a stream under stream capture.
-    Capture,
-    /// Work is enqueued and runs as it is issued (the eager baseline).
-    Eager,
-}
-
-impl Mode {
-    /// Whether work is put on the stream in this mode.
-    pub fn enqueues(self) -> bool {
-        !matches!(self, Mode::Dry)
-    }
-}
+use crate::op::flag::DeviceFlag;
+use crate::op::host_io::{self, Captured, HostInput, HostOutput, IoKind, IoPass};
+use crate::op::scalars::DeviceScalars;
+pub use crate::scope::{Mode, OpCounts};
 
 /// The stream an op is issued on, during capture.
 ///
@@ -123,7 +104,7 @@ impl<'a> CaptureStream<'a> {
         &self,
         buf: &mut impl DeviceMemMut<T>,
     ) -> Result<()> {
-        crate::guard::check_write_mem(buf, || "memset".into())?;
+        crate::driver::memory::check_write_mem(buf, || "memset".into())?;
         if self.mode.enqueues() {
             let bytes = buf.len() * size_of::<T>();
             self.bind()?;
@@ -131,12 +112,7 @@ impl<'a> CaptureStream<'a> {
             // mutably for this call (a captured memset's memory is kept alive by the step
             // that owns the graph).
             unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    buf.device_address(),
-                    0,
-                    bytes,
-                    self.stream.cu_stream(),
-                )
+                crate::driver::transfer::memset_d8(self.stream, buf.device_address(), 0, bytes)
             }
             .map_err(Error::driver("cuMemsetD8Async"))?;
         }
@@ -148,21 +124,20 @@ impl<'a> CaptureStream<'a> {
     /// step or in a later replay. A kernel of the op's own may write it instead, to decide
     /// from the data.
     pub fn set_flag(&self, flag: &mut DeviceFlag, set: bool) -> Result<()> {
-        crate::guard::check_write_mem(flag, || "set_flag".into())?;
+        crate::driver::memory::check_write_mem(flag, || "set_flag".into())?;
         if self.mode.enqueues() {
             self.bind()?;
             // SAFETY: the address is that of the flag's one live u32, borrowed mutably for
             // this call (a captured memset's memory is kept alive by the step that owns
             // the graph).
             unsafe {
-                cudarc::driver::sys::cuMemsetD32Async(
+                crate::driver::transfer::memset_d32(
+                    self.stream,
                     flag.device_address(),
                     u32::from(set),
                     1,
-                    self.stream.cu_stream(),
                 )
             }
-            .result()
             .map_err(Error::driver("cuMemsetD32Async"))?;
         }
         self.count(|c| c.memsets += 1);
@@ -182,17 +157,17 @@ impl<'a> CaptureStream<'a> {
                 found: dst.len(),
             });
         }
-        crate::guard::check_write_mem(dst, || "copy destination".into())?;
+        crate::driver::memory::check_write_mem(dst, || "copy destination".into())?;
         if self.mode.enqueues() {
             self.bind()?;
             // SAFETY: both are live device memory of `len` elements (checked above),
             // borrowed for this call; they cannot overlap, as `dst` is borrowed mutably.
             unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
+                crate::driver::transfer::copy_dtod(
+                    self.stream,
                     dst.device_address(),
                     src.device_address(),
                     src.len() * size_of::<T>(),
-                    self.stream.cu_stream(),
                 )
             }
             .map_err(Error::driver("cuMemcpyDtoDAsync"))?;
@@ -267,7 +242,9 @@ impl<'a> CaptureStream<'a> {
         &self,
         scalars: &mut DeviceScalars<T>,
     ) -> Result<()> {
-        crate::guard::check_write_mem(scalars.on_device(), || "refresh of device scalars".into())?;
+        crate::driver::memory::check_write_mem(scalars.on_device(), || {
+            "refresh of device scalars".into()
+        })?;
         if self.mode.enqueues() {
             scalars.enqueue_refresh(self.stream)?;
         }
@@ -293,7 +270,9 @@ impl<'a> CaptureStream<'a> {
             input.len(),
             dst.len(),
         )?;
-        crate::guard::check_write_mem(dst, || format!("staged copy of `{}`", input.name()))?;
+        crate::driver::memory::check_write_mem(dst, || {
+            format!("staged copy of `{}`", input.name())
+        })?;
         self.host_copy(&input.ring, dst.device_address())
     }
 
@@ -345,7 +324,8 @@ impl<'a> CaptureStream<'a> {
                 self.stream,
             )?;
             if self.mode == Mode::Capture && io.kind == Some(IoKind::Graph) {
-                let node = match crate::every::capture_dependencies(self.stream)?.as_slice() {
+                let node = match crate::driver::graph::capture_dependencies(self.stream)?.as_slice()
+                {
                     [node] => *node,
                     found => {
                         return Err(Error::Invalid(format!(
@@ -390,7 +370,7 @@ impl fmt::Debug for Launch<'_> {
 }
 
 /// What a buffer argument is to the kernel: a device address (`CUdeviceptr`).
-const DEVICE_POINTER_BYTES: usize = size_of::<cudarc::driver::sys::CUdeviceptr>();
+use crate::driver::transfer::DEVICE_POINTER_BYTES;
 
 impl<'b> Launch<'b> {
     /// Passes a buffer or a view the kernel only reads, as a `const T*`.
@@ -404,7 +384,7 @@ impl<'b> Launch<'b> {
     pub fn buf_mut<T>(&mut self, buf: &'b mut impl DeviceMemMut<T>) -> &mut Self {
         if self.refused.is_none() {
             let (kernel, index) = (self.kernel.name(), self.check.pushed());
-            self.refused = crate::guard::check_write_mem(&*buf, || {
+            self.refused = crate::driver::memory::check_write_mem(&*buf, || {
                 format!("argument {index} of kernel `{kernel}`")
             })
             .err();
@@ -455,120 +435,5 @@ impl<'b> Launch<'b> {
         unsafe { self.args.launch(config) }
             .map(|_| ())
             .map_err(Error::driver("cuLaunchKernel"))
-    }
-}
-
-/// The cuBLASLt handle and workspace of the stream an op runs on.
-#[derive(Clone, Copy)]
-pub struct Blas<'a> {
-    pub(crate) handle: &'a BlasHandle,
-    pub(crate) stream: &'a Arc<CudaStream>,
-    pub(crate) mode: Mode,
-    /// The op's counters, when the view comes from a capture stream.
-    pub(crate) counts: Option<&'a Cell<OpCounts>>,
-    /// What matmuls whose spec names no SM target are planned for.
-    pub(crate) sm_target: SmTarget,
-}
-
-impl Blas<'_> {
-    /// The same view, with every matmul whose spec names no SM target of its own planned
-    /// for `target` (see [`SmTarget`]): one line at the top of a stream group member's op
-    /// instead of a target on each of its specs.
-    ///
-    /// ```no_run
-    /// use stepgraph::{CaptureStream, Matmul, MatmulArgs, Result, SmTarget};
-    ///
-    /// /// One of four branches' layers, each branch on a stream of `branch[4]`.
-    /// fn branch(s: &CaptureStream<'_>, x: &stepgraph::DeviceBuffer<f32>,
-    ///           w: &stepgraph::DeviceBuffer<f32>, y: &mut stepgraph::DeviceBuffer<f32>)
-    ///           -> Result<()> {
-    ///     let blas = s.blas().planned_for(SmTarget::Share(4));
-    ///     let fc = Matmul::new(16384, 64, 256).with_trans_b(true);
-    ///     blas.matmul(&fc, x, w, y, MatmulArgs::new()) // planned for 132 / 4 SMs on an H200
-    /// }
-    /// ```
-    pub fn planned_for(self, target: SmTarget) -> Self {
-        Blas {
-            sm_target: target,
-            ..self
-        }
-    }
-
-    /// `spec`, planned for this view's SM target unless it names one itself.
-    pub(crate) fn planned(&self, spec: &Matmul) -> Matmul {
-        if spec.sm_target == SmTarget::Whole {
-            spec.with_sm_target(self.sm_target)
-        } else {
-            *spec
-        }
-    }
-
-    /// The stream's cuBLASLt handle, for an existing cuBLASLt call of the program's own.
-    /// Using it is `unsafe` (a raw FFI handle); issue with it only on the stream of
-    /// [`CaptureStream::cuda_stream`], whose contract applies, and do not destroy it.
-    ///
-    /// ```no_run
-    /// fn op(s: &stepgraph::CaptureStream<'_>) -> stepgraph::Result<()> {
-    ///     let handle = s.blas().cublaslt_handle();
-    ///     assert!(!handle.is_null());
-    ///     Ok(())
-    /// }
-    /// ```
-    pub fn cublaslt_handle(&self) -> cudarc::cublaslt::sys::cublasLtHandle_t {
-        self.handle.raw()
-    }
-
-    /// The stream's cuBLASLt workspace as device address and size in bytes
-    /// ([`WORKSPACE_BYTES`](crate::exec::WORKSPACE_BYTES)): what an existing cuBLASLt call
-    /// takes as its workspace override. It belongs to this stream alone, so a call on
-    /// this stream may use it whole, and no call on another stream may use it at all.
-    ///
-    /// ```no_run
-    /// use std::sync::Arc;
-    /// use stepgraph::cudarc::driver::{CudaSlice, CudaStream};
-    /// use stepgraph::{CaptureStream, Error, Result};
-    ///
-    /// # #[derive(Debug)] struct LtError;
-    /// # impl std::fmt::Display for LtError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("lt") } }
-    /// # impl std::error::Error for LtError {}
-    /// /// A trainer's existing cuBLASLt wrapper, with its overrides.
-    /// fn gemm(
-    ///     stream: Option<&Arc<CudaStream>>,
-    ///     workspace: Option<(u64, usize)>,
-    ///     a: &CudaSlice<f32>,
-    ///     d: &mut CudaSlice<f32>,
-    /// ) -> std::result::Result<(), LtError> {
-    /// #   let _ = (stream, workspace, a, d);
-    ///     Ok(()) // cublasLtMatmul(.., workspace.0, workspace.1, stream)
-    /// }
-    ///
-    /// fn head(s: &CaptureStream<'_>, a: &CudaSlice<f32>, d: &mut CudaSlice<f32>) -> Result<()> {
-    ///     let workspace = s.blas().workspace();
-    ///     // SAFETY: `gemm` issues one cuBLASLt matmul on the stream it is given.
-    ///     match unsafe { s.cuda_stream() } {
-    ///         Some(stream) => gemm(Some(stream), Some(workspace), a, d).map_err(Error::external),
-    ///         None => Ok(()), // the dry pass
-    ///     }
-    /// }
-    /// ```
-    pub fn workspace(&self) -> (u64, usize) {
-        self.handle.workspace_raw()
-    }
-
-    pub(crate) fn count(&self, f: impl FnOnce(&mut OpCounts)) {
-        if let Some(cell) = self.counts {
-            let mut c = cell.get();
-            f(&mut c);
-            cell.set(c);
-        }
-    }
-}
-
-impl fmt::Debug for Blas<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Blas")
-            .field("mode", &self.mode)
-            .field("sm_target", &self.sm_target)
-            .finish()
     }
 }

@@ -6,16 +6,16 @@ use std::sync::Arc;
 
 use cudarc::driver::DeviceRepr;
 
-use crate::device::Device;
+use crate::capture::executor::{EveryCounter, Executor, Issue};
+use crate::capture::options::{Options, Schedule};
+use crate::capture::verify::VerifyReport;
+use crate::driver::device::Device;
+use crate::driver::memory::{DeviceMem, Span};
 use crate::error::Result;
-use crate::executor::{EveryCounter, Executor, Issue};
-use crate::host_io::{HostInput, HostOutput, ReadBack};
-use crate::memory::{DeviceMem, Span};
-use crate::options::{Options, Schedule};
+use crate::measure::work::WorkBound;
+use crate::op::host_io::{HostInput, HostOutput, ReadBack};
+use crate::op::scalars::HostAccess;
 use crate::plan::{BufId, OpId, PlanDesc, Profile};
-use crate::scalars::HostAccess;
-use crate::verify::VerifyReport;
-use crate::work::WorkBound;
 
 /// What `#[step]` emits for a step module, and all [`Step`] needs to run it: the plan, the
 /// types of the step's buffers, config and kernels, how to allocate its scratch copies
@@ -521,7 +521,7 @@ fn order_views<S: StepSpec>(exec: &mut Executor, buffers: &S::Buffers) -> Result
 
 /// Allocates `count` more copies shaped like `first` (per-stream or per-branch scratch),
 /// naming each in an out-of-memory error.
-pub(crate) fn scratch_copies<T: crate::device::AllocLike>(
+pub(crate) fn scratch_copies<T: crate::driver::device::AllocLike>(
     first: &T,
     device: &Device,
     buffer: &'static str,

@@ -3,7 +3,9 @@
 use cudarc::cublaslt::result::CublasError;
 use cudarc::driver::DriverError;
 
-use crate::kernel::{ArgMismatch, SignatureMismatch};
+mod kernel;
+
+pub use kernel::{ArgMismatch, Param, SignatureMismatch};
 
 /// Result alias used throughout stepgraph and by the ops users write.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -184,7 +186,7 @@ pub enum Error {
     #[error(
         "kernel `{kernel}` in module `{module}`: the driver refused {bytes} bytes of dynamic \
          shared memory per block; {}",
-        crate::kernel::shared_limit(*.optin, *.static_bytes)
+        kernel::shared_limit(*.optin, *.static_bytes)
     )]
     DynamicShared {
         /// The module.

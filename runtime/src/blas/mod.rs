@@ -24,10 +24,14 @@ use cudarc::cublaslt::result::CublasError;
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::memory::{DeviceMem, DeviceMemMut};
 use crate::error::{Error, Result};
-use crate::memory::{DeviceMem, DeviceMemMut};
-use crate::stream::{Blas, Mode};
+use crate::scope::Mode;
+
+mod op;
+
+pub use op::Blas;
 
 /// cuBLASLt's recommended workspace on Hopper.
 pub const WORKSPACE_BYTES: usize = 32 * 1024 * 1024;
@@ -991,16 +995,16 @@ impl Operands {
 /// read or written past its end on the GPU.
 /// Inside an op, every output a matmul writes must lie in memory the op takes `&mut`.
 fn check_outputs<T: BlasElem>(d: &impl DeviceMem<T>, args: &MatmulArgs<'_, T>) -> Result<()> {
-    crate::guard::check_write_mem(d, || "matmul output D".into())?;
+    crate::driver::memory::check_write_mem(d, || "matmul output D".into())?;
     if let Some(BiasArg::Grad(grad)) = &args.bias {
-        crate::guard::check_write_mem(&**grad, || "matmul bias gradient".into())?;
+        crate::driver::memory::check_write_mem(&**grad, || "matmul bias gradient".into())?;
     }
     match &args.aux {
         Some(AuxArg::SaveReluMask(mask)) => {
-            crate::guard::check_write_mem(&**mask, || "matmul ReLU mask".into())
+            crate::driver::memory::check_write_mem(&**mask, || "matmul ReLU mask".into())
         }
         Some(AuxArg::SaveGeluInput(input)) => {
-            crate::guard::check_write_mem(&**input, || "matmul GELU input".into())
+            crate::driver::memory::check_write_mem(&**input, || "matmul GELU input".into())
         }
         _ => Ok(()),
     }
@@ -1420,7 +1424,7 @@ impl BlasHandle {
     /// Creates the handle and allocates its workspace (`what` names it in an
     /// out-of-memory error).
     pub(crate) fn new(device: &Device, stream: &Arc<CudaStream>, what: &str) -> Result<Self> {
-        crate::guard::check("BlasHandle::new")?;
+        crate::scope::check("BlasHandle::new")?;
         // SAFETY: uninitialised bytes are fine for a scratch workspace cuBLASLt writes
         // before it reads.
         let workspace = unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }
@@ -1668,7 +1672,7 @@ impl Blas<'_> {
             // The warm-up allocates, runs and waits on purpose, before any capture: the
             // capture guard, which refuses all three inside an op, leaves it be.
             Mode::Dry => {
-                crate::guard::exempt(|| self.warm::<T>(&key, a_ptr, b_ptr, ptrs, args.alpha))
+                crate::scope::exempt(|| self.warm::<T>(&key, a_ptr, b_ptr, ptrs, args.alpha))
             }
             Mode::Capture | Mode::Eager => {
                 if self.mode == Mode::Eager && !self.handle.plans.borrow().contains_key(&key) {
@@ -1887,7 +1891,7 @@ impl BlasSession {
 
     /// Waits for the work issued on the session's stream.
     pub fn synchronize(&self) -> Result<()> {
-        crate::guard::check("BlasSession::synchronize")?;
+        crate::scope::check("BlasSession::synchronize")?;
         self.stream
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))

@@ -6,24 +6,25 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUstreamCaptureMode;
-use cudarc::driver::{CudaEvent, CudaStream, result};
+use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::blas::BlasHandle;
-use crate::device::Device;
+use crate::capture::options::{Options, Schedule};
+use crate::capture::verify::VerifyReport;
+use crate::driver::device::Device;
+use crate::driver::event::{elapsed_ms, event};
+use crate::driver::graph::{CaptureState, OpNodes, capture_state};
+use crate::driver::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
+use crate::driver::memory::Span;
 use crate::error::{Error, Result};
-use crate::every::Condition;
-use crate::flag::DeviceFlag;
-use crate::graph::{CapturedGraph, Graph, NodeCounts, Refresh};
-use crate::host_io::{HostInput, HostOutput, IoKind, IoPass, ReadBack};
-use crate::memory::Span;
-use crate::options::{Options, Schedule};
+use crate::measure::timing::median;
+use crate::op::every::Condition;
+use crate::op::flag::DeviceFlag;
+use crate::op::host_io::{HostInput, HostOutput, IoKind, IoPass, ReadBack};
+use crate::op::scalars::HostAccess;
+use crate::op::stream::{CaptureStream, Mode};
 use crate::plan::{BufId, OpDesc, OpId, PlanDesc, StreamDesc, StreamId, StreamPriority};
 use crate::plan::{OpTiming, Profile, WaitEdge};
-use crate::scalars::HostAccess;
-use crate::stream::{CaptureStream, Mode};
-use crate::timing::{elapsed_ms, event, median};
-use crate::verify::{OpNodes, VerifyReport};
 
 /// The most replays [`Executor::profile`] takes: it keeps two times per op per replay,
 /// and a profile of more replays than this takes minutes and says nothing more.
@@ -69,7 +70,7 @@ pub struct Executor {
     extra: ExtraOrderings,
     /// The kernels, counters and body stream of conditional ops (`#[every]`, `#[when]`),
     /// if the plan has any.
-    conditional: Option<crate::every::ConditionalOps>,
+    conditional: Option<crate::op::every::ConditionalOps>,
     /// Whether captures are read back and checked against the plan.
     verify: bool,
     last_verify: Option<VerifyReport>,
@@ -77,10 +78,10 @@ pub struct Executor {
     /// Identifies this executor to the host inputs and outputs its graph copies.
     id: u64,
     /// Replay numbers and completion events, for host inputs and outputs.
-    clock: crate::host_io::Clock,
+    clock: crate::op::host_io::Clock,
     /// The graph's copies from and to host inputs and outputs, re-pointed before each
     /// replay at the slots it uses. Empty: replays record no event.
-    patches: RefCell<Vec<crate::host_io::Patch>>,
+    patches: RefCell<Vec<crate::op::host_io::Patch>>,
 }
 
 impl fmt::Debug for Executor {
@@ -125,8 +126,7 @@ fn stream_priorities(
         .context()
         .bind_to_thread()
         .map_err(Error::driver("cuCtxSetCurrent"))?;
-    let (least, greatest) = cudarc::driver::result::stream::get_priority_range()
-        .map_err(Error::driver("cuCtxGetStreamPriorityRange"))?;
+    let (least, greatest) = crate::driver::device::stream_priority_range()?;
     Ok(Some(
         wanted
             .iter()
@@ -156,7 +156,7 @@ impl Executor {
         plan: &'static PlanDesc,
         options: Options,
     ) -> Result<Executor> {
-        crate::guard::check("Executor::new")?;
+        crate::scope::check("Executor::new")?;
         plan.check()?;
         let schedule = options.schedule;
         let n_streams = if schedule.parallel() {
@@ -210,12 +210,12 @@ impl Executor {
             abort_joins,
             last_refresh: None,
             extra: ExtraOrderings::none(plan.ops.len()),
-            conditional: crate::every::ConditionalOps::new(device, plan)?,
+            conditional: crate::op::every::ConditionalOps::new(device, plan)?,
             verify: options.verify,
             last_verify: None,
             options,
-            id: crate::host_io::next_executor_id(),
-            clock: crate::host_io::Clock::new(device)?,
+            id: crate::op::host_io::next_executor_id(),
+            clock: crate::op::host_io::Clock::new(device)?,
             patches: RefCell::new(Vec::new()),
         })
     }
@@ -343,7 +343,7 @@ impl Executor {
                 format!("stream `{}` of the step", self.plan.streams[i].name)
             }
             Some(_) => "the step's one stream".to_string(),
-            None => crate::guard::stream_text(handle),
+            None => crate::capture::guard::stream_text(handle),
         }
     }
 
@@ -426,7 +426,7 @@ impl Executor {
     /// the captured graph is read back and checked against the plan before it is
     /// instantiated.
     pub fn capture(&mut self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
-        crate::guard::check("Step::capture")?;
+        crate::scope::check("Step::capture")?;
         let tracker = self.verify.then(|| Tracker::new(self.plan.ops.len()));
         self.capture_tracked(issue, tracker.as_ref()).map(|_| ())
     }
@@ -455,7 +455,7 @@ impl Executor {
             .captured
             .into_inner()
             .into_iter()
-            .map(crate::host_io::Patch::new)
+            .map(crate::op::host_io::Patch::new)
             .collect::<Result<Vec<_>>>()
             .map_err(wrap)?;
         if tracker.is_some() {
@@ -465,7 +465,7 @@ impl Executor {
         }
         let report = match tracker {
             Some(tracker) => Some(
-                crate::verify::verify_graph(
+                crate::capture::verify::verify_graph(
                     self.plan,
                     &self.extra.pairs,
                     self.schedule == Schedule::OneStream,
@@ -522,7 +522,7 @@ impl Executor {
         &mut self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<VerifyReport> {
-        crate::guard::check("Step::verify")?;
+        crate::scope::check("Step::verify")?;
         // The `#[every]` cadence is the step's, not the verification's.
         let counts = self.cadence()?;
         let tracker = Tracker::new(self.plan.ops.len());
@@ -566,35 +566,35 @@ impl Executor {
         // The capture guard watches both passes: what an op's code calls outside the
         // runtime is checked from the dry pass on.
         let _watching = if self.options.capture_guard {
-            Some(crate::guard::watch_capture()?)
+            Some(crate::capture::guard::watch_capture()?)
         } else {
             None
         };
         // Dry pass: checks arguments and builds and warms matmul plans, so that nothing
         // is created inside the capture.
         let dry = self.pass(Mode::Dry, issue, Extras::default(), io);
-        crate::guard::free_deferred();
+        crate::scope::free_deferred();
         dry?;
         self.sync_all()?;
 
         let origin = self.origin().clone();
-        origin
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-            .map_err(Error::driver("cuStreamBeginCapture"))?;
+        crate::driver::graph::begin_capture(&origin)?;
         let issued = extras
             .timers
             .as_ref()
-            .map_or(Ok(()), |t| record_external(&t.begin, &origin))
+            .map_or(Ok(()), |t| {
+                crate::driver::event::record_external(&t.begin, &origin)
+            })
             .and_then(|()| self.record_fork_events())
             .and_then(|()| self.pass(Mode::Capture, issue, extras, io))
             .and_then(|()| self.final_joins());
         if issued.is_err() {
             self.abort_join();
         }
-        // SAFETY: the origin stream is capturing (begun above); ending it returns the
-        // graph, which CapturedGraph owns from here on.
-        let ended = unsafe { result::stream::end_capture(origin.cu_stream()) };
-        crate::guard::free_deferred();
+        // The origin stream is capturing (begun above); ending it returns the graph,
+        // which CapturedGraph owns from here on.
+        let ended = crate::driver::graph::end_capture(&origin);
+        crate::scope::free_deferred();
         let captured = match ended {
             Ok(g) if !g.is_null() => {
                 // SAFETY: fresh graph from a successful end of capture, owned by nobody else.
@@ -603,7 +603,7 @@ impl Executor {
             Ok(_) => None,
             Err(e) => {
                 issued?;
-                return Err(Error::driver("cuStreamEndCapture")(e));
+                return Err(e);
             }
         };
         issued?;
@@ -620,7 +620,7 @@ impl Executor {
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
         replays: usize,
     ) -> Result<Profile> {
-        crate::guard::check("Step::profile")?;
+        crate::scope::check("Step::profile")?;
         let replays = profile_replays(replays)?;
         self.keeping_cadence(|exec| exec.profile_kept(issue, replays))
     }
@@ -737,7 +737,7 @@ impl Executor {
         &self,
         issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
     ) -> Result<crate::WorkBound> {
-        crate::guard::check("Step::work_bound")?;
+        crate::scope::check("Step::work_bound")?;
         self.keeping_cadence(|exec| exec.work_bound_kept(issue))
     }
 
@@ -753,7 +753,7 @@ impl Executor {
         // The captured graph owns the nodes measured; it lives to the end of this call.
         let io = self.io_pass(None, self.clock.launched() + 1);
         let captured = self.capture_graph(issue, extras, &io)?;
-        let bound = crate::work::measure(
+        let bound = crate::measure::work::measure(
             self.plan,
             &self.device,
             self.origin(),
@@ -770,10 +770,7 @@ impl Executor {
         let origin = self.origin();
         for (i, s) in self.streams.iter().enumerate().skip(1) {
             // Only streams that joined the capture can be joined back.
-            if matches!(
-                s.capture_status(),
-                Ok(cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
-            ) {
+            if matches!(capture_state(s), Ok(CaptureState::Active)) {
                 let ev = &self.abort_joins[i];
                 self.device.context().record_err(ev.record(s));
                 self.device.context().record_err(origin.wait(ev));
@@ -784,14 +781,14 @@ impl Executor {
     /// Runs the ops once without capture, as they are issued: the eager baseline. Uses
     /// the same streams and events as the capture.
     pub fn run_eager(&self, issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<()> {
-        crate::guard::check("Step::run_eager")?;
+        crate::scope::check("Step::run_eager")?;
         // An eager run is numbered like a replay: its copies from and to host rings use
         // the slots a replay would, and the host waits for it the same way.
         let seq = self.clock.next()?;
         self.record_fork_events()?;
         let io = self.io_pass(Some(IoKind::Eager), seq);
         let ran = self.pass(Mode::Eager, issue, Extras::default(), &io);
-        crate::guard::free_deferred();
+        crate::scope::free_deferred();
         ran?;
         self.final_joins()?;
         self.clock.launched_on(seq, self.origin())
@@ -809,7 +806,7 @@ impl Executor {
 
     /// Launches one replay of the graph on the origin stream.
     pub fn replay(&self) -> Result<()> {
-        crate::guard::check("Step::replay")?;
+        crate::scope::check("Step::replay")?;
         let Some(graph) = self.graph.as_ref().filter(|_| !self.stale) else {
             return Err(Error::Invalid(format!(
                 "step `{}` must be captured (again) before it is replayed",
@@ -846,7 +843,7 @@ impl Executor {
     /// ran, modulo its `k`: at a count of `k - 1` the next replay runs it. Waits for the
     /// last replay first.
     pub fn every_counters(&self) -> Result<Vec<EveryCounter>> {
-        crate::guard::check("Step::every_counters")?;
+        crate::scope::check("Step::every_counters")?;
         Ok(self
             .cadence()?
             .into_iter()
@@ -861,7 +858,7 @@ impl Executor {
     /// `k`-th replay from now is the next that runs each one. Waits for the last replay
     /// first.
     pub fn reset_every_counters(&self) -> Result<()> {
-        crate::guard::check("Step::reset_every_counters")?;
+        crate::scope::check("Step::reset_every_counters")?;
         self.wait()?;
         match &self.conditional {
             Some(ops) => ops.reset(&self.device),
@@ -886,7 +883,7 @@ impl Executor {
         input: &HostInput<T>,
         write: impl FnOnce(&mut [T]) -> R,
     ) -> Result<R> {
-        crate::guard::check("Step::fill")?;
+        crate::scope::check("Step::fill")?;
         input.ring.check_owner(self.id, self.plan.step)?;
         let (slot, reader) = {
             let st = input.ring.state();
@@ -908,7 +905,7 @@ impl Executor {
         &'s self,
         out: &'s HostOutput<T>,
     ) -> Result<Option<ReadBack<'s, T>>> {
-        crate::guard::check("Step::read_back")?;
+        crate::scope::check("Step::read_back")?;
         out.ring.check_owner(self.id, self.plan.step)?;
         let used = out.ring.state().newest_first();
         for (seq, slot) in used {
@@ -931,7 +928,7 @@ impl Executor {
         &'s self,
         out: &'s HostOutput<T>,
     ) -> Result<ReadBack<'s, T>> {
-        crate::guard::check("Step::read_back_latest")?;
+        crate::scope::check("Step::read_back_latest")?;
         out.ring.check_owner(self.id, self.plan.step)?;
         let newest = out.ring.state().newest_first().first().copied();
         let Some((seq, slot)) = newest else {
@@ -955,7 +952,7 @@ impl Executor {
     /// joined into the origin stream at the end of a step, so the origin stream's
     /// completion is the step's.
     pub fn wait(&self) -> Result<()> {
-        crate::guard::check("Step::wait")?;
+        crate::scope::check("Step::wait")?;
         self.origin()
             .synchronize()
             .map_err(Error::driver("cuStreamSynchronize"))?;
@@ -977,7 +974,7 @@ impl Executor {
         buf: &impl crate::DeviceMem<T>,
         data: &[T],
     ) -> Result<()> {
-        crate::guard::check("Step::upload")?;
+        crate::scope::check("Step::upload")?;
         self.wait()?;
         self.device.write_in_place(buf, data)
     }
@@ -987,7 +984,7 @@ impl Executor {
         &self,
         buf: &impl crate::DeviceMem<T>,
     ) -> Result<Vec<T>> {
-        crate::guard::check("Step::download")?;
+        crate::scope::check("Step::download")?;
         self.wait()?;
         self.device.download(buf)
     }
@@ -1001,7 +998,7 @@ impl Executor {
         &self,
         bufs: &[&M],
     ) -> Result<Vec<Vec<T>>> {
-        crate::guard::check("Step::download_many")?;
+        crate::scope::check("Step::download_many")?;
         self.wait()?;
         self.device.download_many(bufs)
     }
@@ -1011,7 +1008,7 @@ impl Executor {
     /// The `#[every]` counts are put back afterwards: timing leaves the step's cadence as
     /// it found it.
     pub fn time_replays(&self, warmup: usize, iters: usize) -> Result<Vec<f64>> {
-        crate::guard::check("Step::time_replays")?;
+        crate::scope::check("Step::time_replays")?;
         self.keeping_cadence(|exec| exec.time_replays_kept(warmup, iters))
     }
 
@@ -1074,7 +1071,7 @@ pub fn run_once(
     device: &Device,
     body: impl FnOnce(&CaptureStream<'_>) -> Result<()>,
 ) -> Result<()> {
-    crate::guard::check("exec::run_once")?;
+    crate::scope::check("exec::run_once")?;
     let exec = Executor::with_options(device, &ONE_OP, Options::default())?;
     let mut body = Some(body);
     exec.run_eager(&mut |issue| {
@@ -1121,23 +1118,6 @@ struct Timers {
     begin: CudaEvent,
     start: Vec<CudaEvent>,
     end: Vec<CudaEvent>,
-}
-
-/// Records a timing event as an event-record node of the graph being captured (an
-/// "external" record), so that its time can be read after each replay. A plain record
-/// during capture only orders streams and leaves no node.
-fn record_external(event: &CudaEvent, stream: &CudaStream) -> Result<()> {
-    // SAFETY: both handles are valid and of one context; the event outlives the graph's
-    // replays (the profile keeps it until it has read the times).
-    unsafe {
-        cudarc::driver::sys::cuEventRecordWithFlags(
-            event.cu_event(),
-            stream.cu_stream(),
-            cudarc::driver::sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32,
-        )
-    }
-    .result()
-    .map_err(Error::driver("cuEventRecordWithFlags"))
 }
 
 impl fmt::Debug for Issue<'_> {
@@ -1205,7 +1185,7 @@ impl Issue<'_> {
         let conditional = match (condition, op.every, op.when, exec.conditional.as_ref()) {
             (None, None, None, _) => None,
             (Some(Condition::Every(k)), Some(_), None, Some(ops)) => {
-                crate::every::check_count(k).map_err(named)?;
+                crate::op::every::check_count(k).map_err(named)?;
                 Some((Condition::Every(k), ops))
             }
             (Some(Condition::When(flag)), None, Some(_), Some(ops)) => {
@@ -1236,7 +1216,7 @@ impl Issue<'_> {
         }
         let capturing = self.mode == Mode::Capture;
         if let (true, Some(t)) = (capturing, self.extras.timers) {
-            record_external(&t.start[id.index()], stream).map_err(named)?;
+            crate::driver::event::record_external(&t.start[id.index()], stream).map_err(named)?;
         }
         // Where the op's work goes: its stream, or the body of its conditional node. An
         // eager run of a conditional op skips the work when its condition does not hold:
@@ -1254,7 +1234,8 @@ impl Issue<'_> {
                 return self.finish(id, op, stream, ordered, &named);
             }
             (Some((Condition::When(flag), _)), Mode::Eager)
-                if !crate::every::ConditionalOps::eager_flag(stream, flag).map_err(named)? =>
+                if !crate::op::every::ConditionalOps::eager_flag(stream, flag)
+                    .map_err(named)? =>
             {
                 return self.finish(id, op, stream, ordered, &named);
             }
@@ -1272,15 +1253,18 @@ impl Issue<'_> {
         };
         // The capture guard watches the dry pass and the capture; an eager run is no
         // capture to escape.
-        let watch =
-            (self.mode != Mode::Eager && exec.options.capture_guard).then(|| crate::guard::Watch {
+        let watch = (self.mode != Mode::Eager && exec.options.capture_guard).then(|| {
+            crate::capture::guard::Watch {
                 own: work_stream.cu_stream() as usize,
                 dry: self.mode == Mode::Dry,
-            });
+            }
+        });
         // Host-side calls from the body fail, naming the op, until it returns.
-        let issuing = crate::guard::IssuingOp::enter(exec.plan.step, op.name, watch);
+        let issuing = crate::scope::IssuingOp::enter(exec.plan.step, op.name);
+        let watching = crate::capture::guard::WatchingOp::enter(watch);
         let issued = body(&cs);
-        let escaped = issuing.leave();
+        let escaped = watching.leave();
+        drop(issuing);
         // The body's capture ends whatever happened, so that its stream leaves capture.
         let body_ended = body_graph
             .map(|(_, ops)| check_still_capturing(work_stream).and_then(|()| ops.end_body()));
@@ -1297,7 +1281,7 @@ impl Issue<'_> {
         }
         // A host-side call that could not return its error (a buffer dropped) fails the
         // op all the same.
-        if let Some(e) = crate::guard::take_pending() {
+        if let Some(e) = crate::scope::take_pending() {
             return Err(named(e));
         }
         issued.map_err(named)?;
@@ -1307,12 +1291,13 @@ impl Issue<'_> {
         if capturing {
             check_still_capturing(stream).map_err(named)?;
             if let Some(t) = self.extras.timers {
-                record_external(&t.end[id.index()], stream).map_err(named)?;
+                crate::driver::event::record_external(&t.end[id.index()], stream).map_err(named)?;
             }
             if let Some(tracker) = self.extras.tracker {
                 // The op's nodes: those that appeared in the capture graph while it was issued.
-                let graph = crate::verify::capturing_graph(stream.cu_stream()).map_err(named)?;
-                let nodes = crate::verify::graph_nodes(graph).map_err(named)?;
+                let graph =
+                    crate::driver::graph::capturing_graph(stream.cu_stream()).map_err(named)?;
+                let nodes = crate::driver::graph::graph_nodes(graph).map_err(named)?;
                 let Tracker { per_op, seen } = &mut *tracker.borrow_mut();
                 let entry = &mut per_op[id.index()];
                 entry
@@ -1395,18 +1380,14 @@ impl ExtraOrderings {
 /// recorded outside it) invalidates the capture, and an op whose own calls do not report
 /// it (cudarc code that ignored an error, a call on another stream) is found here.
 fn check_still_capturing(stream: &CudaStream) -> Result<()> {
-    use cudarc::driver::sys::CUstreamCaptureStatus as S;
-    match stream
-        .capture_status()
-        .map_err(Error::driver("cuStreamGetCaptureInfo"))?
-    {
-        S::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(()),
+    match capture_state(stream)? {
+        CaptureState::Active => Ok(()),
         status => Err(Error::Invalid(format!(
             "the op left its stream's capture {}: something it issued broke the capture (a \
              synchronisation, work on the legacy default stream, a wait on an event recorded \
              outside the capture, an end of capture)",
             match status {
-                S::CU_STREAM_CAPTURE_STATUS_INVALIDATED => "invalidated",
+                CaptureState::Invalidated => "invalidated",
                 _ => "ended",
             }
         ))),

@@ -3,11 +3,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits, result};
+use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
 
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::memory::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::memory::DeviceBuffer;
 
 /// Proof that no replay of a step is in flight, so host memory that its graph reads may
 /// be written. Obtained from the generated `Step::host_access`, which waits for the last
@@ -54,7 +54,7 @@ impl<T> Drop for DeviceScalars<T> {
     fn drop(&mut self) {
         // SAFETY: `host` came from `malloc_host` in `new` and is freed once.
         self.ctx
-            .record_err(unsafe { result::free_host(self.host.cast()) });
+            .record_err(unsafe { crate::driver::transfer::free_host(self.host.cast()) });
     }
 }
 
@@ -68,15 +68,16 @@ impl<T> DeviceScalars<T> {
 impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     /// Allocates the pinned host values and their device copy, both set to `init`.
     pub fn new(device: &Device, what: &str, init: &[T]) -> Result<Self> {
-        crate::guard::check("DeviceScalars::new")?;
+        crate::scope::check("DeviceScalars::new")?;
         let bytes = std::mem::size_of_val(init);
         let ctx = device.context().clone();
         ctx.bind_to_thread()
             .map_err(Error::driver("cuCtxSetCurrent"))?;
         // SAFETY: plain page-locked allocation of `bytes` bytes (at least one, so the
         // pointer is never dangling); initialised right below before any read.
-        let host = unsafe { result::malloc_host(bytes.max(1), 0) }
-            .map_err(device.alloc_error(what, bytes))? as *mut T;
+        let host = crate::driver::transfer::malloc_host(bytes.max(1))
+            .map_err(device.alloc_error(what, bytes))?
+            .cast::<T>();
         // SAFETY: `host` has room for `init.len()` elements of T and is suitably aligned
         // (page-locked allocations are page aligned).
         unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), host, init.len()) };
@@ -113,7 +114,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     ///
     /// [`CaptureStream::refresh`]: crate::CaptureStream::refresh
     pub fn get(&self, index: usize) -> Result<T> {
-        crate::guard::check("DeviceScalars::get")?;
+        crate::scope::check("DeviceScalars::get")?;
         self.check(index)?;
         // SAFETY: in bounds (checked); the memory is initialised.
         Ok(unsafe { self.host.add(index).read() })
@@ -122,7 +123,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
     /// Sets the host value at `index`; the next replay's refresh copies it to the device.
     /// The proof says no replay is reading the host values now.
     pub fn set(&self, _no_replay_in_flight: &HostAccess<'_>, index: usize, value: T) -> Result<()> {
-        crate::guard::check("DeviceScalars::set")?;
+        crate::scope::check("DeviceScalars::set")?;
         self.check(index)?;
         // SAFETY: in bounds; `HostAccess` guarantees no copy of these values is in flight,
         // and this value is not shared between threads (it is not Sync).
@@ -147,7 +148,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
         let src = unsafe { std::slice::from_raw_parts(self.host, self.len) };
         // SAFETY: dst has `len` elements; pinned source, so the captured node reads the
         // host memory at replay time.
-        unsafe { result::memcpy_htod_async(dst, src, stream.cu_stream()) }
+        unsafe { crate::driver::transfer::copy_htod(stream, dst, src) }
             .map_err(Error::driver("cuMemcpyHtoDAsync"))
     }
 }

@@ -1,13 +1,5 @@
-//! Modules and kernels: loading images, each kernel's parameter list as the driver reports
-//! it, and the declarations that `stepgraph-build` generates for a crate's kernels.
-//!
-//! A crate's build script runs `stepgraph_build::Builder` (see that crate), which compiles
-//! its `cuda/*.cu` and writes a registry that [`include_kernels!`](crate::include_kernels)
-//! includes: a [`ModuleDecl`] per file, with its [`Image`]s and a [`KernelDecl`] (name and
-//! [`ParamDecl`]s) per kernel, loaded into a [`Registry`] by the generated
-//! `Kernels::load`. Loading compares every declared parameter list with the loaded
-//! kernel's; every launch through [`CaptureStream::launch`](crate::CaptureStream::launch)
-//! is compared with the kernel's [`Param`]s before the driver sees it.
+//! Loaded kernel modules: images, each kernel's parameter list as the driver reports it,
+//! and the declarations that `stepgraph-build` generates (the public face is `crate::kernel`).
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -20,11 +12,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 /// own).
 pub use half::{bf16, f16};
 
-/// A launch assembled by hand, argument by argument ([`CaptureStream::launch`](crate::CaptureStream::launch)).
-pub use crate::stream::Launch;
-
-use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::driver::device::Device;
+use crate::error::{ArgMismatch, Error, Param, Result, SignatureMismatch};
 
 /// What an image holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,152 +135,6 @@ impl ModuleDecl {
     }
 }
 
-/// A parameter of a loaded kernel: where and how large it is in the kernel's parameter
-/// buffer (from the driver), and its name and C type where a declaration gave them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Param {
-    /// Byte offset in the parameter buffer.
-    pub offset: usize,
-    /// Size in bytes.
-    pub size: usize,
-    /// Declared name.
-    pub name: Option<&'static str>,
-    /// Declared C type.
-    pub c_type: Option<&'static str>,
-}
-
-impl Param {
-    /// ` `n``, or nothing for a parameter without a declared name.
-    fn named(&self) -> String {
-        match self.name {
-            Some(n) if !n.is_empty() => format!(" `{n}`"),
-            _ => String::new(),
-        }
-    }
-}
-
-/// How a declared parameter list differs from the loaded kernel's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SignatureMismatch {
-    /// Different numbers of parameters.
-    Count {
-        /// Parameters declared.
-        declared: usize,
-        /// Parameters of the loaded kernel.
-        loaded: usize,
-    },
-    /// A parameter of a different size.
-    Size {
-        /// Its position.
-        index: usize,
-        /// Its declared name (empty if unnamed).
-        name: &'static str,
-        /// Its declared C type.
-        c_type: &'static str,
-        /// Its declared size.
-        declared: usize,
-        /// Its size in the loaded kernel.
-        loaded: usize,
-    },
-}
-
-impl fmt::Display for SignatureMismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            SignatureMismatch::Count { declared, loaded } => write!(
-                f,
-                "declared with {declared} parameters, the loaded kernel takes {loaded}"
-            ),
-            SignatureMismatch::Size {
-                index,
-                name,
-                c_type,
-                declared,
-                loaded,
-            } => {
-                let name = if name.is_empty() {
-                    String::new()
-                } else {
-                    format!(" `{name}`")
-                };
-                write!(
-                    f,
-                    "parameter {index}{name} is declared {c_type} ({declared} bytes), the loaded \
-                     kernel takes {loaded} bytes"
-                )
-            }
-        }
-    }
-}
-
-/// How a launch's arguments differ from its kernel's parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ArgMismatch {
-    /// A different number of arguments.
-    Count {
-        /// Parameters the kernel takes.
-        expected: usize,
-        /// Arguments pushed.
-        found: usize,
-        /// The first parameter without an argument, if there were too few.
-        missing: Option<Param>,
-    },
-    /// An argument of a different size than its parameter (the first such).
-    Size {
-        /// Its position.
-        index: usize,
-        /// The parameter.
-        param: Param,
-        /// The argument's size in bytes.
-        found: usize,
-    },
-}
-
-impl fmt::Display for ArgMismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            ArgMismatch::Count {
-                expected,
-                found,
-                missing,
-            } => {
-                write!(
-                    f,
-                    "it takes {expected} arguments, the launch passed {found}"
-                )?;
-                if let Some(p) = missing {
-                    write!(f, " (the first missing is argument {found}{}", p.named())?;
-                    if let Some(t) = p.c_type {
-                        write!(f, ", {t}")?;
-                    }
-                    write!(f, ")")?;
-                }
-                Ok(())
-            }
-            ArgMismatch::Size {
-                index,
-                param,
-                found,
-            } => match param.c_type {
-                Some(t) => write!(
-                    f,
-                    "argument {index}{} is {t} ({} bytes), the launch passed {found} bytes",
-                    param.named(),
-                    param.size
-                ),
-                None => write!(
-                    f,
-                    "argument {index} takes {} bytes, the launch passed {found}",
-                    param.size
-                ),
-            },
-        }
-    }
-}
-
 /// A loaded module (a cubin or PTX image).
 #[derive(Clone)]
 pub struct Module {
@@ -312,7 +155,7 @@ impl Module {
     /// Loads a cubin (or PTX text, NUL-terminated) image, with
     /// [`cuModuleLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html).
     pub fn load(device: &Device, name: &'static str, image: &[u8]) -> Result<Module> {
-        crate::guard::check("Module::load")?;
+        crate::scope::check("Module::load")?;
         let ctx = device.context().clone();
         let inner = ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
@@ -330,7 +173,7 @@ impl Module {
     /// refuses every image, the error is the first one's. The image it accepted is
     /// [`Module::image`].
     pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
-        crate::guard::check("Module::load")?;
+        crate::scope::check("Module::load")?;
         let (mut module, image) = first_accepted(
             decl.images,
             |image| Module::load(device, decl.name, image.bytes),
@@ -651,7 +494,7 @@ impl Kernel {
     /// driver refuses more than the device's opt-in maximum less the kernel's static shared
     /// memory; that refusal is [`Error::DynamicShared`], naming both where they can be read.
     pub fn set_max_dynamic_shared(&self, bytes: u32) -> Result<()> {
-        crate::guard::check("Kernel::set_max_dynamic_shared")?;
+        crate::scope::check("Kernel::set_max_dynamic_shared")?;
         let value = dynamic_shared_arg(self.module, self.name, bytes)?;
         self.ctx
             .bind_to_thread()
@@ -692,26 +535,6 @@ fn dynamic_shared_arg(module: &str, kernel: &str, bytes: u32) -> Result<i32> {
             i32::MAX
         ))
     })
-}
-
-/// What the driver allows of dynamic shared memory per block, as far as it could be read,
-/// for [`Error::DynamicShared`].
-pub(crate) fn shared_limit(optin: Option<u32>, static_bytes: Option<u32>) -> String {
-    match (optin, static_bytes) {
-        (Some(optin), Some(0)) => {
-            format!("the device allows at most {optin} (its opt-in maximum)")
-        }
-        (Some(optin), Some(fixed)) => format!(
-            "the device allows at most {} (its opt-in maximum of {optin} less the kernel's \
-             {fixed} bytes of static shared memory)",
-            optin.saturating_sub(fixed)
-        ),
-        (Some(optin), None) => format!(
-            "the device's opt-in maximum is {optin}, less the kernel's static shared memory \
-             (which could not be read)"
-        ),
-        (None, _) => "the device's opt-in maximum could not be read".to_string(),
-    }
 }
 
 /// What a launch has pushed so far, against the kernel's parameters: the count, and the

@@ -9,18 +9,17 @@
 //! which. Generated code records where each `&mut` parameter's memory lies before the op
 //! runs ([`Grant::enter`], with [`granted`]); every write the runtime issues for the op (a kernel's
 //! `buf_mut` argument, a copy's destination, a memset, a matmul's outputs, a staged copy,
-//! a collective) must lie inside one of them ([`check_write`]); and after the op, each
+//! a collective) must lie inside one of them ([`check_write`](crate::scope::check_write)); and after the op, each
 //! parameter must lie where it lay before ([`Grant::leave`]).
 //!
 //! Reads are not held to the grant: a table the kernels type uploaded once and every op
 //! reads is no race.
 
-use std::cell::RefCell;
-
-use crate::buffer::StepBuffer;
+use crate::driver::memory::{DeviceMem, ViewMut};
 use crate::error::{Error, Result};
-use crate::memory::{DeviceMem, ViewMut};
-use crate::stream::{CaptureStream, Mode};
+use crate::op::buffer::StepBuffer;
+use crate::op::stream::CaptureStream;
+use crate::scope::{Granting, Mode};
 
 /// Where one of an op's `&mut` parameters lies: its name and `(address, bytes)` spans.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,19 +48,14 @@ pub fn granted_view<T>(name: &'static str, view: &ViewMut<'_, T>) -> Granted {
     }
 }
 
-thread_local! {
-    /// The spans the op being issued may write; `None` when no grant is held (an eager
-    /// run, code outside a step, a parameter whose memory cannot be told).
-    static GRANTED: RefCell<Option<Vec<(u64, usize)>>> = const { RefCell::new(None) };
-}
-
 /// An op's grant, held while it is issued.
 #[derive(Debug)]
 pub struct Grant {
     before: Vec<Granted>,
-    /// What was granted before (an op issued inside another is refused elsewhere, but
-    /// the grant is restored all the same).
-    outer: Option<Vec<(u64, usize)>>,
+    /// Holds the writes while the op is issued, and restores what was held before (an
+    /// op issued inside another is refused elsewhere, but the grant is restored all the
+    /// same).
+    _held: Granting,
 }
 
 impl Grant {
@@ -75,10 +69,9 @@ impl Grant {
                 .flat_map(|p| p.spans.iter().copied())
                 .collect()
         });
-        let outer = GRANTED.with(|g| g.replace(spans));
         Grant {
             before: params,
-            outer,
+            _held: Granting::hold(spans),
         }
     }
 
@@ -87,7 +80,7 @@ impl Grant {
     pub fn leave(self, params: Vec<Granted>) -> Result<()> {
         match self.before.iter().zip(&params).find(|(was, is)| was != is) {
             Some((was, _)) => {
-                let (step, op) = crate::guard::issuing().unwrap_or(("?", "?"));
+                let (step, op) = crate::scope::issuing().unwrap_or(("?", "?"));
                 Err(Error::BufferReplaced {
                     step,
                     op,
@@ -97,47 +90,4 @@ impl Grant {
             None => Ok(()),
         }
     }
-}
-
-impl Drop for Grant {
-    fn drop(&mut self) {
-        let outer = self.outer.take();
-        GRANTED.with(|g| *g.borrow_mut() = outer);
-    }
-}
-
-/// Fails unless the `bytes` at `address` lie inside memory the op being issued takes
-/// `&mut`, when a grant is held; `what` names the write (`copy destination`, `argument 3
-/// of kernel scale`).
-pub(crate) fn check_write(address: u64, bytes: usize, what: impl FnOnce() -> String) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    let end = address.saturating_add(bytes as u64);
-    let granted = GRANTED.with(|g| {
-        g.borrow().as_ref().is_none_or(|spans| {
-            spans
-                .iter()
-                .any(|&(a, n)| a <= address && end <= a.saturating_add(n as u64))
-        })
-    });
-    if granted {
-        return Ok(());
-    }
-    let (step, op) = crate::guard::issuing().unwrap_or(("?", "?"));
-    Err(Error::UngrantedWrite {
-        step,
-        op,
-        what: what(),
-        address,
-        bytes,
-    })
-}
-
-/// [`check_write`] for device memory an operation writes.
-pub(crate) fn check_write_mem<T>(
-    mem: &(impl DeviceMem<T> + ?Sized),
-    what: impl FnOnce() -> String,
-) -> Result<()> {
-    check_write(mem.device_address(), mem.len() * size_of::<T>(), what)
 }

@@ -21,16 +21,14 @@
 //! [`ConditionalOps::restore`] puts back what was read, so that what measures a step
 //! (a profile, a work bound, timed replays, a verification) leaves its cadence as it was.
 
-use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::memory::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::flag::DeviceFlag;
-use crate::memory::DeviceBuffer;
+use crate::op::flag::DeviceFlag;
 use crate::plan::PlanDesc;
 
 /// `cuda/every.cu`, compiled to PTX (the driver JIT-compiles it when it loads it).
@@ -111,26 +109,14 @@ impl ConditionalOps {
         bind(stream)?;
         // SAFETY: `value` has room for the counter's one u32, and the copy is waited for
         // below, before `value` is read.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(
-                &mut value,
-                counter.device_address(),
-                stream.cu_stream(),
-            )
-        }
-        .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
+        unsafe { crate::driver::transfer::copy_dtoh(stream, &mut value, counter.device_address()) }
+            .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
         sync(stream)?;
         let c = (value[0] + 1) % k;
         value[0] = c;
         // SAFETY: the counter holds one u32; `value` lives until the copy is waited for.
-        unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                counter.device_address(),
-                &value,
-                stream.cu_stream(),
-            )
-        }
-        .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
+        unsafe { crate::driver::transfer::copy_htod(stream, counter.device_address(), &value) }
+            .map_err(Error::driver("cuMemcpyHtoDAsync"))?;
         sync(stream)?;
         Ok(c == 0)
     }
@@ -178,14 +164,8 @@ impl ConditionalOps {
         bind(stream)?;
         // SAFETY: `value` has room for the flag's one u32, and the copy is synchronised
         // below, before `value` is read or released.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(
-                &mut value,
-                flag.device_address(),
-                stream.cu_stream(),
-            )
-        }
-        .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
+        unsafe { crate::driver::transfer::copy_dtoh(stream, &mut value, flag.device_address()) }
+            .map_err(Error::driver("cuMemcpyDtoHAsync"))?;
         sync(stream)?;
         Ok(value[0] != 0)
     }
@@ -198,16 +178,10 @@ impl ConditionalOps {
         stream: &CudaStream,
         op: usize,
         condition: Condition<'_>,
-    ) -> Result<sys::CUgraph> {
+    ) -> Result<crate::driver::graph::CUgraph> {
         let ctx = stream.context();
-        let graph = crate::verify::capturing_graph(stream.cu_stream())?;
-        let mut handle: sys::CUgraphConditionalHandle = 0;
-        // SAFETY: `graph` is the graph being captured on `stream`; the handle belongs to
-        // it and is used only by the node added to it below. Default 0 and no flags: the
-        // condition is what the condition's kernel sets at each replay.
-        unsafe { sys::cuGraphConditionalHandleCreate(&mut handle, graph, ctx.cu_ctx(), 0, 0) }
-            .result()
-            .map_err(Error::driver("cuGraphConditionalHandleCreate"))?;
+        let graph = crate::driver::graph::capturing_graph(stream.cu_stream())?;
+        let handle = crate::driver::graph::conditional_handle(graph, ctx)?;
         let config = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (1, 1, 1),
@@ -237,84 +211,20 @@ impl ConditionalOps {
             }
         }
 
-        // The conditional node, after what the stream has issued so far (the kernel).
-        let deps = capture_dependencies(stream)?;
-        // SAFETY: zeroed node parameters are a valid start; the conditional arm is set
-        // whole below, as cuGraphAddNode documents for a conditional node.
-        let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
-        params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
-        params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
-            handle,
-            type_: sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
-            size: 1,
-            phGraph_out: std::ptr::null_mut(),
-            ctx: ctx.cu_ctx(),
-        };
-        let mut node: sys::CUgraphNode = std::ptr::null_mut();
-        // SAFETY: the dependencies are nodes of `graph` (the capture's current ones), the
-        // parameters are a conditional node's, and `node` receives the new node.
-        unsafe {
-            sys::cuGraphAddNode_v2(
-                &mut node,
-                graph,
-                deps.as_ptr(),
-                std::ptr::null(),
-                deps.len(),
-                &mut params,
-            )
-        }
-        .result()
-        .map_err(Error::driver("cuGraphAddNode"))?;
-        // SAFETY: the driver filled the union's conditional arm with its body graphs.
-        let body = unsafe {
-            let out = params.__bindgen_anon_1.conditional.phGraph_out;
-            if out.is_null() {
-                return Err(Error::Invalid(
-                    "the driver returned no body graph for a conditional node".into(),
-                ));
-            }
-            *out
-        };
-        // What the stream issues next follows the node.
-        // SAFETY: `node` is a node of the graph `stream` is capturing.
-        unsafe {
-            sys::cuStreamUpdateCaptureDependencies_v2(
-                stream.cu_stream(),
-                &mut node,
-                std::ptr::null(),
-                1,
-                sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES
-                    as u32,
-            )
-        }
-        .result()
-        .map_err(Error::driver("cuStreamUpdateCaptureDependencies"))?;
-        // SAFETY: `body` is the node's body graph, empty, owned by the node; the body
-        // stream captures nothing else.
-        unsafe {
-            sys::cuStreamBeginCaptureToGraph(
-                self.body_stream.cu_stream(),
-                body,
-                std::ptr::null(),
-                std::ptr::null(),
-                0,
-                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            )
-        }
-        .result()
-        .map_err(Error::driver("cuStreamBeginCaptureToGraph"))?;
+        // The conditional node, after what the stream has issued so far (the kernel);
+        // what the stream issues next follows it, and its body is captured on the body
+        // stream.
+        let (node, body) = crate::driver::graph::add_conditional_if(stream, graph, handle)?;
+        crate::driver::graph::set_capture_dependencies(stream, node)?;
+        crate::driver::graph::begin_capture_to_graph(&self.body_stream, body)?;
         Ok(body)
     }
 
     /// Ends the body's capture (also after a failed op, so that the body stream leaves
     /// capture mode).
     pub(crate) fn end_body(&self) -> Result<()> {
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
-        // SAFETY: the body stream is capturing into a node's body (begun by
-        // `begin_body`); ending it returns that body graph, which the node owns.
-        unsafe { sys::cuStreamEndCapture(self.body_stream.cu_stream(), &mut graph) }
-            .result()
-            .map_err(Error::driver("cuStreamEndCapture"))
+        // The node owns the body graph the capture returns.
+        crate::driver::graph::end_capture(&self.body_stream).map(|_| ())
     }
 }
 
@@ -329,33 +239,6 @@ fn sync(stream: &CudaStream) -> Result<()> {
     stream
         .synchronize()
         .map_err(Error::driver("cuStreamSynchronize"))
-}
-
-/// The nodes the next work captured on `stream` will depend on.
-pub(crate) fn capture_dependencies(stream: &CudaStream) -> Result<Vec<sys::CUgraphNode>> {
-    let mut status = MaybeUninit::uninit();
-    let mut deps: *const sys::CUgraphNode = std::ptr::null();
-    let mut n = 0usize;
-    // SAFETY: valid stream; the dependency array stays valid until the next capture call
-    // on the stream, and is copied out right away.
-    unsafe {
-        sys::cuStreamGetCaptureInfo_v3(
-            stream.cu_stream(),
-            status.as_mut_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &mut deps,
-            std::ptr::null_mut(),
-            &mut n,
-        )
-    }
-    .result()
-    .map_err(Error::driver("cuStreamGetCaptureInfo"))?;
-    if n == 0 || deps.is_null() {
-        return Ok(Vec::new());
-    }
-    // SAFETY: the driver returned `n` valid node handles at `deps`.
-    Ok(unsafe { std::slice::from_raw_parts(deps, n) }.to_vec())
 }
 
 /// Refuses a count that never runs the op.

@@ -4,9 +4,9 @@ use std::fmt;
 
 use cudarc::driver::LaunchArgs;
 
-use crate::device::Device;
+use crate::driver::device::Device;
+use crate::driver::memory::{DeviceBuffer, DeviceMem, DeviceMemMut, sealed};
 use crate::error::Result;
-use crate::memory::{DeviceBuffer, DeviceMem, DeviceMemMut, sealed};
 
 /// One `u32` in device memory that says whether a `#[when(flag)]` op runs: set when it
 /// is nonzero.

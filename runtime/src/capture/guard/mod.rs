@@ -1,61 +1,32 @@
-//! What no type can carry: the rules an op keeps while it is issued.
+//! The capture guard: no work outside the capture.
 //!
-//! - No host-side call from inside an op. An op's capture stream has no way to
-//!   synchronise, allocate or copy to the host, and its buffers and config cannot hold a
-//!   host handle; but a handle can still reach an op another way (a kernels type that
-//!   holds a `Device`, a global). So every host-side entry point of this crate asks
-//!   [`check`] first, and fails, naming the op, while one is being issued.
-//! - No work outside the capture ([`watch_capture`], the capture guard). Code an op calls may
-//!   reach CUDA without this crate: cudarc through a buffer's slice, raw driver calls,
-//!   cuBLASLt, a library of the program's own. While a step is captured, CUPTI calls back
-//!   on every driver and runtime API call; a call made while an op is issued that enqueues
-//!   work on any stream but the op's own, waits for the GPU, allocates, or steers a
-//!   capture is recorded and fails the op ([`IssuingOp::leave`]), naming the call. The
-//!   cost is the capture's: the callbacks are off between captures and during replays.
+//! Code an op calls may reach CUDA without this crate: cudarc through a buffer's slice,
+//! raw driver calls, cuBLASLt, a library of the program's own. While a step is captured
+//! ([`watch_capture`]), CUPTI calls back on every driver and runtime API call; a call
+//! made while an op is issued ([`WatchingOp`]) that enqueues work on any stream but the
+//! op's own, waits for the GPU, allocates, or steers a capture is recorded and fails the
+//! op ([`WatchingOp::leave`]), naming the call. The cost is the capture's: the callbacks
+//! are off between captures and during replays.
 //!
-//! Both see the thread that issues the op, which is where an op's code and every library
-//! it calls run; work an op hands to a thread of its own is beyond them.
+//! It sees the thread that issues the op, which is where an op's code and every library
+//! it calls run; work an op hands to a thread of its own is beyond it.
 
 mod calls;
 mod cupti;
-mod grant;
 
-pub(crate) use grant::check_write_mem;
-pub use grant::{Grant, Granted, granted, granted_view};
-
-use std::cell::{Cell, RefCell};
-
-use cudarc::driver::CudaSlice;
+use std::cell::RefCell;
 
 use crate::error::{Error, Result};
 
-/// The op being issued on this thread: its step and name.
-#[derive(Clone, Copy)]
-struct Issuing {
-    step: &'static str,
-    op: &'static str,
-}
-
 thread_local! {
-    static ISSUING: Cell<Option<Issuing>> = const { Cell::new(None) };
-    /// A host-side call that could not return its error (a drop), to be reported as the
-    /// op's when it returns.
-    static PENDING: Cell<Option<(Issuing, &'static str)>> = const { Cell::new(None) };
-    /// Allocations dropped inside an op, freed once no capture is in progress.
-    static DEFERRED: RefCell<Vec<CudaSlice<u8>>> = const { RefCell::new(Vec::new()) };
     /// What the capture guard saw of the op being issued, when it watches.
     static WATCH: RefCell<Option<OpWatch>> = const { RefCell::new(None) };
-    /// Depth of the runtime's own sections that may issue beside the op's stream (a
-    /// matmul's warm-up in the dry pass, a collective's NCCL bookkeeping).
-    static EXEMPT: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Marks an op as being issued on this thread until it is dropped (also when the op
-/// panics), restoring whatever was marked before; with a [`Watch`], the capture guard
-/// records what the op's code calls meanwhile.
-pub(crate) struct IssuingOp {
-    before: Option<Issuing>,
-    watch_before: Option<OpWatch>,
+/// Watches the calls of the op being issued on this thread until it is left or dropped
+/// (also when the op panics), restoring whatever was watched before.
+pub(crate) struct WatchingOp {
+    before: Option<OpWatch>,
 }
 
 /// What the capture guard checks an op's calls against.
@@ -87,54 +58,36 @@ pub(crate) struct Escaped {
     dry: bool,
 }
 
-impl IssuingOp {
-    pub(crate) fn enter(step: &'static str, op: &'static str, watch: Option<Watch>) -> IssuingOp {
-        let before = ISSUING.with(|c| c.replace(Some(Issuing { step, op })));
-        let watch_before = WATCH.with(|w| {
+impl WatchingOp {
+    /// Watches the op's calls against `watch`; with `None`, watches nothing (an eager
+    /// run, or the guard turned off).
+    pub(crate) fn enter(watch: Option<Watch>) -> WatchingOp {
+        let before = WATCH.with(|w| {
             w.replace(watch.map(|watch| OpWatch {
                 watch,
                 first: None,
                 count: 0,
             }))
         });
-        IssuingOp {
-            before,
-            watch_before,
-        }
+        WatchingOp { before }
     }
 
-    /// Ends the op's issue and returns the first call that escaped its capture, with
+    /// Ends the watch and returns the first call that escaped the op's capture, with
     /// how many more did.
     pub(crate) fn leave(self) -> Option<(Escaped, usize)> {
         let watched = WATCH.with(|w| w.borrow_mut().take());
-        // `self` drops here, restoring what was marked before.
+        // `self` drops here, restoring what was watched before.
         let watched = watched?;
         let more = watched.count.saturating_sub(1);
         watched.first.map(|e| (e, more))
     }
 }
 
-impl Drop for IssuingOp {
+impl Drop for WatchingOp {
     fn drop(&mut self) {
-        ISSUING.with(|c| c.set(self.before));
-        let before = self.watch_before.take();
+        let before = self.before.take();
         WATCH.with(|w| *w.borrow_mut() = before);
     }
-}
-
-/// Runs `f`, a section of the runtime's own that issues beside an op's stream on
-/// purpose (a matmul warmed in the dry pass, NCCL's bookkeeping streams inside a
-/// collective), without the capture guard recording its calls.
-pub(crate) fn exempt<R>(f: impl FnOnce() -> R) -> R {
-    struct Depth;
-    impl Drop for Depth {
-        fn drop(&mut self) {
-            EXEMPT.with(|d| d.set(d.get().saturating_sub(1)));
-        }
-    }
-    EXEMPT.with(|d| d.set(d.get() + 1));
-    let _depth = Depth;
-    f()
 }
 
 /// Turns CUPTI's callbacks on until the value returned is dropped: hold it for a whole
@@ -164,7 +117,7 @@ unsafe extern "C" fn on_call(
     if data.callback_site != cupti::API_ENTER {
         return;
     }
-    if EXEMPT.try_with(Cell::get).unwrap_or(0) > 0 {
+    if crate::scope::exempted() {
         return;
     }
     let _ = WATCH.try_with(|w| {
@@ -292,106 +245,5 @@ pub(crate) fn stream_text(stream: usize) -> String {
         0 | 1 => "the legacy default stream".to_string(),
         2 => "the per-thread default stream".to_string(),
         s => format!("stream {s:#x} (none of the step's)"),
-    }
-}
-
-/// The step and op being issued on this thread, if one is.
-pub(crate) fn issuing() -> Option<(&'static str, &'static str)> {
-    ISSUING
-        .try_with(Cell::get)
-        .ok()
-        .flatten()
-        .map(|Issuing { step, op }| (step, op))
-}
-
-/// Fails with [`Error::HostCallInOp`] when an op is being issued on this thread: `call`
-/// (`Device::download`, `Step::replay`) would break or escape its capture. A synchronise
-/// fails the capture; an allocation or a free leaves the graph an address that is freed
-/// or new each replay; a copy to the host reads a value frozen at capture time; a replay
-/// of another step, or a new stream or cuBLASLt session, is work that runs once, at
-/// capture, and never in a replay.
-pub(crate) fn check(call: &'static str) -> Result<()> {
-    match ISSUING.with(Cell::get) {
-        Some(Issuing { step, op }) => Err(Error::HostCallInOp { step, op, call }),
-        None => Ok(()),
-    }
-}
-
-/// Frees `slice`, or, while an op is being issued, keeps it until [`free_deferred`] and
-/// marks the op failed: a free inside a capture would leave the graph an address that is
-/// gone (or someone else's) at the next replay.
-pub(crate) fn free<T>(slice: CudaSlice<T>) {
-    // `try_with`: a buffer may be dropped by another thread-local's destructor, after
-    // these are gone; no op is being issued then.
-    let Some(issuing) = ISSUING.try_with(Cell::get).ok().flatten() else {
-        drop(slice);
-        return;
-    };
-    let bytes = slice.num_bytes();
-    let stream = slice.stream().clone();
-    let ptr = slice.leak();
-    // SAFETY: `ptr` is the allocation just leaked, `bytes` bytes long, owned by nobody
-    // else; the new slice frees it when dropped, as the old one would have.
-    let erased = unsafe { stream.upgrade_device_ptr::<u8>(ptr, bytes) };
-    DEFERRED.with(|d| d.borrow_mut().push(erased));
-    PENDING.with(|p| {
-        if p.get().is_none() {
-            p.set(Some((issuing, "DeviceBuffer::drop")));
-        }
-    });
-}
-
-/// The error of a host-side call the op being left made without being able to return
-/// it ([`free`]), if any.
-pub(crate) fn take_pending() -> Option<Error> {
-    PENDING
-        .with(Cell::take)
-        .map(|(Issuing { step, op }, call)| Error::HostCallInOp { step, op, call })
-}
-
-/// Frees what ops dropped; called once no capture is in progress. Work issued before the
-/// drop may still use the memory, so the device is waited for first.
-pub(crate) fn free_deferred() {
-    let freed = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-    if let Some(first) = freed.first() {
-        let ctx = first.stream().context();
-        ctx.record_err(ctx.synchronize());
-    }
-    drop(freed);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_host_call_fails_only_while_an_op_is_issued_and_names_it() {
-        assert!(check("Device::download").is_ok());
-        {
-            let _op = IssuingOp::enter("dqn", "trunk_forward", None);
-            let e = check("Device::download").unwrap_err();
-            assert_eq!(
-                e.to_string(),
-                "op `trunk_forward` of step `dqn` called `Device::download` while it was \
-                 being issued: a host-side call inside an op breaks or escapes the capture; \
-                 make it before or after the step's replay"
-            );
-            {
-                let _inner = IssuingOp::enter("other", "inner", None);
-                assert!(
-                    check("Step::replay")
-                        .unwrap_err()
-                        .to_string()
-                        .contains("`inner`")
-                );
-            }
-            assert!(
-                check("x")
-                    .unwrap_err()
-                    .to_string()
-                    .contains("`trunk_forward`")
-            );
-        }
-        assert!(check("Device::download").is_ok());
     }
 }

@@ -3,7 +3,8 @@
 //! outside the step module). The macro passes all three to [`OpContext::pick`] and rustc
 //! picks the one the parameter's type asks for.
 
-use crate::stream::{Blas, CaptureStream};
+use crate::blas::Blas;
+use crate::op::stream::CaptureStream;
 
 /// One of the three things an op may receive by type, picked out of them.
 ///

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
 
+use crate::driver::memory::{DeviceBuffer, DeviceMem, DeviceMemMut};
 use crate::error::{Error, Result};
-use crate::memory::{DeviceBuffer, DeviceMem, DeviceMemMut};
 
 /// The compute capability stepgraph's kernels are built for (sm_90).
 pub const REQUIRED_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
@@ -98,7 +98,7 @@ impl Device {
 
     /// Opens GPU `ordinal` after checking the libraries and the compute capability.
     pub fn new(ordinal: usize) -> Result<Device> {
-        crate::guard::check("Device::new")?;
+        crate::scope::check("Device::new")?;
         check_libraries()?;
         let count = CudaContext::device_count().map_err(Error::driver("cuDeviceGetCount"))?;
         if ordinal >= count.max(0) as usize {
@@ -140,7 +140,7 @@ impl Device {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_context(ctx: Arc<CudaContext>) -> Result<Device> {
-        crate::guard::check("Device::from_context")?;
+        crate::scope::check("Device::from_context")?;
         check_libraries()?;
         if ctx.is_event_tracking() {
             return Err(Error::Invalid(format!(
@@ -235,7 +235,7 @@ impl Device {
         what: &str,
         len: usize,
     ) -> Result<DeviceBuffer<T>> {
-        crate::guard::check("Device::alloc_zeros")?;
+        crate::scope::check("Device::alloc_zeros")?;
         let bytes = byte_len::<T>(what, len)?;
         let slice = self
             .host_stream
@@ -249,7 +249,7 @@ impl Device {
 
     /// Allocates a buffer holding a copy of `data`.
     pub fn upload_new<T: DeviceRepr>(&self, what: &str, data: &[T]) -> Result<DeviceBuffer<T>> {
-        crate::guard::check("Device::upload_new")?;
+        crate::scope::check("Device::upload_new")?;
         let bytes = std::mem::size_of_val(data);
         let slice = self
             .host_stream
@@ -275,7 +275,7 @@ impl Device {
         buf: &impl DeviceMem<T>,
         data: &[T],
     ) -> Result<()> {
-        crate::guard::check("Device::upload")?;
+        crate::scope::check("Device::upload")?;
         if buf.len() != data.len() {
             return Err(Error::LengthMismatch {
                 what: "upload into device memory".into(),
@@ -304,7 +304,7 @@ impl Device {
         &self,
         buf: &impl DeviceMem<T>,
     ) -> Result<Vec<T>> {
-        crate::guard::check("Device::download")?;
+        crate::scope::check("Device::download")?;
         let mut out = vec![T::default(); buf.len()];
         self.bind()?;
         // SAFETY: `out` has room for `buf.len()` elements, and the copy is synchronised
@@ -328,7 +328,7 @@ impl Device {
         &self,
         bufs: &[&M],
     ) -> Result<Vec<Vec<T>>> {
-        crate::guard::check("Device::download_many")?;
+        crate::scope::check("Device::download_many")?;
         self.bind()?;
         let mut outs: Vec<Vec<T>> = bufs.iter().map(|b| vec![T::default(); b.len()]).collect();
         let mut queued = Ok(());
@@ -368,7 +368,7 @@ impl Device {
 
     /// Waits for all work on the device.
     pub fn synchronize(&self) -> Result<()> {
-        crate::guard::check("Device::synchronize")?;
+        crate::scope::check("Device::synchronize")?;
         self.ctx
             .synchronize()
             .map_err(Error::driver("cuCtxSynchronize"))
@@ -421,6 +421,68 @@ fn byte_len<T>(what: &str, len: usize) -> Result<usize> {
             usize::MAX / size.max(1)
         ))
     })
+}
+
+/// The stream priorities of the context bound to this thread: (least, greatest), where
+/// greatest is numerically the smallest.
+pub(crate) fn stream_priority_range() -> Result<(i32, i32)> {
+    cudarc::driver::result::stream::get_priority_range()
+        .map_err(Error::driver("cuCtxGetStreamPriorityRange"))
+}
+
+// Here rather than with the buffer, so that memory needs nothing of the device: a
+// buffer taken from cudarc is checked against the device's context.
+impl<T> DeviceBuffer<T> {
+    /// Takes a cudarc allocation made in `device`'s context: a trainer's existing
+    /// buffers enter a step this way.
+    ///
+    /// Fails if the slice belongs to another context, or if the `CudaContext` value it was
+    /// made with tracks events (each value has its own flag: make the slices with the
+    /// context given to [`Device::from_context`], whose tracking is off). stepgraph orders
+    /// every use of the buffer through the plan.
+    ///
+    /// ```no_run
+    /// use stepgraph::{Device, DeviceBuffer};
+    ///
+    /// let ctx = stepgraph::cudarc::driver::CudaContext::new(0)?;
+    /// // SAFETY: this program orders its streams itself (it captures graphs).
+    /// unsafe { ctx.disable_event_tracking() };
+    /// let stream = ctx.default_stream();
+    /// let weights = stream.clone_htod(&[0.5f32; 1024])?;
+    ///
+    /// let device = Device::from_context(ctx)?;
+    /// let weights = DeviceBuffer::from_cuda_slice(&device, weights)?;
+    /// assert_eq!(weights.len(), 1024);
+    /// let back: stepgraph::cudarc::driver::CudaSlice<f32> = weights.into_cuda_slice();
+    /// assert_eq!(back.len(), 1024);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_cuda_slice(
+        device: &Device,
+        slice: cudarc::driver::CudaSlice<T>,
+    ) -> Result<DeviceBuffer<T>> {
+        let ours = device.context().cu_ctx();
+        let theirs = slice.context().cu_ctx();
+        if ours != theirs {
+            return Err(Error::Invalid(format!(
+                "a CudaSlice of {} elements belongs to another CUDA context than device {} ({}): \
+                 expected a slice allocated in the device's context",
+                slice.len(),
+                device.ordinal(),
+                device.name()
+            )));
+        }
+        // Each `CudaContext` value has its own flag, and a slice follows its own's.
+        if slice.context().is_event_tracking() {
+            return Err(Error::Invalid(format!(
+                "a CudaSlice of {} elements comes from a CudaContext that tracks events: \
+                 expected one with tracking off, such as the one given to \
+                 Device::from_context (its events would break the capture)",
+                slice.len()
+            )));
+        }
+        Ok(DeviceBuffer::wrap(slice))
+    }
 }
 
 #[cfg(test)]

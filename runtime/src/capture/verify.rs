@@ -13,43 +13,15 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::mem::MaybeUninit;
 
-use cudarc::driver::sys;
+use crate::driver::graph::{
+    CUgraph, CUgraphNodeType, OpNodes, graph_edges, graph_nodes, node_type,
+};
+use crate::scope::OpCounts;
 
 use crate::error::{Error, Result};
 use crate::plan::dag::{self, NodeSet};
 use crate::plan::{OpId, PlanDesc};
-
-/// What one op issued during a pass, counted by its capture stream.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OpCounts {
-    /// Kernel launches.
-    pub launches: usize,
-    /// cuBLASLt matmuls (one or more kernel nodes each).
-    pub matmuls: usize,
-    /// Device-to-device and host-to-device copies.
-    pub copies: usize,
-    /// Memsets.
-    pub memsets: usize,
-    /// Collectives (NCCL groups): any number of nodes each, of any kind.
-    pub collectives: usize,
-    /// Times the op took its stream as cudarc's
-    /// ([`CaptureStream::cuda_stream`](crate::CaptureStream::cuda_stream)): work of any
-    /// number and kind that nothing counts.
-    pub raw: usize,
-}
-
-/// An op's nodes in the captured graph and what it issued.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct OpNodes {
-    pub nodes: Vec<sys::CUgraphNode>,
-    pub counts: OpCounts,
-    /// A conditional op's (`#[every]`, `#[when]`) body graph, where its work is (its own
-    /// nodes in the step's graph are the condition's kernel and the conditional node).
-    pub body: Option<sys::CUgraph>,
-}
 
 /// What a successful verification covered.
 #[non_exhaustive]
@@ -77,105 +49,13 @@ impl fmt::Display for VerifyReport {
     }
 }
 
-/// The graph being captured on `stream`.
-pub(crate) fn capturing_graph(stream: sys::CUstream) -> Result<sys::CUgraph> {
-    let mut status = MaybeUninit::uninit();
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: valid stream; optional out-pointers are null; the graph handle returned is
-    // only queried, never modified, while the capture is in progress.
-    unsafe {
-        sys::cuStreamGetCaptureInfo_v3(
-            stream,
-            status.as_mut_ptr(),
-            std::ptr::null_mut(),
-            &mut graph,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-    }
-    .result()
-    .map_err(Error::driver("cuStreamGetCaptureInfo"))?;
-    Ok(graph)
-}
-
-/// Every node of `graph`.
-pub(crate) fn graph_nodes(graph: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>> {
-    let mut n = 0usize;
-    // SAFETY: a null array asks for the count only.
-    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
-        .result()
-        .map_err(Error::driver("cuGraphGetNodes"))?;
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let mut nodes = vec![std::ptr::null_mut(); n];
-    // SAFETY: `nodes` has room for `n` handles.
-    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
-        .result()
-        .map_err(Error::driver("cuGraphGetNodes"))?;
-    nodes.truncate(n);
-    Ok(nodes)
-}
-
-fn graph_edges(graph: sys::CUgraph) -> Result<Vec<(sys::CUgraphNode, sys::CUgraphNode)>> {
-    let mut n = 0usize;
-    // SAFETY: null arrays ask for the count only.
-    unsafe {
-        sys::cuGraphGetEdges_v2(
-            graph,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &mut n,
-        )
-    }
-    .result()
-    .map_err(Error::driver("cuGraphGetEdges"))?;
-    if n == 0 {
-        // The driver refuses arrays with a count of zero.
-        return Ok(Vec::new());
-    }
-    let mut from = vec![std::ptr::null_mut(); n];
-    let mut to = vec![std::ptr::null_mut(); n];
-    // Edges may carry data (cuBLASLt's kernels use programmatic-launch edges on Hopper),
-    // and the driver refuses to drop it, so it is read too. Either kind orders the two
-    // nodes: a programmatic edge lets the second kernel start early, but only up to the
-    // point where it waits for the first one's results.
-    // SAFETY: CUgraphEdgeData is plain data, valid when zeroed.
-    let mut data = vec![unsafe { std::mem::zeroed::<sys::CUgraphEdgeData>() }; n];
-    // SAFETY: all three arrays have room for `n` entries.
-    unsafe {
-        sys::cuGraphGetEdges_v2(
-            graph,
-            from.as_mut_ptr(),
-            to.as_mut_ptr(),
-            data.as_mut_ptr(),
-            &mut n,
-        )
-    }
-    .result()
-    .map_err(Error::driver("cuGraphGetEdges"))?;
-    Ok(from.into_iter().zip(to).take(n).collect())
-}
-
-pub(crate) fn node_type(node: sys::CUgraphNode) -> Result<sys::CUgraphNodeType> {
-    let mut ty = MaybeUninit::uninit();
-    // SAFETY: `node` is a node of a live graph; `ty` is a valid out-pointer.
-    unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }
-        .result()
-        .map_err(Error::driver("cuGraphNodeGetType"))?;
-    // SAFETY: written by the successful call.
-    Ok(unsafe { ty.assume_init() })
-}
-
 /// Checks a captured graph against `plan`, given each op's nodes. The shape of the
 /// graph is abstracted to what the checks need, so they are tested without a GPU.
 pub(crate) fn verify_graph(
     plan: &PlanDesc,
     extra: &[(OpId, OpId)],
     one_stream: bool,
-    graph: sys::CUgraph,
+    graph: CUgraph,
     per_op: &[OpNodes],
 ) -> Result<VerifyReport> {
     let nodes = graph_nodes(graph)?;
@@ -208,7 +88,7 @@ pub(crate) fn verify_graph(
         // What the op issued is in its own nodes, or, for a conditional op (`#[every]`,
         // `#[when]`), in its body (its own nodes are then the condition's kernel and the
         // conditional node, ordered like any op's).
-        let work: Vec<sys::CUgraphNodeType> = match op.body {
+        let work: Vec<CUgraphNodeType> = match op.body {
             Some(body) => graph_nodes(body)?
                 .into_iter()
                 .map(node_type)
@@ -218,9 +98,9 @@ pub(crate) fn verify_graph(
         shape.recorded = work.len();
         for ty in work {
             match ty {
-                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
-                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
-                sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
+                CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => shape.kernels += 1,
+                CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => shape.memcpys += 1,
+                CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => shape.memsets += 1,
                 _ => {}
             }
         }
@@ -238,8 +118,8 @@ pub(crate) fn verify_graph(
 /// NCCL's launches across replays of the graph and touch no buffer of any op. NCCL's
 /// kernels, which read and write the buckets, are judged like any node, and so is any
 /// other kind of node NCCL might add: one the checks do not know fails them loudly.
-fn judged_nodes(recorded: &[(usize, sys::CUgraphNodeType)], collectives: usize) -> Vec<usize> {
-    use sys::CUgraphNodeType::{CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT};
+fn judged_nodes(recorded: &[(usize, CUgraphNodeType)], collectives: usize) -> Vec<usize> {
+    use CUgraphNodeType::{CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT};
     recorded
         .iter()
         .filter(|(_, ty)| {
@@ -661,7 +541,7 @@ mod tests {
 
     #[test]
     fn only_a_collectives_event_nodes_are_left_out_of_the_ordering_checks() {
-        use sys::CUgraphNodeType::*;
+        use CUgraphNodeType::*;
         let recorded = [
             (0, CU_GRAPH_NODE_TYPE_WAIT_EVENT),
             (1, CU_GRAPH_NODE_TYPE_KERNEL),
@@ -677,7 +557,7 @@ mod tests {
 
     #[test]
     fn a_collectives_trailing_event_record_does_not_make_a_race() {
-        use sys::CUgraphNodeType::*;
+        use CUgraphNodeType::*;
         // a (main) -> b (side) -> c (main); b's nodes: its kernel (1) and NCCL's event
         // record after it (3), a leaf that c does not wait for.
         const CHAIN: PlanDesc = PLAN.with_edges(&[
