@@ -177,104 +177,153 @@ pub(crate) fn check(
             ops.len()
         )));
     }
-    // Node counts: what each op issued must be what the graph holds for it.
     for (i, op) in ops.iter().enumerate() {
-        let c = op.counts;
-        // A collective may add nothing (NCCL's in-place all-reduce of a world of one).
-        if op.recorded == 0 && c.collectives == 0 {
-            let o = &plan.ops[i];
-            return Err(Error::Verify {
-                what: format!(
-                    "op `{}` (stream `{}`) put no work into the captured graph{}: work an op \
-                     issues on any stream but its capture stream (a stream of the program's \
-                     own, cudarc's default stream) runs once, while the step is captured, \
-                     and never in a replay; issue it on the op's stream \
-                     (`CaptureStream::cuda_stream` for cudarc code)",
-                    o.name,
-                    plan.streams[o.stream.index()].name,
-                    if c == OpCounts::default() {
-                        String::new()
-                    } else {
-                        format!(
-                            ", though it issued {} launches, {} matmuls, {} copies and {} \
-                             memsets",
-                            c.launches, c.matmuls, c.copies, c.memsets
-                        )
-                    }
-                ),
-            });
-        }
-        let (kernels_ok, memsets_ok, memcpys_ok) = if c.collectives > 0 || c.raw > 0 {
-            // NCCL decides a collective's nodes, and code given the raw stream issues
-            // what it likes: at least what was counted must be there.
-            // A collective: a copy for a world of one, kernels (and whatever else its
-            // transport needs) for more ranks.
-            (
-                op.kernels >= c.launches + c.matmuls,
-                op.memsets >= c.memsets,
-                op.memcpys >= c.copies,
-            )
-        } else if c.matmuls == 0 {
-            (
-                op.kernels == c.launches,
-                op.memsets == c.memsets,
-                op.memcpys == c.copies,
-            )
-        } else {
-            // A cuBLASLt matmul is one kernel or more: a split-K algorithm adds a memset of
-            // its workspace and a reduction kernel.
-            (
-                op.kernels >= c.launches + c.matmuls,
-                op.memsets >= c.memsets,
-                op.memcpys == c.copies,
-            )
-        };
-        if !kernels_ok || !memsets_ok || !memcpys_ok {
-            return Err(Error::Verify {
-                what: format!(
-                    "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it: work that is not in the graph runs once, while the step is captured, and never in a replay",
-                    plan.ops[i].name,
-                    c.launches,
-                    c.matmuls,
-                    c.copies,
-                    c.memsets,
-                    op.kernels,
-                    op.memcpys,
-                    op.memsets
-                ),
-            });
-        }
+        check_work(plan, i, op)?;
+    }
+    let reach = Reach::new(n_nodes, edges, ops)?;
+    let ordered = check_dependencies(plan, extra, ops, &reach)?;
+    let independent = check_independence(plan, extra, one_stream, ops, &reach)?;
+    Ok(VerifyReport {
+        ops: n_ops,
+        nodes: n_nodes,
+        edges: edges.len(),
+        ordered_dependencies: ordered,
+        independent_pairs: independent,
+    })
+}
+
+/// What op `i` issued must be what the graph holds for it: work that is not in the
+/// graph ran once, at capture, and never runs in a replay.
+fn check_work(plan: &PlanDesc, i: usize, op: &OpShape) -> Result<()> {
+    let c = op.counts;
+    // A collective may add nothing (NCCL's in-place all-reduce of a world of one).
+    if op.recorded == 0 && c.collectives == 0 {
+        let o = &plan.ops[i];
+        return Err(Error::Verify {
+            what: format!(
+                "op `{}` (stream `{}`) put no work into the captured graph{}: work an op \
+                 issues on any stream but its capture stream (a stream of the program's \
+                 own, cudarc's default stream) runs once, while the step is captured, \
+                 and never in a replay; issue it on the op's stream \
+                 (`CaptureStream::cuda_stream` for cudarc code)",
+                o.name,
+                plan.streams[o.stream.index()].name,
+                if c == OpCounts::default() {
+                    String::new()
+                } else {
+                    format!(
+                        ", though it issued {} launches, {} matmuls, {} copies and {} \
+                         memsets",
+                        c.launches, c.matmuls, c.copies, c.memsets
+                    )
+                }
+            ),
+        });
+    }
+    let (kernels_ok, memsets_ok, memcpys_ok) = if c.collectives > 0 || c.raw > 0 {
+        // NCCL decides a collective's nodes, and code given the raw stream issues
+        // what it likes: at least what was counted must be there.
+        // A collective: a copy for a world of one, kernels (and whatever else its
+        // transport needs) for more ranks.
+        (
+            op.kernels >= c.launches + c.matmuls,
+            op.memsets >= c.memsets,
+            op.memcpys >= c.copies,
+        )
+    } else if c.matmuls == 0 {
+        (
+            op.kernels == c.launches,
+            op.memsets == c.memsets,
+            op.memcpys == c.copies,
+        )
+    } else {
+        // A cuBLASLt matmul is one kernel or more: a split-K algorithm adds a memset of
+        // its workspace and a reduction kernel.
+        (
+            op.kernels >= c.launches + c.matmuls,
+            op.memsets >= c.memsets,
+            op.memcpys == c.copies,
+        )
+    };
+    if kernels_ok && memsets_ok && memcpys_ok {
+        return Ok(());
+    }
+    Err(Error::Verify {
+        what: format!(
+            "op `{}` issued {} launches, {} matmuls, {} copies and {} memsets, but the graph holds {} kernel, {} memcpy and {} memset nodes for it: work that is not in the graph runs once, while the step is captured, and never in a replay",
+            plan.ops[i].name,
+            c.launches,
+            c.matmuls,
+            c.copies,
+            c.memsets,
+            op.kernels,
+            op.memcpys,
+            op.memsets
+        ),
+    })
+}
+
+/// Which nodes reach which, and the questions the checks ask of it about ops.
+struct Reach<'a> {
+    ops: &'a [OpShape],
+    reach: Vec<NodeSet>,
+    /// What the union of each op's nodes reaches.
+    of_op: Vec<NodeSet>,
+}
+
+impl<'a> Reach<'a> {
+    fn new(n_nodes: usize, edges: &[(usize, usize)], ops: &'a [OpShape]) -> Result<Reach<'a>> {
+        let reach = dag::reachability(n_nodes, edges)
+            .map_err(|_| Error::Invalid("the captured graph has a cycle".into()))?;
+        let of_op = ops
+            .iter()
+            .map(|op| {
+                let mut r = NodeSet::new(n_nodes);
+                for &n in &op.nodes {
+                    r.union(&reach[n]);
+                }
+                r
+            })
+            .collect();
+        Ok(Reach { ops, reach, of_op })
     }
 
-    let reach = dag::reachability(n_nodes, edges)
-        .map_err(|_| Error::Invalid("the captured graph has a cycle".into()))?;
-    // What the union of an op's nodes reaches.
-    let reach_of: Vec<NodeSet> = ops
-        .iter()
-        .map(|op| {
-            let mut r = NodeSet::new(n_nodes);
-            for &n in &op.nodes {
-                r.union(&reach[n]);
-            }
-            r
-        })
-        .collect();
-    let all_before = |a: usize, b: usize| {
+    /// Whether both ops have nodes, so that an order between them can be seen.
+    fn both_seen(&self, a: usize, b: usize) -> bool {
+        !self.ops[a].nodes.is_empty() && !self.ops[b].nodes.is_empty()
+    }
+
+    /// Every node of op `a` reaches every node of op `b`.
+    fn all_before(&self, a: usize, b: usize) -> bool {
+        let ops = self.ops;
         ops[a]
             .nodes
             .iter()
-            .all(|&x| ops[b].nodes.iter().all(|&y| reach[x].contains(y)))
-    };
-    let any_path = |a: usize, b: usize| ops[b].nodes.iter().any(|&y| reach_of[a].contains(y));
+            .all(|&x| ops[b].nodes.iter().all(|&y| self.reach[x].contains(y)))
+    }
 
-    // 1. Every dependency is a path in the graph.
+    /// Some node of op `a` reaches some node of op `b`.
+    fn any_path(&self, a: usize, b: usize) -> bool {
+        self.ops[b].nodes.iter().any(|&y| self.of_op[a].contains(y))
+    }
+}
+
+/// Every dependency of the plan, and every ordering added for views that overlap, is a
+/// path from all of the earlier op's nodes to all of the later one's: else the two race.
+/// Returns how many were checked.
+fn check_dependencies(
+    plan: &PlanDesc,
+    extra: &[(OpId, OpId)],
+    ops: &[OpShape],
+    reach: &Reach<'_>,
+) -> Result<usize> {
     let mut ordered = 0;
     for e in plan.edges {
         let (a, b) = (e.from.index(), e.to.index());
-        if ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+        if !reach.both_seen(a, b) {
             continue;
         }
-        if !all_before(a, b) {
+        if !reach.all_before(a, b) {
             let (na, nb) = name_pair(plan, a, b);
             let buf = e
                 .buf
@@ -289,13 +338,12 @@ pub(crate) fn check(
         }
         ordered += 1;
     }
-    // The orderings added for views that overlap are dependencies as well.
     for &(a, b) in extra {
         let (a, b) = (a.index(), b.index());
-        if a >= n_ops || b >= n_ops || ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+        if a >= ops.len() || b >= ops.len() || !reach.both_seen(a, b) {
             continue;
         }
-        if !all_before(a, b) {
+        if !reach.all_before(a, b) {
             let (na, nb) = name_pair(plan, a, b);
             return Err(Error::Verify {
                 what: format!(
@@ -305,8 +353,20 @@ pub(crate) fn check(
         }
         ordered += 1;
     }
+    Ok(ordered)
+}
 
-    // 2. Nothing orders two ops that neither a dependency nor stream order orders.
+/// Nothing orders two ops that neither a dependency nor stream order orders: else the
+/// schedule serialises what the plan proved independent. A one-stream capture orders
+/// each op after the one before it, and must. Returns how many pairs were independent.
+fn check_independence(
+    plan: &PlanDesc,
+    extra: &[(OpId, OpId)],
+    one_stream: bool,
+    ops: &[OpShape],
+    reach: &Reach<'_>,
+) -> Result<usize> {
+    let n_ops = ops.len();
     let mut order: Vec<(usize, usize)> = plan
         .edges
         .iter()
@@ -319,11 +379,7 @@ pub(crate) fn check(
         let stream = if one_stream { 0 } else { op.stream.index() };
         if let Some(a) = last_on.insert(stream, b) {
             order.push((a, b));
-            if one_stream
-                && !ops[a].nodes.is_empty()
-                && !ops[b].nodes.is_empty()
-                && !all_before(a, b)
-            {
+            if one_stream && reach.both_seen(a, b) && !reach.all_before(a, b) {
                 let (na, nb) = name_pair(plan, a, b);
                 return Err(Error::Verify {
                     what: format!("one-stream capture: op {nb} is not ordered after op {na}"),
@@ -335,10 +391,10 @@ pub(crate) fn check(
     let mut independent = 0;
     for b in 0..n_ops {
         for a in 0..b {
-            if must[b].contains(a) || ops[a].nodes.is_empty() || ops[b].nodes.is_empty() {
+            if must[b].contains(a) || !reach.both_seen(a, b) {
                 continue;
             }
-            if any_path(a, b) || any_path(b, a) {
+            if reach.any_path(a, b) || reach.any_path(b, a) {
                 let (na, nb) = name_pair(plan, a, b);
                 return Err(Error::Verify {
                     what: format!(
@@ -349,13 +405,7 @@ pub(crate) fn check(
             independent += 1;
         }
     }
-    Ok(VerifyReport {
-        ops: n_ops,
-        nodes: n_nodes,
-        edges: edges.len(),
-        ordered_dependencies: ordered,
-        independent_pairs: independent,
-    })
+    Ok(independent)
 }
 
 #[cfg(test)]
