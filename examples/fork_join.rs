@@ -233,7 +233,7 @@ fn run(device: &Device, quick: bool) -> Result<()> {
         100.0 * profile.critical_path_ms() / many
     );
     // The profile as a record (re-renderable without a GPU), a timeline and a trace, into
-    // $OUT when set (the device runner), else the current folder.
+    // $OUT when set (as the bench scripts set it), else the current folder.
     if !quick {
         let dir = std::path::PathBuf::from(std::env::var_os("OUT").unwrap_or_else(|| ".".into()));
         let write = |name: &str, text: String| {

@@ -5,7 +5,7 @@
 
 `dqn_bench.json` comes from the Rust example (`dqn --steps N`, written to $OUT): (a)
 eager, (b) the one-stream graph, (c) the stepgraph graph, (d) the critical-path bound
-and (w) the work bound (with (w'), its variant with the issue's grid share
+and (w) the work bound (with (w'), its variant with each kernel's grid share
 min(1, blocks / resident) not averaged over waves, when the record has it).
 `pytorch_bench.json` comes from `reference.py bench`. Prints one table and writes
 $OUT/dqn_results.json (./dqn_results.json when OUT is unset) with both records and the
@@ -60,7 +60,7 @@ def combine(rust, torch_bench):
             "larger_bound": "critical path (d)" if d >= w else "work (w)",
             "larger_bound_ms": bound,
             "c_over_larger_bound": c / bound,
-            # The same against max((d), (w')): the work bound with the issue's grid share.
+            # The same against max((d), (w')): the work bound with each kernel's grid share.
             "larger_grid_bound_ms": grid_bound,
             "c_over_larger_grid_bound": None if grid_bound is None else c / grid_bound,
             "chains_bound_ms": p,
@@ -106,7 +106,7 @@ def table(res):
                  f"down to it; best PyTorch ({r['best_pytorch_variant']}) / (c) = "
                  f"{r['best_pytorch_over_c']:.2f}x")
     if r.get("c_over_larger_grid_bound") is not None:
-        lines.append(f"(c) against max((d), (w')), the bound with the issue's grid share, "
+        lines.append(f"(c) against max((d), (w')), the bound with each kernel's grid share, "
                      f"{r['larger_grid_bound_ms']:.3f} ms: {r['c_over_larger_grid_bound']:.3f}")
     if "breakdown" in rust:
         lines.append(f"step breakdown: {rust['breakdown']}")

@@ -11,7 +11,7 @@ max |got - want| / max(|want|, rms(want)).
 
 The bounds of examples/dqn/tests/gpu/trunk.rs (1e-5 for dz2, 1e-4 for the sums) rest on it. Run as
 `python3 examples/dqn/join_model.py` (numpy only, CPU); it printed, on 2026-12-01
-(bench/BENCHMARKS.md, run join-model):
+(bench/BENCHMARKS.md, the trunk join's error model):
 
     dz2 5.24e-07
     db2 5.33e-07

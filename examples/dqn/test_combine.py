@@ -52,7 +52,7 @@ class Combine(unittest.TestCase):
         r = res["ratios"]
         self.assertTrue(math.isclose(r["c_over_larger_bound"], 2.4 / 2.2))
         self.assertTrue(math.isclose(r["c_over_larger_grid_bound"], 2.4 / 2.25))
-        self.assertIn("(c) against max((d), (w')), the bound with the issue's grid share, "
+        self.assertIn("(c) against max((d), (w')), the bound with each kernel's grid share, "
                       "2.250 ms: 1.067", out)
         # Without (w') in the record there is no such ratio.
         rc, res, out, _ = self.run_main(RUST, TORCH)

@@ -14,7 +14,7 @@ use clap::Args;
 
 use crate::cmd::{self, Workspace};
 
-/// The wheels, pinned. Keep in step with `/work/shared/GPU-HOST.md`.
+/// The wheels, pinned. Keep in step with the GPU host's CUDA toolkit (nvcc 13.0).
 pub const PINNED_WHEELS: &[&str] = &[
     "nvidia-cuda-nvcc==13.0.88",
     "nvidia-nvvm==13.0.88",

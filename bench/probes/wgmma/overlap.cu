@@ -1,7 +1,7 @@
 // overlap.cu -- a compile-only probe: does ptxas (CUDA 13.0) keep a warpgroup's wgmmas
 // asynchronous when the warpgroup reads the accumulators of a finished wgmma while another
 // of its wgmmas is in flight? That is the overlap iqn_wgmma would need to run its epilogue
-// on tile i beside GEMM 1 of tile i + 1 (examples/dqn/PERF.md, eighth round).
+// on tile i beside GEMM 1 of tile i + 1 (examples/dqn/PERF.md, "The IQN head").
 //
 // k<0>: two accumulator sets, alternating tiles: issue the next tile's product into one,
 //       wait_group 1 (the other's product is done), read the other.
@@ -13,7 +13,7 @@
 // 13.0 ptxas k<0> and k<2> are serialized, k<1> and k<3> are not: what ptxas refuses is a
 // product still in flight across the loop's back edge (k<0> leaves one there), not reading
 // a finished set beside a running product. iqn_wgmma's overlapped variant had k<3>'s shape
-// and stayed asynchronous (examples/dqn/PERF.md, thirteenth round).
+// and stayed asynchronous (examples/dqn/PERF.md, "Tried and dropped").
 #include "wgmma.cuh"
 
 #define FULL_MASK 0xffffffffu

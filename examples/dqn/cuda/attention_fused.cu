@@ -139,7 +139,7 @@ __device__ __forceinline__ void af_mma(float (&acc)[MT][NT][4], const float* A, 
     const unsigned g = lane >> 2, t = lane & 3;
     // Whole (K = 64: 8 k-steps), so that the next steps' fragment loads are in flight
     // beside this step's products: 4.5% off the kernel against 2 steps at a time, the same
-    // bits (run i20-unroll).
+    // bits.
 #pragma unroll
     for (unsigned k0 = 0; k0 < K; k0 += 8) {
         unsigned a[MT][4], b[NT][2];

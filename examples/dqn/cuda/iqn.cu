@@ -924,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(IQN_WG_THREADS, 1)
         // issue, before the barrier that GEMM 1 waits behind) reads them from L2 instead of
         // waiting for DRAM: h (two samples, 16 lines of 128 bytes), tau (64 rows, 2 lines)
         // and ybar (1). No registers; a line past the end of its input is not asked for.
-        // (Two tiles ahead measured the same, PERF.md's twelfth round.)
+        // (Two tiles ahead measured the same: PERF.md, "The IQN head".)
         if (next < tiles && tid < 19) {
             const float* line = nullptr;
             if (tid < 16) {

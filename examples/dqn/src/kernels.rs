@@ -1685,8 +1685,8 @@ pub const IQN_FUSED_MAX_COSINES: usize = 64;
 /// `iqn_fused_finish` reads back. More waves of shorter blocks cost a partial row each but
 /// let the hardware balance the work when other kernels hold some SMs (a persistent block
 /// that starts late finishes late). Measured in the step, the cost won for both IQN
-/// kernels: 2 and 4 waves of `iqn_fused` (run `h200b-c15`) and 2 to 4 of `iqn_wgmma`
-/// (run `i20-iqn-waves`) were slower than one.
+/// kernels: 2 and 4 waves of `iqn_fused` and 2 to 4 of `iqn_wgmma` were slower than one
+/// (PERF.md, "Tried and dropped").
 const IQN_FUSED_WAVES: u32 = 1;
 
 /// Blocks of [`Kernels::iqn_fused`] that share an SM when `H` is small enough for their

@@ -340,18 +340,18 @@ fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Bu
 }
 
 // With the fused head, attention holds its ATTENTION_HEAD_SMS from its start; at equal
-// priority the step is a little faster. Measured on the H200 (run `i20-grid-ab`, attention
-// on 66 SMs, IQN on 116): 0.855 ms at normal priority, 0.861 ms high, 0.927 ms low. On the
-// H100 with the unfused head (PERF.md), high had paid: 1.686 ms against 1.706 ms. The
-// unfused path (sizes the fused kernel does not take) was not measured again.
+// priority the step is a little faster. Measured on the H200 (attention on 66 SMs, IQN on
+// 116): 0.855 ms at normal priority, 0.861 ms high, 0.927 ms low. On the H100 with the
+// unfused head (PERF.md), high had paid: 1.686 ms against 1.706 ms. The unfused path
+// (sizes the fused kernel does not take) was not measured again.
 //
 // `ddqn` is high priority: with each branch's target pass ahead of its online pass on the
-// branch's stream, the double-DQN target, which IQN waits for, is ready earlier. Run
-// `i20-sched` (two rounds in one call on the H200): (c) 0.806, 0.807 ms before; `begin` on
-// `ddqn` and `report` on `comm` 0.800, 0.801; then the target passes first 0.783, 0.782;
-// with `ddqn` high 0.779, 0.780. In the next call (`i20-sched-b`) 0.775, 0.773 against
-// 0.801, 0.800; `main` high too 0.786, 0.785; `aux_attn` high too 0.778, 0.777; IQN on 112
-// or 108 SMs, or attention on 77, within 0.005 of it.
+// branch's stream, the double-DQN target, which IQN waits for, is ready earlier. Two rounds
+// in one call on the H200: (c) 0.806, 0.807 ms before; `begin` on `ddqn` and `report` on
+// `comm` 0.800, 0.801; then the target passes first 0.783, 0.782; with `ddqn` high 0.779,
+// 0.780. In the next call 0.775, 0.773 against 0.801, 0.800; `main` high too 0.786, 0.785;
+// `aux_attn` high too 0.778, 0.777; IQN on 112 or 108 SMs, or attention on 77, within
+// 0.005 of it.
 #[stepgraph::step(streams(main, branch[4], ddqn(high), aux_iqn, aux_attn, attn_wgrad(low), comm), kernels = Kernels)]
 pub mod dqn {
     use super::*;
@@ -1537,7 +1537,7 @@ pub fn attention_path(k: &Kernels, s: &Sizes, choice: Option<AttentionKernel>) -
 
 // The two persistent heads hold whole SMs (a block of each takes most of an SM's shared
 // memory), so the SMs they are given are SMs the rest of the step waits for. Measured in
-// one call on the H200 (BENCHMARKS.md, run `i20-grid-ab`, (c) ms): attention on 132 / 88 /
+// one call on the H200 (PERF.md, "Streams, priorities and SMs"; (c) ms): attention on 132 / 88 /
 // 66 / 44 SMs 0.902 / 0.871 / 0.871 / 0.926, and with attention on 66, IQN on 132 / 116 /
 // 100 / 88 SMs 0.871 / 0.861 / 0.858 / 0.895.
 

@@ -83,8 +83,9 @@ pub fn parse_stream(stdout: &str) -> Vec<Artifact> {
 mod tests {
     use super::*;
 
-    /// A line of `cargo test -p stepgraph-kernels --no-run --message-format=json`, verbatim.
-    const TEST_LINE: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///work/main/kernels#stepgraph-kernels@0.1.0","manifest_path":"/work/main/kernels/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"stepgraph_kernels","src_path":"/work/main/kernels/src/lib.rs","edition":"2024","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/tmp/target-kx/debug/deps/stepgraph_kernels-c8554a21b043ac5f"],"executable":"/tmp/target-kx/debug/deps/stepgraph_kernels-c8554a21b043ac5f","fresh":false}"#;
+    /// A line of `cargo test -p stepgraph-kernels --no-run --message-format=json` as cargo
+    /// writes it, from a checkout in /home/user/stepgraph.
+    const TEST_LINE: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///home/user/stepgraph/kernels#stepgraph-kernels@0.1.0","manifest_path":"/home/user/stepgraph/kernels/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"stepgraph_kernels","src_path":"/home/user/stepgraph/kernels/src/lib.rs","edition":"2024","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/tmp/target-kx/debug/deps/stepgraph_kernels-c8554a21b043ac5f"],"executable":"/tmp/target-kx/debug/deps/stepgraph_kernels-c8554a21b043ac5f","fresh":false}"#;
 
     const EXAMPLE_LINE: &str = r#"{"reason":"compiler-artifact","target":{"kind":["example"],"crate_types":["bin"],"name":"fork_join"},"profile":{"test":false},"executable":"/t/release/examples/fork_join"}"#;
 

@@ -35,8 +35,8 @@
 //!   and every term it enters moves by that. Such moves put `pred` and `dwemb` at up to
 //!   5.6e-5 on an H200 (`B` = 300 and 2001, two draws of `r`), the other outputs at up to
 //!   3.5e-5; those margins were measured on the kernel before the fold (which rounded
-//!   `emb` and `demb` too), and the folded kernel passes the same bounds (runs `i20-fold`,
-//!   `i20-unroll-tests`; its margins not printed). Over one
+//!   `emb` and `demb` too), and the folded kernel passes the same bounds on the H200 (its
+//!   margins not printed). Over one
 //!   sample's 8 rows a move weighs more (one term of 8 instead of thousands; an estimated
 //!   4e-4 by this measure at most), so the one-sample case is held to
 //!   [`FUSED_TF32_SHORT_BOUND`] = 1e-3 (measured 9e-5 and 1e-5).

@@ -115,7 +115,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
         target_sync: 100,
         polyak: 0.0,
         report_every: 20,
-        // Measured faster than `whole` (PERF.md, run `i20-sms`).
+        // Measured faster than `whole` (PERF.md, "Streams, priorities and SMs").
         branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
         iqn_kernel: None,
         attention_kernel: None,
@@ -1304,8 +1304,8 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
             f.e2e_ms / f.replay_ms
         );
     }
-    // The work bound weights each kernel by the share of the GPU its grid
-    // occupies, min(1, blocks / resident): (w'). (w) is the stricter reading.
+    // The grid bound weights each kernel by the share of the GPU its grid occupies,
+    // min(1, blocks / resident): (w'). (w) is the stricter reading.
     print!("{bounds}");
     // How much of what the DAG and the GPU allow (from (b) down to the larger bound) the
     // planned schedule took.
@@ -1681,7 +1681,7 @@ mod tests {
         assert!(msg.contains("those after step 4"), "{msg}");
     }
 
-    /// The breakdown of the profile recorded on the H200 (run `i20-prefetch-b`): every op
+    /// The breakdown of the profile recorded on the H200 (the fixture below): every op
     /// lands in one of the seven parts, and the parts add up to the ops.
     #[test]
     fn breakdown_of_the_recorded_profile_covers_every_op() {
