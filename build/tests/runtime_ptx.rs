@@ -3,6 +3,10 @@
 //! nvcc. This checks that the PTX is what nvcc makes of the source today: a change to one
 //! without the other fails here, with the command that regenerates it.
 //!
+//! The PTX is built for compute_80, so that every GPU from Ampere on JIT-compiles it, and
+//! its `.version` lowered to 8.4, the PTX ISA of CUDA 12.4, so that a 12.4 driver reads
+//! it: nvcc writes its own release's ISA, and these two kernels use nothing newer.
+//!
 //! nvcc is the one `cargo xtask test` installs and names in `NVCC` (or the workspace's
 //! `target/nvcc`, where it installs it).
 
@@ -28,11 +32,15 @@ fn nvcc() -> PathBuf {
     installed
 }
 
-/// The PTX without its comment lines (nvcc's banner names its build).
+/// The PTX ISA the committed PTX declares: CUDA 12.4's.
+const PTX_ISA: &str = ".version 8.4";
+
+/// The PTX without its comment lines (nvcc's banner names its build) and its ISA version.
 fn code(ptx: &str) -> Vec<&str> {
     ptx.lines()
         .map(str::trim_end)
         .filter(|l| !l.trim_start().starts_with("//") && !l.is_empty())
+        .filter(|l| !l.starts_with(".version "))
         .collect()
 }
 
@@ -42,7 +50,7 @@ fn the_committed_ptx_is_what_nvcc_makes_of_every_cu() {
     let out = tempfile::tempdir().expect("a temporary folder");
     let ptx = out.path().join("every.ptx");
     let status = Command::new(nvcc())
-        .args(["-arch=compute_90", "-ptx"])
+        .args(["-arch=compute_80", "-ptx"])
         .arg(root.join("cuda/every.cu"))
         .arg("-o")
         .arg(&ptx)
@@ -55,8 +63,14 @@ fn the_committed_ptx_is_what_nvcc_makes_of_every_cu() {
     assert_eq!(
         code(&committed),
         code(&fresh),
-        "runtime/src/op/every.ptx is stale: regenerate it with `nvcc -arch=compute_90 -ptx \
-         cuda/every.cu -o src/op/every.ptx` in runtime/"
+        "runtime/src/op/every.ptx is stale: regenerate it with `nvcc -arch=compute_80 -ptx \
+         cuda/every.cu -o src/op/every.ptx` in runtime/, then set its `.version` to 8.4"
+    );
+    assert!(
+        committed.lines().any(|l| l.trim_end() == PTX_ISA),
+        "runtime/src/op/every.ptx: expected `{PTX_ISA}` (CUDA 12.4's PTX ISA, so that 12.4 \
+         drivers load it), found {:?}",
+        committed.lines().find(|l| l.starts_with(".version"))
     );
     // The kernels the runtime loads by name.
     assert!(committed.contains(".visible .entry stepgraph_every("));

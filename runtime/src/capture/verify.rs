@@ -389,9 +389,9 @@ fn check_independence(
     }
     let must = dag::closure(n_ops, &order);
     let mut independent = 0;
-    for b in 0..n_ops {
+    for (b, before_b) in must.iter().enumerate() {
         for a in 0..b {
-            if must[b].contains(a) || !reach.both_seen(a, b) {
+            if before_b.contains(a) || !reach.both_seen(a, b) {
                 continue;
             }
             if reach.any_path(a, b) || reach.any_path(b, a) {

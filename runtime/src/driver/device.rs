@@ -9,14 +9,16 @@ use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
 use crate::driver::memory::{DeviceBuffer, DeviceMem, DeviceMemMut};
 use crate::error::{Error, Result};
 
-/// The compute capability stepgraph's kernels are built for (sm_90).
-pub const REQUIRED_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
+/// The oldest compute capability stepgraph runs on: 8.0 (Ampere). Its kernels ship as
+/// compute_80 PTX, which the driver JIT-compiles for any newer GPU, and a crate's own
+/// kernels are built for sm_80 to sm_90 by default (`stepgraph-build`).
+pub const REQUIRED_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
 
 /// A CUDA device with its primary context.
 ///
 /// Creating one checks that the driver and cuBLASLt libraries can be loaded (cudarc
 /// panics on a missing library; this turns that into [`Error::LibraryMissing`]) and that
-/// the GPU is at least compute capability 9.0, the target of the embedded cubins.
+/// the GPU is at least compute capability 8.0 ([`REQUIRED_COMPUTE_CAPABILITY`]).
 ///
 /// It also turns off cudarc's automatic event tracking for the context. That tracking
 /// makes a stream wait on events recorded by earlier, uncaptured work whenever a buffer is
@@ -45,7 +47,7 @@ impl fmt::Debug for Device {
     }
 }
 
-/// Checks that a compute capability can run sm_90 code.
+/// Checks that a compute capability can run stepgraph: 8.0 or newer.
 pub fn check_compute_capability(
     ordinal: usize,
     name: &str,
@@ -508,13 +510,21 @@ mod tests {
     }
 
     #[test]
-    fn compute_capability_below_sm90_is_refused_with_the_found_version() {
+    fn compute_capability_below_sm80_is_refused_with_the_found_version() {
         let err = check_compute_capability(0, "Tesla V100", (7, 0)).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("7.0"), "{msg}");
         assert!(msg.contains("Tesla V100"), "{msg}");
-        assert!(msg.contains("9.0"), "{msg}");
-        assert!(check_compute_capability(0, "A100", (8, 9)).is_err());
+        assert!(msg.contains("8.0"), "{msg}");
+        assert!(check_compute_capability(0, "T4", (7, 5)).is_err());
+        for (name, cc) in [
+            ("A100", (8, 0)),
+            ("A10", (8, 6)),
+            ("L4", (8, 9)),
+            ("H200", (9, 0)),
+        ] {
+            assert!(check_compute_capability(0, name, cc).is_ok(), "{name}");
+        }
     }
 
     #[test]

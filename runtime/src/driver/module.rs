@@ -25,6 +25,18 @@ pub enum ImageKind {
     Ptx,
 }
 
+/// Environment variable that, set to `1`, loads every declared module from its PTX image
+/// alone: the driver JIT-compiles the portable PTX (compute_80 by default) and no
+/// arch-specific cubin is used, so that a Hopper GPU runs the code an Ampere GPU runs
+/// (kernels chosen at run time, such as one on wgmma, take their portable path). For
+/// testing that path on the GPU at hand; off by default.
+pub const PORTABLE: &str = "STEPGRAPH_PORTABLE";
+
+/// Whether [`PORTABLE`] is set to `1`.
+fn portable() -> bool {
+    std::env::var_os(PORTABLE).is_some_and(|v| v == "1")
+}
+
 /// A compiled image of a module, embedded in the binary.
 #[derive(Clone, Copy)]
 #[non_exhaustive]
@@ -171,11 +183,29 @@ impl Module {
     /// Loads a declared module: its images in turn until the driver accepts one (a cubin
     /// is refused on a GPU it was not built for; PTX is then JIT-compiled). If the driver
     /// refuses every image, the error is the first one's. The image it accepted is
-    /// [`Module::image`].
+    /// [`Module::image`]. With [`PORTABLE`] set, only its PTX images are tried.
     pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
         crate::scope::check("Module::load")?;
+        let images: Vec<&'static Image> = decl
+            .images
+            .iter()
+            .filter(|i| !portable() || i.kind == ImageKind::Ptx)
+            .collect();
+        if images.is_empty() && !decl.images.is_empty() {
+            return Err(Error::Invalid(format!(
+                "module `{}` ({}): {PORTABLE}=1 loads PTX images only, and it has none (its \
+                 images: {}); build it with a compute_ target",
+                decl.name,
+                decl.source,
+                decl.images
+                    .iter()
+                    .map(|i| i.target)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         let (mut module, image) = first_accepted(
-            decl.images,
+            &images,
             |image| Module::load(device, decl.name, image.bytes),
             || {
                 Error::Invalid(format!(
@@ -260,12 +290,12 @@ impl Module {
 /// would have been JIT-compiled, and the first error says most); `none()` if there are no
 /// images.
 fn first_accepted<T>(
-    images: &'static [Image],
+    images: &[&'static Image],
     mut load: impl FnMut(&'static Image) -> Result<T>,
     none: impl FnOnce() -> Error,
 ) -> Result<(T, &'static Image)> {
     let mut first = None;
-    for image in images {
+    for &image in images {
         match load(image) {
             Ok(loaded) => return Ok((loaded, image)),
             Err(e) => {
@@ -722,6 +752,7 @@ mod tests {
         Image::cubin("sm_90a", b"cubin"),
         Image::ptx("compute_90", b"ptx\0"),
     ];
+    static IMAGE_REFS: [&Image; 2] = [&IMAGES[0], &IMAGES[1]];
 
     fn refused(image: &Image) -> Error {
         Error::Invalid(format!("refused {}", image.target))
@@ -735,7 +766,7 @@ mod tests {
     fn the_first_image_the_driver_accepts_is_the_one_recorded() {
         let mut tried = Vec::new();
         let (_, image) = first_accepted(
-            &IMAGES,
+            &IMAGE_REFS,
             |image| {
                 tried.push(image.target);
                 Ok(())
@@ -748,7 +779,7 @@ mod tests {
 
         // The sm_90a cubin refused (another GPU): the PTX fallback is the one kept.
         let (_, image) = first_accepted(
-            &IMAGES,
+            &IMAGE_REFS,
             |image| match image.kind {
                 ImageKind::Cubin => Err(refused(image)),
                 ImageKind::Ptx => Ok(()),
@@ -761,8 +792,8 @@ mod tests {
 
     #[test]
     fn when_every_image_is_refused_the_error_is_the_first_refusal() {
-        let e =
-            first_accepted(&IMAGES, |image| Err::<(), _>(refused(image)), no_image).unwrap_err();
+        let e = first_accepted(&IMAGE_REFS, |image| Err::<(), _>(refused(image)), no_image)
+            .unwrap_err();
         assert_eq!(e.to_string(), "refused sm_90a");
         let e = first_accepted(&[], |_| Ok(()), no_image).unwrap_err();
         assert_eq!(e.to_string(), "no image");

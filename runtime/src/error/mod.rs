@@ -63,8 +63,8 @@ pub enum Error {
     },
     /// The GPU is older than the kernels' target.
     #[error(
-        "GPU {ordinal} ({name}) has compute capability {major}.{minor}; stepgraph's kernels are \
-         built for sm_90 and need compute capability 9.0 or newer"
+        "GPU {ordinal} ({name}) has compute capability {major}.{minor}; stepgraph needs 8.0 or \
+         newer (Ampere, Ada, Hopper and later): its kernels are built from compute_80 on"
     )]
     UnsupportedDevice {
         /// The ordinal.

@@ -11,8 +11,8 @@
 //! The share of a kernel is counted from its launch, read back from the captured graph:
 //! the blocks of its grid over the blocks the GPU holds at once
 //! (`cuOccupancyMaxActiveBlocksPerMultiprocessor` × SMs). Two bounds come out:
-//! - the grid bound takes that ratio capped at 1, the share as the issue that asked for
-//!   the bound defines it;
+//! - the grid bound takes that ratio capped at 1: a kernel whose grid fills the GPU
+//!   holds all of it for its time;
 //! - the wave bound averages it over the kernel's waves: a grid of 1.5 waves occupies
 //!   the whole GPU for one wave and half of it for the other, so its share is 0.75, not 1,
 //!   since the idle half of its tail is room another stream can use. It is the lower,
