@@ -27,8 +27,10 @@
 //! # What it does
 //!
 //! - Compiles every `cuda/*.cu` (the folder is [`Builder::kernel_dir`]) with nvcc, by
-//!   default to an sm_90 cubin and to compute_90 PTX, which the driver JIT-compiles on GPUs
-//!   that cannot run the cubin ([`Builder::targets`], or `STEPGRAPH_CUDA_ARCH`). Flags:
+//!   default to sm_80, sm_86, sm_89 and sm_90 cubins (Ampere, Ada and Hopper) and to
+//!   compute_80 PTX, which the driver JIT-compiles on GPUs that none of the cubins fits
+//!   ([`DEFAULT_TARGETS`]; [`Builder::targets`], [`Builder::target`], or
+//!   `STEPGRAPH_CUDA_ARCH`). Flags:
 //!   `-O3 -lineinfo`, `-I` the kernel folder, then [`Builder::include_dir`]s and the headers
 //!   that dependencies export (below), [`Builder::nvcc_arg`]s, and `-ccbin $NVCC_CCBIN` when
 //!   that is set. nvcc's warnings become cargo warnings; its errors fail the build.
@@ -124,7 +126,7 @@
 //! - `NVCC`, `CUDA_HOME`, `CUDA_PATH`, `PATH`: where nvcc is (above).
 //! - `NVCC_CCBIN`: the host compiler nvcc uses (`-ccbin`).
 //! - `STEPGRAPH_CUDA_ARCH`: the targets, replacing the build script's
-//!   ([`Builder::targets`]): `sm_80,sm_90,compute_90`.
+//!   ([`Builder::targets`]): `sm_90,compute_80` builds faster where only Hopper matters.
 
 // The examples are build scripts: their `fn main` is what a user writes.
 #![allow(clippy::needless_doctest_main)]
@@ -154,8 +156,12 @@ use types::{Pass, RustParam, TypeEnv};
 pub const ARCH_ENV: &str = "STEPGRAPH_CUDA_ARCH";
 
 /// The targets when neither [`Builder::targets`] nor [`ARCH_ENV`] says otherwise: a
-/// cubin for Hopper, and PTX for the driver to JIT-compile on newer GPUs.
-pub const DEFAULT_TARGETS: &[&str] = &["sm_90", "compute_90"];
+/// cubin for each GPU generation that users train on from Ampere on (A100 is 8.0, A10 and
+/// the RTX 30s 8.6, L4, L40S and the RTX 40s 8.9, H100 and H200 9.0), and compute_80 PTX
+/// for the driver to JIT-compile on any other GPU of compute capability 8.0 or newer.
+/// A cubin runs on its own generation only (an sm_86 cubin does not load on an A100), so
+/// each gets its own; the loader takes the newest one the driver accepts.
+pub const DEFAULT_TARGETS: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90", "compute_80"];
 
 /// The oldest nvcc accepted unless [`Builder::min_nvcc_version`] says otherwise: the
 /// first major release that builds sm_90 with `__launch_bounds__` and friends as today.
@@ -222,6 +228,19 @@ impl Builder {
         S: Into<String>,
     {
         self.targets = targets.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// One more target besides those already set ([`DEFAULT_TARGETS`] unless
+    /// [`Builder::targets`] replaced them): typically an architecture-specific one, such as
+    /// `sm_90a` for a kernel on Hopper's `wgmma`, which the loader then prefers on the GPU
+    /// it was built for. [`ARCH_ENV`], when set, replaces the whole list.
+    ///
+    /// ```no_run
+    /// stepgraph_build::Builder::new().target("sm_90a").run();
+    /// ```
+    pub fn target(mut self, target: impl Into<String>) -> Builder {
+        self.targets.push(target.into());
         self
     }
 

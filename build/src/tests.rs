@@ -482,15 +482,18 @@ mod with_a_stand_in_nvcc {
             "{code}"
         );
         assert!(code.contains("pub const NVCC_VERSION: &str = \"V12.4.131\";"));
-        assert!(
-            code.contains("\"/stepgraph_kernels/ops.sm_90.cubin\""),
-            "{code}"
-        );
+        // The default targets: a cubin per generation from Ampere on, and compute_80 PTX.
+        for cubin in ["sm_80", "sm_86", "sm_89", "sm_90"] {
+            assert!(
+                code.contains(&format!("\"/stepgraph_kernels/ops.{cubin}.cubin\"")),
+                "{cubin}: {code}"
+            );
+        }
         assert!(
             code.contains("ParamDecl::new(\"n\", \"unsigned\", 4)"),
             "{code}"
         );
-        let ptx = fs::read(out.join("stepgraph_kernels/ops.compute_90.ptx")).unwrap();
+        let ptx = fs::read(out.join("stepgraph_kernels/ops.compute_80.ptx")).unwrap();
         assert_eq!(ptx.last(), Some(&0), "PTX is NUL-terminated");
         assert_eq!(ptx.iter().filter(|&&b| b == 0).count(), 1);
         let d = cargo.directives();

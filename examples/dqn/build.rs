@@ -3,9 +3,9 @@
 fn main() {
     stepgraph_build::Builder::new()
         .min_nvcc_version(12, 4)
-        // sm_90a: `iqn_wgmma` (cuda/iqn.cu) uses Hopper's wgmma, which plain sm_90 and the
-        // compute_90 PTX lack; that PTX stays for newer GPUs, which take `iqn_fused`.
-        .targets(["sm_90a", "compute_90"])
+        // sm_90a: `iqn_wgmma` (cuda/iqn.cu) uses Hopper's wgmma, which the plain sm_90 cubin
+        // and the PTX lack; every other GPU, and Hopper in portable mode, takes `iqn_fused`.
+        .target("sm_90a")
         .rust_type("BranchIn", "crate::kernels::BranchPtrs")
         .rust_type("BranchOut", "crate::kernels::BranchPtrs")
         .run();

@@ -604,7 +604,7 @@ pub mod exec {
 /// The environment switches [`Options::from_env`] reads.
 pub mod env {
     pub use crate::capture::options::{CAPTURE_GUARD, GRAPH_DOT, STREAM_PRIORITIES, VERIFY};
-    pub use crate::driver::module::PORTABLE;
+    pub use crate::driver::module::{PORTABLE, portable};
 }
 
 /// Figures read off measurements: medians, the work bound's per-kernel and per-op parts

@@ -24,7 +24,7 @@ use xtask::test;
 
 /// A GPU the preflight accepts, and one it refuses on every count.
 const GOOD_GPU: &str = "0, Stand-in H100 80GB HBM3, 9.0, 580.159.04";
-const OLD_GPU: &str = "0, Stand-in A100-SXM4-80GB, 8.0, 570.86.15";
+const OLD_GPU: &str = "0, Stand-in Tesla T4, 7.5, 570.86.15";
 
 /// The job of the test bundle: writes a table and a JSON file into its working folder
 /// (the run's results folder), prints a few lines, and fails on request.
@@ -879,8 +879,8 @@ fn failing_preflight_leaves_current_untouched() {
         .expect_failure(&[
             "preflight failed on ",
             "(4 of its checks); `current` was not switched:",
-            "- compute capability: expected at least 9.0 on one GPU, found 8.0 on GPU 0 \
-             (Stand-in A100-SXM4-80GB)",
+            "- compute capability: expected at least 8.0 on one GPU, found 7.5 on GPU 0 \
+             (Stand-in Tesla T4)",
             "- driver: expected at least 580.65.06 (CUDA 13.0), found 570.86.15",
             "- library libstepgraph_missing.so.1: expected it in LD_LIBRARY_PATH",
             "or on the loader cache (ldconfig -p), found it in neither",

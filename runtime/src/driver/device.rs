@@ -36,6 +36,7 @@ pub struct Device {
     /// A stream for host transfers and setup work outside any capture.
     host_stream: Arc<CudaStream>,
     name: Arc<str>,
+    compute_capability: (i32, i32),
 }
 
 impl fmt::Debug for Device {
@@ -43,6 +44,7 @@ impl fmt::Debug for Device {
         f.debug_struct("Device")
             .field("ordinal", &self.ctx.ordinal())
             .field("name", &self.name)
+            .field("compute_capability", &self.compute_capability)
             .finish()
     }
 }
@@ -168,6 +170,7 @@ impl Device {
             ctx,
             host_stream,
             name: name.into(),
+            compute_capability: cc,
         })
     }
 
@@ -183,6 +186,14 @@ impl Device {
     /// The device's name as the driver reports it.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The compute capability, `(major, minor)`: `(9, 0)` on Hopper, `(8, 0)` on an A100.
+    /// Which generation-specific kernel to launch is better read off the image the driver
+    /// loaded ([`Module::image`](crate::Module::image)), which also honours the
+    /// [portable mode](crate::env::PORTABLE).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
     }
 
     /// The device ordinal.

@@ -32,8 +32,9 @@ pub enum ImageKind {
 /// testing that path on the GPU at hand; off by default.
 pub const PORTABLE: &str = "STEPGRAPH_PORTABLE";
 
-/// Whether [`PORTABLE`] is set to `1`.
-fn portable() -> bool {
+/// Whether [`PORTABLE`] is set to `1`: modules load from PTX alone, so a kernel chosen by
+/// the image the driver took (a Hopper-only one, say) must expect its portable fallback.
+pub fn portable() -> bool {
     std::env::var_os(PORTABLE).is_some_and(|v| v == "1")
 }
 

@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use super::preflight_sh::{MIN_COMPUTE_CAPABILITY, MIN_DRIVER};
 use crate::install_nvcc::Nvcc;
 
-/// The GPU architecture the kernels are compiled for (`kernels/build.rs`).
-pub const SM_TARGET: &str = "sm_90";
+/// What the kernels are compiled for: stepgraph-build's default targets, cubins for
+/// Ampere, Ada and Hopper and PTX for any newer GPU (the DQN example adds `sm_90a`).
+pub const KERNEL_TARGETS: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90", "compute_80"];
 
 /// One file of the bundle's `bin/`.
 #[derive(Debug)]
@@ -103,7 +104,7 @@ pub fn render(
         // Bundles are often built from an uncommitted tree; say so.
         "git_dirty": identity.revision.dirty,
         "nvcc": nvcc.version,
-        "sm_target": SM_TARGET,
+        "kernel_targets": KERNEL_TARGETS,
         "cudarc": locked_version(&lock, "cudarc"),
         "rustc": command_line(Command::new("rustc").arg("--version")),
         "built_at_unix_s": built_at,

@@ -2,14 +2,14 @@
 //! before anything depends on it (`cargo xtask deploy` switches `current` only when it
 //! passes).
 
-use super::build_info::SM_TARGET;
+use super::build_info::KERNEL_TARGETS;
 use super::run_sh::lib_path_block;
 use crate::cmd::quote_words;
 use crate::install_nvcc::NVCC_RELEASE;
 
-/// The lowest compute capability that runs the kernels: they ship as [`SM_TARGET`]
-/// cubins, which no older GPU loads.
-pub const MIN_COMPUTE_CAPABILITY: &str = "9.0";
+/// The lowest compute capability that runs the kernels: the oldest of the
+/// [`KERNEL_TARGETS`], whose PTX no older GPU loads.
+pub const MIN_COMPUTE_CAPABILITY: &str = "8.0";
 
 /// The oldest driver that loads what nvcc [`NVCC_RELEASE`] writes: NVIDIA's table of
 /// toolkit and driver versions gives 580.65.06 for CUDA 13.0 GA on Linux. An older
@@ -42,7 +42,7 @@ impl Preflight<'_> {
             .replace("@LIB_PATH@", &lib_path_block())
             .replace("@LIBRARIES@", &quote_words(self.libraries))
             .replace("@MIN_CC@", MIN_COMPUTE_CAPABILITY)
-            .replace("@SM_TARGET@", SM_TARGET)
+            .replace("@TARGETS@", &KERNEL_TARGETS.join(" "))
             .replace("@MIN_DRIVER@", MIN_DRIVER)
             .replace("@CUDA@", NVCC_RELEASE)
             .replace("@MIN_FREE_MIB@", &DEFAULT_MIN_FREE_MIB.to_string())
@@ -63,7 +63,7 @@ const TEMPLATE: &str = r#"#!/usr/bin/env bash
 #   ./preflight.sh [--no-gpu-checks] [DIR [MIN_FREE_MIB]]
 #
 # Whether this host can run the bundle: a GPU that nvidia-smi lists; compute capability
-# at least @MIN_CC@ (the kernels are @SM_TARGET@ cubins); a driver at least @MIN_DRIVER@ (CUDA
+# at least @MIN_CC@ (the kernels are built for @TARGETS@); a driver at least @MIN_DRIVER@ (CUDA
 # @CUDA@, what the kernels were compiled with); every library the job loads, found where
 # run.sh looks and on the loader cache; MIN_FREE_MIB MiB free in DIR (default @MIN_FREE_MIB@
 # MiB in this bundle's folder). One line per check, `ok` or `FAIL` with what was expected
@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn the_checks_use_the_pinned_figures() {
         let script = render();
-        assert!(script.contains("min_cc=9.0\n"));
+        assert!(script.contains("min_cc=8.0\n"));
         assert!(script.contains("min_driver=580.65.06\n"));
         assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13 libcupti.so.13)\n"));
         assert!(script.contains("--query-gpu=index,name,compute_cap,driver_version"));
@@ -235,10 +235,19 @@ mod tests {
     }
 
     #[test]
-    fn the_minimum_compute_capability_is_the_kernels_target() {
+    fn the_minimum_compute_capability_is_the_kernels_oldest_target() {
+        let oldest = KERNEL_TARGETS
+            .iter()
+            .filter_map(|t| t.rsplit('_').next()?.parse::<u32>().ok())
+            .min();
         assert_eq!(
-            format!("sm_{}", MIN_COMPUTE_CAPABILITY.replace('.', "")),
-            SM_TARGET
+            Some(
+                MIN_COMPUTE_CAPABILITY
+                    .replace('.', "")
+                    .parse::<u32>()
+                    .unwrap()
+            ),
+            oldest
         );
     }
 }

@@ -105,15 +105,18 @@ const TEMPLATE: &str = r#"#!/usr/bin/env bash
 #   ./run.sh            every test binary in bin/ (ignored GPU tests included, one test
 #                       at a time: GPU tests must not run concurrently), then every example
 #   ./run.sh sanitize   compute-sanitizer (@SANITIZER_TOOLS@) on the sanitize example
+#   ./run.sh portable   as ./run.sh, in the portable mode (STEPGRAPH_PORTABLE=1): every
+#                       module loaded from its compute_80 PTX, no arch-specific kernel,
+#                       as on an Ampere GPU; logs named portable-<name>.log
 #
 # Each binary's output goes to the terminal and to ${OUT:-./out}/<name>.log. A summary
 # line per binary ends the run; the exit status is 1 if any failed.
 set -u -o pipefail
 
 case "${1:-all}" in
-    all | sanitize) mode="${1:-all}" ;;
+    all | sanitize | portable) mode="${1:-all}" ;;
     *)
-        echo "usage: $0 [sanitize]" >&2
+        echo "usage: $0 [sanitize | portable]" >&2
         exit 2
         ;;
 esac
@@ -156,13 +159,14 @@ run_logged() {
     fi
 }
 
+# run_all [PREFIX]: every test binary, then every example; logs named PREFIX<name>.
 run_all() {
-    local name
+    local prefix="${1:-}" name
     for name in "${tests[@]}"; do
-        run_logged "$name" "$here/bin/$name" --include-ignored --test-threads=1
+        run_logged "$prefix$name" "$here/bin/$name" --include-ignored --test-threads=1
     done
     for name in "${examples[@]}"; do
-        run_logged "$name" "$here/bin/$name"
+        run_logged "$prefix$name" "$here/bin/$name"
     done
 }
 
@@ -193,6 +197,10 @@ run_sanitize() {
 case "$mode" in
     all) run_all ;;
     sanitize) run_sanitize ;;
+    portable)
+        export STEPGRAPH_PORTABLE=1
+        run_all portable-
+        ;;
 esac
 
 echo
@@ -261,6 +269,8 @@ mod tests {
         assert!(script.contains("--include-ignored --test-threads=1"));
         assert!(script.contains("for tool in memcheck racecheck synccheck; do"));
         assert!(script.contains("--error-exitcode 1"));
+        // The portable mode runs the same binaries with the runtime's switch set.
+        assert!(script.contains("export STEPGRAPH_PORTABLE=1\n        run_all portable-\n"));
     }
 
     #[test]

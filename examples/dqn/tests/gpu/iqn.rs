@@ -348,13 +348,33 @@ const RAGGED: IqnFusedDims = IqnFusedDims {
 fn gpu_iqn_fused_takes_the_kernel_its_sizes_and_gpu_call_for() -> Result<()> {
     let device = Device::new(0)?;
     let k = Kernels::load(&device)?;
-    // These tests run on a Hopper GPU, where the driver must take the sm_90a cubin.
-    assert!(
+    // These tests run on a Hopper GPU, where the driver must take the sm_90a cubin, except
+    // in portable mode, where it must take the PTX and the step must do without wgmma.
+    let hopper = expects_wgmma(&device);
+    assert_eq!(
         k.has_wgmma(),
-        "the sm_90a image of cuda/iqn.cu was not loaded"
+        hopper,
+        "whether the sm_90a image of cuda/iqn.cu was loaded (portable mode: {})",
+        stepgraph::env::portable()
     );
+    let at_step_sizes = if hopper {
+        IqnFusedKernel::Wgmma
+    } else {
+        IqnFusedKernel::MmaSync
+    };
     for batch in [1, 2001, 16384] {
-        assert_eq!(k.iqn_fused_kernel(step_dims(batch)), IqnFusedKernel::Wgmma);
+        assert_eq!(k.iqn_fused_kernel(step_dims(batch)), at_step_sizes);
+    }
+    if !hopper {
+        // Asked for by name without its image, iqn_wgmma is refused, naming the image.
+        let dims = step_dims(64);
+        let x = HeadInputs::upload(&device, &HeadData::new(dims, 3))?;
+        let err = match run_fused(&device, &k, IqnFusedKernel::Wgmma, dims, &x) {
+            Ok(_) => panic!("iqn_wgmma ran without its sm_90a image"),
+            Err(e) => e.chain(),
+        };
+        assert!(err.contains("expected the sm_90a image"), "{err}");
+        return Ok(());
     }
     let others = [
         RAGGED,
@@ -430,7 +450,7 @@ fn gpu_iqn_fused_matches_the_cpu_reference() -> Result<()> {
         // The ReLU flips' share of the error grows as the sums get shorter: the small
         // cases are held to the tight check only.
         let exact = (dims.batch * dims.quantiles >= 4096).then(|| reference(GemmOperands::Exact));
-        for &kernel in kernels {
+        for &kernel in kernels.iter().filter(|k| runnable(&device).contains(k)) {
             let got = run_fused(&device, &k, kernel, dims, &x)?;
             check_head(
                 &format!("{kernel:?} vs CPU with TF32 operands, {dims:?}"),
@@ -467,7 +487,7 @@ fn gpu_iqn_fused_matches_the_unfused_gpu_path_and_repeats_bit_for_bit() -> Resul
     let data = HeadData::new(dims, 7);
     let x = HeadInputs::upload(&device, &data)?;
     let unfused = run_unfused(&device, &k, dims, &x)?;
-    for kernel in [IqnFusedKernel::Wgmma, IqnFusedKernel::MmaSync] {
+    for kernel in runnable(&device) {
         let fused = run_fused(&device, &k, kernel, dims, &x)?;
         check_head(
             &format!("{kernel:?} vs unfused GPU path"),
@@ -492,6 +512,10 @@ fn gpu_iqn_fused_matches_the_unfused_gpu_path_and_repeats_bit_for_bit() -> Resul
 fn gpu_iqn_wgmma_matches_iqn_fused_at_the_step_batch_and_repeats_bit_for_bit() -> Result<()> {
     let device = Device::new(0)?;
     let k = Kernels::load(&device)?;
+    if !expects_wgmma(&device) {
+        // Portable mode: no wgmma to compare (the test above checks that it is refused).
+        return Ok(());
+    }
     // The step's sizes: 8192 tiles, 70 or 71 per block (too large for the CPU reference
     // in a test; the two kernels share nothing but the finishing kernel).
     let dims = step_dims(16384);
@@ -514,4 +538,18 @@ fn gpu_iqn_wgmma_matches_iqn_fused_at_the_step_batch_and_repeats_bit_for_bit() -
         "a second run of iqn_wgmma differs from the first"
     );
     Ok(())
+}
+
+/// Whether `iqn_wgmma` must be available: on Hopper, unless the portable mode loads PTX.
+fn expects_wgmma(device: &Device) -> bool {
+    device.compute_capability() == (9, 0) && !stepgraph::env::portable()
+}
+
+/// The fused kernels this GPU can run: both, or `iqn_fused` alone without wgmma.
+fn runnable(device: &Device) -> Vec<IqnFusedKernel> {
+    let all = [IqnFusedKernel::Wgmma, IqnFusedKernel::MmaSync];
+    let wgmma = expects_wgmma(device);
+    all.into_iter()
+        .filter(|&k| wgmma || k == IqnFusedKernel::MmaSync)
+        .collect()
 }
