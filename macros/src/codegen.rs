@@ -82,41 +82,11 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             None => desc,
         }
     });
-    let ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
-        let name = &inst.name;
-        let func = step.ops[inst.op].name.to_string();
-        let stream = lit_u16(inst.stream);
-        let accesses = resolved.problem.ops[k].accesses.iter().map(|(r, a)| {
-            let (buf, copy) = (lit_u16(r.buf), lit_u16(r.copy));
-            match a {
-                Access::Read => quote!(#rt::read(#buf, #copy)),
-                Access::Write => quote!(#rt::write(#buf, #copy)),
-            }
-        });
-        let waits = (!plan.waits[k].is_empty()).then(|| {
-            let w = plan.waits[k].iter().map(|&e| lit_u16(e));
-            quote!(.with_waits(&#rt::events([#(#w),*])))
-        });
-        let record = plan.records[k].map(|e| {
-            let e = lit_u16(e);
-            quote!(.with_record(#rt::EventId(#e)))
-        });
-        let cost = resolved.problem.ops[k].cost;
-        let cost = (cost != 1.0).then(|| {
-            let c = Literal::f64_suffixed(cost);
-            quote!(.with_cost(#c))
-        });
-        let every = step.ops[inst.op].every.as_ref().map(|e| {
-            let text = e.text();
-            quote!(.with_every(#text))
-        });
-        let when = step.ops[inst.op].when.as_ref().and_then(|flag| {
-            let b = step.buffer_fields().position(|b| b.name == *flag)?;
-            let b = lit_u16(b);
-            Some(quote!(.with_when(#rt::BufId(#b))))
-        });
-        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when)
-    });
+    let ops = resolved
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(k, inst)| op_desc(step, resolved, plan, k, inst));
     let edges = plan.deps.iter().map(|d| {
         let (from, to) = (lit_u32(d.from), lit_u32(d.to));
         let buf = d.resource.map(|r| lit_u16(r.buf));
@@ -157,6 +127,51 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         const __OPS: &[#rt::OpDesc] = &[#(#ops),*];
         const __EDGES: &[#rt::EdgeDesc] = &[#(#edges),*];
     }
+}
+
+/// Op instance `k`'s entry of the plan: its stream, accesses, events, cost and
+/// condition.
+fn op_desc(
+    step: &Step,
+    resolved: &Resolved,
+    plan: &Plan,
+    k: usize,
+    inst: &crate::validate::Instance,
+) -> TokenStream {
+    let rt = rt();
+    let name = &inst.name;
+    let func = step.ops[inst.op].name.to_string();
+    let stream = lit_u16(inst.stream);
+    let accesses = resolved.problem.ops[k].accesses.iter().map(|(r, a)| {
+        let (buf, copy) = (lit_u16(r.buf), lit_u16(r.copy));
+        match a {
+            Access::Read => quote!(#rt::read(#buf, #copy)),
+            Access::Write => quote!(#rt::write(#buf, #copy)),
+        }
+    });
+    let waits = (!plan.waits[k].is_empty()).then(|| {
+        let w = plan.waits[k].iter().map(|&e| lit_u16(e));
+        quote!(.with_waits(&#rt::events([#(#w),*])))
+    });
+    let record = plan.records[k].map(|e| {
+        let e = lit_u16(e);
+        quote!(.with_record(#rt::EventId(#e)))
+    });
+    let cost = resolved.problem.ops[k].cost;
+    let cost = (cost != 1.0).then(|| {
+        let c = Literal::f64_suffixed(cost);
+        quote!(.with_cost(#c))
+    });
+    let every = step.ops[inst.op].every.as_ref().map(|e| {
+        let text = e.text();
+        quote!(.with_every(#text))
+    });
+    let when = step.ops[inst.op].when.as_ref().and_then(|flag| {
+        let b = step.buffer_fields().position(|b| b.name == *flag)?;
+        let b = lit_u16(b);
+        Some(quote!(.with_when(#rt::BufId(#b))))
+    });
+    quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when)
 }
 
 /// The index of a view's parent among the buffers (validation resolved it).

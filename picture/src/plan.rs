@@ -121,8 +121,6 @@ pub fn print_plan_if_asked(plan: &PlanDesc) -> Option<ExitCode> {
 /// ```
 pub fn plan_dot(plan: &PlanDesc) -> String {
     let mut out = String::new();
-    let critical = |i: usize| plan.critical_path.contains(&OpId(i as u32));
-    let parts = Parts::of(plan.ops.iter().map(|o| o.func));
     let _ = writeln!(
         out,
         "digraph {} {{",
@@ -139,6 +137,17 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
          penwidth=1, color=\"#444444\"];\n  edge [fontname=\"Helvetica\", fontsize=10, \
          color=\"#555555\"];\n",
     );
+    write_dot_clusters(&mut out, plan);
+    write_dot_stream_order(&mut out, plan);
+    write_dot_waits(&mut out, plan);
+    out.push_str("}\n");
+    out
+}
+
+/// A cluster per stream holding its ops, the origin's with the capture's begin and end.
+fn write_dot_clusters(out: &mut String, plan: &PlanDesc) {
+    let critical = |i: usize| plan.critical_path.contains(&OpId(i as u32));
+    let parts = Parts::of(plan.ops.iter().map(|o| o.func));
     for (s, stream) in plan.streams.iter().enumerate() {
         let _ = writeln!(out, "  subgraph cluster_{s} {{");
         let _ = writeln!(
@@ -180,8 +189,11 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
         }
         out.push_str("  }\n");
     }
-    // Stream order: begin, the origin's ops, end on the origin; each side stream's
-    // ops in program order.
+}
+
+/// Stream order: begin, the origin's ops, end on the origin; each side stream's ops in
+/// program order.
+fn write_dot_stream_order(out: &mut String, plan: &PlanDesc) {
     for s in 0..plan.streams.len() {
         let mut chain: Vec<String> = plan
             .ops
@@ -203,6 +215,10 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
             let _ = writeln!(out, "  {} -> {}{attrs};", pair[0], pair[1]);
         }
     }
+}
+
+/// The waits on events, dashed, from the op that recorded each (or the capture's begin).
+fn write_dot_waits(out: &mut String, plan: &PlanDesc) {
     let source = |e: EventId| match plan.events.get(e.index()).and_then(|ev| ev.after) {
         Some(op) => format!("op{}", op.index()),
         None => "capture_begin".into(),
@@ -227,8 +243,6 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
             e.0
         );
     }
-    out.push_str("}\n");
-    out
 }
 
 /// The plan as a self-contained SVG, drawn like a profile's timeline
