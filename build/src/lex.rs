@@ -65,173 +65,236 @@ const PUNCT: &[&str] = &[
 ];
 
 pub(crate) fn lex(src: &str) -> Lexed {
-    let chars: Vec<char> = src.chars().collect();
-    let mut out = Lexed::default();
-    let mut i = 0;
-    let mut line = 1u32;
-    // Only whitespace so far on this line: a `#` here starts a directive.
-    let mut line_start = true;
-    // The comment being collected and the line it ends on.
-    let mut comment: Vec<String> = Vec::new();
-    let mut comment_end = 0u32;
-    let mut blank_since_comment = false;
-
-    let take_comment = |comment: &mut Vec<String>, end: u32, line: u32, blank: bool| {
-        let c = if !comment.is_empty() && !blank && end + 1 >= line {
-            Some(comment.join("\n"))
-        } else {
-            None
-        };
-        comment.clear();
-        c
+    let mut lexer = Lexer {
+        chars: src.chars().collect(),
+        i: 0,
+        line: 1,
+        line_start: true,
+        comment: Vec::new(),
+        comment_end: 0,
+        blank_since_comment: false,
+        out: Lexed::default(),
     };
+    while lexer.i < lexer.chars.len() {
+        lexer.step();
+    }
+    lexer.out
+}
 
-    while i < chars.len() {
-        let c = chars[i];
+/// The lexer's place in the source, and the comment that may document the next token.
+struct Lexer {
+    chars: Vec<char>,
+    i: usize,
+    line: u32,
+    /// Only whitespace so far on this line: a `#` here starts a directive.
+    line_start: bool,
+    /// The comment being collected and the line it ends on.
+    comment: Vec<String>,
+    comment_end: u32,
+    blank_since_comment: bool,
+    out: Lexed,
+}
+
+impl Lexer {
+    /// The character `k` places on, if any.
+    fn peek(&self, k: usize) -> Option<&char> {
+        self.chars.get(self.i + k)
+    }
+
+    /// Reads one newline, whitespace character, comment, directive or token.
+    fn step(&mut self) {
+        let c = self.chars[self.i];
         if c == '\n' {
-            if line_start && comment_end != line {
+            if self.line_start && self.comment_end != self.line {
                 // A line with nothing on it: the comment above is not about what follows.
-                blank_since_comment = true;
+                self.blank_since_comment = true;
             }
-            line += 1;
-            i += 1;
-            line_start = true;
-            continue;
+            self.line += 1;
+            self.i += 1;
+            self.line_start = true;
+        } else if c.is_whitespace() {
+            self.i += 1;
+        } else if c == '/' && self.peek(1) == Some(&'/') {
+            self.line_comment();
+        } else if c == '/' && self.peek(1) == Some(&'*') {
+            self.block_comment();
+        } else if c == '#' && self.line_start {
+            self.directive();
+        } else {
+            self.token(c);
         }
-        if c.is_whitespace() {
-            i += 1;
-            continue;
+    }
+
+    /// `// ..` to the end of the line.
+    fn line_comment(&mut self) {
+        let chars = &self.chars;
+        let start = self.i + 2;
+        while self.i < chars.len() && chars[self.i] != '\n' {
+            self.i += 1;
         }
-        if c == '/' && chars.get(i + 1) == Some(&'/') {
-            let start = i + 2;
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-            let text: String = chars[start..i].iter().collect();
-            if !line_start {
-                // After code on the same line: about that code, not what follows.
-                comment.clear();
-                continue;
-            }
-            if blank_since_comment || comment_end + 1 < line {
-                comment.clear();
-            }
-            comment.push(
-                text.strip_prefix(' ')
-                    .unwrap_or(&text)
-                    .trim_end()
-                    .to_string(),
-            );
-            comment_end = line;
-            blank_since_comment = false;
-            continue;
+        let text: String = chars[start..self.i].iter().collect();
+        if !self.line_start {
+            // After code on the same line: about that code, not what follows.
+            self.comment.clear();
+            return;
         }
-        if c == '/' && chars.get(i + 1) == Some(&'*') {
-            let start = i + 2;
-            i += 2;
-            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
-                if chars[i] == '\n' {
-                    line += 1;
-                }
-                i += 1;
-            }
-            let text: String = chars[start..i.min(chars.len())].iter().collect();
-            i = (i + 2).min(chars.len());
-            comment.clear();
-            if !line_start {
-                continue;
-            }
-            for l in text.lines() {
-                let l = l.trim();
-                let l = l.strip_prefix('*').map(str::trim_start).unwrap_or(l);
-                if !l.is_empty() {
-                    comment.push(l.to_string());
-                }
-            }
-            comment_end = line;
-            blank_since_comment = false;
-            continue;
+        if self.blank_since_comment || self.comment_end + 1 < self.line {
+            self.comment.clear();
         }
-        if c == '#' && line_start {
-            // A directive runs to the end of the line, backslash-newlines included.
-            let start = i;
-            while i < chars.len() && chars[i] != '\n' {
-                if chars[i] == '\\' && chars.get(i + 1) == Some(&'\n') {
-                    line += 1;
-                    i += 1;
-                }
-                i += 1;
-            }
-            let text: String = chars[start..i].iter().collect();
-            if let Some(name) = quoted_include(&text) {
-                out.includes.push((name, line));
-            }
-            comment.clear();
-            continue;
-        }
-        line_start = false;
-        let tok_line = line;
-        let tok = if c.is_ascii_alphabetic() || c == '_' {
-            let start = i;
-            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            Tok::Ident(chars[start..i].iter().collect())
-        } else if c.is_ascii_digit()
-            || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit))
+        self.comment.push(
+            text.strip_prefix(' ')
+                .unwrap_or(&text)
+                .trim_end()
+                .to_string(),
+        );
+        self.comment_end = self.line;
+        self.blank_since_comment = false;
+    }
+
+    /// `/* .. */`, its lines stripped of leading `*`s.
+    fn block_comment(&mut self) {
+        let chars = &self.chars;
+        let start = self.i + 2;
+        self.i += 2;
+        while self.i < chars.len() && !(chars[self.i] == '*' && chars.get(self.i + 1) == Some(&'/'))
         {
-            let start = i;
-            while i < chars.len() {
-                let d = chars[i];
-                let exp_sign = (d == '+' || d == '-')
-                    && matches!(chars[i - 1], 'e' | 'E' | 'p' | 'P')
-                    && !chars[start..i].starts_with(&['0', 'x']);
-                if d.is_ascii_alphanumeric() || d == '.' || d == '\'' || d == '_' || exp_sign {
-                    i += 1;
-                } else {
-                    break;
-                }
+            if chars[self.i] == '\n' {
+                self.line += 1;
             }
-            Tok::Number(chars[start..i].iter().collect())
+            self.i += 1;
+        }
+        let text: String = chars[start..self.i.min(chars.len())].iter().collect();
+        self.i = (self.i + 2).min(chars.len());
+        self.comment.clear();
+        if !self.line_start {
+            return;
+        }
+        for l in text.lines() {
+            let l = l.trim();
+            let l = l.strip_prefix('*').map(str::trim_start).unwrap_or(l);
+            if !l.is_empty() {
+                self.comment.push(l.to_string());
+            }
+        }
+        self.comment_end = self.line;
+        self.blank_since_comment = false;
+    }
+
+    /// A directive runs to the end of the line, backslash-newlines included.
+    fn directive(&mut self) {
+        let chars = &self.chars;
+        let start = self.i;
+        while self.i < chars.len() && chars[self.i] != '\n' {
+            if chars[self.i] == '\\' && chars.get(self.i + 1) == Some(&'\n') {
+                self.line += 1;
+                self.i += 1;
+            }
+            self.i += 1;
+        }
+        let text: String = chars[start..self.i].iter().collect();
+        if let Some(name) = quoted_include(&text) {
+            self.out.includes.push((name, self.line));
+        }
+        self.comment.clear();
+    }
+
+    /// A token starting with `c`, with the comment just above it, if any.
+    fn token(&mut self, c: char) {
+        self.line_start = false;
+        let tok_line = self.line;
+        let tok = if c.is_ascii_alphabetic() || c == '_' {
+            self.ident()
+        } else if c.is_ascii_digit() || (c == '.' && self.peek(1).is_some_and(char::is_ascii_digit))
+        {
+            self.number()
         } else if c == '"' {
-            i += 1;
-            let start = i;
-            while i < chars.len() && chars[i] != '"' && chars[i] != '\n' {
-                if chars[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            let s: String = chars[start..i.min(chars.len())].iter().collect();
-            i = (i + 1).min(chars.len());
-            Tok::Str(s)
+            self.string()
         } else if c == '\'' {
-            i += 1;
-            while i < chars.len() && chars[i] != '\'' && chars[i] != '\n' {
-                if chars[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i = (i + 1).min(chars.len());
-            Tok::Char
-        } else if c == ':' && chars.get(i + 1) == Some(&':') {
-            i += 2;
+            self.char_literal()
+        } else if c == ':' && self.peek(1) == Some(&':') {
+            self.i += 2;
             Tok::Punct("::")
         } else {
-            i += 1;
+            self.i += 1;
             let s = c.to_string();
             Tok::Punct(PUNCT.iter().find(|p| **p == s).copied().unwrap_or("?"))
         };
-        let comment = take_comment(&mut comment, comment_end, tok_line, blank_since_comment);
-        blank_since_comment = false;
-        out.tokens.push(Token {
+        let comment = if !self.comment.is_empty()
+            && !self.blank_since_comment
+            && self.comment_end + 1 >= tok_line
+        {
+            Some(self.comment.join("\n"))
+        } else {
+            None
+        };
+        self.comment.clear();
+        self.blank_since_comment = false;
+        self.out.tokens.push(Token {
             tok,
             line: tok_line,
             comment,
         });
     }
-    out
+
+    fn ident(&mut self) -> Tok {
+        let chars = &self.chars;
+        let start = self.i;
+        while self.i < chars.len()
+            && (chars[self.i].is_ascii_alphanumeric() || chars[self.i] == '_')
+        {
+            self.i += 1;
+        }
+        Tok::Ident(chars[start..self.i].iter().collect())
+    }
+
+    /// A number, with its suffix, digit separators and exponent sign.
+    fn number(&mut self) -> Tok {
+        let chars = &self.chars;
+        let start = self.i;
+        while self.i < chars.len() {
+            let i = self.i;
+            let d = chars[i];
+            let exp_sign = (d == '+' || d == '-')
+                && matches!(chars[i - 1], 'e' | 'E' | 'p' | 'P')
+                && !chars[start..i].starts_with(&['0', 'x']);
+            if d.is_ascii_alphanumeric() || d == '.' || d == '\'' || d == '_' || exp_sign {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+        Tok::Number(chars[start..self.i].iter().collect())
+    }
+
+    /// A string literal, to its closing quote or the end of the line.
+    fn string(&mut self) -> Tok {
+        let chars = &self.chars;
+        self.i += 1;
+        let start = self.i;
+        while self.i < chars.len() && chars[self.i] != '"' && chars[self.i] != '\n' {
+            if chars[self.i] == '\\' {
+                self.i += 1;
+            }
+            self.i += 1;
+        }
+        let s: String = chars[start..self.i.min(chars.len())].iter().collect();
+        self.i = (self.i + 1).min(chars.len());
+        Tok::Str(s)
+    }
+
+    /// A character literal, to its closing quote or the end of the line.
+    fn char_literal(&mut self) -> Tok {
+        let chars = &self.chars;
+        self.i += 1;
+        while self.i < chars.len() && chars[self.i] != '\'' && chars[self.i] != '\n' {
+            if chars[self.i] == '\\' {
+                self.i += 1;
+            }
+            self.i += 1;
+        }
+        self.i = (self.i + 1).min(chars.len());
+        Tok::Char
+    }
 }
 
 /// `#include "name"` (spaces allowed after `#`), not `#include <name>`.

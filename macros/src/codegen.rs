@@ -82,41 +82,11 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             None => desc,
         }
     });
-    let ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
-        let name = &inst.name;
-        let func = step.ops[inst.op].name.to_string();
-        let stream = lit_u16(inst.stream);
-        let accesses = resolved.problem.ops[k].accesses.iter().map(|(r, a)| {
-            let (buf, copy) = (lit_u16(r.buf), lit_u16(r.copy));
-            match a {
-                Access::Read => quote!(#rt::read(#buf, #copy)),
-                Access::Write => quote!(#rt::write(#buf, #copy)),
-            }
-        });
-        let waits = (!plan.waits[k].is_empty()).then(|| {
-            let w = plan.waits[k].iter().map(|&e| lit_u16(e));
-            quote!(.with_waits(&#rt::events([#(#w),*])))
-        });
-        let record = plan.records[k].map(|e| {
-            let e = lit_u16(e);
-            quote!(.with_record(#rt::EventId(#e)))
-        });
-        let cost = resolved.problem.ops[k].cost;
-        let cost = (cost != 1.0).then(|| {
-            let c = Literal::f64_suffixed(cost);
-            quote!(.with_cost(#c))
-        });
-        let every = step.ops[inst.op].every.as_ref().map(|e| {
-            let text = e.text();
-            quote!(.with_every(#text))
-        });
-        let when = step.ops[inst.op].when.as_ref().and_then(|flag| {
-            let b = step.buffer_fields().position(|b| b.name == *flag)?;
-            let b = lit_u16(b);
-            Some(quote!(.with_when(#rt::BufId(#b))))
-        });
-        quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when)
-    });
+    let ops = resolved
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(k, inst)| op_desc(step, resolved, plan, k, inst));
     let edges = plan.deps.iter().map(|d| {
         let (from, to) = (lit_u32(d.from), lit_u32(d.to));
         let buf = d.resource.map(|r| lit_u16(r.buf));
@@ -157,6 +127,51 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         const __OPS: &[#rt::OpDesc] = &[#(#ops),*];
         const __EDGES: &[#rt::EdgeDesc] = &[#(#edges),*];
     }
+}
+
+/// Op instance `k`'s entry of the plan: its stream, accesses, events, cost and
+/// condition.
+fn op_desc(
+    step: &Step,
+    resolved: &Resolved,
+    plan: &Plan,
+    k: usize,
+    inst: &crate::validate::Instance,
+) -> TokenStream {
+    let rt = rt();
+    let name = &inst.name;
+    let func = step.ops[inst.op].name.to_string();
+    let stream = lit_u16(inst.stream);
+    let accesses = resolved.problem.ops[k].accesses.iter().map(|(r, a)| {
+        let (buf, copy) = (lit_u16(r.buf), lit_u16(r.copy));
+        match a {
+            Access::Read => quote!(#rt::read(#buf, #copy)),
+            Access::Write => quote!(#rt::write(#buf, #copy)),
+        }
+    });
+    let waits = (!plan.waits[k].is_empty()).then(|| {
+        let w = plan.waits[k].iter().map(|&e| lit_u16(e));
+        quote!(.with_waits(&#rt::events([#(#w),*])))
+    });
+    let record = plan.records[k].map(|e| {
+        let e = lit_u16(e);
+        quote!(.with_record(#rt::EventId(#e)))
+    });
+    let cost = resolved.problem.ops[k].cost;
+    let cost = (cost != 1.0).then(|| {
+        let c = Literal::f64_suffixed(cost);
+        quote!(.with_cost(#c))
+    });
+    let every = step.ops[inst.op].every.as_ref().map(|e| {
+        let text = e.text();
+        quote!(.with_every(#text))
+    });
+    let when = step.ops[inst.op].when.as_ref().and_then(|flag| {
+        let b = step.buffer_fields().position(|b| b.name == *flag)?;
+        let b = lit_u16(b);
+        Some(quote!(.with_when(#rt::BufId(#b))))
+    });
+    quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when)
 }
 
 /// The index of a view's parent among the buffers (validation resolved it).
@@ -255,8 +270,13 @@ fn spec(step: &Step, scratch_ty: TokenStream, body: TokenStream) -> TokenStream 
     let buffers_ty = buffers_ident(step);
     let config_ty = config_ident(step);
     let kernels_ty = kernels_ty(step);
+    // A doc comment is a string, which `quote!` does not interpolate: the link is built
+    // here, through the module's own path to the runtime, so that it resolves wherever
+    // the runtime is re-exported from.
+    let step_doc =
+        format!(" This step, captured and replayed: see [`Step`]({rt}::Step) for its methods.");
     quote! {
-        /// This step, captured and replayed: see [`Step`](#rt::Step) for its methods.
+        #[doc = #step_doc]
         pub type Step = #rt::Step<Spec>;
 
         /// What [`Step`] runs: this module's plan, buffers, config, kernels and ops.
@@ -403,7 +423,6 @@ fn bind_buffer(step: &Step, field: &Ident, write: bool, slot: Slot, local: &Iden
 /// The full expansion of a valid step: the module's items, its `PLAN`, and the spec that
 /// [`Step`](stepgraph::Step) runs. The step's methods live in the runtime, not here.
 pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
-    let rt = rt();
     let rt_use = rt_use(step);
     let vis = &step.vis;
     let name = &step.name;
@@ -418,119 +437,11 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let structs = structs(step);
     let widths = group_widths(step);
     let plan_const = plan_const(step, resolved, plan);
-    let buffers_ty = buffers_ident(step);
-    let config_ty = config_ident(step);
-    let kernels_ty = kernels_ty(step);
-    let fields: Vec<&crate::model::Buffer> = step.buffer_fields().collect();
-
-    // Per-branch arrays must have one element per member of their group.
-    let width_checks = fields.iter().enumerate().filter_map(|(i, b)| {
-        let w = resolved.branch_widths[i]?;
-        let Type::Array(arr) = &b.ty else { return None };
-        let len = &arr.len;
-        let w = Literal::usize_unsuffixed(w as usize);
-        let msg = format!(
-            "#[per_branch] buffer `{}` must have one element per branch of its stream group ({w})",
-            b.name
-        );
-        Some(quote_spanned!(b.name.span()=> const _: () = ::core::assert!((#len) == #w, #msg);))
-    });
-
-    // What the ops may receive: device memory the plan orders, and plain data. Each
-    // field's type is checked where it is written, so that a host handle or a cell is
-    // reported at the field.
-    let buffer_checks = fields.iter().map(|b| {
-        let ty = &b.ty;
-        if b.view_of.is_some() {
-            quote_spanned!(ty.span()=> #rt::assert_view::<#ty>();)
-        } else {
-            quote_spanned!(ty.span()=> #rt::assert_buffer::<#ty>();)
-        }
-    });
-    // Where each declared view lies, for the step to order views that overlap.
-    let views: Vec<TokenStream> = fields
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.view_of.is_some())
-        .map(|(i, b)| {
-            let (i, name) = (lit_u16(i), &b.name);
-            quote!((#rt::BufId(#i), #rt::ViewSpans::spans(&__b.#name)))
-        })
-        .collect();
-    // A step without views keeps the trait's default (none).
-    let views_fn = (!views.is_empty()).then(|| {
-        quote! {
-            fn views(__b: &#buffers_ty) -> ::std::vec::Vec<(#rt::BufId, &[#rt::Span])> {
-                ::std::vec![#(#views),*]
-            }
-        }
-    });
-    let config_checks = step.config.iter().flat_map(|c| &c.fields).map(|f| {
-        let ty = &f.ty;
-        quote_spanned!(ty.span()=> #rt::assert_config::<#ty>();)
-    });
-    let type_checks = quote!(const _: () = { #(#buffer_checks)* #(#config_checks)* };);
-
-    // Scratch copies beyond the one the user supplies in the buffers struct.
-    let scratch: Vec<(&Ident, &Type, usize)> = fields
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| resolved.extra_copies[*i] > 0)
-        .map(|(i, b)| (&b.name, &b.ty, resolved.extra_copies[i]))
-        .collect();
-    let scratch_fields = scratch
-        .iter()
-        .map(|(n, t, _)| quote!(#n: ::std::vec::Vec<#t>,));
-    let scratch_init = scratch.iter().map(|(n, _, count)| {
-        let s = n.to_string();
-        quote!(#n: #rt::scratch_copies(&buffers.#n, device, #s, #count)?,)
-    });
-    let issue_ops = resolved.instances.iter().enumerate().map(|(k, inst)| {
-        let id = lit_u32(k);
-        let call = op_call(step, inst);
-        let op = &step.ops[inst.op];
-        match (&op.every, &op.when) {
-            (None, None) => quote!(__i.op(#rt::OpId(#id), |__st| #call)?;),
-            (_, Some(flag)) => {
-                // Spanned on the flag, so that a field of another type is reported there.
-                let flag = quote_spanned!(flag.span()=> #rt::when_flag(&__b.#flag));
-                quote!(__i.op_when(#rt::OpId(#id), #flag, |__st| #call)?;)
-            }
-            (Some(every), None) => {
-                // Spanned on the count, so that a field of another type is reported there.
-                let count = match every {
-                    crate::model::Every::Field(f) => quote_spanned!(f.span()=> __c.#f),
-                    crate::model::Every::Count(n, _) => {
-                        Literal::u32_unsuffixed(*n).into_token_stream()
-                    }
-                };
-                quote!(__i.op_every(#rt::OpId(#id), #count, |__st| #call)?;)
-            }
-        }
-    });
-    let spec = spec(
-        step,
-        quote!(__Scratch),
-        quote! {
-            fn scratch(buffers: &#buffers_ty, device: &#rt::Device) -> #rt::Result<__Scratch> {
-                ::core::result::Result::Ok(__Scratch { #(#scratch_init)* })
-            }
-
-            #views_fn
-
-            #[allow(unused_variables, clippy::needless_borrow)]
-            fn issue(
-                __i: &#rt::Issue<'_>,
-                __b: &mut #buffers_ty,
-                __s: &mut __Scratch,
-                __c: &#config_ty,
-                __k: &#kernels_ty,
-            ) -> #rt::Result<()> {
-                #(#issue_ops)*
-                ::core::result::Result::Ok(())
-            }
-        },
-    );
+    let width_checks = width_checks(step, resolved);
+    let type_checks = type_checks(step);
+    let scratch = ScratchCopies::of(step, resolved);
+    let scratch_fields = &scratch.fields;
+    let spec = spec(step, quote!(__Scratch), spec_body(step, resolved, &scratch));
 
     quote! {
         #(#attrs)*
@@ -551,6 +462,157 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             }
 
             #spec
+        }
+    }
+}
+
+/// Per-branch arrays must have one element per member of their group.
+fn width_checks(step: &Step, resolved: &Resolved) -> Vec<TokenStream> {
+    step.buffer_fields()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let w = resolved.branch_widths[i]?;
+            let Type::Array(arr) = &b.ty else { return None };
+            let len = &arr.len;
+            let w = Literal::usize_unsuffixed(w as usize);
+            let msg = format!(
+                "#[per_branch] buffer `{}` must have one element per branch of its stream group ({w})",
+                b.name
+            );
+            Some(quote_spanned!(b.name.span()=> const _: () = ::core::assert!((#len) == #w, #msg);))
+        })
+        .collect()
+}
+
+/// What the ops may receive: device memory the plan orders, and plain data. Each field's
+/// type is checked where it is written, so that a host handle or a cell is reported at
+/// the field.
+fn type_checks(step: &Step) -> TokenStream {
+    let rt = rt();
+    let buffer_checks = step.buffer_fields().map(|b| {
+        let ty = &b.ty;
+        if b.view_of.is_some() {
+            quote_spanned!(ty.span()=> #rt::assert_view::<#ty>();)
+        } else {
+            quote_spanned!(ty.span()=> #rt::assert_buffer::<#ty>();)
+        }
+    });
+    let config_checks = step.config.iter().flat_map(|c| &c.fields).map(|f| {
+        let ty = &f.ty;
+        quote_spanned!(ty.span()=> #rt::assert_config::<#ty>();)
+    });
+    quote!(const _: () = { #(#buffer_checks)* #(#config_checks)* };)
+}
+
+/// Where each declared view lies, for the step to order views that overlap. A step
+/// without views keeps the trait's default (none).
+fn views_fn(step: &Step) -> Option<TokenStream> {
+    let rt = rt();
+    let buffers_ty = buffers_ident(step);
+    let views: Vec<TokenStream> = step
+        .buffer_fields()
+        .enumerate()
+        .filter(|(_, b)| b.view_of.is_some())
+        .map(|(i, b)| {
+            let (i, name) = (lit_u16(i), &b.name);
+            quote!((#rt::BufId(#i), #rt::ViewSpans::spans(&__b.#name)))
+        })
+        .collect();
+    (!views.is_empty()).then(|| {
+        quote! {
+            fn views(__b: &#buffers_ty) -> ::std::vec::Vec<(#rt::BufId, &[#rt::Span])> {
+                ::std::vec![#(#views),*]
+            }
+        }
+    })
+}
+
+/// Scratch copies beyond the one the user supplies in the buffers struct: the fields of
+/// `__Scratch` and their initialisers.
+struct ScratchCopies {
+    fields: Vec<TokenStream>,
+    init: Vec<TokenStream>,
+}
+
+impl ScratchCopies {
+    fn of(step: &Step, resolved: &Resolved) -> ScratchCopies {
+        let rt = rt();
+        let scratch: Vec<(&Ident, &Type, usize)> = step
+            .buffer_fields()
+            .enumerate()
+            .filter(|(i, _)| resolved.extra_copies[*i] > 0)
+            .map(|(i, b)| (&b.name, &b.ty, resolved.extra_copies[i]))
+            .collect();
+        let fields = scratch
+            .iter()
+            .map(|(n, t, _)| quote!(#n: ::std::vec::Vec<#t>,))
+            .collect();
+        let init = scratch
+            .iter()
+            .map(|(n, _, count)| {
+                let s = n.to_string();
+                quote!(#n: #rt::scratch_copies(&buffers.#n, device, #s, #count)?,)
+            })
+            .collect();
+        ScratchCopies { fields, init }
+    }
+}
+
+/// The `StepSpec` items besides the types: the scratch copies, the views, and `issue`,
+/// which issues every op instance in program order.
+fn spec_body(step: &Step, resolved: &Resolved, scratch: &ScratchCopies) -> TokenStream {
+    let rt = rt();
+    let buffers_ty = buffers_ident(step);
+    let config_ty = config_ident(step);
+    let kernels_ty = kernels_ty(step);
+    let scratch_init = &scratch.init;
+    let views_fn = views_fn(step);
+    let issue_ops = resolved
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(k, inst)| issue_op(step, k, inst));
+    quote! {
+        fn scratch(buffers: &#buffers_ty, device: &#rt::Device) -> #rt::Result<__Scratch> {
+            ::core::result::Result::Ok(__Scratch { #(#scratch_init)* })
+        }
+
+        #views_fn
+
+        #[allow(unused_variables, clippy::needless_borrow)]
+        fn issue(
+            __i: &#rt::Issue<'_>,
+            __b: &mut #buffers_ty,
+            __s: &mut __Scratch,
+            __c: &#config_ty,
+            __k: &#kernels_ty,
+        ) -> #rt::Result<()> {
+            #(#issue_ops)*
+            ::core::result::Result::Ok(())
+        }
+    }
+}
+
+/// The issue of op instance `k`: always, under its `#[when]` flag, or every k-th replay.
+fn issue_op(step: &Step, k: usize, inst: &crate::validate::Instance) -> TokenStream {
+    let rt = rt();
+    let id = lit_u32(k);
+    let call = op_call(step, inst);
+    let op = &step.ops[inst.op];
+    match (&op.every, &op.when) {
+        (None, None) => quote!(__i.op(#rt::OpId(#id), |__st| #call)?;),
+        (_, Some(flag)) => {
+            // Spanned on the flag, so that a field of another type is reported there.
+            let flag = quote_spanned!(flag.span()=> #rt::when_flag(&__b.#flag));
+            quote!(__i.op_when(#rt::OpId(#id), #flag, |__st| #call)?;)
+        }
+        (Some(every), None) => {
+            // Spanned on the count, so that a field of another type is reported there.
+            let count = match every {
+                crate::model::Every::Field(f) => quote_spanned!(f.span()=> __c.#f),
+                crate::model::Every::Count(n, _) => Literal::u32_unsuffixed(*n).into_token_stream(),
+            };
+            quote!(__i.op_every(#rt::OpId(#id), #count, |__st| #call)?;)
         }
     }
 }

@@ -43,111 +43,20 @@ impl Parse for StepArgs {
         };
         while !input.is_empty() {
             if input.peek(Token![crate]) {
-                let key: Token![crate] = input.parse()?;
-                input.parse::<Token![=]>()?;
-                if args.krate.is_some() {
-                    return Err(syn::Error::new(
-                        key.span,
-                        "`crate = ..` is given twice: give the runtime's path once",
-                    ));
-                }
-                args.krate = Some(input.parse()?);
-                if input.is_empty() {
-                    break;
-                }
-                input.parse::<Token![,]>()?;
-                continue;
-            }
-            let key: Ident = input.parse()?;
-            match key.to_string().as_str() {
-                "streams" => {
-                    let content;
-                    parenthesized!(content in input);
-                    // A second list would silently add streams to the first.
-                    if args.streams_span.is_some() {
+                args.parse_crate(input)?;
+            } else {
+                let key: Ident = input.parse()?;
+                match key.to_string().as_str() {
+                    "streams" => args.parse_streams(&key, input)?,
+                    "kernels" => args.parse_kernels(&key, input)?,
+                    other => {
                         return Err(syn::Error::new(
                             key.span(),
-                            "`streams(..)` is given twice: list every stream, origin first, in one `streams(..)`",
+                            format!(
+                                "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type` or `crate = path`"
+                            ),
                         ));
                     }
-                    args.streams_span = Some(key.span());
-                    while !content.is_empty() {
-                        let name: Ident = content.parse()?;
-                        let width = if content.peek(syn::token::Bracket) {
-                            let inner;
-                            bracketed!(inner in content);
-                            let lit: LitInt = inner.parse()?;
-                            // Read wide, so that any width too large gets the message below.
-                            let n: u64 = lit.base10_parse()?;
-                            if n == 0 {
-                                return Err(syn::Error::new(
-                                    lit.span(),
-                                    "a stream group needs at least one stream: write `name[N]` with N >= 1",
-                                ));
-                            }
-                            // Each stream is created, joined and given a cuBLASLt workspace;
-                            // the macro also lays out one entry per stream, so a typo such
-                            // as `b[4000000000]` would exhaust the compiler's memory.
-                            if n > MAX_GROUP_WIDTH as u64 {
-                                return Err(syn::Error::new(
-                                    lit.span(),
-                                    format!(
-                                        "a stream group of {n} streams: expected at most {MAX_GROUP_WIDTH}"
-                                    ),
-                                ));
-                            }
-                            Some(n as u32)
-                        } else {
-                            None
-                        };
-                        let priority = if content.peek(syn::token::Paren) {
-                            let inner;
-                            parenthesized!(inner in content);
-                            let word: Ident = inner.parse()?;
-                            match word.to_string().as_str() {
-                                "low" => Priority::Low,
-                                "normal" => Priority::Normal,
-                                "high" => Priority::High,
-                                other => {
-                                    return Err(syn::Error::new(
-                                        word.span(),
-                                        format!(
-                                            "unknown stream priority `{other}`: expected `low`, `normal` or `high`"
-                                        ),
-                                    ));
-                                }
-                            }
-                        } else {
-                            Priority::Normal
-                        };
-                        args.streams.push(StreamDecl {
-                            name,
-                            width,
-                            priority,
-                        });
-                        if content.is_empty() {
-                            break;
-                        }
-                        content.parse::<Token![,]>()?;
-                    }
-                }
-                "kernels" => {
-                    input.parse::<Token![=]>()?;
-                    if args.kernels.is_some() {
-                        return Err(syn::Error::new(
-                            key.span(),
-                            "`kernels = ..` is given twice: a step has one kernels type (a struct of several registries if it needs more)",
-                        ));
-                    }
-                    args.kernels = Some(input.parse()?);
-                }
-                other => {
-                    return Err(syn::Error::new(
-                        key.span(),
-                        format!(
-                            "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type` or `crate = path`"
-                        ),
-                    ));
                 }
             }
             if input.is_empty() {
@@ -156,6 +65,118 @@ impl Parse for StepArgs {
             input.parse::<Token![,]>()?;
         }
         Ok(args)
+    }
+}
+
+impl StepArgs {
+    /// `crate = path`.
+    fn parse_crate(&mut self, input: ParseStream) -> syn::Result<()> {
+        let key: Token![crate] = input.parse()?;
+        input.parse::<Token![=]>()?;
+        if self.krate.is_some() {
+            return Err(syn::Error::new(
+                key.span,
+                "`crate = ..` is given twice: give the runtime's path once",
+            ));
+        }
+        self.krate = Some(input.parse()?);
+        Ok(())
+    }
+
+    /// `streams(main, aux(low), branch[4])`, after the key.
+    fn parse_streams(&mut self, key: &Ident, input: ParseStream) -> syn::Result<()> {
+        let content;
+        parenthesized!(content in input);
+        // A second list would silently add streams to the first.
+        if self.streams_span.is_some() {
+            return Err(syn::Error::new(
+                key.span(),
+                "`streams(..)` is given twice: list every stream, origin first, in one `streams(..)`",
+            ));
+        }
+        self.streams_span = Some(key.span());
+        while !content.is_empty() {
+            self.streams.push(parse_stream_decl(&content)?);
+            if content.is_empty() {
+                break;
+            }
+            content.parse::<Token![,]>()?;
+        }
+        Ok(())
+    }
+
+    /// `kernels = path::Kernels`, after the key.
+    fn parse_kernels(&mut self, key: &Ident, input: ParseStream) -> syn::Result<()> {
+        input.parse::<Token![=]>()?;
+        if self.kernels.is_some() {
+            return Err(syn::Error::new(
+                key.span(),
+                "`kernels = ..` is given twice: a step has one kernels type (a struct of several registries if it needs more)",
+            ));
+        }
+        self.kernels = Some(input.parse()?);
+        Ok(())
+    }
+}
+
+/// `main`, `branch[4]` or `aux(low)`: one entry of `streams(..)`.
+fn parse_stream_decl(content: ParseStream) -> syn::Result<StreamDecl> {
+    let name: Ident = content.parse()?;
+    let width = if content.peek(syn::token::Bracket) {
+        Some(parse_group_width(content)?)
+    } else {
+        None
+    };
+    let priority = if content.peek(syn::token::Paren) {
+        parse_priority(content)?
+    } else {
+        Priority::Normal
+    };
+    Ok(StreamDecl {
+        name,
+        width,
+        priority,
+    })
+}
+
+/// The `[N]` of a stream group: at least one stream, at most `MAX_GROUP_WIDTH`.
+fn parse_group_width(content: ParseStream) -> syn::Result<u32> {
+    let inner;
+    bracketed!(inner in content);
+    let lit: LitInt = inner.parse()?;
+    // Read wide, so that any width too large gets the message below.
+    let n: u64 = lit.base10_parse()?;
+    if n == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "a stream group needs at least one stream: write `name[N]` with N >= 1",
+        ));
+    }
+    // Each stream is created, joined and given a cuBLASLt workspace; the macro also lays
+    // out one entry per stream, so a typo such as `b[4000000000]` would exhaust the
+    // compiler's memory.
+    if n > MAX_GROUP_WIDTH as u64 {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!("a stream group of {n} streams: expected at most {MAX_GROUP_WIDTH}"),
+        ));
+    }
+    Ok(n as u32)
+}
+
+/// The `(low)`, `(normal)` or `(high)` after a stream's name.
+fn parse_priority(content: ParseStream) -> syn::Result<Priority> {
+    let inner;
+    parenthesized!(inner in content);
+    let word: Ident = inner.parse()?;
+    match word.to_string().as_str() {
+        "low" => Ok(Priority::Low),
+        "normal" => Ok(Priority::Normal),
+        "high" => Ok(Priority::High),
+        other => Err(syn::Error::new(
+            word.span(),
+            format!("unknown stream priority `{other}`: expected `low`, `normal` or `high`"),
+        )),
     }
 }
 
@@ -315,36 +336,7 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
                 }
                 continue;
             }
-            let new_kind = if is(attr, "per_branch") {
-                marker(std::slice::from_ref(attr), "per_branch", errors);
-                Some(BufKind::PerBranch)
-            } else if is(attr, "scratch") {
-                match attr.parse_args::<Ident>() {
-                    Ok(k) if k == "per_stream" => Some(BufKind::ScratchPerStream),
-                    Ok(k) if k == "per_branch" => Some(BufKind::ScratchPerBranch),
-                    // Scratch all the same, of either kind: the rules for scratch then
-                    // apply, not those for a shared buffer, whose errors would only
-                    // follow from this one.
-                    Ok(k) => {
-                        errors.spanned(
-                            &k,
-                            format!(
-                                "unknown scratch kind `{k}`: expected `per_stream` or `per_branch`"
-                            ),
-                        );
-                        Some(BufKind::ScratchPerStream)
-                    }
-                    Err(_) => {
-                        errors.spanned(
-                            attr,
-                            "write #[scratch(per_stream)] or #[scratch(per_branch)]",
-                        );
-                        Some(BufKind::ScratchPerStream)
-                    }
-                }
-            } else {
-                None
-            };
+            let new_kind = sharing_kind(attr, errors);
             if let Some(k) = new_kind {
                 if kind != BufKind::Shared {
                     errors.spanned(
@@ -372,6 +364,39 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
         }
     }
     Struct { item: s, fields }
+}
+
+/// The sharing a buffer attribute sets: `#[per_branch]`, `#[scratch(..)]`, or none for
+/// another attribute.
+fn sharing_kind(attr: &Attribute, errors: &Errors) -> Option<BufKind> {
+    if is(attr, "per_branch") {
+        marker(std::slice::from_ref(attr), "per_branch", errors);
+        Some(BufKind::PerBranch)
+    } else if is(attr, "scratch") {
+        match attr.parse_args::<Ident>() {
+            Ok(k) if k == "per_stream" => Some(BufKind::ScratchPerStream),
+            Ok(k) if k == "per_branch" => Some(BufKind::ScratchPerBranch),
+            // Scratch all the same, of either kind: the rules for scratch then
+            // apply, not those for a shared buffer, whose errors would only
+            // follow from this one.
+            Ok(k) => {
+                errors.spanned(
+                    &k,
+                    format!("unknown scratch kind `{k}`: expected `per_stream` or `per_branch`"),
+                );
+                Some(BufKind::ScratchPerStream)
+            }
+            Err(_) => {
+                errors.spanned(
+                    attr,
+                    "write #[scratch(per_stream)] or #[scratch(per_branch)]",
+                );
+                Some(BufKind::ScratchPerStream)
+            }
+        }
+    } else {
+        None
+    }
 }
 
 /// `#[view(of = parent)]`: the parent buffer's name.
@@ -523,158 +548,9 @@ fn is_op(f: &ItemFn, names: &SpecialNames) -> bool {
 fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -> Option<Op> {
     // `#[op]` only marks the op (`is_op`); its arguments are mistakes.
     marker(&f.attrs, "op", errors);
-    let mut placement = None;
-    let mut placement_unreadable = false;
-    let mut joins = Vec::new();
-    let mut after = Vec::new();
-    let mut cost = None;
-    let mut every = None;
-    let mut when: Option<Ident> = None;
-    for attr in &f.attrs {
-        if is(attr, "stream") {
-            match attr.parse_args::<StreamSyntax>() {
-                Ok(s) => {
-                    if placement.is_some() {
-                        errors.spanned(
-                            attr,
-                            "an op runs on one stream: remove the second #[stream]",
-                        );
-                    }
-                    placement = Some(Placement {
-                        stream: s.name,
-                        index: s.index.map(|i| match i {
-                            IndexSyntax::Var(v) => IndexSpec::Each(v),
-                            IndexSyntax::Lit(n, sp) => IndexSpec::Fixed(n, sp),
-                        }),
-                    });
-                }
-                Err(e) => {
-                    errors.push(syn::Error::new(
-                        e.span(),
-                        "expected #[stream(name)], #[stream(group[d])] or #[stream(group[2])]",
-                    ));
-                    placement_unreadable = true;
-                }
-            }
-        } else if is(attr, "join") {
-            match attr.parse_args_with(Punctuated::<StreamSyntax, Token![,]>::parse_terminated) {
-                Ok(list) if list.is_empty() => {
-                    errors.spanned(attr, "name the streams to join: #[join(a, b)]")
-                }
-                Ok(list) => {
-                    for s in list {
-                        let index = match s.index {
-                            None => None,
-                            Some(IndexSyntax::Lit(n, sp)) => Some((n, sp)),
-                            Some(IndexSyntax::Var(v)) => {
-                                errors.spanned(
-                                    &v,
-                                    "a join names a whole group (`branch`) or one member (`branch[2]`)",
-                                );
-                                continue;
-                            }
-                        };
-                        joins.push(StreamRef {
-                            name: s.name,
-                            index,
-                        });
-                    }
-                }
-                Err(e) => errors.push(syn::Error::new(e.span(), "expected #[join(stream, ..)]")),
-            }
-        } else if is(attr, "after") {
-            match attr.parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated) {
-                // An empty list orders nothing: a leftover, or an op that was meant.
-                Ok(list) if list.is_empty() => errors.spanned(
-                    attr,
-                    "name the earlier ops this op runs after: #[after(op)]",
-                ),
-                Ok(list) => after.extend(list),
-                Err(e) => errors.push(syn::Error::new(e.span(), "expected #[after(op, ..)]")),
-            }
-        } else if is(attr, "every") {
-            let mut reported = false;
-            let parsed = match attr.parse_args::<syn::Expr>() {
-                Ok(syn::Expr::Path(p)) if p.qself.is_none() => {
-                    p.path.get_ident().cloned().map(Every::Field)
-                }
-                Ok(syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Int(l),
-                    ..
-                })) if !matches!(l.suffix(), "" | "u32") => {
-                    // The count is a `u32`: another suffix says a type it does not have.
-                    errors.spanned(
-                        &l,
-                        format!(
-                            "#[every({l})]: the count is a `u32`; expected a plain number or a `u32` one, found a `{}` suffix",
-                            l.suffix()
-                        ),
-                    );
-                    reported = true;
-                    None
-                }
-                Ok(syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Int(l),
-                    ..
-                })) => match l.base10_parse::<u32>() {
-                    Ok(0) => {
-                        errors
-                            .spanned(&l, "#[every(0)] never runs: expected a count of at least 1");
-                        reported = true;
-                        None
-                    }
-                    Ok(n) => Some(Every::Count(n, l.span())),
-                    Err(_) => {
-                        errors.spanned(&l, "expected a count that fits in 32 bits");
-                        reported = true;
-                        None
-                    }
-                },
-                _ => None,
-            };
-            match parsed {
-                Some(e) if every.is_some() => {
-                    errors.at(e.span(), "an op has one #[every]: remove the second")
-                }
-                Some(e) => every = Some(e),
-                None if reported => {}
-                None => errors.spanned(
-                    attr,
-                    "expected #[every(k)], with k a config field (u32) or a count: the op runs at every k-th replay",
-                ),
-            }
-        } else if is(attr, "when") {
-            match attr.parse_args::<Ident>() {
-                Ok(flag) if when.is_some() => {
-                    errors.spanned(&flag, "an op has one #[when]: remove the second")
-                }
-                Ok(flag) => when = Some(flag),
-                Err(_) => errors.spanned(
-                    attr,
-                    "expected #[when(flag)], with flag a DeviceFlag field of the buffers: the op runs when the flag is set",
-                ),
-            }
-        } else if is(attr, "cost") {
-            let parsed = attr
-                .parse_args::<LitFloat>()
-                .and_then(|l| l.base10_parse::<f64>())
-                .or_else(|_| {
-                    attr.parse_args::<LitInt>()
-                        .and_then(|l| l.base10_parse::<f64>())
-                });
-            match parsed {
-                // A second cost would silently replace the first.
-                Ok(_) if cost.is_some() => {
-                    errors.spanned(attr, "an op has one #[cost]: remove the second")
-                }
-                Ok(c) if c.is_finite() && c >= 0.0 => cost = Some(c),
-                _ => errors.spanned(attr, "expected #[cost(N)] with N a non-negative number"),
-            }
-        }
-    }
+    let attrs = OpAttrs::parse(&f.attrs, errors);
     f.attrs.retain(|a| !OP_ATTRS.iter().any(|n| is(a, n)));
-
-    let index_var = match &placement {
+    let index_var = match &attrs.placement {
         Some(Placement {
             index: Some(IndexSpec::Each(v)),
             ..
@@ -686,94 +562,321 @@ fn parse_op(mut f: ItemFn, step: &Step, names: &SpecialNames, errors: &Errors) -
         .as_ref()
         .and_then(|p| p.segments.last())
         .map(|s| s.ident.to_string());
+    let context = ParamContext {
+        names,
+        kernels_name: kernels_name.as_deref(),
+        index_var: index_var.as_ref(),
+    };
     let mut params = Vec::new();
     for input in f.sig.inputs.iter_mut() {
         let FnArg::Typed(pt) = input else {
             errors.spanned(&*input, "an op is a free function: it takes no `self`");
             continue;
         };
-        let mut binding: Option<Ident> = None;
-        let mut unreadable = false;
-        for attr in pt.attrs.iter().filter(|a| is(a, "buf")) {
-            match attr.parse_args::<Ident>() {
-                // A second name would silently replace the first.
-                Ok(b) if binding.is_some() => errors.spanned(
-                    &b,
-                    "a parameter binds one buffer: remove the second #[buf(..)]",
-                ),
-                Ok(b) => binding = Some(b),
-                Err(_) => {
-                    errors.spanned(attr, "expected #[buf(buffer_name)]");
-                    unreadable = true;
-                }
-            }
-        }
-        let all_branches = marker(&pt.attrs, "all_branches", errors).cloned();
-        let out = marker(&pt.attrs, "out", errors).cloned();
-        pt.attrs.retain(|a| !PARAM_ATTRS.iter().any(|n| is(a, n)));
-        if unreadable {
-            // What it binds is unknown: any rule about it would guess.
-            continue;
-        }
-        let Pat::Ident(pat) = &*pt.pat else {
-            errors.spanned(
-                &pt.pat,
-                "an op parameter is a plain name that binds a buffer or a config field",
-            );
-            continue;
-        };
-        let name = pat.ident.clone();
-        let kind = match &*pt.ty {
-            Type::Reference(r) => {
-                let seg = last_segment(&r.elem).map(Ident::to_string);
-                let special = match seg.as_deref() {
-                    Some(s) if names.kind(s).is_some() => names.kind(s),
-                    Some(s) if kernels_name.as_deref() == Some(s) => Some(ParamKind::Kernels),
-                    _ => None,
-                };
-                match special {
-                    Some(k) if r.mutability.is_some() => {
-                        errors.spanned(
-                            &pt.ty,
-                            "the stream, cuBLASLt handle and kernels are shared: take them by `&`, not `&mut`",
-                        );
-                        k
-                    }
-                    Some(k) => k,
-                    None if r.mutability.is_some() => ParamKind::Write,
-                    None => ParamKind::Read,
-                }
-            }
-            _ => ParamKind::Value,
-        };
-        let is_index = kind == ParamKind::Value && index_var.as_ref() == Some(&name);
-        // The replication index: bound by the expansion, not by a field.
-        let kind = if is_index { ParamKind::Index } else { kind };
-        let named_by_buf = binding.is_some();
-        let binding = binding.unwrap_or_else(|| name.clone());
-        params.push(Param {
-            name,
-            binding,
-            named_by_buf,
-            kind,
-            ty: (*pt.ty).clone(),
-            span: pt.span(),
-            all_branches,
-            out,
-        });
+        params.extend(parse_param(pt, &context, errors));
     }
     Some(Op {
         name: f.sig.ident.clone(),
-        placement,
-        placement_unreadable,
-        joins,
-        after,
-        cost,
-        every,
-        when,
+        placement: attrs.placement,
+        placement_unreadable: attrs.placement_unreadable,
+        joins: attrs.joins,
+        after: attrs.after,
+        cost: attrs.cost,
+        every: attrs.every,
+        when: attrs.when,
         params,
         item: f,
     })
+}
+
+/// An op's attributes (`OP_ATTRS`), each read into its setting; a repeat is reported,
+/// never silently kept or replaced.
+#[derive(Default)]
+struct OpAttrs {
+    placement: Option<Placement>,
+    placement_unreadable: bool,
+    joins: Vec<StreamRef>,
+    after: Vec<Ident>,
+    cost: Option<f64>,
+    every: Option<Every>,
+    when: Option<Ident>,
+}
+
+impl OpAttrs {
+    fn parse(attrs: &[Attribute], errors: &Errors) -> OpAttrs {
+        let mut op = OpAttrs::default();
+        for attr in attrs {
+            if is(attr, "stream") {
+                op.stream(attr, errors);
+            } else if is(attr, "join") {
+                op.join(attr, errors);
+            } else if is(attr, "after") {
+                op.after(attr, errors);
+            } else if is(attr, "every") {
+                op.every(attr, errors);
+            } else if is(attr, "when") {
+                op.when(attr, errors);
+            } else if is(attr, "cost") {
+                op.cost(attr, errors);
+            }
+        }
+        op
+    }
+
+    /// `#[stream(name)]`, `#[stream(group[d])]` or `#[stream(group[2])]`.
+    fn stream(&mut self, attr: &Attribute, errors: &Errors) {
+        match attr.parse_args::<StreamSyntax>() {
+            Ok(s) => {
+                if self.placement.is_some() {
+                    errors.spanned(
+                        attr,
+                        "an op runs on one stream: remove the second #[stream]",
+                    );
+                }
+                self.placement = Some(Placement {
+                    stream: s.name,
+                    index: s.index.map(|i| match i {
+                        IndexSyntax::Var(v) => IndexSpec::Each(v),
+                        IndexSyntax::Lit(n, sp) => IndexSpec::Fixed(n, sp),
+                    }),
+                });
+            }
+            Err(e) => {
+                errors.push(syn::Error::new(
+                    e.span(),
+                    "expected #[stream(name)], #[stream(group[d])] or #[stream(group[2])]",
+                ));
+                self.placement_unreadable = true;
+            }
+        }
+    }
+
+    /// `#[join(a, group, group[2])]`.
+    fn join(&mut self, attr: &Attribute, errors: &Errors) {
+        match attr.parse_args_with(Punctuated::<StreamSyntax, Token![,]>::parse_terminated) {
+            Ok(list) if list.is_empty() => {
+                errors.spanned(attr, "name the streams to join: #[join(a, b)]")
+            }
+            Ok(list) => {
+                for s in list {
+                    let index = match s.index {
+                        None => None,
+                        Some(IndexSyntax::Lit(n, sp)) => Some((n, sp)),
+                        Some(IndexSyntax::Var(v)) => {
+                            errors.spanned(
+                                &v,
+                                "a join names a whole group (`branch`) or one member (`branch[2]`)",
+                            );
+                            continue;
+                        }
+                    };
+                    self.joins.push(StreamRef {
+                        name: s.name,
+                        index,
+                    });
+                }
+            }
+            Err(e) => errors.push(syn::Error::new(e.span(), "expected #[join(stream, ..)]")),
+        }
+    }
+
+    /// `#[after(op, ..)]`.
+    fn after(&mut self, attr: &Attribute, errors: &Errors) {
+        match attr.parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated) {
+            // An empty list orders nothing: a leftover, or an op that was meant.
+            Ok(list) if list.is_empty() => errors.spanned(
+                attr,
+                "name the earlier ops this op runs after: #[after(op)]",
+            ),
+            Ok(list) => self.after.extend(list),
+            Err(e) => errors.push(syn::Error::new(e.span(), "expected #[after(op, ..)]")),
+        }
+    }
+
+    /// `#[every(k)]`, `k` a config field or a count.
+    fn every(&mut self, attr: &Attribute, errors: &Errors) {
+        match parse_every(attr, errors) {
+            Ok(e) if self.every.is_some() => {
+                errors.at(e.span(), "an op has one #[every]: remove the second")
+            }
+            Ok(e) => self.every = Some(e),
+            Err(Reported(true)) => {}
+            Err(Reported(false)) => errors.spanned(
+                attr,
+                "expected #[every(k)], with k a config field (u32) or a count: the op runs at every k-th replay",
+            ),
+        }
+    }
+
+    /// `#[when(flag)]`.
+    fn when(&mut self, attr: &Attribute, errors: &Errors) {
+        match attr.parse_args::<Ident>() {
+            Ok(flag) if self.when.is_some() => {
+                errors.spanned(&flag, "an op has one #[when]: remove the second")
+            }
+            Ok(flag) => self.when = Some(flag),
+            Err(_) => errors.spanned(
+                attr,
+                "expected #[when(flag)], with flag a DeviceFlag field of the buffers: the op runs when the flag is set",
+            ),
+        }
+    }
+
+    /// `#[cost(N)]`, a non-negative number.
+    fn cost(&mut self, attr: &Attribute, errors: &Errors) {
+        let parsed = attr
+            .parse_args::<LitFloat>()
+            .and_then(|l| l.base10_parse::<f64>())
+            .or_else(|_| {
+                attr.parse_args::<LitInt>()
+                    .and_then(|l| l.base10_parse::<f64>())
+            });
+        match parsed {
+            // A second cost would silently replace the first.
+            Ok(_) if self.cost.is_some() => {
+                errors.spanned(attr, "an op has one #[cost]: remove the second")
+            }
+            Ok(c) if c.is_finite() && c >= 0.0 => self.cost = Some(c),
+            _ => errors.spanned(attr, "expected #[cost(N)] with N a non-negative number"),
+        }
+    }
+}
+
+/// Whether the error of an attribute that did not parse is reported already.
+struct Reported(bool);
+
+/// The argument of `#[every(..)]`: a config field or a count of at least 1 that fits a
+/// `u32`. A count out of range is reported here.
+fn parse_every(attr: &Attribute, errors: &Errors) -> Result<Every, Reported> {
+    let l = match attr.parse_args::<syn::Expr>() {
+        Ok(syn::Expr::Path(p)) if p.qself.is_none() => {
+            return p
+                .path
+                .get_ident()
+                .cloned()
+                .map(Every::Field)
+                .ok_or(Reported(false));
+        }
+        Ok(syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(l),
+            ..
+        })) => l,
+        _ => return Err(Reported(false)),
+    };
+    if !matches!(l.suffix(), "" | "u32") {
+        // The count is a `u32`: another suffix says a type it does not have.
+        errors.spanned(
+            &l,
+            format!(
+                "#[every({l})]: the count is a `u32`; expected a plain number or a `u32` one, found a `{}` suffix",
+                l.suffix()
+            ),
+        );
+        return Err(Reported(true));
+    }
+    match l.base10_parse::<u32>() {
+        Ok(0) => {
+            errors.spanned(&l, "#[every(0)] never runs: expected a count of at least 1");
+            Err(Reported(true))
+        }
+        Ok(n) => Ok(Every::Count(n, l.span())),
+        Err(_) => {
+            errors.spanned(&l, "expected a count that fits in 32 bits");
+            Err(Reported(true))
+        }
+    }
+}
+
+/// What an op's parameters are read against.
+struct ParamContext<'a> {
+    names: &'a SpecialNames,
+    /// The last segment of the step's kernels type, when it declares one.
+    kernels_name: Option<&'a str>,
+    /// The replication index of an op on `group[d]`: `d`.
+    index_var: Option<&'a Ident>,
+}
+
+/// One parameter of an op, its stepgraph attributes removed; `None` where what it binds
+/// cannot be read.
+fn parse_param(pt: &mut syn::PatType, context: &ParamContext, errors: &Errors) -> Option<Param> {
+    let binding = param_binding(pt, errors);
+    let all_branches = marker(&pt.attrs, "all_branches", errors).cloned();
+    let out = marker(&pt.attrs, "out", errors).cloned();
+    pt.attrs.retain(|a| !PARAM_ATTRS.iter().any(|n| is(a, n)));
+    // What an unreadable `#[buf]` binds is unknown: any rule about it would guess.
+    let binding = binding.ok()?;
+    let Pat::Ident(pat) = &*pt.pat else {
+        errors.spanned(
+            &pt.pat,
+            "an op parameter is a plain name that binds a buffer or a config field",
+        );
+        return None;
+    };
+    let name = pat.ident.clone();
+    let kind = param_kind(&pt.ty, context, errors);
+    let is_index = kind == ParamKind::Value && context.index_var == Some(&name);
+    // The replication index: bound by the expansion, not by a field.
+    let kind = if is_index { ParamKind::Index } else { kind };
+    let named_by_buf = binding.is_some();
+    let binding = binding.unwrap_or_else(|| name.clone());
+    Some(Param {
+        name,
+        binding,
+        named_by_buf,
+        kind,
+        ty: (*pt.ty).clone(),
+        span: pt.span(),
+        all_branches,
+        out,
+    })
+}
+
+/// The buffer `#[buf(name)]` binds, if the parameter has one; `Err` where one did not
+/// parse (reported).
+fn param_binding(pt: &syn::PatType, errors: &Errors) -> Result<Option<Ident>, ()> {
+    let mut binding: Option<Ident> = None;
+    let mut unreadable = false;
+    for attr in pt.attrs.iter().filter(|a| is(a, "buf")) {
+        match attr.parse_args::<Ident>() {
+            // A second name would silently replace the first.
+            Ok(b) if binding.is_some() => errors.spanned(
+                &b,
+                "a parameter binds one buffer: remove the second #[buf(..)]",
+            ),
+            Ok(b) => binding = Some(b),
+            Err(_) => {
+                errors.spanned(attr, "expected #[buf(buffer_name)]");
+                unreadable = true;
+            }
+        }
+    }
+    if unreadable { Err(()) } else { Ok(binding) }
+}
+
+/// What a parameter of type `ty` is by its type: the stream, the handle or the kernels
+/// by reference, a buffer read by `&` or written by `&mut`, or a value.
+fn param_kind(ty: &Type, context: &ParamContext, errors: &Errors) -> ParamKind {
+    let Type::Reference(r) = ty else {
+        return ParamKind::Value;
+    };
+    let seg = last_segment(&r.elem).map(Ident::to_string);
+    let special = match seg.as_deref() {
+        Some(s) if context.names.kind(s).is_some() => context.names.kind(s),
+        Some(s) if context.kernels_name == Some(s) => Some(ParamKind::Kernels),
+        _ => None,
+    };
+    match special {
+        Some(k) if r.mutability.is_some() => {
+            errors.spanned(
+                ty,
+                "the stream, cuBLASLt handle and kernels are shared: take them by `&`, not `&mut`",
+            );
+            k
+        }
+        Some(k) => k,
+        None if r.mutability.is_some() => ParamKind::Write,
+        None => ParamKind::Read,
+    }
 }
 
 /// Turns each `&T` parameter that names no buffer or config field, and whose `T` is no

@@ -219,33 +219,6 @@ pub fn plan(p: &Problem) -> Plan {
     let mut begin_event: Option<usize> = None;
     let mut waits: Vec<Vec<usize>> = vec![Vec::new(); n];
 
-    let needed_waits = |clock_t: &[u32], cands: &mut Vec<OpIx>, clock_after: &[Vec<u32>]| {
-        // Drop what the stream already knows, keep the latest op per other stream, then
-        // drop any op whose completion another candidate's wait already implies.
-        cands.retain(|&a| clock_t[stream(a)] < seq[a]);
-        cands.sort_unstable();
-        cands.dedup();
-        let mut latest: Vec<Option<OpIx>> = vec![None; s];
-        for &a in cands.iter() {
-            let u = stream(a);
-            if latest[u].is_none_or(|b| seq[b] < seq[a]) {
-                latest[u] = Some(a);
-            }
-        }
-        let reqs: Vec<OpIx> = latest.into_iter().flatten().collect();
-        let mut out: Vec<OpIx> = reqs
-            .iter()
-            .copied()
-            .filter(|&a| {
-                !reqs
-                    .iter()
-                    .any(|&b| b != a && clock_after[b][stream(a)] >= seq[a])
-            })
-            .collect();
-        out.sort_unstable();
-        out
-    };
-
     for b in 0..n {
         let t = stream(b);
         let mut cands: Vec<OpIx> = preds[b]
@@ -253,14 +226,8 @@ pub fn plan(p: &Problem) -> Plan {
             .copied()
             .filter(|&a| stream(a) != t)
             .collect();
-        for a in needed_waits(&clock[t], &mut cands, &clock_after) {
-            let ev = *records[a].get_or_insert_with(|| {
-                events.push(Event {
-                    stream: stream(a),
-                    after: Some(a),
-                });
-                events.len() - 1
-            });
+        for a in needed_waits(p, &seq, &clock[t], &mut cands, &clock_after) {
+            let ev = record_after(p, a, &mut records, &mut events);
             waits[b].push(ev);
             for u in 0..s {
                 clock[t][u] = clock[t][u].max(clock_after[a][u]);
@@ -287,14 +254,8 @@ pub fn plan(p: &Problem) -> Plan {
     let mut tails: Vec<OpIx> = (1..s).filter_map(|u| last_on[u]).collect();
     let mut final_waits = Vec::new();
     let origin_clock = clock[0].clone();
-    for a in needed_waits(&origin_clock, &mut tails, &clock_after) {
-        let ev = *records[a].get_or_insert_with(|| {
-            events.push(Event {
-                stream: stream(a),
-                after: Some(a),
-            });
-            events.len() - 1
-        });
+    for a in needed_waits(p, &seq, &origin_clock, &mut tails, &clock_after) {
+        let ev = record_after(p, a, &mut records, &mut events);
         final_waits.push(ev);
     }
 
@@ -310,6 +271,60 @@ pub fn plan(p: &Problem) -> Plan {
     plan.critical_path = longest_path(p, &plan, |_| 1.0);
     plan.critical_path_by_cost = longest_path(p, &plan, |op| p.ops[op].cost);
     plan
+}
+
+/// The ops among `cands` (on other streams) a stream whose clock is `clock_t` must wait
+/// for: the latest per stream that it does not know of yet, less those another wait
+/// implies. `seq` is each op's 1-based position on its stream.
+fn needed_waits(
+    p: &Problem,
+    seq: &[u32],
+    clock_t: &[u32],
+    cands: &mut Vec<OpIx>,
+    clock_after: &[Vec<u32>],
+) -> Vec<OpIx> {
+    let s = p.n_streams.max(1);
+    let stream = |op: OpIx| p.ops[op].stream;
+    // Drop what the stream already knows, keep the latest op per other stream, then
+    // drop any op whose completion another candidate's wait already implies.
+    cands.retain(|&a| clock_t[stream(a)] < seq[a]);
+    cands.sort_unstable();
+    cands.dedup();
+    let mut latest: Vec<Option<OpIx>> = vec![None; s];
+    for &a in cands.iter() {
+        let u = stream(a);
+        if latest[u].is_none_or(|b| seq[b] < seq[a]) {
+            latest[u] = Some(a);
+        }
+    }
+    let reqs: Vec<OpIx> = latest.into_iter().flatten().collect();
+    let mut out: Vec<OpIx> = reqs
+        .iter()
+        .copied()
+        .filter(|&a| {
+            !reqs
+                .iter()
+                .any(|&b| b != a && clock_after[b][stream(a)] >= seq[a])
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The event recorded after op `a`, recorded now if it is not yet.
+fn record_after(
+    p: &Problem,
+    a: OpIx,
+    records: &mut [Option<usize>],
+    events: &mut Vec<Event>,
+) -> usize {
+    *records[a].get_or_insert_with(|| {
+        events.push(Event {
+            stream: p.ops[a].stream,
+            after: Some(a),
+        });
+        events.len() - 1
+    })
 }
 
 /// Happens-before edges of the planned schedule: stream order and waits.

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use stepgraph_plan::{EventId, OpId, PlanDesc};
+use stepgraph_plan::{EventId, OpDesc, OpId, PlanDesc};
 
 use crate::Error;
 use crate::timeline::{Arrow, At, Axis, Bar, Mark, On, Parts, Timeline, render_svg, text_color_on};
@@ -121,8 +121,6 @@ pub fn print_plan_if_asked(plan: &PlanDesc) -> Option<ExitCode> {
 /// ```
 pub fn plan_dot(plan: &PlanDesc) -> String {
     let mut out = String::new();
-    let critical = |i: usize| plan.critical_path.contains(&OpId(i as u32));
-    let parts = Parts::of(plan.ops.iter().map(|o| o.func));
     let _ = writeln!(
         out,
         "digraph {} {{",
@@ -139,6 +137,17 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
          penwidth=1, color=\"#444444\"];\n  edge [fontname=\"Helvetica\", fontsize=10, \
          color=\"#555555\"];\n",
     );
+    write_dot_clusters(&mut out, plan);
+    write_dot_stream_order(&mut out, plan);
+    write_dot_waits(&mut out, plan);
+    out.push_str("}\n");
+    out
+}
+
+/// A cluster per stream holding its ops, the origin's with the capture's begin and end.
+fn write_dot_clusters(out: &mut String, plan: &PlanDesc) {
+    let critical = |i: usize| plan.critical_path.contains(&OpId(i as u32));
+    let parts = Parts::of(plan.ops.iter().map(|o| o.func));
     for (s, stream) in plan.streams.iter().enumerate() {
         let _ = writeln!(out, "  subgraph cluster_{s} {{");
         let _ = writeln!(
@@ -180,8 +189,11 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
         }
         out.push_str("  }\n");
     }
-    // Stream order: begin, the origin's ops, end on the origin; each side stream's
-    // ops in program order.
+}
+
+/// Stream order: begin, the origin's ops, end on the origin; each side stream's ops in
+/// program order.
+fn write_dot_stream_order(out: &mut String, plan: &PlanDesc) {
     for s in 0..plan.streams.len() {
         let mut chain: Vec<String> = plan
             .ops
@@ -203,6 +215,10 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
             let _ = writeln!(out, "  {} -> {}{attrs};", pair[0], pair[1]);
         }
     }
+}
+
+/// The waits on events, dashed, from the op that recorded each (or the capture's begin).
+fn write_dot_waits(out: &mut String, plan: &PlanDesc) {
     let source = |e: EventId| match plan.events.get(e.index()).and_then(|ev| ev.after) {
         Some(op) => format!("op{}", op.index()),
         None => "capture_begin".into(),
@@ -227,8 +243,6 @@ pub fn plan_dot(plan: &PlanDesc) -> String {
             e.0
         );
     }
-    out.push_str("}\n");
-    out
 }
 
 /// The plan as a self-contained SVG, drawn like a profile's timeline
@@ -253,51 +267,14 @@ pub fn plan_svg(plan: &PlanDesc) -> String {
     render_svg(&timeline(plan))
 }
 
+/// Each op fills most of its level's unit, leaving room for the arrows between.
+const INSET: f64 = 0.14;
+
 /// The plan laid out for the timeline renderer: levels for times.
 fn timeline(plan: &PlanDesc) -> Timeline {
-    // Each op fills most of its level's unit, leaving room for the arrows between.
-    const INSET: f64 = 0.14;
     let levels = plan.levels();
     let width = levels.iter().map(|l| l + 1).max().unwrap_or(1) as f64;
-    let critical = |i: usize| plan.critical_path.contains(&OpId(i as u32));
-    let lane_of = |s: usize| s.min(plan.streams.len().saturating_sub(1));
-    let event_label = |e: EventId| format!("e{}", e.0);
-    let bars = plan
-        .ops
-        .iter()
-        .enumerate()
-        .map(|(i, op)| {
-            let mut tooltip = format!(
-                "{} {} level {}",
-                op.name,
-                plan.streams.get(op.stream.index()).map_or("?", |s| s.name),
-                levels[i]
-            );
-            if !op.waits.is_empty() {
-                let w: Vec<String> = op.waits.iter().map(|&e| event_label(e)).collect();
-                let _ = write!(tooltip, ", waits {}", w.join(", "));
-            }
-            if let Some(e) = op.record {
-                let _ = write!(tooltip, ", records {}", event_label(e));
-            }
-            if let Some(k) = op.every {
-                let _ = write!(tooltip, ", every {k} replays (a conditional node)");
-            }
-            if let Some(flag) = op.when {
-                let flag = plan.buffer_name(flag);
-                let _ = write!(tooltip, ", when {flag} is set (a conditional node)");
-            }
-            Bar {
-                name: op_label(plan, op),
-                part: op.func.to_string(),
-                lane: lane_of(op.stream.index()),
-                start: levels[i] as f64 + INSET,
-                end: levels[i] as f64 + 1.0 - INSET,
-                critical: critical(i),
-                tooltip,
-            }
-        })
-        .collect::<Vec<_>>();
+    let bars = plan_bars(plan, &levels);
     let begin = At {
         t: -0.3,
         lane: 0,
@@ -308,6 +285,86 @@ fn timeline(plan: &PlanDesc) -> Timeline {
         lane: 0,
         on: On::Mark,
     };
+    let arrows = plan_arrows(plan, &bars, begin, end);
+    Timeline {
+        title: plan_title(plan),
+        subtitle: plan_subtitle(plan),
+        streams: plan.streams.iter().map(|s| s.name.to_string()).collect(),
+        bars,
+        arrows,
+        marks: vec![
+            Mark {
+                at: begin,
+                label: "begin",
+            },
+            Mark {
+                at: end,
+                label: "end",
+            },
+        ],
+        axis: Axis {
+            lo: -0.6,
+            hi: width + 0.6,
+            ticks: (0..width as usize)
+                .map(|l| (l as f64 + 0.5, l.to_string()))
+                .collect(),
+            caption: "level",
+        },
+        arrow_meaning: "waits on event",
+    }
+}
+
+fn event_label(e: EventId) -> String {
+    format!("e{}", e.0)
+}
+
+/// A bar per op, at its level, on its stream's lane.
+fn plan_bars(plan: &PlanDesc, levels: &[usize]) -> Vec<Bar> {
+    let critical = |i: usize| plan.critical_path.contains(&OpId(i as u32));
+    let lane_of = |s: usize| s.min(plan.streams.len().saturating_sub(1));
+    plan.ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| Bar {
+            name: op_label(plan, op),
+            part: op.func.to_string(),
+            lane: lane_of(op.stream.index()),
+            start: levels[i] as f64 + INSET,
+            end: levels[i] as f64 + 1.0 - INSET,
+            critical: critical(i),
+            tooltip: op_tooltip(plan, op, levels[i]),
+        })
+        .collect()
+}
+
+/// An op's stream, level, events and condition, for its bar's tooltip.
+fn op_tooltip(plan: &PlanDesc, op: &OpDesc, level: usize) -> String {
+    let mut tooltip = format!(
+        "{} {} level {}",
+        op.name,
+        plan.streams.get(op.stream.index()).map_or("?", |s| s.name),
+        level
+    );
+    if !op.waits.is_empty() {
+        let w: Vec<String> = op.waits.iter().map(|&e| event_label(e)).collect();
+        let _ = write!(tooltip, ", waits {}", w.join(", "));
+    }
+    if let Some(e) = op.record {
+        let _ = write!(tooltip, ", records {}", event_label(e));
+    }
+    if let Some(k) = op.every {
+        let _ = write!(tooltip, ", every {k} replays (a conditional node)");
+    }
+    if let Some(flag) = op.when {
+        let flag = plan.buffer_name(flag);
+        let _ = write!(tooltip, ", when {flag} is set (a conditional node)");
+    }
+    tooltip
+}
+
+/// An arrow per wait: from the op that recorded the event (or the capture's begin) to
+/// the op that waits, or to the capture's end for its final joins.
+fn plan_arrows(plan: &PlanDesc, bars: &[Bar], begin: At, end: At) -> Vec<Arrow> {
     let source = |e: EventId| {
         let op = plan.events.get(e.index()).and_then(|ev| ev.after);
         match op.and_then(|o| Some((o.index(), bars.get(o.index())?))) {
@@ -316,7 +373,7 @@ fn timeline(plan: &PlanDesc) -> Timeline {
         }
     };
     let mut arrows = Vec::new();
-    for (i, (op, bar)) in plan.ops.iter().zip(&bars).enumerate() {
+    for (i, (op, bar)) in plan.ops.iter().zip(bars).enumerate() {
         for &e in op.waits {
             let (from, from_op, from_name) = source(e);
             arrows.push(Arrow {
@@ -338,6 +395,11 @@ fn timeline(plan: &PlanDesc) -> Timeline {
             tooltip: format!("capture end joins {} ({from_name})", event_label(e)),
         });
     }
+    arrows
+}
+
+/// The plan's counts and its critical paths, by level and by cost where they differ.
+fn plan_subtitle(plan: &PlanDesc) -> String {
     let path: Vec<&str> = plan
         .critical_path
         .iter()
@@ -366,32 +428,7 @@ fn timeline(plan: &PlanDesc) -> Timeline {
             .collect();
         let _ = write!(subtitle, "; by cost: {}", by_cost.join(" → "));
     }
-    Timeline {
-        title: plan_title(plan),
-        subtitle,
-        streams: plan.streams.iter().map(|s| s.name.to_string()).collect(),
-        bars,
-        arrows,
-        marks: vec![
-            Mark {
-                at: begin,
-                label: "begin",
-            },
-            Mark {
-                at: end,
-                label: "end",
-            },
-        ],
-        axis: Axis {
-            lo: -0.6,
-            hi: width + 0.6,
-            ticks: (0..width as usize)
-                .map(|l| (l as f64 + 0.5, l.to_string()))
-                .collect(),
-            caption: "level",
-        },
-        arrow_meaning: "waits on event",
-    }
+    subtitle
 }
 
 fn plan_title(plan: &PlanDesc) -> String {

@@ -327,52 +327,130 @@ fn fit(text: &str, max: usize) -> String {
 
 pub(crate) fn render_svg(tl: &Timeline) -> String {
     let parts = Parts::of(tl.bars.iter().map(|b| b.part.as_str()));
-    let lanes = tl.streams.len().max(1);
-    let longest = tl
-        .streams
-        .iter()
-        .map(|s| s.chars().count())
-        .max()
-        .unwrap_or(4);
-    let label_w = (longest as f64 * LANE_FONT * MONO_ADVANCE + 28.0).max(96.0);
-    let x0 = label_w + 14.0;
-    let x1 = WIDTH - RIGHT_PAD;
-    let span = tl.axis.hi - tl.axis.lo;
-    let x = |t: f64| x0 + (t - tl.axis.lo) / span * (x1 - x0);
-    let lane_top = |lane: usize| HEADER_H + lane as f64 * LANE_H;
-    let bar_mid = |lane: usize| lane_top(lane) + BAR_TOP + BAR_H / 2.0;
-    let lanes_bottom = lane_top(lanes);
-
+    let layout = Layout::of(tl);
     // The legend is laid out first: its rows set the picture's height.
-    let mut legend: Vec<(LegendKey, String)> = parts
+    let (placed, rows) = place_legend(tl, &parts);
+    let legend_top = layout.lanes_bottom() + AXIS_H + 6.0;
+    let height = legend_top + rows as f64 * LEGEND_ROW_H + 8.0;
+
+    let mut s = String::new();
+    // Names of bars, arrows and marks, drawn over all of them.
+    let mut labels = String::new();
+    write_header(&mut s, tl, height);
+    write_lanes(&mut s, tl, &layout);
+    write_axis(&mut s, tl, &layout);
+    write_bars(&mut s, &mut labels, tl, &layout, &parts);
+    write_arrows(&mut s, &mut labels, tl, &layout);
+    write_marks(&mut s, &mut labels, tl, &layout);
+    s.push_str(&labels);
+    write_legend(&mut s, &placed, legend_top);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Where things go: the lanes top to bottom, time left to right past the label column.
+struct Layout {
+    lanes: usize,
+    label_w: f64,
+    x0: f64,
+    x1: f64,
+    lo: f64,
+    span: f64,
+}
+
+impl Layout {
+    fn of(tl: &Timeline) -> Layout {
+        let longest = tl
+            .streams
+            .iter()
+            .map(|s| s.chars().count())
+            .max()
+            .unwrap_or(4);
+        let label_w = (longest as f64 * LANE_FONT * MONO_ADVANCE + 28.0).max(96.0);
+        Layout {
+            lanes: tl.streams.len().max(1),
+            label_w,
+            x0: label_w + 14.0,
+            x1: WIDTH - RIGHT_PAD,
+            lo: tl.axis.lo,
+            span: tl.axis.hi - tl.axis.lo,
+        }
+    }
+
+    /// The x of time `t`.
+    fn x(&self, t: f64) -> f64 {
+        self.x0 + (t - self.lo) / self.span * (self.x1 - self.x0)
+    }
+
+    fn lane_top(&self, lane: usize) -> f64 {
+        HEADER_H + lane as f64 * LANE_H
+    }
+
+    fn bar_mid(&self, lane: usize) -> f64 {
+        self.lane_top(lane) + BAR_TOP + BAR_H / 2.0
+    }
+
+    fn lanes_bottom(&self) -> f64 {
+        self.lane_top(self.lanes)
+    }
+
+    /// Where an arrow leaves or enters `at`: a bar's top or bottom edge (the one facing
+    /// `toward`, a direction down the lanes) at its end or start, or a mark's rim.
+    fn edge(&self, at: &At, toward: f64) -> (f64, f64) {
+        let lane = at.lane.min(self.lanes - 1);
+        let (px, half) = match at.on {
+            On::Bar { start, end } => {
+                let (bx0, bx1) = (self.x(start), self.x(end).max(self.x(start) + 2.0));
+                let inset = ((bx1 - bx0) / 2.0).min(3.0);
+                // The source's end or the target's start, a little inside the bar.
+                let px = if at.t >= end {
+                    bx1 - inset
+                } else {
+                    bx0 + inset
+                };
+                (px, BAR_H / 2.0)
+            }
+            On::Mark => (self.x(at.t), MARK_R),
+        };
+        (px, self.bar_mid(lane) + half * toward.signum())
+    }
+}
+
+/// One legend entry placed: its x, its row, its key and its text.
+type Placed<'a> = (f64, usize, LegendKey, &'a str);
+
+/// The legend's entries, left to right, wrapped into rows; with the number of rows.
+fn place_legend<'a>(tl: &'a Timeline, parts: &'a Parts) -> (Vec<Placed<'a>>, usize) {
+    let mut legend: Vec<(LegendKey, &str)> = parts
         .0
         .iter()
-        .map(|p| (LegendKey::Part(parts.color(p)), p.clone()))
+        .map(|p| (LegendKey::Part(parts.color(p)), p.as_str()))
         .collect();
     if tl.bars.iter().any(|b| b.critical) {
-        legend.push((LegendKey::Critical, "critical path".into()));
+        legend.push((LegendKey::Critical, "critical path"));
     }
     if !tl.arrows.is_empty() {
-        legend.push((LegendKey::Arrow, tl.arrow_meaning.into()));
+        legend.push((LegendKey::Arrow, tl.arrow_meaning));
     }
     if !tl.marks.is_empty() {
-        legend.push((LegendKey::Mark, "capture begin / end".into()));
+        legend.push((LegendKey::Mark, "capture begin / end"));
     }
     let mut placed = Vec::with_capacity(legend.len());
     let (mut lx, mut row) = (14.0, 0usize);
-    for (key, text) in &legend {
+    for (key, text) in legend {
         let w = 26.0 + text.chars().count() as f64 * LEGEND_FONT * SANS_ADVANCE + 20.0;
         if lx + w > WIDTH - 14.0 && lx > 14.0 {
             lx = 14.0;
             row += 1;
         }
-        placed.push((lx, row, *key, text.as_str()));
+        placed.push((lx, row, key, text));
         lx += w;
     }
-    let legend_top = lanes_bottom + AXIS_H + 6.0;
-    let height = legend_top + (row + 1) as f64 * LEGEND_ROW_H + 8.0;
+    (placed, row + 1)
+}
 
-    let mut s = String::new();
+/// The `<svg>` element opened, with its title, arrow heads, background and headings.
+fn write_header(s: &mut String, tl: &Timeline, height: f64) {
     let _ = writeln!(
         s,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" \
@@ -405,21 +483,24 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
         "<text class=\"subtitle\" x=\"14\" y=\"46\" font-size=\"12\" fill=\"#444444\">{}</text>",
         xml(&fit(&tl.subtitle, 180))
     );
+}
 
-    // Lanes: alternating bands with the stream's name in the left column.
+/// Lanes: alternating bands with the stream's name in the left column.
+fn write_lanes(s: &mut String, tl: &Timeline, layout: &Layout) {
+    let (label_w, lanes_bottom) = (layout.label_w, layout.lanes_bottom());
     for (i, name) in tl.streams.iter().enumerate() {
         let fill = if i % 2 == 0 { "#f3f4f7" } else { "#ffffff" };
         let _ = writeln!(
             s,
             "<rect class=\"lane\" x=\"0\" y=\"{:.1}\" width=\"{WIDTH}\" height=\"{LANE_H}\" \
              fill=\"{fill}\"/>",
-            lane_top(i)
+            layout.lane_top(i)
         );
         let _ = writeln!(
             s,
             "<text class=\"lane-label\" x=\"14\" y=\"{:.1}\" font-family=\"{FONT_MONO}\" \
              font-size=\"{LANE_FONT}\" font-weight=\"bold\" fill=\"{INK}\">{}</text>",
-            bar_mid(i) + LANE_FONT * 0.35,
+            layout.bar_mid(i) + LANE_FONT * 0.35,
             xml(name)
         );
     }
@@ -428,9 +509,12 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
         "<line x1=\"{label_w:.1}\" y1=\"{HEADER_H}\" x2=\"{label_w:.1}\" y2=\"{lanes_bottom:.1}\" \
          stroke=\"#c8c8c8\"/>"
     );
+}
 
-    // Axis: grid lines through the lanes, tick labels below them; every k-th tick only
-    // (k = 1, 2, 5, 10, 20, ...) when all of them would not fit side by side.
+/// Axis: grid lines through the lanes, tick labels below them; every k-th tick only
+/// (k = 1, 2, 5, 10, 20, ...) when all of them would not fit side by side.
+fn write_axis(s: &mut String, tl: &Timeline, layout: &Layout) {
+    let lanes_bottom = layout.lanes_bottom();
     let widest = tl
         .axis
         .ticks
@@ -440,7 +524,7 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
         .unwrap_or(1);
     let room = widest as f64 * 11.0 * SANS_ADVANCE + 10.0;
     let pitch = match tl.axis.ticks.as_slice() {
-        [(a, _), (b, _), ..] => (x(*b) - x(*a)).abs(),
+        [(a, _), (b, _), ..] => (layout.x(*b) - layout.x(*a)).abs(),
         _ => f64::INFINITY,
     };
     let every = [1usize, 2, 5]
@@ -456,7 +540,7 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
         .find(|&k| k as f64 * pitch >= room || k >= tl.axis.ticks.len())
         .unwrap_or(1);
     for (t, label) in tl.axis.ticks.iter().step_by(every) {
-        let tx = x(*t);
+        let tx = layout.x(*t);
         let _ = writeln!(
             s,
             "<line class=\"grid\" x1=\"{tx:.2}\" y1=\"{HEADER_H}\" x2=\"{tx:.2}\" \
@@ -477,16 +561,18 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
         lanes_bottom + 17.0,
         tl.axis.caption
     );
+}
 
-    // Bars, then their names: inside when the name fits, else above when that space on
-    // the lane is free, else only in the tooltip.
+/// Bars, then their names: inside when the name fits, else above when that space on
+/// the lane is free, else only in the tooltip.
+fn write_bars(s: &mut String, labels: &mut String, tl: &Timeline, layout: &Layout, parts: &Parts) {
+    let lanes = layout.lanes;
     let mut label_free = vec![f64::NEG_INFINITY; lanes];
-    let mut labels = String::new();
     for bar in &tl.bars {
         let lane = bar.lane.min(lanes - 1);
-        let bx = x(bar.start);
-        let bw = (x(bar.end) - bx).max(2.0);
-        let by = lane_top(lane) + BAR_TOP;
+        let bx = layout.x(bar.start);
+        let bw = (layout.x(bar.end) - bx).max(2.0);
+        let by = layout.lane_top(lane) + BAR_TOP;
         let fill = parts.color(&bar.part);
         let (class, opacity, stroke) = if bar.critical {
             (
@@ -527,30 +613,15 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
             label_free[lane] = bx + text_w + 6.0;
         }
     }
+}
 
-    // Arrows over the bars, those on the critical path last so that they stay on top.
-    // A wait between lanes leaves its source's top or bottom edge at the source's end
-    // and enters the target's facing edge at the target's start, vertically at both
-    // ends: fork and join points read as such even when the two ops are microseconds
-    // apart, which is too close to route an arrow around.
-    let edge = |at: &At, toward: f64| -> (f64, f64) {
-        let lane = at.lane.min(lanes - 1);
-        let (px, half) = match at.on {
-            On::Bar { start, end } => {
-                let (bx0, bx1) = (x(start), x(end).max(x(start) + 2.0));
-                let inset = ((bx1 - bx0) / 2.0).min(3.0);
-                // The source's end or the target's start, a little inside the bar.
-                let px = if at.t >= end {
-                    bx1 - inset
-                } else {
-                    bx0 + inset
-                };
-                (px, BAR_H / 2.0)
-            }
-            On::Mark => (x(at.t), MARK_R),
-        };
-        (px, bar_mid(lane) + half * toward.signum())
-    };
+/// Arrows over the bars, those on the critical path last so that they stay on top.
+/// A wait between lanes leaves its source's top or bottom edge at the source's end
+/// and enters the target's facing edge at the target's start, vertically at both
+/// ends: fork and join points read as such even when the two ops are microseconds
+/// apart, which is too close to route an arrow around.
+fn write_arrows(s: &mut String, labels: &mut String, tl: &Timeline, layout: &Layout) {
+    let lanes = layout.lanes;
     let mut order: Vec<&Arrow> = tl.arrows.iter().filter(|a| !a.critical).collect();
     order.extend(tl.arrows.iter().filter(|a| a.critical));
     for a in order {
@@ -561,11 +632,14 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
             ("wait", ARROW, 1.3, "arrow")
         };
         let d = if down == 0.0 {
-            let (sx, sy) = (x(a.from.t), bar_mid(a.from.lane.min(lanes - 1)));
-            format!("M{sx:.2},{sy:.1} L{:.2},{sy:.1}", x(a.to.t))
+            let (sx, sy) = (
+                layout.x(a.from.t),
+                layout.bar_mid(a.from.lane.min(lanes - 1)),
+            );
+            format!("M{sx:.2},{sy:.1} L{:.2},{sy:.1}", layout.x(a.to.t))
         } else {
-            let (sx, sy) = edge(&a.from, down);
-            let (ex, ey) = edge(&a.to, -down);
+            let (sx, sy) = layout.edge(&a.from, down);
+            let (ex, ey) = layout.edge(&a.to, -down);
             let mid = (sy + ey) / 2.0;
             format!("M{sx:.2},{sy:.1} C{sx:.2},{mid:.1} {ex:.2},{mid:.1} {ex:.2},{ey:.1}")
         };
@@ -577,8 +651,8 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
         );
         if let Some(label) = &a.label {
             // At the curve's midpoint, on a white halo so it stays legible over bars.
-            let (sx, sy) = edge(&a.from, down);
-            let (ex, ey) = edge(&a.to, -down);
+            let (sx, sy) = layout.edge(&a.from, down);
+            let (ex, ey) = layout.edge(&a.to, -down);
             let _ = writeln!(
                 labels,
                 "<text class=\"event-label\" x=\"{:.2}\" y=\"{:.1}\" font-size=\"10\" \
@@ -590,8 +664,13 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
             );
         }
     }
+}
+
+/// The capture's begin and end marks, with their labels.
+fn write_marks(s: &mut String, labels: &mut String, tl: &Timeline, layout: &Layout) {
+    let lanes = layout.lanes;
     for m in &tl.marks {
-        let (mx, my) = (x(m.at.t), bar_mid(m.at.lane.min(lanes - 1)));
+        let (mx, my) = (layout.x(m.at.t), layout.bar_mid(m.at.lane.min(lanes - 1)));
         let _ = writeln!(
             s,
             "<circle class=\"mark\" cx=\"{mx:.2}\" cy=\"{my:.1}\" r=\"6\" fill=\"#ffffff\" \
@@ -606,9 +685,11 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
             m.label
         );
     }
-    s.push_str(&labels);
+}
 
-    for (lx, row, key, text) in placed {
+/// The legend's keys and texts, where [`place_legend`] put them.
+fn write_legend(s: &mut String, placed: &[Placed], legend_top: f64) {
+    for &(lx, row, key, text) in placed {
         let y = legend_top + row as f64 * LEGEND_ROW_H;
         match key {
             LegendKey::Part(color) => {
@@ -655,8 +736,6 @@ pub(crate) fn render_svg(tl: &Timeline) -> String {
             xml(text)
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 #[derive(Clone, Copy)]

@@ -523,72 +523,90 @@ impl PlanDesc {
     /// ```
     pub fn check(&self) -> Result<(), PlanError> {
         let mut problems: Vec<String> = Vec::new();
-        let (streams, buffers, ops, events) = (
-            self.streams.len(),
-            self.buffers.len(),
-            self.ops.len(),
-            self.events.len(),
-        );
         // Capture begins and ends on stream 0: a plan without it has nowhere to run.
-        if streams == 0 {
+        if self.streams.is_empty() {
             problems.push("no streams; expected at least one (the origin stream)".into());
         }
         for (i, op) in self.ops.iter().enumerate() {
-            let name = op.name;
-            if op.stream.index() >= streams {
+            self.check_op_indices(i, op, &mut problems);
+            self.check_op_condition(i, op, &mut problems);
+        }
+        self.check_views(&mut problems);
+        self.check_edges(&mut problems);
+        self.check_events(&mut problems);
+        self.check_paths(&mut problems);
+        self.report(problems)
+    }
+
+    /// Op `i`'s stream, buffers and events are in the plan.
+    fn check_op_indices(&self, i: usize, op: &OpDesc, problems: &mut Vec<String>) {
+        let (streams, buffers, events) =
+            (self.streams.len(), self.buffers.len(), self.events.len());
+        let name = op.name;
+        if op.stream.index() >= streams {
+            problems.push(format!(
+                "op {i} `{name}` is on stream {}; expected a stream index below {streams}",
+                op.stream.0
+            ));
+        }
+        for a in op.accesses {
+            if a.buf.index() >= buffers {
                 problems.push(format!(
-                    "op {i} `{name}` is on stream {}; expected a stream index below {streams}",
-                    op.stream.0
+                    "op {i} `{name}` accesses buffer {}; expected a buffer index below {buffers}",
+                    a.buf.0
                 ));
             }
-            for a in op.accesses {
-                if a.buf.index() >= buffers {
-                    problems.push(format!(
-                        "op {i} `{name}` accesses buffer {}; expected a buffer index below {buffers}",
-                        a.buf.0
-                    ));
-                }
-            }
-            for e in op.waits {
-                if e.index() >= events {
-                    problems.push(format!(
-                        "op {i} `{name}` waits on event {}; expected an event index below {events}",
-                        e.0
-                    ));
-                }
-            }
-            if let Some(e) = op.record.filter(|e| e.index() >= events) {
+        }
+        for e in op.waits {
+            if e.index() >= events {
                 problems.push(format!(
-                    "op {i} `{name}` records event {}; expected an event index below {events}",
+                    "op {i} `{name}` waits on event {}; expected an event index below {events}",
                     e.0
                 ));
             }
-            if let Some(flag) = op.when {
-                // The conditional node reads the flag when it runs: unless the op's
-                // accesses say so, nothing orders it after the op that set the flag.
-                if flag.index() >= buffers {
-                    problems.push(format!(
-                        "op {i} `{name}` runs when buffer {} is set; expected a buffer index below {buffers}",
-                        flag.0
-                    ));
-                } else if !op
-                    .accesses
-                    .iter()
-                    .any(|a| a.buf == flag && a.access == Access::Read)
-                {
-                    problems.push(format!(
-                        "op {i} `{name}` runs when `{}` is set but does not read it; expected a read of the flag among its accesses",
-                        self.buffers[flag.index()].name
-                    ));
-                }
-                // One conditional node per op: two conditions would need two.
-                if op.every.is_some() {
-                    problems.push(format!(
-                        "op {i} `{name}` has both #[every] and #[when]; expected one condition"
-                    ));
-                }
+        }
+        if let Some(e) = op.record.filter(|e| e.index() >= events) {
+            problems.push(format!(
+                "op {i} `{name}` records event {}; expected an event index below {events}",
+                e.0
+            ));
+        }
+    }
+
+    /// Op `i`'s `#[when]` flag is a buffer it reads, and it has one condition.
+    fn check_op_condition(&self, i: usize, op: &OpDesc, problems: &mut Vec<String>) {
+        let name = op.name;
+        let buffers = self.buffers.len();
+        if let Some(flag) = op.when {
+            // The conditional node reads the flag when it runs: unless the op's
+            // accesses say so, nothing orders it after the op that set the flag.
+            if flag.index() >= buffers {
+                problems.push(format!(
+                    "op {i} `{name}` runs when buffer {} is set; expected a buffer index below {buffers}",
+                    flag.0
+                ));
+            } else if !op
+                .accesses
+                .iter()
+                .any(|a| a.buf == flag && a.access == Access::Read)
+            {
+                problems.push(format!(
+                    "op {i} `{name}` runs when `{}` is set but does not read it; expected a read of the flag among its accesses",
+                    self.buffers[flag.index()].name
+                ));
+            }
+            // One conditional node per op: two conditions would need two.
+            if op.every.is_some() {
+                problems.push(format!(
+                    "op {i} `{name}` has both #[every] and #[when]; expected one condition"
+                ));
             }
         }
+    }
+
+    /// Each view lies in a whole buffer of the plan.
+    fn check_views(&self, problems: &mut Vec<String>) {
+        let buffers = self.buffers.len();
         for (k, buf) in self.buffers.iter().enumerate() {
             let Some(parent) = buf.view_of else { continue };
             match self.buffers.get(parent.index()) {
@@ -603,6 +621,11 @@ impl PlanDesc {
                 Some(_) => {}
             }
         }
+    }
+
+    /// Each edge joins ops of the plan, through a buffer of the plan.
+    fn check_edges(&self, problems: &mut Vec<String>) {
+        let (buffers, ops) = (self.buffers.len(), self.ops.len());
         for (k, edge) in self.edges.iter().enumerate() {
             for (end, op) in [("from", edge.from), ("to", edge.to)] {
                 if op.index() >= ops {
@@ -619,6 +642,12 @@ impl PlanDesc {
                 ));
             }
         }
+    }
+
+    /// Each event is recorded on a stream of the plan after an op of it, and the final
+    /// joins wait on events of it.
+    fn check_events(&self, problems: &mut Vec<String>) {
+        let (streams, ops, events) = (self.streams.len(), self.ops.len(), self.events.len());
         for (k, ev) in self.events.iter().enumerate() {
             if ev.stream.index() >= streams {
                 problems.push(format!(
@@ -641,6 +670,11 @@ impl PlanDesc {
                 ));
             }
         }
+    }
+
+    /// The critical paths name ops of the plan.
+    fn check_paths(&self, problems: &mut Vec<String>) {
+        let ops = self.ops.len();
         for (what, path) in [
             ("critical path", self.critical_path),
             ("critical path by cost", self.critical_path_by_cost),
@@ -654,6 +688,10 @@ impl PlanDesc {
                 }
             }
         }
+    }
+
+    /// The problems found, the first `PROBLEMS_LISTED` of them listed.
+    fn report(&self, mut problems: Vec<String>) -> Result<(), PlanError> {
         if problems.is_empty() {
             return Ok(());
         }
@@ -1033,21 +1071,6 @@ impl fmt::Display for PlanDesc {
     /// Indices out of range (a hand-built plan that would fail [`PlanDesc::check`]) are
     /// printed as `?`, so that the plan can still be read to find them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let op_name = |o: OpId| self.ops.get(o.index()).map_or("?", |o| o.name);
-        let names = |ids: &[OpId]| {
-            ids.iter()
-                .map(|&o| op_name(o))
-                .collect::<Vec<_>>()
-                .join(" -> ")
-        };
-        let event = |e: &EventId| match self.events.get(e.index()) {
-            Some(EventDesc {
-                after: Some(op), ..
-            }) => format!("e{}({})", e.0, op_name(*op)),
-            // Two words, so that no op's name (an identifier) can read the same.
-            Some(EventDesc { after: None, .. }) => format!("e{}(capture begin)", e.0),
-            None => format!("e{}(?)", e.0),
-        };
         writeln!(
             f,
             "plan `{}`: {} ops on {} streams, {} events, {} waits",
@@ -1072,41 +1095,101 @@ impl fmt::Display for PlanDesc {
         }
         let width = self.streams.iter().map(|s| s.name.len()).max().unwrap_or(4);
         for (i, op) in self.ops.iter().enumerate() {
-            let stream = self.streams.get(op.stream.index()).map_or("?", |s| s.name);
-            write!(f, "  {i:>3} [{stream:<width$}] {}", op.name)?;
-            let (mut reads, mut writes) = (Vec::new(), Vec::new());
-            for a in op.accesses {
-                let name = match self.buffers.get(a.buf.index()) {
-                    Some(b) if b.kind == BufKind::Shared => b.name.to_string(),
-                    Some(b) => format!("{}#{}", b.name, a.copy),
-                    None => "?".to_string(),
-                };
-                match a.access {
-                    Access::Read => reads.push(name),
-                    Access::Write => writes.push(name),
-                }
-            }
-            if !reads.is_empty() {
-                write!(f, "  reads {}", reads.join(", "))?;
-            }
-            if !writes.is_empty() {
-                write!(f, "  writes {}", writes.join(", "))?;
-            }
-            if !op.waits.is_empty() {
-                let w: Vec<_> = op.waits.iter().map(event).collect();
-                write!(f, "  waits {}", w.join(", "))?;
-            }
-            if let Some(e) = op.record {
-                write!(f, "  records e{}", e.0)?;
-            }
-            if let Some(k) = op.every {
-                write!(f, "  every {k} replays")?;
-            }
-            if let Some(flag) = op.when {
-                write!(f, "  when {}", self.buffer_name(flag))?;
-            }
-            writeln!(f)?;
+            self.fmt_op(f, i, op, width)?;
         }
+        self.fmt_views(f)?;
+        if !self.final_waits.is_empty() {
+            let w: Vec<_> = self
+                .final_waits
+                .iter()
+                .map(|e| self.event_label(e))
+                .collect();
+            writeln!(
+                f,
+                "  end [{:<width$}] joins {}",
+                self.streams.first().map_or("?", |s| s.name),
+                w.join(", ")
+            )?;
+        }
+        self.fmt_critical_paths(f)?;
+        self.fmt_shared_writes(f)
+    }
+}
+
+/// The parts of the plan's `Display`.
+impl PlanDesc {
+    /// Op `o`'s name, `?` for an index outside the plan.
+    fn display_op_name(&self, o: OpId) -> &'static str {
+        self.ops.get(o.index()).map_or("?", |o| o.name)
+    }
+
+    /// The names of `ids`, joined by arrows.
+    fn display_op_names(&self, ids: &[OpId]) -> String {
+        ids.iter()
+            .map(|&o| self.display_op_name(o))
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    }
+
+    /// `e3(op)`: an event with the op it follows.
+    fn event_label(&self, e: &EventId) -> String {
+        match self.events.get(e.index()) {
+            Some(EventDesc {
+                after: Some(op), ..
+            }) => format!("e{}({})", e.0, self.display_op_name(*op)),
+            // Two words, so that no op's name (an identifier) can read the same.
+            Some(EventDesc { after: None, .. }) => format!("e{}(capture begin)", e.0),
+            None => format!("e{}(?)", e.0),
+        }
+    }
+
+    /// Op `i`'s line: its stream, what it reads and writes, its events and condition.
+    fn fmt_op(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        i: usize,
+        op: &OpDesc,
+        width: usize,
+    ) -> fmt::Result {
+        let stream = self.streams.get(op.stream.index()).map_or("?", |s| s.name);
+        write!(f, "  {i:>3} [{stream:<width$}] {}", op.name)?;
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for a in op.accesses {
+            let name = match self.buffers.get(a.buf.index()) {
+                Some(b) if b.kind == BufKind::Shared => b.name.to_string(),
+                Some(b) => format!("{}#{}", b.name, a.copy),
+                None => "?".to_string(),
+            };
+            match a.access {
+                Access::Read => reads.push(name),
+                Access::Write => writes.push(name),
+            }
+        }
+        if !reads.is_empty() {
+            write!(f, "  reads {}", reads.join(", "))?;
+        }
+        if !writes.is_empty() {
+            write!(f, "  writes {}", writes.join(", "))?;
+        }
+        if !op.waits.is_empty() {
+            let w: Vec<_> = op.waits.iter().map(|e| self.event_label(e)).collect();
+            write!(f, "  waits {}", w.join(", "))?;
+        }
+        if let Some(e) = op.record {
+            write!(f, "  records e{}", e.0)?;
+        }
+        if let Some(k) = op.every {
+            write!(f, "  every {k} replays")?;
+        }
+        if let Some(flag) = op.when {
+            write!(f, "  when {}", self.buffer_name(flag))?;
+        }
+        writeln!(f)?;
+        Ok(())
+    }
+
+    /// The views, each with the buffer it lies in.
+    fn fmt_views(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let views: Vec<String> = self
             .buffers
             .iter()
@@ -1122,20 +1205,16 @@ impl fmt::Display for PlanDesc {
                 views.join(", ")
             )?;
         }
-        if !self.final_waits.is_empty() {
-            let w: Vec<_> = self.final_waits.iter().map(event).collect();
-            writeln!(
-                f,
-                "  end [{:<width$}] joins {}",
-                self.streams.first().map_or("?", |s| s.name),
-                w.join(", ")
-            )?;
-        }
+        Ok(())
+    }
+
+    /// The critical path, and the one by cost where it differs.
+    fn fmt_critical_paths(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
             "  critical path ({} ops): {}",
             self.critical_path.len(),
-            names(self.critical_path)
+            self.display_op_names(self.critical_path)
         )?;
         if self.critical_path_by_cost != self.critical_path {
             let cost: f64 = self
@@ -1147,9 +1226,14 @@ impl fmt::Display for PlanDesc {
             writeln!(
                 f,
                 "  critical path by cost ({cost}): {}",
-                names(self.critical_path_by_cost)
+                self.display_op_names(self.critical_path_by_cost)
             )?;
         }
+        Ok(())
+    }
+
+    /// The pairs of ops ordered only by writing one buffer.
+    fn fmt_shared_writes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shared = self.shared_writes();
         if !shared.is_empty() {
             let pairs: Vec<String> = shared
@@ -1157,8 +1241,8 @@ impl fmt::Display for PlanDesc {
                 .map(|w| {
                     format!(
                         "{} -> {} ({})",
-                        op_name(w.first),
-                        op_name(w.second),
+                        self.display_op_name(w.first),
+                        self.display_op_name(w.second),
                         self.buffers.get(w.buf.index()).map_or("?", |b| b.name)
                     )
                 })

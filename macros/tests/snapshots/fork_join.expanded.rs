@@ -141,7 +141,7 @@ mod fork_join {
     /// Scratch copies beyond the one in the buffers struct.
     #[doc(hidden)]
     pub struct __Scratch {}
-    /// This step, captured and replayed: see [`Step`](#rt::Step) for its methods.
+    /// This step, captured and replayed: see [`Step`](__sg::Step) for its methods.
     pub type Step = __sg::Step<Spec>;
     /// What [`Step`] runs: this module's plan, buffers, config, kernels and ops.
     #[derive(Debug)]

@@ -94,7 +94,7 @@ pub mod heads {
     pub struct __Scratch {
         tmp: ::std::vec::Vec<DeviceBuffer<f32>>,
     }
-    /// This step, captured and replayed: see [`Step`](#rt::Step) for its methods.
+    /// This step, captured and replayed: see [`Step`](__sg::Step) for its methods.
     pub type Step = __sg::Step<Spec>;
     /// What [`Step`] runs: this module's plan, buffers, config, kernels and ops.
     #[derive(Debug)]

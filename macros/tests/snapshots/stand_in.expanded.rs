@@ -19,7 +19,7 @@ mod broken {
     use ::stepgraph::__rt_v1 as __sg;
     /// Stand-in: the step has errors.
     pub const PLAN: __sg::PlanDesc = __sg::PlanDesc::new("broken");
-    /// This step, captured and replayed: see [`Step`](#rt::Step) for its methods.
+    /// This step, captured and replayed: see [`Step`](__sg::Step) for its methods.
     pub type Step = __sg::Step<Spec>;
     /// What [`Step`] runs: this module's plan, buffers, config, kernels and ops.
     #[derive(Debug)]
