@@ -114,14 +114,14 @@ fn fork_join_reference(seed: &[f32], iters: u32) -> Vec<f32> {
     let mut total = vec![0.0f32; seed.len()];
     for d in 0..4 {
         let mut lane: Vec<f32> = seed.to_vec();
-        stepgraph_kernels::axpby_reference(seed, &mut lane, 0.5 + d as f32, 0.25);
+        stepgraph_kernels::reference::axpby_reference(seed, &mut lane, 0.5 + d as f32, 0.25);
         for _ in 0..4 {
-            stepgraph_kernels::chain_step_reference(&mut lane, iters, 0.999, 0.001);
+            stepgraph_kernels::reference::chain_step_reference(&mut lane, iters, 0.999, 0.001);
         }
         if d == 0 {
             total.copy_from_slice(&lane);
         } else {
-            stepgraph_kernels::axpby_reference(&lane, &mut total, 1.0, 1.0);
+            stepgraph_kernels::reference::axpby_reference(&lane, &mut total, 1.0, 1.0);
         }
     }
     total
@@ -797,10 +797,10 @@ fn gpu_a_low_priority_stream_keeps_its_priority_in_the_graph() {
     assert_eq!((ranks[0].1, ranks[1].1), (1, 3), "{ranks:?}");
     step.replay().unwrap();
     let mut want = seed.clone();
-    stepgraph_kernels::chain_step_reference(&mut want, 3 * 64, 0.999, 0.001);
+    stepgraph_kernels::reference::chain_step_reference(&mut want, 3 * 64, 0.999, 0.001);
     let got = step.download(|b| &b.background).unwrap();
     assert!(max_rel_err(&got, &want) < 1e-5);
     let mut want = seed.clone();
-    stepgraph_kernels::axpby_reference(&seed, &mut want, 2.0, 1.0);
+    stepgraph_kernels::reference::axpby_reference(&seed, &mut want, 2.0, 1.0);
     assert_eq!(step.download(|b| &b.urgent).unwrap(), want);
 }

@@ -95,9 +95,9 @@ fn buffers(device: &Device, x: &[f32], comm: Communicator) -> data_parallel::Buf
 /// What one rank computes: an all-reduce over one rank is the identity.
 fn reference(x: &[f32]) -> Vec<f32> {
     let mut a = x.to_vec();
-    stepgraph_kernels::chain_step_reference(&mut a, 64, 0.999, 0.001);
+    stepgraph_kernels::reference::chain_step_reference(&mut a, 64, 0.999, 0.001);
     let mut b = x.to_vec();
-    stepgraph_kernels::axpby_reference(x, &mut b, 2.0, -0.5);
+    stepgraph_kernels::reference::axpby_reference(x, &mut b, 2.0, -0.5);
     a.iter().zip(&b).map(|(a, b)| a + b).collect()
 }
 

@@ -5,7 +5,8 @@
 //! runs keep the same cadence.
 
 use stepgraph::{Blas, CaptureStream, DeviceBuffer, Matmul, MatmulArgs, Result};
-use stepgraph_kernels::{Kernels, chain_step_reference};
+use stepgraph_kernels::Kernels;
+use stepgraph_kernels::reference::chain_step_reference;
 use stepgraph_testkit::{Rng, check_within};
 
 use super::{device, kernels};
