@@ -30,7 +30,7 @@ use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
 use stepgraph_kernels::{AdamHyper, AdamScalars};
-use stepgraph_testkit::npy;
+use stepgraph_testkit::{Rng, npy};
 
 const LR: f32 = 3e-4;
 const GAMMA: f32 = 0.99;
@@ -277,7 +277,7 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<
             ));
         }
     }
-    if o.sizes.width % o.sizes.heads != 0 {
+    if !o.sizes.width.is_multiple_of(o.sizes.heads) {
         return Err(format!(
             "--width {} must be a multiple of --heads {}",
             o.sizes.width, o.sizes.heads
@@ -329,30 +329,6 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// xorshift64* with Box-Muller normals: enough for generated transitions.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [0, 1).
-    fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn normal(&mut self) -> f32 {
-        let u1 = self.uniform().max(1e-7);
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-    }
-}
-
 /// The shape of a parameter, by its MODEL.md name.
 fn shape(name: &str, s: &Sizes) -> Vec<usize> {
     let base = name.split('.').next().unwrap_or(name);
@@ -393,7 +369,7 @@ fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(Str
     for (name, buf) in step.buffers().params.named() {
         let bound = 1.0 / (fan_in(&name, s) as f32).sqrt();
         let v: Vec<f32> = (0..buf.len())
-            .map(|_| (rng.uniform() * 2.0 - 1.0) * bound)
+            .map(|_| (rng.next_f32() * 2.0 - 1.0) * bound)
             .collect();
         init.push((name, v));
     }
@@ -403,7 +379,7 @@ fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(Str
         let bound = 0.1 / (fan_in(name, s) as f32).sqrt();
         let t: Vec<f32> = v
             .iter()
-            .map(|x| x + (rng.uniform() * 2.0 - 1.0) * bound)
+            .map(|x| x + (rng.next_f32() * 2.0 - 1.0) * bound)
             .collect();
         step.upload(|b| b.target.named()[i].1, &t)?;
     }
@@ -434,10 +410,10 @@ impl Transitions {
             .map(|_| (rng.next_u64() % s.actions as u64) as i32)
             .collect();
         let done = (0..b)
-            .map(|_| if rng.uniform() < 0.1 { 1.0 } else { 0.0 })
+            .map(|_| if rng.next_f32() < 0.1 { 1.0 } else { 0.0 })
             .collect();
         let tau = (0..b * s.quantiles)
-            .map(|_| 0.02 + 0.96 * rng.uniform())
+            .map(|_| 0.02 + 0.96 * rng.next_f32())
             .collect();
         Transitions {
             s: st,
