@@ -83,18 +83,18 @@ mod fork_join {
 /// The same computation on the CPU, with the kernels' f32 operation order.
 fn reference(iters: u32, kernels_per_chain: u32) -> Vec<f32> {
     let mut seed = vec![0.0f32; N];
-    stepgraph_kernels::fill_affine_reference(&mut seed, 0.25, 1.0 / N as f32);
+    stepgraph_kernels::reference::fill_affine_reference(&mut seed, 0.25, 1.0 / N as f32);
     let mut total = vec![0.0f32; N];
     for d in 0..CHAINS {
         let mut lane = seed.clone();
-        stepgraph_kernels::axpby_reference(&seed, &mut lane, d as f32, 1.0);
+        stepgraph_kernels::reference::axpby_reference(&seed, &mut lane, d as f32, 1.0);
         for _ in 0..kernels_per_chain {
-            stepgraph_kernels::chain_step_reference(&mut lane, iters, 0.999, 0.001);
+            stepgraph_kernels::reference::chain_step_reference(&mut lane, iters, 0.999, 0.001);
         }
         if d == 0 {
             total.copy_from_slice(&lane);
         } else {
-            stepgraph_kernels::axpby_reference(&lane, &mut total, 1.0, 1.0);
+            stepgraph_kernels::reference::axpby_reference(&lane, &mut total, 1.0, 1.0);
         }
     }
     total

@@ -58,12 +58,12 @@
 //! # Finding nvcc
 //!
 //! In order: `NVCC` (an explicit choice: if it is not a file, the build fails rather than
-//! use another nvcc), `$CUDA_HOME/bin/nvcc`, `$CUDA_PATH/bin/nvcc`, the nvcc that `cargo
-//! xtask install-nvcc` installs (`target/nvcc/nvidia/cu13/bin/nvcc` under an ancestor of
-//! `OUT_DIR` or of the crate: the crates of the stepgraph workspace, and crates built with a
-//! target folder inside it), then `nvcc` on `PATH`. If none is found, the error lists every
-//! place tried. Its version must be at least [`Builder::min_nvcc_version`] (12.0 unless
-//! raised); which release a deployment's driver accepts is for the deployment to check.
+//! use another nvcc), `$CUDA_HOME/bin/nvcc`, `$CUDA_PATH/bin/nvcc`, `nvcc` on `PATH`, then
+//! `/usr/local/cuda/bin/nvcc` (where CUDA's installers put it, often left off `PATH`). A
+//! project that installs its own nvcc names it in `NVCC`, in the environment of the cargo
+//! that builds. If none is found, the error lists every place tried. Its version must be at
+//! least [`Builder::min_nvcc_version`] (12.0 unless raised); which release a deployment's
+//! driver accepts is for the deployment to check.
 //!
 //! # Parameter types
 //!
@@ -339,8 +339,7 @@ impl Builder {
 
         let pending = self.scan(&sources, &include_dirs, &names, cargo)?;
 
-        let roots = [out_dir.as_path(), manifest_dir.as_path()];
-        let nvcc = nvcc::find(cargo, &roots, self.min_nvcc).map_err(|e| vec![e])?;
+        let nvcc = nvcc::find(cargo, self.min_nvcc).map_err(|e| vec![e])?;
         cargo.rerun_if_changed(&nvcc.path);
         let version = nvcc::version(&nvcc, self.min_nvcc).map_err(|e| vec![e])?;
         let targets = match cargo.var(ARCH_ENV) {

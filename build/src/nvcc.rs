@@ -6,8 +6,8 @@ use std::process::Command;
 
 use crate::env::Cargo;
 
-/// Where `cargo xtask install-nvcc` puts nvcc, relative to the workspace root.
-pub(crate) const XTASK_NVCC: &str = "target/nvcc/nvidia/cu13/bin/nvcc";
+/// Where CUDA installers put the toolkit on Linux; the last place looked at.
+pub(crate) const DEFAULT_NVCC: &str = "/usr/local/cuda/bin/nvcc";
 
 /// An nvcc found, and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,10 +19,14 @@ pub(crate) struct Found {
 
 /// Looks for nvcc, in order: `NVCC` (an explicit choice: if it is not a file, that is an
 /// error, not a reason to look elsewhere), `$CUDA_HOME/bin/nvcc`, `$CUDA_PATH/bin/nvcc`,
-/// the nvcc that `cargo xtask install-nvcc` installs under an ancestor of `OUT_DIR` or of
-/// the crate (a workspace's own pinned nvcc is a more specific choice than whatever is on
-/// `PATH`), then `nvcc` on `PATH`.
-pub(crate) fn find(cargo: &Cargo<'_>, roots: &[&Path], min: (u32, u32)) -> Result<Found, String> {
+/// `nvcc` on `PATH`, then [`DEFAULT_NVCC`] (where CUDA's installers put it, often left off
+/// `PATH`). A workspace that installs its own nvcc names it in `NVCC`.
+pub(crate) fn find(cargo: &Cargo<'_>, min: (u32, u32)) -> Result<Found, String> {
+    find_or(cargo, Path::new(DEFAULT_NVCC), min)
+}
+
+/// [`find`], with `default` in place of [`DEFAULT_NVCC`].
+fn find_or(cargo: &Cargo<'_>, default: &Path, min: (u32, u32)) -> Result<Found, String> {
     let exe = format!("nvcc{}", std::env::consts::EXE_SUFFIX);
     if let Some(nvcc) = cargo.var("NVCC") {
         let nvcc = PathBuf::from(nvcc);
@@ -34,11 +38,11 @@ pub(crate) fn find(cargo: &Cargo<'_>, roots: &[&Path], min: (u32, u32)) -> Resul
         }
         return Err(format!(
             "NVCC is set to {}, which is not a file. Point it at nvcc {}.{} or newer, or unset it \
-             to let stepgraph-build look for one (CUDA_HOME, CUDA_PATH, the workspace's \
-             target/nvcc, PATH).",
+             to let stepgraph-build look for one (CUDA_HOME, CUDA_PATH, PATH, {}).",
             nvcc.display(),
             min.0,
-            min.1
+            min.1,
+            default.display()
         ));
     }
     let mut tried = vec!["NVCC: not set".to_string()];
@@ -57,31 +61,6 @@ pub(crate) fn find(cargo: &Cargo<'_>, roots: &[&Path], min: (u32, u32)) -> Resul
             None => tried.push(format!("{key}: not set")),
         }
     }
-    let mut ancestors: Vec<&Path> = Vec::new();
-    for root in roots {
-        for a in root.ancestors() {
-            if !ancestors.contains(&a) {
-                ancestors.push(a);
-            }
-        }
-    }
-    for a in &ancestors {
-        let nvcc = a.join(XTASK_NVCC);
-        if nvcc.is_file() {
-            return Ok(Found {
-                path: nvcc,
-                how: "cargo xtask install-nvcc".into(),
-            });
-        }
-    }
-    tried.push(format!(
-        "{XTASK_NVCC} (what `cargo xtask install-nvcc` installs) under {}: none",
-        ancestors
-            .iter()
-            .map(|a| a.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
     match cargo.var("PATH") {
         Some(path) => {
             let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
@@ -104,11 +83,17 @@ pub(crate) fn find(cargo: &Cargo<'_>, roots: &[&Path], min: (u32, u32)) -> Resul
         }
         None => tried.push("PATH: not set".into()),
     }
+    if default.is_file() {
+        return Ok(Found {
+            path: default.to_path_buf(),
+            how: "the default CUDA install folder".into(),
+        });
+    }
+    tried.push(format!("{}: not a file", default.display()));
     Err(format!(
         "no nvcc found to compile this crate's CUDA kernels. Looked at:\n  {}\n\
          Set NVCC to an nvcc {}.{} or newer, set CUDA_HOME to a CUDA toolkit, or put nvcc on \
-         PATH; in the stepgraph workspace, `cargo xtask install-nvcc` installs the pinned \
-         nvcc into target/nvcc.",
+         PATH.",
         tried.join("\n  "),
         min.0,
         min.1
@@ -385,14 +370,14 @@ mod tests {
         fake_nvcc(&home.join("bin"));
         let vars = env(&[("NVCC", &nvcc), ("CUDA_HOME", &home)]);
         let cargo = Cargo::with_vars(&vars);
-        let found = find(&cargo, &[], (12, 0)).unwrap();
+        let found = find(&cargo, (12, 0)).unwrap();
         assert_eq!((found.path, found.how.as_str()), (nvcc, "NVCC"));
         assert_eq!(cargo.directives(), ["cargo::rerun-if-env-changed=NVCC"]);
 
         // Set to something that is not a file: an error, not a fall back to CUDA_HOME.
         let missing = tmp.path().join("nope/nvcc");
         let vars = env(&[("NVCC", &missing), ("CUDA_HOME", &home)]);
-        let e = find(&Cargo::with_vars(&vars), &[], (12, 0)).unwrap_err();
+        let e = find(&Cargo::with_vars(&vars), (12, 0)).unwrap_err();
         assert!(
             e.starts_with(&format!(
                 "NVCC is set to {}, which is not a file.",
@@ -403,15 +388,13 @@ mod tests {
     }
 
     #[test]
-    fn cuda_home_then_cuda_path_then_the_workspace_then_path() {
+    fn cuda_home_then_cuda_path_then_path_then_the_default_folder() {
         let tmp = tempfile::tempdir().unwrap();
         let t = tmp.path();
         let home = t.join("home");
         let cuda_path = t.join("cuda_path");
-        let ws = t.join("ws");
         let on_path = t.join("bin");
-        let out_dir = ws.join("target/debug/build/k-123/out");
-        std::fs::create_dir_all(&out_dir).unwrap();
+        let default = t.join("usr/local/cuda/bin/nvcc");
         let all = [
             ("CUDA_HOME", home.as_path()),
             ("CUDA_PATH", cuda_path.as_path()),
@@ -419,15 +402,16 @@ mod tests {
         ];
         let find_with = |vars: &[(&str, &Path)]| {
             let vars = env(vars);
-            find(&Cargo::with_vars(&vars), &[&out_dir], (12, 0)).map(|f| (f.path, f.how))
+            find_or(&Cargo::with_vars(&vars), &default, (12, 0)).map(|f| (f.path, f.how))
         };
-        let p = fake_nvcc(&on_path);
-        assert_eq!(find_with(&all).unwrap(), (p, "PATH".into()));
-        let x = fake_nvcc(&ws.join("target/nvcc/nvidia/cu13/bin"));
+        assert!(find_with(&all).is_err());
+        fake_nvcc(default.parent().unwrap());
         assert_eq!(
             find_with(&all).unwrap(),
-            (x, "cargo xtask install-nvcc".into())
+            (default.clone(), "the default CUDA install folder".into())
         );
+        let p = fake_nvcc(&on_path);
+        assert_eq!(find_with(&all).unwrap(), (p, "PATH".into()));
         let c = fake_nvcc(&cuda_path.join("bin"));
         assert_eq!(find_with(&all).unwrap(), (c, "CUDA_PATH".into()));
         let h = fake_nvcc(&home.join("bin"));
@@ -442,8 +426,8 @@ mod tests {
         let bin = t.join("bin");
         let vars = env(&[("CUDA_HOME", &home), ("PATH", &bin)]);
         let cargo = Cargo::with_vars(&vars);
-        let manifest = t.join("crate");
-        let e = find(&cargo, &[&manifest], (12, 0)).unwrap_err();
+        let default = t.join("cuda/bin/nvcc");
+        let e = find_or(&cargo, &default, (12, 0)).unwrap_err();
         let lines: Vec<&str> = e.lines().collect();
         assert_eq!(
             lines[0],
@@ -458,22 +442,17 @@ mod tests {
             )
         );
         assert_eq!(lines[3], "  CUDA_PATH: not set");
-        assert!(
-            lines[4].starts_with(&format!(
-                "  target/nvcc/nvidia/cu13/bin/nvcc (what `cargo xtask install-nvcc` installs) under {}, {},",
-                manifest.display(),
-                t.display()
-            )),
-            "{}",
-            lines[4]
-        );
-        assert_eq!(lines[5], format!("  PATH: no nvcc in {}", bin.display()));
+        assert_eq!(lines[4], format!("  PATH: no nvcc in {}", bin.display()));
+        assert_eq!(lines[5], format!("  {}: not a file", default.display()));
         assert!(
             lines[6].starts_with("Set NVCC to an nvcc 12.0 or newer"),
             "{}",
             lines[6]
         );
-        assert!(e.contains("`cargo xtask install-nvcc`"));
+        assert!(
+            !e.contains("xtask"),
+            "a user's crate is told of no workspace's tools: {e}"
+        );
         assert_eq!(
             cargo.directives(),
             [

@@ -4,9 +4,9 @@
 //! generated, typed launcher. `cargo check` runs the build script (nvcc included) and
 //! type-checks the step.
 //!
-//! nvcc is found the way the builder finds it (`NVCC`, `CUDA_HOME`, ..., the workspace's
-//! `target/nvcc`, which the target folder below sits in; `cargo xtask test` installs it
-//! there and sets `NVCC`). The workspace's Cargo.lock is copied in and cargo runs
+//! nvcc is found the way the builder finds it (`NVCC`, `CUDA_HOME`, ..., `PATH`);
+//! `cargo xtask test` installs the workspace's own and names it in `NVCC`, which the
+//! user crate's cargo inherits. The workspace's Cargo.lock is copied in and cargo runs
 //! offline, so no dependency is resolved anew; the target folder under the workspace's
 //! `target/` keeps the compiled dependencies between runs.
 

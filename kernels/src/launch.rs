@@ -80,7 +80,7 @@ pub fn same_len(what: &str, expected: usize, found: usize) -> Result<()> {
 /// row then starts 16-byte aligned, which takes rows of a multiple of 4 floats and
 /// 16-byte-aligned buffers (whole allocations are; views at an offset may not be).
 pub fn float4_rows(row_len: usize, addresses: &[u64]) -> bool {
-    row_len % 4 == 0 && addresses.iter().all(|a| a % 16 == 0)
+    row_len.is_multiple_of(4) && addresses.iter().all(|a| a.is_multiple_of(16))
 }
 
 /// One thread per element. An empty buffer still gets one (idle) block, so a step's

@@ -19,7 +19,7 @@
 //! one typed launcher per kernel. [`Kernels`] loads the modules once per device (checking
 //! each kernel's parameters against the driver's) and has a safe wrapper per kernel, which
 //! checks sizes before launching ([`launch`] holds those checks, for other kernel crates
-//! too). Each kernel has a CPU reference (`<kernel>_reference`).
+//! too). Each kernel has a CPU reference, `reference::<kernel>_reference`, for tests.
 //!
 //! The headers in `cuda/stepgraph/` (a thread's index, fixed-order warp, block and column
 //! reductions) are exported to the kernel crates that depend on this one: their `.cu`
@@ -56,12 +56,11 @@ pub mod launch;
 mod multi_tensor;
 mod optim;
 mod random;
-mod reference;
+pub mod reference;
 
 pub use multi_tensor::*;
 pub use optim::*;
 pub use random::*;
-pub use reference::*;
 
 use launch::{elementwise_config, len_u32, same_len};
 
@@ -113,7 +112,7 @@ impl Kernels {
     }
 
     /// `x[i] <- x[i] * a + b`, repeated `iters` times per element (one fused multiply-add
-    /// per step; [`chain_step_reference`] computes the same bits on the CPU).
+    /// per step; [`chain_step_reference`](reference::chain_step_reference) computes the same bits on the CPU).
     ///
     /// Always launches [`CHAIN_STEP_BLOCKS`] × [`CHAIN_STEP_THREADS`] threads, which stride
     /// over `x`: the fork_join example's workload, small enough that several chains run
@@ -249,6 +248,7 @@ mod tests {
     use super::*;
     use crate::launch::{BLOCK_THREADS, tile_config};
     use crate::optim::column_sums_plan;
+    use crate::reference::{axpby_reference, chain_step_reference, fill_affine_reference};
 
     /// The PTX ISA version written by nvcc 13.0; a 13.0 driver refuses newer PTX.
     const MAX_PTX_ISA: (u32, u32) = (9, 0);

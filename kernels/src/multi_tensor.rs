@@ -204,7 +204,7 @@ pub(crate) fn check_table_buffers(
 impl Kernels {
     /// `y ← a·x + b·y` over every pair of `table` in one launch, each element as
     /// [`Kernels::axpby`] computes it (`fmaf(a, x, b * y)`), so the same bits as one
-    /// `axpby` per pair ([`axpby_reference`](crate::axpby_reference) per pair is the CPU
+    /// `axpby` per pair ([`axpby_reference`](crate::reference::axpby_reference) per pair is the CPU
     /// version). For a Polyak update, `x` the online network, `y` the target, `a = τ`,
     /// `b = 1 − τ`.
     ///

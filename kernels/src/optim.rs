@@ -450,7 +450,7 @@ impl Kernels {
     /// `grad_sq_norm_finish` (one block of 1024) adds them in order.
     ///
     /// `grads` must be the table's gradient buffers, in table order (checked by address
-    /// and length). [`grad_sq_norm_reference`](crate::grad_sq_norm_reference) is the CPU version.
+    /// and length). [`grad_sq_norm_reference`](crate::reference::grad_sq_norm_reference) is the CPU version.
     pub fn grad_sq_norm(
         &self,
         stream: &CaptureStream<'_>,
@@ -537,7 +537,7 @@ impl Kernels {
     ///
     /// `slots` must be the table's buffers, in table order (checked by address and
     /// length). One block of 256 per [`OPTIM_CHUNK`] elements.
-    /// [`adam_clip_update_reference`](crate::adam_clip_update_reference) is the CPU version.
+    /// [`adam_clip_update_reference`](crate::reference::adam_clip_update_reference) is the CPU version.
     pub fn adam_clip_update(
         &self,
         stream: &CaptureStream<'_>,
@@ -633,7 +633,7 @@ impl Kernels {
 
     /// Advances Adam's clock by one step: `t ← t + 1`, then the clock's scalars ←
     /// [`AdamScalars::at_step`]`(lr, hyper, t)`, computed on the device in f64 with the
-    /// same operations, so the same bits ([`adam_tick_reference`](crate::adam_tick_reference)
+    /// same operations, so the same bits ([`adam_tick_reference`](crate::reference::adam_tick_reference)
     /// is the CPU version). One thread; issue it before the update that reads
     /// [`AdamClock::scalars`]. `lr` is fixed in the captured launch; `hyper`'s `β1` and `β2`
     /// are the ones the update uses.
@@ -711,7 +711,7 @@ impl Kernels {
     /// a chunk of rows) writes `[chunks, cols]` partial sums into `scratch` (at least
     /// [`column_sums_scratch_len`] floats), then `column_sums_finish` (`ceil(cols / 32)`
     /// blocks of 32 × 32) adds them in order. For bias gradients that a cuBLASLt epilogue
-    /// does not give. [`column_sums_reference`](crate::column_sums_reference) is the CPU version.
+    /// does not give. [`column_sums_reference`](crate::reference::column_sums_reference) is the CPU version.
     pub fn column_sums(
         &self,
         stream: &CaptureStream<'_>,

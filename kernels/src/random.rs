@@ -28,7 +28,7 @@ use crate::Kernels;
 use crate::launch::{BLOCK_THREADS, elementwise_config, len_u32, positive, product, same_len};
 
 /// The largest distance, in ulps, between a normal of [`Kernels::rng_normal`] and
-/// [`rng_normal_reference`](crate::rng_normal_reference) (correctly rounded from f64). The
+/// [`rng_normal_reference`](crate::reference::rng_normal_reference) (correctly rounded from f64). The
 /// device's `logf` and `cospif` are within 1 ulp each and `sqrtf` and the product round
 /// once each: a relative error under 5 · 2⁻²⁴, at most 5 ulps of the result wherever it
 /// falls in its binade, and the reference's own rounding adds half of one.
@@ -77,7 +77,8 @@ pub struct Substream(pub u32);
 ///     }
 /// }
 ///
-/// use stepgraph_kernels::{DeviceRng, Kernels, rng_normal_reference, Substream};
+/// use stepgraph_kernels::reference::rng_normal_reference;
+/// use stepgraph_kernels::{DeviceRng, Kernels, Substream};
 ///
 /// let device = stepgraph::Device::new(0)?;
 /// let buffers = noise::Buffers {
@@ -191,7 +192,7 @@ impl Kernels {
     /// Fills `out` with standard normals drawn at the generator's current counter from
     /// `substream`: element `e` is Box-Muller on the bits of `e` (the module's formula),
     /// `sqrt(−2 ln u1) · cos(2π u2)` with `u1 ∈ (0, 1]` and `u2 ∈ [0, 1)` of 24 bits each,
-    /// so `|z| < 5.8`. Within [`RNG_NORMAL_ULPS`] of [`rng_normal_reference`](crate::rng_normal_reference).
+    /// so `|z| < 5.8`. Within [`RNG_NORMAL_ULPS`] of [`rng_normal_reference`](crate::reference::rng_normal_reference).
     ///
     /// The counter is read when the kernel runs: a replay draws at the counter that the
     /// replays before it left.
@@ -221,7 +222,7 @@ impl Kernels {
     /// Fills `out` with uniforms in `[lo, hi)` drawn at the generator's current counter
     /// from `substream`: `fmaf(hi − lo, u, lo)` with `u` the top 24 bits of element `e`'s
     /// over 2²⁴, and `hi` itself (which the rounding can reach) replaced by the float below
-    /// it. [`rng_uniform_reference`](crate::rng_uniform_reference) computes the same bits.
+    /// it. [`rng_uniform_reference`](crate::reference::rng_uniform_reference) computes the same bits.
     ///
     /// Fails with [`Error::Invalid`] unless `lo < hi`, both finite, with `hi − lo` finite.
     pub fn rng_uniform(
@@ -261,7 +262,7 @@ impl Kernels {
     /// Fills `idx` with row indices uniform in `[0, rows)` drawn at the generator's
     /// current counter from `substream`: the high 64 bits of `bits · rows` (Lemire's
     /// multiply, no modulo bias beyond 2⁻⁶⁴ per row), always below `rows`, so
-    /// [`Kernels::gather_rows`] never meets one out of range. [`rng_indices_reference`](crate::rng_indices_reference)
+    /// [`Kernels::gather_rows`] never meets one out of range. [`rng_indices_reference`](crate::reference::rng_indices_reference)
     /// computes the same indices.
     ///
     /// Fails with [`Error::Invalid`] if `rows` is 0 or above `u32::MAX`.
@@ -304,7 +305,7 @@ impl Kernels {
 
     /// `dst[i, :] ← src[idx[i], :]` for rows of `row_len` floats: `src` holds
     /// `src.len() / row_len` rows, `dst` one row per index. One thread per element of
-    /// `dst`. [`gather_rows_reference`](crate::gather_rows_reference) computes the same values.
+    /// `dst`. [`gather_rows_reference`](crate::reference::gather_rows_reference) computes the same values.
     ///
     /// Checked on the host: `row_len ≥ 1`, `src` a whole number of rows (at least one),
     /// and `dst` exactly `idx.len()` rows. The indices are on the device, so the host
@@ -624,7 +625,7 @@ impl Kernels {
     /// `dst_k[i, :] ← src_k[idx[i], :]` for every entry `k` of `table`, in one launch:
     /// the values of one [`Kernels::gather_rows`] per entry, bit for bit (including a row
     /// of NaN for an index out of range), and
-    /// [`gather_rows_table_reference`](crate::gather_rows_table_reference) on the CPU.
+    /// [`gather_rows_table_reference`](crate::reference::gather_rows_table_reference) on the CPU.
     /// One block of 256 per [`GATHER_CHUNK`] units of the destinations together, whatever
     /// the number of entries; rows of a multiple of 4 floats move as `float4`s.
     ///

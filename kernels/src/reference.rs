@@ -151,7 +151,7 @@ pub fn rng_indices_reference(
 /// If `row_len` is 0 or `src` is not a whole number of rows.
 pub fn gather_rows_reference(src: &[f32], idx: &[u32], row_len: usize) -> Vec<f32> {
     assert!(
-        row_len > 0 && src.len() % row_len == 0,
+        row_len > 0 && src.len().is_multiple_of(row_len),
         "gather_rows_reference: src is not whole rows"
     );
     let rows = src.len() / row_len;

@@ -17,6 +17,7 @@ use stepgraph::plan::{OpDesc, OpId, PlanDesc, StreamDesc, StreamId};
 use stepgraph::{
     Device, Epilogue, Error, Matmul, MatmulArgs, Precision, Result, Schedule, SmTarget,
 };
+use stepgraph_testkit::rel_err;
 
 const F32_BOUND: f64 = 1e-5;
 const TF32_BOUND: f64 = 2e-3;
@@ -31,19 +32,6 @@ fn setup() -> Result<(Device, BlasSession)> {
 fn to_f64(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| f64::from(v)).collect()
 }
-
-/// `‖out − reference‖ / ‖reference‖`; NaN if any output is NaN.
-fn rel_err(out: &[f64], reference: &[f64]) -> f64 {
-    assert_eq!(out.len(), reference.len(), "compared lengths");
-    let diff: f64 = out
-        .iter()
-        .zip(reference)
-        .map(|(o, r)| (o - r) * (o - r))
-        .sum();
-    let norm: f64 = reference.iter().map(|r| r * r).sum();
-    (diff / norm).sqrt()
-}
-
 fn check(what: &str, out: &[f64], reference: &[f64], bound: f64) {
     let err = rel_err(out, reference);
     eprintln!("{what}: relative error {err:.3e} (bound {bound:.0e})");

@@ -313,7 +313,7 @@ fn gpu_work_on_the_capture_stream_passes_the_guard_and_replays() {
     }
     let y = step.download(|b| &b.y).unwrap();
     let mut want = vec![0.0f32; N];
-    stepgraph_kernels::fill_affine_reference(&mut want, 0.5, 1e-3);
+    stepgraph_kernels::reference::fill_affine_reference(&mut want, 0.5, 1e-3);
     assert_eq!(y, want);
 }
 
@@ -524,7 +524,7 @@ fn gpu_steps_captured_on_several_threads_at_once_share_the_guard() {
     let building = Mutex::new(());
     let captured = std::sync::Barrier::new(THREADS);
     let mut want = vec![0.0f32; N];
-    stepgraph_kernels::fill_affine_reference(&mut want, 0.5, 1e-3);
+    stepgraph_kernels::reference::fill_affine_reference(&mut want, 0.5, 1e-3);
     std::thread::scope(|scope| {
         for t in 0..THREADS {
             let (device, f, want) = (&device, &f, &want);

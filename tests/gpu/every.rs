@@ -5,7 +5,8 @@
 //! runs keep the same cadence.
 
 use stepgraph::{Blas, CaptureStream, DeviceBuffer, Matmul, MatmulArgs, Result};
-use stepgraph_kernels::{Kernels, chain_step_reference};
+use stepgraph_kernels::Kernels;
+use stepgraph_kernels::reference::chain_step_reference;
 use stepgraph_testkit::{Rng, check_within};
 
 use super::{device, kernels};
@@ -89,10 +90,10 @@ impl Model {
     fn step(&mut self, sync_every: u32) {
         self.step += 1;
         chain_step_reference(&mut self.online, 2, 0.999, 0.001);
-        if self.step % sync_every == 0 {
+        if self.step.is_multiple_of(sync_every) {
             self.target.clone_from(&self.online);
         }
-        if self.step % 3 == 0 {
+        if self.step.is_multiple_of(3) {
             for i in 0..ROWS {
                 for j in 0..OUT {
                     self.proj[i * OUT + j] = (0..COLS)

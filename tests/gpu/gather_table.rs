@@ -8,10 +8,10 @@
 
 use super::{Rng, bits, nan_buffer, run_one_op};
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, Result, StepBuffer};
-use stepgraph_kernels::{
-    DeviceRng, GatherTable, Kernels, Substream, gather_rows_reference, gather_rows_table_reference,
-    rng_indices_reference,
+use stepgraph_kernels::reference::{
+    gather_rows_reference, gather_rows_table_reference, rng_indices_reference,
 };
+use stepgraph_kernels::{DeviceRng, GatherTable, Kernels, Substream};
 
 /// A replay buffer's fields (s, a, r, s2, done, as SAC's and DQN's), and an odd width.
 const ROW_LENS: [usize; 6] = [64, 8, 1, 64, 1, 3];

@@ -3,7 +3,8 @@
 //! replay is still reading never handed to the host.
 
 use stepgraph::{CaptureStream, DeviceBuffer, HostInput, HostOutput, MAX_IN_FLIGHT, Result};
-use stepgraph_kernels::{Kernels, chain_step_reference};
+use stepgraph_kernels::Kernels;
+use stepgraph_kernels::reference::chain_step_reference;
 use stepgraph_testkit::Rng;
 
 use super::{device, kernels};

@@ -6,7 +6,8 @@
 use super::{Rng, bits, device, kernels, run_one_op};
 use stepgraph::kernel::{ArgMismatch, Param};
 use stepgraph::{Error, LaunchConfig};
-use stepgraph_kernels::{KernelId, axpby_reference};
+use stepgraph_kernels::KernelId;
+use stepgraph_kernels::reference::axpby_reference;
 
 const N: usize = 1000;
 const A: f32 = 0.5;

@@ -6,7 +6,8 @@
 
 use super::{Rng, bits, run_one_op};
 use stepgraph::{DeviceBuffer, Error, Result};
-use stepgraph_kernels::{PAIR_CHUNK, PairTable, axpby_reference};
+use stepgraph_kernels::reference::axpby_reference;
+use stepgraph_kernels::{PAIR_CHUNK, PairTable};
 
 /// Chunk boundaries inside a tensor and at its end, one-element tensors on either side of
 /// one, and a long tensor of many chunks.

@@ -17,9 +17,12 @@
 
 use super::{Rng, bits, check_within, rms, run_one_op};
 use stepgraph::{Device, DeviceBuffer, DeviceScalars, Result};
+use stepgraph_kernels::reference::{
+    adam_clip_update_reference, adam_tick_reference, grad_sq_norm_reference,
+};
 use stepgraph_kernels::{
     ADAM_SCALARS, AdamClock, AdamHyper, AdamScalars, AdamSlot, Kernels, OPTIM_CHUNK, ParamEntry,
-    ParamTable, adam_clip_update_reference, adam_tick_reference, grad_sq_norm_reference,
+    ParamTable,
 };
 
 const NORM_BOUND: f64 = 1e-5;

@@ -10,10 +10,10 @@
 
 use super::{Rng, bits, nan_buffer, run_one_op};
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, StepBuffer};
-use stepgraph_kernels::{
-    DeviceRng, Kernels, RNG_NORMAL_ULPS, Substream, gather_rows_reference, rng_indices_reference,
-    rng_normal_reference, rng_uniform_reference,
+use stepgraph_kernels::reference::{
+    gather_rows_reference, rng_indices_reference, rng_normal_reference, rng_uniform_reference,
 };
+use stepgraph_kernels::{DeviceRng, Kernels, RNG_NORMAL_ULPS, Substream};
 
 /// One element, odd lengths inside the first and second block, and many blocks.
 const LENGTHS: [usize; 6] = [1, 7, 255, 257, 4099, 100_003];

@@ -7,7 +7,7 @@ use stepgraph::exec::BlasSession;
 use stepgraph::exec::Mode;
 use stepgraph::{CaptureStream, DeviceBuffer, Matmul, MatmulArgs, Result, Span, View, ViewMut};
 use stepgraph_kernels::Kernels;
-use stepgraph_kernels::{axpby_reference, chain_step_reference};
+use stepgraph_kernels::reference::{axpby_reference, chain_step_reference};
 use stepgraph_testkit::{Rng, check_within};
 
 use super::{device, kernels, run_one_op};

@@ -8,7 +8,8 @@
 //! follow the flag too, and the host reads and sets a flag directly.
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, DeviceFlag, Result, Schedule};
-use stepgraph_kernels::{Kernels, axpby_reference};
+use stepgraph_kernels::Kernels;
+use stepgraph_kernels::reference::axpby_reference;
 use stepgraph_testkit::{Rng, bits};
 
 use super::{device, kernels};

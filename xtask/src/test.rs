@@ -15,8 +15,9 @@ use crate::install_nvcc::InstallNvcc;
 use crate::programs::{GPU_TEST_PACKAGES, GPU_TESTS};
 
 /// Installs nvcc, rustfmt and clippy and the tests' system tools if needed
-/// ([`TEST_TOOLS`], with apt-get, as root); checks the formatting; runs
-/// `cargo test --workspace`; compiles (does not run) the GPU tests; runs clippy on every
+/// ([`TEST_TOOLS`], with apt-get, as root); checks the formatting; checks the published
+/// crates with the toolchain each names as its `rust-version` (installed with rustup if
+/// missing); runs `cargo test --workspace`; compiles (does not run) the GPU tests; runs clippy on every
 /// target, GPU tests included, and builds the docs, both with warnings denied; and runs
 /// the DQN results merger's tests (Python standard library only).
 #[derive(Debug, Args)]
@@ -42,6 +43,24 @@ impl Test {
         let mut fmt = ws.cargo();
         fmt.args(["fmt", "--all", "--check"]);
         cmd::run(&mut fmt, self.dry_run)?;
+
+        // A `rust-version` nothing checks drifts: each published crate is built (checked
+        // only: that is where a newer API or syntax shows) with the toolchain it names.
+        let metadata =
+            cmd::stdout_of(
+                ws.cargo()
+                    .args(["metadata", "--no-deps", "--format-version", "1"]),
+            )?;
+        for (version, packages) in msrv_groups(&metadata)? {
+            ensure_toolchain(&version, self.dry_run)?;
+            let mut check = Command::new("rustup");
+            check
+                .current_dir(&ws.root)
+                .args(["run", &version, "cargo", "check"])
+                .args(packages.iter().flat_map(|p| ["-p", p]))
+                .env("NVCC", &nvcc.path);
+            cmd::run(&mut check, self.dry_run)?;
+        }
 
         let mut all = ws.cargo();
         all.args(["test", "--workspace"])
@@ -127,6 +146,77 @@ fn ensure_component(
     add.args(["component", "add", component]);
     cmd::run(&mut add, false).with_context(|| {
         format!("`cargo {subcommand}` is not installed and `rustup component add {component}` failed: install the {component} component of the toolchain")
+    })
+}
+
+/// The published packages of a workspace (`cargo metadata --no-deps` output), grouped by
+/// their `rust-version`, oldest first; a published package without one is an error, since
+/// its minimum would go unchecked.
+pub fn msrv_groups(metadata: &str) -> Result<Vec<(String, Vec<String>)>> {
+    let metadata: serde_json::Value =
+        serde_json::from_str(metadata).context("`cargo metadata` wrote invalid JSON")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .context("`cargo metadata` wrote no `packages` list")?;
+    let mut groups: Vec<(Vec<u64>, String, Vec<String>)> = Vec::new();
+    for package in packages {
+        let name = package["name"]
+            .as_str()
+            .context("a package in `cargo metadata` has no name")?;
+        // `publish = false` is an empty list of registries; absent (null) is crates.io.
+        if package["publish"].as_array().is_some_and(|r| r.is_empty()) {
+            continue;
+        }
+        let Some(version) = package["rust_version"].as_str() else {
+            bail!("{name} is published but states no `rust-version` to check it against");
+        };
+        let key = version
+            .split('.')
+            .map(|n| n.parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("{name}'s rust-version `{version}` is not a version"))?;
+        match groups.iter_mut().find(|(_, v, _)| v == version) {
+            Some((_, _, names)) => names.push(name.to_string()),
+            None => groups.push((key, version.to_string(), vec![name.to_string()])),
+        }
+    }
+    groups.sort();
+    Ok(groups
+        .into_iter()
+        .map(|(_, version, mut names)| {
+            names.sort();
+            (version, names)
+        })
+        .collect())
+}
+
+/// Makes sure rustup has the toolchain `version`, installing it (minimal profile: only
+/// `cargo check` runs with it) when it does not.
+fn ensure_toolchain(version: &str, dry_run: bool) -> Result<()> {
+    let mut probe = Command::new("rustup");
+    // Probed without rustup installing it on the spot, with a default profile.
+    probe
+        .args(["run", version, "cargo", "--version"])
+        .env("RUSTUP_AUTO_INSTALL", "0");
+    if dry_run {
+        eprintln!(
+            "$ {} (else `rustup toolchain install {version} --profile minimal`)",
+            cmd::display(&probe)
+        );
+        return Ok(());
+    }
+    let present = probe
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    let mut install = Command::new("rustup");
+    install.args(["toolchain", "install", version, "--profile", "minimal"]);
+    cmd::run(&mut install, false).with_context(|| {
+        format!("Rust {version} checks the crates that name it as their rust-version, and `rustup toolchain install {version}` failed: install it")
     })
 }
 
@@ -327,6 +417,58 @@ pub fn install_tools(groups: &[&[SystemTool]], dry_run: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn published_packages_are_grouped_by_rust_version_oldest_first() {
+        let metadata = r#"{"packages": [
+            {"name": "b", "publish": null, "rust_version": "1.88"},
+            {"name": "tool", "publish": [], "rust_version": "1.95"},
+            {"name": "c", "publish": null, "rust_version": "1.9"},
+            {"name": "a", "publish": null, "rust_version": "1.88"},
+            {"name": "d", "publish": ["crates-io"], "rust_version": "1.85"}
+        ]}"#;
+        let groups = msrv_groups(metadata).unwrap();
+        let expected: Vec<(String, Vec<String>)> = vec![
+            ("1.9".into(), vec!["c".into()]),
+            ("1.85".into(), vec!["d".into()]),
+            ("1.88".into(), vec!["a".into(), "b".into()]),
+        ];
+        assert_eq!(groups, expected);
+
+        let unstated = r#"{"packages": [{"name": "a", "publish": null, "rust_version": null}]}"#;
+        assert_eq!(
+            msrv_groups(unstated).unwrap_err().to_string(),
+            "a is published but states no `rust-version` to check it against"
+        );
+    }
+
+    #[test]
+    fn every_library_crate_of_the_workspace_is_checked_at_its_rust_version() {
+        let ws = Workspace::locate();
+        let metadata =
+            cmd::stdout_of(
+                ws.cargo()
+                    .args(["metadata", "--no-deps", "--format-version", "1"]),
+            )
+            .unwrap();
+        let mut checked: Vec<String> = msrv_groups(&metadata)
+            .unwrap()
+            .into_iter()
+            .flat_map(|(_, names)| names)
+            .collect();
+        checked.sort();
+        assert_eq!(
+            checked,
+            [
+                "stepgraph",
+                "stepgraph-build",
+                "stepgraph-kernels",
+                "stepgraph-macros",
+                "stepgraph-picture",
+                "stepgraph-plan"
+            ]
+        );
+    }
 
     #[test]
     fn programs_are_found_by_absolute_path_or_on_path() {

@@ -750,7 +750,7 @@ impl TrunkL1Dims {
     /// accumulators and the staged tiles are sized for them), and `B >= 1`. Other sizes
     /// take the GEMM path.
     pub fn supported(&self) -> bool {
-        let fits = |n: usize, most: usize| (1..=most).contains(&n) && n % 4 == 0;
+        let fits = |n: usize, most: usize| (1..=most).contains(&n) && n.is_multiple_of(4);
         fits(self.hidden, TRUNK_L1_MAX_HIDDEN)
             && fits(self.state, TRUNK_L1_MAX_STATE)
             && self.batch >= 1
@@ -2142,7 +2142,11 @@ struct AttentionPlan {
 /// A shared-memory row stride for rows of `cols` floats: 16-byte aligned and 4 banks apart
 /// when `cols % 4 == 0` (see `cuda/attention.cu`), else one bank apart.
 fn padded_stride(cols: usize) -> usize {
-    if cols % 4 == 0 { cols + 4 } else { cols + 1 }
+    if cols.is_multiple_of(4) {
+        cols + 4
+    } else {
+        cols + 1
+    }
 }
 
 fn attention_plan(dims: AttentionDims, backward: bool) -> Result<AttentionPlan> {
@@ -2155,7 +2159,7 @@ fn attention_plan(dims: AttentionDims, backward: bool) -> Result<AttentionPlan> 
     positive(&format!("{what}: window"), dims.window)?;
     positive(&format!("{what}: width"), dims.width)?;
     positive(&format!("{what}: heads"), dims.heads)?;
-    if dims.width % dims.heads != 0 {
+    if !dims.width.is_multiple_of(dims.heads) {
         return Err(Error::Invalid(format!(
             "{what}: width {} is not a multiple of heads {}",
             dims.width, dims.heads
@@ -3031,7 +3035,7 @@ fn fill_config() -> LaunchConfig {
 /// The rows `rows` of a buffer of `len` elements, `width` each, or the error that names
 /// `what`.
 fn rows_of(what: &str, len: usize, width: usize) -> Result<usize> {
-    if width == 0 || len % width != 0 {
+    if width == 0 || !len.is_multiple_of(width) {
         return Err(Error::Invalid(format!(
             "{what}: {len} elements are not whole rows of {width}"
         )));
@@ -3200,7 +3204,7 @@ impl Kernels {
             product("replay_gather_rows: dst", &[batch, width])?,
         )?;
         let n = dst.len() as u32;
-        if width % 4 == 0 {
+        if width.is_multiple_of(4) {
             // SAFETY: threads with i >= B width / 4 return; each reads idx[b], b < B, and
             // a float4 of source row idx[b] only when it is below the capacity (rows of
             // `width` floats, 16-byte aligned as width is a multiple of 4 in a whole

@@ -1419,32 +1419,7 @@ pub fn replay_fill_normal_reference(n: usize, seed: u64, tensor: u64) -> Vec<f32
 mod tests {
     use super::*;
     use crate::kernels::PERSISTENT_SMS;
-
-    /// splitmix64: small, seeded, good enough for test data.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        /// Uniform in [lo, hi).
-        fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-            lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-        }
-
-        fn vec(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-            (0..n).map(|_| self.uniform(lo, hi)).collect()
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next_u64() % n as u64) as usize
-        }
-    }
+    use stepgraph_testkit::Rng;
 
     /// Central differences of `f` at `x`, one coordinate at a time.
     fn numeric_grad(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
@@ -1480,10 +1455,10 @@ mod tests {
 
     #[test]
     fn glu_backward_matches_finite_differences() {
-        let mut rng = Rng(1);
+        let mut rng = Rng::new(1);
         let (rows, g) = (3, 4);
-        let u = rng.vec(rows * 2 * g, -3.0, 3.0);
-        let dg = rng.vec(rows * g, -1.0, 1.0);
+        let u = rng.vec_f64(rows * 2 * g, -3.0, 3.0);
+        let dg = rng.vec_f64(rows * g, -1.0, 1.0);
         let loss = |u: &[f64]| -> f64 {
             glu_forward64(u, rows, g)
                 .iter()
@@ -1501,22 +1476,22 @@ mod tests {
     /// The head's layer gradients are those of `coef · L(h weᵀ + be)`.
     #[test]
     fn expectile_head_layer_gradients_match_finite_differences() {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let dims = ExpectileHeadDims {
             batch: 6,
             hidden: 3,
         };
         let h32: Vec<f32> = rng
-            .vec(dims.batch * dims.hidden, -1.0, 1.0)
+            .vec_f64(dims.batch * dims.hidden, -1.0, 1.0)
             .iter()
             .map(|&x| x as f32)
             .collect();
         let qbar32: Vec<f32> = rng
-            .vec(dims.batch, -1.0, 1.0)
+            .vec_f64(dims.batch, -1.0, 1.0)
             .iter()
             .map(|&x| x as f32)
             .collect();
-        let we = rng.vec(dims.hidden, -1.0, 1.0);
+        let we = rng.vec_f64(dims.hidden, -1.0, 1.0);
         let be = 0.25f64;
         let ex = Expectile::HIGH;
         let scaled_loss = |we: &[f64], be: f64| -> f64 {
@@ -1576,17 +1551,17 @@ mod tests {
     /// and `ba`, each against central differences.
     #[test]
     fn branch_head_backward_matches_finite_differences() {
-        let mut rng = Rng(4);
+        let mut rng = Rng::new(4);
         let dims = BranchHeadDims {
             batch: 3,
             glu: 4,
             actions: 2,
         };
         let (bn, gn, an) = (dims.batch, dims.glu, dims.actions);
-        let u = rng.vec(bn * 2 * gn, -3.0, 3.0);
-        let wa = rng.vec(an * gn, -1.0, 1.0);
-        let ba = rng.vec(an, -1.0, 1.0);
-        let dadv = rng.vec(bn * an, -1.0, 1.0);
+        let u = rng.vec_f64(bn * 2 * gn, -3.0, 3.0);
+        let wa = rng.vec_f64(an * gn, -1.0, 1.0);
+        let ba = rng.vec_f64(an, -1.0, 1.0);
+        let dadv = rng.vec_f64(bn * an, -1.0, 1.0);
         let bg0 = vec![0.0; 2 * gn];
         // L(u + bg broadcast over rows, wa, ba).
         let loss = |u: &[f64], bg: &[f64], wa: &[f64], ba: &[f64]| -> f64 {
@@ -1661,19 +1636,19 @@ mod tests {
             branches: 4,
             actions: 5,
         };
-        let v = rng.vec(dims.batch, -1.0, 1.0);
-        let adv = rng.vec(dims.branches * dims.batch * dims.actions, -2.0, 2.0);
+        let v = rng.vec_f64(dims.batch, -1.0, 1.0);
+        let adv = rng.vec_f64(dims.branches * dims.batch * dims.actions, -2.0, 2.0);
         let act = (0..dims.batch * dims.branches)
             .map(|_| rng.below(dims.actions) as i32)
             .collect();
         // Targets within 1 of some Q values and far from others: both Huber regimes.
-        let y = rng.vec(dims.batch * dims.branches, -3.0, 3.0);
+        let y = rng.vec_f64(dims.batch * dims.branches, -3.0, 3.0);
         (dims, v, adv, act, y)
     }
 
     #[test]
     fn dueling_losses_gradients_match_finite_differences() {
-        let mut rng = Rng(2);
+        let mut rng = Rng::new(2);
         let coef = DuelingCoefficients::default();
         for _ in 0..4 {
             let (dims, v, adv, act, y) = dueling_case(&mut rng);
@@ -1688,7 +1663,7 @@ mod tests {
     #[test]
     fn dueling_losses_gradient_of_each_term_matches_finite_differences() {
         // One coefficient at a time, so a wrong term cannot hide behind the others.
-        let mut rng = Rng(3);
+        let mut rng = Rng::new(3);
         let (dims, v, adv, act, y) = dueling_case(&mut rng);
         for coef in [
             DuelingCoefficients {
@@ -1757,9 +1732,9 @@ mod tests {
 
     #[test]
     fn expectile_gradient_matches_finite_differences() {
-        let mut rng = Rng(4);
-        let e = rng.vec(7, -1.0, 1.0);
-        let qbar = rng.vec(7, -1.0, 1.0);
+        let mut rng = Rng::new(4);
+        let e = rng.vec_f64(7, -1.0, 1.0);
+        let qbar = rng.vec_f64(7, -1.0, 1.0);
         for head in [Expectile::HIGH, Expectile::LOW] {
             let (_, de) = expectile64(&e, &qbar, head);
             let num = numeric_grad(&e, |e| f64::from(head.coef) * expectile64(e, &qbar, head).0);
@@ -1837,13 +1812,13 @@ mod tests {
             };
             IqnCase {
                 dims,
-                h: rng.vec(dims.batch * dims.hidden, 0.0, 1.5),
-                phi_pre: rng.vec(dims.batch * dims.quantiles * dims.hidden, -1.0, 1.0),
-                wq: rng.vec(dims.hidden, -1.5, 1.5),
+                h: rng.vec_f64(dims.batch * dims.hidden, 0.0, 1.5),
+                phi_pre: rng.vec_f64(dims.batch * dims.quantiles * dims.hidden, -1.0, 1.0),
+                wq: rng.vec_f64(dims.hidden, -1.5, 1.5),
                 bq: 0.1,
                 // Wide enough that some |u| > 1 and u takes both signs.
-                ybar: rng.vec(dims.batch, -2.0, 2.0),
-                tau: rng.vec(dims.batch * dims.quantiles, 0.0, 1.0),
+                ybar: rng.vec_f64(dims.batch, -2.0, 2.0),
+                tau: rng.vec_f64(dims.batch * dims.quantiles, 0.0, 1.0),
             }
         }
 
@@ -1864,7 +1839,7 @@ mod tests {
 
     #[test]
     fn iqn_gradients_match_finite_differences() {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         for _ in 0..3 {
             let c = IqnCase::new(&mut rng);
             let zero = vec![0.0; c.dims.hidden];
@@ -1906,7 +1881,7 @@ mod tests {
 
     #[test]
     fn iqn_fused_weight_gradients_match_finite_differences() {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let dims = IqnFusedDims {
             batch: 2,
             quantiles: 3,
@@ -1915,12 +1890,12 @@ mod tests {
             sms: PERSISTENT_SMS,
         };
         for _ in 0..3 {
-            let h = rng.vec(dims.batch * dims.hidden, 0.0, 1.5);
-            let tau = rng.vec(dims.batch * dims.quantiles, 0.0, 1.0);
-            let ybar = rng.vec(dims.batch, -2.0, 2.0);
-            let wphi = rng.vec(dims.hidden * dims.cosines, -1.0, 1.0);
-            let bphi = rng.vec(dims.hidden, -0.5, 0.5);
-            let wq = rng.vec(dims.hidden, -1.5, 1.5);
+            let h = rng.vec_f64(dims.batch * dims.hidden, 0.0, 1.5);
+            let tau = rng.vec_f64(dims.batch * dims.quantiles, 0.0, 1.0);
+            let ybar = rng.vec_f64(dims.batch, -2.0, 2.0);
+            let wphi = rng.vec_f64(dims.hidden * dims.cosines, -1.0, 1.0);
+            let bphi = rng.vec_f64(dims.hidden, -0.5, 0.5);
+            let wq = rng.vec_f64(dims.hidden, -1.5, 1.5);
             let cosf = cos_features64(&tau, dims.cosines);
             let run = |wphi: &[f64], bphi: &[f64]| {
                 iqn_fused64(
@@ -1954,7 +1929,7 @@ mod tests {
 
     #[test]
     fn iqn_fused_reference_is_the_unfused_chain() {
-        let mut rng = Rng(12);
+        let mut rng = Rng::new(12);
         let dims = IqnFusedDims {
             batch: 3,
             quantiles: 4,
@@ -1963,12 +1938,12 @@ mod tests {
             sms: PERSISTENT_SMS,
         };
         let f32s = |v: Vec<f64>| narrow(&v);
-        let h = f32s(rng.vec(dims.batch * dims.hidden, 0.0, 1.5));
-        let tau = f32s(rng.vec(dims.batch * dims.quantiles, 0.0, 1.0));
-        let ybar = f32s(rng.vec(dims.batch, -2.0, 2.0));
-        let wphi = f32s(rng.vec(dims.hidden * dims.cosines, -1.0, 1.0));
-        let bphi = f32s(rng.vec(dims.hidden, -0.5, 0.5));
-        let wq = f32s(rng.vec(dims.hidden, -1.5, 1.5));
+        let h = f32s(rng.vec_f64(dims.batch * dims.hidden, 0.0, 1.5));
+        let tau = f32s(rng.vec_f64(dims.batch * dims.quantiles, 0.0, 1.0));
+        let ybar = f32s(rng.vec_f64(dims.batch, -2.0, 2.0));
+        let wphi = f32s(rng.vec_f64(dims.hidden * dims.cosines, -1.0, 1.0));
+        let bphi = f32s(rng.vec_f64(dims.hidden, -0.5, 0.5));
+        let wq = f32s(rng.vec_f64(dims.hidden, -1.5, 1.5));
         let fused = iqn_fused_reference(
             dims,
             &h,
@@ -2058,8 +2033,8 @@ mod tests {
     #[test]
     fn attention_probs_are_softmax_rows() {
         let dims = attention_dims();
-        let mut rng = Rng(6);
-        let qkv = rng.vec(dims.batch * dims.window * 3 * dims.width, -2.0, 2.0);
+        let mut rng = Rng::new(6);
+        let qkv = rng.vec_f64(dims.batch * dims.window * 3 * dims.width, -2.0, 2.0);
         let (_, probs) = attention_forward64(dims, &qkv);
         for row in probs.chunks(dims.window) {
             assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
@@ -2088,9 +2063,9 @@ mod tests {
     #[test]
     fn attention_backward_matches_finite_differences() {
         let dims = attention_dims();
-        let mut rng = Rng(7);
-        let qkv = rng.vec(dims.batch * dims.window * 3 * dims.width, -1.5, 1.5);
-        let datt = rng.vec(dims.batch * dims.window * dims.width, -1.0, 1.0);
+        let mut rng = Rng::new(7);
+        let qkv = rng.vec_f64(dims.batch * dims.window * 3 * dims.width, -1.5, 1.5);
+        let datt = rng.vec_f64(dims.batch * dims.window * dims.width, -1.0, 1.0);
         let (_, probs) = attention_forward64(dims, &qkv);
         let loss = |x: &[f64]| -> f64 {
             attention_forward64(dims, x)
@@ -2114,10 +2089,10 @@ mod tests {
             window: 4,
             width: 5,
         };
-        let mut rng = Rng(8);
-        let o = rng.vec(dims.batch * dims.window * dims.width, -1.0, 1.0);
-        let wp = rng.vec(dims.width, -1.0, 1.0);
-        let r = rng.vec(dims.batch, -1.0, 1.0);
+        let mut rng = Rng::new(8);
+        let o = rng.vec_f64(dims.batch * dims.window * dims.width, -1.0, 1.0);
+        let wp = rng.vec_f64(dims.width, -1.0, 1.0);
+        let r = rng.vec_f64(dims.batch, -1.0, 1.0);
         let (bp, coef) = (0.2, 0.1);
         let out = attn_pool64(dims, &o, &wp, bp, &r, coef);
         let loss =
@@ -2154,15 +2129,15 @@ mod tests {
     impl AttnInputs64 {
         fn random(dims: AttnFusedDims, seed: u64) -> AttnInputs64 {
             let (bn, sn, e) = (dims.batch, dims.state, dims.width);
-            let mut rng = Rng(seed);
+            let mut rng = Rng::new(seed);
             AttnInputs64 {
-                win: rng.vec(bn * dims.window * sn, -1.5, 1.5),
-                wemb: rng.vec(e * sn, -1.0, 1.0),
-                bemb: rng.vec(e, -0.5, 0.5),
-                wqkv: rng.vec(3 * e * e, -1.0, 1.0),
-                wo: rng.vec(e * e, -1.0, 1.0),
-                wp: rng.vec(e, -1.0, 1.0),
-                r: rng.vec(bn, -1.0, 1.0),
+                win: rng.vec_f64(bn * dims.window * sn, -1.5, 1.5),
+                wemb: rng.vec_f64(e * sn, -1.0, 1.0),
+                bemb: rng.vec_f64(e, -0.5, 0.5),
+                wqkv: rng.vec_f64(3 * e * e, -1.0, 1.0),
+                wo: rng.vec_f64(e * e, -1.0, 1.0),
+                wp: rng.vec_f64(e, -1.0, 1.0),
+                r: rng.vec_f64(bn, -1.0, 1.0),
             }
         }
     }
@@ -2288,8 +2263,8 @@ mod tests {
             sms: PERSISTENT_SMS,
         };
         let (bn, sn, e) = (dims.batch, dims.state, dims.width);
-        let mut rng = Rng(14);
-        let mut f32s = |n: usize, scale: f64| narrow(&rng.vec(n, -scale, scale));
+        let mut rng = Rng::new(14);
+        let mut f32s = |n: usize, scale: f64| narrow(&rng.vec_f64(n, -scale, scale));
         let win = f32s(bn * dims.window * sn, 1.5);
         let wemb = f32s(e * sn, 0.7);
         let bemb = f32s(e, 0.5);

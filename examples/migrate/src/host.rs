@@ -2,7 +2,7 @@
 //! uploads, and the parameters it downloads.
 
 use crate::model::Dims;
-use crate::rng::Rng;
+use stepgraph_testkit::Rng;
 
 /// A linear layer's `w [out, in]` and `b [out]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,8 +18,8 @@ impl HostLinear {
     pub fn init(rng: &mut Rng, out: usize, input: usize) -> HostLinear {
         let bound = 1.0 / (input as f32).sqrt();
         HostLinear {
-            w: rng.symmetric_vec(out * input, bound),
-            b: rng.symmetric_vec(out, bound),
+            w: rng.fill(out * input, bound),
+            b: rng.fill(out, bound),
         }
     }
 }
@@ -75,10 +75,10 @@ impl HostData {
     /// Random data, drawn from `rng` in field order.
     pub fn init(d: &Dims, rng: &mut Rng) -> HostData {
         HostData {
-            x: rng.symmetric_vec(d.batch * d.input, 1.0),
+            x: rng.fill(d.batch * d.input, 1.0),
             tau: (0..d.batch * d.quantiles).map(|_| rng.open01()).collect(),
-            iqn_target: rng.symmetric_vec(d.batch * d.actions, 1.0),
-            attn_target: rng.symmetric_vec(d.batch * d.outputs, 1.0),
+            iqn_target: rng.fill(d.batch * d.actions, 1.0),
+            attn_target: rng.fill(d.batch * d.outputs, 1.0),
         }
     }
 }

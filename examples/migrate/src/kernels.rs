@@ -271,7 +271,7 @@ impl Kernels {
     ) -> Result<()> {
         const K: &str = "broadcast_mul";
         let n = count(K, "x", &[rows, cols])?;
-        if group == 0 || rows % group != 0 {
+        if group == 0 || !rows.is_multiple_of(group) {
             return Err(Error::Invalid(format!(
                 "{K}: {rows} rows do not split into groups of {group}"
             )));

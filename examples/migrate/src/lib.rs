@@ -20,7 +20,9 @@
 //! - [`before`]: the [`Trainer`] that captures and replays the step on one stream;
 //! - [`host`] and [`reference`](mod@reference): the seeded initial state, and the step
 //!   computed on the CPU in `f64` to check the GPU against;
-//! - [`rng`], [`error`]: the seeded generator and the error type.
+//! - [`error`]: the error type.
+//!
+//! The seeded draws come from `stepgraph_testkit::Rng`, the workspace's one generator.
 //!
 //! Every kernel is deterministic (fixed-order sums, no float atomics), and each GEMM shape
 //! keeps the algorithm chosen for it, so the same step on the same GPU gives the same
@@ -35,7 +37,6 @@ pub mod kernels;
 pub mod lt;
 pub mod model;
 pub mod reference;
-pub mod rng;
 
 pub use after::After;
 pub use before::{State, Trainer};

@@ -666,7 +666,7 @@ impl Lt {
 
 /// Checks a workspace override against what the algorithm of `gemm` needs.
 fn check_workspace(gemm: &Gemm, ptr: u64, bytes: usize, need: usize) -> Result<u64> {
-    if ptr == 0 || ptr % WORKSPACE_ALIGN != 0 {
+    if ptr == 0 || !ptr.is_multiple_of(WORKSPACE_ALIGN) {
         return Err(Error::Invalid(format!(
             "matmul {gemm}: the workspace override starts at {ptr:#x}; cuBLASLt needs a \
              {WORKSPACE_ALIGN}-byte aligned device address"

@@ -12,8 +12,9 @@ use cudarc::driver::{CudaContext, CudaStream, DevicePtr};
 use stepgraph_migrate::before::LEARNING_RATE;
 use stepgraph_migrate::host::{HostLinear, HostParams};
 use stepgraph_migrate::lt::{Gemm, Lt, WORKSPACE_BYTES};
-use stepgraph_migrate::reference::{self, Lin, rel_err};
+use stepgraph_migrate::reference::{self, Lin};
 use stepgraph_migrate::{Dims, Error, Trainer};
+use stepgraph_testkit::rel_err;
 
 fn gpu() -> Arc<CudaContext> {
     CudaContext::new(0).expect("these tests need a CUDA GPU")
@@ -28,7 +29,7 @@ fn within(what: &str, step: usize, got: &[f32], want: &[f64], tol: f64) {
         got.iter().all(|x| x.is_finite()),
         "step {step}: {what} is not finite"
     );
-    let e = rel_err(&f64s(got), want);
+    let e = rel_err(got, want);
     assert!(
         e <= tol,
         "step {step}: {what} is off by {e:.3e} (tolerance {tol:.0e})"
@@ -186,9 +187,9 @@ struct Operands {
 
 fn operands(stream: &Arc<CudaStream>) -> Operands {
     let gemm = Dims::default().gemms().iqn_grad;
-    let mut rng = stepgraph_migrate::rng::Rng::new(5);
-    let a = rng.symmetric_vec(gemm.a().extent(), 1.0);
-    let b = rng.symmetric_vec(gemm.b().extent(), 1.0);
+    let mut rng = stepgraph_testkit::Rng::new(5);
+    let a = rng.fill(gemm.a().extent(), 1.0);
+    let b = rng.fill(gemm.b().extent(), 1.0);
     Operands {
         gemm,
         a: stream.clone_htod(&a).unwrap(),

@@ -125,7 +125,7 @@ fn critic_slots<'a>(
 
 /// `len / k`, where `len` must be a positive multiple of `k`.
 fn whole(what: &str, len: usize, k: usize) -> Result<usize> {
-    if len == 0 || len % k != 0 {
+    if len == 0 || !len.is_multiple_of(k) {
         return Err(stepgraph::Error::Invalid(format!(
             "{what}: expected a positive multiple of {k} elements, found {len}"
         )));

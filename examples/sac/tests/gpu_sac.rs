@@ -107,7 +107,7 @@ fn gpu_concat_and_the_relu_backwards_are_exact() {
                 bits(&[&device.download(&db_plain).unwrap()]),
                 "{case}: the bias gradient against column_sums"
             );
-            let want_db = stepgraph_kernels::column_sums_reference(&want, rows, cols);
+            let want_db = stepgraph_kernels::reference::column_sums_reference(&want, rows, cols);
             check_within(
                 &case,
                 "db",
@@ -1019,7 +1019,8 @@ fn gpu_the_planned_step_replays_the_one_stream_step_bit_for_bit() {
 /// their ulp bound, and the next update draws other rows.
 #[test]
 fn gpu_each_update_draws_a_fresh_batch_and_noise_from_the_replay_buffer() {
-    use stepgraph_kernels::{RNG_NORMAL_ULPS, gather_rows_reference, rng_indices_reference};
+    use stepgraph_kernels::RNG_NORMAL_ULPS;
+    use stepgraph_kernels::reference::{gather_rows_reference, rng_indices_reference};
     use stepgraph_sac::model::{BATCH_ROWS, NOISE_CUR, NOISE_NEXT};
     let (device, k) = gpu();
     let sizes = Sizes::small();
@@ -1072,7 +1073,7 @@ fn gpu_each_update_draws_a_fresh_batch_and_noise_from_the_replay_buffer() {
             .download_many(|b| vec![&b.noise.next, &b.noise.cur])
             .unwrap();
         for (sub, got) in [NOISE_NEXT, NOISE_CUR].into_iter().zip(&noise) {
-            let want = stepgraph_kernels::rng_normal_reference(seed, counter, sub, n);
+            let want = stepgraph_kernels::reference::rng_normal_reference(seed, counter, sub, n);
             let worst = got
                 .iter()
                 .zip(&want)

@@ -458,10 +458,10 @@ impl Executor {
             .map(crate::op::host_io::Patch::new)
             .collect::<Result<Vec<_>>>()
             .map_err(wrap)?;
-        if tracker.is_some() {
-            if let Some(path) = self.options.graph_dot_path(step, self.device.ordinal()) {
-                captured.write_dot(&path).map_err(wrap)?;
-            }
+        if tracker.is_some()
+            && let Some(path) = self.options.graph_dot_path(step, self.device.ordinal())
+        {
+            captured.write_dot(&path).map_err(wrap)?;
         }
         let report = match tracker {
             Some(tracker) => Some(

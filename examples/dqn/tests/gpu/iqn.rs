@@ -38,6 +38,7 @@ use stepgraph_dqn::kernels::{
 };
 use stepgraph_dqn::model::IQN_HEAD_SMS;
 use stepgraph_dqn::reference::{GemmOperands, iqn_fused_reference};
+use stepgraph_testkit::rel_err;
 
 /// Every output against the reference with TF32 operands (see the module's documentation).
 const TF32_OPERANDS_BOUND: f64 = 1e-3;
@@ -249,22 +250,6 @@ fn run_unfused(
     })?;
     out.download(device)
 }
-
-/// `‖got − want‖ / ‖want‖`; infinite if anything is not finite.
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len(), "compared lengths");
-    if got.iter().any(|g| !g.is_finite()) {
-        return f64::INFINITY;
-    }
-    let diff: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, w)| (f64::from(g) - w).powi(2))
-        .sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (diff / norm).sqrt()
-}
-
 fn widen(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| f64::from(v)).collect()
 }

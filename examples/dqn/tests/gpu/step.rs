@@ -23,6 +23,7 @@ use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
 use stepgraph_kernels::{AdamHyper, AdamScalars};
 
 use super::{Rng, bits};
+use stepgraph_testkit::max_err;
 
 /// Rows of the tests' replay buffer: fewer than two batches, so rows repeat within a
 /// batch and across replays, which the gathers must get right too.
@@ -455,16 +456,6 @@ fn gpu_a_host_fed_step_trains_on_the_batch_uploaded_before_each_replay() -> Resu
     }
     Ok(())
 }
-
-/// The largest `|got − want| / max(|want|, 1)` over every tensor.
-fn max_err(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
-    got.iter()
-        .zip(want)
-        .flat_map(|(g, w)| g.iter().zip(w))
-        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
-        .fold(0.0f32, f32::max)
-}
-
 /// `2K + 1` training steps with the target updated at every K-th: after every step the
 /// target is what a model of the schedule gives from the downloaded parameters. A copy
 /// is compared bit for bit; a Polyak update `fmaf(τ, θ, (1 − τ) θ⁻)` within 1e-6 (the
@@ -493,7 +484,7 @@ fn check_target_sync(polyak: f32) -> Result<()> {
                 }
             }
         }
-        let err = max_err(&got, &want);
+        let err = max_err(&got.concat(), &want.concat(), 1.0);
         eprintln!("polyak {polyak}, step {t}: target against the model {err:.3e}");
         if polyak == 0.0 {
             assert!(got == want, "step {t}: the target is not the model's");
@@ -508,10 +499,10 @@ fn check_target_sync(polyak: f32) -> Result<()> {
             assert!(got == initial, "step {t}: the target changed before step K");
         }
         if t == K + 1 {
-            let synced_at_k = max_err(&got, &want);
+            let synced_at_k = max_err(&got.concat(), &want.concat(), 1.0);
             assert!(synced_at_k <= 1e-6, "step {t}: not the target of step K");
             assert!(
-                max_err(&got, &p) > 1e-5,
+                max_err(&got.concat(), &p.concat(), 1.0) > 1e-5,
                 "step {t}: the target followed the parameters after step K"
             );
         }

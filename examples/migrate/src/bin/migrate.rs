@@ -8,42 +8,35 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
 use cudarc::driver::CudaContext;
 use stepgraph_migrate::bench::{before_replays, median};
 use stepgraph_migrate::{After, Dims, Trainer};
 
+/// The migration's benchmark: the original one-stream graph against the migrated step,
+/// on its planned streams and on one stream, checked for the original's bits first, then
+/// timed in alternating rounds (medians).
+#[derive(Debug, Parser)]
+#[command(name = "migrate")]
 struct Args {
+    /// Rounds of the three sides in turn.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = positive)]
     rounds: usize,
+    /// Timed replays per side and round.
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = positive)]
     iters: usize,
+    /// Untimed replays before each side's timed ones.
+    #[arg(long, value_name = "N", default_value_t = 50)]
     warmup: usize,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        rounds: 5,
-        iters: 500,
-        warmup: 50,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag}: expected a number after it"))?;
-        let n: usize = value
-            .parse()
-            .map_err(|_| format!("{flag}: expected a number, found `{value}`"))?;
-        match flag.as_str() {
-            "--rounds" => a.rounds = n.max(1),
-            "--iters" => a.iters = n.max(1),
-            "--warmup" => a.warmup = n,
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}`: expected --rounds, --iters or --warmup"
-                ));
-            }
-        }
+/// A count that must be at least 1.
+fn positive(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("expected at least 1, found 0".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("expected a whole number, found `{value}`")),
     }
-    Ok(a)
 }
 
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -100,13 +93,8 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("migrate: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    // --help and malformed options exit here, as clap does (status 2 on error).
+    let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -119,5 +107,32 @@ fn main() -> ExitCode {
             eprintln!("migrate: {msg}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(line: &str) -> Result<Args, String> {
+        Args::try_parse_from(std::iter::once("migrate").chain(line.split_whitespace()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn options_keep_their_defaults_and_refuse_what_cannot_run() {
+        Args::command().debug_assert();
+        let a = parse("").unwrap();
+        assert_eq!((a.rounds, a.iters, a.warmup), (5, 500, 50));
+        let a = parse("--rounds 2 --iters 10 --warmup 0").unwrap();
+        assert_eq!((a.rounds, a.iters, a.warmup), (2, 10, 0));
+        let e = parse("--rounds 0").unwrap_err();
+        assert!(e.contains("expected at least 1, found 0"), "{e}");
+        let e = parse("--iters x").unwrap_err();
+        assert!(e.contains("found `x`"), "{e}");
+        let e = parse("--speed 3").unwrap_err();
+        assert!(e.contains("unexpected argument '--speed'"), "{e}");
     }
 }

@@ -20,6 +20,9 @@ mod parallel;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, ValueEnum};
+
 use stepgraph::stats::{Bounds, Ceilings, Floor, median};
 use stepgraph::{Communicator, Device, Result, Schedule, SmTarget};
 use stepgraph_dqn::floor;
@@ -30,7 +33,7 @@ use stepgraph_dqn::layers::{D, Sizes};
 use stepgraph_dqn::model::{self, dqn};
 use stepgraph_dqn::replay::{BatchSource, HostBatch, ReplayBuffer};
 use stepgraph_kernels::{AdamHyper, AdamScalars};
-use stepgraph_testkit::npy;
+use stepgraph_testkit::{Rng, npy};
 
 const LR: f32 = 3e-4;
 const GAMMA: f32 = 0.99;
@@ -81,12 +84,128 @@ struct Options {
 }
 
 /// `--source`: where the training run's batches come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Source {
     /// The replay buffer on the device, sampled inside the graph.
     Replay,
     /// Generated transitions uploaded before each step.
     Host,
+}
+
+/// `--iqn-kernel`: the fused IQN head's kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum IqnKernelChoice {
+    /// What the sizes and the GPU take.
+    Auto,
+    /// The wgmma kernel (Hopper).
+    Wgmma,
+    /// The mma.sync kernel.
+    Mma,
+}
+
+/// `--attention`: how the attention head runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AttentionChoice {
+    /// What the sizes and the GPU take.
+    Auto,
+    /// One fused kernel.
+    Fused,
+    /// Separate kernels.
+    Unfused,
+}
+
+/// The DQN trainer written with stepgraph: trains, checks against reference.py
+/// (`--check`), runs data parallel (`--gpus`) or prints its plan (`--print-plan`). With
+/// no GPU it prints the plan and says what the timed run needs.
+#[derive(Debug, Parser)]
+#[command(name = "dqn")]
+struct Cli {
+    /// Steps to train, or to check with --check [default: 200, or 3 with --check].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Write the seeded state and each step's tensors to DIR for `reference.py check DIR`.
+    #[arg(long, value_name = "DIR")]
+    check: Option<PathBuf>,
+    /// Train data parallel over N GPUs (NCCL).
+    #[arg(long, value_name = "N")]
+    gpus: Option<usize>,
+    /// Replay the one-stream step once and exit (the run Nsight Compute profiles).
+    #[arg(long)]
+    serial_replay: bool,
+    /// The seed of the initial weights and generated transitions.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Put a NaN into one past state of this step's batch, to show the non-finite guard.
+    #[arg(long, value_name = "STEP")]
+    inject_nan: Option<usize>,
+    /// Where the training run's batches come from [default: replay, or host with
+    /// --inject-nan].
+    #[arg(long, value_enum)]
+    source: Option<Source>,
+    /// The replay buffer's capacity, in transitions.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    replay: usize,
+    /// Update the target network at every K-th step.
+    #[arg(long, value_name = "K", default_value_t = 100)]
+    target_sync: usize,
+    /// Polyak τ of the target update, 0 < τ ≤ 1 [default: a hard copy].
+    #[arg(long, value_name = "TAU", allow_negative_numbers = true)]
+    polyak: Option<f32>,
+    /// Read the losses and the finite check back every N steps.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    report_every: usize,
+    /// What the branches' matmuls are planned for: whole, share (the GPU over the
+    /// branches), 1/N of the GPU, or N SMs.
+    #[arg(long, value_name = "whole|share|1/N|N", default_value = "share", value_parser = branch_sms)]
+    branch_sms: SmTarget,
+    /// The fused IQN head's kernel.
+    #[arg(long, value_enum, default_value_t = IqnKernelChoice::Auto)]
+    iqn_kernel: IqnKernelChoice,
+    /// How the attention head runs.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::Auto)]
+    attention: AttentionChoice,
+    /// Print the step's plan as Graphviz DOT or SVG, and exit.
+    #[arg(long, value_name = "dot|svg")]
+    print_plan: Option<String>,
+    /// B: transitions per step.
+    #[arg(long, default_value_t = Sizes::default().batch)]
+    batch: usize,
+    /// The state's features.
+    #[arg(long, default_value_t = Sizes::default().state)]
+    state: usize,
+    /// The trunk's hidden width.
+    #[arg(long, default_value_t = Sizes::default().hidden)]
+    hidden: usize,
+    /// The GLU branches' width.
+    #[arg(long, default_value_t = Sizes::default().glu)]
+    glu: usize,
+    /// Actions per branch.
+    #[arg(long, default_value_t = Sizes::default().actions)]
+    actions: usize,
+    /// The IQN head's quantiles.
+    #[arg(long, default_value_t = Sizes::default().quantiles)]
+    quantiles: usize,
+    /// The IQN head's cosine features.
+    #[arg(long, default_value_t = Sizes::default().cosines)]
+    cosines: usize,
+    /// The attention head's window of past states.
+    #[arg(long, default_value_t = Sizes::default().window)]
+    window: usize,
+    /// The attention head's width.
+    #[arg(long, default_value_t = Sizes::default().width)]
+    width: usize,
+    /// The attention head's heads.
+    #[arg(long, default_value_t = Sizes::default().heads)]
+    heads: usize,
+}
+
+/// `--branch-sms`: `share` (the GPU over the branches), or an `SmTarget` as it writes
+/// itself (`whole`, `1/N`, a count of SMs).
+fn branch_sms(value: &str) -> std::result::Result<SmTarget, String> {
+    match value {
+        "share" => Ok(SmTarget::Share(dqn::BRANCH_WIDTH as u32)),
+        v => v.parse().map_err(|e| format!("{e}")),
+    }
 }
 
 impl Options {
@@ -100,202 +219,140 @@ impl Options {
     }
 }
 
-/// The options of `args` (the command line without the program name).
-fn parse_options(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, String> {
-    let mut o = Options {
-        sizes: Sizes::default(),
-        steps: None,
-        check: None,
-        seed: 1,
-        gpus: None,
-        serial_replay: false,
-        inject_nan: None,
-        source: None,
-        replay: 1_000_000,
-        target_sync: 100,
-        polyak: 0.0,
-        report_every: 20,
-        // Measured faster than `whole` (PERF.md, "Streams, priorities and SMs").
-        branch_sms: SmTarget::Share(dqn::BRANCH_WIDTH as u32),
-        iqn_kernel: None,
-        attention_kernel: None,
-    };
-    let mut args = args.into_iter();
-    while let Some(flag) = args.next() {
-        if flag == "--serial-replay" {
-            o.serial_replay = true;
-            continue;
-        }
-        let mut value = || {
-            args.next()
-                .ok_or_else(|| format!("{flag} expects a value, found the end of the arguments"))
-        };
-        let mut number = || -> std::result::Result<usize, String> {
-            let v = value()?;
-            v.parse()
-                .map_err(|_| format!("{flag} expects a whole number, found {v:?}"))
-        };
-        let s = &mut o.sizes;
-        match flag.as_str() {
-            "--batch" => s.batch = number()?,
-            "--state" => s.state = number()?,
-            "--hidden" => s.hidden = number()?,
-            "--glu" => s.glu = number()?,
-            "--actions" => s.actions = number()?,
-            "--quantiles" => s.quantiles = number()?,
-            "--cosines" => s.cosines = number()?,
-            "--window" => s.window = number()?,
-            "--width" => s.width = number()?,
-            "--heads" => s.heads = number()?,
-            "--steps" => o.steps = Some(number()?),
-            "--seed" => o.seed = number()? as u64,
-            "--check" => o.check = Some(PathBuf::from(value()?)),
-            "--branch-sms" => {
-                o.branch_sms = match value()?.as_str() {
-                    "share" => SmTarget::Share(dqn::BRANCH_WIDTH as u32),
-                    v => v.parse().map_err(|e| format!("--branch-sms: {e}"))?,
-                }
-            }
-            "--iqn-kernel" => {
-                o.iqn_kernel = match value()?.as_str() {
-                    "auto" => None,
-                    "wgmma" => Some(IqnFusedKernel::Wgmma),
-                    "mma" => Some(IqnFusedKernel::MmaSync),
-                    v => {
-                        return Err(format!(
-                            "--iqn-kernel: expected auto, wgmma or mma, found `{v}`"
-                        ));
-                    }
-                }
-            }
-            "--attention" => {
-                o.attention_kernel = match value()?.as_str() {
-                    "auto" => None,
-                    "fused" => Some(AttentionKernel::Fused),
-                    "unfused" => Some(AttentionKernel::Unfused),
-                    v => {
-                        return Err(format!(
-                            "--attention: expected auto, fused or unfused, found `{v}`"
-                        ));
-                    }
-                }
-            }
-            "--gpus" => o.gpus = Some(number()?),
-            "--inject-nan" => o.inject_nan = Some(number()?),
-            "--report-every" => match number()? {
-                0 => return Err("--report-every 0: expected a count of steps of at least 1".into()),
-                n => o.report_every = n,
+impl Options {
+    /// The run the command line asks for, after the checks that involve several options.
+    fn from_cli(cli: Cli) -> std::result::Result<Options, String> {
+        let o = Options {
+            sizes: Sizes {
+                batch: cli.batch,
+                state: cli.state,
+                hidden: cli.hidden,
+                glu: cli.glu,
+                actions: cli.actions,
+                quantiles: cli.quantiles,
+                cosines: cli.cosines,
+                window: cli.window,
+                width: cli.width,
+                heads: cli.heads,
             },
-            "--replay" => match number()? {
+            steps: cli.steps,
+            check: cli.check,
+            seed: cli.seed,
+            gpus: cli.gpus,
+            serial_replay: cli.serial_replay,
+            inject_nan: cli.inject_nan,
+            source: cli.source,
+            replay: match cli.replay {
                 0 => return Err("--replay 0: expected a capacity of at least 1 transition".into()),
-                n => o.replay = n,
+                n => n,
             },
-            "--target-sync" => {
-                let k = number()?;
-                o.target_sync = match u32::try_from(k) {
-                    Ok(k) if k >= 1 => k,
-                    _ => {
-                        return Err(format!(
-                            "--target-sync {k}: expected a count of steps from 1 to {}",
-                            u32::MAX
-                        ));
-                    }
-                };
-            }
-            "--polyak" => {
-                let v = value()?;
-                let tau: f32 = v
-                    .parse()
-                    .map_err(|_| format!("--polyak expects a number, found {v:?}"))?;
-                if !(tau > 0.0 && tau <= 1.0) {
+            target_sync: match u32::try_from(cli.target_sync) {
+                Ok(k) if k >= 1 => k,
+                _ => {
                     return Err(format!(
-                        "--polyak {v}: expected τ with 0 < τ ≤ 1 (leave it out for a hard copy)"
+                        "--target-sync {}: expected a count of steps from 1 to {}",
+                        cli.target_sync,
+                        u32::MAX
                     ));
                 }
-                o.polyak = tau;
+            },
+            polyak: match cli.polyak {
+                None => 0.0,
+                Some(tau) if tau > 0.0 && tau <= 1.0 => tau,
+                Some(tau) => {
+                    return Err(format!(
+                        "--polyak {tau}: expected τ with 0 < τ ≤ 1 (leave it out for a hard copy)"
+                    ));
+                }
+            },
+            report_every: match cli.report_every {
+                0 => return Err("--report-every 0: expected a count of steps of at least 1".into()),
+                n => n,
+            },
+            branch_sms: cli.branch_sms,
+            iqn_kernel: match cli.iqn_kernel {
+                IqnKernelChoice::Auto => None,
+                IqnKernelChoice::Wgmma => Some(IqnFusedKernel::Wgmma),
+                IqnKernelChoice::Mma => Some(IqnFusedKernel::MmaSync),
+            },
+            attention_kernel: match cli.attention {
+                AttentionChoice::Auto => None,
+                AttentionChoice::Fused => Some(AttentionKernel::Fused),
+                AttentionChoice::Unfused => Some(AttentionKernel::Unfused),
+            },
+        };
+        o.check_combination()?;
+        Ok(o)
+    }
+
+    /// The rules that involve several options.
+    fn check_combination(&self) -> std::result::Result<(), String> {
+        let o = self;
+        if o.source == Some(Source::Replay) {
+            if o.check.is_some() || o.gpus.is_some() {
+                // Both compare steps on batches that must be the same on both sides: the ones
+                // the host generated, wrote to disk (`--check`) and split over the ranks.
+                return Err(
+                    "--source replay applies to the training run: --check and --gpus feed the \
+                 host's batches"
+                        .into(),
+                );
             }
-            "--source" => {
-                o.source = Some(match value()?.as_str() {
-                    "replay" => Source::Replay,
-                    "host" => Source::Host,
-                    v => return Err(format!("--source expects replay or host, found {v:?}")),
-                });
+            if o.inject_nan.is_some() {
+                return Err(
+                    "--inject-nan poisons an uploaded batch: expected --source host or no --source"
+                        .into(),
+                );
             }
-            other => {
+        }
+        if let Some(dir) = &o.check {
+            let steps = o.steps.unwrap_or(3);
+            let k = o.target_sync as usize;
+            if k <= steps {
+                // reference.py recomputes every step against the target it read before step
+                // 1 (target/): an update inside the checked steps would fail rows that are
+                // right.
                 return Err(format!(
-                    "unknown option {other:?}: expected --steps, --check DIR, --gpus N, --serial-replay, --seed, --inject-nan STEP, \
-                     --source replay|host, --replay N, --target-sync K, --polyak TAU, --report-every N, or a size \
-                     (--batch --state --hidden --glu --actions --quantiles --cosines --window --width --heads)"
+                    "--check {} with --target-sync {k}: the target would be updated at step {k} \
+                 of the {steps} checked, and reference.py checks every step against the \
+                 target before step 1; expected --target-sync above {steps}",
+                    dir.display()
                 ));
             }
         }
-    }
-    if o.source == Some(Source::Replay) {
-        if o.check.is_some() || o.gpus.is_some() {
-            // Both compare steps on batches that must be the same on both sides: the ones
-            // the host generated, wrote to disk (`--check`) and split over the ranks.
-            return Err(
-                "--source replay applies to the training run: --check and --gpus feed the \
-                 host's batches"
-                    .into(),
-            );
-        }
-        if o.inject_nan.is_some() {
-            return Err(
-                "--inject-nan poisons an uploaded batch: expected --source host or no --source"
-                    .into(),
-            );
-        }
-    }
-    if let Some(dir) = &o.check {
-        let steps = o.steps.unwrap_or(3);
-        let k = o.target_sync as usize;
-        if k <= steps {
-            // reference.py recomputes every step against the target it read before step
-            // 1 (target/): an update inside the checked steps would fail rows that are
-            // right.
-            return Err(format!(
-                "--check {} with --target-sync {k}: the target would be updated at step {k} \
-                 of the {steps} checked, and reference.py checks every step against the \
-                 target before step 1; expected --target-sync above {steps}",
-                dir.display()
-            ));
-        }
-    }
-    if let Some(t) = o.inject_nan {
-        let steps = o.steps.unwrap_or(200).max(1);
-        if o.check.is_some() || o.gpus.is_some() || o.serial_replay {
-            return Err(
+        if let Some(t) = o.inject_nan {
+            let steps = o.steps.unwrap_or(200).max(1);
+            if o.check.is_some() || o.gpus.is_some() || o.serial_replay {
+                return Err(
                 "--inject-nan applies to the training run: expected it without --check, --gpus \
                  and --serial-replay"
                     .into(),
             );
+            }
+            if t == 0 || t > steps {
+                return Err(format!(
+                    "--inject-nan {t}: expected a step of the run, 1 to {steps} (--steps)"
+                ));
+            }
         }
-        if t == 0 || t > steps {
+        if !o.sizes.width.is_multiple_of(o.sizes.heads) {
             return Err(format!(
-                "--inject-nan {t}: expected a step of the run, 1 to {steps} (--steps)"
+                "--width {} must be a multiple of --heads {}",
+                o.sizes.width, o.sizes.heads
             ));
         }
+        Ok(())
     }
-    if o.sizes.width % o.sizes.heads != 0 {
-        return Err(format!(
-            "--width {} must be a multiple of --heads {}",
-            o.sizes.width, o.sizes.heads
-        ));
-    }
-    Ok(o)
 }
 
 fn main() -> std::process::ExitCode {
     if let Some(code) = stepgraph_picture::print_plan_if_asked(&dqn::PLAN) {
         return code;
     }
-    let options = match parse_options(std::env::args().skip(1)) {
+    // --help, --version and malformed options exit here, as clap does (status 2 on error).
+    let options = match Options::from_cli(Cli::parse()) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("dqn: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(e) => Cli::command().error(ErrorKind::ValueValidation, e).exit(),
     };
     println!("{}", dqn::PLAN);
     let device = match Device::new(0) {
@@ -326,30 +383,6 @@ fn main() -> std::process::ExitCode {
             }
             std::process::ExitCode::FAILURE
         }
-    }
-}
-
-/// xorshift64* with Box-Muller normals: enough for generated transitions.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [0, 1).
-    fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn normal(&mut self) -> f32 {
-        let u1 = self.uniform().max(1e-7);
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
     }
 }
 
@@ -393,7 +426,7 @@ fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(Str
     for (name, buf) in step.buffers().params.named() {
         let bound = 1.0 / (fan_in(&name, s) as f32).sqrt();
         let v: Vec<f32> = (0..buf.len())
-            .map(|_| (rng.uniform() * 2.0 - 1.0) * bound)
+            .map(|_| (rng.next_f32() * 2.0 - 1.0) * bound)
             .collect();
         init.push((name, v));
     }
@@ -403,7 +436,7 @@ fn initialise(rng: &mut Rng, s: &Sizes, step: &mut dqn::Step) -> Result<Vec<(Str
         let bound = 0.1 / (fan_in(name, s) as f32).sqrt();
         let t: Vec<f32> = v
             .iter()
-            .map(|x| x + (rng.uniform() * 2.0 - 1.0) * bound)
+            .map(|x| x + (rng.next_f32() * 2.0 - 1.0) * bound)
             .collect();
         step.upload(|b| b.target.named()[i].1, &t)?;
     }
@@ -434,10 +467,10 @@ impl Transitions {
             .map(|_| (rng.next_u64() % s.actions as u64) as i32)
             .collect();
         let done = (0..b)
-            .map(|_| if rng.uniform() < 0.1 { 1.0 } else { 0.0 })
+            .map(|_| if rng.next_f32() < 0.1 { 1.0 } else { 0.0 })
             .collect();
         let tau = (0..b * s.quantiles)
-            .map(|_| 0.02 + 0.96 * rng.uniform())
+            .map(|_| 0.02 + 0.96 * rng.next_f32())
             .collect();
         Transitions {
             s: st,
@@ -1465,7 +1498,25 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> std::result::Result<Options, String> {
-        parse_options(line.split_whitespace().map(String::from))
+        let cli = Cli::try_parse_from(std::iter::once("dqn").chain(line.split_whitespace()))
+            .map_err(|e| e.to_string())?;
+        Options::from_cli(cli)
+    }
+
+    #[test]
+    fn the_command_line_is_consistent_and_has_help() {
+        Cli::command().debug_assert();
+        let help = Cli::try_parse_from(["dqn", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        for flag in [
+            "--steps",
+            "--check",
+            "--branch-sms",
+            "--print-plan",
+            "--heads",
+        ] {
+            assert!(help.to_string().contains(flag), "{flag}");
+        }
     }
 
     #[test]
@@ -1508,10 +1559,11 @@ mod tests {
             parse("--attention unfused").unwrap().attention_kernel,
             Some(AttentionKernel::Unfused)
         );
+        let msg = parse("--attention flash").unwrap_err();
         assert!(
-            parse("--attention flash")
-                .unwrap_err()
-                .contains("expected auto, fused or unfused, found `flash`")
+            msg.contains("invalid value 'flash' for '--attention")
+                && msg.contains("[possible values: auto, fused, unfused]"),
+            "{msg}"
         );
         assert_eq!(parse("").unwrap().iqn_kernel, None);
         assert_eq!(parse("--iqn-kernel auto").unwrap().iqn_kernel, None);
@@ -1525,12 +1577,13 @@ mod tests {
         );
         let msg = parse("--iqn-kernel tma").unwrap_err();
         assert!(
-            msg == "--iqn-kernel: expected auto, wgmma or mma, found `tma`",
+            msg.contains("invalid value 'tma' for '--iqn-kernel")
+                && msg.contains("[possible values: auto, wgmma, mma]"),
             "{msg}"
         );
         let msg = parse("--branch-sms 1/0").unwrap_err();
         assert!(
-            msg.starts_with("--branch-sms: ") && msg.contains("found `1/0`"),
+            msg.contains("for '--branch-sms") && msg.contains("found `1/0`"),
             "{msg}"
         );
         // The default K, 100, is far above the 3 checked steps.
@@ -1539,12 +1592,15 @@ mod tests {
         for (line, want) in [
             (
                 "--batch",
-                "--batch expects a value, found the end of the arguments",
+                "error: a value is required for '--batch <BATCH>'",
             ),
-            ("--batch 1k", "--batch expects a whole number, found \"1k\""),
+            (
+                "--batch 1k",
+                "error: invalid value '1k' for '--batch <BATCH>'",
+            ),
             (
                 "--frobnicate",
-                "unknown option \"--frobnicate\": expected --steps",
+                "error: unexpected argument '--frobnicate' found",
             ),
             (
                 "--width 48 --heads 5",
@@ -1578,10 +1634,13 @@ mod tests {
             ("--polyak 1.5", "--polyak 1.5: expected τ with 0 < τ ≤ 1"),
             ("--polyak -0.1", "--polyak -0.1: expected τ with 0 < τ ≤ 1"),
             ("--polyak NaN", "--polyak NaN: expected τ with 0 < τ ≤ 1"),
-            ("--polyak x", "--polyak expects a number, found \"x\""),
+            (
+                "--polyak x",
+                "error: invalid value 'x' for '--polyak <TAU>'",
+            ),
             (
                 "--source disk",
-                "--source expects replay or host, found \"disk\"",
+                "error: invalid value 'disk' for '--source <SOURCE>'",
             ),
             (
                 "--replay 0",

@@ -17,10 +17,11 @@ use stepgraph::stats::median;
 use stepgraph::{CommId, Communicator, Device, Profile, Result, Schedule};
 
 use super::{
-    Options, Rng, Source, Transitions, build, build_rank, check_finite, initialise, losses,
+    Options, Source, Transitions, build, build_rank, check_finite, initialise, losses,
     set_step_count,
 };
 use stepgraph_dqn::model::dqn;
+use stepgraph_testkit::{Rng, rel_err};
 
 /// Relative-error bounds of the check, as in reference.py.
 const GRAD_BOUND: f64 = 1e-2;
@@ -78,16 +79,6 @@ fn snapshot(step: &dqn::Step) -> Result<Vec<(String, Vec<f32>)>> {
         out.push((format!("param {name}"), step.executor().download(buf)?));
     }
     Ok(out)
-}
-
-/// `‖x − ref‖ / ‖ref‖` (absolute when the reference is zero).
-fn rel_err(x: &[f32], r: &[f32]) -> f64 {
-    let (mut d, mut n) = (0.0f64, 0.0f64);
-    for (a, b) in x.iter().zip(r) {
-        d += (f64::from(*a) - f64::from(*b)).powi(2);
-        n += f64::from(*b).powi(2);
-    }
-    if n > 0.0 { (d / n).sqrt() } else { d.sqrt() }
 }
 
 /// What one rank reports back.
@@ -231,7 +222,7 @@ pub fn run(device: &Device, o: &Options, ranks: usize) -> Result<()> {
             "--gpus {ranks}: expected 1 to {count} (the GPUs this machine has)"
         )));
     }
-    if s.batch % ranks != 0 {
+    if !s.batch.is_multiple_of(ranks) {
         return Err(stepgraph::Error::Invalid(format!(
             "--gpus {ranks}: the batch {} must split evenly over the GPUs",
             s.batch

@@ -23,6 +23,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+
 use stepgraph::{Device, Result, Schedule, SmTarget};
 
 use stepgraph_sac::host::{Trainer, losses_line};
@@ -73,83 +76,101 @@ impl Options {
 fn critic_sms(value: &str) -> std::result::Result<SmTarget, String> {
     match value {
         "share" => Ok(SmTarget::Share(CRITICS as u32)),
-        v => v.parse().map_err(|e| format!("--critic-sms: {e}")),
+        v => v.parse().map_err(|e| format!("{e}")),
     }
 }
 
-const USAGE: &str = "usage: sac [--steps N] [--batch B] [--obs S] [--action A] [--hidden H] \
-                     [--seed N] [--replay N] [--one-stream] [--critic-sms whole|share|1/N|N] \
-                     [--check DIR] [--bench DIR [--replays N]] \
-                     | --print-plan dot|svg";
+/// A count that must be at least 1.
+fn positive(value: &str) -> std::result::Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1, found 0".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("takes a positive integer, found `{value}`")),
+    }
+}
 
-fn parse_options(mut args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
-    let mut o = Options {
-        sizes: Sizes::default(),
-        steps: None,
-        seed: 42,
-        one_stream: false,
-        check: None,
-        bench: None,
-        replays: 200,
-        replay: stepgraph_sac::host::DEFAULT_REPLAY,
-        critic_sms: SmTarget::Whole,
-    };
-    while let Some(flag) = args.next() {
-        if flag == "--one-stream" {
-            o.one_stream = true;
-            continue;
-        }
-        if flag == "--help" || flag == "-h" {
-            return Err(USAGE.into());
-        }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let number = |name: &str| -> std::result::Result<usize, String> {
-            match value.parse::<usize>() {
-                Ok(0) => Err(format!("{name} must be at least 1, found 0")),
-                Ok(v) => Ok(v),
-                Err(_) => Err(format!("{name} takes a positive integer, found `{value}`")),
-            }
+/// One soft actor-critic update with twin critics as a stepgraph step: trains and prints
+/// the losses, writes the check's tensors for reference.py (`--check`), times the
+/// variants against their bounds (`--bench`) or prints the plan (`--print-plan`). With no
+/// GPU it prints the plan and says what the run needs.
+#[derive(Debug, Parser)]
+#[command(name = "sac")]
+struct Cli {
+    /// Steps to train, or to check with --check [default: 100, or 3 with --check].
+    #[arg(long, value_parser = positive)]
+    steps: Option<usize>,
+    /// The seed of the initial weights and generated transitions.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Capture every op on one stream instead of the planned streams.
+    #[arg(long)]
+    one_stream: bool,
+    /// Write the seeded state and each step's tensors to DIR for `reference.py check DIR`.
+    #[arg(long, value_name = "DIR", conflicts_with = "bench")]
+    check: Option<PathBuf>,
+    /// Time eager, the one-stream graph and the planned graph against the critical-path
+    /// and work bounds, and write the records into DIR.
+    #[arg(long, value_name = "DIR")]
+    bench: Option<PathBuf>,
+    /// Replays per timing of --bench.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = positive)]
+    replays: usize,
+    /// Transitions in the replay buffer.
+    #[arg(long, value_name = "N", default_value_t = stepgraph_sac::host::DEFAULT_REPLAY, value_parser = positive)]
+    replay: usize,
+    /// What the critics' matmuls are planned for: whole (the default), share (the GPU
+    /// over the critics), 1/N of the GPU, or N SMs.
+    #[arg(long, value_name = "whole|share|1/N|N", default_value = "whole", value_parser = critic_sms, allow_hyphen_values = true)]
+    critic_sms: SmTarget,
+    /// Print the step's plan as Graphviz DOT or SVG, and exit.
+    #[arg(long, value_name = "dot|svg")]
+    print_plan: Option<String>,
+    /// B: transitions per step.
+    #[arg(long, default_value_t = Sizes::default().batch, value_parser = positive)]
+    batch: usize,
+    /// S: observation features.
+    #[arg(long, default_value_t = Sizes::default().obs, value_parser = positive)]
+    obs: usize,
+    /// A: action dimensions.
+    #[arg(long, default_value_t = Sizes::default().action, value_parser = positive)]
+    action: usize,
+    /// H: the hidden width of every network.
+    #[arg(long, default_value_t = Sizes::default().hidden, value_parser = positive)]
+    hidden: usize,
+}
+
+impl Options {
+    /// The run the command line asks for, its sizes checked.
+    fn from_cli(cli: Cli) -> std::result::Result<Options, String> {
+        let sizes = Sizes {
+            batch: cli.batch,
+            obs: cli.obs,
+            action: cli.action,
+            hidden: cli.hidden,
         };
-        match flag.as_str() {
-            "--steps" => o.steps = Some(number("--steps")?),
-            "--check" => o.check = Some(PathBuf::from(&value)),
-            "--batch" => o.sizes.batch = number("--batch")?,
-            "--obs" => o.sizes.obs = number("--obs")?,
-            "--action" => o.sizes.action = number("--action")?,
-            "--hidden" => o.sizes.hidden = number("--hidden")?,
-            "--replays" => o.replays = number("--replays")?,
-            "--replay" => o.replay = number("--replay")?,
-            "--bench" => o.bench = Some(PathBuf::from(&value)),
-            "--critic-sms" => o.critic_sms = critic_sms(&value)?,
-            "--seed" => {
-                o.seed = value
-                    .parse()
-                    .map_err(|_| format!("--seed takes an unsigned integer, found `{value}`"))?
-            }
-            _ => return Err(format!("unknown flag `{flag}`\n{USAGE}")),
-        }
+        sizes.check().map_err(|e| e.to_string())?;
+        Ok(Options {
+            sizes,
+            steps: cli.steps,
+            seed: cli.seed,
+            one_stream: cli.one_stream,
+            check: cli.check,
+            bench: cli.bench,
+            replays: cli.replays,
+            replay: cli.replay,
+            critic_sms: cli.critic_sms,
+        })
     }
-    if o.check.is_some() && o.bench.is_some() {
-        return Err(format!(
-            "--check and --bench are two runs: give one\n{USAGE}"
-        ));
-    }
-    o.sizes.check().map_err(|e| e.to_string())?;
-    Ok(o)
 }
 
 fn main() -> ExitCode {
     if let Some(code) = stepgraph_picture::print_plan_if_asked(&sac::PLAN) {
         return code;
     }
-    let options = match parse_options(std::env::args().skip(1)) {
+    // --help and malformed options exit here, as clap does (status 2 on error).
+    let options = match Options::from_cli(Cli::parse()) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("sac: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => Cli::command().error(ErrorKind::ValueValidation, e).exit(),
     };
     println!("{}", sac::PLAN);
     let device = match Device::new(0) {
@@ -168,7 +189,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    // parse_options refuses --check with --bench.
+    // clap refuses --check with --bench.
     let run = match (&options.check, &options.bench) {
         (Some(dir), _) => Kernels::load(&device).and_then(|k| {
             stepgraph_sac::check::run(
@@ -228,7 +249,25 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> std::result::Result<Options, String> {
-        parse_options(args.iter().map(|s| s.to_string()))
+        let cli = Cli::try_parse_from(std::iter::once("sac").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        Options::from_cli(cli)
+    }
+
+    #[test]
+    fn the_command_line_is_consistent_and_has_help() {
+        Cli::command().debug_assert();
+        let help = Cli::try_parse_from(["sac", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        for flag in [
+            "--steps",
+            "--check",
+            "--bench",
+            "--critic-sms",
+            "--print-plan",
+        ] {
+            assert!(help.to_string().contains(flag), "{flag}");
+        }
     }
 
     #[test]
@@ -243,7 +282,11 @@ mod tests {
         let o = parse(&["--check", "/tmp/d", "--steps", "2"]).unwrap();
         assert_eq!(o.check, Some(PathBuf::from("/tmp/d")));
         assert_eq!(o.steps, Some(2));
-        assert!(parse(&["--check"]).unwrap_err().contains("needs a value"));
+        assert!(
+            parse(&["--check"])
+                .unwrap_err()
+                .contains("a value is required for '--check <DIR>'")
+        );
         let o = parse(&["--bench", "/tmp/b", "--replays", "50", "--replay", "1000"]).unwrap();
         assert_eq!(
             (o.bench, o.replays, o.replay),
@@ -252,7 +295,7 @@ mod tests {
         assert!(
             parse(&["--bench", "/tmp/b", "--check", "/tmp/d"])
                 .unwrap_err()
-                .contains("two runs")
+                .contains("cannot be used with")
         );
         assert!(
             parse(&["--replay", "0"])
@@ -261,7 +304,11 @@ mod tests {
         );
         assert!(parse(&["--batch", "0"]).unwrap_err().contains("at least 1"));
         assert!(parse(&["--obs", "x"]).unwrap_err().contains("`x`"));
-        assert!(parse(&["--steps"]).unwrap_err().contains("needs a value"));
+        assert!(
+            parse(&["--steps"])
+                .unwrap_err()
+                .contains("a value is required for '--steps <STEPS>'")
+        );
         assert_eq!(parse(&[]).unwrap().critic_sms, SmTarget::Whole);
         assert_eq!(
             parse(&["--critic-sms", "share"]).unwrap().critic_sms,
@@ -282,7 +329,7 @@ mod tests {
         assert!(
             parse(&["--nope", "1"])
                 .unwrap_err()
-                .contains("unknown flag")
+                .contains("unexpected argument '--nope' found")
         );
     }
 }
