@@ -806,9 +806,11 @@ fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &
         params.push(format!("config: {rt}::LaunchConfig"));
     }
     for p in &k.params {
+        // Whole allocations only: a view is aligned to its element alone, and a contract
+        // says nothing of the kernel's vector widths.
         let ty = match p.pass {
-            Pass::Buf => format!("&impl {rt}::DeviceMem<{}>", p.rust),
-            Pass::BufMut => format!("&mut impl {rt}::DeviceMemMut<{}>", p.rust),
+            Pass::Buf => format!("&{rt}::DeviceBuffer<{}>", p.rust),
+            Pass::BufMut => format!("&mut {rt}::DeviceBuffer<{}>", p.rust),
             Pass::Value if sizes.contains(&p.c_name) => "usize".to_string(),
             Pass::Value => p.rust.clone(),
         };

@@ -86,8 +86,10 @@
 //!   with `+`, `-`, `*`, parentheses and `cdiv(a, b)` (division rounded up). It is computed
 //!   in `usize` with overflow checked.
 //!
-//! The safe method takes the arguments of the launcher, except that the integer
-//! parameters a contract names are `usize`, converted to the kernel's type with a check.
+//! The safe method takes the arguments of the launcher, except that buffers are whole
+//! `DeviceBuffer`s (a view is aligned to its element only, and a contract says nothing of
+//! the kernel's vector widths) and the integer parameters a contract names are `usize`,
+//! converted to the kernel's type with a check.
 //! Its checks, in order: the positive sizes, the buffers in declaration order, the grid,
 //! the conversions. A buffer of another length is `Error::LengthMismatch` whose `what` is
 //! `"<kernel>: <buffer> ([<size>])"`; a zero, an overflow or a size that does not fit is

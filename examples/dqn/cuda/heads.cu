@@ -31,6 +31,7 @@ __device__ __forceinline__ void add_warp_rows(const float (&part)[8][WIDTH], uns
 // GLU, forward: g[r, k] = u[r, k] * sigmoid(u[r, G + k]) for r < rows, k < G; u is
 // [rows, 2G], g is [rows, G], n = rows * G. The D branches packed as [D, B, 2G] are
 // rows = D * B. Grid: one thread per element of g, ceil(n / 256) blocks of 256.
+// stepgraph(unsafe): u[2 * n], g[n], G > 0, grid = elementwise(n)
 extern "C" __global__ void glu_forward(const float* __restrict__ u, float* __restrict__ g,
                                        unsigned n, unsigned G) {
     const unsigned i = global_index();
@@ -46,6 +47,7 @@ extern "C" __global__ void glu_forward(const float* __restrict__ u, float* __res
 //   du[r, k] = dg[r, k] * s,   du[r, G + k] = dg[r, k] * a * s * (1 - s).
 // Shapes as glu_forward (du like u). Grid: one thread per element of dg, which writes both
 // halves, ceil(n / 256) blocks of 256.
+// stepgraph(unsafe): u[2 * n], dg[n], du[2 * n], G > 0, grid = elementwise(n)
 extern "C" __global__ void glu_backward(const float* __restrict__ u, const float* __restrict__ dg,
                                         float* __restrict__ du, unsigned n, unsigned G) {
     const unsigned i = global_index();
@@ -398,6 +400,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // Called once per head (tau = 0.7 for e_hi, 0.3 for e_lo); L_iql is the sum of both.
 // e, qbar, de: [B]. Grid: one thread per sample, ceil(B / 256) blocks of 256; the loss is
 // summed per block in a fixed order and added with one atomicAdd per block and slot.
+// stepgraph(unsafe): e[B], qbar[B], de[B], losses[8], B > 0, grid = elementwise(B)
 extern "C" __global__ void __launch_bounds__(256)
     expectile_loss(const float* __restrict__ e, const float* __restrict__ qbar,
                    float* __restrict__ de, float* __restrict__ losses, unsigned B, float tau,

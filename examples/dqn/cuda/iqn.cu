@@ -15,6 +15,7 @@
 // [rows], cosf is [rows, C], n = rows * C. Grid: one thread per 4 consecutive elements,
 // ceil(n / 1024) blocks of 256; with C % 4 == 0 the 4 share a row and are stored as one
 // 16-byte write.
+// stepgraph(unsafe): tau[rows], cosf[rows * C], C > 0, grid = elementwise(cdiv(rows * C, 4))
 extern "C" __global__ void __launch_bounds__(256)
     iqn_cos_features(const float* __restrict__ tau, float* __restrict__ cosf, unsigned rows,
                      unsigned C) {

@@ -163,17 +163,6 @@ fn check_losses(what: &str, losses: &DeviceBuffer<f32>) -> Result<()> {
     same_len(what, LOSS_SLOTS, losses.len())
 }
 
-/// One thread per 4 consecutive elements, blocks of [`BLOCK_THREADS`]; at least one block.
-fn quad_config(n: usize) -> LaunchConfig {
-    let threads = n.div_ceil(4);
-    let blocks = threads.div_ceil(BLOCK_THREADS as usize).max(1);
-    LaunchConfig {
-        grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
-        block_dim: (BLOCK_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
 /// Dynamic shared memory a block may use without opting in to more.
 const MAX_DYNAMIC_SMEM: usize = 48 * 1024;
 
@@ -382,20 +371,8 @@ impl Kernels {
         rows: usize,
         width: usize,
     ) -> Result<()> {
-        let width32 = positive("glu_forward: width", width)?;
         let n = product("glu_forward: g", &[rows, width])?;
-        check_len(
-            "glu_forward: u ([rows, 2 width])",
-            u.len(),
-            product("glu_forward: u", &[n, 2])?,
-        )?;
-        check_len("glu_forward: g ([rows, width])", g.len(), n)?;
-        let n32 = len_u32("glu_forward: g", n)?;
-        // SAFETY: threads with i >= n return, and u holds 2n, g n elements (checked above).
-        unsafe {
-            self.raw
-                .glu_forward(stream, elementwise_config(n32), u, g, n32, width32)
-        }
+        self.raw.glu_forward_checked(stream, u, g, n, width)
     }
 
     /// GLU, backward: `du[rows, 2G]` from `u[rows, 2G]` and `dg[rows, G]` (see
@@ -410,19 +387,8 @@ impl Kernels {
         rows: usize,
         width: usize,
     ) -> Result<()> {
-        let width32 = positive("glu_backward: width", width)?;
         let n = product("glu_backward: dg", &[rows, width])?;
-        let n2 = product("glu_backward: u", &[n, 2])?;
-        check_len("glu_backward: u ([rows, 2 width])", u.len(), n2)?;
-        check_len("glu_backward: dg ([rows, width])", dg.len(), n)?;
-        check_len("glu_backward: du ([rows, 2 width])", du.len(), n2)?;
-        let n32 = len_u32("glu_backward: dg", n)?;
-        // SAFETY: threads with i >= n return; u and du hold 2n, dg n elements (checked
-        // above).
-        unsafe {
-            self.raw
-                .glu_backward(stream, elementwise_config(n32), u, dg, du, n32, width32)
-        }
+        self.raw.glu_backward_checked(stream, u, dg, du, n, width)
     }
 
     /// The double-DQN target: `y[B, D]` and `ybar[B] = mean_d y` (formula in
@@ -560,25 +526,16 @@ impl Kernels {
         de: &mut DeviceBuffer<f32>,
         losses: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let b = positive("expectile_loss: batch (e's length)", e.len())?;
-        check_len("expectile_loss: qbar ([B])", qbar.len(), e.len())?;
-        check_len("expectile_loss: de ([B])", de.len(), e.len())?;
-        check_losses("expectile_loss: losses", losses)?;
-        // SAFETY: threads with b >= B skip the per-sample buffers (all B long, checked
-        // above) and thread 0 adds into slots below losses.len().
-        unsafe {
-            self.raw.expectile_loss(
-                stream,
-                elementwise_config(b),
-                e,
-                qbar,
-                de,
-                losses,
-                b,
-                expectile.tau,
-                expectile.coef,
-            )
-        }
+        self.raw.expectile_loss_checked(
+            stream,
+            e,
+            qbar,
+            de,
+            losses,
+            e.len(),
+            expectile.tau,
+            expectile.coef,
+        )
     }
 
     /// The trunk's gradient join: `dz2[B, H]`, the sum of everything that flows into the
@@ -1512,16 +1469,8 @@ impl Kernels {
         cosf: &mut DeviceBuffer<f32>,
         features: usize,
     ) -> Result<()> {
-        let c = positive("iqn_cos_features: features", features)?;
-        let rows = len_u32("iqn_cos_features: tau", tau.len())?;
-        let n = product("iqn_cos_features: cosf", &[tau.len(), features])?;
-        check_len("iqn_cos_features: cosf ([B N, C])", cosf.len(), n)?;
-        // SAFETY: threads start at 4i < rows C = cosf.len() and stop there, and read tau
-        // below rows = tau.len().
-        unsafe {
-            self.raw
-                .iqn_cos_features(stream, quad_config(n), tau, cosf, rows, c)
-        }
+        self.raw
+            .iqn_cos_features_checked(stream, tau, cosf, tau.len(), features)
     }
 
     /// The IQN head, forward and backward, fused: the quantile Huber loss against `ybar`
@@ -3056,26 +3005,9 @@ impl Kernels {
         seed: u64,
         capacity: usize,
     ) -> Result<()> {
-        check_len("replay_draw: counter", counter.len(), 1)?;
-        let capacity = positive("replay_draw: capacity", capacity)?;
-        let batch = len_u32("replay_draw: idx", idx.len())?;
-        let taus = len_u32("replay_draw: tau", tau.len())?;
-        let n = len_u32("replay_draw: idx and tau together", idx.len() + tau.len())?;
-        // SAFETY: threads with e >= n = idx.len() + tau.len() return; thread e writes
-        // idx[e] (e < idx.len()) or tau[e - idx.len()]; the counter holds one element.
-        unsafe {
-            self.raw.replay_draw(
-                stream,
-                elementwise_config(n),
-                counter,
-                idx,
-                tau,
-                seed,
-                capacity,
-                batch,
-                taus,
-            )
-        }
+        let (batch, taus) = (idx.len(), tau.len());
+        self.raw
+            .replay_draw_checked(stream, counter, idx, tau, seed, capacity, batch, taus)
     }
 
     /// `counter[0] += 1`: the next replay draws from the next key.
@@ -3084,12 +3016,7 @@ impl Kernels {
         stream: &CaptureStream<'_>,
         counter: &mut DeviceBuffer<u64>,
     ) -> Result<()> {
-        check_len("replay_advance: counter", counter.len(), 1)?;
-        // SAFETY: one thread writes counter[0], which exists (checked above).
-        unsafe {
-            self.raw
-                .replay_advance(stream, elementwise_config(1), counter)
-        }
+        self.raw.replay_advance_checked(stream, counter)
     }
 
     /// `dst[b] = src[idx[b]]` for the per-row tensors of transitions (`s`, `s2`, `act`,
@@ -3108,73 +3035,25 @@ impl Kernels {
         state: usize,
         branches: usize,
     ) -> Result<()> {
-        let state32 = positive("replay_gather: state", state)?;
-        let branches32 = positive("replay_gather: branches", branches)?;
         let capacity = src.r.len();
-        let batch = idx.len();
-        let cap32 = positive("replay_gather: the buffer's rows", capacity)?;
-        check_len(
-            "replay_gather: src.s ([capacity, S])",
-            src.s.len(),
-            product("replay_gather: src.s", &[capacity, state])?,
-        )?;
-        check_len(
-            "replay_gather: src.s2 ([capacity, S])",
-            src.s2.len(),
-            src.s.len(),
-        )?;
-        check_len(
-            "replay_gather: src.act ([capacity, D])",
-            src.act.len(),
-            product("replay_gather: src.act", &[capacity, branches])?,
-        )?;
-        check_len(
-            "replay_gather: src.done ([capacity])",
-            src.done.len(),
+        self.raw.replay_gather_checked(
+            stream,
+            idx,
+            src.s,
+            src.s2,
+            src.act,
+            src.r,
+            src.done,
+            dst.s,
+            dst.s2,
+            dst.act,
+            dst.r,
+            dst.done,
             capacity,
-        )?;
-        let rows = product("replay_gather: s", &[batch, state])?;
-        check_len("replay_gather: s ([B, S])", dst.s.len(), rows)?;
-        check_len("replay_gather: s2 ([B, S])", dst.s2.len(), rows)?;
-        check_len(
-            "replay_gather: act ([B, D])",
-            dst.act.len(),
-            product("replay_gather: act", &[batch, branches])?,
-        )?;
-        check_len("replay_gather: r ([B])", dst.r.len(), batch)?;
-        check_len("replay_gather: done ([B])", dst.done.len(), batch)?;
-        let width = product("replay_gather: a row", &[2, state])?
-            .checked_add(branches + 2)
-            .ok_or_else(|| Error::Invalid("replay_gather: a row's width overflows".into()))?;
-        let n = len_u32(
-            "replay_gather: B rows of 2 S + D + 2",
-            product("replay_gather: rows", &[batch, width])?,
-        )?;
-        let batch32 = len_u32("replay_gather: idx", batch)?;
-        // SAFETY: threads with i >= n = B (2 S + D + 2) return; each reads idx[b] for
-        // b < B and a source row only when it is below the capacity, whose rows every
-        // source holds (checked above), and writes one element of its destination row.
-        unsafe {
-            self.raw.replay_gather(
-                stream,
-                elementwise_config(n),
-                idx,
-                src.s,
-                src.s2,
-                src.act,
-                src.r,
-                src.done,
-                dst.s,
-                dst.s2,
-                dst.act,
-                dst.r,
-                dst.done,
-                cap32,
-                batch32,
-                state32,
-                branches32,
-            )
-        }
+            idx.len(),
+            state,
+            branches,
+        )
     }
 
     /// `dst[b, :] = src[idx[b], :]` for rows of `width` floats (the window of past
@@ -4127,12 +4006,97 @@ mod tests {
 
     #[test]
     fn quad_grids_cover_every_element() {
-        for n in [0usize, 1, 4, 1024, 1025, 16384 * 256] {
-            let cfg = quad_config(n);
+        // iqn_cos_features' contract: `grid = elementwise(cdiv(rows * C, 4))`.
+        for n in [0u32, 1, 4, 1024, 1025, 16384 * 256] {
+            let cfg = raw::contract::elementwise(n.div_ceil(4));
             let threads = cfg.grid_dim.0 as usize * BLOCK_THREADS as usize;
-            assert!(threads * 4 >= n && cfg.grid_dim.0 >= 1, "n = {n}");
-            assert!((cfg.grid_dim.0 as usize - 1) * BLOCK_THREADS as usize * 4 < n.max(1));
+            assert!(threads * 4 >= n as usize && cfg.grid_dim.0 >= 1, "n = {n}");
+            assert!((cfg.grid_dim.0 as usize - 1) * BLOCK_THREADS as usize * 4 < n.max(1) as usize);
         }
+    }
+
+    /// The grids the contracts of `cuda/*.cu` declare are the ones the hand-written
+    /// launches used: `elementwise` is `elementwise_config`, `tiles` is `tile_config`.
+    #[test]
+    fn contract_grids_are_the_launch_helpers_grids() {
+        let same = |a: LaunchConfig, b: LaunchConfig| {
+            (a.grid_dim, a.block_dim, a.shared_mem_bytes)
+                == (b.grid_dim, b.block_dim, b.shared_mem_bytes)
+        };
+        assert_eq!(raw::contract::BLOCK_THREADS, BLOCK_THREADS);
+        for n in [0u32, 1, 255, 256, 257, 4096, 1 << 20, u32::MAX] {
+            assert!(
+                same(raw::contract::elementwise(n), elementwise_config(n)),
+                "elementwise({n})"
+            );
+            for y in [0u32, 1, 7] {
+                assert!(
+                    same(raw::contract::tiles(n, y), tile_config(n, y)),
+                    "tiles({n}, {y})"
+                );
+            }
+        }
+        assert!(same(
+            raw::contract::blocks(1024, BLOCK_THREADS),
+            fill_config()
+        ));
+        assert_eq!(raw::contract::blocks(0, 32).grid_dim, (1, 1, 1));
+    }
+
+    /// A safe launcher refuses before it launches: its checks need no GPU, so they run on
+    /// the generated `contract` helpers it calls.
+    #[test]
+    fn contract_checks_name_the_kernel_and_the_buffer() {
+        use raw::contract;
+        let err = contract::len(
+            "glu_forward",
+            "u",
+            "2 * n",
+            5,
+            contract::mul(Some(2), Some(3)),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::LengthMismatch { what, expected: 6, found: 5 } if what == "glu_forward: u ([2 * n])"),
+            "{err:?}"
+        );
+        assert!(contract::len("k", "x", "n", 6, Some(6)).is_ok());
+        let too_long = u32::MAX as usize + 1;
+        assert!(matches!(
+            contract::len("k", "x", "n", too_long, Some(too_long)),
+            Err(Error::Invalid(_))
+        ));
+        let err = contract::len(
+            "glu_forward",
+            "u",
+            "2 * n",
+            5,
+            contract::mul(Some(2), Some(usize::MAX)),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("glu_forward: u: the size `2 * n` overflows"),
+            "{err}"
+        );
+        assert!(matches!(
+            contract::positive("glu_forward", "G", 0),
+            Err(Error::Invalid(m)) if m == "glu_forward: G: expected at least 1, found 0"
+        ));
+        assert!(contract::at_least("k", "scratch", "n", 7, Some(6)).is_ok());
+        assert!(matches!(
+            contract::at_least("k", "scratch", "n", 5, Some(6)),
+            Err(Error::LengthMismatch {
+                expected: 6,
+                found: 5,
+                ..
+            })
+        ));
+        assert!(contract::scalar::<u32>("k", "n", "unsigned", too_long).is_err());
+        assert_eq!(contract::scalar::<u32>("k", "n", "unsigned", 7).unwrap(), 7);
+        assert_eq!(contract::cdiv(Some(9), Some(4)), Some(3));
+        assert_eq!(contract::cdiv(Some(9), Some(0)), None);
+        assert_eq!(contract::sub(Some(1), Some(2)), None);
     }
 
     #[test]
