@@ -229,6 +229,8 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // Second pass: adds the chunks' partials [chunks, A G + A + 2G] column by column, in order,
 // and writes dwa[A, G], dba[A] and dbg[2G]. Grid: ceil((A G + A + 2G) / 32) blocks of (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (A * G + A + 2 * G)], dwa[A * G], dba[A], dbg[2 * G],
+// stepgraph(unsafe): grid = tiles(cdiv(A * G + A + 2 * G, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     branch_head_backward_finish(const float* __restrict__ partials, unsigned chunks, unsigned G,
                                 unsigned A, float* __restrict__ dwa, float* __restrict__ dba,
@@ -499,6 +501,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // dwe[H] and dbe[1], and adds the loss L = (sum w u^2) / B into losses[LOSS_IQL] and
 // coef L into losses[LOSS_TOTAL] (one thread, once). Grid: ceil((H + 2) / 32) blocks of
 // (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (H + 2)], dwe[H], dbe[1], losses[8],
+// stepgraph(unsafe): grid = tiles(cdiv(H + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     expectile_head_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
                           float* __restrict__ dwe, float* __restrict__ dbe,
@@ -596,6 +600,8 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // Second pass: adds the chunks' partials [chunks, 2H + 1] column by column, in order, and
 // writes db2[H], dwv[H] and dbv[1]. Grid: ceil((2H + 1) / 32) blocks of (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (2 * H + 1)], db2[H], dwv[H], dbv[1],
+// stepgraph(unsafe): grid = tiles(cdiv(2 * H + 1, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     trunk_grad_join_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
                            float* __restrict__ db2, float* __restrict__ dwv,
@@ -786,6 +792,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 
 // Second pass: adds the chunks' partials [chunks, H S + H] column by column, in order, and
 // writes dw1[H, S] and db1[H]. Grid: ceil((H S + H) / 32) blocks of (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (H * S + H)], dw1[H * S], db1[H],
+// stepgraph(unsafe): grid = tiles(cdiv(H * S + H, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     trunk_l1_grad_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
                          unsigned S, float* __restrict__ dw1, float* __restrict__ db1) {

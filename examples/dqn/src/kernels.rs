@@ -629,24 +629,15 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "trunk_grad_join: finish blocks",
-            (2 * dims.hidden + 1).div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (2H + 1) floats of scratch and writes db2[0..H),
-        // dwv[0..H) and dbv[0], whose lengths are checked above.
-        unsafe {
-            self.raw.trunk_grad_join_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                h,
-                out.db2,
-                out.dwv,
-                out.dbv,
-            )
-        }
+        self.raw.trunk_grad_join_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.hidden,
+            out.db2,
+            out.dwv,
+            out.dbv,
+        )
     }
 }
 
@@ -842,24 +833,15 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "trunk_l1_grad: finish blocks",
-            (dims.hidden * dims.state + dims.hidden).div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (H S + H) floats of scratch and writes dw1[0..H S) and
-        // db1[0..H) (lengths checked above).
-        unsafe {
-            self.raw.trunk_l1_grad_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                h,
-                st,
-                out.dw1,
-                out.db1,
-            )
-        }
+        self.raw.trunk_l1_grad_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.hidden,
+            dims.state,
+            out.dw1,
+            out.db1,
+        )
     }
 }
 
@@ -1006,26 +988,17 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "expectile_head: finish blocks",
-            (dims.hidden + 2).div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (H + 2) floats of scratch, writes dwe[0..H) and dbe[0]
-        // and adds into two slots below LOSS_SLOTS = losses.len() (lengths checked above).
-        unsafe {
-            self.raw.expectile_head_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                h,
-                out.dwe,
-                out.dbe,
-                out.losses,
-                b,
-                expectile.coef,
-            )
-        }
+        self.raw.expectile_head_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.hidden,
+            out.dwe,
+            out.dbe,
+            out.losses,
+            b,
+            expectile.coef,
+        )
     }
 }
 
@@ -1296,25 +1269,16 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "branch_head_backward: finish blocks",
-            dims.partial_cols().div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (A G + A + 2G) floats of scratch and writes dwa[0..A G),
-        // dba[0..A) and dbg[0..2G), whose lengths are checked above.
-        unsafe {
-            self.raw.branch_head_backward_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                g,
-                a,
-                out.dwa,
-                out.dba,
-                out.dbg,
-            )
-        }
+        self.raw.branch_head_backward_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.glu,
+            dims.actions,
+            out.dwa,
+            out.dba,
+            out.dbg,
+        )
     }
 }
 
@@ -1353,8 +1317,6 @@ struct IqnPlan {
     config: LaunchConfig,
     /// Partial rows written (one per block).
     rows: u32,
-    /// Columns of a partial row, `2 H + 2`: what the finish kernel adds up.
-    cols: u32,
     scratch_len: usize,
 }
 
@@ -1416,7 +1378,6 @@ fn iqn_plan(dims: IqnDims) -> Result<IqnPlan> {
             shared_mem_bytes: smem,
         },
         rows: blocks,
-        cols,
         scratch_len,
     })
 }
@@ -1576,26 +1537,19 @@ impl Kernels {
                 coef,
             )?
         };
-        let cols = plan.cols;
-        // SAFETY: the kernel reads rows (2H + 2) floats of scratch (checked above) and writes only
-        // columns c < 2H + 2: dwq[c < H], dbphi[c - H < H], dbq[0], and losses slots below
-        // LOSS_SLOTS.
-        unsafe {
-            self.raw.iqn_finish(
-                stream,
-                tile_config(cols.div_ceil(32), 1),
-                &*scratch,
-                plan.rows,
-                h,
-                out.dwq,
-                out.dbphi,
-                out.dbq,
-                out.losses,
-                b,
-                n,
-                coef,
-            )
-        }
+        self.raw.iqn_finish_checked(
+            stream,
+            &*scratch,
+            plan.rows as usize,
+            dims.hidden,
+            out.dwq,
+            out.dbphi,
+            out.dbq,
+            out.losses,
+            b,
+            n,
+            coef,
+        )
     }
 }
 
@@ -1998,27 +1952,21 @@ impl Kernels {
                 };
             }
         }
-        // SAFETY: the kernel reads rows (2H + 2 + H C) floats of scratch (checked above) and writes
-        // only columns c < 2H + 2 + H C: dwq[c < H], dbphi[c - H < H], dbq[0], losses slots
-        // below LOSS_SLOTS and dwphi[c - 2H - 2 < H C].
-        unsafe {
-            self.raw.iqn_fused_finish(
-                stream,
-                plan.finish,
-                &*scratch,
-                plan.rows,
-                h,
-                c,
-                out.dwphi,
-                out.dwq,
-                out.dbphi,
-                out.dbq,
-                out.losses,
-                b,
-                n,
-                coef,
-            )
-        }
+        self.raw.iqn_fused_finish_checked(
+            stream,
+            &*scratch,
+            plan.rows as usize,
+            dims.hidden,
+            dims.cosines,
+            out.dwphi,
+            out.dwq,
+            out.dbphi,
+            out.dbq,
+            out.losses,
+            b,
+            n,
+            coef,
+        )
     }
 }
 
@@ -2443,22 +2391,17 @@ impl Kernels {
                 )?
             };
         }
-        // SAFETY: the kernel reads rows (E + 2) floats of scratch and writes dwp[c < E], dbp[0] and
-        // loss slots below LOSS_SLOTS (all checked above).
-        unsafe {
-            self.raw.attn_pool_finish(
-                stream,
-                tile_config(cols.div_ceil(32), 1),
-                &*scratch,
-                rows,
-                e,
-                out.dwp,
-                out.dbp,
-                out.losses,
-                b,
-                coef,
-            )
-        }
+        self.raw.attn_pool_finish_checked(
+            stream,
+            &*scratch,
+            rows as usize,
+            dims.width,
+            out.dwp,
+            out.dbp,
+            out.losses,
+            b,
+            coef,
+        )
     }
 }
 
