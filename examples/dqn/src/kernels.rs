@@ -1679,7 +1679,6 @@ struct IqnFusedPlan {
     /// Partial rows written (one per block of `config`).
     rows: u32,
     scratch_len: usize,
-    finish: LaunchConfig,
 }
 
 fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
@@ -1727,7 +1726,6 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         },
         rows: blocks,
         scratch_len,
-        finish: tile_config((row_len as u32).div_ceil(32), 1),
     })
 }
 
@@ -1744,7 +1742,7 @@ fn iqn_partial_row_len(dims: IqnFusedDims) -> usize {
 fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
     // Sizes neither kernel takes (a batch of 0, B N past 32 bits) get iqn_fused's error,
     // which names them.
-    let fallback = iqn_fused_plan(dims)?;
+    iqn_fused_plan(dims)?;
     if !dims.wgmma_takes() {
         let (n, c, h) = IQN_WGMMA_SIZES;
         return Err(Error::Invalid(format!(
@@ -1765,7 +1763,6 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         // Never more rows than iqn_fused's plan (min(B, sms) blocks at H = 256), so the
         // scratch that IqnFusedDims::scratch_len asks for serves both kernels.
         scratch_len: blocks as usize * iqn_partial_row_len(dims),
-        finish: fallback.finish,
     })
 }
 
@@ -3554,8 +3551,6 @@ mod tests {
         assert_eq!(plan.rows, wave);
         let row = 2 * 256 + 2 + 256 * 64;
         assert_eq!(step.scratch_len(), wave as usize * row);
-        assert_eq!(plan.finish.grid_dim, ((row as u32).div_ceil(32), 1, 1));
-        assert_eq!(plan.finish.block_dim, (32, 32, 1));
         assert!(step.supported());
         assert_eq!(
             step.unfused(),
@@ -3791,10 +3786,6 @@ mod tests {
             // The scratch IqnFusedDims asks for (iqn_fused's) holds iqn_wgmma's rows too.
             assert!(plan.scratch_len <= dims.scratch_len(), "{dims:?}");
             assert_eq!(plan.scratch_len, blocks as usize * (2 * 256 + 2 + 256 * 64));
-            assert_eq!(
-                plan.finish.grid_dim,
-                iqn_fused_plan(dims).unwrap().finish.grid_dim
-            );
         }
         // Any other N, C or H takes iqn_fused, and iqn_wgmma's plan says why.
         for dims in [
