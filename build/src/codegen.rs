@@ -849,36 +849,23 @@ fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &
     }
     let count = |e: &Expr| {
         format!(
-            "contract::count({name:?}, {:?}, {})?",
+            "            contract::count({name:?}, {:?}, {})?,",
             e.text(),
             size_code(e, k)
         )
     };
-    match &c.grid {
-        Some(Grid::Elementwise(n)) => {
-            let _ = writeln!(
-                w,
-                "        let config = contract::elementwise({});",
-                count(n)
-            );
-        }
-        Some(Grid::Tiles(x, y)) => {
-            let _ = writeln!(
-                w,
-                "        let config = contract::tiles({}, {});",
-                count(x),
-                count(y)
-            );
-        }
-        Some(Grid::Blocks(n, t)) => {
-            let _ = writeln!(
-                w,
-                "        let config = contract::blocks({}, {});",
-                count(n),
-                count(t)
-            );
-        }
-        None => {}
+    let rule = match &c.grid {
+        Some(Grid::Elementwise(n)) => Some(("elementwise", vec![count(n)])),
+        Some(Grid::Tiles(x, y)) => Some(("tiles", vec![count(x), count(y)])),
+        Some(Grid::Blocks(n, t)) => Some(("blocks", vec![count(n), count(t)])),
+        None => None,
+    };
+    if let Some((rule, args)) = rule {
+        let _ = writeln!(
+            w,
+            "        let config = contract::{rule}(\n{}\n        );",
+            args.join("\n")
+        );
     }
     for p in k.params.iter().filter(|p| sizes.contains(&p.c_name)) {
         let _ = writeln!(

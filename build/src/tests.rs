@@ -345,6 +345,56 @@ fn generated_code_parses_and_has_the_registry_and_a_typed_launcher_per_kernel() 
 }
 
 #[test]
+fn a_kernel_with_a_contract_gets_a_safe_checked_method_beside_its_launcher() {
+    let code = codegen::generate(&sample());
+    let file = syn::parse_file(&code).expect("the generated code parses");
+    let safe = launcher(&file, "axpby_checked");
+    assert!(safe.sig.unsafety.is_none(), "the checked method is safe");
+    assert!(launcher(&file, "axpby").sig.unsafety.is_some());
+    let params = |f: &syn::ImplItemFn| -> Vec<(String, String)> {
+        f.sig
+            .inputs
+            .iter()
+            .filter_map(|i| match i {
+                syn::FnArg::Typed(t) => match &*t.pat {
+                    syn::Pat::Ident(id) => Some((id.ident.to_string(), tokens(&*t.ty))),
+                    _ => None,
+                },
+                syn::FnArg::Receiver(_) => None,
+            })
+            .collect()
+    };
+    let want = [
+        ("stream", "&::stepgraph::__rt_v1::CaptureStream<'_>"),
+        ("x", "&::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("y", "&mut ::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("n", "usize"),
+        ("a", "f32"),
+        ("b", "f32"),
+    ];
+    let found = params(safe);
+    let found: Vec<(&str, &str)> = found
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(found, want);
+    // Without a grid, the caller's config comes after the stream.
+    let fill = params(launcher(&file, "fill_affine_checked"));
+    assert_eq!(fill[1].0, "config");
+    // No contract, no safe method.
+    assert!(!code.contains("fn launch_load_checked("));
+    // The helpers and grid rules, once.
+    assert_eq!(code.matches("pub mod contract {").count(), 1);
+    let mut plain = sample();
+    for m in &mut plain.modules {
+        for k in &mut m.kernels {
+            k.contract = None;
+        }
+    }
+    assert!(!codegen::generate(&plain).contains("mod contract"));
+}
+
+#[test]
 fn the_runtime_path_is_configurable() {
     let mut r = sample();
     r.rt = "::my_framework::stepgraph".into();

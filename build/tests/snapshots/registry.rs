@@ -282,7 +282,9 @@ impl Kernels {
             y.len(),
             Some(n),
         )?;
-        let config = contract::elementwise(contract::count("axpby", "n", Some(n))?);
+        let config = contract::elementwise(
+            contract::count("axpby", "n", Some(n))?,
+        );
         let n: u32 = contract::scalar("axpby", "n", "unsigned", n)?;
         // SAFETY: the lengths and sizes are checked above against the contract that
         // the kernel's author declared (`stepgraph(unsafe)` in `cuda/elementwise.cu`) to keep

@@ -86,6 +86,10 @@ impl Kernels {
 // and fails with [`Error::LengthMismatch`] (or [`Error::Invalid`] for a size the kernel
 // cannot take) before anything is launched. Buffers must be whole allocations, as every
 // `DeviceBuffer` is: the kernels' 16-byte accesses rely on their alignment.
+// A kernel whose bounds are its buffers' lengths and its grid declares them above its
+// signature (`// stepgraph(unsafe): ...`), and its wrapper calls the `_checked` method
+// stepgraph-build generates from that; the others (per-branch pointers, chunk plans,
+// register and shared-memory limits) launch by hand with a `SAFETY:` comment.
 // ---------------------------------------------------------------------------------------
 
 /// A slot of the DQN step's loss buffer: [`LOSS_SLOTS`] floats, zeroed by a memset op at

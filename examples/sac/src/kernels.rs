@@ -5,7 +5,9 @@
 //! Shapes are row-major (`[B, X]` puts row `b` at offset `b X`). Every wrapper fails with
 //! [`Error::LengthMismatch`](stepgraph::Error::LengthMismatch) or [`Error::Invalid`](stepgraph::Error::Invalid) before anything is launched when a
 //! buffer's length does not match the sizes it is given. Each kernel has a CPU reference
-//! in [`reference`](crate::reference).
+//! in [`reference`](crate::reference). The elementwise and one-block kernels declare their
+//! lengths and grid above their signature (`// stepgraph(unsafe): ...`), and their
+//! wrappers call the `_checked` methods stepgraph-build generates from that.
 
 use std::sync::Arc;
 
