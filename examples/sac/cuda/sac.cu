@@ -733,6 +733,8 @@ __device__ __forceinline__ float critics_min(const float* __restrict__ q0,
 // critic_min over `count` critics, then soft_target, in one launch: qmin, argmin and y
 // [n], the same values as the running minimum and soft_target give. One thread per
 // element.
+// stepgraph(unsafe): y[n], q0[n], q1[n], q2[n], q3[n], r[n], done[n], logp_next[n], qmin[n],
+// stepgraph(unsafe): argmin[n], log_alpha[1], grid = elementwise(n)
 extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
                                            const float* __restrict__ q1,
                                            const float* __restrict__ q2,
@@ -757,6 +759,8 @@ extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
 
 // critic_min over `count` critics, then actor_loss, in one block of SAC_REDUCE_THREADS:
 // qmin and argmin [n], loss[0] = mean(alpha logp - qmin), the sum in actor_loss's order.
+// stepgraph(unsafe): logp[n], q0[n], q1[n], q2[n], q3[n], qmin[n], argmin[n], log_alpha[1],
+// stepgraph(unsafe): loss[1], n > 0, grid = blocks(1, 1024)
 extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
                                           const float* __restrict__ q1,
                                           const float* __restrict__ q2,
@@ -812,6 +816,10 @@ extern "C" __global__ void critic_min_select(const float* __restrict__ q,
 // -q / rows, computed for every row, so that no critic's pass waits for the minimum. The
 // same bits as critic_min_select over the critics followed by tanh_gauss_backward. One
 // thread per (b, j), j < dims.
+// stepgraph(unsafe): q0[rows], q1[rows], q2[rows], q3[rows], da0[rows * dims],
+// stepgraph(unsafe): da1[rows * dims], da2[rows * dims], da3[rows * dims], head[rows * 2 * dims],
+// stepgraph(unsafe): dhead[rows * 2 * dims], eps[rows * dims], act[rows * dims], log_alpha[1],
+// stepgraph(unsafe): rows > 0, dims > 0, grid = elementwise(rows * dims)
 extern "C" __global__ void tanh_gauss_backward_min(
     const float* __restrict__ head, const float* __restrict__ eps,
     const float* __restrict__ act, const float* __restrict__ q0, const float* __restrict__ q1,

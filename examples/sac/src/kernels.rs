@@ -135,15 +135,6 @@ fn whole(what: &str, len: usize, k: usize) -> Result<usize> {
     Ok(len / k)
 }
 
-/// One block of [`REDUCE_THREADS`]: a fixed-order sum over the whole batch.
-fn reduce_config() -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
 /// The SAC step's kernels and the generic ones it uses, loaded once per device.
 #[derive(Debug)]
 pub struct Kernels {
@@ -607,45 +598,11 @@ impl Kernels {
         y: &mut Buf,
         gamma: f32,
     ) -> Result<()> {
-        let n = len_u32("min_soft_target: y", y.len())?;
-        let ([q0, q1, q2, q3], count) = critic_outputs("min_soft_target", qs, y.len())?;
-        for (what, len) in [
-            ("min_soft_target: r (the length of y)", r.len()),
-            ("min_soft_target: done (the length of y)", done.len()),
-            (
-                "min_soft_target: logp_next (the length of y)",
-                logp_next.len(),
-            ),
-            ("min_soft_target: qmin (the length of y)", qmin.len()),
-            ("min_soft_target: argmin (the length of y)", argmin.len()),
-        ] {
-            check_len(what, len, y.len())?;
-        }
-        check_len("min_soft_target: log_alpha ([1])", log_alpha.len(), 1)?;
-        // SAFETY: threads with i >= n return; thread i reads element i of the first
-        // `count` critics' outputs (the other slots repeat the first and are not read), of
-        // r, done and logp_next, and writes element i of qmin, argmin and y, all n long;
-        // log_alpha holds one element (checked above).
-        unsafe {
-            self.raw.min_soft_target(
-                stream,
-                elementwise_config(n),
-                q0,
-                q1,
-                q2,
-                q3,
-                count,
-                r,
-                done,
-                logp_next,
-                log_alpha,
-                qmin,
-                argmin,
-                y,
-                gamma,
-                n,
-            )
-        }
+        let n = y.len();
+        let ([q0, q1, q2, q3], count) = critic_outputs("min_soft_target", qs, n)?;
+        self.raw.min_soft_target_checked(
+            stream, q0, q1, q2, q3, count, r, done, logp_next, log_alpha, qmin, argmin, y, gamma, n,
+        )
     }
 
     /// [`Kernels::critic_min`] over the critics' outputs `qs` (1 to [`MIN_CRITICS`], in
@@ -662,39 +619,21 @@ impl Kernels {
         argmin: &mut DeviceBuffer<u32>,
         loss: &mut Buf,
     ) -> Result<()> {
-        let n = positive("min_actor_loss: logp", logp.len())?;
         let ([q0, q1, q2, q3], count) = critic_outputs("min_actor_loss", qs, logp.len())?;
-        check_len(
-            "min_actor_loss: qmin (the length of logp)",
-            qmin.len(),
+        self.raw.min_actor_loss_checked(
+            stream,
+            q0,
+            q1,
+            q2,
+            q3,
+            count,
+            logp,
+            log_alpha,
+            qmin,
+            argmin,
+            loss,
             logp.len(),
-        )?;
-        check_len(
-            "min_actor_loss: argmin (the length of logp)",
-            argmin.len(),
-            logp.len(),
-        )?;
-        check_len("min_actor_loss: log_alpha ([1])", log_alpha.len(), 1)?;
-        check_len("min_actor_loss: loss ([1])", loss.len(), 1)?;
-        // SAFETY: one block strides over i < n: the first `count` critics' outputs, logp,
-        // qmin and argmin all hold n elements (checked); it writes loss[0].
-        unsafe {
-            self.raw.min_actor_loss(
-                stream,
-                reduce_config(),
-                q0,
-                q1,
-                q2,
-                q3,
-                count,
-                logp,
-                log_alpha,
-                qmin,
-                argmin,
-                loss,
-                n,
-            )
-        }
+        )
     }
 
     /// The actor loss `loss[0] = mean(α logp − qmin)`, `qmin` the critics' minimum.
@@ -752,10 +691,7 @@ impl Kernels {
         dims: usize,
     ) -> Result<()> {
         let what = "tanh_gauss_backward_min";
-        let r = positive("tanh_gauss_backward_min: rows", rows)?;
-        let d = positive("tanh_gauss_backward_min: dims", dims)?;
         let rd = product(what, &[rows, dims])?;
-        let heads = product(what, &[rows, 2, dims])?;
         let ([q0, q1, q2, q3], count) = critic_outputs(what, qs, rows)?;
         if das.len() != qs.len() {
             return Err(stepgraph::Error::Invalid(format!(
@@ -766,43 +702,10 @@ impl Kernels {
         }
         let gradient = "gradient at the action ([rows, dims])";
         let ([da0, da1, da2, da3], _) = critic_slots(what, das, rd, gradient)?;
-        for (name, len, want) in [
-            ("head ([rows, 2 dims])", head.len(), heads),
-            ("dhead ([rows, 2 dims])", dhead.len(), heads),
-            ("eps ([rows, dims])", eps.len(), rd),
-            ("act ([rows, dims])", act.len(), rd),
-            ("log_alpha ([1])", log_alpha.len(), 1),
-        ] {
-            check_len(&format!("{what}: {name}"), len, want)?;
-        }
-        len_u32("tanh_gauss_backward_min: head", heads)?;
-        let n = len_u32("tanh_gauss_backward_min: act", rd)?;
-        // SAFETY: threads with i >= rows dims return; thread (b, j) reads element b of the
-        // first `count` critics' outputs and element (b, j) of their gradients (the other
-        // slots repeat the first and are not read), row b of head, eps and act at columns
-        // < their widths, and writes row b of dhead, all of the lengths checked above.
-        unsafe {
-            self.raw.tanh_gauss_backward_min(
-                stream,
-                elementwise_config(n),
-                head,
-                eps,
-                act,
-                q0,
-                q1,
-                q2,
-                q3,
-                count,
-                da0,
-                da1,
-                da2,
-                da3,
-                log_alpha,
-                dhead,
-                r,
-                d,
-            )
-        }
+        self.raw.tanh_gauss_backward_min_checked(
+            stream, head, eps, act, q0, q1, q2, q3, count, da0, da1, da2, da3, log_alpha, dhead,
+            rows, dims,
+        )
     }
 
     /// The running minimum over the critics carrying the actor's gradient through the
@@ -888,5 +791,31 @@ mod tests {
         assert_eq!(d["SAC_HEAD_ROWS"], HEAD_ROWS.to_string());
         assert_eq!(d["SAC_NARROW_MAX"], NARROW_OUTPUTS.to_string());
         assert_eq!(d["SAC_MIN_CRITICS"], MIN_CRITICS.to_string());
+    }
+
+    /// The one-block reductions' contracts launch `SAC_REDUCE_THREADS` threads, the block
+    /// that their `block_sum` is written for.
+    #[test]
+    fn the_one_block_contracts_launch_the_reduction_block() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/sac.cu");
+        let source = std::fs::read_to_string(path).unwrap();
+        let grids: Vec<&str> = source
+            .lines()
+            .filter(|l| l.starts_with("// stepgraph(unsafe):"))
+            .filter_map(|l| l.split("grid = blocks(").nth(1))
+            .collect();
+        assert_eq!(
+            grids.len(),
+            4,
+            "mse_loss, actor_loss, min_actor_loss, alpha_grad"
+        );
+        for g in grids {
+            assert_eq!(g, format!("1, {REDUCE_THREADS})"));
+        }
+        let one = raw::contract::blocks(1, REDUCE_THREADS);
+        assert_eq!(
+            (one.grid_dim, one.block_dim),
+            ((1, 1, 1), (REDUCE_THREADS, 1, 1))
+        );
     }
 }
