@@ -733,7 +733,7 @@ fn size_code(e: &Expr, k: &KernelModel) -> String {
         format!("contract::{f}({}, {})", size_code(a, k), size_code(b, k))
     };
     match e {
-        Expr::Lit(v) => format!("Some({v})"),
+        Expr::Lit(v) | Expr::Const(_, v) => format!("Some({v})"),
         Expr::Param(p) => format!("Some({})", rust_name_of(k, p)),
         Expr::Add(a, b) => bin("add", a, b),
         Expr::Sub(a, b) => bin("sub", a, b),

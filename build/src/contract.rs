@@ -17,8 +17,11 @@
 //!   `grid = blocks(count, threads)`: `count` blocks of `threads`. Without a grid the
 //!   safe method takes the launch config as its caller's argument.
 //!
-//! A size is an integer expression over the kernel's integer parameters and literals, with
+//! A size is an integer expression over the kernel's integer parameters, decimal literals
+//! and integer `#define`s of the source and the headers it includes (`LOSS_SLOTS`), with
 //! `+`, `-`, `*`, parentheses and `cdiv(a, b)` (division rounded up).
+
+use std::collections::BTreeMap;
 
 use crate::types::Pass;
 
@@ -32,6 +35,8 @@ pub(crate) enum Expr {
     Lit(u64),
     /// An integer parameter, by its C name.
     Param(String),
+    /// An integer `#define` of the source or its headers: its name and value.
+    Const(String, u64),
     Add(Box<Expr>, Box<Expr>),
     Sub(Box<Expr>, Box<Expr>),
     Mul(Box<Expr>, Box<Expr>),
@@ -47,7 +52,7 @@ impl Expr {
     fn text_in(&self, outer: u8) -> String {
         let (own, s) = match self {
             Expr::Lit(v) => return v.to_string(),
-            Expr::Param(p) => return p.clone(),
+            Expr::Param(p) | Expr::Const(p, _) => return p.clone(),
             Expr::CeilDiv(a, b) => return format!("cdiv({}, {})", a.text(), b.text()),
             Expr::Add(a, b) => (1, format!("{} + {}", a.text_in(1), b.text_in(2))),
             Expr::Sub(a, b) => (1, format!("{} - {}", a.text_in(1), b.text_in(2))),
@@ -59,7 +64,7 @@ impl Expr {
     /// The parameters it names, in order of appearance.
     pub fn params(&self, out: &mut Vec<String>) {
         match self {
-            Expr::Lit(_) => {}
+            Expr::Lit(_) | Expr::Const(..) => {}
             Expr::Param(p) => {
                 if !out.contains(p) {
                     out.push(p.clone());
@@ -129,6 +134,7 @@ pub(crate) fn read(
     comment: Option<&str>,
     end_line: u32,
     params: &[ParamView<'_>],
+    constants: &BTreeMap<String, u64>,
 ) -> Result<Option<Contract>, Vec<ContractError>> {
     let Some(comment) = comment else {
         return Ok(None);
@@ -162,7 +168,7 @@ pub(crate) fn read(
         match items(body) {
             Ok(items) => {
                 for item in items {
-                    if let Err(why) = add_item(&mut contract, item, params) {
+                    if let Err(why) = add_item(&mut contract, item, params, constants) {
                         errors.push(fail(why));
                     }
                 }
@@ -220,9 +226,18 @@ enum Item {
     Grid(Grid),
 }
 
-fn add_item(c: &mut Contract, item: Item, params: &[ParamView<'_>]) -> Result<(), String> {
+fn add_item(
+    c: &mut Contract,
+    item: Item,
+    params: &[ParamView<'_>],
+    constants: &BTreeMap<String, u64>,
+) -> Result<(), String> {
+    let names = |e: &mut Expr| {
+        resolve(e, params, constants);
+        check_sizes(e, params)
+    };
     match item {
-        Item::Len(name, len) => {
+        Item::Len(name, mut len) => {
             let p = find(params, &name)?;
             if p.pass == Pass::Value {
                 return Err(format!(
@@ -232,8 +247,8 @@ fn add_item(c: &mut Contract, item: Item, params: &[ParamView<'_>]) -> Result<()
             if c.lens.iter().any(|(n, _)| *n == name) {
                 return Err(format!("buffer `{name}` has two lengths"));
             }
-            let (Len::Exactly(e) | Len::AtLeast(e)) = &len;
-            check_sizes(e, params)?;
+            let (Len::Exactly(e) | Len::AtLeast(e)) = &mut len;
+            names(e)?;
             c.lens.push((name, len));
         }
         Item::Positive(name) => {
@@ -242,14 +257,14 @@ fn add_item(c: &mut Contract, item: Item, params: &[ParamView<'_>]) -> Result<()
                 c.positive.push(name);
             }
         }
-        Item::Grid(grid) => {
+        Item::Grid(mut grid) => {
             if c.grid.is_some() {
                 return Err("two grids: declare one `grid = ...`".into());
             }
-            let (Grid::Elementwise(a) | Grid::Tiles(a, _) | Grid::Blocks(a, _)) = &grid;
-            check_sizes(a, params)?;
-            if let Grid::Tiles(_, b) | Grid::Blocks(_, b) = &grid {
-                check_sizes(b, params)?;
+            let (Grid::Elementwise(a) | Grid::Tiles(a, _) | Grid::Blocks(a, _)) = &mut grid;
+            names(a)?;
+            if let Grid::Tiles(_, b) | Grid::Blocks(_, b) = &mut grid {
+                names(b)?;
             }
             c.grid = Some(grid);
         }
@@ -285,10 +300,38 @@ fn size_param(params: &[ParamView<'_>], name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A name that is no parameter but an integer `#define` becomes that constant.
+fn resolve(e: &mut Expr, params: &[ParamView<'_>], constants: &BTreeMap<String, u64>) {
+    match e {
+        Expr::Param(n) if !params.iter().any(|p| p.c_name == n) => {
+            if let Some(&v) = constants.get(n.as_str()) {
+                *e = Expr::Const(n.clone(), v);
+            }
+        }
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::CeilDiv(a, b) => {
+            resolve(a, params, constants);
+            resolve(b, params, constants);
+        }
+        Expr::Lit(_) | Expr::Param(_) | Expr::Const(..) => {}
+    }
+}
+
 fn check_sizes(e: &Expr, params: &[ParamView<'_>]) -> Result<(), String> {
     let mut names = Vec::new();
     e.params(&mut names);
-    names.iter().try_for_each(|n| size_param(params, n))
+    names.iter().try_for_each(|n| {
+        if params.iter().any(|p| p.c_name == n) {
+            size_param(params, n)
+        } else {
+            find(params, n).map_err(|why| {
+                why.replace(
+                    "expected a parameter of the kernel",
+                    "expected an integer `#define` or a parameter of the kernel",
+                )
+            })?;
+            Ok(())
+        }
+    })
 }
 
 /// The items of one line, split at its top-level commas.

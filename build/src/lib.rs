@@ -82,9 +82,11 @@
 //!   one block; `grid = tiles(x, y)`: `(x, y)` blocks of 32 × 32 threads, at least one each
 //!   way; `grid = blocks(count, threads)`: `count` blocks (at least one) of `threads`.
 //!   Without a grid, the safe method takes the caller's `config` after `stream`.
-//! - A size is an expression over the kernel's integer parameters and decimal literals,
-//!   with `+`, `-`, `*`, parentheses and `cdiv(a, b)` (division rounded up). It is computed
-//!   in `usize` with overflow checked.
+//! - A size is an expression over the kernel's integer parameters, decimal literals and
+//!   the integer `#define`s of the source and the headers it includes with quotes
+//!   (`#define LOSS_SLOTS 8`; a parameter of the same name wins), with `+`, `-`, `*`,
+//!   parentheses and `cdiv(a, b)` (division rounded up). It is computed in `usize` with
+//!   overflow checked.
 //!
 //! The safe method takes the arguments of the launcher, except that buffers are whole
 //! `DeviceBuffer`s (a view is aligned to its element only, and a contract says nothing of
@@ -492,7 +494,7 @@ impl Builder {
                     }
                 }
                 let contract = if params.len() == k.params.len() {
-                    read_contract(k, &params).map_err(|e| {
+                    read_contract(k, &params, &p.defines).map_err(|e| {
                         errors.extend(
                             e.into_iter()
                                 .map(|e| format!("{}:{}: {}", p.source.name, e.line, e.message)),
@@ -607,6 +609,8 @@ struct Parsed {
     errors: Vec<parse::ParseError>,
     typedefs: BTreeMap<String, (Typedef, String)>,
     structs: BTreeMap<String, (String, u32)>,
+    /// Integer `#define`s of the source and its headers, for the contracts.
+    defines: BTreeMap<String, u64>,
 }
 
 /// Reads a source, and the typedefs and structs of the headers it includes with quotes.
@@ -621,6 +625,8 @@ fn read_source(
         fs::read_to_string(&source.path).map_err(|e| format!("reading {}: {e}", source.name))?;
     let lexed = lex::lex(&text);
     let (kernels, errors) = parse::kernels(&lexed.tokens);
+    let mut defines = BTreeMap::new();
+    integer_defines(&text, &mut defines);
     let mut typedefs = BTreeMap::new();
     let mut structs = BTreeMap::new();
     let mut add = |file: &str, d: parse::Declared| {
@@ -658,6 +664,7 @@ fn read_source(
         };
         let header = lex::lex(&text);
         add(&names.of(&path), parse::declared(&header.tokens));
+        integer_defines(&text, &mut defines);
         queue.extend(header.includes.into_iter().map(|(n, _)| (path.clone(), n)));
     }
     Ok(Parsed {
@@ -666,6 +673,7 @@ fn read_source(
         errors,
         typedefs,
         structs,
+        defines,
     })
 }
 
@@ -681,6 +689,7 @@ struct Pending {
 fn read_contract(
     k: &KernelSig,
     params: &[(ParamSig, RustParam)],
+    constants: &BTreeMap<String, u64>,
 ) -> Result<Option<contract::Contract>, Vec<contract::ContractError>> {
     let views: Vec<contract::ParamView<'_>> = params
         .iter()
@@ -691,7 +700,37 @@ fn read_contract(
             mapped_value: r.size.is_none() && r.pass == Pass::Value,
         })
         .collect();
-    contract::read(&k.name, k.comment.as_deref(), k.comment_end, &views)
+    contract::read(
+        &k.name,
+        k.comment.as_deref(),
+        k.comment_end,
+        &views,
+        constants,
+    )
+}
+
+/// The integer `#define`s of a file (`#define LOSS_SLOTS 8`, a decimal value with an
+/// optional `u`/`l` suffix, in parentheses or not), for the contracts' sizes.
+fn integer_defines(text: &str, out: &mut BTreeMap<String, u64>) {
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("#define") {
+            continue;
+        }
+        let (Some(name), Some(value)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if name.contains('(') {
+            continue;
+        }
+        let value = value
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .trim_end_matches(['u', 'U', 'l', 'L']);
+        if let Ok(v) = value.parse::<u64>() {
+            out.entry(name.to_string()).or_insert(v);
+        }
+    }
 }
 
 /// A kernel with a contract gets `<launcher>_checked` besides its launcher: no other

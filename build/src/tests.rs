@@ -31,7 +31,7 @@ fn with_contract(mut k: KernelModel, line: &str) -> KernelModel {
             mapped_value: p.mapped_value,
         })
         .collect();
-    let c = contract::read(&k.name, Some(line), 9, &views).unwrap();
+    let c = contract::read(&k.name, Some(line), 9, &views, &BTreeMap::new()).unwrap();
     k.contract = c;
     k
 }
@@ -780,9 +780,11 @@ mod contracts {
         ]
     }
 
-    /// The contract in `comment`, which ends on line 20.
+    /// The contract in `comment`, which ends on line 20, in a file that defines
+    /// `LOSS_SLOTS` (8) and `n` (a parameter's name, which the parameter shadows).
     fn read(comment: &str) -> Result<Option<Contract>, Vec<ContractError>> {
-        contract::read("glu_forward", Some(comment), 20, &params())
+        let constants = BTreeMap::from([("LOSS_SLOTS".to_string(), 8), ("n".to_string(), 3)]);
+        contract::read("glu_forward", Some(comment), 20, &params(), &constants)
     }
 
     /// The one error `comment` gives: its line and message.
@@ -849,10 +851,50 @@ mod contracts {
     }
 
     #[test]
+    fn an_integer_define_is_a_size_and_a_parameter_shadows_one() {
+        let c = read("stepgraph(unsafe): u[n * LOSS_SLOTS], g[n], grid = blocks(1, LOSS_SLOTS)")
+            .unwrap()
+            .unwrap();
+        let lits = Expr::Mul(n(), Box::new(Expr::Const("LOSS_SLOTS".into(), 8)));
+        assert_eq!(c.lens[0], ("u".to_string(), Len::Exactly(lits.clone())));
+        assert_eq!(lits.text(), "n * LOSS_SLOTS");
+        assert_eq!(
+            c.grid,
+            Some(Grid::Blocks(
+                Expr::Lit(1),
+                Expr::Const("LOSS_SLOTS".into(), 8)
+            ))
+        );
+        assert_eq!(
+            error("stepgraph(unsafe): u[n], g[n * LOSS]").1,
+            "kernel `glu_forward`: expected an integer `#define` or a parameter of the kernel \
+             (u, g, n, width, a), found `LOSS`"
+        );
+    }
+
+    #[test]
+    fn the_integer_defines_of_a_file_are_read() {
+        let mut d = BTreeMap::new();
+        integer_defines(
+            "#define A 8\n  #define B (16u) // sixteen\n#define F(x) 2\n#define S \"s\"\n\
+             #define A 9\n#define LONG 1ULL\n",
+            &mut d,
+        );
+        assert_eq!(
+            d,
+            BTreeMap::from([
+                ("A".to_string(), 8),
+                ("B".to_string(), 16),
+                ("LONG".to_string(), 1)
+            ])
+        );
+    }
+
+    #[test]
     fn a_comment_without_a_contract_line_has_none() {
         assert_eq!(read("y <- 2 y\nstepgraph makes it safe").unwrap(), None);
         assert_eq!(
-            contract::read("glu_forward", None, 20, &params()).unwrap(),
+            contract::read("glu_forward", None, 20, &params(), &BTreeMap::new()).unwrap(),
             None
         );
     }
@@ -967,6 +1009,7 @@ mod contracts {
             Some("stepgraph(unsafe): grid = elementwise(1)"),
             3,
             &[adv],
+            &BTreeMap::new(),
         )
         .unwrap_err();
         assert_eq!(
@@ -988,7 +1031,8 @@ mod contracts {
         assert_eq!(
             errors,
             [
-                "cuda/scale.cu:2: kernel `scale`: expected a parameter of the kernel (x, n), found `m`"
+                "cuda/scale.cu:2: kernel `scale`: expected an integer `#define` or a parameter of \
+                 the kernel (x, n), found `m`"
             ]
         );
     }

@@ -402,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // Called once per head (tau = 0.7 for e_hi, 0.3 for e_lo); L_iql is the sum of both.
 // e, qbar, de: [B]. Grid: one thread per sample, ceil(B / 256) blocks of 256; the loss is
 // summed per block in a fixed order and added with one atomicAdd per block and slot.
-// stepgraph(unsafe): e[B], qbar[B], de[B], losses[8], B > 0, grid = elementwise(B)
+// stepgraph(unsafe): e[B], qbar[B], de[B], losses[LOSS_SLOT_COUNT], B > 0, grid = elementwise(B)
 extern "C" __global__ void __launch_bounds__(256)
     expectile_loss(const float* __restrict__ e, const float* __restrict__ qbar,
                    float* __restrict__ de, float* __restrict__ losses, unsigned B, float tau,
@@ -501,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // dwe[H] and dbe[1], and adds the loss L = (sum w u^2) / B into losses[LOSS_IQL] and
 // coef L into losses[LOSS_TOTAL] (one thread, once). Grid: ceil((H + 2) / 32) blocks of
 // (32, 32).
-// stepgraph(unsafe): partials[>= chunks * (H + 2)], dwe[H], dbe[1], losses[8],
+// stepgraph(unsafe): partials[>= chunks * (H + 2)], dwe[H], dbe[1], losses[LOSS_SLOT_COUNT],
 // stepgraph(unsafe): grid = tiles(cdiv(H + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     expectile_head_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,

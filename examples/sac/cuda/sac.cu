@@ -141,7 +141,7 @@ extern "C" __global__ void narrow_relu_grad(const float* __restrict__ dout,
 
 // The critic loss: dq[i] = 2 (q[i] - y[i]) / n, loss[0] = sum (q[i] - y[i])^2 / n. One
 // block of SAC_REDUCE_THREADS.
-// stepgraph(unsafe): q[n], y[n], dq[n], loss[1], n > 0, grid = blocks(1, 1024)
+// stepgraph(unsafe): q[n], y[n], dq[n], loss[1], n > 0, grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void mse_loss(const float* __restrict__ q, const float* __restrict__ y,
                                     float* __restrict__ dq, float* __restrict__ loss,
                                     unsigned n) {
@@ -233,7 +233,8 @@ extern "C" __global__ void soft_target(const float* __restrict__ r,
 
 // The actor loss mean(alpha logp - qmin) into loss[0], qmin the critics' minimum. One
 // block of SAC_REDUCE_THREADS.
-// stepgraph(unsafe): qmin[n], logp[n], log_alpha[1], loss[1], n > 0, grid = blocks(1, 1024)
+// stepgraph(unsafe): qmin[n], logp[n], log_alpha[1], loss[1], n > 0,
+// stepgraph(unsafe): grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void actor_loss(const float* __restrict__ qmin,
                                       const float* __restrict__ logp,
                                       const float* __restrict__ log_alpha,
@@ -295,7 +296,8 @@ extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
 
 // The temperature's loss -log_alpha mean(logp + target_entropy) into loss[0] and its
 // gradient -mean(logp + target_entropy) into grad[0]. One block of SAC_REDUCE_THREADS.
-// stepgraph(unsafe): logp[n], log_alpha[1], grad[1], loss[1], n > 0, grid = blocks(1, 1024)
+// stepgraph(unsafe): logp[n], log_alpha[1], grad[1], loss[1], n > 0,
+// stepgraph(unsafe): grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
                                       const float* __restrict__ log_alpha,
                                       float* __restrict__ grad, float* __restrict__ loss,
@@ -760,7 +762,7 @@ extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
 // critic_min over `count` critics, then actor_loss, in one block of SAC_REDUCE_THREADS:
 // qmin and argmin [n], loss[0] = mean(alpha logp - qmin), the sum in actor_loss's order.
 // stepgraph(unsafe): logp[n], q0[n], q1[n], q2[n], q3[n], qmin[n], argmin[n], log_alpha[1],
-// stepgraph(unsafe): loss[1], n > 0, grid = blocks(1, 1024)
+// stepgraph(unsafe): loss[1], n > 0, grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
                                           const float* __restrict__ q1,
                                           const float* __restrict__ q2,

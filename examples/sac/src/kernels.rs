@@ -792,30 +792,4 @@ mod tests {
         assert_eq!(d["SAC_NARROW_MAX"], NARROW_OUTPUTS.to_string());
         assert_eq!(d["SAC_MIN_CRITICS"], MIN_CRITICS.to_string());
     }
-
-    /// The one-block reductions' contracts launch `SAC_REDUCE_THREADS` threads, the block
-    /// that their `block_sum` is written for.
-    #[test]
-    fn the_one_block_contracts_launch_the_reduction_block() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/sac.cu");
-        let source = std::fs::read_to_string(path).unwrap();
-        let grids: Vec<&str> = source
-            .lines()
-            .filter(|l| l.starts_with("// stepgraph(unsafe):"))
-            .filter_map(|l| l.split("grid = blocks(").nth(1))
-            .collect();
-        assert_eq!(
-            grids.len(),
-            4,
-            "mse_loss, actor_loss, min_actor_loss, alpha_grad"
-        );
-        for g in grids {
-            assert_eq!(g, format!("1, {REDUCE_THREADS})"));
-        }
-        let one = raw::contract::blocks(1, REDUCE_THREADS);
-        assert_eq!(
-            (one.grid_dim, one.block_dim),
-            ((1, 1, 1), (REDUCE_THREADS, 1, 1))
-        );
-    }
 }
