@@ -767,7 +767,22 @@ fn size_params(c: &Contract) -> Vec<String> {
     out
 }
 
+/// The safe method of a kernel with a contract: its docs, its signature (the launcher's,
+/// with whole buffers, `usize` sizes and no config where a grid is declared) and the
+/// checks before the launch.
 fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &str) {
+    let grid_doc = if c.grid.is_some() {
+        "on the grid it declares"
+    } else {
+        "on any grid (`config`, the caller's)"
+    };
+    checked_doc(w, m, k, c, grid_doc);
+    let sizes = size_params(c);
+    checked_signature(w, k, c, &sizes, rt);
+    checked_body(w, m, k, c, &sizes, grid_doc);
+}
+
+fn checked_doc(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, grid_doc: &str) {
     let name = &k.name;
     let _ = writeln!(
         w,
@@ -780,11 +795,6 @@ fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &
     for line in &c.text {
         let _ = writeln!(w, "    /// {}", doc_text(line));
     }
-    let grid_doc = if c.grid.is_some() {
-        "on the grid it declares"
-    } else {
-        "on any grid (`config`, the caller's)"
-    };
     let _ = writeln!(
         w,
         "    /// ```\n\
@@ -797,7 +807,9 @@ fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &
          \x20   /// access inside its buffers {grid_doc}.",
         k.launcher
     );
-    let sizes = size_params(c);
+}
+
+fn checked_signature(w: &mut String, k: &KernelModel, c: &Contract, sizes: &[String], rt: &str) {
     let mut params = vec![
         "&self".to_string(),
         format!("stream: &{rt}::CaptureStream<'_>"),
@@ -816,11 +828,23 @@ fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &
         };
         params.push(format!("{}: {ty}", p.rust_name));
     }
-    let _ = writeln!(w, "    pub fn {}(", checked_name(name));
+    let _ = writeln!(w, "    pub fn {}(", checked_name(&k.name));
     for p in &params {
         let _ = writeln!(w, "        {p},");
     }
     let _ = writeln!(w, "    ) -> {rt}::Result<()> {{");
+}
+
+/// The checks in the contract's order, the grid, the conversions and the launch.
+fn checked_body(
+    w: &mut String,
+    m: &ModuleModel,
+    k: &KernelModel,
+    c: &Contract,
+    sizes: &[String],
+    grid_doc: &str,
+) {
+    let name = &k.name;
     for p in &c.positive {
         let _ = writeln!(
             w,

@@ -183,35 +183,49 @@ pub(crate) fn read(
     if !seen {
         return Ok(None);
     }
-    for p in params {
-        let covered = contract.lens.iter().any(|(name, _)| name == p.c_name);
-        let fail = |message: String| ContractError {
-            line: end_line,
-            message: format!("kernel `{kernel}`: {message}"),
-        };
-        if p.pass != Pass::Value && !covered {
-            errors.push(fail(format!(
-                "the contract gives no length for buffer `{}`: add `{}[<size>]` (or \
-                 `{}[>= <size>]`)",
-                display(p.c_name),
-                display(p.c_name),
-                display(p.c_name)
-            )));
-        }
-        if p.mapped_value {
-            errors.push(fail(format!(
-                "parameter `{}` is a `{}` by value, whose contents a contract cannot check: \
-                 launch this kernel with its unsafe launcher",
-                display(p.c_name),
-                p.rust
-            )));
-        }
-    }
+    let fail = |message: String| ContractError {
+        line: end_line,
+        message: format!("kernel `{kernel}`: {message}"),
+    };
+    let errors: Vec<ContractError> = params
+        .iter()
+        .filter_map(|p| {
+            check_buffer_has_length(p, &contract)
+                .and(check_no_struct_by_value(p))
+                .err()
+        })
+        .map(fail)
+        .collect();
     if errors.is_empty() {
         Ok(Some(contract))
     } else {
         Err(errors)
     }
+}
+
+/// A buffer without a declared length could be indexed anywhere.
+fn check_buffer_has_length(p: &ParamView<'_>, contract: &Contract) -> Result<(), String> {
+    if p.pass == Pass::Value || contract.lens.iter().any(|(name, _)| name == p.c_name) {
+        return Ok(());
+    }
+    let name = display(p.c_name);
+    Err(format!(
+        "the contract gives no length for buffer `{name}`: add `{name}[<size>]` (or \
+         `{name}[>= <size>]`)"
+    ))
+}
+
+/// A struct by value may hold device addresses, whose buffers no length here describes.
+fn check_no_struct_by_value(p: &ParamView<'_>) -> Result<(), String> {
+    if !p.mapped_value {
+        return Ok(());
+    }
+    Err(format!(
+        "parameter `{}` is a `{}` by value, whose contents a contract cannot check: launch \
+         this kernel with its unsafe launcher",
+        display(p.c_name),
+        p.rust
+    ))
 }
 
 fn display(name: &str) -> &str {
