@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::contract::{Contract, Expr, Grid, Len};
 use crate::nvcc::Kind;
 use crate::types::Pass;
 
@@ -53,6 +54,8 @@ pub(crate) struct KernelModel {
     pub signature: String,
     pub comment: Option<String>,
     pub params: Vec<ParamModel>,
+    /// The `stepgraph(unsafe):` contract above it: it gets a safe `<launcher>_checked`.
+    pub contract: Option<Contract>,
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +105,9 @@ pub(crate) fn generate(r: &Registry) -> String {
     size_assertions(w, r);
     kernels_struct(w, r, &rt);
     launchers(w, r, &rt);
+    if kernels(r).any(|(_, _, _, k)| k.contract.is_some()) {
+        contract_module(w, &rt);
+    }
     s
 }
 
@@ -379,6 +385,10 @@ fn launchers(w: &mut String, r: &Registry, rt: &str) {
         }
         first = false;
         launcher(w, m, k, rt);
+        if let Some(c) = &k.contract {
+            w.push('\n');
+            checked(w, m, k, c, rt);
+        }
     }
     let _ = writeln!(w, "}}");
 }
@@ -504,6 +514,11 @@ pub(crate) fn is_keyword(name: &str) -> bool {
     KEYWORDS.contains(&name)
 }
 
+/// The safe method's name for a kernel with a contract.
+pub(crate) fn checked_name(kernel: &str) -> String {
+    format!("{}_checked", launcher_name(kernel))
+}
+
 /// The launcher's name for a kernel.
 pub(crate) fn launcher_name(kernel: &str) -> String {
     if is_keyword(kernel) || TAKEN.contains(&kernel) {
@@ -554,6 +569,350 @@ pub(crate) fn camel(snake: &str, prefix: &str) -> String {
     } else {
         s
     }
+}
+
+/// The helpers of the `_checked` methods and the grid rules of the contracts, in a module
+/// of the generated file so that a crate can test its own grids against them.
+fn contract_module(w: &mut String, rt: &str) {
+    let _ = writeln!(
+        w,
+        r#"
+/// What the `_checked` launchers check, and the grids that contracts name: each failure
+/// is an error naming the kernel and the argument, before anything is launched.
+#[allow(dead_code)]
+pub mod contract {{
+    use {rt}::{{Error, LaunchConfig, Result}};
+
+    /// Threads per block of [`elementwise`].
+    pub const BLOCK_THREADS: u32 = 256;
+
+    /// `grid = elementwise(n)`: one thread per item, blocks of [`BLOCK_THREADS`]. An empty
+    /// launch still gets one (idle) block, so that a captured graph has the same nodes
+    /// whatever the sizes.
+    pub const fn elementwise(n: u32) -> LaunchConfig {{
+        let blocks = n.div_ceil(BLOCK_THREADS);
+        LaunchConfig {{
+            grid_dim: (if blocks == 0 {{ 1 }} else {{ blocks }}, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }}
+    }}
+
+    /// `grid = tiles(x, y)`: `(x, y)` blocks of 32 × 32 threads, at least one each way.
+    pub const fn tiles(x: u32, y: u32) -> LaunchConfig {{
+        LaunchConfig {{
+            grid_dim: (if x == 0 {{ 1 }} else {{ x }}, if y == 0 {{ 1 }} else {{ y }}, 1),
+            block_dim: (32, 32, 1),
+            shared_mem_bytes: 0,
+        }}
+    }}
+
+    /// `grid = blocks(count, threads)`: `count` blocks (at least one) of `threads`.
+    pub const fn blocks(count: u32, threads: u32) -> LaunchConfig {{
+        LaunchConfig {{
+            grid_dim: (if count == 0 {{ 1 }} else {{ count }}, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        }}
+    }}
+
+    pub fn add(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        a?.checked_add(b?)
+    }}
+
+    pub fn sub(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        a?.checked_sub(b?)
+    }}
+
+    pub fn mul(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        a?.checked_mul(b?)
+    }}
+
+    pub fn cdiv(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        let (a, b) = (a?, b?);
+        if b == 0 {{ None }} else {{ Some(a.div_ceil(b)) }}
+    }}
+
+    /// A size's value, or the error that says it overflows (or goes below 0, or divides
+    /// by 0).
+    pub fn size(kernel: &str, what: &str, expr: &str, value: Option<usize>) -> Result<usize> {{
+        value.ok_or_else(|| {{
+            Error::Invalid(format!(
+                "{{kernel}}: {{what}}: the size `{{expr}}` overflows (or is below 0, or divides by 0)"
+            ))
+        }})
+    }}
+
+    /// The kernels index with 32-bit unsigned integers.
+    pub fn fits_u32(what: &str, len: usize) -> Result<u32> {{
+        u32::try_from(len).map_err(|_| {{
+            Error::Invalid(format!(
+                "{{what}} has {{len}} elements; the kernels index with 32-bit unsigned integers, \
+                 so at most {{}} fit",
+                u32::MAX
+            ))
+        }})
+    }}
+
+    /// `buffer[expr]`: exactly that many elements, and no more than 32-bit indices reach.
+    pub fn len(
+        kernel: &str,
+        buffer: &str,
+        expr: &str,
+        found: usize,
+        expected: Option<usize>,
+    ) -> Result<()> {{
+        let expected = size(kernel, buffer, expr, expected)?;
+        let what = format!("{{kernel}}: {{buffer}} ([{{expr}}])");
+        if found != expected {{
+            return Err(Error::LengthMismatch {{
+                what,
+                expected,
+                found,
+            }});
+        }}
+        fits_u32(&what, found).map(|_| ())
+    }}
+
+    /// `buffer[>= expr]`: at least that many elements (scratch that may serve several
+    /// sizes).
+    pub fn at_least(
+        kernel: &str,
+        buffer: &str,
+        expr: &str,
+        found: usize,
+        needed: Option<usize>,
+    ) -> Result<()> {{
+        let needed = size(kernel, buffer, expr, needed)?;
+        if found < needed {{
+            return Err(Error::LengthMismatch {{
+                what: format!("{{kernel}}: {{buffer}} (at least [{{expr}}])"),
+                expected: needed,
+                found,
+            }});
+        }}
+        Ok(())
+    }}
+
+    /// `name > 0`: a size the kernel divides by or loops over.
+    pub fn positive(kernel: &str, name: &str, value: usize) -> Result<()> {{
+        if value == 0 {{
+            return Err(Error::Invalid(format!(
+                "{{kernel}}: {{name}}: expected at least 1, found 0"
+            )));
+        }}
+        Ok(())
+    }}
+
+    /// A grid's count: its size, as the 32-bit count the grid rules take.
+    pub fn count(kernel: &str, expr: &str, value: Option<usize>) -> Result<u32> {{
+        let value = size(kernel, "grid", expr, value)?;
+        fits_u32(&format!("{{kernel}}: grid `{{expr}}`"), value)
+    }}
+
+    /// A size argument, as the kernel's parameter type.
+    pub fn scalar<T: TryFrom<usize>>(
+        kernel: &str,
+        name: &str,
+        c_type: &str,
+        value: usize,
+    ) -> Result<T> {{
+        T::try_from(value).map_err(|_| {{
+            Error::Invalid(format!(
+                "{{kernel}}: {{name}} = {{value}} does not fit the kernel's `{{c_type}}`"
+            ))
+        }})
+    }}
+}}"#
+    );
+}
+
+/// `expr` as an `Option<usize>` expression over the safe method's `usize` arguments.
+fn size_code(e: &Expr, k: &KernelModel) -> String {
+    let bin = |f: &str, a: &Expr, b: &Expr| {
+        format!("contract::{f}({}, {})", size_code(a, k), size_code(b, k))
+    };
+    match e {
+        Expr::Lit(v) | Expr::Const(_, v) => format!("Some({v})"),
+        Expr::Param(p) => format!("Some({})", rust_name_of(k, p)),
+        Expr::Add(a, b) => bin("add", a, b),
+        Expr::Sub(a, b) => bin("sub", a, b),
+        Expr::Mul(a, b) => bin("mul", a, b),
+        Expr::CeilDiv(a, b) => bin("cdiv", a, b),
+    }
+}
+
+fn rust_name_of<'k>(k: &'k KernelModel, c_name: &str) -> &'k str {
+    k.params
+        .iter()
+        .find(|p| p.c_name == c_name)
+        .map_or("", |p| p.rust_name.as_str())
+}
+
+/// The integer parameters a contract names: the safe method takes them as `usize`.
+fn size_params(c: &Contract) -> Vec<String> {
+    let mut out = c.positive.clone();
+    for (_, len) in &c.lens {
+        let (Len::Exactly(e) | Len::AtLeast(e)) = len;
+        e.params(&mut out);
+    }
+    match &c.grid {
+        Some(Grid::Elementwise(a)) => a.params(&mut out),
+        Some(Grid::Tiles(a, b) | Grid::Blocks(a, b)) => {
+            a.params(&mut out);
+            b.params(&mut out);
+        }
+        None => {}
+    }
+    out
+}
+
+/// The safe method of a kernel with a contract: its docs, its signature (the launcher's,
+/// with whole buffers, `usize` sizes and no config where a grid is declared) and the
+/// checks before the launch.
+fn checked(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, rt: &str) {
+    let grid_doc = if c.grid.is_some() {
+        "on the grid it declares"
+    } else {
+        "on any grid (`config`, the caller's)"
+    };
+    checked_doc(w, m, k, c, grid_doc);
+    let sizes = size_params(c);
+    checked_signature(w, k, c, &sizes, rt);
+    checked_body(w, m, k, c, &sizes, grid_doc);
+}
+
+fn checked_doc(w: &mut String, m: &ModuleModel, k: &KernelModel, c: &Contract, grid_doc: &str) {
+    let name = &k.name;
+    let _ = writeln!(
+        w,
+        "    /// Launches `{name}` (`{}`, line {}) on `stream` after checking what\n\
+         \x20   /// its contract declares:\n\
+         \x20   ///\n\
+         \x20   /// ```text",
+        m.source, k.line
+    );
+    for line in &c.text {
+        let _ = writeln!(w, "    /// {}", doc_text(line));
+    }
+    let _ = writeln!(
+        w,
+        "    /// ```\n\
+         \x20   ///\n\
+         \x20   /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the\n\
+         \x20   /// buffer; a size that is 0 where it must be positive, overflows, or does not fit its\n\
+         \x20   /// parameter is `Error::Invalid`. Either way nothing is launched. The sizes are taken\n\
+         \x20   /// as `usize`; the other arguments are [`Kernels::{}`]'s. Safe because the contract\n\
+         \x20   /// is the kernel author's promise that, given these lengths, the kernel keeps every\n\
+         \x20   /// access inside its buffers {grid_doc}.",
+        k.launcher
+    );
+}
+
+fn checked_signature(w: &mut String, k: &KernelModel, c: &Contract, sizes: &[String], rt: &str) {
+    let mut params = vec![
+        "&self".to_string(),
+        format!("stream: &{rt}::CaptureStream<'_>"),
+    ];
+    if c.grid.is_none() {
+        params.push(format!("config: {rt}::LaunchConfig"));
+    }
+    for p in &k.params {
+        // Whole allocations only: a view is aligned to its element alone, and a contract
+        // says nothing of the kernel's vector widths.
+        let ty = match p.pass {
+            Pass::Buf => format!("&{rt}::DeviceBuffer<{}>", p.rust),
+            Pass::BufMut => format!("&mut {rt}::DeviceBuffer<{}>", p.rust),
+            Pass::Value if sizes.contains(&p.c_name) => "usize".to_string(),
+            Pass::Value => p.rust.clone(),
+        };
+        params.push(format!("{}: {ty}", p.rust_name));
+    }
+    let _ = writeln!(w, "    pub fn {}(", checked_name(&k.name));
+    for p in &params {
+        let _ = writeln!(w, "        {p},");
+    }
+    let _ = writeln!(w, "    ) -> {rt}::Result<()> {{");
+}
+
+/// The checks in the contract's order, the grid, the conversions and the launch.
+fn checked_body(
+    w: &mut String,
+    m: &ModuleModel,
+    k: &KernelModel,
+    c: &Contract,
+    sizes: &[String],
+    grid_doc: &str,
+) {
+    let name = &k.name;
+    for p in &c.positive {
+        let _ = writeln!(
+            w,
+            "        contract::positive({name:?}, {p:?}, {})?;",
+            rust_name_of(k, p)
+        );
+    }
+    for (buffer, len) in &c.lens {
+        let (f, e) = match len {
+            Len::Exactly(e) => ("len", e),
+            Len::AtLeast(e) => ("at_least", e),
+        };
+        let arg = rust_name_of(k, buffer);
+        let _ = writeln!(
+            w,
+            "        contract::{f}(\n\
+             \x20           {name:?},\n\
+             \x20           {buffer:?},\n\
+             \x20           {:?},\n\
+             \x20           {arg}.len(),\n\
+             \x20           {},\n\
+             \x20       )?;",
+            e.text(),
+            size_code(e, k)
+        );
+    }
+    let count = |e: &Expr| {
+        format!(
+            "            contract::count({name:?}, {:?}, {})?,",
+            e.text(),
+            size_code(e, k)
+        )
+    };
+    let rule = match &c.grid {
+        Some(Grid::Elementwise(n)) => Some(("elementwise", vec![count(n)])),
+        Some(Grid::Tiles(x, y)) => Some(("tiles", vec![count(x), count(y)])),
+        Some(Grid::Blocks(n, t)) => Some(("blocks", vec![count(n), count(t)])),
+        None => None,
+    };
+    if let Some((rule, args)) = rule {
+        let _ = writeln!(
+            w,
+            "        let config = contract::{rule}(\n{}\n        );",
+            args.join("\n")
+        );
+    }
+    for p in k.params.iter().filter(|p| sizes.contains(&p.c_name)) {
+        let _ = writeln!(
+            w,
+            "        let {0}: {1} = contract::scalar({name:?}, {2:?}, {3:?}, {0})?;",
+            p.rust_name, p.rust, p.c_name, p.c_type
+        );
+    }
+    let _ = writeln!(
+        w,
+        "        // SAFETY: the lengths and sizes are checked above against the contract that\n\
+         \x20       // the kernel's author declared (`stepgraph(unsafe)` in `{}`) to keep\n\
+         \x20       // its accesses inside the buffers {grid_doc}.\n\
+         \x20       unsafe {{\n\
+         \x20           self.{}(\n\
+         \x20               stream,\n\
+         \x20               config,",
+        m.source, k.launcher
+    );
+    for p in &k.params {
+        let _ = writeln!(w, "                {},", p.rust_name);
+    }
+    let _ = writeln!(w, "            )\n        }}\n    }}");
 }
 
 #[cfg(test)]

@@ -55,6 +55,68 @@
 //!   given one. The number, order and types of the arguments are the compiler's business; what stays `unsafe` is the kernel's own
 //!   contract: that the grid and the size arguments keep every access inside the buffers.
 //!
+//! # Size contracts: safe launchers
+//!
+//! A kernel may declare, in the comment just above its signature, the lengths its buffers
+//! must have and the grid it runs on. The builder then also generates a **safe**
+//! `<launcher>_checked` method, which checks every length against the sizes it is given,
+//! computes the grid, and calls the unsafe launcher:
+//!
+//! ```text
+//! // y[i] <- a x[i] for i < n.
+//! // stepgraph(unsafe): x[n], y[n], grid = elementwise(n)
+//! extern "C" __global__ void scale(const float* x, float* y, unsigned n, float a) {..}
+//! ```
+//!
+//! ```ignore
+//! // Generated: pub fn scale_checked(&self, stream, x, y, n: usize, a: f32) -> Result<()>
+//! kernels.scale_checked(stream, &x, &mut y, x.len(), 2.0)?;
+//! ```
+//!
+//! Items, separated by commas; several `stepgraph(unsafe):` lines add up (a line may end
+//! in a comma):
+//!
+//! - `x[size]`: buffer `x` holds exactly `size` elements (and at most `u32::MAX`, as the
+//!   kernels index with 32-bit integers); `x[>= size]`: at least `size` (a scratch buffer
+//!   that serves several sizes). Every buffer parameter needs one.
+//! - `n > 0`: integer parameter `n` is at least 1.
+//! - `grid = elementwise(count)`: one thread per item in blocks of 256 threads, at least
+//!   one block; `grid = tiles(x, y)`: `(x, y)` blocks of 32 × 32 threads, at least one each
+//!   way; `grid = blocks(count, threads)`: `count` blocks (at least one) of `threads`.
+//!   Without a grid, the safe method takes the caller's `config` after `stream`.
+//! - A size is an expression over the kernel's integer parameters, decimal literals and
+//!   the integer `#define`s of the source and the headers it includes with quotes
+//!   (`#define LOSS_SLOTS 8`; a parameter of the same name wins), with `+`, `-`, `*`,
+//!   parentheses and `cdiv(a, b)` (division rounded up). It is computed in `usize` with
+//!   overflow checked.
+//!
+//! The safe method takes the arguments of the launcher, except that buffers are whole
+//! `DeviceBuffer`s (a view is aligned to its element only, and a contract says nothing of
+//! the kernel's vector widths) and the integer parameters a contract names are `usize`,
+//! converted to the kernel's type with a check.
+//! Its checks, in order: the positive sizes, the buffers in declaration order, the grid,
+//! the conversions. A buffer of another length is `Error::LengthMismatch` whose `what` is
+//! `"<kernel>: <buffer> ([<size>])"`; a zero, an overflow or a size that does not fit is
+//! `Error::Invalid` naming the kernel and the argument. The generated `contract` module
+//! holds these checks and the grid rules (`contract::elementwise(n)` and so on), so a crate
+//! can test its grids against them.
+//!
+//! **Why `unsafe` is in the comment.** The builder checks the declaration against the
+//! signature (every buffer has a length, every size names an integer parameter; a mistake
+//! fails the build at the comment's file and line), but it cannot read the kernel's body:
+//! that the kernel keeps every access inside those lengths on that grid (or on any grid,
+//! when none is declared: a grid-stride loop or a bound check on each index) is its
+//! author's promise, as `unsafe impl Send` is. The launcher stays `unsafe fn`, like
+//! cudarc's `LaunchAsync::launch`; the contract moves the one promise next to the code it
+//! is about, where a reviewer of the kernel sees it, instead of a `// SAFETY:` at every
+//! call. So a `_checked` method is exactly as sound as its contract: reviewing a change to
+//! a kernel's indexing includes its `stepgraph(unsafe):` line. A kernel that takes a struct
+//! of pointers by value cannot have a contract (what the pointers address is not a length
+//! the builder can check); nor can one whose bounds depend on the device (shared memory,
+//! occupancy): keep those launches hand-written. The safe method is named
+//! `<launcher>_checked`, beside the launcher rather than in its place, so that adding a
+//! contract changes no existing call.
+//!
 //! # Finding nvcc
 //!
 //! In order: `NVCC` (an explicit choice: if it is not a file, the build fails rather than
@@ -132,6 +194,7 @@
 #![allow(clippy::needless_doctest_main)]
 
 mod codegen;
+mod contract;
 mod deps;
 mod env;
 mod lex;
@@ -448,14 +511,26 @@ impl Builder {
                         )),
                     }
                 }
+                let contract = if params.len() == k.params.len() {
+                    read_contract(k, &params, &p.defines).map_err(|e| {
+                        errors.extend(
+                            e.into_iter()
+                                .map(|e| format!("{}:{}: {}", p.source.name, e.line, e.message)),
+                        );
+                    })
+                } else {
+                    Ok(None)
+                };
                 kernels.push(Pending {
                     sig: k.clone(),
                     params,
+                    contract: contract.unwrap_or(None),
                 });
             }
             pending.push(kernels);
         }
         errors.extend(check_names(&parsed));
+        errors.extend(check_checked_names(&parsed, &pending));
         if errors.is_empty() {
             Ok(pending)
         } else {
@@ -552,6 +627,8 @@ struct Parsed {
     errors: Vec<parse::ParseError>,
     typedefs: BTreeMap<String, (Typedef, String)>,
     structs: BTreeMap<String, (String, u32)>,
+    /// Integer `#define`s of the source and its headers, for the contracts.
+    defines: BTreeMap<String, u64>,
 }
 
 /// Reads a source, and the typedefs and structs of the headers it includes with quotes.
@@ -566,6 +643,8 @@ fn read_source(
         fs::read_to_string(&source.path).map_err(|e| format!("reading {}: {e}", source.name))?;
     let lexed = lex::lex(&text);
     let (kernels, errors) = parse::kernels(&lexed.tokens);
+    let mut defines = BTreeMap::new();
+    integer_defines(&text, &mut defines);
     let mut typedefs = BTreeMap::new();
     let mut structs = BTreeMap::new();
     let mut add = |file: &str, d: parse::Declared| {
@@ -603,6 +682,7 @@ fn read_source(
         };
         let header = lex::lex(&text);
         add(&names.of(&path), parse::declared(&header.tokens));
+        integer_defines(&text, &mut defines);
         queue.extend(header.includes.into_iter().map(|(n, _)| (path.clone(), n)));
     }
     Ok(Parsed {
@@ -611,6 +691,7 @@ fn read_source(
         errors,
         typedefs,
         structs,
+        defines,
     })
 }
 
@@ -619,6 +700,79 @@ fn read_source(
 struct Pending {
     sig: KernelSig,
     params: Vec<(ParamSig, RustParam)>,
+    contract: Option<contract::Contract>,
+}
+
+/// The contract in the comment above `k`, if it has one.
+fn read_contract(
+    k: &KernelSig,
+    params: &[(ParamSig, RustParam)],
+    constants: &BTreeMap<String, u64>,
+) -> Result<Option<contract::Contract>, Vec<contract::ContractError>> {
+    let views: Vec<contract::ParamView<'_>> = params
+        .iter()
+        .map(|(p, r)| contract::ParamView {
+            c_name: p.name.as_deref().unwrap_or_default(),
+            rust: &r.rust,
+            pass: r.pass,
+            mapped_value: r.size.is_none() && r.pass == Pass::Value,
+        })
+        .collect();
+    contract::read(
+        &k.name,
+        k.comment.as_deref(),
+        k.comment_end,
+        &views,
+        constants,
+    )
+}
+
+/// The integer `#define`s of a file (`#define LOSS_SLOTS 8`, a decimal value with an
+/// optional `u`/`l` suffix, in parentheses or not), for the contracts' sizes.
+fn integer_defines(text: &str, out: &mut BTreeMap<String, u64>) {
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("#define") {
+            continue;
+        }
+        let (Some(name), Some(value)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if name.contains('(') {
+            continue;
+        }
+        let value = value
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .trim_end_matches(['u', 'U', 'l', 'L']);
+        if let Ok(v) = value.parse::<u64>() {
+            out.entry(name.to_string()).or_insert(v);
+        }
+    }
+}
+
+/// A kernel with a contract gets `<launcher>_checked` besides its launcher: no other
+/// kernel's launcher may have that name.
+fn check_checked_names(parsed: &[Parsed], pending: &[Vec<Pending>]) -> Vec<String> {
+    let launchers: BTreeMap<String, &str> = pending
+        .iter()
+        .flatten()
+        .map(|k| (codegen::launcher_name(&k.sig.name), k.sig.name.as_str()))
+        .collect();
+    let mut errors = Vec::new();
+    for (p, kernels) in parsed.iter().zip(pending) {
+        for k in kernels.iter().filter(|k| k.contract.is_some()) {
+            let safe = codegen::checked_name(&k.sig.name);
+            if let Some(other) = launchers.get(&safe) {
+                errors.push(format!(
+                    "{}:{}: kernel `{}` has a contract, so it gets the safe method `{safe}`, \
+                     which is kernel `{other}`'s launcher: rename one",
+                    p.source.name, k.sig.line, k.sig.name
+                ));
+            }
+        }
+    }
+    errors
 }
 
 /// Kernel names unique across modules; every generated name distinct.
@@ -893,6 +1047,7 @@ fn module_model(
             comment: k.sig.comment.clone(),
             name: k.sig.name,
             params,
+            contract: k.contract,
         });
     }
     // Mangled names (`_Z...`) are kernels without C linkage, which are not for the registry.

@@ -21,6 +21,8 @@ pub(crate) struct KernelSig {
     pub params: Vec<ParamSig>,
     /// The comment just above the declaration, if any.
     pub comment: Option<String>,
+    /// The line the comment ends on: the one above the declaration.
+    pub comment_end: u32,
 }
 
 impl KernelSig {
@@ -121,12 +123,15 @@ pub(crate) fn kernels(tokens: &[Token]) -> (Vec<KernelSig>, Vec<ParseError>) {
                 // An `extern "C" { .. }` block: declarations until its closing brace.
                 i += 1;
                 while i < tokens.len() && !tokens[i].is_punct("}") {
-                    let comment = tokens[i].comment.clone();
+                    let comment = (tokens[i].comment.clone(), tokens[i].line.saturating_sub(1));
                     i = declaration(tokens, i, comment, &mut kernels, &mut errors);
                 }
                 i += 1;
             } else {
-                let comment = tokens[i - 2].comment.clone();
+                let comment = (
+                    tokens[i - 2].comment.clone(),
+                    tokens[i - 2].line.saturating_sub(1),
+                );
                 i = declaration(tokens, i, comment, &mut kernels, &mut errors);
             }
         } else {
@@ -141,7 +146,7 @@ pub(crate) fn kernels(tokens: &[Token]) -> (Vec<KernelSig>, Vec<ParseError>) {
 fn declaration(
     tokens: &[Token],
     start: usize,
-    comment: Option<String>,
+    (comment, comment_end): (Option<String>, u32),
     kernels: &mut Vec<KernelSig>,
     errors: &mut Vec<ParseError>,
 ) -> usize {
@@ -182,6 +187,7 @@ fn declaration(
         match kernel_head(head) {
             Ok(mut k) => {
                 k.comment = comment;
+                k.comment_end = comment_end;
                 kernels.push(k);
             }
             Err(e) => errors.push(e),
@@ -251,6 +257,7 @@ fn kernel_head(head: &[Token]) -> Result<KernelSig, ParseError> {
         line: head[at].line,
         params,
         comment: None,
+        comment_end: 0,
     })
 }
 

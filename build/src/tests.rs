@@ -19,6 +19,23 @@ fn param(c_name: &str, c_type: &str, size: usize, rust: &str, pass: Pass) -> Par
     }
 }
 
+/// `k` with `line` as its comment's contract, read as the builder reads it.
+fn with_contract(mut k: KernelModel, line: &str) -> KernelModel {
+    let views: Vec<contract::ParamView<'_>> = k
+        .params
+        .iter()
+        .map(|p| contract::ParamView {
+            c_name: &p.c_name,
+            rust: &p.rust,
+            pass: p.pass,
+            mapped_value: p.mapped_value,
+        })
+        .collect();
+    let c = contract::read(&k.name, Some(line), 9, &views, &BTreeMap::new()).unwrap();
+    k.contract = c;
+    k
+}
+
 /// The registry of a small crate: an elementwise module like stepgraph-kernels' own, and
 /// a module with a struct by value, a renamed parameter and a kernel called `load`.
 fn sample() -> Registry {
@@ -36,7 +53,12 @@ fn sample() -> Registry {
             param("a", "float", 4, "f32", Pass::Value),
             param("b", "float", 4, "f32", Pass::Value),
         ],
+        contract: None,
     };
+    let axpby = with_contract(
+        axpby,
+        "stepgraph(unsafe): x[n], y[n], n > 0, grid = elementwise(n)",
+    );
     let fill = KernelModel {
         name: "fill_affine".into(),
         variant: "FillAffine".into(),
@@ -51,7 +73,10 @@ fn sample() -> Registry {
             param("start", "float", 4, "f32", Pass::Value),
             param("step", "float", 4, "f32", Pass::Value),
         ],
+        contract: None,
     };
+    // No grid: the safe method takes the caller's config.
+    let fill = with_contract(fill, "stepgraph(unsafe): y[>= cdiv(n, 4) * 4]");
     let mut adv = param(
         "adv",
         "const BranchIn",
@@ -70,6 +95,7 @@ fn sample() -> Registry {
         signature: "__global__ void load(const BranchIn adv, int stream)".into(),
         comment: None,
         params: vec![adv, stream],
+        contract: None,
     };
     let image = |kind, target: &str, stem: &str, ext: &str| ImageModel {
         kind,
@@ -316,6 +342,56 @@ fn generated_code_parses_and_has_the_registry_and_a_typed_launcher_per_kernel() 
         let ok = !line.contains("::stepgraph::") || line.contains("::stepgraph::__rt_v1::");
         assert!(ok || line.trim_start().starts_with("//"), "{line}");
     }
+}
+
+#[test]
+fn a_kernel_with_a_contract_gets_a_safe_checked_method_beside_its_launcher() {
+    let code = codegen::generate(&sample());
+    let file = syn::parse_file(&code).expect("the generated code parses");
+    let safe = launcher(&file, "axpby_checked");
+    assert!(safe.sig.unsafety.is_none(), "the checked method is safe");
+    assert!(launcher(&file, "axpby").sig.unsafety.is_some());
+    let params = |f: &syn::ImplItemFn| -> Vec<(String, String)> {
+        f.sig
+            .inputs
+            .iter()
+            .filter_map(|i| match i {
+                syn::FnArg::Typed(t) => match &*t.pat {
+                    syn::Pat::Ident(id) => Some((id.ident.to_string(), tokens(&*t.ty))),
+                    _ => None,
+                },
+                syn::FnArg::Receiver(_) => None,
+            })
+            .collect()
+    };
+    let want = [
+        ("stream", "&::stepgraph::__rt_v1::CaptureStream<'_>"),
+        ("x", "&::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("y", "&mut ::stepgraph::__rt_v1::DeviceBuffer<f32>"),
+        ("n", "usize"),
+        ("a", "f32"),
+        ("b", "f32"),
+    ];
+    let found = params(safe);
+    let found: Vec<(&str, &str)> = found
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(found, want);
+    // Without a grid, the caller's config comes after the stream.
+    let fill = params(launcher(&file, "fill_affine_checked"));
+    assert_eq!(fill[1].0, "config");
+    // No contract, no safe method.
+    assert!(!code.contains("fn launch_load_checked("));
+    // The helpers and grid rules, once.
+    assert_eq!(code.matches("pub mod contract {").count(), 1);
+    let mut plain = sample();
+    for m in &mut plain.modules {
+        for k in &mut m.kernels {
+            k.contract = None;
+        }
+    }
+    assert!(!codegen::generate(&plain).contains("mod contract"));
 }
 
 #[test]
@@ -682,6 +758,305 @@ mod with_a_stand_in_nvcc {
             cargo.directives().contains(&line),
             "{:?}",
             cargo.directives()
+        );
+    }
+}
+
+mod contracts {
+    use super::*;
+    use contract::{Contract, ContractError, Expr, Grid, Len, ParamView};
+
+    /// `glu_forward(const float* u, float* g, unsigned n, unsigned width, float a)`.
+    fn params() -> Vec<ParamView<'static>> {
+        let p = |c_name, rust, pass| ParamView {
+            c_name,
+            rust,
+            pass,
+            mapped_value: false,
+        };
+        vec![
+            p("u", "f32", Pass::Buf),
+            p("g", "f32", Pass::BufMut),
+            p("n", "u32", Pass::Value),
+            p("width", "u32", Pass::Value),
+            p("a", "f32", Pass::Value),
+        ]
+    }
+
+    /// The contract in `comment`, which ends on line 20, in a file that defines
+    /// `LOSS_SLOTS` (8) and `n` (a parameter's name, which the parameter shadows).
+    fn read(comment: &str) -> Result<Option<Contract>, Vec<ContractError>> {
+        let constants = BTreeMap::from([("LOSS_SLOTS".to_string(), 8), ("n".to_string(), 3)]);
+        contract::read("glu_forward", Some(comment), 20, &params(), &constants)
+    }
+
+    /// The one error `comment` gives: its line and message.
+    fn error(comment: &str) -> (u32, String) {
+        let errors = read(comment).unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        (errors[0].line, errors[0].message.clone())
+    }
+
+    fn n() -> Box<Expr> {
+        Box::new(Expr::Param("n".into()))
+    }
+
+    #[test]
+    fn a_contract_reads_lengths_positives_and_the_grid_over_several_lines() {
+        let c = read(
+            "GLU, forward.\n\
+             stepgraph(unsafe): u[2 * n], width > 0,\n\
+             stepgraph(unsafe): g[>= (n + 1) * cdiv(width, 4)], grid = tiles(cdiv(n, 32), 1)",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.lens,
+            [
+                (
+                    "u".to_string(),
+                    Len::Exactly(Expr::Mul(Box::new(Expr::Lit(2)), n()))
+                ),
+                (
+                    "g".to_string(),
+                    Len::AtLeast(Expr::Mul(
+                        Box::new(Expr::Add(n(), Box::new(Expr::Lit(1)))),
+                        Box::new(Expr::CeilDiv(
+                            Box::new(Expr::Param("width".into())),
+                            Box::new(Expr::Lit(4))
+                        ))
+                    ))
+                ),
+            ]
+        );
+        assert_eq!(c.positive, ["width"]);
+        assert_eq!(
+            c.grid,
+            Some(Grid::Tiles(
+                Expr::CeilDiv(n(), Box::new(Expr::Lit(32))),
+                Expr::Lit(1)
+            ))
+        );
+        assert_eq!(
+            c.text,
+            [
+                "u[2 * n], width > 0,",
+                "g[>= (n + 1) * cdiv(width, 4)], grid = tiles(cdiv(n, 32), 1)"
+            ]
+        );
+        let (Len::Exactly(e) | Len::AtLeast(e)) = &c.lens[1].1;
+        assert_eq!(e.text(), "(n + 1) * cdiv(width, 4)");
+        assert_eq!(
+            Expr::Sub(n(), Box::new(Expr::Sub(n(), n()))).text(),
+            "n - (n - n)",
+            "a right operand of the same precedence keeps its parentheses"
+        );
+    }
+
+    #[test]
+    fn an_integer_define_is_a_size_and_a_parameter_shadows_one() {
+        let c = read("stepgraph(unsafe): u[n * LOSS_SLOTS], g[n], grid = blocks(1, LOSS_SLOTS)")
+            .unwrap()
+            .unwrap();
+        let lits = Expr::Mul(n(), Box::new(Expr::Const("LOSS_SLOTS".into(), 8)));
+        assert_eq!(c.lens[0], ("u".to_string(), Len::Exactly(lits.clone())));
+        assert_eq!(lits.text(), "n * LOSS_SLOTS");
+        assert_eq!(
+            c.grid,
+            Some(Grid::Blocks(
+                Expr::Lit(1),
+                Expr::Const("LOSS_SLOTS".into(), 8)
+            ))
+        );
+        assert_eq!(
+            error("stepgraph(unsafe): u[n], g[n * LOSS]").1,
+            "kernel `glu_forward`: expected an integer `#define` or a parameter of the kernel \
+             (u, g, n, width, a), found `LOSS`"
+        );
+    }
+
+    #[test]
+    fn the_integer_defines_of_a_file_are_read() {
+        let mut d = BTreeMap::new();
+        integer_defines(
+            "#define A 8\n  #define B (16u) // sixteen\n#define F(x) 2\n#define S \"s\"\n\
+             #define A 9\n#define LONG 1ULL\n",
+            &mut d,
+        );
+        assert_eq!(
+            d,
+            BTreeMap::from([
+                ("A".to_string(), 8),
+                ("B".to_string(), 16),
+                ("LONG".to_string(), 1)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_comment_without_a_contract_line_has_none() {
+        assert_eq!(read("y <- 2 y\nstepgraph makes it safe").unwrap(), None);
+        assert_eq!(
+            contract::read("glu_forward", None, 20, &params(), &BTreeMap::new()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn each_mistake_is_an_error_at_its_line_saying_what_was_expected_and_found() {
+        let cases: &[(&str, u32, &str)] = &[
+            (
+                "stepgraph: u[n], g[n]",
+                20,
+                "expected a contract line starting `stepgraph(unsafe):`, found `stepgraph: u[n], g[n]` \
+                 (the `unsafe` says that the kernel keeps inside these lengths, which the \
+                 builder cannot check)",
+            ),
+            (
+                "about it\nstepgraph(unsafe): u[n], g[n], q[n]\nmore",
+                19,
+                "expected a parameter of the kernel (u, g, n, width, a), found `q`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], n[1]",
+                20,
+                "`n[..]` gives a length, but `n` is a value, not a buffer",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], u[n]",
+                20,
+                "buffer `u` has two lengths",
+            ),
+            (
+                "stepgraph(unsafe): u[a], g[n]",
+                20,
+                "expected an integer parameter as a size, found `a`, a `f32`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[u]",
+                20,
+                "expected an integer parameter as a size, found `u`, a buffer",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], a > 0",
+                20,
+                "expected an integer parameter as a size, found `a`, a `f32`",
+            ),
+            (
+                "stepgraph(unsafe): u[n n], g[n]",
+                20,
+                "expected `+`, `-`, `*` or the end of the size `n n`, found `n`",
+            ),
+            (
+                "stepgraph(unsafe): u[n / 2], g[n]",
+                20,
+                "unexpected `/` in `u[n / 2], g[n]`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], n >= 1",
+                20,
+                "expected `buffer[size]`, `buffer[>= size]`, `size > 0` or `grid = ...`, found `n >= 1`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n],, n > 0",
+                20,
+                "expected an item, found an empty one in `u[n], g[n],, n > 0`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], grid = warps(n)",
+                20,
+                "grid: expected `elementwise(count)`, `tiles(x, y)` or `blocks(count, threads)`, found `warps(n)`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], grid = elementwise(n, 4)",
+                20,
+                "grid: expected `elementwise(count)`, `tiles(x, y)` or `blocks(count, threads)`, found `elementwise(n, 4)`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], grid = elementwise(n), grid = elementwise(n)",
+                20,
+                "two grids: declare one `grid = ...`",
+            ),
+            (
+                "stepgraph(unsafe): u[cdiv(n 4)], g[n]",
+                20,
+                "expected `,` in `cdiv(n 4)`, found `4`",
+            ),
+            (
+                "stepgraph(unsafe): u[n]",
+                20,
+                "the contract gives no length for buffer `g`: add `g[<size>]` (or `g[>= <size>]`)",
+            ),
+        ];
+        for (comment, line, message) in cases {
+            let (at, found) = error(comment);
+            assert_eq!(
+                found,
+                format!("kernel `glu_forward`: {message}"),
+                "for {comment:?}"
+            );
+            assert_eq!(at, *line, "for {comment:?}");
+        }
+    }
+
+    #[test]
+    fn a_struct_by_value_cannot_have_a_contract() {
+        let adv = ParamView {
+            c_name: "adv",
+            rust: "crate::BranchPtrs",
+            pass: Pass::Value,
+            mapped_value: true,
+        };
+        let errors = contract::read(
+            "head",
+            Some("stepgraph(unsafe): grid = elementwise(1)"),
+            3,
+            &[adv],
+            &BTreeMap::new(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            errors[0].message,
+            "kernel `head`: parameter `adv` is a `crate::BranchPtrs` by value, whose contents a \
+             contract cannot check: launch this kernel with its unsafe launcher"
+        );
+    }
+
+    #[test]
+    fn the_builder_refuses_a_bad_contract_before_nvcc_naming_file_and_line() {
+        let krate = Crate::new(&[(
+            "cuda/scale.cu",
+            "// Scales x.\n// stepgraph(unsafe): x[n], grid = elementwise(m)\nextern \"C\" __global__ void scale(float* x, unsigned n) {}\n",
+        )]);
+        let vars = krate.vars(&[("NVCC", &krate.root().join("no-nvcc"))]);
+        let cargo = Cargo::with_vars(&vars);
+        let errors = Builder::new().run_with(&cargo).unwrap_err();
+        assert_eq!(
+            errors,
+            [
+                "cuda/scale.cu:2: kernel `scale`: expected an integer `#define` or a parameter of \
+                 the kernel (x, n), found `m`"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_safe_method_whose_name_is_another_kernels_launcher_is_refused() {
+        let krate = Crate::new(&[(
+            "cuda/scale.cu",
+            "// stepgraph(unsafe): x[n], grid = elementwise(n)\nextern \"C\" __global__ void scale(float* x, unsigned n) {}\n\
+             extern \"C\" __global__ void scale_checked(float* x, unsigned n) {}\n",
+        )]);
+        let vars = krate.vars(&[("NVCC", &krate.root().join("no-nvcc"))]);
+        let errors = Builder::new()
+            .run_with(&Cargo::with_vars(&vars))
+            .unwrap_err();
+        assert_eq!(
+            errors,
+            [
+                "cuda/scale.cu:2: kernel `scale` has a contract, so it gets the safe method \
+              `scale_checked`, which is kernel `scale_checked`'s launcher: rename one"
+            ]
         );
     }
 }

@@ -122,6 +122,66 @@ fn a_crate_outside_the_workspace_builds_its_kernel_and_a_step_that_launches_it()
     );
 }
 
+const SCALE_CONTRACT_CU: &str = r#"// x[i] <- s x[i], one thread per element.
+// stepgraph(unsafe): x[n], grid = elementwise(n)
+extern "C" __global__ void scale(float* __restrict__ x, unsigned n, float s) {
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] *= s;
+    }
+}
+"#;
+
+const SCALE_CONTRACT_MAIN: &str = r#"//! The same trainer, with no `unsafe` of its own: the kernel's contract gives it a safe
+//! launcher.
+#![deny(unsafe_code)]
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[allow(unsafe_code)]
+mod kernels {
+    stepgraph::include_kernels!();
+}
+use kernels::Kernels;
+
+#[stepgraph::step(streams(main), kernels = Kernels)]
+mod doubling {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+    }
+
+    fn double(stream: &CaptureStream<'_>, k: &Kernels, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        let n = x.len();
+        k.scale_checked(stream, x, n, 2.0)
+    }
+}
+
+fn main() {
+    println!("{}", doubling::PLAN);
+    let grid = kernels::contract::elementwise(1000);
+    println!("{:?}", grid.grid_dim);
+}
+"#;
+
+#[test]
+fn a_kernel_with_a_contract_gets_a_safe_launcher_that_a_crate_without_unsafe_calls() {
+    let krate = user_crate(
+        "user_scale_checked",
+        "scale.cu",
+        SCALE_CONTRACT_CU,
+        SCALE_CONTRACT_MAIN,
+    );
+    let out = cargo_check(krate.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cargo check of the user crate in {} failed:\n{stderr}",
+        krate.path().display()
+    );
+}
+
 const PAIR_CU: &str = r#"struct Pair {
     float a;
     float b;

@@ -245,6 +245,63 @@ impl Kernels {
         }
     }
 
+    /// Launches `axpby` (`cuda/elementwise.cu`, line 10) on `stream` after checking what
+    /// its contract declares:
+    ///
+    /// ```text
+    /// x[n], y[n], n > 0, grid = elementwise(n)
+    /// ```
+    ///
+    /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the
+    /// buffer; a size that is 0 where it must be positive, overflows, or does not fit its
+    /// parameter is `Error::Invalid`. Either way nothing is launched. The sizes are taken
+    /// as `usize`; the other arguments are [`Kernels::axpby`]'s. Safe because the contract
+    /// is the kernel author's promise that, given these lengths, the kernel keeps every
+    /// access inside its buffers on the grid it declares.
+    pub fn axpby_checked(
+        &self,
+        stream: &::stepgraph::__rt_v1::CaptureStream<'_>,
+        x: &::stepgraph::__rt_v1::DeviceBuffer<f32>,
+        y: &mut ::stepgraph::__rt_v1::DeviceBuffer<f32>,
+        n: usize,
+        a: f32,
+        b: f32,
+    ) -> ::stepgraph::__rt_v1::Result<()> {
+        contract::positive("axpby", "n", n)?;
+        contract::len(
+            "axpby",
+            "x",
+            "n",
+            x.len(),
+            Some(n),
+        )?;
+        contract::len(
+            "axpby",
+            "y",
+            "n",
+            y.len(),
+            Some(n),
+        )?;
+        let config = contract::elementwise(
+            contract::count("axpby", "n", Some(n))?,
+        );
+        let n: u32 = contract::scalar("axpby", "n", "unsigned", n)?;
+        // SAFETY: the lengths and sizes are checked above against the contract that
+        // the kernel's author declared (`stepgraph(unsafe)` in `cuda/elementwise.cu`) to keep
+        // its accesses inside the buffers on the grid it declares.
+        unsafe {
+            self.axpby(
+                stream,
+                config,
+                x,
+                y,
+                n,
+                a,
+                b,
+            )
+        }
+    }
+
     /// Launches `fill_affine` (`cuda/elementwise.cu`, line 29) on `stream`, with `config`'s grid,
     /// block and dynamic shared memory:
     ///
@@ -277,6 +334,51 @@ impl Kernels {
                 .arg(&start)
                 .arg(&step)
                 .launch(config)
+        }
+    }
+
+    /// Launches `fill_affine` (`cuda/elementwise.cu`, line 29) on `stream` after checking what
+    /// its contract declares:
+    ///
+    /// ```text
+    /// y[>= cdiv(n, 4) * 4]
+    /// ```
+    ///
+    /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the
+    /// buffer; a size that is 0 where it must be positive, overflows, or does not fit its
+    /// parameter is `Error::Invalid`. Either way nothing is launched. The sizes are taken
+    /// as `usize`; the other arguments are [`Kernels::fill_affine`]'s. Safe because the contract
+    /// is the kernel author's promise that, given these lengths, the kernel keeps every
+    /// access inside its buffers on any grid (`config`, the caller's).
+    pub fn fill_affine_checked(
+        &self,
+        stream: &::stepgraph::__rt_v1::CaptureStream<'_>,
+        config: ::stepgraph::__rt_v1::LaunchConfig,
+        y: &mut ::stepgraph::__rt_v1::DeviceBuffer<f32>,
+        n: usize,
+        start: f32,
+        step: f32,
+    ) -> ::stepgraph::__rt_v1::Result<()> {
+        contract::at_least(
+            "fill_affine",
+            "y",
+            "cdiv(n, 4) * 4",
+            y.len(),
+            contract::mul(contract::cdiv(Some(n), Some(4)), Some(4)),
+        )?;
+        let n: u32 = contract::scalar("fill_affine", "n", "unsigned", n)?;
+        // SAFETY: the lengths and sizes are checked above against the contract that
+        // the kernel's author declared (`stepgraph(unsafe)` in `cuda/elementwise.cu`) to keep
+        // its accesses inside the buffers on any grid (`config`, the caller's).
+        unsafe {
+            self.fill_affine(
+                stream,
+                config,
+                y,
+                n,
+                start,
+                step,
+            )
         }
     }
 
@@ -313,5 +415,153 @@ impl Kernels {
                 .arg(&stream_)
                 .launch(config)
         }
+    }
+}
+
+/// What the `_checked` launchers check, and the grids that contracts name: each failure
+/// is an error naming the kernel and the argument, before anything is launched.
+#[allow(dead_code)]
+pub mod contract {
+    use ::stepgraph::__rt_v1::{Error, LaunchConfig, Result};
+
+    /// Threads per block of [`elementwise`].
+    pub const BLOCK_THREADS: u32 = 256;
+
+    /// `grid = elementwise(n)`: one thread per item, blocks of [`BLOCK_THREADS`]. An empty
+    /// launch still gets one (idle) block, so that a captured graph has the same nodes
+    /// whatever the sizes.
+    pub const fn elementwise(n: u32) -> LaunchConfig {
+        let blocks = n.div_ceil(BLOCK_THREADS);
+        LaunchConfig {
+            grid_dim: (if blocks == 0 { 1 } else { blocks }, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// `grid = tiles(x, y)`: `(x, y)` blocks of 32 × 32 threads, at least one each way.
+    pub const fn tiles(x: u32, y: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (if x == 0 { 1 } else { x }, if y == 0 { 1 } else { y }, 1),
+            block_dim: (32, 32, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// `grid = blocks(count, threads)`: `count` blocks (at least one) of `threads`.
+    pub const fn blocks(count: u32, threads: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (if count == 0 { 1 } else { count }, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    pub fn add(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        a?.checked_add(b?)
+    }
+
+    pub fn sub(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        a?.checked_sub(b?)
+    }
+
+    pub fn mul(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        a?.checked_mul(b?)
+    }
+
+    pub fn cdiv(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        let (a, b) = (a?, b?);
+        if b == 0 { None } else { Some(a.div_ceil(b)) }
+    }
+
+    /// A size's value, or the error that says it overflows (or goes below 0, or divides
+    /// by 0).
+    pub fn size(kernel: &str, what: &str, expr: &str, value: Option<usize>) -> Result<usize> {
+        value.ok_or_else(|| {
+            Error::Invalid(format!(
+                "{kernel}: {what}: the size `{expr}` overflows (or is below 0, or divides by 0)"
+            ))
+        })
+    }
+
+    /// The kernels index with 32-bit unsigned integers.
+    pub fn fits_u32(what: &str, len: usize) -> Result<u32> {
+        u32::try_from(len).map_err(|_| {
+            Error::Invalid(format!(
+                "{what} has {len} elements; the kernels index with 32-bit unsigned integers, \
+                 so at most {} fit",
+                u32::MAX
+            ))
+        })
+    }
+
+    /// `buffer[expr]`: exactly that many elements, and no more than 32-bit indices reach.
+    pub fn len(
+        kernel: &str,
+        buffer: &str,
+        expr: &str,
+        found: usize,
+        expected: Option<usize>,
+    ) -> Result<()> {
+        let expected = size(kernel, buffer, expr, expected)?;
+        let what = format!("{kernel}: {buffer} ([{expr}])");
+        if found != expected {
+            return Err(Error::LengthMismatch {
+                what,
+                expected,
+                found,
+            });
+        }
+        fits_u32(&what, found).map(|_| ())
+    }
+
+    /// `buffer[>= expr]`: at least that many elements (scratch that may serve several
+    /// sizes).
+    pub fn at_least(
+        kernel: &str,
+        buffer: &str,
+        expr: &str,
+        found: usize,
+        needed: Option<usize>,
+    ) -> Result<()> {
+        let needed = size(kernel, buffer, expr, needed)?;
+        if found < needed {
+            return Err(Error::LengthMismatch {
+                what: format!("{kernel}: {buffer} (at least [{expr}])"),
+                expected: needed,
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    /// `name > 0`: a size the kernel divides by or loops over.
+    pub fn positive(kernel: &str, name: &str, value: usize) -> Result<()> {
+        if value == 0 {
+            return Err(Error::Invalid(format!(
+                "{kernel}: {name}: expected at least 1, found 0"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A grid's count: its size, as the 32-bit count the grid rules take.
+    pub fn count(kernel: &str, expr: &str, value: Option<usize>) -> Result<u32> {
+        let value = size(kernel, "grid", expr, value)?;
+        fits_u32(&format!("{kernel}: grid `{expr}`"), value)
+    }
+
+    /// A size argument, as the kernel's parameter type.
+    pub fn scalar<T: TryFrom<usize>>(
+        kernel: &str,
+        name: &str,
+        c_type: &str,
+        value: usize,
+    ) -> Result<T> {
+        T::try_from(value).map_err(|_| {
+            Error::Invalid(format!(
+                "{kernel}: {name} = {value} does not fit the kernel's `{c_type}`"
+            ))
+        })
     }
 }

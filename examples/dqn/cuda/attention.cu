@@ -696,6 +696,8 @@ extern "C" __global__ void __launch_bounds__(32)
 // Finishes attn_pool_loss: adds the `rows` partial rows of [rows, E + 2] in order, writes
 // dwp[E] and dbp[0], adds L_attn = (loss sum) / B into losses[LOSS_ATTN] and coef * L_attn
 // into losses[LOSS_TOTAL]. Grid: ceil((E + 2) / 32) blocks of (32, 32) threads.
+// stepgraph(unsafe): partials[>= rows * (E + 2)], dwp[E], dbp[1], losses[LOSS_SLOT_COUNT],
+// stepgraph(unsafe): grid = tiles(cdiv(E + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     attn_pool_finish(const float* __restrict__ partials, unsigned rows, unsigned E,
                      float* __restrict__ dwp, float* __restrict__ dbp, float* __restrict__ losses,

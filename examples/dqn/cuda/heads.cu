@@ -31,6 +31,7 @@ __device__ __forceinline__ void add_warp_rows(const float (&part)[8][WIDTH], uns
 // GLU, forward: g[r, k] = u[r, k] * sigmoid(u[r, G + k]) for r < rows, k < G; u is
 // [rows, 2G], g is [rows, G], n = rows * G. The D branches packed as [D, B, 2G] are
 // rows = D * B. Grid: one thread per element of g, ceil(n / 256) blocks of 256.
+// stepgraph(unsafe): u[2 * n], g[n], G > 0, grid = elementwise(n)
 extern "C" __global__ void glu_forward(const float* __restrict__ u, float* __restrict__ g,
                                        unsigned n, unsigned G) {
     const unsigned i = global_index();
@@ -46,6 +47,7 @@ extern "C" __global__ void glu_forward(const float* __restrict__ u, float* __res
 //   du[r, k] = dg[r, k] * s,   du[r, G + k] = dg[r, k] * a * s * (1 - s).
 // Shapes as glu_forward (du like u). Grid: one thread per element of dg, which writes both
 // halves, ceil(n / 256) blocks of 256.
+// stepgraph(unsafe): u[2 * n], dg[n], du[2 * n], G > 0, grid = elementwise(n)
 extern "C" __global__ void glu_backward(const float* __restrict__ u, const float* __restrict__ dg,
                                         float* __restrict__ du, unsigned n, unsigned G) {
     const unsigned i = global_index();
@@ -227,6 +229,8 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // Second pass: adds the chunks' partials [chunks, A G + A + 2G] column by column, in order,
 // and writes dwa[A, G], dba[A] and dbg[2G]. Grid: ceil((A G + A + 2G) / 32) blocks of (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (A * G + A + 2 * G)], dwa[A * G], dba[A], dbg[2 * G],
+// stepgraph(unsafe): grid = tiles(cdiv(A * G + A + 2 * G, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     branch_head_backward_finish(const float* __restrict__ partials, unsigned chunks, unsigned G,
                                 unsigned A, float* __restrict__ dwa, float* __restrict__ dba,
@@ -398,6 +402,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // Called once per head (tau = 0.7 for e_hi, 0.3 for e_lo); L_iql is the sum of both.
 // e, qbar, de: [B]. Grid: one thread per sample, ceil(B / 256) blocks of 256; the loss is
 // summed per block in a fixed order and added with one atomicAdd per block and slot.
+// stepgraph(unsafe): e[B], qbar[B], de[B], losses[LOSS_SLOT_COUNT], B > 0, grid = elementwise(B)
 extern "C" __global__ void __launch_bounds__(256)
     expectile_loss(const float* __restrict__ e, const float* __restrict__ qbar,
                    float* __restrict__ de, float* __restrict__ losses, unsigned B, float tau,
@@ -496,6 +501,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // dwe[H] and dbe[1], and adds the loss L = (sum w u^2) / B into losses[LOSS_IQL] and
 // coef L into losses[LOSS_TOTAL] (one thread, once). Grid: ceil((H + 2) / 32) blocks of
 // (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (H + 2)], dwe[H], dbe[1], losses[LOSS_SLOT_COUNT],
+// stepgraph(unsafe): grid = tiles(cdiv(H + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     expectile_head_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
                           float* __restrict__ dwe, float* __restrict__ dbe,
@@ -593,6 +600,8 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // Second pass: adds the chunks' partials [chunks, 2H + 1] column by column, in order, and
 // writes db2[H], dwv[H] and dbv[1]. Grid: ceil((2H + 1) / 32) blocks of (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (2 * H + 1)], db2[H], dwv[H], dbv[1],
+// stepgraph(unsafe): grid = tiles(cdiv(2 * H + 1, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     trunk_grad_join_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
                            float* __restrict__ db2, float* __restrict__ dwv,
@@ -783,6 +792,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 
 // Second pass: adds the chunks' partials [chunks, H S + H] column by column, in order, and
 // writes dw1[H, S] and db1[H]. Grid: ceil((H S + H) / 32) blocks of (32, 32).
+// stepgraph(unsafe): partials[>= chunks * (H * S + H)], dw1[H * S], db1[H],
+// stepgraph(unsafe): grid = tiles(cdiv(H * S + H, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     trunk_l1_grad_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
                          unsigned S, float* __restrict__ dw1, float* __restrict__ db1) {

@@ -15,6 +15,7 @@
 // [rows], cosf is [rows, C], n = rows * C. Grid: one thread per 4 consecutive elements,
 // ceil(n / 1024) blocks of 256; with C % 4 == 0 the 4 share a row and are stored as one
 // 16-byte write.
+// stepgraph(unsafe): tau[rows], cosf[rows * C], C > 0, grid = elementwise(cdiv(rows * C, 4))
 extern "C" __global__ void __launch_bounds__(256)
     iqn_cos_features(const float* __restrict__ tau, float* __restrict__ cosf, unsigned rows,
                      unsigned C) {
@@ -330,6 +331,9 @@ __device__ __forceinline__ void iqn_finish_column(unsigned c, float s, unsigned 
 // Finishes iqn_forward_backward: adds the `rows` partial rows of [rows, 2H + 2] in order and
 // writes them out as iqn_finish_column says.
 // Grid: ceil((2H + 2) / 32) blocks of (32, 32) threads.
+// stepgraph(unsafe): partials[>= rows * (2 * H + 2)], dwq[H], dbphi[H], dbq[1],
+// stepgraph(unsafe): losses[LOSS_SLOT_COUNT],
+// stepgraph(unsafe): grid = tiles(cdiv(2 * H + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     iqn_finish(const float* __restrict__ partials, unsigned rows, unsigned H,
                float* __restrict__ dwq, float* __restrict__ dbphi, float* __restrict__ dbq,
@@ -648,6 +652,8 @@ extern "C" __global__ void __launch_bounds__(32 * IQN_FUSED_MAX_WARPS, 1)
 // Finishes iqn_fused: adds the `rows` partial rows of [rows, 2H + 2 + H C] in order; the
 // first 2H + 2 columns go out as in iqn_finish, the rest is dwphi[H, C] (written).
 // Grid: ceil((2H + 2 + H C) / 32) blocks of (32, 32) threads.
+// stepgraph(unsafe): partials[>= rows * (2 * H + 2 + H * C)], dwphi[H * C], dwq[H], dbphi[H],
+// stepgraph(unsafe): dbq[1], losses[LOSS_SLOT_COUNT], grid = tiles(cdiv(2 * H + 2 + H * C, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     iqn_fused_finish(const float* __restrict__ partials, unsigned rows, unsigned H, unsigned C,
                      float* __restrict__ dwphi, float* __restrict__ dwq,

@@ -43,6 +43,8 @@ __device__ __forceinline__ unsigned below(unsigned long long bits, unsigned n) {
 // tau[j] = 0.02 + 0.96 u uniform in [0.02, 0.98] for j < taus (element batch + j), from
 // key(seed, *counter). Grid: one thread per element, ceil((batch + taus) / 256) blocks of
 // 256. `replay_advance` moves the counter on after it.
+// stepgraph(unsafe): counter[1], idx[batch], tau[taus], capacity > 0,
+// stepgraph(unsafe): grid = elementwise(batch + taus)
 extern "C" __global__ void replay_draw(const unsigned long long* __restrict__ counter,
                                        unsigned* __restrict__ idx, float* __restrict__ tau,
                                        unsigned long long seed, unsigned capacity,
@@ -60,6 +62,7 @@ extern "C" __global__ void replay_draw(const unsigned long long* __restrict__ co
 }
 
 // counter += 1, after the draw that read it (one thread).
+// stepgraph(unsafe): counter[1], grid = elementwise(1)
 extern "C" __global__ void replay_advance(unsigned long long* __restrict__ counter) {
     if (global_index() == 0) {
         *counter += 1;
@@ -70,6 +73,11 @@ extern "C" __global__ void replay_advance(unsigned long long* __restrict__ count
 // act [B, D], r, done [B]. One thread per element of a row of 2S + D + 2 columns,
 // ceil(B (2S + D + 2) / 256) blocks of 256. An index out of range (a caller's own indices,
 // never the draw's) gathers NaN and action 0, which the step's finite check stops at.
+// stepgraph(unsafe): idx[batch], src_s[capacity * state], src_s2[capacity * state],
+// stepgraph(unsafe): src_act[capacity * branches], src_r[capacity], src_done[capacity],
+// stepgraph(unsafe): s[batch * state], s2[batch * state], act[batch * branches], r[batch],
+// stepgraph(unsafe): done[batch], capacity > 0, state > 0, branches > 0,
+// stepgraph(unsafe): grid = elementwise(batch * (2 * state + branches + 2))
 extern "C" __global__ void replay_gather(const unsigned* __restrict__ idx,
                                          const float* __restrict__ src_s,
                                          const float* __restrict__ src_s2,

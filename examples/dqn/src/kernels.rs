@@ -86,6 +86,10 @@ impl Kernels {
 // and fails with [`Error::LengthMismatch`] (or [`Error::Invalid`] for a size the kernel
 // cannot take) before anything is launched. Buffers must be whole allocations, as every
 // `DeviceBuffer` is: the kernels' 16-byte accesses rely on their alignment.
+// A kernel whose bounds are its buffers' lengths and its grid declares them above its
+// signature (`// stepgraph(unsafe): ...`), and its wrapper calls the `_checked` method
+// stepgraph-build generates from that; the others (per-branch pointers, chunk plans,
+// register and shared-memory limits) launch by hand with a `SAFETY:` comment.
 // ---------------------------------------------------------------------------------------
 
 /// A slot of the DQN step's loss buffer: [`LOSS_SLOTS`] floats, zeroed by a memset op at
@@ -161,17 +165,6 @@ pub const LOSS_SLOTS: usize = 8;
 
 fn check_losses(what: &str, losses: &DeviceBuffer<f32>) -> Result<()> {
     same_len(what, LOSS_SLOTS, losses.len())
-}
-
-/// One thread per 4 consecutive elements, blocks of [`BLOCK_THREADS`]; at least one block.
-fn quad_config(n: usize) -> LaunchConfig {
-    let threads = n.div_ceil(4);
-    let blocks = threads.div_ceil(BLOCK_THREADS as usize).max(1);
-    LaunchConfig {
-        grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
-        block_dim: (BLOCK_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 /// Dynamic shared memory a block may use without opting in to more.
@@ -382,20 +375,8 @@ impl Kernels {
         rows: usize,
         width: usize,
     ) -> Result<()> {
-        let width32 = positive("glu_forward: width", width)?;
         let n = product("glu_forward: g", &[rows, width])?;
-        check_len(
-            "glu_forward: u ([rows, 2 width])",
-            u.len(),
-            product("glu_forward: u", &[n, 2])?,
-        )?;
-        check_len("glu_forward: g ([rows, width])", g.len(), n)?;
-        let n32 = len_u32("glu_forward: g", n)?;
-        // SAFETY: threads with i >= n return, and u holds 2n, g n elements (checked above).
-        unsafe {
-            self.raw
-                .glu_forward(stream, elementwise_config(n32), u, g, n32, width32)
-        }
+        self.raw.glu_forward_checked(stream, u, g, n, width)
     }
 
     /// GLU, backward: `du[rows, 2G]` from `u[rows, 2G]` and `dg[rows, G]` (see
@@ -410,19 +391,8 @@ impl Kernels {
         rows: usize,
         width: usize,
     ) -> Result<()> {
-        let width32 = positive("glu_backward: width", width)?;
         let n = product("glu_backward: dg", &[rows, width])?;
-        let n2 = product("glu_backward: u", &[n, 2])?;
-        check_len("glu_backward: u ([rows, 2 width])", u.len(), n2)?;
-        check_len("glu_backward: dg ([rows, width])", dg.len(), n)?;
-        check_len("glu_backward: du ([rows, 2 width])", du.len(), n2)?;
-        let n32 = len_u32("glu_backward: dg", n)?;
-        // SAFETY: threads with i >= n return; u and du hold 2n, dg n elements (checked
-        // above).
-        unsafe {
-            self.raw
-                .glu_backward(stream, elementwise_config(n32), u, dg, du, n32, width32)
-        }
+        self.raw.glu_backward_checked(stream, u, dg, du, n, width)
     }
 
     /// The double-DQN target: `y[B, D]` and `ybar[B] = mean_d y` (formula in
@@ -560,25 +530,16 @@ impl Kernels {
         de: &mut DeviceBuffer<f32>,
         losses: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let b = positive("expectile_loss: batch (e's length)", e.len())?;
-        check_len("expectile_loss: qbar ([B])", qbar.len(), e.len())?;
-        check_len("expectile_loss: de ([B])", de.len(), e.len())?;
-        check_losses("expectile_loss: losses", losses)?;
-        // SAFETY: threads with b >= B skip the per-sample buffers (all B long, checked
-        // above) and thread 0 adds into slots below losses.len().
-        unsafe {
-            self.raw.expectile_loss(
-                stream,
-                elementwise_config(b),
-                e,
-                qbar,
-                de,
-                losses,
-                b,
-                expectile.tau,
-                expectile.coef,
-            )
-        }
+        self.raw.expectile_loss_checked(
+            stream,
+            e,
+            qbar,
+            de,
+            losses,
+            e.len(),
+            expectile.tau,
+            expectile.coef,
+        )
     }
 
     /// The trunk's gradient join: `dz2[B, H]`, the sum of everything that flows into the
@@ -672,24 +633,15 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "trunk_grad_join: finish blocks",
-            (2 * dims.hidden + 1).div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (2H + 1) floats of scratch and writes db2[0..H),
-        // dwv[0..H) and dbv[0], whose lengths are checked above.
-        unsafe {
-            self.raw.trunk_grad_join_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                h,
-                out.db2,
-                out.dwv,
-                out.dbv,
-            )
-        }
+        self.raw.trunk_grad_join_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.hidden,
+            out.db2,
+            out.dwv,
+            out.dbv,
+        )
     }
 }
 
@@ -885,24 +837,15 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "trunk_l1_grad: finish blocks",
-            (dims.hidden * dims.state + dims.hidden).div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (H S + H) floats of scratch and writes dw1[0..H S) and
-        // db1[0..H) (lengths checked above).
-        unsafe {
-            self.raw.trunk_l1_grad_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                h,
-                st,
-                out.dw1,
-                out.db1,
-            )
-        }
+        self.raw.trunk_l1_grad_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.hidden,
+            dims.state,
+            out.dw1,
+            out.db1,
+        )
     }
 }
 
@@ -1049,26 +992,17 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "expectile_head: finish blocks",
-            (dims.hidden + 2).div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (H + 2) floats of scratch, writes dwe[0..H) and dbe[0]
-        // and adds into two slots below LOSS_SLOTS = losses.len() (lengths checked above).
-        unsafe {
-            self.raw.expectile_head_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                h,
-                out.dwe,
-                out.dbe,
-                out.losses,
-                b,
-                expectile.coef,
-            )
-        }
+        self.raw.expectile_head_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.hidden,
+            out.dwe,
+            out.dbe,
+            out.losses,
+            b,
+            expectile.coef,
+        )
     }
 }
 
@@ -1339,25 +1273,16 @@ impl Kernels {
                 )?
             };
         }
-        let finish_blocks = len_u32(
-            "branch_head_backward: finish blocks",
-            dims.partial_cols().div_ceil(32),
-        )?;
-        // SAFETY: the kernel reads chunks (A G + A + 2G) floats of scratch and writes dwa[0..A G),
-        // dba[0..A) and dbg[0..2G), whose lengths are checked above.
-        unsafe {
-            self.raw.branch_head_backward_finish(
-                stream,
-                tile_config(finish_blocks, 1),
-                &*scratch,
-                chunks32,
-                g,
-                a,
-                out.dwa,
-                out.dba,
-                out.dbg,
-            )
-        }
+        self.raw.branch_head_backward_finish_checked(
+            stream,
+            &*scratch,
+            chunks,
+            dims.glu,
+            dims.actions,
+            out.dwa,
+            out.dba,
+            out.dbg,
+        )
     }
 }
 
@@ -1396,8 +1321,6 @@ struct IqnPlan {
     config: LaunchConfig,
     /// Partial rows written (one per block).
     rows: u32,
-    /// Columns of a partial row, `2 H + 2`: what the finish kernel adds up.
-    cols: u32,
     scratch_len: usize,
 }
 
@@ -1459,7 +1382,6 @@ fn iqn_plan(dims: IqnDims) -> Result<IqnPlan> {
             shared_mem_bytes: smem,
         },
         rows: blocks,
-        cols,
         scratch_len,
     })
 }
@@ -1512,16 +1434,8 @@ impl Kernels {
         cosf: &mut DeviceBuffer<f32>,
         features: usize,
     ) -> Result<()> {
-        let c = positive("iqn_cos_features: features", features)?;
-        let rows = len_u32("iqn_cos_features: tau", tau.len())?;
-        let n = product("iqn_cos_features: cosf", &[tau.len(), features])?;
-        check_len("iqn_cos_features: cosf ([B N, C])", cosf.len(), n)?;
-        // SAFETY: threads start at 4i < rows C = cosf.len() and stop there, and read tau
-        // below rows = tau.len().
-        unsafe {
-            self.raw
-                .iqn_cos_features(stream, quad_config(n), tau, cosf, rows, c)
-        }
+        self.raw
+            .iqn_cos_features_checked(stream, tau, cosf, tau.len(), features)
     }
 
     /// The IQN head, forward and backward, fused: the quantile Huber loss against `ybar`
@@ -1627,26 +1541,19 @@ impl Kernels {
                 coef,
             )?
         };
-        let cols = plan.cols;
-        // SAFETY: the kernel reads rows (2H + 2) floats of scratch (checked above) and writes only
-        // columns c < 2H + 2: dwq[c < H], dbphi[c - H < H], dbq[0], and losses slots below
-        // LOSS_SLOTS.
-        unsafe {
-            self.raw.iqn_finish(
-                stream,
-                tile_config(cols.div_ceil(32), 1),
-                &*scratch,
-                plan.rows,
-                h,
-                out.dwq,
-                out.dbphi,
-                out.dbq,
-                out.losses,
-                b,
-                n,
-                coef,
-            )
-        }
+        self.raw.iqn_finish_checked(
+            stream,
+            &*scratch,
+            plan.rows as usize,
+            dims.hidden,
+            out.dwq,
+            out.dbphi,
+            out.dbq,
+            out.losses,
+            b,
+            n,
+            coef,
+        )
     }
 }
 
@@ -1776,7 +1683,6 @@ struct IqnFusedPlan {
     /// Partial rows written (one per block of `config`).
     rows: u32,
     scratch_len: usize,
-    finish: LaunchConfig,
 }
 
 fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
@@ -1824,7 +1730,6 @@ fn iqn_fused_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         },
         rows: blocks,
         scratch_len,
-        finish: tile_config((row_len as u32).div_ceil(32), 1),
     })
 }
 
@@ -1841,7 +1746,7 @@ fn iqn_partial_row_len(dims: IqnFusedDims) -> usize {
 fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
     // Sizes neither kernel takes (a batch of 0, B N past 32 bits) get iqn_fused's error,
     // which names them.
-    let fallback = iqn_fused_plan(dims)?;
+    iqn_fused_plan(dims)?;
     if !dims.wgmma_takes() {
         let (n, c, h) = IQN_WGMMA_SIZES;
         return Err(Error::Invalid(format!(
@@ -1862,7 +1767,6 @@ fn iqn_wgmma_plan(dims: IqnFusedDims) -> Result<IqnFusedPlan> {
         // Never more rows than iqn_fused's plan (min(B, sms) blocks at H = 256), so the
         // scratch that IqnFusedDims::scratch_len asks for serves both kernels.
         scratch_len: blocks as usize * iqn_partial_row_len(dims),
-        finish: fallback.finish,
     })
 }
 
@@ -2049,27 +1953,21 @@ impl Kernels {
                 };
             }
         }
-        // SAFETY: the kernel reads rows (2H + 2 + H C) floats of scratch (checked above) and writes
-        // only columns c < 2H + 2 + H C: dwq[c < H], dbphi[c - H < H], dbq[0], losses slots
-        // below LOSS_SLOTS and dwphi[c - 2H - 2 < H C].
-        unsafe {
-            self.raw.iqn_fused_finish(
-                stream,
-                plan.finish,
-                &*scratch,
-                plan.rows,
-                h,
-                c,
-                out.dwphi,
-                out.dwq,
-                out.dbphi,
-                out.dbq,
-                out.losses,
-                b,
-                n,
-                coef,
-            )
-        }
+        self.raw.iqn_fused_finish_checked(
+            stream,
+            &*scratch,
+            plan.rows as usize,
+            dims.hidden,
+            dims.cosines,
+            out.dwphi,
+            out.dwq,
+            out.dbphi,
+            out.dbq,
+            out.losses,
+            b,
+            n,
+            coef,
+        )
     }
 }
 
@@ -2498,22 +2396,17 @@ impl Kernels {
                 )?
             };
         }
-        // SAFETY: the kernel reads rows (E + 2) floats of scratch and writes dwp[c < E], dbp[0] and
-        // loss slots below LOSS_SLOTS (all checked above).
-        unsafe {
-            self.raw.attn_pool_finish(
-                stream,
-                tile_config(cols.div_ceil(32), 1),
-                &*scratch,
-                rows,
-                e,
-                out.dwp,
-                out.dbp,
-                out.losses,
-                b,
-                coef,
-            )
-        }
+        self.raw.attn_pool_finish_checked(
+            stream,
+            &*scratch,
+            rows as usize,
+            dims.width,
+            out.dwp,
+            out.dbp,
+            out.losses,
+            b,
+            coef,
+        )
     }
 }
 
@@ -3060,26 +2953,9 @@ impl Kernels {
         seed: u64,
         capacity: usize,
     ) -> Result<()> {
-        check_len("replay_draw: counter", counter.len(), 1)?;
-        let capacity = positive("replay_draw: capacity", capacity)?;
-        let batch = len_u32("replay_draw: idx", idx.len())?;
-        let taus = len_u32("replay_draw: tau", tau.len())?;
-        let n = len_u32("replay_draw: idx and tau together", idx.len() + tau.len())?;
-        // SAFETY: threads with e >= n = idx.len() + tau.len() return; thread e writes
-        // idx[e] (e < idx.len()) or tau[e - idx.len()]; the counter holds one element.
-        unsafe {
-            self.raw.replay_draw(
-                stream,
-                elementwise_config(n),
-                counter,
-                idx,
-                tau,
-                seed,
-                capacity,
-                batch,
-                taus,
-            )
-        }
+        let (batch, taus) = (idx.len(), tau.len());
+        self.raw
+            .replay_draw_checked(stream, counter, idx, tau, seed, capacity, batch, taus)
     }
 
     /// `counter[0] += 1`: the next replay draws from the next key.
@@ -3088,12 +2964,7 @@ impl Kernels {
         stream: &CaptureStream<'_>,
         counter: &mut DeviceBuffer<u64>,
     ) -> Result<()> {
-        check_len("replay_advance: counter", counter.len(), 1)?;
-        // SAFETY: one thread writes counter[0], which exists (checked above).
-        unsafe {
-            self.raw
-                .replay_advance(stream, elementwise_config(1), counter)
-        }
+        self.raw.replay_advance_checked(stream, counter)
     }
 
     /// `dst[b] = src[idx[b]]` for the per-row tensors of transitions (`s`, `s2`, `act`,
@@ -3112,73 +2983,25 @@ impl Kernels {
         state: usize,
         branches: usize,
     ) -> Result<()> {
-        let state32 = positive("replay_gather: state", state)?;
-        let branches32 = positive("replay_gather: branches", branches)?;
         let capacity = src.r.len();
-        let batch = idx.len();
-        let cap32 = positive("replay_gather: the buffer's rows", capacity)?;
-        check_len(
-            "replay_gather: src.s ([capacity, S])",
-            src.s.len(),
-            product("replay_gather: src.s", &[capacity, state])?,
-        )?;
-        check_len(
-            "replay_gather: src.s2 ([capacity, S])",
-            src.s2.len(),
-            src.s.len(),
-        )?;
-        check_len(
-            "replay_gather: src.act ([capacity, D])",
-            src.act.len(),
-            product("replay_gather: src.act", &[capacity, branches])?,
-        )?;
-        check_len(
-            "replay_gather: src.done ([capacity])",
-            src.done.len(),
+        self.raw.replay_gather_checked(
+            stream,
+            idx,
+            src.s,
+            src.s2,
+            src.act,
+            src.r,
+            src.done,
+            dst.s,
+            dst.s2,
+            dst.act,
+            dst.r,
+            dst.done,
             capacity,
-        )?;
-        let rows = product("replay_gather: s", &[batch, state])?;
-        check_len("replay_gather: s ([B, S])", dst.s.len(), rows)?;
-        check_len("replay_gather: s2 ([B, S])", dst.s2.len(), rows)?;
-        check_len(
-            "replay_gather: act ([B, D])",
-            dst.act.len(),
-            product("replay_gather: act", &[batch, branches])?,
-        )?;
-        check_len("replay_gather: r ([B])", dst.r.len(), batch)?;
-        check_len("replay_gather: done ([B])", dst.done.len(), batch)?;
-        let width = product("replay_gather: a row", &[2, state])?
-            .checked_add(branches + 2)
-            .ok_or_else(|| Error::Invalid("replay_gather: a row's width overflows".into()))?;
-        let n = len_u32(
-            "replay_gather: B rows of 2 S + D + 2",
-            product("replay_gather: rows", &[batch, width])?,
-        )?;
-        let batch32 = len_u32("replay_gather: idx", batch)?;
-        // SAFETY: threads with i >= n = B (2 S + D + 2) return; each reads idx[b] for
-        // b < B and a source row only when it is below the capacity, whose rows every
-        // source holds (checked above), and writes one element of its destination row.
-        unsafe {
-            self.raw.replay_gather(
-                stream,
-                elementwise_config(n),
-                idx,
-                src.s,
-                src.s2,
-                src.act,
-                src.r,
-                src.done,
-                dst.s,
-                dst.s2,
-                dst.act,
-                dst.r,
-                dst.done,
-                cap32,
-                batch32,
-                state32,
-                branches32,
-            )
-        }
+            idx.len(),
+            state,
+            branches,
+        )
     }
 
     /// `dst[b, :] = src[idx[b], :]` for rows of `width` floats (the window of past
@@ -3736,8 +3559,6 @@ mod tests {
         assert_eq!(plan.rows, wave);
         let row = 2 * 256 + 2 + 256 * 64;
         assert_eq!(step.scratch_len(), wave as usize * row);
-        assert_eq!(plan.finish.grid_dim, ((row as u32).div_ceil(32), 1, 1));
-        assert_eq!(plan.finish.block_dim, (32, 32, 1));
         assert!(step.supported());
         assert_eq!(
             step.unfused(),
@@ -3973,10 +3794,6 @@ mod tests {
             // The scratch IqnFusedDims asks for (iqn_fused's) holds iqn_wgmma's rows too.
             assert!(plan.scratch_len <= dims.scratch_len(), "{dims:?}");
             assert_eq!(plan.scratch_len, blocks as usize * (2 * 256 + 2 + 256 * 64));
-            assert_eq!(
-                plan.finish.grid_dim,
-                iqn_fused_plan(dims).unwrap().finish.grid_dim
-            );
         }
         // Any other N, C or H takes iqn_fused, and iqn_wgmma's plan says why.
         for dims in [
@@ -4131,12 +3948,97 @@ mod tests {
 
     #[test]
     fn quad_grids_cover_every_element() {
-        for n in [0usize, 1, 4, 1024, 1025, 16384 * 256] {
-            let cfg = quad_config(n);
+        // iqn_cos_features' contract: `grid = elementwise(cdiv(rows * C, 4))`.
+        for n in [0u32, 1, 4, 1024, 1025, 16384 * 256] {
+            let cfg = raw::contract::elementwise(n.div_ceil(4));
             let threads = cfg.grid_dim.0 as usize * BLOCK_THREADS as usize;
-            assert!(threads * 4 >= n && cfg.grid_dim.0 >= 1, "n = {n}");
-            assert!((cfg.grid_dim.0 as usize - 1) * BLOCK_THREADS as usize * 4 < n.max(1));
+            assert!(threads * 4 >= n as usize && cfg.grid_dim.0 >= 1, "n = {n}");
+            assert!((cfg.grid_dim.0 as usize - 1) * BLOCK_THREADS as usize * 4 < n.max(1) as usize);
         }
+    }
+
+    /// The grids the contracts of `cuda/*.cu` declare are the ones the hand-written
+    /// launches used: `elementwise` is `elementwise_config`, `tiles` is `tile_config`.
+    #[test]
+    fn contract_grids_are_the_launch_helpers_grids() {
+        let same = |a: LaunchConfig, b: LaunchConfig| {
+            (a.grid_dim, a.block_dim, a.shared_mem_bytes)
+                == (b.grid_dim, b.block_dim, b.shared_mem_bytes)
+        };
+        assert_eq!(raw::contract::BLOCK_THREADS, BLOCK_THREADS);
+        for n in [0u32, 1, 255, 256, 257, 4096, 1 << 20, u32::MAX] {
+            assert!(
+                same(raw::contract::elementwise(n), elementwise_config(n)),
+                "elementwise({n})"
+            );
+            for y in [0u32, 1, 7] {
+                assert!(
+                    same(raw::contract::tiles(n, y), tile_config(n, y)),
+                    "tiles({n}, {y})"
+                );
+            }
+        }
+        assert!(same(
+            raw::contract::blocks(1024, BLOCK_THREADS),
+            fill_config()
+        ));
+        assert_eq!(raw::contract::blocks(0, 32).grid_dim, (1, 1, 1));
+    }
+
+    /// A safe launcher refuses before it launches: its checks need no GPU, so they run on
+    /// the generated `contract` helpers it calls.
+    #[test]
+    fn contract_checks_name_the_kernel_and_the_buffer() {
+        use raw::contract;
+        let err = contract::len(
+            "glu_forward",
+            "u",
+            "2 * n",
+            5,
+            contract::mul(Some(2), Some(3)),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::LengthMismatch { what, expected: 6, found: 5 } if what == "glu_forward: u ([2 * n])"),
+            "{err:?}"
+        );
+        assert!(contract::len("k", "x", "n", 6, Some(6)).is_ok());
+        let too_long = u32::MAX as usize + 1;
+        assert!(matches!(
+            contract::len("k", "x", "n", too_long, Some(too_long)),
+            Err(Error::Invalid(_))
+        ));
+        let err = contract::len(
+            "glu_forward",
+            "u",
+            "2 * n",
+            5,
+            contract::mul(Some(2), Some(usize::MAX)),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("glu_forward: u: the size `2 * n` overflows"),
+            "{err}"
+        );
+        assert!(matches!(
+            contract::positive("glu_forward", "G", 0),
+            Err(Error::Invalid(m)) if m == "glu_forward: G: expected at least 1, found 0"
+        ));
+        assert!(contract::at_least("k", "scratch", "n", 7, Some(6)).is_ok());
+        assert!(matches!(
+            contract::at_least("k", "scratch", "n", 5, Some(6)),
+            Err(Error::LengthMismatch {
+                expected: 6,
+                found: 5,
+                ..
+            })
+        ));
+        assert!(contract::scalar::<u32>("k", "n", "unsigned", too_long).is_err());
+        assert_eq!(contract::scalar::<u32>("k", "n", "unsigned", 7).unwrap(), 7);
+        assert_eq!(contract::cdiv(Some(9), Some(4)), Some(3));
+        assert_eq!(contract::cdiv(Some(9), Some(0)), None);
+        assert_eq!(contract::sub(Some(1), Some(2)), None);
     }
 
     #[test]

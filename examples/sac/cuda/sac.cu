@@ -25,6 +25,8 @@
 
 // out[b, :] = [x[b, :], a[b, :]]: x [B, S], a [B, A], out [B, S + A]. One thread per
 // element of out.
+// stepgraph(unsafe): x[rows * xs], a[rows * as], out[rows * (xs + as)], rows > 0, xs > 0, as > 0,
+// stepgraph(unsafe): grid = elementwise(rows * (xs + as))
 extern "C" __global__ void concat_cols(const float* __restrict__ x, const float* __restrict__ a,
                                        float* __restrict__ out, unsigned rows, unsigned xs,
                                        unsigned as) {
@@ -40,6 +42,7 @@ extern "C" __global__ void concat_cols(const float* __restrict__ x, const float*
 
 // dz[i] <- h[i] > 0 ? dz[i] : 0, in place: ReLU's backward from its output h. One thread
 // per element.
+// stepgraph(unsafe): dz[n], h[n], grid = elementwise(n)
 extern "C" __global__ void relu_backward(const float* __restrict__ h, float* __restrict__ dz,
                                          unsigned n) {
     const unsigned i = global_index();
@@ -138,6 +141,7 @@ extern "C" __global__ void narrow_relu_grad(const float* __restrict__ dout,
 
 // The critic loss: dq[i] = 2 (q[i] - y[i]) / n, loss[0] = sum (q[i] - y[i])^2 / n. One
 // block of SAC_REDUCE_THREADS.
+// stepgraph(unsafe): q[n], y[n], dq[n], loss[1], n > 0, grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void mse_loss(const float* __restrict__ q, const float* __restrict__ y,
                                     float* __restrict__ dq, float* __restrict__ loss,
                                     unsigned n) {
@@ -157,6 +161,8 @@ extern "C" __global__ void mse_loss(const float* __restrict__ q, const float* __
 // The tanh-Gaussian sample: head [B, 2A] (mean, then raw log_std), eps [B, A];
 // act = tanh(mean + exp(clamp(raw, -20, 2)) eps) [B, A], logp [B] (MODEL.md). One thread
 // per row.
+// stepgraph(unsafe): head[rows * 2 * dims], eps[rows * dims], act[rows * dims], logp[rows],
+// stepgraph(unsafe): rows > 0, dims > 0, grid = elementwise(rows)
 extern "C" __global__ void tanh_gauss_sample(const float* __restrict__ head,
                                              const float* __restrict__ eps,
                                              float* __restrict__ act, float* __restrict__ logp,
@@ -182,6 +188,7 @@ extern "C" __global__ void tanh_gauss_sample(const float* __restrict__ head,
 // The running minimum over the critics, one critic at a time: critic `index` (0 first)
 // with outputs q [n] into qmin and its index into argmin, the lower index on a tie. Index
 // 0 copies. One thread per element.
+// stepgraph(unsafe): q[n], qmin[n], argmin[n], grid = elementwise(n)
 extern "C" __global__ void critic_min(const float* __restrict__ q, float* __restrict__ qmin,
                                       unsigned* __restrict__ argmin, unsigned index,
                                       unsigned n) {
@@ -210,6 +217,8 @@ __device__ __forceinline__ float actor_loss_term(float alpha, float logp, float 
 
 // y = r + gamma (1 - done) (qmin - exp(log_alpha[0]) logp_next), [n], with qmin the
 // target critics' minimum. One thread per element.
+// stepgraph(unsafe): y[n], r[n], done[n], qmin[n], logp_next[n], log_alpha[1],
+// stepgraph(unsafe): grid = elementwise(n)
 extern "C" __global__ void soft_target(const float* __restrict__ r,
                                        const float* __restrict__ done,
                                        const float* __restrict__ qmin,
@@ -224,6 +233,8 @@ extern "C" __global__ void soft_target(const float* __restrict__ r,
 
 // The actor loss mean(alpha logp - qmin) into loss[0], qmin the critics' minimum. One
 // block of SAC_REDUCE_THREADS.
+// stepgraph(unsafe): qmin[n], logp[n], log_alpha[1], loss[1], n > 0,
+// stepgraph(unsafe): grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void actor_loss(const float* __restrict__ qmin,
                                       const float* __restrict__ logp,
                                       const float* __restrict__ log_alpha,
@@ -263,6 +274,9 @@ __device__ __forceinline__ void tanh_gauss_backward_at(const float* __restrict__
 // from da [B, A], the loss's gradient with respect to the action through the critics, the
 // entropy term alpha / B logp, through the tanh, the reparameterisation and the clamp.
 // One thread per (b, j), j < A.
+// stepgraph(unsafe): head[rows * 2 * dims], dhead[rows * 2 * dims], eps[rows * dims],
+// stepgraph(unsafe): act[rows * dims], da[rows * dims], log_alpha[1], rows > 0, dims > 0,
+// stepgraph(unsafe): grid = elementwise(rows * dims)
 extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
                                                const float* __restrict__ eps,
                                                const float* __restrict__ act,
@@ -282,6 +296,8 @@ extern "C" __global__ void tanh_gauss_backward(const float* __restrict__ head,
 
 // The temperature's loss -log_alpha mean(logp + target_entropy) into loss[0] and its
 // gradient -mean(logp + target_entropy) into grad[0]. One block of SAC_REDUCE_THREADS.
+// stepgraph(unsafe): logp[n], log_alpha[1], grad[1], loss[1], n > 0,
+// stepgraph(unsafe): grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void alpha_grad(const float* __restrict__ logp,
                                       const float* __restrict__ log_alpha,
                                       float* __restrict__ grad, float* __restrict__ loss,
@@ -719,6 +735,8 @@ __device__ __forceinline__ float critics_min(const float* __restrict__ q0,
 // critic_min over `count` critics, then soft_target, in one launch: qmin, argmin and y
 // [n], the same values as the running minimum and soft_target give. One thread per
 // element.
+// stepgraph(unsafe): y[n], q0[n], q1[n], q2[n], q3[n], r[n], done[n], logp_next[n], qmin[n],
+// stepgraph(unsafe): argmin[n], log_alpha[1], grid = elementwise(n)
 extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
                                            const float* __restrict__ q1,
                                            const float* __restrict__ q2,
@@ -743,6 +761,8 @@ extern "C" __global__ void min_soft_target(const float* __restrict__ q0,
 
 // critic_min over `count` critics, then actor_loss, in one block of SAC_REDUCE_THREADS:
 // qmin and argmin [n], loss[0] = mean(alpha logp - qmin), the sum in actor_loss's order.
+// stepgraph(unsafe): logp[n], q0[n], q1[n], q2[n], q3[n], qmin[n], argmin[n], log_alpha[1],
+// stepgraph(unsafe): loss[1], n > 0, grid = blocks(1, SAC_REDUCE_THREADS)
 extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
                                           const float* __restrict__ q1,
                                           const float* __restrict__ q2,
@@ -773,6 +793,8 @@ extern "C" __global__ void min_actor_loss(const float* __restrict__ q0,
 // at the action da [rows, dims] (of -q / rows) into qmin [rows] and da_min [rows, dims],
 // where it is smaller than the critics before it (the lower index on a tie, as
 // critic_min). Index 0 copies. One thread per row.
+// stepgraph(unsafe): q[rows], qmin[rows], da[rows * dims], da_min[rows * dims], rows > 0,
+// stepgraph(unsafe): dims > 0, grid = elementwise(rows)
 extern "C" __global__ void critic_min_select(const float* __restrict__ q,
                                              const float* __restrict__ da,
                                              float* __restrict__ qmin,
@@ -796,6 +818,10 @@ extern "C" __global__ void critic_min_select(const float* __restrict__ q,
 // -q / rows, computed for every row, so that no critic's pass waits for the minimum. The
 // same bits as critic_min_select over the critics followed by tanh_gauss_backward. One
 // thread per (b, j), j < dims.
+// stepgraph(unsafe): q0[rows], q1[rows], q2[rows], q3[rows], da0[rows * dims],
+// stepgraph(unsafe): da1[rows * dims], da2[rows * dims], da3[rows * dims], head[rows * 2 * dims],
+// stepgraph(unsafe): dhead[rows * 2 * dims], eps[rows * dims], act[rows * dims], log_alpha[1],
+// stepgraph(unsafe): rows > 0, dims > 0, grid = elementwise(rows * dims)
 extern "C" __global__ void tanh_gauss_backward_min(
     const float* __restrict__ head, const float* __restrict__ eps,
     const float* __restrict__ act, const float* __restrict__ q0, const float* __restrict__ q1,

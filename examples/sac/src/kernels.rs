@@ -5,7 +5,9 @@
 //! Shapes are row-major (`[B, X]` puts row `b` at offset `b X`). Every wrapper fails with
 //! [`Error::LengthMismatch`](stepgraph::Error::LengthMismatch) or [`Error::Invalid`](stepgraph::Error::Invalid) before anything is launched when a
 //! buffer's length does not match the sizes it is given. Each kernel has a CPU reference
-//! in [`reference`](crate::reference).
+//! in [`reference`](crate::reference). The elementwise and one-block kernels declare their
+//! lengths and grid above their signature (`// stepgraph(unsafe): ...`), and their
+//! wrappers call the `_checked` methods stepgraph-build generates from that.
 
 use std::sync::Arc;
 
@@ -133,15 +135,6 @@ fn whole(what: &str, len: usize, k: usize) -> Result<usize> {
     Ok(len / k)
 }
 
-/// One block of [`REDUCE_THREADS`]: a fixed-order sum over the whole batch.
-fn reduce_config() -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
 /// The SAC step's kernels and the generic ones it uses, loaded once per device.
 #[derive(Debug)]
 pub struct Kernels {
@@ -177,29 +170,8 @@ impl Kernels {
         xs: usize,
         as_: usize,
     ) -> Result<()> {
-        let r = positive("concat_cols: rows", rows)?;
-        let c1 = positive("concat_cols: xs", xs)?;
-        let c2 = positive("concat_cols: as", as_)?;
-        check_len(
-            "concat_cols: x ([rows, xs])",
-            x.len(),
-            product("concat_cols", &[rows, xs])?,
-        )?;
-        check_len(
-            "concat_cols: a ([rows, as])",
-            a.len(),
-            product("concat_cols", &[rows, as_])?,
-        )?;
-        let n = product("concat_cols", &[rows, xs + as_])?;
-        check_len("concat_cols: out ([rows, xs + as])", out.len(), n)?;
-        let n = len_u32("concat_cols: out", n)?;
-        // SAFETY: threads with i >= n = rows (xs + as) return; thread i reads x[b xs + j]
-        // (j < xs) or a[b as + j - xs] (j - xs < as) with b < rows, all in range (lengths
-        // checked above), and writes out[i].
-        unsafe {
-            self.raw
-                .concat_cols(stream, elementwise_config(n), x, a, out, r, c1, c2)
-        }
+        self.raw
+            .concat_cols_checked(stream, x, a, out, rows, xs, as_)
     }
 
     /// [`Kernels::relu_backward`] of `dz [rows, cols]` and the first pass of the column
@@ -242,13 +214,7 @@ impl Kernels {
 
     /// `dz[i] = h[i] > 0 ? dz[i] : 0`, in place: ReLU's backward from its output.
     pub fn relu_backward(&self, stream: &CaptureStream<'_>, h: &Buf, dz: &mut Buf) -> Result<()> {
-        check_len("relu_backward: dz (the length of h)", dz.len(), h.len())?;
-        let n = len_u32("relu_backward: h", h.len())?;
-        // SAFETY: threads with i >= n return; h and dz hold n elements (checked above).
-        unsafe {
-            self.raw
-                .relu_backward(stream, elementwise_config(n), h, dz, n)
-        }
+        self.raw.relu_backward_checked(stream, h, dz, h.len())
     }
 
     /// `dz[b, j] = h[b, j] > 0 ? Σ_o dout[b, o] w[o, j] : 0`: the gradient through a hidden
@@ -315,16 +281,7 @@ impl Kernels {
         dq: &mut Buf,
         loss: &mut Buf,
     ) -> Result<()> {
-        let n = positive("mse_loss: q", q.len())?;
-        check_len("mse_loss: y (the length of q)", y.len(), q.len())?;
-        check_len("mse_loss: dq (the length of q)", dq.len(), q.len())?;
-        check_len("mse_loss: loss ([1])", loss.len(), 1)?;
-        // SAFETY: one block strides over i < n of q, y and dq (all n long, checked) and
-        // writes loss[0].
-        unsafe {
-            self.raw
-                .mse_loss(stream, reduce_config(), q, y, dq, loss, n)
-        }
+        self.raw.mse_loss_checked(stream, q, y, dq, loss, q.len())
     }
 
     /// A critic's output layer, its MSE against `y` and their backward in one pass over
@@ -558,24 +515,8 @@ impl Kernels {
         rows: usize,
         dims: usize,
     ) -> Result<()> {
-        let r = positive("tanh_gauss_sample: rows", rows)?;
-        let d = positive("tanh_gauss_sample: dims", dims)?;
-        let rd = product("tanh_gauss_sample", &[rows, dims])?;
-        check_len(
-            "tanh_gauss_sample: head ([rows, 2 dims])",
-            head.len(),
-            product("tanh_gauss_sample", &[rows, 2, dims])?,
-        )?;
-        len_u32("tanh_gauss_sample: head", head.len())?;
-        check_len("tanh_gauss_sample: eps ([rows, dims])", eps.len(), rd)?;
-        check_len("tanh_gauss_sample: act ([rows, dims])", act.len(), rd)?;
-        check_len("tanh_gauss_sample: logp ([rows])", logp.len(), rows)?;
-        // SAFETY: threads with b >= rows return; thread b touches row b of head, eps, act
-        // and logp, all holding `rows` rows (checked above).
-        unsafe {
-            self.raw
-                .tanh_gauss_sample(stream, elementwise_config(r), head, eps, act, logp, r, d)
-        }
+        self.raw
+            .tanh_gauss_sample_checked(stream, head, eps, act, logp, rows, dims)
     }
 
     /// `out [cols, rows] = inᵀ`, `input [rows, cols]` row-major: a layer's weights laid
@@ -616,19 +557,9 @@ impl Kernels {
         argmin: &mut DeviceBuffer<u32>,
         index: usize,
     ) -> Result<()> {
-        let n = len_u32("critic_min: q", q.len())?;
-        check_len("critic_min: qmin (the length of q)", qmin.len(), q.len())?;
-        check_len(
-            "critic_min: argmin (the length of q)",
-            argmin.len(),
-            q.len(),
-        )?;
         let index = len_u32("critic_min: index", index)?;
-        // SAFETY: threads with i >= n return; q, qmin and argmin hold n elements (checked).
-        unsafe {
-            self.raw
-                .critic_min(stream, elementwise_config(n), q, qmin, argmin, index, n)
-        }
+        self.raw
+            .critic_min_checked(stream, q, qmin, argmin, index, q.len())
     }
 
     /// `y = r + γ (1 − done) (qmin − exp(log_alpha[0]) logp_next)`, all `[n]`, with
@@ -645,32 +576,9 @@ impl Kernels {
         y: &mut Buf,
         gamma: f32,
     ) -> Result<()> {
-        let n = len_u32("soft_target: y", y.len())?;
-        for (what, len) in [
-            ("soft_target: r (the length of y)", r.len()),
-            ("soft_target: done (the length of y)", done.len()),
-            ("soft_target: qmin (the length of y)", qmin.len()),
-            ("soft_target: logp_next (the length of y)", logp_next.len()),
-        ] {
-            check_len(what, len, y.len())?;
-        }
-        check_len("soft_target: log_alpha ([1])", log_alpha.len(), 1)?;
-        // SAFETY: threads with i >= n return; every [n] input holds n elements and
-        // log_alpha one (checked above).
-        unsafe {
-            self.raw.soft_target(
-                stream,
-                elementwise_config(n),
-                r,
-                done,
-                qmin,
-                logp_next,
-                log_alpha,
-                y,
-                gamma,
-                n,
-            )
-        }
+        let n = y.len();
+        self.raw
+            .soft_target_checked(stream, r, done, qmin, logp_next, log_alpha, y, gamma, n)
     }
 
     /// [`Kernels::critic_min`] over the critics' outputs `qs` (1 to [`MIN_CRITICS`], in
@@ -690,45 +598,11 @@ impl Kernels {
         y: &mut Buf,
         gamma: f32,
     ) -> Result<()> {
-        let n = len_u32("min_soft_target: y", y.len())?;
-        let ([q0, q1, q2, q3], count) = critic_outputs("min_soft_target", qs, y.len())?;
-        for (what, len) in [
-            ("min_soft_target: r (the length of y)", r.len()),
-            ("min_soft_target: done (the length of y)", done.len()),
-            (
-                "min_soft_target: logp_next (the length of y)",
-                logp_next.len(),
-            ),
-            ("min_soft_target: qmin (the length of y)", qmin.len()),
-            ("min_soft_target: argmin (the length of y)", argmin.len()),
-        ] {
-            check_len(what, len, y.len())?;
-        }
-        check_len("min_soft_target: log_alpha ([1])", log_alpha.len(), 1)?;
-        // SAFETY: threads with i >= n return; thread i reads element i of the first
-        // `count` critics' outputs (the other slots repeat the first and are not read), of
-        // r, done and logp_next, and writes element i of qmin, argmin and y, all n long;
-        // log_alpha holds one element (checked above).
-        unsafe {
-            self.raw.min_soft_target(
-                stream,
-                elementwise_config(n),
-                q0,
-                q1,
-                q2,
-                q3,
-                count,
-                r,
-                done,
-                logp_next,
-                log_alpha,
-                qmin,
-                argmin,
-                y,
-                gamma,
-                n,
-            )
-        }
+        let n = y.len();
+        let ([q0, q1, q2, q3], count) = critic_outputs("min_soft_target", qs, n)?;
+        self.raw.min_soft_target_checked(
+            stream, q0, q1, q2, q3, count, r, done, logp_next, log_alpha, qmin, argmin, y, gamma, n,
+        )
     }
 
     /// [`Kernels::critic_min`] over the critics' outputs `qs` (1 to [`MIN_CRITICS`], in
@@ -745,39 +619,21 @@ impl Kernels {
         argmin: &mut DeviceBuffer<u32>,
         loss: &mut Buf,
     ) -> Result<()> {
-        let n = positive("min_actor_loss: logp", logp.len())?;
         let ([q0, q1, q2, q3], count) = critic_outputs("min_actor_loss", qs, logp.len())?;
-        check_len(
-            "min_actor_loss: qmin (the length of logp)",
-            qmin.len(),
+        self.raw.min_actor_loss_checked(
+            stream,
+            q0,
+            q1,
+            q2,
+            q3,
+            count,
+            logp,
+            log_alpha,
+            qmin,
+            argmin,
+            loss,
             logp.len(),
-        )?;
-        check_len(
-            "min_actor_loss: argmin (the length of logp)",
-            argmin.len(),
-            logp.len(),
-        )?;
-        check_len("min_actor_loss: log_alpha ([1])", log_alpha.len(), 1)?;
-        check_len("min_actor_loss: loss ([1])", loss.len(), 1)?;
-        // SAFETY: one block strides over i < n: the first `count` critics' outputs, logp,
-        // qmin and argmin all hold n elements (checked); it writes loss[0].
-        unsafe {
-            self.raw.min_actor_loss(
-                stream,
-                reduce_config(),
-                q0,
-                q1,
-                q2,
-                q3,
-                count,
-                logp,
-                log_alpha,
-                qmin,
-                argmin,
-                loss,
-                n,
-            )
-        }
+        )
     }
 
     /// The actor loss `loss[0] = mean(α logp − qmin)`, `qmin` the critics' minimum.
@@ -789,20 +645,8 @@ impl Kernels {
         log_alpha: &Buf,
         loss: &mut Buf,
     ) -> Result<()> {
-        let n = positive("actor_loss: qmin", qmin.len())?;
-        check_len(
-            "actor_loss: logp (the length of qmin)",
-            logp.len(),
-            qmin.len(),
-        )?;
-        check_len("actor_loss: log_alpha ([1])", log_alpha.len(), 1)?;
-        check_len("actor_loss: loss ([1])", loss.len(), 1)?;
-        // SAFETY: one block strides over i < n of qmin and logp (checked) and writes
-        // loss[0]; log_alpha holds one element.
-        unsafe {
-            self.raw
-                .actor_loss(stream, reduce_config(), qmin, logp, log_alpha, loss, n)
-        }
+        self.raw
+            .actor_loss_checked(stream, qmin, logp, log_alpha, loss, qmin.len())
     }
 
     /// The actor loss's gradient with respect to the actor's head, `dhead [rows, 2 dims]`,
@@ -822,44 +666,8 @@ impl Kernels {
         rows: usize,
         dims: usize,
     ) -> Result<()> {
-        let r = positive("tanh_gauss_backward: rows", rows)?;
-        let d = positive("tanh_gauss_backward: dims", dims)?;
-        let what = "tanh_gauss_backward";
-        let rd = product(what, &[rows, dims])?;
-        let heads = product(what, &[rows, 2, dims])?;
-        check_len(
-            "tanh_gauss_backward: head ([rows, 2 dims])",
-            head.len(),
-            heads,
-        )?;
-        check_len(
-            "tanh_gauss_backward: dhead ([rows, 2 dims])",
-            dhead.len(),
-            heads,
-        )?;
-        check_len("tanh_gauss_backward: eps ([rows, dims])", eps.len(), rd)?;
-        check_len("tanh_gauss_backward: act ([rows, dims])", act.len(), rd)?;
-        check_len("tanh_gauss_backward: da ([rows, dims])", da.len(), rd)?;
-        check_len("tanh_gauss_backward: log_alpha ([1])", log_alpha.len(), 1)?;
-        len_u32("tanh_gauss_backward: head", heads)?;
-        let n = len_u32("tanh_gauss_backward: act", rd)?;
-        // SAFETY: threads with i >= rows dims return; thread (b, j) reads row b of head,
-        // eps, act and da at columns < their widths and writes row b of dhead, all of the
-        // lengths checked above.
-        unsafe {
-            self.raw.tanh_gauss_backward(
-                stream,
-                elementwise_config(n),
-                head,
-                eps,
-                act,
-                da,
-                log_alpha,
-                dhead,
-                r,
-                d,
-            )
-        }
+        self.raw
+            .tanh_gauss_backward_checked(stream, head, eps, act, da, log_alpha, dhead, rows, dims)
     }
 
     /// [`Kernels::tanh_gauss_backward`] with `da` taken, row by row, from the critic
@@ -883,10 +691,7 @@ impl Kernels {
         dims: usize,
     ) -> Result<()> {
         let what = "tanh_gauss_backward_min";
-        let r = positive("tanh_gauss_backward_min: rows", rows)?;
-        let d = positive("tanh_gauss_backward_min: dims", dims)?;
         let rd = product(what, &[rows, dims])?;
-        let heads = product(what, &[rows, 2, dims])?;
         let ([q0, q1, q2, q3], count) = critic_outputs(what, qs, rows)?;
         if das.len() != qs.len() {
             return Err(stepgraph::Error::Invalid(format!(
@@ -897,43 +702,10 @@ impl Kernels {
         }
         let gradient = "gradient at the action ([rows, dims])";
         let ([da0, da1, da2, da3], _) = critic_slots(what, das, rd, gradient)?;
-        for (name, len, want) in [
-            ("head ([rows, 2 dims])", head.len(), heads),
-            ("dhead ([rows, 2 dims])", dhead.len(), heads),
-            ("eps ([rows, dims])", eps.len(), rd),
-            ("act ([rows, dims])", act.len(), rd),
-            ("log_alpha ([1])", log_alpha.len(), 1),
-        ] {
-            check_len(&format!("{what}: {name}"), len, want)?;
-        }
-        len_u32("tanh_gauss_backward_min: head", heads)?;
-        let n = len_u32("tanh_gauss_backward_min: act", rd)?;
-        // SAFETY: threads with i >= rows dims return; thread (b, j) reads element b of the
-        // first `count` critics' outputs and element (b, j) of their gradients (the other
-        // slots repeat the first and are not read), row b of head, eps and act at columns
-        // < their widths, and writes row b of dhead, all of the lengths checked above.
-        unsafe {
-            self.raw.tanh_gauss_backward_min(
-                stream,
-                elementwise_config(n),
-                head,
-                eps,
-                act,
-                q0,
-                q1,
-                q2,
-                q3,
-                count,
-                da0,
-                da1,
-                da2,
-                da3,
-                log_alpha,
-                dhead,
-                r,
-                d,
-            )
-        }
+        self.raw.tanh_gauss_backward_min_checked(
+            stream, head, eps, act, q0, q1, q2, q3, count, da0, da1, da2, da3, log_alpha, dhead,
+            rows, dims,
+        )
     }
 
     /// The running minimum over the critics carrying the actor's gradient through the
@@ -952,32 +724,9 @@ impl Kernels {
         index: usize,
         dims: usize,
     ) -> Result<()> {
-        let rows = positive("critic_min_select: q", q.len())?;
-        let d = positive("critic_min_select: dims", dims)?;
-        let rd = product("critic_min_select", &[q.len(), dims])?;
-        check_len(
-            "critic_min_select: qmin (the length of q)",
-            qmin.len(),
-            q.len(),
-        )?;
-        check_len("critic_min_select: da ([rows, dims])", da.len(), rd)?;
-        check_len("critic_min_select: da_min ([rows, dims])", da_min.len(), rd)?;
         let index = len_u32("critic_min_select: index", index)?;
-        // SAFETY: threads with b >= rows return; thread b reads q[b] and row b of da and
-        // writes qmin[b] and row b of da_min, all of the lengths checked above.
-        unsafe {
-            self.raw.critic_min_select(
-                stream,
-                elementwise_config(rows),
-                q,
-                da,
-                qmin,
-                da_min,
-                index,
-                rows,
-                d,
-            )
-        }
+        self.raw
+            .critic_min_select_checked(stream, q, da, qmin, da_min, index, q.len(), dims)
     }
 
     /// The temperature's gradient `grad[0] = −mean(logp + target_entropy)` and loss
@@ -991,24 +740,15 @@ impl Kernels {
         loss: &mut Buf,
         target_entropy: f32,
     ) -> Result<()> {
-        let n = positive("alpha_grad: logp", logp.len())?;
-        check_len("alpha_grad: log_alpha ([1])", log_alpha.len(), 1)?;
-        check_len("alpha_grad: grad ([1])", grad.len(), 1)?;
-        check_len("alpha_grad: loss ([1])", loss.len(), 1)?;
-        // SAFETY: one block strides over logp's n elements and writes grad[0] and
-        // loss[0]; log_alpha holds one element (checked above).
-        unsafe {
-            self.raw.alpha_grad(
-                stream,
-                reduce_config(),
-                logp,
-                log_alpha,
-                grad,
-                loss,
-                target_entropy,
-                n,
-            )
-        }
+        self.raw.alpha_grad_checked(
+            stream,
+            logp,
+            log_alpha,
+            grad,
+            loss,
+            target_entropy,
+            logp.len(),
+        )
     }
 }
 
