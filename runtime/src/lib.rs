@@ -38,6 +38,14 @@
 //! - the layer below: [`exec`] (the executor that runs a hand-built [`PlanDesc`], the
 //!   captured graph), [`plan`] (the plan's data and graph algorithms), [`stats`],
 //!   [`preflight`] and [`env`](mod@env).
+//!
+//! GPUs and CUDA releases: compute capability 8.0 and newer
+//! ([`preflight::REQUIRED_COMPUTE_CAPABILITY`]); the runtime's own kernels are compute_80
+//! PTX with CUDA 12.4's ISA. The CUDA API that cudarc binds is one feature of this crate:
+//! `cuda-12040`, `cuda-12050`, `cuda-12060`, `cuda-12080`, `cuda-12090` or `cuda-13000`
+//! (the default); exactly one may be on. 12.4 is the floor, since `#[every]` and `#[when]`
+//! are conditional graph nodes. [`env::PORTABLE`] loads every module from its PTX, so that
+//! a Hopper GPU runs the code an Ampere GPU runs.
 
 // The layers, bottom up; each uses only those below it (`cargo xtask test` checks):
 // the error enum and the op being issued on this thread; the driver layer, the only one
