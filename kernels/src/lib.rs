@@ -14,7 +14,8 @@
 //! live with the model, built the same way (the DQN trainer in `examples/dqn` is one).
 //!
 //! `build.rs` is a few lines on `stepgraph-build`, which compiles `cuda/*.cu` with nvcc (a
-//! cubin for sm_90 and PTX the driver JIT-compiles elsewhere), embeds the images, and
+//! cubin for each of sm_80, sm_86, sm_89 and sm_90, and compute_80 PTX the driver
+//! JIT-compiles elsewhere), embeds the images, and
 //! generates the registry: [`ModuleId`] (one per file), [`KernelId`] (one per kernel) and
 //! one typed launcher per kernel. [`Kernels`] loads the modules once per device (checking
 //! each kernel's parameters against the driver's) and has a safe wrapper per kernel, which
@@ -92,9 +93,10 @@ pub struct Kernels {
 impl Kernels {
     /// Loads every module into `device`'s context and looks up every kernel.
     ///
-    /// Each module's sm_90 cubin is loaded; if the driver refuses it (a GPU newer than
-    /// Hopper cannot run sm_90 machine code), its PTX is JIT-compiled instead. If both
-    /// fail, the cubin's error is returned. Each kernel's parameter list, as the driver
+    /// Each module's newest cubin that the driver accepts is loaded (sm_90 on Hopper, sm_86
+    /// on an A10); where none fits (a GPU newer than Hopper), its PTX is JIT-compiled
+    /// instead, as it is for every module in the [portable mode](stepgraph::env::PORTABLE).
+    /// If every image fails, the first one's error is returned. Each kernel's parameter list, as the driver
     /// reports it, is checked against its CUDA signature ([`Error::KernelSignature`]).
     pub fn load(device: &Device) -> Result<Kernels> {
         raw::Kernels::load(device).map(|raw| Kernels { raw })
@@ -340,18 +342,26 @@ mod tests {
             assert!(cubin.starts_with(b"\x7fELF"), "{id:?}: not an ELF image");
             // e_machine (little-endian u16 at offset 18) is EM_CUDA = 190.
             assert_eq!(u16::from_le_bytes([cubin[18], cubin[19]]), 190, "{id:?}");
+            // A cubin for each generation from Ampere on, since none loads on an older one.
+            let targets: Vec<&str> = id.decl().images.iter().map(|i| i.target).collect();
+            for sm in ["sm_80", "sm_86", "sm_89", "sm_90"] {
+                assert!(
+                    targets.contains(&sm),
+                    "{id:?}: no {sm} image in {targets:?}"
+                );
+            }
         }
     }
 
     #[test]
-    fn every_ptx_targets_sm_90_with_an_isa_a_cuda_13_0_driver_reads() {
+    fn every_ptx_targets_sm_80_with_an_isa_a_cuda_13_0_driver_reads() {
         for id in ModuleId::ALL {
             let bytes = image(id, stepgraph::kernel::ImageKind::Ptx);
             assert_eq!(bytes.last(), Some(&0), "{id:?}: PTX must be NUL-terminated");
             let text = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
             assert!(
-                text.lines().any(|l| l.trim() == ".target sm_90"),
-                "{id:?}: no `.target sm_90`"
+                text.lines().any(|l| l.trim() == ".target sm_80"),
+                "{id:?}: no `.target sm_80` (the PTX is for every GPU from Ampere on)"
             );
             let version = text
                 .lines()

@@ -226,7 +226,7 @@ impl Module {
 
     /// The image the driver accepted ([`Module::load_declared`]), so that a caller can
     /// choose a code path that needs an arch-specific cubin: one built for `sm_90a`, say,
-    /// whose wgmma instructions the `compute_90` PTX fallback lacks. None for a module
+    /// whose wgmma instructions the PTX fallback lacks. None for a module
     /// loaded from bytes ([`Module::load`]).
     pub fn image(&self) -> Option<&'static Image> {
         self.image
