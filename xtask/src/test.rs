@@ -127,25 +127,12 @@ fn ensure_component(
 ) -> Result<()> {
     let mut probe = ws.cargo();
     probe.args([subcommand, "--version"]);
-    if dry_run {
-        eprintln!(
-            "$ {} (else `rustup component add {component}`)",
-            cmd::display(&probe)
-        );
-        return Ok(());
-    }
-    let present = probe
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if present {
-        return Ok(());
-    }
     let mut add = Command::new("rustup");
     add.args(["component", "add", component]);
-    cmd::run(&mut add, false).with_context(|| {
-        format!("`cargo {subcommand}` is not installed and `rustup component add {component}` failed: install the {component} component of the toolchain")
+    probe_or_install(probe, add, dry_run, || {
+        format!(
+            "`cargo {subcommand}` is not installed and `rustup component add {component}` failed: install the {component} component of the toolchain"
+        )
     })
 }
 
@@ -198,10 +185,27 @@ fn ensure_toolchain(version: &str, dry_run: bool) -> Result<()> {
     probe
         .args(["run", version, "cargo", "--version"])
         .env("RUSTUP_AUTO_INSTALL", "0");
+    let mut install = Command::new("rustup");
+    install.args(["toolchain", "install", version, "--profile", "minimal"]);
+    probe_or_install(probe, install, dry_run, || {
+        format!(
+            "Rust {version} checks the crates that name it as their rust-version, and `rustup toolchain install {version}` failed: install it"
+        )
+    })
+}
+
+/// Runs `install` unless `probe` succeeds; `--dry-run` shows both without running either.
+fn probe_or_install(
+    mut probe: Command,
+    mut install: Command,
+    dry_run: bool,
+    failed: impl FnOnce() -> String,
+) -> Result<()> {
     if dry_run {
         eprintln!(
-            "$ {} (else `rustup toolchain install {version} --profile minimal`)",
-            cmd::display(&probe)
+            "$ {} (else `{}`)",
+            cmd::display(&probe),
+            cmd::display(&install)
         );
         return Ok(());
     }
@@ -213,11 +217,7 @@ fn ensure_toolchain(version: &str, dry_run: bool) -> Result<()> {
     if present {
         return Ok(());
     }
-    let mut install = Command::new("rustup");
-    install.args(["toolchain", "install", version, "--profile", "minimal"]);
-    cmd::run(&mut install, false).with_context(|| {
-        format!("Rust {version} checks the crates that name it as their rust-version, and `rustup toolchain install {version}` failed: install it")
-    })
+    cmd::run(&mut install, false).with_context(failed)
 }
 
 /// A program some tests run, and the Debian packages that provide it.
