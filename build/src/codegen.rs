@@ -628,6 +628,10 @@ pub mod contract {{
         a?.checked_mul(b?)
     }}
 
+    pub fn rem(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        a?.checked_rem(b?)
+    }}
+
     pub fn cdiv(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
         let (a, b) = (a?, b?);
         if b == 0 {{ None }} else {{ Some(a.div_ceil(b)) }}
@@ -704,6 +708,44 @@ pub mod contract {{
         Ok(())
     }}
 
+    /// `lhs <= rhs`, `lhs >= rhs` or `lhs == rhs` (`cmp`, as written in `text`): a
+    /// condition the kernel relies on, such as the most units its registers hold.
+    pub fn holds(
+        kernel: &str,
+        text: &str,
+        lhs: Option<usize>,
+        cmp: &str,
+        rhs: Option<usize>,
+    ) -> Result<()> {{
+        let (l, r) = (size(kernel, text, text, lhs)?, size(kernel, text, text, rhs)?);
+        let ok = match cmp {{
+            "<=" => l <= r,
+            ">=" => l >= r,
+            _ => l == r,
+        }};
+        if ok {{
+            return Ok(());
+        }}
+        Err(Error::Invalid(format!(
+            "{{kernel}}: expected `{{text}}`, found {{l}} on the left and {{r}} on the right"
+        )))
+    }}
+
+    /// `grid = launch(grid, block)`: the grid's counts at least 1, a block of 1 thread or
+    /// more each way.
+    pub fn launch(kernel: &str, grid: [u32; 3], block: [u32; 3]) -> Result<LaunchConfig> {{
+        if block.contains(&0) {{
+            return Err(Error::Invalid(format!(
+                "{{kernel}}: expected a block of at least one thread each way, found {{block:?}}"
+            )));
+        }}
+        Ok(LaunchConfig {{
+            grid_dim: (grid[0].max(1), grid[1].max(1), grid[2].max(1)),
+            block_dim: (block[0], block[1], block[2]),
+            shared_mem_bytes: 0,
+        }})
+    }}
+
     /// A grid's count: its size, as the 32-bit count the grid rules take.
     pub fn count(kernel: &str, expr: &str, value: Option<usize>) -> Result<u32> {{
         let value = size(kernel, "grid", expr, value)?;
@@ -738,6 +780,7 @@ fn size_code(e: &Expr, k: &KernelModel) -> String {
         Expr::Add(a, b) => bin("add", a, b),
         Expr::Sub(a, b) => bin("sub", a, b),
         Expr::Mul(a, b) => bin("mul", a, b),
+        Expr::Rem(a, b) => bin("rem", a, b),
         Expr::CeilDiv(a, b) => bin("cdiv", a, b),
     }
 }
@@ -756,13 +799,12 @@ fn size_params(c: &Contract) -> Vec<String> {
         let (Len::Exactly(e) | Len::AtLeast(e)) = len;
         e.params(&mut out);
     }
-    match &c.grid {
-        Some(Grid::Elementwise(a)) => a.params(&mut out),
-        Some(Grid::Tiles(a, b) | Grid::Blocks(a, b)) => {
-            a.params(&mut out);
-            b.params(&mut out);
-        }
-        None => {}
+    for cond in &c.conditions {
+        cond.lhs.params(&mut out);
+        cond.rhs.params(&mut out);
+    }
+    for e in c.grid.iter().flat_map(Grid::exprs) {
+        e.params(&mut out);
     }
     out
 }
@@ -852,6 +894,22 @@ fn checked_body(
             rust_name_of(k, p)
         );
     }
+    for cond in &c.conditions {
+        let _ = writeln!(
+            w,
+            "        contract::holds(\n\
+             \x20           {name:?},\n\
+             \x20           {:?},\n\
+             \x20           {},\n\
+             \x20           {:?},\n\
+             \x20           {},\n\
+             \x20       )?;",
+            cond.text(),
+            size_code(&cond.lhs, k),
+            cond.cmp.text(),
+            size_code(&cond.rhs, k)
+        );
+    }
     for (buffer, len) in &c.lens {
         let (f, e) = match len {
             Len::Exactly(e) => ("len", e),
@@ -882,6 +940,20 @@ fn checked_body(
         Some(Grid::Elementwise(n)) => Some(("elementwise", vec![count(n)])),
         Some(Grid::Tiles(x, y)) => Some(("tiles", vec![count(x), count(y)])),
         Some(Grid::Blocks(n, t)) => Some(("blocks", vec![count(n), count(t)])),
+        Some(Grid::Launch(g, b)) => {
+            let three = |dims: &[Expr]| {
+                let mut out: Vec<String> = dims.iter().map(&count).collect();
+                out.resize(3, "            1,".into());
+                format!("            [\n    {}\n            ],", out.join("\n    "))
+            };
+            let args = [format!("            {name:?},"), three(g), three(b)];
+            let _ = writeln!(
+                w,
+                "        let config = contract::launch(\n{}\n        )?;",
+                args.join("\n")
+            );
+            None
+        }
         None => None,
     };
     if let Some((rule, args)) = rule {

@@ -12,14 +12,18 @@
 //!
 //! - `x[size]`: buffer `x` holds exactly `size` elements; `x[>= size]` at least that many.
 //! - `n > 0`: the integer parameter `n` is at least 1.
+//! - `a <= b`, `a >= b`, `a == b`: a condition on sizes, such as the most units a kernel's
+//!   register arrays hold (`H <= 32 * MAX_UNITS`) or a vector width (`S % 4 == 0`).
 //! - `grid = elementwise(count)`: one thread per item, blocks of 256, at least one block;
 //!   `grid = tiles(x, y)`: `(x, y)` blocks of 32 × 32 threads (at least one each way);
-//!   `grid = blocks(count, threads)`: `count` blocks of `threads`. Without a grid the
-//!   safe method takes the launch config as its caller's argument.
+//!   `grid = blocks(count, threads)`: `count` blocks of `threads`;
+//!   `grid = launch((x, y, z), (tx, ty, tz))`: any grid and block, each a size or a tuple
+//!   of one to three (missing ones are 1; a grid's counts are at least 1). Without a grid
+//!   the safe method takes the launch config as its caller's argument.
 //!
 //! A size is an integer expression over the kernel's integer parameters, decimal literals
 //! and integer `#define`s of the source and the headers it includes (`LOSS_SLOTS`), with
-//! `+`, `-`, `*`, parentheses and `cdiv(a, b)` (division rounded up).
+//! `+`, `-`, `*`, `%`, parentheses and `cdiv(a, b)` (division rounded up).
 
 use std::collections::BTreeMap;
 
@@ -40,6 +44,8 @@ pub(crate) enum Expr {
     Add(Box<Expr>, Box<Expr>),
     Sub(Box<Expr>, Box<Expr>),
     Mul(Box<Expr>, Box<Expr>),
+    /// The remainder, `a % b`.
+    Rem(Box<Expr>, Box<Expr>),
     CeilDiv(Box<Expr>, Box<Expr>),
 }
 
@@ -57,6 +63,7 @@ impl Expr {
             Expr::Add(a, b) => (1, format!("{} + {}", a.text_in(1), b.text_in(2))),
             Expr::Sub(a, b) => (1, format!("{} - {}", a.text_in(1), b.text_in(2))),
             Expr::Mul(a, b) => (3, format!("{} * {}", a.text_in(3), b.text_in(4))),
+            Expr::Rem(a, b) => (3, format!("{} % {}", a.text_in(3), b.text_in(4))),
         };
         if own < outer { format!("({s})") } else { s }
     }
@@ -70,7 +77,11 @@ impl Expr {
                     out.push(p.clone());
                 }
             }
-            Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::CeilDiv(a, b) => {
+            Expr::Add(a, b)
+            | Expr::Sub(a, b)
+            | Expr::Mul(a, b)
+            | Expr::Rem(a, b)
+            | Expr::CeilDiv(a, b) => {
                 a.params(out);
                 b.params(out);
             }
@@ -91,6 +102,64 @@ pub(crate) enum Grid {
     Elementwise(Expr),
     Tiles(Expr, Expr),
     Blocks(Expr, Expr),
+    /// `launch(grid, block)`: one to three counts each.
+    Launch(Vec<Expr>, Vec<Expr>),
+}
+
+impl Grid {
+    /// Every size it names.
+    pub fn exprs(&self) -> Vec<&Expr> {
+        match self {
+            Grid::Elementwise(a) => vec![a],
+            Grid::Tiles(a, b) | Grid::Blocks(a, b) => vec![a, b],
+            Grid::Launch(g, b) => g.iter().chain(b).collect(),
+        }
+    }
+
+    fn exprs_mut(&mut self) -> Vec<&mut Expr> {
+        match self {
+            Grid::Elementwise(a) => vec![a],
+            Grid::Tiles(a, b) | Grid::Blocks(a, b) => vec![a, b],
+            Grid::Launch(g, b) => g.iter_mut().chain(b.iter_mut()).collect(),
+        }
+    }
+}
+
+/// How a condition compares its two sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Le,
+    Ge,
+    Eq,
+}
+
+impl Cmp {
+    pub fn text(self) -> &'static str {
+        match self {
+            Cmp::Le => "<=",
+            Cmp::Ge => ">=",
+            Cmp::Eq => "==",
+        }
+    }
+}
+
+/// `lhs <= rhs` and the like: a condition on sizes that the kernel relies on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Cond {
+    pub lhs: Expr,
+    pub cmp: Cmp,
+    pub rhs: Expr,
+}
+
+impl Cond {
+    pub fn text(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.lhs.text(),
+            self.cmp.text(),
+            self.rhs.text()
+        )
+    }
 }
 
 /// A kernel's contract, as declared.
@@ -102,6 +171,8 @@ pub(crate) struct Contract {
     pub lens: Vec<(String, Len)>,
     /// Integer parameters that must be at least 1.
     pub positive: Vec<String>,
+    /// Conditions on sizes, in the order declared.
+    pub conditions: Vec<Cond>,
     pub grid: Option<Grid>,
 }
 
@@ -237,6 +308,7 @@ fn display(name: &str) -> &str {
 enum Item {
     Len(String, Len),
     Positive(String),
+    Cond(Cond),
     Grid(Grid),
 }
 
@@ -271,15 +343,16 @@ fn add_item(
                 c.positive.push(name);
             }
         }
+        Item::Cond(mut cond) => {
+            names(&mut cond.lhs)?;
+            names(&mut cond.rhs)?;
+            c.conditions.push(cond);
+        }
         Item::Grid(mut grid) => {
             if c.grid.is_some() {
                 return Err("two grids: declare one `grid = ...`".into());
             }
-            let (Grid::Elementwise(a) | Grid::Tiles(a, _) | Grid::Blocks(a, _)) = &mut grid;
-            names(a)?;
-            if let Grid::Tiles(_, b) | Grid::Blocks(_, b) = &mut grid {
-                names(b)?;
-            }
+            grid.exprs_mut().into_iter().try_for_each(names)?;
             c.grid = Some(grid);
         }
     }
@@ -322,7 +395,11 @@ fn resolve(e: &mut Expr, params: &[ParamView<'_>], constants: &BTreeMap<String, 
                 *e = Expr::Const(n.clone(), v);
             }
         }
-        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::CeilDiv(a, b) => {
+        Expr::Add(a, b)
+        | Expr::Sub(a, b)
+        | Expr::Mul(a, b)
+        | Expr::Rem(a, b)
+        | Expr::CeilDiv(a, b) => {
             resolve(a, params, constants);
             resolve(b, params, constants);
         }
@@ -388,19 +465,57 @@ fn item(t: &[Tk]) -> Result<Item, String> {
                 },
             ))
         }
-        _ => Err(format!(
-            "expected `buffer[size]`, `buffer[>= size]`, `size > 0` or `grid = ...`, found \
-             `{text}`"
-        )),
+        _ => match comparison(t) {
+            Some((at, cmp)) => Ok(Item::Cond(Cond {
+                lhs: expr_all(&t[..at])?,
+                cmp,
+                rhs: expr_all(&t[at + 2..])?,
+            })),
+            None => Err(format!(
+                "expected `buffer[size]`, `buffer[>= size]`, `size > 0`, a condition such as \
+                 `a <= b` or `grid = ...`, found `{text}`"
+            )),
+        },
     }
+}
+
+/// Where `t` compares two sizes (`<=`, `>=`, `==` outside brackets), and how.
+fn comparison(t: &[Tk]) -> Option<(usize, Cmp)> {
+    let mut depth = 0usize;
+    for (i, pair) in t.windows(2).enumerate() {
+        match &pair[0] {
+            Tk::Punct('(' | '[') => depth += 1,
+            Tk::Punct(')' | ']') => depth = depth.saturating_sub(1),
+            Tk::Punct(c @ ('<' | '>' | '=')) if depth == 0 && pair[1] == Tk::Punct('=') => {
+                let cmp = match c {
+                    '<' => Cmp::Le,
+                    '>' => Cmp::Ge,
+                    _ => Cmp::Eq,
+                };
+                return Some((i, cmp));
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 fn grid(t: &[Tk]) -> Result<Grid, String> {
     let text = show(t);
-    let expected = "expected `elementwise(count)`, `tiles(x, y)` or `blocks(count, threads)`";
+    let expected = "expected `elementwise(count)`, `tiles(x, y)`, `blocks(count, threads)` or \
+                    `launch(grid, block)`";
     let [Tk::Ident(rule), Tk::Punct('('), inner @ .., Tk::Punct(')')] = t else {
         return Err(format!("grid: {expected}, found `{text}`"));
     };
+    if rule == "launch" {
+        let parts = split(inner, &Tk::Comma);
+        let [grid, block] = parts.as_slice() else {
+            return Err(format!(
+                "grid: expected `launch(grid, block)`, two sizes or tuples, found `{text}`"
+            ));
+        };
+        return Ok(Grid::Launch(dims(grid)?, dims(block)?));
+    }
     let args = split(inner, &Tk::Comma)
         .into_iter()
         .map(expr_all)
@@ -423,6 +538,24 @@ fn grid(t: &[Tk]) -> Result<Grid, String> {
     }
 }
 
+/// A size, or a tuple of one to three sizes: `(x, y)`.
+fn dims(t: &[Tk]) -> Result<Vec<Expr>, String> {
+    let tuple = match t {
+        [Tk::Punct('('), inner @ .., Tk::Punct(')')] if split(inner, &Tk::Comma).len() > 1 => {
+            split(inner, &Tk::Comma)
+        }
+        _ => vec![t],
+    };
+    if tuple.len() > 3 {
+        return Err(format!(
+            "grid: expected one to three counts, found {} in `{}`",
+            tuple.len(),
+            show(t)
+        ));
+    }
+    tuple.into_iter().map(expr_all).collect()
+}
+
 /// A whole expression: all of `t`.
 fn expr_all(t: &[Tk]) -> Result<Expr, String> {
     if t.is_empty() {
@@ -432,7 +565,7 @@ fn expr_all(t: &[Tk]) -> Result<Expr, String> {
     let e = sum(t, &mut at)?;
     if at != t.len() {
         return Err(format!(
-            "expected `+`, `-`, `*` or the end of the size `{}`, found `{}`",
+            "expected `+`, `-`, `*`, `%` or the end of the size `{}`, found `{}`",
             show(t),
             show(&t[at..at + 1])
         ));
@@ -456,9 +589,14 @@ fn sum(t: &[Tk], at: &mut usize) -> Result<Expr, String> {
 
 fn product(t: &[Tk], at: &mut usize) -> Result<Expr, String> {
     let mut e = atom(t, at)?;
-    while let Some(Tk::Punct('*')) = t.get(*at) {
+    while let Some(Tk::Punct(op @ ('*' | '%'))) = t.get(*at) {
         *at += 1;
-        e = Expr::Mul(Box::new(e), Box::new(atom(t, at)?));
+        let r = Box::new(atom(t, at)?);
+        e = if *op == '*' {
+            Expr::Mul(Box::new(e), r)
+        } else {
+            Expr::Rem(Box::new(e), r)
+        };
     }
     Ok(e)
 }
@@ -544,7 +682,7 @@ fn tokens(s: &str) -> Result<Vec<Tk>, String> {
         } else if c == ',' {
             out.push(Tk::Comma);
             i += 1;
-        } else if "[]()+-*=>".contains(c) {
+        } else if "[]()+-*%=<>".contains(c) {
             out.push(Tk::Punct(c));
             i += 1;
         } else {

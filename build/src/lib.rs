@@ -80,13 +80,19 @@
 //!   kernels index with 32-bit integers); `x[>= size]`: at least `size` (a scratch buffer
 //!   that serves several sizes). Every buffer parameter needs one.
 //! - `n > 0`: integer parameter `n` is at least 1.
+//! - `a <= b`, `a >= b`, `a == b`: a condition on sizes the kernel relies on, such as the
+//!   most units its register arrays hold (`H <= 32 * MAX_UNITS`) or the width of its
+//!   vector loads (`S % 4 == 0`).
 //! - `grid = elementwise(count)`: one thread per item in blocks of 256 threads, at least
 //!   one block; `grid = tiles(x, y)`: `(x, y)` blocks of 32 × 32 threads, at least one each
-//!   way; `grid = blocks(count, threads)`: `count` blocks (at least one) of `threads`.
+//!   way; `grid = blocks(count, threads)`: `count` blocks (at least one) of `threads`;
+//!   `grid = launch((x, y, z), (tx, ty, tz))`: any grid and block, each a size or a tuple
+//!   of one to three sizes (missing ones are 1, a grid's counts at least 1), such as
+//!   `launch((cdiv(B, rows_per_chunk), cdiv(H, 128)), 256)`.
 //!   Without a grid, the safe method takes the caller's `config` after `stream`.
 //! - A size is an expression over the kernel's integer parameters, decimal literals and
 //!   the integer `#define`s of the source and the headers it includes with quotes
-//!   (`#define LOSS_SLOTS 8`; a parameter of the same name wins), with `+`, `-`, `*`,
+//!   (`#define LOSS_SLOTS 8`; a parameter of the same name wins), with `+`, `-`, `*`, `%`,
 //!   parentheses and `cdiv(a, b)` (division rounded up). It is computed in `usize` with
 //!   overflow checked.
 //!
@@ -94,8 +100,8 @@
 //! `DeviceBuffer`s (a view is aligned to its element only, and a contract says nothing of
 //! the kernel's vector widths) and the integer parameters a contract names are `usize`,
 //! converted to the kernel's type with a check.
-//! Its checks, in order: the positive sizes, the buffers in declaration order, the grid,
-//! the conversions. A buffer of another length is `Error::LengthMismatch` whose `what` is
+//! Its checks, in order: the positive sizes, the conditions, the buffers in declaration
+//! order, the grid, the conversions. A buffer of another length is `Error::LengthMismatch` whose `what` is
 //! `"<kernel>: <buffer> ([<size>])"`; a zero, an overflow or a size that does not fit is
 //! `Error::Invalid` naming the kernel and the argument. The generated `contract` module
 //! holds these checks and the grid rules (`contract::elementwise(n)` and so on), so a crate

@@ -76,7 +76,10 @@ fn sample() -> Registry {
         contract: None,
     };
     // No grid: the safe method takes the caller's config.
-    let fill = with_contract(fill, "stepgraph(unsafe): y[>= cdiv(n, 4) * 4]");
+    let fill = with_contract(
+        fill,
+        "stepgraph(unsafe): y[>= cdiv(n, 4) * 4], n % 4 == 0, n <= 1048576",
+    );
     let mut adv = param(
         "adv",
         "const BranchIn",
@@ -854,6 +857,58 @@ mod contracts {
     }
 
     #[test]
+    fn a_contract_reads_conditions_and_a_launch_grid() {
+        let c = read(
+            "stepgraph(unsafe): u[n], g[n], width <= 8 * LOSS_SLOTS, n % 4 == 0, n >= width,\n\
+             stepgraph(unsafe): grid = launch((cdiv(n, 64), width), (32, 8))",
+        )
+        .unwrap()
+        .unwrap();
+        let width = || Expr::Param("width".into());
+        let texts: Vec<String> = c.conditions.iter().map(contract::Cond::text).collect();
+        assert_eq!(
+            texts,
+            ["width <= 8 * LOSS_SLOTS", "n % 4 == 0", "n >= width"]
+        );
+        assert_eq!(
+            c.conditions[1],
+            contract::Cond {
+                lhs: Expr::Rem(n(), Box::new(Expr::Lit(4))),
+                cmp: contract::Cmp::Eq,
+                rhs: Expr::Lit(0),
+            }
+        );
+        assert_eq!(
+            c.conditions[0].rhs,
+            Expr::Mul(
+                Box::new(Expr::Lit(8)),
+                Box::new(Expr::Const("LOSS_SLOTS".into(), 8))
+            )
+        );
+        assert_eq!(
+            c.grid,
+            Some(Grid::Launch(
+                vec![Expr::CeilDiv(n(), Box::new(Expr::Lit(64))), width()],
+                vec![Expr::Lit(32), Expr::Lit(8)]
+            ))
+        );
+        // A parenthesised size is a size, not a tuple of one.
+        let c = read("stepgraph(unsafe): u[n], g[n], grid = launch((n + 1) * 2, 256)")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.grid,
+            Some(Grid::Launch(
+                vec![Expr::Mul(
+                    Box::new(Expr::Add(n(), Box::new(Expr::Lit(1)))),
+                    Box::new(Expr::Lit(2))
+                )],
+                vec![Expr::Lit(256)]
+            ))
+        );
+    }
+
+    #[test]
     fn an_integer_define_is_a_size_and_a_parameter_shadows_one() {
         let c = read("stepgraph(unsafe): u[n * LOSS_SLOTS], g[n], grid = blocks(1, LOSS_SLOTS)")
             .unwrap()
@@ -945,7 +1000,7 @@ mod contracts {
             (
                 "stepgraph(unsafe): u[n n], g[n]",
                 20,
-                "expected `+`, `-`, `*` or the end of the size `n n`, found `n`",
+                "expected `+`, `-`, `*`, `%` or the end of the size `n n`, found `n`",
             ),
             (
                 "stepgraph(unsafe): u[n / 2], g[n]",
@@ -953,9 +1008,31 @@ mod contracts {
                 "unexpected `/` in `u[n / 2], g[n]`",
             ),
             (
-                "stepgraph(unsafe): u[n], g[n], n >= 1",
+                "stepgraph(unsafe): u[n], g[n], n < 1",
                 20,
-                "expected `buffer[size]`, `buffer[>= size]`, `size > 0` or `grid = ...`, found `n >= 1`",
+                "expected `buffer[size]`, `buffer[>= size]`, `size > 0`, a condition such as \
+                 `a <= b` or `grid = ...`, found `n < 1`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], a <= n",
+                20,
+                "expected an integer parameter as a size, found `a`, a `f32`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], n <= WIDE",
+                20,
+                "expected an integer `#define` or a parameter of the kernel (u, g, n, width, a), \
+                 found `WIDE`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], grid = launch(n)",
+                20,
+                "grid: expected `launch(grid, block)`, two sizes or tuples, found `launch(n)`",
+            ),
+            (
+                "stepgraph(unsafe): u[n], g[n], grid = launch((n, n, n, n), 32)",
+                20,
+                "grid: expected one to three counts, found 4 in `(n, n, n, n)`",
             ),
             (
                 "stepgraph(unsafe): u[n], g[n],, n > 0",
@@ -965,12 +1042,14 @@ mod contracts {
             (
                 "stepgraph(unsafe): u[n], g[n], grid = warps(n)",
                 20,
-                "grid: expected `elementwise(count)`, `tiles(x, y)` or `blocks(count, threads)`, found `warps(n)`",
+                "grid: expected `elementwise(count)`, `tiles(x, y)`, `blocks(count, threads)` or \
+                 `launch(grid, block)`, found `warps(n)`",
             ),
             (
                 "stepgraph(unsafe): u[n], g[n], grid = elementwise(n, 4)",
                 20,
-                "grid: expected `elementwise(count)`, `tiles(x, y)` or `blocks(count, threads)`, found `elementwise(n, 4)`",
+                "grid: expected `elementwise(count)`, `tiles(x, y)`, `blocks(count, threads)` or \
+                 `launch(grid, block)`, found `elementwise(n, 4)`",
             ),
             (
                 "stepgraph(unsafe): u[n], g[n], grid = elementwise(n), grid = elementwise(n)",

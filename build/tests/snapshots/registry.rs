@@ -341,7 +341,7 @@ impl Kernels {
     /// its contract declares:
     ///
     /// ```text
-    /// y[>= cdiv(n, 4) * 4]
+    /// y[>= cdiv(n, 4) * 4], n % 4 == 0, n <= 1048576
     /// ```
     ///
     /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the
@@ -359,6 +359,20 @@ impl Kernels {
         start: f32,
         step: f32,
     ) -> ::stepgraph::__rt_v1::Result<()> {
+        contract::holds(
+            "fill_affine",
+            "n % 4 == 0",
+            contract::rem(Some(n), Some(4)),
+            "==",
+            Some(0),
+        )?;
+        contract::holds(
+            "fill_affine",
+            "n <= 1048576",
+            Some(n),
+            "<=",
+            Some(1048576),
+        )?;
         contract::at_least(
             "fill_affine",
             "y",
@@ -469,6 +483,10 @@ pub mod contract {
         a?.checked_mul(b?)
     }
 
+    pub fn rem(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        a?.checked_rem(b?)
+    }
+
     pub fn cdiv(a: Option<usize>, b: Option<usize>) -> Option<usize> {
         let (a, b) = (a?, b?);
         if b == 0 { None } else { Some(a.div_ceil(b)) }
@@ -543,6 +561,44 @@ pub mod contract {
             )));
         }
         Ok(())
+    }
+
+    /// `lhs <= rhs`, `lhs >= rhs` or `lhs == rhs` (`cmp`, as written in `text`): a
+    /// condition the kernel relies on, such as the most units its registers hold.
+    pub fn holds(
+        kernel: &str,
+        text: &str,
+        lhs: Option<usize>,
+        cmp: &str,
+        rhs: Option<usize>,
+    ) -> Result<()> {
+        let (l, r) = (size(kernel, text, text, lhs)?, size(kernel, text, text, rhs)?);
+        let ok = match cmp {
+            "<=" => l <= r,
+            ">=" => l >= r,
+            _ => l == r,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "{kernel}: expected `{text}`, found {l} on the left and {r} on the right"
+        )))
+    }
+
+    /// `grid = launch(grid, block)`: the grid's counts at least 1, a block of 1 thread or
+    /// more each way.
+    pub fn launch(kernel: &str, grid: [u32; 3], block: [u32; 3]) -> Result<LaunchConfig> {
+        if block.contains(&0) {
+            return Err(Error::Invalid(format!(
+                "{kernel}: expected a block of at least one thread each way, found {block:?}"
+            )));
+        }
+        Ok(LaunchConfig {
+            grid_dim: (grid[0].max(1), grid[1].max(1), grid[2].max(1)),
+            block_dim: (block[0], block[1], block[2]),
+            shared_mem_bytes: 0,
+        })
     }
 
     /// A grid's count: its size, as the 32-bit count the grid rules take.

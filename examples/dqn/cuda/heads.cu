@@ -155,6 +155,10 @@ extern "C" __global__ void __launch_bounds__(256)
 #define BRANCH_HEAD_MAX_COLS                                                                    \
     (BRANCH_HEAD_MAX_A * 32 * BRANCH_HEAD_MAX_UNITS + BRANCH_HEAD_MAX_A +                       \
      2 * 32 * BRANCH_HEAD_MAX_UNITS)
+// stepgraph(unsafe): dadv[B * A], u[2 * B * G], g[B * G], wa[A * G], du[2 * B * G],
+// stepgraph(unsafe): partials[>= cdiv(B, rows_per_chunk) * (A * G + A + 2 * G)], B > 0,
+// stepgraph(unsafe): rows_per_chunk > 0, A > 0, G > 0, A <= BRANCH_HEAD_MAX_A,
+// stepgraph(unsafe): G <= 32 * BRANCH_HEAD_MAX_UNITS, grid = blocks(cdiv(B, rows_per_chunk), 256)
 extern "C" __global__ void __launch_bounds__(256)
     branch_head_backward_partial(const float* __restrict__ dadv, const float* __restrict__ u,
                                  const float* __restrict__ g, const float* __restrict__ wa,
@@ -436,6 +440,10 @@ extern "C" __global__ void __launch_bounds__(256)
 // warp w the rows r0 + w + 8k; lane l owns units l + 32 i. Each lane adds its rows in
 // order, then the warps are added in order: deterministic.
 #define EXPECTILE_HEAD_MAX_UNITS 8
+// stepgraph(unsafe): h[B * H], we[H], be[1], qbar[B], e[B], de[B],
+// stepgraph(unsafe): partials[>= cdiv(B, rows_per_chunk) * (H + 2)], B > 0, H > 0,
+// stepgraph(unsafe): rows_per_chunk > 0, H <= 32 * EXPECTILE_HEAD_MAX_UNITS,
+// stepgraph(unsafe): grid = blocks(cdiv(B, rows_per_chunk), 256)
 extern "C" __global__ void __launch_bounds__(256)
     expectile_head_partial(const float* __restrict__ h, const float* __restrict__ we,
                            const float* __restrict__ be, const float* __restrict__ qbar,
@@ -501,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // dwe[H] and dbe[1], and adds the loss L = (sum w u^2) / B into losses[LOSS_IQL] and
 // coef L into losses[LOSS_TOTAL] (one thread, once). Grid: ceil((H + 2) / 32) blocks of
 // (32, 32).
-// stepgraph(unsafe): partials[>= chunks * (H + 2)], dwe[H], dbe[1], losses[LOSS_SLOT_COUNT],
+// stepgraph(unsafe): partials[>= chunks * (H + 2)], dwe[H], dbe[1], losses[LOSS_SLOT_COUNT], B > 0,
 // stepgraph(unsafe): grid = tiles(cdiv(H + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     expectile_head_finish(const float* __restrict__ partials, unsigned chunks, unsigned H,
@@ -688,6 +696,11 @@ __device__ __forceinline__ void tl1_load(Tl1Stage& st, const float* __restrict__
     }
 }
 
+// stepgraph(unsafe): dh1[B * H], h1[B * H], s[B * S],
+// stepgraph(unsafe): partials[>= cdiv(B, rows_per_chunk) * (H * S + H)], B > 0, H > 0, S > 0,
+// stepgraph(unsafe): H <= TL1_MAX_H, S <= TL1_MAX_S, H % 4 == 0, S % 4 == 0,
+// stepgraph(unsafe): rows_per_chunk > 0, rows_per_chunk % TL1_ROWS == 0,
+// stepgraph(unsafe): grid = launch((cdiv(B, rows_per_chunk), cdiv(H, TL1_UNITS)), 256)
 extern "C" __global__ void __launch_bounds__(256, 2)
     trunk_l1_grad_partial(const float* __restrict__ dh1, const float* __restrict__ h1,
                           const float* __restrict__ s, float* __restrict__ partials,

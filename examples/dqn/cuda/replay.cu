@@ -115,6 +115,8 @@ extern "C" __global__ void replay_gather(const unsigned* __restrict__ idx,
 // dst[b, :] = src[idx[b], :] for rows of `width` floats, width a multiple of 4 (float4
 // accesses; rows are 16-byte aligned in whole allocations). One thread per float4,
 // ceil(B width / 4 / 256) blocks of 256. An index out of range gathers NaN.
+// stepgraph(unsafe): idx[batch], src[capacity * width], dst[batch * width], capacity > 0,
+// stepgraph(unsafe): width > 0, width % 4 == 0, grid = elementwise(cdiv(batch * width, 4))
 extern "C" __global__ void replay_gather_rows4(const unsigned* __restrict__ idx,
                                                const float* __restrict__ src,
                                                float* __restrict__ dst, unsigned capacity,
@@ -133,6 +135,8 @@ extern "C" __global__ void replay_gather_rows4(const unsigned* __restrict__ idx,
 }
 
 // The same for any width, one thread per float.
+// stepgraph(unsafe): idx[batch], src[capacity * width], dst[batch * width], capacity > 0,
+// stepgraph(unsafe): width > 0, grid = elementwise(batch * width)
 extern "C" __global__ void replay_gather_rows(const unsigned* __restrict__ idx,
                                               const float* __restrict__ src,
                                               float* __restrict__ dst, unsigned capacity,
@@ -150,6 +154,7 @@ extern "C" __global__ void replay_gather_rows(const unsigned* __restrict__ idx,
 // (~seed, tensor): distributions of the host's generated transitions.
 
 // Standard normals: Box-Muller on two 24-bit uniforms of one draw.
+// stepgraph(unsafe): x[>= n], grid = blocks(1024, 256)
 extern "C" __global__ void replay_fill_normal(float* __restrict__ x, unsigned long long n,
                                               unsigned long long seed,
                                               unsigned long long tensor) {
@@ -163,6 +168,7 @@ extern "C" __global__ void replay_fill_normal(float* __restrict__ x, unsigned lo
 }
 
 // Actions uniform in [0, actions).
+// stepgraph(unsafe): x[>= n], actions > 0, grid = blocks(1024, 256)
 extern "C" __global__ void replay_fill_actions(int* __restrict__ x, unsigned long long n,
                                                unsigned actions, unsigned long long seed,
                                                unsigned long long tensor) {
@@ -173,6 +179,7 @@ extern "C" __global__ void replay_fill_actions(int* __restrict__ x, unsigned lon
 }
 
 // 1 with probability p, else 0.
+// stepgraph(unsafe): x[>= n], grid = blocks(1024, 256)
 extern "C" __global__ void replay_fill_bernoulli(float* __restrict__ x, unsigned long long n,
                                                  float p, unsigned long long seed,
                                                  unsigned long long tensor) {

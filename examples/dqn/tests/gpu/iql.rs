@@ -168,7 +168,10 @@ fn gpu_expectile_head_refuses_a_trunk_wider_than_its_registers() -> Result<()> {
     let e = run(&device, &k, dims, Expectile::HIGH, &x)
         .unwrap_err()
         .chain();
-    assert!(e.contains("found width 257"), "{e}");
+    assert!(
+        e.contains("expected `H <= 32 * EXPECTILE_HEAD_MAX_UNITS`, found 257"),
+        "{e}"
+    );
     Ok(())
 }
 
