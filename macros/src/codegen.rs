@@ -113,9 +113,12 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     };
     let critical = path(&plan.critical_path);
     let critical_cost = path(&plan.critical_path_by_cost);
+    let summary = plan_summary(resolved, plan);
     quote! {
         /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
-        /// prints it.
+        /// prints it in full.
+        #[doc = ""]
+        #[doc = #summary]
         pub const PLAN: #rt::PlanDesc = #rt::PlanDesc::new(#step_name)
             .with_streams(&[#(#streams),*])
             .with_buffers(&[#(#buffers),*])
@@ -127,6 +130,39 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         const __OPS: &[#rt::OpDesc] = &[#(#ops),*];
         const __EDGES: &[#rt::EdgeDesc] = &[#(#edges),*];
     }
+}
+
+/// The schedule in a few lines for rustdoc: each stream's ops in issue order, the events
+/// that order them and the critical path, so that a reader of the docs sees where each op
+/// runs without printing the plan.
+pub(crate) fn plan_summary(resolved: &Resolved, plan: &Plan) -> String {
+    let width = resolved
+        .streams
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0);
+    let mut lines = vec![" ```text".to_string()];
+    for (k, s) in resolved.streams.iter().enumerate() {
+        let ops: Vec<&str> = resolved
+            .instances
+            .iter()
+            .filter(|i| i.stream == k)
+            .map(|i| i.name.as_str())
+            .collect();
+        lines.push(format!(" {:width$}  {}", s.name, ops.join(", ")));
+    }
+    lines.push(" ```".into());
+    let name = |&o: &usize| resolved.instances[o].name.as_str();
+    let critical: Vec<&str> = plan.critical_path.iter().map(name).collect();
+    lines.push(format!(
+        " {} streams, {} ops, {} events. Critical path (ops): {}.",
+        resolved.streams.len(),
+        resolved.instances.len(),
+        plan.events.iter().filter(|e| e.after.is_some()).count(),
+        critical.join(" → ")
+    ));
+    lines.join("\n")
 }
 
 /// Op instance `k`'s entry of the plan: its stream, accesses, events, cost and
@@ -437,6 +473,10 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let structs = structs(step);
     let widths = group_widths(step);
     let plan_const = plan_const(step, resolved, plan);
+    let schedule_doc = format!(
+        " The schedule, planned at compile time (`PLAN` has it in full):\n\n{}",
+        plan_summary(resolved, plan)
+    );
     let width_checks = width_checks(step, resolved);
     let type_checks = type_checks(step);
     let scratch = ScratchCopies::of(step, resolved);
@@ -445,6 +485,8 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
 
     quote! {
         #(#attrs)*
+        #[doc = ""]
+        #[doc = #schedule_doc]
         #vis mod #name {
             #(#other)*
             #widths

@@ -1,3 +1,14 @@
+///
+/** The schedule, planned at compile time (`PLAN` has it in full):
+
+ ```text
+ main      seed, sum
+ chain[0]  start[0], work[0]
+ chain[1]  start[1], work[1]
+ chain[2]  start[2], work[2]
+ chain[3]  start[3], work[3]
+ ```
+ 5 streams, 10 ops, 5 events. Critical path (ops): seed → start[0] → work[0] → sum.*/
 mod fork_join {
     use super::*;
     ///The width of the stream group `chain`: its branches, one stream each.
@@ -47,7 +58,16 @@ mod fork_join {
     }
     use ::stepgraph::__rt_v1 as __sg;
     /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
-    /// prints it.
+    /// prints it in full.
+    ///
+    /** ```text
+ main      seed, sum
+ chain[0]  start[0], work[0]
+ chain[1]  start[1], work[1]
+ chain[2]  start[2], work[2]
+ chain[3]  start[3], work[3]
+ ```
+ 5 streams, 10 ops, 5 events. Critical path (ops): seed → start[0] → work[0] → sum.*/
     pub const PLAN: __sg::PlanDesc = __sg::PlanDesc::new("fork_join")
         .with_streams(
             &[

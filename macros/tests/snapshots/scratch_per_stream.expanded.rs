@@ -1,3 +1,12 @@
+///
+/** The schedule, planned at compile time (`PLAN` has it in full):
+
+ ```text
+ main  trunk
+ iqn   iqn
+ attn  attn
+ ```
+ 3 streams, 3 ops, 3 events. Critical path (ops): trunk → iqn.*/
 pub mod heads {
     use super::*;
     pub struct Buffers {
@@ -38,7 +47,14 @@ pub mod heads {
     }
     use ::stepgraph::__rt_v1 as __sg;
     /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
-    /// prints it.
+    /// prints it in full.
+    ///
+    /** ```text
+ main  trunk
+ iqn   iqn
+ attn  attn
+ ```
+ 3 streams, 3 ops, 3 events. Critical path (ops): trunk → iqn.*/
     pub const PLAN: __sg::PlanDesc = __sg::PlanDesc::new("heads")
         .with_streams(
             &[
