@@ -941,7 +941,7 @@ impl Executor {
             return Err(Error::HostIo {
                 buffer: out.name().to_string(),
                 problem: format!(
-                    "not written yet: no replay of step `{}` has run",
+                    "has not been written yet: no replay of step `{}` has run",
                     self.plan.step
                 ),
             });

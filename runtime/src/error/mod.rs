@@ -413,11 +413,12 @@ pub enum Error {
     /// [`HostOutput`](crate::HostOutput)) used where its ring cannot serve: empty, copied
     /// by two steps, not copied by any op of the step that reads it, or read back before
     /// any replay wrote it.
-    #[error("`{buffer}`: {problem}")]
+    #[error("`{buffer}` {problem}")]
     HostIo {
         /// The host buffer's name.
         buffer: String,
-        /// What was expected and what was found.
+        /// What is wrong with it (`is copied by the graph of another step`), with what was
+        /// expected.
         problem: String,
     },
     /// Work that must run at every replay (a host copy, an NCCL collective) issued from an

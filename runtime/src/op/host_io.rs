@@ -158,7 +158,7 @@ impl Ring {
         if bytes == 0 {
             return Err(Error::HostIo {
                 buffer: what.to_string(),
-                problem: "expected at least one element, found none; the driver copies no \
+                problem: "has no elements: expected at least one; the driver copies no \
                           empty range"
                     .into(),
             });
@@ -206,7 +206,7 @@ impl Ring {
         match st.owner {
             Some(o) if o != owner => Err(Error::HostIo {
                 buffer: self.what.clone(),
-                problem: "copied by the graph of another step: a host input or output belongs \
+                problem: "is copied by the graph of another step: a host input or output belongs \
                           to one step"
                     .into(),
             }),
@@ -224,7 +224,7 @@ impl Ring {
             _ => Err(Error::HostIo {
                 buffer: self.what.clone(),
                 problem: format!(
-                    "not copied by any op of step `{step}`: expected an op that calls \
+                    "is not copied by any op of step `{step}`: expected an op that calls \
                      CaptureStream::{} with it",
                     match self.direction {
                         Direction::ToDevice => "stage",
