@@ -187,16 +187,17 @@ impl Module {
     /// [`Module::image`]. With [`PORTABLE`] set, only its PTX images are tried.
     pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
         crate::scope::check("Module::load")?;
+        let ptx_only = portable();
         let images: Vec<&'static Image> = decl
             .images
             .iter()
-            .filter(|i| !portable() || i.kind == ImageKind::Ptx)
+            .filter(|i| !ptx_only || i.kind == ImageKind::Ptx)
             .collect();
         let no_image = || Error::NoModuleImage {
             module: decl.name,
             origin: decl.source,
             images: decl.images.iter().map(|i| i.target).collect(),
-            portable: portable(),
+            portable: ptx_only,
         };
         if images.is_empty() {
             return Err(no_image());

@@ -368,7 +368,8 @@ pub enum Error {
         /// Whether [`PORTABLE`](crate::env::PORTABLE) restricted loading to PTX images.
         portable: bool,
     },
-    /// The CUDA driver is older than a feature stepgraph uses needs; update the driver.
+    /// The CUDA driver lacks a call stepgraph uses: it is older than the release that
+    /// added it. Update the driver.
     #[error(
         "the CUDA driver is {}; {feature} needs driver {} or newer",
         driver_version(*.found),
