@@ -698,7 +698,7 @@ fn gpu_an_sm_target_beyond_the_gpu_is_refused_naming_its_sms() -> Result<()> {
             .unwrap_err();
         let msg = err.to_string();
         assert!(
-            matches!(err, Error::Invalid(_))
+            matches!(err, Error::Matmul { .. })
                 && msg.contains(&format!(
                     "the SM target {target} names no SM of the GPU's {sms}"
                 )),

@@ -202,4 +202,9 @@ fn gpu_an_all_reduce_in_a_conditional_op_is_refused_naming_the_op() {
     let msg = err.chain();
     assert!(msg.contains("op `reduce` on stream `main` failed"), "{msg}");
     assert!(msg.contains("inside an #[every] or #[when] op"), "{msg}");
+    assert!(
+        err.errors()
+            .any(|e| matches!(e, stepgraph::Error::InConditional { .. })),
+        "{err:?}"
+    );
 }

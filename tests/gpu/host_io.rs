@@ -237,7 +237,12 @@ fn gpu_host_rings_refuse_what_they_cannot_do() -> Result<()> {
     );
     // Nothing replayed yet: no read-back, and the latest one is refused with the reason.
     assert!(step.read_back(|b| &b.y_out)?.is_none());
-    let msg = step.read_back_latest(|b| &b.y_out).unwrap_err().to_string();
+    let e = step.read_back_latest(|b| &b.y_out).unwrap_err();
+    assert!(
+        matches!(&e, stepgraph::Error::HostIo { buffer, .. } if buffer == "y_out"),
+        "{e:?}"
+    );
+    let msg = e.to_string();
     assert!(msg.contains("has not been written yet"), "{msg}");
     // A host input belongs to the step whose graph copies it: moved into another step,
     // its capture is refused by name.
@@ -249,6 +254,11 @@ fn gpu_host_rings_refuse_what_they_cannot_do() -> Result<()> {
     assert!(
         msg.contains("`batch_in` is copied by the graph of another step"),
         "{msg}"
+    );
+    assert!(
+        e.errors()
+            .any(|e| matches!(e, stepgraph::Error::HostIo { buffer, .. } if buffer == "batch_in")),
+        "{e:?}"
     );
     Ok(())
 }

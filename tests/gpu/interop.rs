@@ -24,9 +24,9 @@ fn own_context() -> Arc<CudaContext> {
 fn gpu_a_device_over_a_programs_context_takes_its_slices_both_ways() -> Result<()> {
     // With tracking on, refused, saying why.
     let tracking = CudaContext::new(0).map_err(Error::driver("cuCtxCreate"))?;
-    let e = Device::from_context(tracking.clone())
-        .unwrap_err()
-        .to_string();
+    let e = Device::from_context(tracking.clone()).unwrap_err();
+    assert!(matches!(e, Error::Interop { .. }), "{e:?}");
+    let e = e.to_string();
     assert!(
         e.contains("tracks events") && e.contains("disable_event_tracking"),
         "{e}"
@@ -40,9 +40,9 @@ fn gpu_a_device_over_a_programs_context_takes_its_slices_both_ways() -> Result<(
     let device = Device::from_context(ctx.clone())?;
     assert!(Arc::ptr_eq(device.context(), &ctx));
     // A slice of a context value that tracks events would break a capture: refused.
-    let e = DeviceBuffer::from_cuda_slice(&device, theirs)
-        .unwrap_err()
-        .to_string();
+    let e = DeviceBuffer::from_cuda_slice(&device, theirs).unwrap_err();
+    assert!(matches!(e, Error::Interop { .. }), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("tracks events"), "{e}");
 
     let mut rng = Rng::new(71);

@@ -391,11 +391,12 @@ impl std::str::FromStr for SmTarget {
             Some(parts) => positive(parts).map(SmTarget::Share),
             None => positive(s).map(SmTarget::Count),
         };
-        target.ok_or_else(|| {
-            Error::Invalid(format!(
-                "an SM target is `whole`, `1/N` (a share of the GPU, N at least 1) or a \
-                 count of SMs (at least 1), found `{s}`"
-            ))
+        target.ok_or_else(|| Error::Config {
+            name: "SM target",
+            expected: "`whole`, `1/N` (a share of the GPU, N at least 1) or a count of SMs (at \
+                       least 1)"
+                .into(),
+            found: format!("`{s}`"),
         })
     }
 }
@@ -621,7 +622,12 @@ impl Matmul {
 
     /// Checks what cuBLASLt or the cache cannot take, before any length is computed.
     fn check_spec(&self) -> Result<()> {
-        let invalid = |why: &str| Err(Error::Invalid(format!("matmul {self}: {why}")));
+        let invalid = |why: &str| {
+            Err(Error::Matmul {
+                shape: self.to_string(),
+                problem: why.to_string(),
+            })
+        };
         // A zero dimension makes an empty layout, which cuBLASLt refuses.
         if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
             return invalid("m, n, k and batch must all be at least 1");
@@ -770,7 +776,7 @@ mod sealed {
 
 /// An element type of matmul buffers: `f32` (for [`Precision::F32`] and
 /// [`Precision::Tf32`]) or [`half::bf16`] (for [`Precision::Bf16`]). Sealed; a matmul
-/// whose buffers do not match its precision fails with [`Error::Invalid`].
+/// whose buffers do not match its precision fails with [`Error::Matmul`].
 pub trait BlasElem: DeviceRepr + sealed::Sealed {}
 
 impl BlasElem for f32 {}
@@ -823,7 +829,7 @@ impl<T> AuxArg<'_, T> {
 ///
 /// [`MatmulArgs::new`] is `alpha = 1`, `beta = 0`, no C, no bias, no aux. Which of bias and
 /// aux a call needs, and whether it reads or writes them, is fixed by the spec's
-/// [`Epilogue`]; a missing or extra one fails the call with [`Error::Invalid`] before
+/// [`Epilogue`]; a missing or extra one fails the call with [`Error::Matmul`] before
 /// anything runs. A buffer the epilogue writes is taken `&mut`, one it reads `&`.
 ///
 /// alpha and beta are read on the host when the matmul is issued: a captured matmul
@@ -1012,7 +1018,12 @@ fn check_outputs<T: BlasElem>(d: &impl DeviceMem<T>, args: &MatmulArgs<'_, T>) -
 
 fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
     spec.check_spec()?;
-    let invalid = |why: String| Err(Error::Invalid(format!("matmul {spec}: {why}")));
+    let invalid = |problem: String| {
+        Err(Error::Matmul {
+            shape: spec.to_string(),
+            problem,
+        })
+    };
     // cuBLASLt reads the bytes with the precision's type whatever Rust thinks they are.
     if ops.elem != spec.precision.elem() {
         return invalid(format!(
@@ -1029,10 +1040,11 @@ fn check_operands(spec: &Matmul, ops: &Operands) -> Result<()> {
             return crate::error::check_len(spec.describe(which), expected, found);
         }
         if found < expected {
-            return Err(Error::Invalid(format!(
+            let operand = spec.describe(which);
+            return invalid(format!(
                 "{}: expected at least {expected} elements, found {found}",
-                spec.describe(which)
-            )));
+                operand.strip_prefix("matmul ").unwrap_or(&operand)
+            ));
         }
         Ok(())
     };
@@ -1504,12 +1516,13 @@ impl BlasHandle {
             let target = u32::try_from(sms)
                 .ok()
                 .and_then(|sms| spec.sm_target.sms(sms))
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "matmul {spec}: the SM target {} names no SM of the GPU's {sms}: \
-                         expected a count from 1 to {sms}, or a share of at most {sms}",
+                .ok_or_else(|| Error::Matmul {
+                    shape: spec.to_string(),
+                    problem: format!(
+                        "the SM target {} names no SM of the GPU's {sms}: expected a count \
+                         from 1 to {sms}, or a share of at most {sms}",
                         spec.sm_target
-                    ))
+                    ),
                 })?;
             // SAFETY: SM_COUNT_TARGET is an `int32_t`; `target` is at most the device's
             // SM count, an `int`.
@@ -1951,10 +1964,14 @@ mod tests {
         }
     }
 
+    /// The message of a [`Error::Matmul`]; any other error fails the test.
     fn invalid(err: Error) -> String {
-        match err {
-            Error::Invalid(msg) => msg,
-            other => panic!("expected Invalid, got {other:?}"),
+        match &err {
+            Error::Matmul { shape, .. } => {
+                assert!(!shape.is_empty(), "{err:?}");
+                err.to_string()
+            }
+            other => panic!("expected Matmul, got {other:?}"),
         }
     }
 
@@ -2296,7 +2313,13 @@ mod tests {
             assert_eq!(t.to_string().parse::<SmTarget>().unwrap(), t);
         }
         for bad in ["", "0", "1/0", "1/", "2/3", "-4", "whole ", "half", "1/x"] {
-            let msg = invalid(bad.parse::<SmTarget>().unwrap_err());
+            let e = bad.parse::<SmTarget>().unwrap_err();
+            assert!(
+                matches!(&e, Error::Config { name: "SM target", found, .. }
+                    if *found == format!("`{bad}`")),
+                "{e:?}"
+            );
+            let msg = e.to_string();
             assert!(msg.ends_with(&format!("found `{bad}`")), "{msg}");
         }
         // A spec planned for a share is a plan of its own.

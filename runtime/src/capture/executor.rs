@@ -33,9 +33,12 @@ pub const MAX_PROFILE_REPLAYS: usize = 100_000;
 /// The replays a profile runs: `replays`, at least one, at most [`MAX_PROFILE_REPLAYS`].
 fn profile_replays(replays: usize) -> Result<usize> {
     if replays > MAX_PROFILE_REPLAYS {
-        return Err(Error::Invalid(format!(
-            "profile: expected at most {MAX_PROFILE_REPLAYS} replays, found {replays}"
-        )));
+        return Err(Error::TooLarge {
+            what: "replays of a profile".into(),
+            found: replays as u64,
+            max: MAX_PROFILE_REPLAYS as u64,
+            why: "it keeps two times per op per replay, and more say nothing more",
+        });
     }
     Ok(replays.max(1))
 }
@@ -316,10 +319,10 @@ impl Executor {
     pub fn node_counts(&self) -> Result<NodeCounts> {
         match &self.graph {
             Some(g) => g.node_counts(),
-            None => Err(Error::Invalid(format!(
-                "step `{}` has not been captured yet",
-                self.plan.step
-            ))),
+            None => Err(Error::NotCaptured {
+                step: self.plan.step,
+                stale: false,
+            }),
         }
     }
 
@@ -527,7 +530,9 @@ impl Executor {
         let counts = self.cadence()?;
         let tracker = Tracker::new(self.plan.ops.len());
         let report = self.capture_tracked(issue, Some(&tracker)).and_then(|r| {
-            r.ok_or_else(|| Error::Invalid("verification produced no report".into()))
+            r.ok_or_else(|| Error::Internal {
+                what: "verification produced no report".into(),
+            })
         });
         self.restore_cadence(&counts)?;
         report
@@ -607,8 +612,9 @@ impl Executor {
             }
         };
         issued?;
-        captured
-            .ok_or_else(|| Error::Invalid("the driver returned no graph for the capture".into()))
+        captured.ok_or_else(|| Error::Internal {
+            what: "the driver returned no graph for the capture".into(),
+        })
     }
 
     /// Captures a second graph of the step with timing events around every op, replays
@@ -808,10 +814,10 @@ impl Executor {
     pub fn replay(&self) -> Result<()> {
         crate::scope::check("Step::replay")?;
         let Some(graph) = self.graph.as_ref().filter(|_| !self.stale) else {
-            return Err(Error::Invalid(format!(
-                "step `{}` must be captured (again) before it is replayed",
-                self.plan.step
-            )));
+            return Err(Error::NotCaptured {
+                step: self.plan.step,
+                stale: self.graph.is_some(),
+            });
         };
         let mut patches = self.patches.borrow_mut();
         if patches.is_empty() {
@@ -932,11 +938,13 @@ impl Executor {
         out.ring.check_owner(self.id, self.plan.step)?;
         let newest = out.ring.state().newest_first().first().copied();
         let Some((seq, slot)) = newest else {
-            return Err(Error::Invalid(format!(
-                "`{}` has not been written yet: no replay of step `{}` has run",
-                out.name(),
-                self.plan.step
-            )));
+            return Err(Error::HostIo {
+                buffer: out.name().to_string(),
+                problem: format!(
+                    "has not been written yet: no replay of step `{}` has run",
+                    self.plan.step
+                ),
+            });
         };
         self.clock.wait(seq)?;
         // SAFETY: as in `read_back`: replay `seq` has finished and later ones write other
@@ -1192,10 +1200,11 @@ impl Issue<'_> {
                 Some((Condition::When(flag), ops))
             }
             _ => {
-                return Err(named(Error::Invalid(
-                    "the op is issued with a condition (#[every], #[when]) the plan does not give it, or without the one it does"
+                return Err(named(Error::Internal {
+                    what: "the op is issued with a condition (#[every], #[when]) the plan does \
+                           not give it, or without the one it does"
                         .into(),
-                )));
+                }));
             }
         };
         let ordered = self.mode.enqueues() && exec.parallel();
@@ -1382,15 +1391,12 @@ impl ExtraOrderings {
 fn check_still_capturing(stream: &CudaStream) -> Result<()> {
     match capture_state(stream)? {
         CaptureState::Active => Ok(()),
-        status => Err(Error::Invalid(format!(
-            "the op left its stream's capture {}: something it issued broke the capture (a \
-             synchronisation, work on the legacy default stream, a wait on an event recorded \
-             outside the capture, an end of capture)",
-            match status {
+        status => Err(Error::CaptureBroken {
+            state: match status {
                 CaptureState::Invalidated => "invalidated",
                 _ => "ended",
-            }
-        ))),
+            },
+        }),
     }
 }
 
@@ -1402,7 +1408,22 @@ mod tests {
     fn profile_replays_are_capped_and_at_least_one() {
         assert_eq!(profile_replays(0).unwrap(), 1);
         assert_eq!(profile_replays(100_000).unwrap(), 100_000);
-        let e = profile_replays(100_001).unwrap_err().to_string();
-        assert_eq!(e, "profile: expected at most 100000 replays, found 100001");
+        let e = profile_replays(100_001).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::TooLarge {
+                    found: 100_001,
+                    max: 100_000,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "replays of a profile: expected at most 100000, found 100001 (it keeps two times \
+             per op per replay, and more say nothing more)"
+        );
     }
 }

@@ -46,6 +46,10 @@ pub const VERIFY: &str = "STEPGRAPH_VERIFY";
 /// under a profiler that holds CUPTI needs. Sets [`Options::capture_guard`].
 pub const CAPTURE_GUARD: &str = "STEPGRAPH_CAPTURE_GUARD";
 
+/// The name [`Error::Config`] gives priorities set with
+/// [`Options::with_stream_priorities`] (those of [`STREAM_PRIORITIES`] are named by it).
+const PRIORITIES_OPTION: &str = "stream priorities";
+
 /// How a step is built and checked.
 ///
 /// ```
@@ -113,7 +117,7 @@ impl Options {
             options.graph_dot = Some(path);
         }
         if let Some(text) = var(STREAM_PRIORITIES) {
-            options = options.with_stream_priorities(&text)?;
+            options = options.priorities_from(STREAM_PRIORITIES, &text)?;
         }
         if let Some(text) = var(VERIFY) {
             options.verify = switch(VERIFY, &text)?;
@@ -154,12 +158,17 @@ impl Options {
     /// `"aux_attn=high, branch=low"` (`stream=low|normal|high`, comma-separated). The
     /// names are checked against each step's streams when it is built.
     pub fn with_stream_priorities(self, text: &str) -> Result<Options> {
+        self.priorities_from(PRIORITIES_OPTION, text)
+    }
+
+    /// [`Options::with_stream_priorities`], with errors naming the setting `name`.
+    fn priorities_from(self, name: &'static str, text: &str) -> Result<Options> {
         let mut list = Vec::new();
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let bad = |what: String| {
-                Error::Invalid(format!(
-                    "stream priorities: {what} in {item:?}: expected stream=low|normal|high"
-                ))
+            let bad = |what: String| Error::Config {
+                name,
+                expected: "stream=low|normal|high".into(),
+                found: format!("{item:?} ({what})"),
             };
             let (name, level) = item.split_once('=').ok_or_else(|| bad("no `=`".into()))?;
             let level = match level.trim() {
@@ -195,11 +204,15 @@ impl Options {
             }
             if !found {
                 let names: Vec<&str> = plan.streams.iter().map(|s| s.name).collect();
-                return Err(Error::Invalid(format!(
-                    "stream priorities: no stream `{name}` in step `{}`: expected one of its streams ({}) or a group's name",
-                    plan.step,
-                    names.join(", ")
-                )));
+                return Err(Error::Config {
+                    name: PRIORITIES_OPTION,
+                    expected: format!(
+                        "a stream of step `{}` ({}) or a group's name",
+                        plan.step,
+                        names.join(", ")
+                    ),
+                    found: format!("no stream `{name}`"),
+                });
             }
         }
         Ok(out)
@@ -215,13 +228,15 @@ impl Options {
 }
 
 /// An on/off switch's value: `1`, `true` or `on`, or `0`, `false` or `off`.
-fn switch(name: &str, text: &str) -> Result<bool> {
+fn switch(name: &'static str, text: &str) -> Result<bool> {
     match text.trim() {
         "1" | "true" | "on" => Ok(true),
         "0" | "false" | "off" => Ok(false),
-        other => Err(Error::Invalid(format!(
-            "{name}: expected 1 or 0 (or true/false, on/off), found `{other}`"
-        ))),
+        other => Err(Error::Config {
+            name,
+            expected: "1 or 0 (or true/false, on/off)".into(),
+            found: format!("`{other}`"),
+        }),
     }
 }
 
@@ -269,6 +284,46 @@ mod tests {
         assert!(e.contains("unknown priority `urgent`"), "{e}");
         let e = priorities("main").unwrap_err().to_string();
         assert!(e.contains("no `=`"), "{e}");
+    }
+
+    #[test]
+    fn a_setting_that_does_not_parse_is_a_config_error_naming_it() {
+        let e =
+            Options::from_vars(|name| (name == VERIFY).then(|| " maybe ".to_string())).unwrap_err();
+        let Error::Config {
+            name,
+            expected,
+            found,
+        } = &e
+        else {
+            panic!("expected Error::Config, got {e:?}");
+        };
+        assert_eq!(
+            (*name, expected.as_str(), found.as_str()),
+            (VERIFY, "1 or 0 (or true/false, on/off)", "`maybe`")
+        );
+        assert_eq!(
+            e.to_string(),
+            "STEPGRAPH_VERIFY: expected 1 or 0 (or true/false, on/off), found `maybe`"
+        );
+        // Priorities from the environment name its variable; those given to the
+        // builder, the option.
+        let e = Options::from_vars(|name| {
+            (name == STREAM_PRIORITIES).then(|| "main=urgent".to_string())
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Config { name: STREAM_PRIORITIES, found, .. }
+                if found == "\"main=urgent\" (unknown priority `urgent`)"),
+            "{e:?}"
+        );
+        let e = priorities("attn=high").unwrap_err();
+        assert!(
+            matches!(&e, Error::Config { name: "stream priorities", expected, found }
+                if expected.contains("step `s` (main, branch[0], branch[1], aux_attn)")
+                    && found == "no stream `attn`"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -77,10 +77,12 @@ pub(crate) fn verify_graph(
         let mut recorded = Vec::with_capacity(op.nodes.len());
         for &n in &op.nodes {
             let Some(&ix) = index.get(&(n as usize)) else {
-                return Err(Error::Invalid(format!(
-                    "op `{}` recorded a node that is not in the captured graph",
-                    plan.ops[i].name
-                )));
+                return Err(Error::Internal {
+                    what: format!(
+                        "op `{}` recorded a node that is not in the captured graph",
+                        plan.ops[i].name
+                    ),
+                });
             };
             recorded.push((ix, node_type(n)?));
         }
@@ -172,10 +174,13 @@ pub(crate) fn check(
 ) -> Result<VerifyReport> {
     let n_ops = plan.ops.len();
     if ops.len() != n_ops {
-        return Err(Error::Invalid(format!(
-            "verification needs the nodes of every op: the plan has {n_ops} ops, the capture recorded {}",
-            ops.len()
-        )));
+        return Err(Error::Internal {
+            what: format!(
+                "verification needs the nodes of every op: the plan has {n_ops} ops, the capture \
+                 recorded {}",
+                ops.len()
+            ),
+        });
     }
     for (i, op) in ops.iter().enumerate() {
         check_work(plan, i, op)?;
@@ -273,8 +278,9 @@ struct Reach<'a> {
 
 impl<'a> Reach<'a> {
     fn new(n_nodes: usize, edges: &[(usize, usize)], ops: &'a [OpShape]) -> Result<Reach<'a>> {
-        let reach = dag::reachability(n_nodes, edges)
-            .map_err(|_| Error::Invalid("the captured graph has a cycle".into()))?;
+        let reach = dag::reachability(n_nodes, edges).map_err(|_| Error::Internal {
+            what: "the captured graph has a cycle".into(),
+        })?;
         let of_op = ops
             .iter()
             .map(|op| {

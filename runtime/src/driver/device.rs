@@ -82,6 +82,7 @@ pub fn require_library(library: &'static str) -> Result<()> {
     Err(Error::LibraryMissing {
         library,
         candidates: candidates.join(", "),
+        hint: "install the CUDA 13 driver/toolkit or add its lib folder to LD_LIBRARY_PATH",
     })
 }
 
@@ -147,13 +148,14 @@ impl Device {
         crate::scope::check("Device::from_context")?;
         check_libraries()?;
         if ctx.is_event_tracking() {
-            return Err(Error::Invalid(format!(
-                "Device::from_context: the context of GPU {} tracks events; expected it off \
-                 (`unsafe {{ ctx.disable_event_tracking() }}`, whose contract is that the \
-                 program orders its streams itself): cudarc's event waits refer to work \
-                 outside a capture and break it",
-                ctx.ordinal()
-            )));
+            return Err(Error::Interop {
+                what: format!("Device::from_context: the context of GPU {}", ctx.ordinal()),
+                problem: "it tracks events; expected it off (`unsafe { \
+                          ctx.disable_event_tracking() }`, whose contract is that the program \
+                          orders its streams itself): cudarc's event waits refer to work \
+                          outside a capture and break it"
+                    .into(),
+            });
         }
         Self::open(ctx)
     }
@@ -418,7 +420,9 @@ impl<T: AllocLike, const N: usize> AllocLike for [T; N] {
             .collect::<Result<_>>()?;
         match v.try_into() {
             Ok(a) => Ok(a),
-            Err(_) => Err(Error::Invalid(format!("{what}: array length changed"))),
+            Err(_) => Err(Error::Internal {
+                what: format!("{what}: an array's copy has another length than the array"),
+            }),
         }
     }
 }
@@ -427,12 +431,11 @@ impl<T: AllocLike, const N: usize> AllocLike for [T; N] {
 /// cudarc, which multiplies without a check).
 fn byte_len<T>(what: &str, len: usize) -> Result<usize> {
     let size = std::mem::size_of::<T>();
-    len.checked_mul(size).ok_or_else(|| {
-        Error::Invalid(format!(
-            "allocating {what}: expected at most {} elements of {size} bytes, found {len} (the \
-             size in bytes overflows)",
-            usize::MAX / size.max(1)
-        ))
+    len.checked_mul(size).ok_or_else(|| Error::TooLarge {
+        what: format!("allocating {what}: elements of {size} bytes"),
+        found: len as u64,
+        max: (usize::MAX / size.max(1)) as u64,
+        why: "beyond it the size in bytes overflows",
     })
 }
 
@@ -477,22 +480,31 @@ impl<T> DeviceBuffer<T> {
         let ours = device.context().cu_ctx();
         let theirs = slice.context().cu_ctx();
         if ours != theirs {
-            return Err(Error::Invalid(format!(
-                "a CudaSlice of {} elements belongs to another CUDA context than device {} ({}): \
-                 expected a slice allocated in the device's context",
-                slice.len(),
-                device.ordinal(),
-                device.name()
-            )));
+            return Err(Error::Interop {
+                what: format!(
+                    "DeviceBuffer::from_cuda_slice: a CudaSlice of {} elements",
+                    slice.len()
+                ),
+                problem: format!(
+                    "it belongs to another CUDA context than device {} ({}): expected a slice \
+                     allocated in the device's context",
+                    device.ordinal(),
+                    device.name()
+                ),
+            });
         }
         // Each `CudaContext` value has its own flag, and a slice follows its own's.
         if slice.context().is_event_tracking() {
-            return Err(Error::Invalid(format!(
-                "a CudaSlice of {} elements comes from a CudaContext that tracks events: \
-                 expected one with tracking off, such as the one given to \
-                 Device::from_context (its events would break the capture)",
-                slice.len()
-            )));
+            return Err(Error::Interop {
+                what: format!(
+                    "DeviceBuffer::from_cuda_slice: a CudaSlice of {} elements",
+                    slice.len()
+                ),
+                problem: "it comes from a CudaContext that tracks events: expected one with \
+                          tracking off, such as the one given to Device::from_context (its \
+                          events would break the capture)"
+                    .into(),
+            });
         }
         Ok(DeviceBuffer::wrap(slice))
     }
@@ -506,14 +518,17 @@ mod tests {
     fn an_allocation_whose_size_overflows_names_the_buffer_and_sizes() {
         assert_eq!(byte_len::<f32>("x", 10).unwrap(), 40);
         assert_eq!(byte_len::<()>("unit", usize::MAX).unwrap(), 0);
-        let e = byte_len::<f32>("scratch `tmp`", usize::MAX / 2)
-            .unwrap_err()
-            .to_string();
+        let e = byte_len::<f32>("scratch `tmp`", usize::MAX / 2).unwrap_err();
+        assert!(
+            matches!(&e, Error::TooLarge { found, max, .. }
+                if *found == (usize::MAX / 2) as u64 && *max == (usize::MAX / 4) as u64),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
+            e.to_string(),
             format!(
-                "allocating scratch `tmp`: expected at most {} elements of 4 bytes, found {} \
-                 (the size in bytes overflows)",
+                "allocating scratch `tmp`: elements of 4 bytes: expected at most {}, found {} \
+                 (beyond it the size in bytes overflows)",
                 usize::MAX / 4,
                 usize::MAX / 2
             )

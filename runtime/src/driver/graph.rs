@@ -81,17 +81,20 @@ impl CapturedGraph {
     /// ([`cuGraphDebugDotPrint`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html),
     /// verbose), for reading what a library added to a capture.
     pub(crate) fn write_dot(&self, path: &str) -> Result<()> {
-        let c_path = std::ffi::CString::new(path)
-            .map_err(|_| Error::Invalid(format!("graph DOT path {path:?} contains a NUL byte")))?;
+        let c_path = std::ffi::CString::new(path).map_err(|_| Error::Config {
+            name: "graph DOT path",
+            expected: "a path without NUL bytes".into(),
+            found: format!("{path:?}"),
+        })?;
         let verbose = sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32;
         // SAFETY: the graph is valid while self lives; the path is a NUL-terminated string
         // that outlives the call.
         unsafe { sys::cuGraphDebugDotPrint(self.graph, c_path.as_ptr(), verbose) }
             .result()
-            .map_err(|e| {
-                Error::Invalid(format!(
-                    "writing the captured graph as DOT to {path:?}: cuGraphDebugDotPrint failed: {e:?}"
-                ))
+            .map_err(|e| Error::Config {
+                name: "graph DOT path",
+                expected: "a path the captured graph can be written to as DOT".into(),
+                found: format!("{path:?} (cuGraphDebugDotPrint failed: {e:?})"),
             })
     }
 
@@ -428,9 +431,9 @@ pub(crate) fn add_conditional_if(
     // SAFETY: the driver filled the union's conditional arm with its body graphs.
     let out = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };
     if out.is_null() {
-        return Err(Error::Invalid(
-            "the driver returned no body graph for a conditional node".into(),
-        ));
+        return Err(Error::Internal {
+            what: "the driver returned no body graph for a conditional node".into(),
+        });
     }
     // SAFETY: `out` points at the node's one body graph (size 1).
     Ok((node, unsafe { *out }))
@@ -563,9 +566,9 @@ pub(crate) fn node_function(p: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<sys::CUf
         return Ok(p.func);
     }
     if p.kern.is_null() {
-        return Err(Error::Invalid(
-            "a kernel node names neither a function nor a kernel".into(),
-        ));
+        return Err(Error::Internal {
+            what: "a kernel node names neither a function nor a kernel".into(),
+        });
     }
     let mut f = std::ptr::null_mut();
     // SAFETY: `kern` is a valid kernel handle read from a live node; `f` is a valid
@@ -594,8 +597,12 @@ pub(crate) fn function_name(func: sys::CUfunction) -> String {
 /// Blocks of `func` one SM holds at once with this launch's block and shared memory.
 pub(crate) fn blocks_per_sm(func: sys::CUfunction, threads: u32, shared: u32) -> Result<u64> {
     let mut n = 0i32;
-    let threads = i32::try_from(threads)
-        .map_err(|_| Error::Invalid(format!("a kernel node has {threads} threads a block")))?;
+    let threads = i32::try_from(threads).map_err(|_| Error::TooLarge {
+        what: "threads per block of a kernel node".into(),
+        found: u64::from(threads),
+        max: i32::MAX as u64,
+        why: "the occupancy query takes an int",
+    })?;
     // SAFETY: valid function handle, valid out-pointer.
     unsafe {
         sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, func, threads, shared as usize)

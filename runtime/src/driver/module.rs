@@ -187,33 +187,25 @@ impl Module {
     /// [`Module::image`]. With [`PORTABLE`] set, only its PTX images are tried.
     pub fn load_declared(device: &Device, decl: &'static ModuleDecl) -> Result<Module> {
         crate::scope::check("Module::load")?;
+        let ptx_only = portable();
         let images: Vec<&'static Image> = decl
             .images
             .iter()
-            .filter(|i| !portable() || i.kind == ImageKind::Ptx)
+            .filter(|i| !ptx_only || i.kind == ImageKind::Ptx)
             .collect();
-        if images.is_empty() && !decl.images.is_empty() {
-            return Err(Error::Invalid(format!(
-                "module `{}` ({}): {PORTABLE}=1 loads PTX images only, and it has none (its \
-                 images: {}); build it with a compute_ target",
-                decl.name,
-                decl.source,
-                decl.images
-                    .iter()
-                    .map(|i| i.target)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+        let no_image = || Error::NoModuleImage {
+            module: decl.name,
+            origin: decl.source,
+            images: decl.images.iter().map(|i| i.target).collect(),
+            portable: ptx_only,
+        };
+        if images.is_empty() {
+            return Err(no_image());
         }
         let (mut module, image) = first_accepted(
             &images,
             |image| Module::load(device, decl.name, image.bytes),
-            || {
-                Error::Invalid(format!(
-                    "module `{}` ({}) declares no image to load",
-                    decl.name, decl.source
-                ))
-            },
+            no_image,
         )?;
         module.image = Some(image);
         Ok(module)
@@ -311,10 +303,11 @@ fn first_accepted<T>(
 /// `CString::new(..).unwrap()`, which panics on a NUL byte inside the name.
 fn check_kernel_name(module: &str, name: &str) -> Result<()> {
     match name.find('\0') {
-        Some(at) => Err(Error::Invalid(format!(
-            "kernel name {name:?} in module `{module}`: expected a name without NUL bytes \
-             (the driver takes a C string), found one at byte {at}"
-        ))),
+        Some(at) => Err(Error::Argument {
+            what: format!("kernel name {name:?} in module `{module}`"),
+            expected: "a name without NUL bytes (the driver takes a C string)".into(),
+            found: format!("one at byte {at}"),
+        }),
         None => Ok(()),
     }
 }
@@ -374,12 +367,11 @@ fn driver_params(
     }
     // cudarc panics on a symbol the driver lacks: refuse an old driver by name instead.
     if version < PARAM_INFO_DRIVER {
-        return Err(Error::Invalid(format!(
-            "the CUDA driver is {}.{}; stepgraph checks kernel parameter lists with \
-             cuFuncGetParamInfo, which needs driver 12.4 or newer",
-            version / 1000,
-            version % 1000 / 10
-        )));
+        return Err(Error::DriverTooOld {
+            feature: "checking kernel parameter lists with cuFuncGetParamInfo",
+            found: version,
+            needed: PARAM_INFO_DRIVER,
+        });
     }
     ctx.bind_to_thread()
         .map_err(Error::driver("cuCtxSetCurrent"))?;
@@ -420,9 +412,12 @@ fn driver_params(
         }
     }
     if params.len() > MAX_PARAMS {
-        return Err(Error::Invalid(format!(
-            "cuFuncGetParamInfo reports more than {MAX_PARAMS} parameters for a kernel"
-        )));
+        return Err(Error::TooLarge {
+            what: "parameters of a kernel, as cuFuncGetParamInfo reports them".into(),
+            found: params.len() as u64,
+            max: MAX_PARAMS as u64,
+            why: "stepgraph reads a parameter list no further than one past its limit",
+        });
     }
     Ok(params)
 }
@@ -521,7 +516,7 @@ impl Kernel {
     /// ceiling, not a request: each launch still asks for its own `shared_mem_bytes`
     /// ([`LaunchConfig`](crate::LaunchConfig)), which must be at most `bytes`.
     ///
-    /// `bytes` above `i32::MAX` is [`Error::Invalid`], before the driver is asked. The
+    /// `bytes` above `i32::MAX` is [`Error::TooLarge`], before the driver is asked. The
     /// driver refuses more than the device's opt-in maximum less the kernel's static shared
     /// memory; that refusal is [`Error::DynamicShared`], naming both where they can be read.
     pub fn set_max_dynamic_shared(&self, bytes: u32) -> Result<()> {
@@ -556,15 +551,16 @@ fn readable(value: Result<i32, DriverError>) -> Option<u32> {
     value.ok().and_then(|v| u32::try_from(v).ok())
 }
 
-/// `bytes` as the `int` that `cuFuncSetAttribute` takes, or [`Error::Invalid`] naming the
+/// `bytes` as the `int` that `cuFuncSetAttribute` takes, or [`Error::TooLarge`] naming the
 /// kernel.
 fn dynamic_shared_arg(module: &str, kernel: &str, bytes: u32) -> Result<i32> {
-    i32::try_from(bytes).map_err(|_| {
-        Error::Invalid(format!(
-            "kernel `{kernel}` in module `{module}`: expected at most {} bytes of dynamic \
-             shared memory per block (the driver takes an int), found {bytes}",
-            i32::MAX
-        ))
+    i32::try_from(bytes).map_err(|_| Error::TooLarge {
+        what: format!(
+            "kernel `{kernel}` in module `{module}`: bytes of dynamic shared memory per block"
+        ),
+        found: u64::from(bytes),
+        max: i32::MAX as u64,
+        why: "the driver takes an int",
     })
 }
 
@@ -637,10 +633,11 @@ impl<const M: usize, const K: usize> Registry<M, K> {
     pub fn load(device: &Device, decls: &'static [ModuleDecl; M]) -> Result<Self> {
         let total: usize = decls.iter().map(|m| m.kernels.len()).sum();
         if total != K {
-            return Err(Error::Invalid(format!(
-                "kernel registry: the declarations hold {total} kernels, the registry has {K} \
-                 slots"
-            )));
+            return Err(Error::Argument {
+                what: "kernel registry".into(),
+                expected: format!("declarations of {K} kernels, one for each of its slots"),
+                found: format!("{total} kernels declared"),
+            });
         }
         let mut modules = Vec::with_capacity(M);
         let mut kernels = Vec::with_capacity(K);
@@ -653,7 +650,9 @@ impl<const M: usize, const K: usize> Registry<M, K> {
         }
         // The counts were checked above, so neither conversion fails; the error keeps the
         // library free of a panic path all the same.
-        let slots = || Error::Invalid("kernel registry: a slot went missing".into());
+        let slots = || Error::Internal {
+            what: "kernel registry: a slot went missing".into(),
+        };
         Ok(Registry {
             modules: modules.try_into().map_err(|_| slots())?,
             kernels: kernels.try_into().map_err(|_| slots())?,
@@ -698,7 +697,11 @@ mod tests {
     fn a_kernel_name_with_a_nul_byte_is_refused_before_the_driver() {
         check_kernel_name("dqn", "adam_update").unwrap();
         let e = check_kernel_name("dqn", "adam\0update").unwrap_err();
-        assert!(matches!(e, Error::Invalid(_)));
+        assert!(
+            matches!(&e, Error::Argument { what, found, .. }
+                if what.contains("`dqn`") && found == "one at byte 4"),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
             "kernel name \"adam\\0update\" in module `dqn`: expected a name without NUL \
@@ -811,11 +814,21 @@ mod tests {
             i32::MAX
         );
         let e = dynamic_shared_arg("gemm", "wgmma_tile", u32::MAX).unwrap_err();
-        assert!(matches!(e, Error::Invalid(_)));
+        assert!(
+            matches!(
+                e,
+                Error::TooLarge {
+                    found: 4_294_967_295,
+                    max: 2_147_483_647,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
-            "kernel `wgmma_tile` in module `gemm`: expected at most 2147483647 bytes of \
-             dynamic shared memory per block (the driver takes an int), found 4294967295"
+            "kernel `wgmma_tile` in module `gemm`: bytes of dynamic shared memory per block: \
+             expected at most 2147483647, found 4294967295 (the driver takes an int)"
         );
     }
 

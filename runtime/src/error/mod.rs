@@ -33,15 +33,14 @@ pub enum Error {
         source: CublasError,
     },
     /// A shared library stepgraph loads at run time is not on the loader's path.
-    #[error(
-        "the CUDA library `{library}` was not found (looked for {candidates}); install the CUDA 13 \
-         driver/toolkit or add its lib folder to LD_LIBRARY_PATH"
-    )]
+    #[error("the CUDA library `{library}` was not found (looked for {candidates}); {hint}")]
     LibraryMissing {
-        /// The library's short name (`cuda`, `cublasLt`).
+        /// The library's short name (`cuda`, `cublasLt`, `nccl`).
         library: &'static str,
         /// The file names that were tried.
         candidates: String,
+        /// How to install it or make it found.
+        hint: &'static str,
     },
     /// An NCCL call failed.
     #[error("NCCL call `{call}` failed: {code} ({message})")]
@@ -292,10 +291,182 @@ pub enum Error {
         /// What failed.
         why: String,
     },
+    /// An op left its stream's capture invalidated or ended without a CUDA call that
+    /// reported it (cudarc code that ignored an error, a call on another stream); the
+    /// capture was discarded. Find what the op issues outside its capture stream.
+    #[error(
+        "the op left its stream's capture {state}: something it issued broke the capture (a \
+         synchronisation, work on the legacy default stream, a wait on an event recorded \
+         outside the capture, an end of capture)"
+    )]
+    CaptureBroken {
+        /// `invalidated` or `ended`.
+        state: &'static str,
+    },
+    /// A matmul description ([`Matmul`](crate::Matmul)) or the operands of a call that
+    /// cuBLASLt cannot run: a zero or oversized dimension, a leading dimension below the
+    /// stored columns, an epilogue that takes no batch, buffers of the wrong element type,
+    /// a bias or aux missing or given where the epilogue takes none, an SM target beyond
+    /// the GPU. Refused before anything runs; change the description or the arguments.
+    #[error("matmul {shape}: {problem}")]
+    Matmul {
+        /// The matmul's shape and types, as [`Matmul`](crate::Matmul) displays them.
+        shape: String,
+        /// What is wrong, with what was expected and what was found.
+        problem: String,
+    },
+    /// A setting stepgraph reads from text (an environment switch such as
+    /// [`VERIFY`](crate::env::VERIFY), the text of
+    /// [`Options::with_stream_priorities`](crate::Options::with_stream_priorities), an
+    /// [`SmTarget`](crate::SmTarget), a DOT path) that does not parse or names nothing
+    /// the step has. Fix the setting named by `name`.
+    #[error("{name}: expected {expected}, found {found}")]
+    Config {
+        /// The environment variable or setting.
+        name: &'static str,
+        /// What it accepts.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
+    /// An argument of a stepgraph call outside what the call accepts (a communicator's
+    /// rank, an `#[every]` count, a kernel's name); nothing was done.
+    #[error("{what}: expected {expected}, found {found}")]
+    Argument {
+        /// The call and argument.
+        what: String,
+        /// What the call accepts.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
+    /// A size or count larger than the driver, a library or stepgraph takes: a value
+    /// passed to the driver as a C `int`, a length whose size in bytes overflows, more
+    /// replays than a profile keeps. Nothing was done; use a smaller one (split the work).
+    #[error("{what}: expected at most {max}, found {found} ({why})")]
+    TooLarge {
+        /// The quantity, naming the call, kernel or buffer.
+        what: String,
+        /// The value given.
+        found: u64,
+        /// The largest value accepted.
+        max: u64,
+        /// Where the limit comes from (`the driver takes an int`).
+        why: &'static str,
+    },
+    /// A declared module has no image this process may load: it declares none, or
+    /// [`PORTABLE`](crate::env::PORTABLE) is set and it has no PTX image. Build the
+    /// module with a `compute_` target (PTX), or unset the switch.
+    #[error("module `{module}` ({origin}): {}", no_image(*.portable, .images))]
+    NoModuleImage {
+        /// The module.
+        module: &'static str,
+        /// The source it was built from.
+        origin: &'static str,
+        /// The targets of the images it declares (`sm_90a`, `compute_80`).
+        images: Vec<&'static str>,
+        /// Whether [`PORTABLE`](crate::env::PORTABLE) restricted loading to PTX images.
+        portable: bool,
+    },
+    /// The CUDA driver lacks a call stepgraph uses: it is older than the release that
+    /// added it. Update the driver.
+    #[error(
+        "the CUDA driver is {}; {feature} needs driver {} or newer",
+        driver_version(*.found),
+        driver_version(*.needed)
+    )]
+    DriverTooOld {
+        /// What needs the newer driver.
+        feature: &'static str,
+        /// The driver's version, as `cuDriverGetVersion` reports it (12040 for 12.4).
+        found: i32,
+        /// The oldest version that has the feature.
+        needed: i32,
+    },
+    /// A cudarc value handed to stepgraph (a context, a slice) that a capture cannot use:
+    /// it belongs to another context, or its context tracks events. Hand over one of the
+    /// device's context with event tracking off.
+    #[error("{what}: {problem}")]
+    Interop {
+        /// The value and the call it was given to.
+        what: String,
+        /// What differs from what stepgraph needs, and why it matters.
+        problem: String,
+    },
+    /// A step was replayed, or its graph inspected, before it was captured, or after its
+    /// graph went stale (buffers rebound, orderings added) without a new capture. Capture
+    /// it again and retry.
+    #[error(
+        "step `{step}` {}",
+        if *.stale {
+            "must be captured again before it is replayed: its graph is stale"
+        } else {
+            "has not been captured yet"
+        }
+    )]
+    NotCaptured {
+        /// The step.
+        step: &'static str,
+        /// Whether it had a graph that went stale (else it never had one).
+        stale: bool,
+    },
+    /// A host input or output ([`HostInput`](crate::HostInput),
+    /// [`HostOutput`](crate::HostOutput)) used where its ring cannot serve: empty, copied
+    /// by two steps, not copied by any op of the step that reads it, or read back before
+    /// any replay wrote it.
+    #[error("`{buffer}` {problem}")]
+    HostIo {
+        /// The host buffer's name.
+        buffer: String,
+        /// What is wrong with it (`is copied by the graph of another step`), with what was
+        /// expected.
+        problem: String,
+    },
+    /// Work that must run at every replay (a host copy, an NCCL collective) issued from an
+    /// `#[every]` or `#[when]` op, whose body runs only when its condition holds. Issue it
+    /// from an op without a condition.
+    #[error("{what} inside an #[every] or #[when] op: {why}")]
+    InConditional {
+        /// The work, naming its buffer.
+        what: String,
+        /// Why a conditional body cannot hold it.
+        why: &'static str,
+    },
+    /// Timing a kernel of an op on its own (for
+    /// [`Step::work_bound`](crate::Step::work_bound)) failed; the source says why.
+    #[error("timing a kernel of op `{op}` alone failed")]
+    Measure {
+        /// The op.
+        op: &'static str,
+        /// What went wrong: an [`Error`], boxed as for [`Error::Op`].
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Work stepgraph waits for did not finish in time.
+    #[error("{what} did not finish within {seconds} s: {why}")]
+    Timeout {
+        /// The work.
+        what: &'static str,
+        /// The deadline.
+        seconds: u64,
+        /// The likely cause.
+        why: &'static str,
+    },
+    /// An invariant of stepgraph's own does not hold: a bug in stepgraph (or a driver
+    /// that behaves unlike its documentation), not in the program. Nothing the caller
+    /// changes is expected to avoid it; report it with the message.
+    #[error("internal error in stepgraph: {what}; this is a bug, please report it")]
+    Internal {
+        /// The invariant that failed.
+        what: String,
+    },
     /// A plan with an index out of range ([`PlanDesc::check`](crate::PlanDesc::check)).
     #[error(transparent)]
     Plan(#[from] stepgraph_plan::PlanError),
-    /// An argument is outside what the call accepts.
+    /// An error of the program's own ops, told in a message: what an op returns when an
+    /// argument is outside what it accepts (`Error::Invalid(format!("expected 4 rows,
+    /// found {rows}"))`). stepgraph's own errors use the structured variants above, so a
+    /// caller can match on them; this one it returns for none of them.
     #[error("{0}")]
     Invalid(String),
     /// An error of the program's own code, inside an op: an existing function that
@@ -394,6 +565,25 @@ impl Error {
     }
 }
 
+/// Why a declared module has no image to load.
+fn no_image(portable: bool, images: &[&str]) -> String {
+    if portable && !images.is_empty() {
+        format!(
+            "{}=1 loads PTX images only, and it has none (its images: {}); build it with a \
+             compute_ target",
+            crate::env::PORTABLE,
+            images.join(", ")
+        )
+    } else {
+        "declares no image to load".to_string()
+    }
+}
+
+/// A driver version as `major.minor` (12040 is `12.4`).
+fn driver_version(v: i32) -> String {
+    format!("{}.{}", v / 1000, v % 1000 / 10)
+}
+
 /// ` (and N more such calls)`, or nothing.
 fn more_calls(more: usize) -> String {
     match more {
@@ -414,4 +604,86 @@ pub(crate) fn check_len(what: impl Into<String>, expected: usize, found: usize) 
         expected,
         found,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_without_a_loadable_image_says_why() {
+        let portable = Error::NoModuleImage {
+            module: "dqn",
+            origin: "dqn.cu",
+            images: vec!["sm_90a", "sm_80"],
+            portable: true,
+        };
+        assert_eq!(
+            portable.to_string(),
+            "module `dqn` (dqn.cu): STEPGRAPH_PORTABLE=1 loads PTX images only, and it has \
+             none (its images: sm_90a, sm_80); build it with a compute_ target"
+        );
+        let none = Error::NoModuleImage {
+            module: "dqn",
+            origin: "dqn.cu",
+            images: Vec::new(),
+            portable: false,
+        };
+        assert_eq!(
+            none.to_string(),
+            "module `dqn` (dqn.cu): declares no image to load"
+        );
+    }
+
+    #[test]
+    fn messages_name_the_driver_versions_and_whether_a_graph_went_stale() {
+        let old = Error::DriverTooOld {
+            feature: "checking kernel parameter lists with cuFuncGetParamInfo",
+            found: 12030,
+            needed: 12040,
+        };
+        assert_eq!(
+            old.to_string(),
+            "the CUDA driver is 12.3; checking kernel parameter lists with cuFuncGetParamInfo \
+             needs driver 12.4 or newer"
+        );
+        let never = Error::NotCaptured {
+            step: "dqn",
+            stale: false,
+        };
+        assert_eq!(never.to_string(), "step `dqn` has not been captured yet");
+        let stale = Error::NotCaptured {
+            step: "dqn",
+            stale: true,
+        };
+        assert!(stale.to_string().contains("captured again"), "{stale}");
+    }
+
+    #[test]
+    fn an_internal_error_says_it_is_a_bug_and_a_measure_error_keeps_its_cause() {
+        let e = Error::Internal {
+            what: "a slot went missing".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "internal error in stepgraph: a slot went missing; this is a bug, please report it"
+        );
+        let e = Error::Measure {
+            op: "trunk",
+            source: Box::new(Error::Timeout {
+                what: "a kernel run alone",
+                seconds: 30,
+                why: "it waits for work of the step that is not copied with it",
+            }),
+        };
+        assert!(matches!(
+            e.errors().last(),
+            Some(Error::Timeout { seconds: 30, .. })
+        ));
+        assert_eq!(
+            e.chain(),
+            "timing a kernel of op `trunk` alone failed: a kernel run alone did not finish \
+             within 30 s: it waits for work of the step that is not copied with it"
+        );
+    }
 }

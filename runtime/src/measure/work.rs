@@ -394,19 +394,19 @@ fn time_alone(
         }
     }
     let started = std::time::Instant::now();
-    let last = marks
-        .last()
-        .ok_or_else(|| Error::Invalid("no timing marks".into()))?;
+    let last = marks.last().ok_or_else(|| Error::Internal {
+        what: "no timing marks".into(),
+    })?;
     while !last
         .try_is_complete()
         .map_err(Error::driver("cuEventQuery"))?
     {
         if started.elapsed() > ALONE_DEADLINE {
-            return Err(Error::Invalid(format!(
-                "run alone, it did not finish within {} s: it waits for work of the step \
-                 that is not copied with it",
-                ALONE_DEADLINE.as_secs()
-            )));
+            return Err(Error::Timeout {
+                what: "a kernel run alone",
+                seconds: ALONE_DEADLINE.as_secs(),
+                why: "it waits for work of the step that is not copied with it",
+            });
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
@@ -456,7 +456,10 @@ pub(crate) fn measure(
                 work.other_nodes += 1;
                 continue;
             }
-            let what = |e: Error| Error::Invalid(format!("timing a kernel of op `{name}`: {e}"));
+            let what = |e: Error| Error::Measure {
+                op: name,
+                source: Box::new(e),
+            };
             let p = kernel_params(node).map_err(what)?;
             let threads = p.blockDimX * p.blockDimY * p.blockDimZ;
             let func = node_function(&p).map_err(what)?;

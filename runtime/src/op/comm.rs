@@ -59,11 +59,16 @@ fn nccl_error(call: &'static str) -> impl Fn(nccl::NcclError) -> Error {
 /// only as `libnccl.so.2`, a name cudarc's loader does not try: say so.
 fn require_nccl() -> Result<()> {
     require_library("nccl").map_err(|e| match e {
-        Error::LibraryMissing { candidates, .. } => Error::Invalid(format!(
-            "NCCL was not found (looked for {candidates}): install NCCL, or link an existing \
-             libnccl.so.2 (PyTorch's nvidia/nccl/lib has one) as libnccl.so in a folder on \
-             LD_LIBRARY_PATH"
-        )),
+        Error::LibraryMissing {
+            library,
+            candidates,
+            ..
+        } => Error::LibraryMissing {
+            library,
+            candidates,
+            hint: "install NCCL, or link an existing libnccl.so.2 (PyTorch's nvidia/nccl/lib \
+                   has one) as libnccl.so in a folder on LD_LIBRARY_PATH",
+        },
         other => other,
     })
 }
@@ -144,9 +149,11 @@ collective_elem!(
 
 fn check_rank(rank: usize, world: usize) -> Result<()> {
     if world == 0 || rank >= world {
-        return Err(Error::Invalid(format!(
-            "a communicator needs world >= 1 and rank < world: found rank {rank} of world {world}"
-        )));
+        return Err(Error::Argument {
+            what: "a communicator's rank and world".into(),
+            expected: "world >= 1 and rank < world".into(),
+            found: format!("rank {rank} of world {world}"),
+        });
     }
     Ok(())
 }
@@ -202,7 +209,12 @@ impl Communicator {
         crate::scope::check("Communicator::join")?;
         check_rank(rank, world)?;
         let ranks = |n: usize| {
-            i32::try_from(n).map_err(|_| Error::Invalid(format!("{n} ranks are too many for NCCL")))
+            i32::try_from(n).map_err(|_| Error::TooLarge {
+                what: "ranks of an NCCL communicator".into(),
+                found: n as u64,
+                max: i32::MAX as u64,
+                why: "NCCL takes an int",
+            })
         };
         require_nccl()?;
         let ctx = device.context().clone();
@@ -318,12 +330,11 @@ impl CaptureStream<'_> {
         if self.conditional {
             // A conditional node's body may hold kernels, copies and memsets only: NCCL's
             // captured collective is more (and every rank must run it at every replay).
-            return Err(Error::Invalid(format!(
-                "an all-reduce on `{}` inside an #[every] or #[when] op: a conditional node's \
-                 body cannot hold a collective, and every rank must run each one; issue it \
-                 from an op without a condition",
-                self.name
-            )));
+            return Err(Error::InConditional {
+                what: format!("an all-reduce on `{}`", self.name),
+                why: "a conditional node's body cannot hold a collective, and every rank must \
+                      run each one; issue it from an op without a condition",
+            });
         }
         for buf in bufs.iter() {
             crate::driver::memory::check_write_mem(&**buf, || "all-reduce bucket".into())?;
@@ -351,7 +362,12 @@ mod tests {
     #[test]
     fn a_rank_outside_the_world_is_refused_before_nccl_is_touched() {
         assert!(check_rank(0, 1).is_ok() && check_rank(3, 4).is_ok());
-        let e = check_rank(2, 2).unwrap_err().to_string();
+        let e = check_rank(2, 2).unwrap_err();
+        assert!(
+            matches!(&e, Error::Argument { found, .. } if found == "rank 2 of world 2"),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(e.contains("found rank 2 of world 2"), "{e}");
         assert!(check_rank(0, 0).is_err());
     }

@@ -125,7 +125,9 @@ impl ConditionalOps {
         self.counters
             .get(op)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Invalid(format!("op #{op} is no #[every] op: it has no counter")))
+            .ok_or_else(|| Error::Internal {
+                what: format!("op #{op} is no #[every] op: it has no counter"),
+            })
     }
 
     /// Every `#[every]` op's count of replays (and eager runs) since it last ran, modulo
@@ -189,9 +191,9 @@ impl ConditionalOps {
         };
         match condition {
             Condition::Every(k) => {
-                let counter = self.counters[op]
-                    .as_ref()
-                    .ok_or_else(|| Error::Invalid("an #[every] op without a counter".into()))?;
+                let counter = self.counters[op].as_ref().ok_or_else(|| Error::Internal {
+                    what: "an #[every] op without a counter".into(),
+                })?;
                 let mut launch = stream.launch_builder(&self.every);
                 launch.arg(&handle).arg(counter.slice()).arg(&k);
                 // SAFETY: the kernel's parameters are a conditional handle (a u64), a
@@ -244,9 +246,11 @@ fn sync(stream: &CudaStream) -> Result<()> {
 /// Refuses a count that never runs the op.
 pub(crate) fn check_count(k: u32) -> Result<()> {
     if k == 0 {
-        return Err(Error::Invalid(
-            "#[every] count is 0: expected at least 1 (the op runs at every k-th replay)".into(),
-        ));
+        return Err(Error::Argument {
+            what: "#[every] count".into(),
+            expected: "at least 1 (the op runs at every k-th replay)".into(),
+            found: "0".into(),
+        });
     }
     Ok(())
 }

@@ -156,9 +156,12 @@ impl Ring {
             Direction::ToHost => "HostOutput::new",
         })?;
         if bytes == 0 {
-            return Err(Error::Invalid(format!(
-                "`{what}`: expected at least one element; the driver copies no empty range"
-            )));
+            return Err(Error::HostIo {
+                buffer: what.to_string(),
+                problem: "has no elements: expected at least one; the driver copies no \
+                          empty range"
+                    .into(),
+            });
         }
         let ctx = device.context().clone();
         ctx.bind_to_thread()
@@ -201,11 +204,12 @@ impl Ring {
     pub(crate) fn bind(&self, owner: u64) -> Result<()> {
         let mut st = self.state();
         match st.owner {
-            Some(o) if o != owner => Err(Error::Invalid(format!(
-                "`{}` is copied by the graph of another step: a host input or output belongs \
-                 to one step",
-                self.what
-            ))),
+            Some(o) if o != owner => Err(Error::HostIo {
+                buffer: self.what.clone(),
+                problem: "is copied by the graph of another step: a host input or output belongs \
+                          to one step"
+                    .into(),
+            }),
             _ => {
                 st.owner = Some(owner);
                 Ok(())
@@ -217,15 +221,17 @@ impl Ring {
     pub(crate) fn check_owner(&self, owner: u64, step: &str) -> Result<()> {
         match self.state().owner {
             Some(o) if o == owner => Ok(()),
-            _ => Err(Error::Invalid(format!(
-                "`{}` is not copied by any op of step `{step}`: expected an op that calls \
-                 CaptureStream::{} with it",
-                self.what,
-                match self.direction {
-                    Direction::ToDevice => "stage",
-                    Direction::ToHost => "read_back",
-                }
-            ))),
+            _ => Err(Error::HostIo {
+                buffer: self.what.clone(),
+                problem: format!(
+                    "is not copied by any op of step `{step}`: expected an op that calls \
+                     CaptureStream::{} with it",
+                    match self.direction {
+                        Direction::ToDevice => "stage",
+                        Direction::ToHost => "read_back",
+                    }
+                ),
+            }),
         }
     }
 }
@@ -329,9 +335,14 @@ macro_rules! ring_common {
             /// Allocates the pinned slots, `len` elements each, zeroed. `what` names it
             /// in errors.
             pub fn new(device: &Device, what: &str, len: usize) -> Result<Self> {
-                let bytes = len.checked_mul(size_of::<T>()).ok_or_else(|| {
-                    Error::Invalid(format!("`{what}`: {len} elements do not fit in memory"))
-                })?;
+                let bytes = len
+                    .checked_mul(size_of::<T>())
+                    .ok_or_else(|| Error::TooLarge {
+                        what: format!("`{what}`: elements of {} bytes", size_of::<T>()),
+                        found: len as u64,
+                        max: (usize::MAX / size_of::<T>().max(1)) as u64,
+                        why: "beyond it the size in bytes overflows",
+                    })?;
                 Ok($ty {
                     ring: Arc::new(Ring::new(device, what, $dir, $slots, bytes)?),
                     len,
@@ -458,11 +469,13 @@ impl Patch {
             Direction::ToHost if params.dstHost == ptr.cast() => HostField::DstHost,
             Direction::ToHost if params.dstDevice == ptr as u64 => HostField::DstDevice,
             _ => {
-                return Err(Error::Invalid(format!(
-                    "the captured copy of `{}` does not refer to its staging slot: the driver \
-                     recorded another host address",
-                    c.ring.what
-                )));
+                return Err(Error::Internal {
+                    what: format!(
+                        "the captured copy of `{}` does not refer to its staging slot: the \
+                         driver recorded another host address",
+                        c.ring.what
+                    ),
+                });
             }
         };
         Ok(Patch {

@@ -133,10 +133,12 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeviceScalars<T> {
 
     fn check(&self, index: usize) -> Result<()> {
         if index >= self.len {
-            return Err(Error::Invalid(format!(
-                "device scalar index {index} is out of range: there are {} values",
-                self.len
-            )));
+            return Err(Error::OutOfBounds {
+                what: format!("device scalar index {index}"),
+                start: index,
+                end: index.saturating_add(1),
+                len: self.len,
+            });
         }
         Ok(())
     }

@@ -297,11 +297,11 @@ impl<'a> CaptureStream<'a> {
 
     fn host_copy(&self, ring: &std::sync::Arc<host_io::Ring>, device: u64) -> Result<()> {
         let Some(io) = self.io else {
-            return Err(Error::Invalid(format!(
-                "`{}` is copied inside a conditional op: host inputs and outputs are copied at \
-                 every replay, in an op without #[every] or #[when]",
-                ring.what
-            )));
+            return Err(Error::InConditional {
+                what: format!("a copy of host buffer `{}`", ring.what),
+                why: "host inputs and outputs are copied at every replay, in an op without \
+                      #[every] or #[when]",
+            });
         };
         if self.mode.enqueues() {
             ring.bind(io.owner)?;
@@ -328,12 +328,14 @@ impl<'a> CaptureStream<'a> {
                 {
                     [node] => *node,
                     found => {
-                        return Err(Error::Invalid(format!(
-                            "after the copy of `{}` the capture expected one new node, found {} \
-                             dependencies",
-                            ring.what,
-                            found.len()
-                        )));
+                        return Err(Error::Internal {
+                            what: format!(
+                                "after the copy of `{}` the capture expected one new node, \
+                                 found {} dependencies",
+                                ring.what,
+                                found.len()
+                            ),
+                        });
                     }
                 };
                 io.captured.borrow_mut().push(Captured {
