@@ -101,9 +101,10 @@
 //! the kernel's vector widths) and the integer parameters a contract names are `usize`,
 //! converted to the kernel's type with a check.
 //! Its checks, in order: the positive sizes, the conditions, the buffers in declaration
-//! order, the grid, the conversions. A buffer of another length is `Error::LengthMismatch` whose `what` is
-//! `"<kernel>: <buffer> ([<size>])"`; a zero, an overflow or a size that does not fit is
-//! `Error::Invalid` naming the kernel and the argument. The generated `contract` module
+//! order, the grid, the conversions. A buffer of another length is `Error::LengthMismatch`
+//! whose `what` is `"<kernel>: <buffer> ([<size>])"`, one past 32-bit indices
+//! `Error::TooLarge`; a zero, a condition that does not hold, an overflow or a size that
+//! does not fit its parameter is `Error::Argument` naming the kernel and the argument. The generated `contract` module
 //! holds these checks and the grid rules (`contract::elementwise(n)` and so on), so a crate
 //! can test its grids against them.
 //!

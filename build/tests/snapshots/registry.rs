@@ -253,8 +253,9 @@ impl Kernels {
     /// ```
     ///
     /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the
-    /// buffer; a size that is 0 where it must be positive, overflows, or does not fit its
-    /// parameter is `Error::Invalid`. Either way nothing is launched. The sizes are taken
+    /// buffer; a size that is 0 where it must be positive, breaks a condition, overflows or
+    /// does not fit its parameter is `Error::Argument` (`Error::TooLarge` past 32-bit
+    /// indices). Either way nothing is launched. The sizes are taken
     /// as `usize`; the other arguments are [`Kernels::axpby`]'s. Safe because the contract
     /// is the kernel author's promise that, given these lengths, the kernel keeps every
     /// access inside its buffers on the grid it declares.
@@ -345,8 +346,9 @@ impl Kernels {
     /// ```
     ///
     /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the
-    /// buffer; a size that is 0 where it must be positive, overflows, or does not fit its
-    /// parameter is `Error::Invalid`. Either way nothing is launched. The sizes are taken
+    /// buffer; a size that is 0 where it must be positive, breaks a condition, overflows or
+    /// does not fit its parameter is `Error::Argument` (`Error::TooLarge` past 32-bit
+    /// indices). Either way nothing is launched. The sizes are taken
     /// as `usize`; the other arguments are [`Kernels::fill_affine`]'s. Safe because the contract
     /// is the kernel author's promise that, given these lengths, the kernel keeps every
     /// access inside its buffers on any grid (`config`, the caller's).
@@ -496,20 +498,23 @@ pub mod contract {
     /// by 0).
     pub fn size(kernel: &str, what: &str, expr: &str, value: Option<usize>) -> Result<usize> {
         value.ok_or_else(|| {
-            Error::Invalid(format!(
-                "{kernel}: {what}: the size `{expr}` overflows (or is below 0, or divides by 0)"
-            ))
+            Error::Argument {
+                what: format!("{kernel}: {what}"),
+                expected: format!("the size `{expr}` in range"),
+                found: "one that overflows, goes below 0 or divides by 0".into(),
+            }
         })
     }
 
     /// The kernels index with 32-bit unsigned integers.
     pub fn fits_u32(what: &str, len: usize) -> Result<u32> {
         u32::try_from(len).map_err(|_| {
-            Error::Invalid(format!(
-                "{what} has {len} elements; the kernels index with 32-bit unsigned integers, \
-                 so at most {} fit",
-                u32::MAX
-            ))
+            Error::TooLarge {
+                what: what.to_string(),
+                found: len as u64,
+                max: u32::MAX.into(),
+                why: "the kernels index with 32-bit unsigned integers",
+            }
         })
     }
 
@@ -556,9 +561,11 @@ pub mod contract {
     /// `name > 0`: a size the kernel divides by or loops over.
     pub fn positive(kernel: &str, name: &str, value: usize) -> Result<()> {
         if value == 0 {
-            return Err(Error::Invalid(format!(
-                "{kernel}: {name}: expected at least 1, found 0"
-            )));
+            return Err(Error::Argument {
+                what: format!("{kernel}: {name}"),
+                expected: "at least 1".into(),
+                found: "0".into(),
+            });
         }
         Ok(())
     }
@@ -581,18 +588,22 @@ pub mod contract {
         if ok {
             return Ok(());
         }
-        Err(Error::Invalid(format!(
-            "{kernel}: expected `{text}`, found {l} on the left and {r} on the right"
-        )))
+        Err(Error::Argument {
+            what: kernel.to_string(),
+            expected: format!("`{text}`"),
+            found: format!("{l} on the left and {r} on the right"),
+        })
     }
 
     /// `grid = launch(grid, block)`: the grid's counts at least 1, a block of 1 thread or
     /// more each way.
     pub fn launch(kernel: &str, grid: [u32; 3], block: [u32; 3]) -> Result<LaunchConfig> {
         if block.contains(&0) {
-            return Err(Error::Invalid(format!(
-                "{kernel}: expected a block of at least one thread each way, found {block:?}"
-            )));
+            return Err(Error::Argument {
+                what: kernel.to_string(),
+                expected: "a block of at least one thread each way".into(),
+                found: format!("{block:?}"),
+            });
         }
         Ok(LaunchConfig {
             grid_dim: (grid[0].max(1), grid[1].max(1), grid[2].max(1)),
@@ -615,9 +626,11 @@ pub mod contract {
         value: usize,
     ) -> Result<T> {
         T::try_from(value).map_err(|_| {
-            Error::Invalid(format!(
-                "{kernel}: {name} = {value} does not fit the kernel's `{c_type}`"
-            ))
+            Error::Argument {
+                what: format!("{kernel}: {name}"),
+                expected: format!("a value that fits the kernel's `{c_type}`"),
+                found: value.to_string(),
+            }
         })
     }
 }

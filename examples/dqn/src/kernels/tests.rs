@@ -759,7 +759,7 @@ fn contract_checks_name_the_kernel_and_the_buffer() {
     let too_long = u32::MAX as usize + 1;
     assert!(matches!(
         contract::len("k", "x", "n", too_long, Some(too_long)),
-        Err(Error::Invalid(_))
+        Err(Error::TooLarge { .. })
     ));
     let err = contract::len(
         "glu_forward",
@@ -770,13 +770,14 @@ fn contract_checks_name_the_kernel_and_the_buffer() {
     )
     .unwrap_err();
     assert!(
-        err.to_string()
-            .contains("glu_forward: u: the size `2 * n` overflows"),
+        err.to_string().contains(
+            "glu_forward: u: expected the size `2 * n` in range, found one that overflows"
+        ),
         "{err}"
     );
     assert!(matches!(
         contract::positive("glu_forward", "G", 0),
-        Err(Error::Invalid(m)) if m == "glu_forward: G: expected at least 1, found 0"
+        Err(e @ Error::Argument { .. }) if e.to_string() == "glu_forward: G: expected at least 1, found 0"
     ));
     assert!(contract::at_least("k", "scratch", "n", 7, Some(6)).is_ok());
     assert!(matches!(
