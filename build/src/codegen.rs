@@ -632,6 +632,14 @@ pub mod contract {{
         a?.checked_rem(b?)
     }}
 
+    pub fn min(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        Some(a?.min(b?))
+    }}
+
+    pub fn max(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
+        Some(a?.max(b?))
+    }}
+
     pub fn cdiv(a: Option<usize>, b: Option<usize>) -> Option<usize> {{
         let (a, b) = (a?, b?);
         if b == 0 {{ None }} else {{ Some(a.div_ceil(b)) }}
@@ -793,6 +801,8 @@ fn size_code(e: &Expr, k: &KernelModel) -> String {
         Expr::Mul(a, b) => bin("mul", a, b),
         Expr::Rem(a, b) => bin("rem", a, b),
         Expr::CeilDiv(a, b) => bin("cdiv", a, b),
+        Expr::Min(a, b) => bin("min", a, b),
+        Expr::Max(a, b) => bin("max", a, b),
     }
 }
 

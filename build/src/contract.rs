@@ -23,7 +23,8 @@
 //!
 //! A size is an integer expression over the kernel's integer parameters, decimal literals
 //! and integer `#define`s of the source and the headers it includes (`LOSS_SLOTS`), with
-//! `+`, `-`, `*`, `%`, parentheses and `cdiv(a, b)` (division rounded up).
+//! `+`, `-`, `*`, `%`, parentheses, `cdiv(a, b)` (division rounded up), `min(a, b)` and
+//! `max(a, b)`.
 
 use std::collections::BTreeMap;
 
@@ -47,6 +48,8 @@ pub(crate) enum Expr {
     /// The remainder, `a % b`.
     Rem(Box<Expr>, Box<Expr>),
     CeilDiv(Box<Expr>, Box<Expr>),
+    Min(Box<Expr>, Box<Expr>),
+    Max(Box<Expr>, Box<Expr>),
 }
 
 impl Expr {
@@ -60,6 +63,8 @@ impl Expr {
             Expr::Lit(v) => return v.to_string(),
             Expr::Param(p) | Expr::Const(p, _) => return p.clone(),
             Expr::CeilDiv(a, b) => return format!("cdiv({}, {})", a.text(), b.text()),
+            Expr::Min(a, b) => return format!("min({}, {})", a.text(), b.text()),
+            Expr::Max(a, b) => return format!("max({}, {})", a.text(), b.text()),
             Expr::Add(a, b) => (1, format!("{} + {}", a.text_in(1), b.text_in(2))),
             Expr::Sub(a, b) => (1, format!("{} - {}", a.text_in(1), b.text_in(2))),
             Expr::Mul(a, b) => (3, format!("{} * {}", a.text_in(3), b.text_in(4))),
@@ -81,7 +86,9 @@ impl Expr {
             | Expr::Sub(a, b)
             | Expr::Mul(a, b)
             | Expr::Rem(a, b)
-            | Expr::CeilDiv(a, b) => {
+            | Expr::CeilDiv(a, b)
+            | Expr::Min(a, b)
+            | Expr::Max(a, b) => {
                 a.params(out);
                 b.params(out);
             }
@@ -399,7 +406,9 @@ fn resolve(e: &mut Expr, params: &[ParamView<'_>], constants: &BTreeMap<String, 
         | Expr::Sub(a, b)
         | Expr::Mul(a, b)
         | Expr::Rem(a, b)
-        | Expr::CeilDiv(a, b) => {
+        | Expr::CeilDiv(a, b)
+        | Expr::Min(a, b)
+        | Expr::Max(a, b) => {
             resolve(a, params, constants);
             resolve(b, params, constants);
         }
@@ -606,13 +615,20 @@ fn atom(t: &[Tk], at: &mut usize) -> Result<Expr, String> {
     *at += 1;
     match found {
         Some(Tk::Num(v)) => Ok(Expr::Lit(v)),
-        Some(Tk::Ident(f)) if f == "cdiv" && t.get(*at) == Some(&Tk::Punct('(')) => {
+        Some(Tk::Ident(f))
+            if matches!(f.as_str(), "cdiv" | "min" | "max")
+                && t.get(*at) == Some(&Tk::Punct('(')) =>
+        {
             *at += 1;
-            let a = sum(t, at)?;
+            let a = Box::new(sum(t, at)?);
             expect(t, at, Tk::Comma)?;
-            let b = sum(t, at)?;
+            let b = Box::new(sum(t, at)?);
             expect(t, at, Tk::Punct(')'))?;
-            Ok(Expr::CeilDiv(Box::new(a), Box::new(b)))
+            Ok(match f.as_str() {
+                "cdiv" => Expr::CeilDiv(a, b),
+                "min" => Expr::Min(a, b),
+                _ => Expr::Max(a, b),
+            })
         }
         Some(Tk::Ident(n)) => Ok(Expr::Param(n)),
         Some(Tk::Punct('(')) => {

@@ -93,8 +93,8 @@
 //! - A size is an expression over the kernel's integer parameters, decimal literals and
 //!   the integer `#define`s of the source and the headers it includes with quotes
 //!   (`#define LOSS_SLOTS 8`; a parameter of the same name wins), with `+`, `-`, `*`, `%`,
-//!   parentheses and `cdiv(a, b)` (division rounded up). It is computed in `usize` with
-//!   overflow checked.
+//!   parentheses, `cdiv(a, b)` (division rounded up), `min(a, b)` and `max(a, b)`. It is
+//!   computed in `usize` with overflow checked.
 //!
 //! The safe method takes the arguments of the launcher, except that buffers are whole
 //! `DeviceBuffer`s (a view is aligned to its element only, and a contract says nothing of

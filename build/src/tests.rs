@@ -892,6 +892,21 @@ mod contracts {
                 vec![Expr::Lit(32), Expr::Lit(8)]
             ))
         );
+        let c = read("stepgraph(unsafe): u[n], g[max(n, 1) * min(width, LOSS_SLOTS)]")
+            .unwrap()
+            .unwrap();
+        let (Len::Exactly(e) | Len::AtLeast(e)) = &c.lens[1].1;
+        assert_eq!(e.text(), "max(n, 1) * min(width, LOSS_SLOTS)");
+        assert_eq!(
+            *e,
+            Expr::Mul(
+                Box::new(Expr::Max(n(), Box::new(Expr::Lit(1)))),
+                Box::new(Expr::Min(
+                    Box::new(width()),
+                    Box::new(Expr::Const("LOSS_SLOTS".into(), 8))
+                ))
+            )
+        );
         // A parenthesised size is a size, not a tuple of one.
         let c = read("stepgraph(unsafe): u[n], g[n], grid = launch((n + 1) * 2, 256)")
             .unwrap()

@@ -489,6 +489,14 @@ pub mod contract {
         a?.checked_rem(b?)
     }
 
+    pub fn min(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        Some(a?.min(b?))
+    }
+
+    pub fn max(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+        Some(a?.max(b?))
+    }
+
     pub fn cdiv(a: Option<usize>, b: Option<usize>) -> Option<usize> {
         let (a, b) = (a?, b?);
         if b == 0 { None } else { Some(a.div_ceil(b)) }

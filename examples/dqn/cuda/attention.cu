@@ -641,6 +641,10 @@ extern "C" __global__ void __maxnreg__(88)
 // partials[blockIdx.x, E + 2] = [dwp (E) | dbp | sum of (pred - r)^2]; lane l owns
 // columns l, l + 32, ... and accumulates them in place. attn_pool_finish adds the rows.
 // Grid: min(B, ATTN_POOL_BLOCKS) blocks of 32 threads.
+#define ATTN_POOL_BLOCKS 2048
+// stepgraph(unsafe): o[B * W * E], wp[E], bp[1], r[B], pred[B], d_o[B * W * E],
+// stepgraph(unsafe): partials[>= min(B, ATTN_POOL_BLOCKS) * (E + 2)], B > 0, W > 0, E > 0,
+// stepgraph(unsafe): grid = blocks(min(B, ATTN_POOL_BLOCKS), 32)
 extern "C" __global__ void __launch_bounds__(32)
     attn_pool_loss(const float* __restrict__ o, const float* __restrict__ wp,
                    const float* __restrict__ bp, const float* __restrict__ r,
@@ -696,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(32)
 // Finishes attn_pool_loss: adds the `rows` partial rows of [rows, E + 2] in order, writes
 // dwp[E] and dbp[0], adds L_attn = (loss sum) / B into losses[LOSS_ATTN] and coef * L_attn
 // into losses[LOSS_TOTAL]. Grid: ceil((E + 2) / 32) blocks of (32, 32) threads.
-// stepgraph(unsafe): partials[>= rows * (E + 2)], dwp[E], dbp[1], losses[LOSS_SLOT_COUNT],
+// stepgraph(unsafe): partials[>= rows * (E + 2)], dwp[E], dbp[1], losses[LOSS_SLOT_COUNT], B > 0,
 // stepgraph(unsafe): grid = tiles(cdiv(E + 2, 32), 1)
 extern "C" __global__ void __launch_bounds__(1024)
     attn_pool_finish(const float* __restrict__ partials, unsigned rows, unsigned E,

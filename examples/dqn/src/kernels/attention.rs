@@ -378,64 +378,25 @@ impl Kernels {
         out: AttnPoolOutputs<'_>,
         scratch: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let b = positive("attn_pool_loss: batch", dims.batch)?;
-        let w = positive("attn_pool_loss: window", dims.window)?;
-        let e = positive("attn_pool_loss: width", dims.width)?;
         // Checked before the first launch, so that nothing is half done.
-        let cols = dims.cols()?;
-        let o_len = product("attn_pool_loss", &[dims.batch, dims.window, dims.width])?;
-        check_len("attn_pool_loss: o ([B W, E])", inputs.o.len(), o_len)?;
-        check_len("attn_pool_loss: wp ([E])", inputs.wp.len(), dims.width)?;
-        check_len("attn_pool_loss: bp ([1])", inputs.bp.len(), 1)?;
-        check_len("attn_pool_loss: r ([B])", inputs.r.len(), dims.batch)?;
-        check_len("attn_pool_loss: pred ([B])", out.pred.len(), dims.batch)?;
-        check_len("attn_pool_loss: d_o ([B W, E])", out.d_o.len(), o_len)?;
-        check_len("attn_pool_loss: dwp ([E])", out.dwp.len(), dims.width)?;
-        check_len("attn_pool_loss: dbp ([1])", out.dbp.len(), 1)?;
-        check_losses("attn_pool_loss: losses", out.losses)?;
-        let rows = dims.blocks();
-        let needed = product("attn_pool_loss: scratch", &[rows as usize, cols as usize])?;
-        check_scratch(
-            "attn_pool_loss: scratch (at least AttnPoolDims::scratch_len)",
-            scratch.len(),
-            needed,
-        )?;
-        {
-            let config = LaunchConfig {
-                grid_dim: (rows, 1, 1),
-                block_dim: (32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: block x takes samples b < B only, every buffer holds what its shape
-            // says, and scratch holds gridDim.x rows of E + 2 floats (checked above).
-            unsafe {
-                self.raw.attn_pool_loss(
-                    stream,
-                    config,
-                    inputs.o,
-                    inputs.wp,
-                    inputs.bp,
-                    inputs.r,
-                    &mut *out.pred,
-                    &mut *out.d_o,
-                    &mut *scratch,
-                    b,
-                    w,
-                    e,
-                    coef,
-                )?
-            };
-        }
-        self.raw.attn_pool_finish_checked(
+        dims.cols()?;
+        let rows = dims.blocks() as usize;
+        self.raw.attn_pool_loss_checked(
             stream,
-            &*scratch,
-            rows as usize,
+            inputs.o,
+            inputs.wp,
+            inputs.bp,
+            inputs.r,
+            &mut *out.pred,
+            &mut *out.d_o,
+            &mut *scratch,
+            dims.batch,
+            dims.window,
             dims.width,
-            out.dwp,
-            out.dbp,
-            out.losses,
-            b,
             coef,
+        )?;
+        self.raw.attn_pool_finish_checked(
+            stream, &*scratch, rows, dims.width, out.dwp, out.dbp, out.losses, dims.batch, coef,
         )
     }
 }

@@ -687,6 +687,7 @@ fn attention_constants_match_the_cuda_source() {
         attention["ATT_MAX_WARPS"],
         ATTENTION_WARP_MAX_WARPS.to_string()
     );
+    assert_eq!(attention["ATTN_POOL_BLOCKS"], ATTN_POOL_BLOCKS.to_string());
 }
 
 #[test]
