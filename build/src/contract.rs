@@ -75,23 +75,41 @@ impl Expr {
 
     /// The parameters it names, in order of appearance.
     pub fn params(&self, out: &mut Vec<String>) {
+        if let Expr::Param(p) = self
+            && !out.contains(p)
+        {
+            out.push(p.clone());
+        }
+        if let Some((a, b)) = self.operands() {
+            a.params(out);
+            b.params(out);
+        }
+    }
+
+    /// The two operands of an operator or a function; `None` for a leaf.
+    fn operands(&self) -> Option<(&Expr, &Expr)> {
         match self {
-            Expr::Lit(_) | Expr::Const(..) => {}
-            Expr::Param(p) => {
-                if !out.contains(p) {
-                    out.push(p.clone());
-                }
-            }
             Expr::Add(a, b)
             | Expr::Sub(a, b)
             | Expr::Mul(a, b)
             | Expr::Rem(a, b)
             | Expr::CeilDiv(a, b)
             | Expr::Min(a, b)
-            | Expr::Max(a, b) => {
-                a.params(out);
-                b.params(out);
-            }
+            | Expr::Max(a, b) => Some((a, b)),
+            Expr::Lit(_) | Expr::Param(_) | Expr::Const(..) => None,
+        }
+    }
+
+    fn operands_mut(&mut self) -> Option<(&mut Expr, &mut Expr)> {
+        match self {
+            Expr::Add(a, b)
+            | Expr::Sub(a, b)
+            | Expr::Mul(a, b)
+            | Expr::Rem(a, b)
+            | Expr::CeilDiv(a, b)
+            | Expr::Min(a, b)
+            | Expr::Max(a, b) => Some((a, b)),
+            Expr::Lit(_) | Expr::Param(_) | Expr::Const(..) => None,
         }
     }
 }
@@ -396,23 +414,15 @@ fn size_param(params: &[ParamView<'_>], name: &str) -> Result<(), String> {
 
 /// A name that is no parameter but an integer `#define` becomes that constant.
 fn resolve(e: &mut Expr, params: &[ParamView<'_>], constants: &BTreeMap<String, u64>) {
-    match e {
-        Expr::Param(n) if !params.iter().any(|p| p.c_name == n) => {
-            if let Some(&v) = constants.get(n.as_str()) {
-                *e = Expr::Const(n.clone(), v);
-            }
-        }
-        Expr::Add(a, b)
-        | Expr::Sub(a, b)
-        | Expr::Mul(a, b)
-        | Expr::Rem(a, b)
-        | Expr::CeilDiv(a, b)
-        | Expr::Min(a, b)
-        | Expr::Max(a, b) => {
-            resolve(a, params, constants);
-            resolve(b, params, constants);
-        }
-        Expr::Lit(_) | Expr::Param(_) | Expr::Const(..) => {}
+    if let Expr::Param(n) = e
+        && !params.iter().any(|p| p.c_name == *n)
+        && let Some(&v) = constants.get(n.as_str())
+    {
+        *e = Expr::Const(n.clone(), v);
+    }
+    if let Some((a, b)) = e.operands_mut() {
+        resolve(a, params, constants);
+        resolve(b, params, constants);
     }
 }
 

@@ -53,8 +53,9 @@ fn index_too_wide(n: usize, bits: u32) -> TokenStream {
     quote!(::core::compile_error!(#msg))
 }
 
-/// The `PLAN` constant, written with the runtime's compact `const fn` constructors.
-fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
+/// The `PLAN` constant, written with the runtime's compact `const fn` constructors, with
+/// the schedule's `summary` in its docs.
+fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan, summary: &str) -> TokenStream {
     let rt = rt();
     let step_name = step.name.to_string();
     let streams = resolved.streams.iter().map(|s| {
@@ -113,7 +114,6 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     };
     let critical = path(&plan.critical_path);
     let critical_cost = path(&plan.critical_path_by_cost);
-    let summary = plan_summary(resolved, plan);
     quote! {
         /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
         /// prints it in full.
@@ -472,11 +472,10 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
         .map(|f| quote!(#[allow(clippy::too_many_arguments)] #f));
     let structs = structs(step);
     let widths = group_widths(step);
-    let plan_const = plan_const(step, resolved, plan);
-    let schedule_doc = format!(
-        " The schedule, planned at compile time (`PLAN` has it in full):\n\n{}",
-        plan_summary(resolved, plan)
-    );
+    let summary = plan_summary(resolved, plan);
+    let plan_const = plan_const(step, resolved, plan, &summary);
+    let schedule_doc =
+        format!(" The schedule, planned at compile time (`PLAN` has it in full):\n\n{summary}");
     let width_checks = width_checks(step, resolved);
     let type_checks = type_checks(step);
     let scratch = ScratchCopies::of(step, resolved);

@@ -559,7 +559,7 @@ impl Kernels {
         scratch: &mut DeviceBuffer<f32>,
         out: TrunkL1Outputs<'_>,
     ) -> Result<()> {
-        let (_, rows_per_chunk) = trunk_l1_grad_plan(dims.batch);
+        let (chunks, rows_per_chunk) = trunk_l1_grad_plan(dims.batch);
         self.raw.trunk_l1_grad_partial_checked(
             stream,
             inputs.dh1,
@@ -571,7 +571,6 @@ impl Kernels {
             dims.state,
             rows_per_chunk,
         )?;
-        let (chunks, _) = trunk_l1_grad_plan(dims.batch);
         self.raw.trunk_l1_grad_finish_checked(
             stream,
             &*scratch,
