@@ -460,6 +460,10 @@ fn launcher(w: &mut String, m: &ModuleModel, k: &KernelModel, rt: &str) {
         let ty = match p.pass {
             Pass::Buf => format!("&impl {rt}::DeviceMem<{}>", p.rust),
             Pass::BufMut => format!("&mut impl {rt}::DeviceMemMut<{}>", p.rust),
+            Pass::Table { write: false, .. } => format!("&[&impl {rt}::DeviceMem<{}>]", p.rust),
+            Pass::Table { write: true, .. } => {
+                format!("&mut [&mut impl {rt}::DeviceMemMut<{}>]", p.rust)
+            }
             Pass::Value => p.rust.clone(),
         };
         params.push(format!("{}: {ty}", p.rust_name));
@@ -468,9 +472,26 @@ fn launcher(w: &mut String, m: &ModuleModel, k: &KernelModel, rt: &str) {
     for p in &params {
         let _ = writeln!(w, "        {p},");
     }
+    let _ = writeln!(w, "    ) -> {rt}::Result<()> {{");
+    for p in &k.params {
+        if let Pass::Table { slots, write } = p.pass {
+            let _ = writeln!(
+                w,
+                "        let {0} = {rt}::PtrTable::<{slots}>::{1}(\"{2}: {3}\", {0})?;",
+                p.rust_name,
+                if write { "writes" } else { "reads" },
+                k.name,
+                if p.c_name.is_empty() {
+                    &p.rust_name
+                } else {
+                    &p.c_name
+                },
+            );
+        }
+    }
     let _ = writeln!(
         w,
-        "    ) -> {rt}::Result<()> {{\n\
+        "\
          \x20       // SAFETY: the arguments follow the kernel's parameter list, and the caller keeps\n\
          \x20       // its accesses in bounds (above).\n\
          \x20       unsafe {{\n\
@@ -482,7 +503,7 @@ fn launcher(w: &mut String, m: &ModuleModel, k: &KernelModel, rt: &str) {
         let push = match p.pass {
             Pass::Buf => format!(".buf({})", p.rust_name),
             Pass::BufMut => format!(".buf_mut({})", p.rust_name),
-            Pass::Value => format!(".arg(&{})", p.rust_name),
+            Pass::Value | Pass::Table { .. } => format!(".arg(&{})", p.rust_name),
         };
         let _ = writeln!(w, "                {push}");
     }
@@ -763,6 +784,36 @@ pub mod contract {{
         }})
     }}
 
+    /// `table[count][..]`: as many buffers as `count` says, and no more than the CUDA
+    /// struct's array holds.
+    pub fn table(
+        kernel: &str,
+        table: &str,
+        expr: &str,
+        found: usize,
+        expected: Option<usize>,
+        slots: usize,
+    ) -> Result<()> {{
+        let expected = size(kernel, table, expr, expected)?;
+        let what = format!("{{kernel}}: {{table}}");
+        if expected > slots {{
+            return Err(Error::TooLarge {{
+                what: format!("{{what}} (`{{expr}}` buffers)"),
+                found: expected as u64,
+                max: slots as u64,
+                why: "the kernel's struct holds that many pointers",
+            }});
+        }}
+        if found != expected {{
+            return Err(Error::Argument {{
+                what,
+                expected: format!("{{expected}} buffers (`{{expr}}`)"),
+                found: found.to_string(),
+            }});
+        }}
+        Ok(())
+    }}
+
     /// A grid's count: its size, as the 32-bit count the grid rules take.
     pub fn count(kernel: &str, expr: &str, value: Option<usize>) -> Result<u32> {{
         let value = size(kernel, "grid", expr, value)?;
@@ -817,6 +868,11 @@ fn rust_name_of<'k>(k: &'k KernelModel, c_name: &str) -> &'k str {
 fn size_params(c: &Contract) -> Vec<String> {
     let mut out = c.positive.clone();
     for (_, len) in &c.lens {
+        let (Len::Exactly(e) | Len::AtLeast(e)) = len;
+        e.params(&mut out);
+    }
+    for (_, count, len) in &c.tables {
+        count.params(&mut out);
         let (Len::Exactly(e) | Len::AtLeast(e)) = len;
         e.params(&mut out);
     }
@@ -887,6 +943,10 @@ fn checked_signature(w: &mut String, k: &KernelModel, c: &Contract, sizes: &[Str
         let ty = match p.pass {
             Pass::Buf => format!("&{rt}::DeviceBuffer<{}>", p.rust),
             Pass::BufMut => format!("&mut {rt}::DeviceBuffer<{}>", p.rust),
+            Pass::Table { write: false, .. } => format!("&[&{rt}::DeviceBuffer<{}>]", p.rust),
+            Pass::Table { write: true, .. } => {
+                format!("&mut [&mut {rt}::DeviceBuffer<{}>]", p.rust)
+            }
             Pass::Value if sizes.contains(&p.c_name) => "usize".to_string(),
             Pass::Value => p.rust.clone(),
         };
@@ -947,6 +1007,41 @@ fn checked_body(
              \x20           {arg}.len(),\n\
              \x20           {},\n\
              \x20       )?;",
+            e.text(),
+            size_code(e, k)
+        );
+    }
+    for (table, count, len) in &c.tables {
+        let arg = rust_name_of(k, table);
+        let slots = match k.params.iter().find(|p| p.c_name == *table).map(|p| p.pass) {
+            Some(Pass::Table { slots, .. }) => slots,
+            _ => 0,
+        };
+        let (f, e) = match len {
+            Len::Exactly(e) => ("len", e),
+            Len::AtLeast(e) => ("at_least", e),
+        };
+        let _ = writeln!(
+            w,
+            "        contract::table(\n\
+             \x20           {name:?},\n\
+             \x20           {table:?},\n\
+             \x20           {:?},\n\
+             \x20           {arg}.len(),\n\
+             \x20           {},\n\
+             \x20           {slots},\n\
+             \x20       )?;\n\
+             \x20       for (i, buffer) in {arg}.iter().enumerate() {{\n\
+             \x20           contract::{f}(\n\
+             \x20               {name:?},\n\
+             \x20               &format!(\"{table}[{{i}}]\"),\n\
+             \x20               {:?},\n\
+             \x20               buffer.len(),\n\
+             \x20               {},\n\
+             \x20           )?;\n\
+             \x20       }}",
+            count.text(),
+            size_code(count, k),
             e.text(),
             size_code(e, k)
         );

@@ -11,6 +11,10 @@
 //! Items, separated by commas (several `stepgraph(unsafe):` lines add up):
 //!
 //! - `x[size]`: buffer `x` holds exactly `size` elements; `x[>= size]` at least that many.
+//! - `t[count][size]`: `t` is a struct that holds one array of device pointers
+//!   (`struct BranchIn { const float* p[8]; }`, one buffer per branch); the safe method
+//!   takes a slice of exactly `count` buffers (at most the array's length), each of
+//!   exactly `size` elements (`t[count][>= size]`: at least).
 //! - `n > 0`: the integer parameter `n` is at least 1.
 //! - `a <= b`, `a >= b`, `a == b`: a condition on sizes, such as the most units a kernel's
 //!   register arrays hold (`H <= 32 * MAX_UNITS`) or a vector width (`S % 4 == 0`).
@@ -194,6 +198,8 @@ pub(crate) struct Contract {
     pub text: Vec<String>,
     /// Buffer (by C name) and length, in the order declared.
     pub lens: Vec<(String, Len)>,
+    /// Pointer table (by C name), its count of buffers and each one's length.
+    pub tables: Vec<(String, Expr, Len)>,
     /// Integer parameters that must be at least 1.
     pub positive: Vec<String>,
     /// Conditions on sizes, in the order declared.
@@ -301,10 +307,19 @@ pub(crate) fn read(
 
 /// A buffer without a declared length could be indexed anywhere.
 fn check_buffer_has_length(p: &ParamView<'_>, contract: &Contract) -> Result<(), String> {
+    let name = display(p.c_name);
+    if let Pass::Table { .. } = p.pass {
+        if contract.tables.iter().any(|(n, ..)| n == p.c_name) {
+            return Ok(());
+        }
+        return Err(format!(
+            "the contract gives no count and length for pointer table `{name}`: add \
+             `{name}[<count>][<size>]`"
+        ));
+    }
     if p.pass == Pass::Value || contract.lens.iter().any(|(name, _)| name == p.c_name) {
         return Ok(());
     }
-    let name = display(p.c_name);
     Err(format!(
         "the contract gives no length for buffer `{name}`: add `{name}[<size>]` (or \
          `{name}[>= <size>]`)"
@@ -332,6 +347,7 @@ fn display(name: &str) -> &str {
 #[derive(Debug)]
 enum Item {
     Len(String, Len),
+    Table(String, Expr, Len),
     Positive(String),
     Cond(Cond),
     Grid(Grid),
@@ -355,12 +371,39 @@ fn add_item(
                     "`{name}[..]` gives a length, but `{name}` is a value, not a buffer"
                 ));
             }
+            if let Pass::Table { slots, .. } = p.pass {
+                return Err(format!(
+                    "`{name}` is a table of up to {slots} buffers: give their count and each \
+                     one's length, `{name}[<count>][<size>]`"
+                ));
+            }
             if c.lens.iter().any(|(n, _)| *n == name) {
                 return Err(format!("buffer `{name}` has two lengths"));
             }
             let (Len::Exactly(e) | Len::AtLeast(e)) = &mut len;
             names(e)?;
             c.lens.push((name, len));
+        }
+        Item::Table(name, mut count, mut len) => {
+            let p = find(params, &name)?;
+            if !matches!(p.pass, Pass::Table { .. }) {
+                return Err(format!(
+                    "`{name}[..][..]` describes a table of buffers, but `{name}` is {}: a \
+                     struct that holds one array of pointers is one",
+                    if p.pass == Pass::Value {
+                        "a value"
+                    } else {
+                        "one buffer"
+                    }
+                ));
+            }
+            if c.tables.iter().any(|(n, ..)| *n == name) {
+                return Err(format!("table `{name}` has two lengths"));
+            }
+            names(&mut count)?;
+            let (Len::Exactly(e) | Len::AtLeast(e)) = &mut len;
+            names(e)?;
+            c.tables.push((name, count, len));
         }
         Item::Positive(name) => {
             size_param(params, &name)?;
@@ -470,19 +513,17 @@ fn item(t: &[Tk]) -> Result<Item, String> {
         [Tk::Ident(g), Tk::Punct('='), rest @ ..] if g == "grid" => grid(rest).map(Item::Grid),
         [Tk::Ident(n), Tk::Punct('>'), Tk::Num(0)] => Ok(Item::Positive(n.clone())),
         [Tk::Ident(n), Tk::Punct('['), inner @ .., Tk::Punct(']')] => {
-            let (at_least, e) = match inner {
-                [Tk::Punct('>'), Tk::Punct('='), e @ ..] => (true, e),
-                e => (false, e),
-            };
-            let e = expr_all(e)?;
-            Ok(Item::Len(
-                n.clone(),
-                if at_least {
-                    Len::AtLeast(e)
-                } else {
-                    Len::Exactly(e)
-                },
-            ))
+            // `t[count][size]`: the first bracket closes before the last token.
+            let close = bracket_close(inner);
+            match close.map(|at| (&inner[..at], &inner[at + 1..])) {
+                Some((count, [Tk::Punct('['), len @ ..])) => {
+                    Ok(Item::Table(n.clone(), expr_all(count)?, length(len)?))
+                }
+                Some(_) => Err(format!(
+                    "expected `buffer[size]` or `table[count][size]`, found `{text}`"
+                )),
+                None => Ok(Item::Len(n.clone(), length(inner)?)),
+            }
         }
         _ => match comparison(t) {
             Some((at, cmp)) => Ok(Item::Cond(Cond {
@@ -491,11 +532,35 @@ fn item(t: &[Tk]) -> Result<Item, String> {
                 rhs: expr_all(&t[at + 2..])?,
             })),
             None => Err(format!(
-                "expected `buffer[size]`, `buffer[>= size]`, `size > 0`, a condition such as \
-                 `a <= b` or `grid = ...`, found `{text}`"
+                "expected `buffer[size]`, `buffer[>= size]`, `table[count][size]`, `size > 0`, \
+                 a condition such as `a <= b` or `grid = ...`, found `{text}`"
             )),
         },
     }
+}
+
+/// `size` or `>= size`, inside a buffer's brackets.
+fn length(t: &[Tk]) -> Result<Len, String> {
+    Ok(match t {
+        [Tk::Punct('>'), Tk::Punct('='), e @ ..] => Len::AtLeast(expr_all(e)?),
+        e => Len::Exactly(expr_all(e)?),
+    })
+}
+
+/// Where a `]` closes the bracket already open at the start of `t`, if it does before
+/// `t` ends.
+fn bracket_close(t: &[Tk]) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, tk) in t.iter().enumerate() {
+        match tk {
+            Tk::Punct('(' | '[') => depth += 1,
+            Tk::Punct(')') => depth = depth.saturating_sub(1),
+            Tk::Punct(']') if depth == 0 => return Some(i),
+            Tk::Punct(']') => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Where `t` compares two sizes (`<=`, `>=`, `==` outside brackets), and how.

@@ -50,7 +50,8 @@
 //!   a launch built by hand.
 //! - One launcher per kernel: `unsafe fn <kernel>(&self, stream, config, <one argument per
 //!   CUDA parameter>)`. `const T*` becomes `&impl DeviceMem<T>` (a buffer or a view), `T*`
-//!   `&mut impl DeviceMemMut<T>`, scalars and mapped structs are passed by value. A view at
+//!   `&mut impl DeviceMemMut<T>`, a pointer table (below) a slice of them, scalars and
+//!   mapped structs are passed by value. A view at
 //!   an odd offset is aligned to its element only: a kernel with wider loads must not be
 //!   given one. The number, order and types of the arguments are the compiler's business; what stays `unsafe` is the kernel's own
 //!   contract: that the grid and the size arguments keep every access inside the buffers.
@@ -79,6 +80,11 @@
 //! - `x[size]`: buffer `x` holds exactly `size` elements (and at most `u32::MAX`, as the
 //!   kernels index with 32-bit integers); `x[>= size]`: at least `size` (a scratch buffer
 //!   that serves several sizes). Every buffer parameter needs one.
+//! - `t[count][size]`: pointer table `t` (a struct of one array of pointers, one buffer
+//!   per branch) gets exactly `count` buffers, no more than its array holds, each of
+//!   exactly `size` elements (`t[count][>= size]`: at least). The safe method takes it as
+//!   `&[&DeviceBuffer<T>]`, or `&mut [&mut DeviceBuffer<T>]` where the kernel writes
+//!   through it, whose every buffer must lie within what the op may write.
 //! - `n > 0`: integer parameter `n` is at least 1.
 //! - `a <= b`, `a >= b`, `a == b`: a condition on sizes the kernel relies on, such as the
 //!   most units its register arrays hold (`H <= 32 * MAX_UNITS`) or the width of its
@@ -117,10 +123,10 @@
 //! cudarc's `LaunchAsync::launch`; the contract moves the one promise next to the code it
 //! is about, where a reviewer of the kernel sees it, instead of a `// SAFETY:` at every
 //! call. So a `_checked` method is exactly as sound as its contract: reviewing a change to
-//! a kernel's indexing includes its `stepgraph(unsafe):` line. A kernel that takes a struct
-//! of pointers by value cannot have a contract (what the pointers address is not a length
-//! the builder can check); nor can one whose bounds depend on the device (shared memory,
-//! occupancy): keep those launches hand-written. The safe method is named
+//! a kernel's indexing includes its `stepgraph(unsafe):` line. A kernel that takes a
+//! mapped struct by value cannot have a contract (what its fields address is not a length
+//! the builder can check; a pointer table's is, above); nor can one whose bounds depend on
+//! the device (shared memory, occupancy): keep those launches hand-written. The safe method is named
 //! `<launcher>_checked`, beside the launcher rather than in its place, so that adding a
 //! contract changes no existing call.
 //!
@@ -146,19 +152,24 @@
 //! | `__half`, `__nv_bfloat16` | `stepgraph::kernel::f16`, `bf16` (the `half` crate's, re-exported) |
 //! | a typedef of one of these, in the source or a quoted include | that type |
 //! | `const T*` / `T*` | `&impl DeviceMem<T>` / `&mut impl DeviceMemMut<T>`: a `DeviceBuffer<T>`, or a `View`/`ViewMut` of one |
+//! | a pointer table: a struct of one array of `N` pointers, `struct BranchIn { const float* p[8]; }` | `&[&impl DeviceMem<T>]` / `&mut [&mut impl DeviceMemMut<T>]`, at most `N`, passed as a [`PtrTable<N>`](https://docs.rs/stepgraph/latest/stepgraph/struct.PtrTable.html) |
 //! | anything else (a struct by value) | what [`Builder::rust_type`] maps it to |
 //!
 //! `__restrict__`, `volatile`, `__grid_constant__` and a `const` on the pointer itself
-//! change nothing. A struct passed by value needs a Rust type with the same layout:
+//! change nothing. A pointer table lets one launch serve several branches while each
+//! branch's tensor stays a buffer of its own (which the schedule orders apart); its
+//! length is a literal or an integer `#define`, and entries past the buffers given are
+//! null. Any other struct passed by value needs a Rust type with the same layout (a
+//! mapping also overrides the pointer-table reading):
 //!
 //! ```no_run
-//! // cuda/heads.cu: struct BranchIn { const float* p[8]; };
-//! //   extern "C" __global__ void head(const BranchIn adv, float* out, unsigned n) {..}
-//! // src/lib.rs: #[repr(C)] #[derive(Clone, Copy)] pub struct BranchPtrs { p: [u64; 8] }
-//! //             unsafe impl stepgraph::DeviceRepr for BranchPtrs {}
+//! // cuda/attn.cu: struct Dims { unsigned b, w, e, heads; };
+//! //   extern "C" __global__ void attend(const Dims d, float* out) {..}
+//! // src/lib.rs: #[repr(C)] #[derive(Clone, Copy)] pub struct Dims { b: u32, w: u32, e: u32, heads: u32 }
+//! //             unsafe impl stepgraph::DeviceRepr for Dims {}
 //! fn main() {
 //!     stepgraph_build::Builder::new()
-//!         .rust_type("BranchIn", "crate::BranchPtrs")
+//!         .rust_type("Dims", "crate::Dims")
 //!         .run();
 //! }
 //! ```
@@ -492,6 +503,8 @@ impl Builder {
                 mappings: &self.rust_types,
                 typedefs: &p.typedefs,
                 structs: &p.structs,
+                tables: &p.tables,
+                defines: &p.defines,
                 rt: &self.stepgraph_path,
                 long_bytes,
             };
@@ -634,6 +647,8 @@ struct Parsed {
     errors: Vec<parse::ParseError>,
     typedefs: BTreeMap<String, (Typedef, String)>,
     structs: BTreeMap<String, (String, u32)>,
+    /// The structs that hold one array of device pointers.
+    tables: BTreeMap<String, parse::PtrTableDecl>,
     /// Integer `#define`s of the source and its headers, for the contracts.
     defines: BTreeMap<String, u64>,
 }
@@ -654,12 +669,16 @@ fn read_source(
     integer_defines(&text, &mut defines);
     let mut typedefs = BTreeMap::new();
     let mut structs = BTreeMap::new();
+    let mut tables = BTreeMap::new();
     let mut add = |file: &str, d: parse::Declared| {
         for (name, t) in d.typedefs {
             typedefs.entry(name).or_insert((t, file.to_string()));
         }
         for (name, line) in d.structs {
             structs.entry(name).or_insert((file.to_string(), line));
+        }
+        for (name, table) in d.tables {
+            tables.entry(name).or_insert(table);
         }
     };
     add(&source.name, parse::declared(&lexed.tokens));
@@ -698,6 +717,7 @@ fn read_source(
         errors,
         typedefs,
         structs,
+        tables,
         defines,
     })
 }

@@ -74,6 +74,19 @@ pub(crate) struct Declared {
     pub typedefs: BTreeMap<String, Typedef>,
     /// `struct Name { .. }` and `typedef struct { .. } Name;`: name and line.
     pub structs: BTreeMap<String, u32>,
+    /// The structs among them that hold one array of pointers and nothing else.
+    pub tables: BTreeMap<String, PtrTableDecl>,
+}
+
+/// `struct BranchIn { const float* p[MAX_BRANCHES]; }`: a struct that holds one array of
+/// device pointers, which a launcher can fill from a slice of buffers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PtrTableDecl {
+    /// The pointee's type words (`float`).
+    pub words: Vec<String>,
+    pub pointee_const: bool,
+    /// The array's length as written: a decimal literal or a `#define`'s name.
+    pub slots: String,
 }
 
 /// Attribute-like words that take a parenthesised argument list and are not the
@@ -425,6 +438,9 @@ pub(crate) fn declared(tokens: &[Token]) -> Declared {
                     && let Some(name) = tokens.get(close).and_then(Token::ident)
                 {
                     d.structs.insert(name.to_string(), t.line);
+                    if let Some(table) = ptr_table(&tokens[stop + 1..close - 1]) {
+                        d.tables.insert(name.to_string(), table);
+                    }
                 }
                 i = close;
                 continue;
@@ -458,12 +474,57 @@ pub(crate) fn declared(tokens: &[Token]) -> Declared {
                 .is_some_and(|t| t.is_punct("{") || t.is_punct(":"))
         {
             d.structs.insert(name.to_string(), t.line);
+            if tokens[i + 2].is_punct("{") {
+                let close = skip_group(tokens, i + 2);
+                if let Some(table) = ptr_table(&tokens[i + 3..close.saturating_sub(1)]) {
+                    d.tables.insert(name.to_string(), table);
+                }
+            }
             i += 2;
         } else {
             i += 1;
         }
     }
     d
+}
+
+/// A struct body of exactly one member, `[const] T* name[N];`.
+fn ptr_table(body: &[Token]) -> Option<PtrTableDecl> {
+    let [front @ .., field, open, slots, close, semi] = body else {
+        return None;
+    };
+    let slots = match &slots.tok {
+        Tok::Number(n) if n.bytes().all(|b| b.is_ascii_digit()) => n.clone(),
+        Tok::Ident(n) => n.clone(),
+        _ => return None,
+    };
+    if !(field.ident().is_some() && open.is_punct("[") && close.is_punct("]") && semi.is_punct(";"))
+    {
+        return None;
+    }
+    // `T* __restrict__ name`: one star, then only qualifiers.
+    let star = front.iter().position(|t| t.is_punct("*"))?;
+    let after_star_ok = front[star + 1..].iter().all(|t| {
+        t.ident()
+            .is_some_and(|w| QUALIFIERS.contains(&w) && w != "const")
+    });
+    if !after_star_ok {
+        return None;
+    }
+    let mut words = Vec::new();
+    let mut pointee_const = false;
+    for t in &front[..star] {
+        match t.ident()? {
+            "const" => pointee_const = true,
+            w if QUALIFIERS.contains(&w) => {}
+            w => words.push(w.to_string()),
+        }
+    }
+    (!words.is_empty()).then_some(PtrTableDecl {
+        words,
+        pointee_const,
+        slots,
+    })
 }
 
 /// `unsigned long long u64` (the part of a typedef between `typedef` and `;`).
@@ -721,5 +782,34 @@ mod tests {
         assert!(!d.typedefs.contains_key("fn"));
         assert_eq!(d.structs["BranchIn"], 4);
         assert_eq!(d.structs["Pair"], 7);
+        assert_eq!(
+            d.tables["BranchIn"],
+            PtrTableDecl {
+                words: vec!["float".into()],
+                pointee_const: true,
+                slots: "8".into()
+            }
+        );
+        assert!(!d.tables.contains_key("Pair"));
+    }
+
+    #[test]
+    fn only_a_struct_of_one_pointer_array_is_a_pointer_table() {
+        let d = declared(
+            &lex("typedef struct { float* __restrict__ q[MAX_B]; } Out;\nstruct Two { float* a[4]; int n; };\nstruct Arr { float a[4]; };\nstruct Pp { float** a[4]; };\n")
+                .tokens,
+        );
+        assert_eq!(
+            d.tables["Out"],
+            PtrTableDecl {
+                words: vec!["float".into()],
+                pointee_const: false,
+                slots: "MAX_B".into()
+            }
+        );
+        for name in ["Two", "Arr", "Pp"] {
+            assert!(d.structs.contains_key(name), "{name}");
+            assert!(!d.tables.contains_key(name), "{name}");
+        }
     }
 }

@@ -100,6 +100,27 @@ fn sample() -> Registry {
         params: vec![adv, stream],
         contract: None,
     };
+    // Pointer tables (`struct BranchIn { const float* p[8]; }` unmapped), read and written.
+    let sum = KernelModel {
+        name: "sum_branches".into(),
+        variant: "SumBranches".into(),
+        launcher: "sum_branches".into(),
+        line: 12,
+        signature: "__global__ void sum_branches(BranchIn adv, BranchOut dadv, float* out, unsigned B, unsigned D)".into(),
+        comment: None,
+        params: vec![
+            param("adv", "BranchIn", 64, "f32", Pass::Table { slots: 8, write: false }),
+            param("dadv", "BranchOut", 64, "f32", Pass::Table { slots: 8, write: true }),
+            param("out", "float*", 8, "f32", Pass::BufMut),
+            param("B", "unsigned", 4, "u32", Pass::Value),
+            param("D", "unsigned", 4, "u32", Pass::Value),
+        ],
+        contract: None,
+    };
+    let sum = with_contract(
+        sum,
+        "stepgraph(unsafe): adv[D][B], dadv[D][>= 2 * B], out[B], grid = elementwise(B)",
+    );
     let image = |kind, target: &str, stem: &str, ext: &str| ImageModel {
         kind,
         target: target.into(),
@@ -126,7 +147,7 @@ fn sample() -> Registry {
                 variant: "Heads".into(),
                 source: "cuda/heads.cu".into(),
                 images: vec![image(Kind::Cubin, "sm_90", "heads", "cubin")],
-                kernels: vec![load],
+                kernels: vec![load, sum],
             },
         ],
     }
@@ -249,7 +270,7 @@ fn generated_code_parses_and_has_the_registry_and_a_typed_launcher_per_kernel() 
         .iter()
         .map(|v| v.ident.to_string())
         .collect();
-    assert_eq!(variants, ["Axpby", "FillAffine", "Load"]);
+    assert_eq!(variants, ["Axpby", "FillAffine", "Load", "SumBranches"]);
     let syn::Item::Enum(module_id) = items["ModuleId"] else {
         panic!()
     };
@@ -384,6 +405,21 @@ fn a_kernel_with_a_contract_gets_a_safe_checked_method_beside_its_launcher() {
     // Without a grid, the caller's config comes after the stream.
     let fill = params(launcher(&file, "fill_affine_checked"));
     assert_eq!(fill[1].0, "config");
+    // A pointer table: the safe method takes a slice of whole buffers and checks their
+    // count and lengths; the launcher builds the table (a written one checked against
+    // the op's grant) and passes it by value.
+    for want in [
+        "adv: &[&::stepgraph::__rt_v1::DeviceBuffer<f32>],",
+        "dadv: &mut [&mut ::stepgraph::__rt_v1::DeviceBuffer<f32>],",
+        "adv: &[&impl ::stepgraph::__rt_v1::DeviceMem<f32>],",
+        "dadv: &mut [&mut impl ::stepgraph::__rt_v1::DeviceMemMut<f32>],",
+        "let adv = ::stepgraph::__rt_v1::PtrTable::<8>::reads(\"sum_branches: adv\", adv)?;",
+        "let dadv = ::stepgraph::__rt_v1::PtrTable::<8>::writes(\"sum_branches: dadv\", dadv)?;",
+        "contract::table(\n            \"sum_branches\",\n            \"adv\",\n            \"D\",\n            adv.len(),",
+        "contract::at_least(\n                \"sum_branches\",\n                &format!(\"dadv[{i}]\"),\n                \"2 * B\",",
+    ] {
+        assert!(code.contains(want), "no {want:?} in\n{code}");
+    }
     // No contract, no safe method.
     assert!(!code.contains("fn launch_load_checked("));
     // The helpers and grid rules, once.
@@ -477,7 +513,7 @@ fn a_struct_without_a_mapping_fails_before_nvcc_naming_file_line_kernel_paramete
     let krate = Crate::new(&[
         (
             "cuda/common.cuh",
-            "#pragma once\nstruct BranchIn {\n    const float* p[8];\n};\n",
+            "#pragma once\nstruct BranchIn {\n    const float* p[8];\n    unsigned n;\n};\n",
         ),
         (
             "cuda/heads.cu",
@@ -793,6 +829,101 @@ mod contracts {
         contract::read("glu_forward", Some(comment), 20, &params(), &constants)
     }
 
+    /// `sum_branches(BranchIn adv, BranchOut dadv, float* out, unsigned B, unsigned D)`:
+    /// its errors, or its contract.
+    fn read_tables(comment: &str) -> Result<Option<Contract>, Vec<ContractError>> {
+        let p = |c_name, pass| ParamView {
+            c_name,
+            rust: if pass == Pass::Value { "u32" } else { "f32" },
+            pass,
+            mapped_value: false,
+        };
+        let params = [
+            p(
+                "adv",
+                Pass::Table {
+                    slots: 8,
+                    write: false,
+                },
+            ),
+            p(
+                "dadv",
+                Pass::Table {
+                    slots: 8,
+                    write: true,
+                },
+            ),
+            p("out", Pass::BufMut),
+            p("B", Pass::Value),
+            p("D", Pass::Value),
+        ];
+        contract::read("sum_branches", Some(comment), 5, &params, &BTreeMap::new())
+    }
+
+    #[test]
+    fn a_table_takes_a_count_and_each_buffers_length_and_nothing_else() {
+        let c = read_tables("stepgraph(unsafe): adv[D][B * 2], dadv[D][>= B], out[B]")
+            .unwrap()
+            .unwrap();
+        let b = || Box::new(Expr::Param("B".into()));
+        let d = || Expr::Param("D".into());
+        assert_eq!(
+            c.tables,
+            [
+                (
+                    "adv".to_string(),
+                    d(),
+                    Len::Exactly(Expr::Mul(b(), Box::new(Expr::Lit(2))))
+                ),
+                ("dadv".to_string(), d(), Len::AtLeast(*b())),
+            ]
+        );
+        let cases: &[(&str, &str)] = &[
+            (
+                "adv[D], dadv[D][B], out[B]",
+                "`adv` is a table of up to 8 buffers: give their count and each one's length, \
+                 `adv[<count>][<size>]`",
+            ),
+            (
+                "adv[D][B], dadv[D][B], out[D][B]",
+                "`out[..][..]` describes a table of buffers, but `out` is one buffer: a struct \
+                 that holds one array of pointers is one",
+            ),
+            (
+                "adv[D][B], dadv[D][B], out[B], B[1][2]",
+                "`B[..][..]` describes a table of buffers, but `B` is a value: a struct that \
+                 holds one array of pointers is one",
+            ),
+            (
+                "adv[D][B], adv[D][B], dadv[D][B], out[B]",
+                "table `adv` has two lengths",
+            ),
+            (
+                "dadv[D][B], out[B]",
+                "the contract gives no count and length for pointer table `adv`: add \
+                 `adv[<count>][<size>]`",
+            ),
+            (
+                "adv[D]x[B], dadv[D][B], out[B]",
+                "expected `buffer[size]` or `table[count][size]`, found `adv[D] x[B]`",
+            ),
+            (
+                "adv[out][B], dadv[D][B], out[B]",
+                "expected an integer parameter as a size, found `out`, a buffer",
+            ),
+        ];
+        for (items, message) in cases {
+            let comment = format!("stepgraph(unsafe): {items}");
+            let errors = read_tables(&comment).unwrap_err();
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert_eq!(
+                errors[0].message,
+                format!("kernel `sum_branches`: {message}"),
+                "for {items:?}"
+            );
+        }
+    }
+
     /// The one error `comment` gives: its line and message.
     fn error(comment: &str) -> (u32, String) {
         let errors = read(comment).unwrap_err();
@@ -1025,8 +1156,8 @@ mod contracts {
             (
                 "stepgraph(unsafe): u[n], g[n], n < 1",
                 20,
-                "expected `buffer[size]`, `buffer[>= size]`, `size > 0`, a condition such as \
-                 `a <= b` or `grid = ...`, found `n < 1`",
+                "expected `buffer[size]`, `buffer[>= size]`, `table[count][size]`, `size > 0`, \
+                 a condition such as `a <= b` or `grid = ...`, found `n < 1`",
             ),
             (
                 "stepgraph(unsafe): u[n], g[n], a <= n",

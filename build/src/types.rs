@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::parse::{BUILTIN_WORDS, ParamSig, Typedef};
+use crate::parse::{BUILTIN_WORDS, ParamSig, PtrTableDecl, Typedef};
 
 /// How a launcher passes an argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,6 +13,9 @@ pub(crate) enum Pass {
     BufMut,
     /// By value.
     Value,
+    /// A struct of one array of `slots` device pointers (`struct BranchIn { const float*
+    /// p[8]; }`), filled from a slice of buffers; `write` when the pointee is not const.
+    Table { slots: usize, write: bool },
 }
 
 /// A parameter's Rust side.
@@ -35,6 +38,10 @@ pub(crate) struct TypeEnv<'a> {
     pub typedefs: &'a BTreeMap<String, (Typedef, String)>,
     /// Structs seen, with file and line.
     pub structs: &'a BTreeMap<String, (String, u32)>,
+    /// The structs among them that hold one array of device pointers.
+    pub tables: &'a BTreeMap<String, PtrTableDecl>,
+    /// Integer `#define`s, for a table's array length.
+    pub defines: &'a BTreeMap<String, u64>,
     /// The path of the stepgraph runtime (`::stepgraph`).
     pub rt: &'a str,
     /// `sizeof(long)` on the target: 8, or 4 on Windows.
@@ -48,6 +55,13 @@ enum Base {
 
 /// The Rust side of `p`, or why there is none (a sentence that names the fix).
 pub(crate) fn rust_param(p: &ParamSig, env: &TypeEnv<'_>) -> Result<RustParam, String> {
+    let spelling = p.words.join(" ");
+    if p.stars == 0
+        && !env.mappings.contains_key(&spelling)
+        && let Some(table) = env.tables.get(&spelling)
+    {
+        return table_param(&spelling, table, env);
+    }
     let (base, extra_stars) = resolve(&p.words, env, 0)?;
     let stars = p.stars + extra_stars;
     match (stars, base) {
@@ -78,6 +92,45 @@ pub(crate) fn rust_param(p: &ParamSig, env: &TypeEnv<'_>) -> Result<RustParam, S
                 .into(),
         ),
     }
+}
+
+/// A pointer table by value: its element type, and its slots from a literal or a `#define`.
+fn table_param(name: &str, t: &PtrTableDecl, env: &TypeEnv<'_>) -> Result<RustParam, String> {
+    let slots = t
+        .slots
+        .parse::<usize>()
+        .ok()
+        .or_else(|| {
+            env.defines
+                .get(&t.slots)
+                .and_then(|&v| usize::try_from(v).ok())
+        })
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            format!(
+                "`{name}` holds an array of `{}` pointers: expected a positive decimal length or \
+                 an integer `#define` of the source or its quoted includes",
+                t.slots
+            )
+        })?;
+    let rust = match resolve(&t.words, env, 0)? {
+        (Base::Rust { path, .. }, 0) => path,
+        _ => {
+            return Err(format!(
+                "`{name}` holds pointers to `{}`, which has no Rust element type: use a typed \
+                 pointer, or map the struct with `Builder::rust_type`",
+                t.words.join(" ")
+            ));
+        }
+    };
+    Ok(RustParam {
+        rust,
+        pass: Pass::Table {
+            slots,
+            write: !t.pointee_const,
+        },
+        size: Some(slots * DEVICE_POINTER_BYTES),
+    })
 }
 
 /// A device pointer, as the driver passes it (`CUdeviceptr`).
@@ -214,6 +267,9 @@ mod tests {
     use crate::lex::lex;
     use crate::parse::{declared, kernels};
 
+    static NO_TABLES: BTreeMap<String, PtrTableDecl> = BTreeMap::new();
+    static NO_DEFINES: BTreeMap<String, u64> = BTreeMap::new();
+
     fn env_with<'a>(
         mappings: &'a BTreeMap<String, String>,
         typedefs: &'a BTreeMap<String, (Typedef, String)>,
@@ -223,6 +279,8 @@ mod tests {
             mappings,
             typedefs,
             structs,
+            tables: &NO_TABLES,
+            defines: &NO_DEFINES,
             rt: "::stepgraph",
             long_bytes: 8,
         }
@@ -377,5 +435,39 @@ mod tests {
         assert!(e[2].starts_with("a pointer to a pointer"), "{}", e[2]);
         assert!(e[3].starts_with("`void*` has no element type"), "{}", e[3]);
         assert!(e[4].starts_with("`long double` is not a type"), "{}", e[4]);
+    }
+
+    #[test]
+    fn a_pointer_table_is_passed_as_a_table_unless_mapped() {
+        let d = declared(
+            &lex("#define MAXB 4\nstruct In { const float* p[MAXB]; };\nstruct Out { float* p[8]; };\nstruct Bad { float* p[NOPE]; };\nstruct Odd { Mystery* p[2]; };").tokens,
+        );
+        let structs = d
+            .structs
+            .iter()
+            .map(|(k, v)| (k.clone(), ("x.cuh".to_string(), *v)))
+            .collect();
+        let defines = BTreeMap::from([("MAXB".to_string(), 4u64)]);
+        let mut m = BTreeMap::new();
+        let t = BTreeMap::new();
+        let src = "extern \"C\" __global__ void k(In a, const Out b, Bad c, Odd d, Out e) {}";
+        let table = |slots, write| Pass::Table { slots, write };
+        {
+            let mut env = env_with(&m, &t, &structs);
+            env.tables = &d.tables;
+            env.defines = &defines;
+            let got = mapped(src, &env);
+            assert_eq!(got[0], Ok(("f32".into(), table(4, false), Some(32))));
+            assert_eq!(got[1], Ok(("f32".into(), table(8, true), Some(64))));
+            let bad = got[2].clone().unwrap_err();
+            assert!(bad.contains("array of `NOPE` pointers"), "{bad}");
+            let odd = got[3].clone().unwrap_err();
+            assert!(odd.contains("`Mystery` is not a type"), "{odd}");
+        }
+        m.insert("Out".to_string(), "crate::OutPtrs".to_string());
+        let mut env = env_with(&m, &t, &structs);
+        env.tables = &d.tables;
+        let got = mapped(src, &env);
+        assert_eq!(got[4], Ok(("crate::OutPtrs".into(), Pass::Value, None)));
     }
 }

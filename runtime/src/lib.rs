@@ -71,7 +71,7 @@ pub use capture::step::{Step, StepSpec};
 pub use capture::verify::VerifyReport;
 pub use cudarc::driver::{DeviceRepr, LaunchConfig};
 pub use driver::device::{AllocLike, Device};
-pub use driver::memory::{DeviceBuffer, DeviceMem, DeviceMemMut, Span, View, ViewMut};
+pub use driver::memory::{DeviceBuffer, DeviceMem, DeviceMemMut, PtrTable, Span, View, ViewMut};
 pub use driver::module::{Kernel, Module};
 pub use error::{Error, Result};
 pub use measure::work::WorkBound;
@@ -643,7 +643,7 @@ pub mod __rt_v1 {
     pub use crate::capture::step::{Step, StepSpec};
     pub use crate::driver::device::{AllocLike, Device};
     pub use crate::driver::memory::{
-        DeviceBuffer, DeviceMem, DeviceMemMut, Span, declared_view, declared_view_mut,
+        DeviceBuffer, DeviceMem, DeviceMemMut, PtrTable, Span, declared_view, declared_view_mut,
     };
     pub use crate::error::{Error, Result};
     pub use crate::kernel::{

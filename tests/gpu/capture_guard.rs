@@ -425,6 +425,11 @@ fn reach(
             .stream
             .memset_zeros(&mut *f.slice.lock().unwrap())
             .map_err(Error::driver("cudarc")),
+        // A buffer none of the step's, in a pointer table the kernel writes through.
+        8 => {
+            let mut outside = f.outside.lock().unwrap();
+            stepgraph::PtrTable::<4>::writes("table", &mut [&mut *outside]).map(drop)
+        }
         // Writing the op's own parameters is fine; reading the outside buffer too.
         _ => {
             let outside = f.outside.lock().unwrap();
@@ -453,7 +458,7 @@ fn gpu_writes_outside_an_ops_buffers_and_swapped_buffers_are_refused_naming_the_
             Options::default().with_verify(false),
         )
     };
-    for case in 0..2 {
+    for case in [0, 1, 8] {
         let err = build(case, &mut rng).map(drop).unwrap_err();
         let found = err.errors().find_map(|e| match e {
             Error::UngrantedWrite { step, op, what, .. } => Some((*step, *op, what.clone())),
@@ -462,7 +467,7 @@ fn gpu_writes_outside_an_ops_buffers_and_swapped_buffers_are_refused_naming_the_
         let (step, op, what) = found.unwrap_or_else(|| panic!("case {case}: {}", err.chain()));
         assert_eq!((step, op), ("reaching", "op"), "case {case}");
         assert!(
-            what == "memset" || what.contains("kernel `fill_affine`"),
+            what == "memset" || what.contains("kernel `fill_affine`") || what == "table[0]",
             "case {case}: {what}"
         );
     }

@@ -56,18 +56,21 @@ pub enum KernelId {
     FillAffine,
     /// `load` in `cuda/heads.cu` (line 3).
     Load,
+    /// `sum_branches` in `cuda/heads.cu` (line 12).
+    SumBranches,
 }
 
 #[allow(dead_code)]
 impl KernelId {
     /// Every kernel, in slot order.
-    pub const ALL: [KernelId; 3] = [
+    pub const ALL: [KernelId; 4] = [
         KernelId::Axpby,
         KernelId::FillAffine,
         KernelId::Load,
+        KernelId::SumBranches,
     ];
     /// How many kernels there are.
-    pub const COUNT: usize = 3;
+    pub const COUNT: usize = 4;
 
     /// The kernel's slot in [`KernelId::ALL`].
     pub const fn index(self) -> usize {
@@ -80,6 +83,7 @@ impl KernelId {
             KernelId::Axpby => "axpby",
             KernelId::FillAffine => "fill_affine",
             KernelId::Load => "load",
+            KernelId::SumBranches => "sum_branches",
         }
     }
 
@@ -89,6 +93,7 @@ impl KernelId {
             KernelId::Axpby => ModuleId::Elementwise,
             KernelId::FillAffine => ModuleId::Elementwise,
             KernelId::Load => ModuleId::Heads,
+            KernelId::SumBranches => ModuleId::Heads,
         }
     }
 
@@ -98,6 +103,7 @@ impl KernelId {
             KernelId::Axpby => &MODULES[0].kernels[0],
             KernelId::FillAffine => &MODULES[0].kernels[1],
             KernelId::Load => &MODULES[1].kernels[0],
+            KernelId::SumBranches => &MODULES[1].kernels[1],
         }
     }
 }
@@ -156,6 +162,16 @@ pub static MODULES: [::stepgraph::__rt_v1::ModuleDecl; 2] = [
                 &[
                     ::stepgraph::__rt_v1::ParamDecl::new("adv", "const BranchIn", 64),
                     ::stepgraph::__rt_v1::ParamDecl::new("stream", "int", 4),
+                ],
+            ),
+            ::stepgraph::__rt_v1::KernelDecl::new(
+                "sum_branches",
+                &[
+                    ::stepgraph::__rt_v1::ParamDecl::new("adv", "BranchIn", 64),
+                    ::stepgraph::__rt_v1::ParamDecl::new("dadv", "BranchOut", 64),
+                    ::stepgraph::__rt_v1::ParamDecl::new("out", "float*", 8),
+                    ::stepgraph::__rt_v1::ParamDecl::new("B", "unsigned", 4),
+                    ::stepgraph::__rt_v1::ParamDecl::new("D", "unsigned", 4),
                 ],
             ),
         ],
@@ -432,6 +448,130 @@ impl Kernels {
                 .launch(config)
         }
     }
+
+    /// Launches `sum_branches` (`cuda/heads.cu`, line 12) on `stream`, with `config`'s grid,
+    /// block and dynamic shared memory:
+    ///
+    /// ```text
+    /// __global__ void sum_branches(BranchIn adv, BranchOut dadv, float* out, unsigned B, unsigned D)
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// `config` and the arguments must keep every access the kernel makes inside the
+    /// buffers passed, and meet whatever else its code assumes (its source says). The
+    /// number, order and types of the arguments are this signature's, generated from the
+    /// kernel's; [`Kernels::load`] checked them against the loaded module.
+    pub unsafe fn sum_branches(
+        &self,
+        stream: &::stepgraph::__rt_v1::CaptureStream<'_>,
+        config: ::stepgraph::__rt_v1::LaunchConfig,
+        adv: &[&impl ::stepgraph::__rt_v1::DeviceMem<f32>],
+        dadv: &mut [&mut impl ::stepgraph::__rt_v1::DeviceMemMut<f32>],
+        out: &mut impl ::stepgraph::__rt_v1::DeviceMemMut<f32>,
+        B: u32,
+        D: u32,
+    ) -> ::stepgraph::__rt_v1::Result<()> {
+        let adv = ::stepgraph::__rt_v1::PtrTable::<8>::reads("sum_branches: adv", adv)?;
+        let dadv = ::stepgraph::__rt_v1::PtrTable::<8>::writes("sum_branches: dadv", dadv)?;
+        // SAFETY: the arguments follow the kernel's parameter list, and the caller keeps
+        // its accesses in bounds (above).
+        unsafe {
+            stream
+                .launch(self.kernel(KernelId::SumBranches))
+                .arg(&adv)
+                .arg(&dadv)
+                .buf_mut(out)
+                .arg(&B)
+                .arg(&D)
+                .launch(config)
+        }
+    }
+
+    /// Launches `sum_branches` (`cuda/heads.cu`, line 12) on `stream` after checking what
+    /// its contract declares:
+    ///
+    /// ```text
+    /// adv[D][B], dadv[D][>= 2 * B], out[B], grid = elementwise(B)
+    /// ```
+    ///
+    /// A buffer of another length is `Error::LengthMismatch`, naming the kernel and the
+    /// buffer; a size that is 0 where it must be positive, breaks a condition, overflows or
+    /// does not fit its parameter is `Error::Argument` (`Error::TooLarge` past 32-bit
+    /// indices). Either way nothing is launched. The sizes are taken
+    /// as `usize`; the other arguments are [`Kernels::sum_branches`]'s. Safe because the contract
+    /// is the kernel author's promise that, given these lengths, the kernel keeps every
+    /// access inside its buffers on the grid it declares.
+    pub fn sum_branches_checked(
+        &self,
+        stream: &::stepgraph::__rt_v1::CaptureStream<'_>,
+        adv: &[&::stepgraph::__rt_v1::DeviceBuffer<f32>],
+        dadv: &mut [&mut ::stepgraph::__rt_v1::DeviceBuffer<f32>],
+        out: &mut ::stepgraph::__rt_v1::DeviceBuffer<f32>,
+        B: usize,
+        D: usize,
+    ) -> ::stepgraph::__rt_v1::Result<()> {
+        contract::len(
+            "sum_branches",
+            "out",
+            "B",
+            out.len(),
+            Some(B),
+        )?;
+        contract::table(
+            "sum_branches",
+            "adv",
+            "D",
+            adv.len(),
+            Some(D),
+            8,
+        )?;
+        for (i, buffer) in adv.iter().enumerate() {
+            contract::len(
+                "sum_branches",
+                &format!("adv[{i}]"),
+                "B",
+                buffer.len(),
+                Some(B),
+            )?;
+        }
+        contract::table(
+            "sum_branches",
+            "dadv",
+            "D",
+            dadv.len(),
+            Some(D),
+            8,
+        )?;
+        for (i, buffer) in dadv.iter().enumerate() {
+            contract::at_least(
+                "sum_branches",
+                &format!("dadv[{i}]"),
+                "2 * B",
+                buffer.len(),
+                contract::mul(Some(2), Some(B)),
+            )?;
+        }
+        let config = contract::elementwise(
+            contract::count("sum_branches", "B", Some(B))?,
+        );
+        let B: u32 = contract::scalar("sum_branches", "B", "unsigned", B)?;
+        let D: u32 = contract::scalar("sum_branches", "D", "unsigned", D)?;
+        // SAFETY: the lengths and sizes are checked above against the contract that
+        // the kernel's author declared (`stepgraph(unsafe)` in `cuda/heads.cu`) to keep
+        // its accesses inside the buffers on the grid it declares.
+        unsafe {
+            self.sum_branches(
+                stream,
+                config,
+                adv,
+                dadv,
+                out,
+                B,
+                D,
+            )
+        }
+    }
 }
 
 /// What the `_checked` launchers check, and the grids that contracts name: each failure
@@ -618,6 +758,36 @@ pub mod contract {
             block_dim: (block[0], block[1], block[2]),
             shared_mem_bytes: 0,
         })
+    }
+
+    /// `table[count][..]`: as many buffers as `count` says, and no more than the CUDA
+    /// struct's array holds.
+    pub fn table(
+        kernel: &str,
+        table: &str,
+        expr: &str,
+        found: usize,
+        expected: Option<usize>,
+        slots: usize,
+    ) -> Result<()> {
+        let expected = size(kernel, table, expr, expected)?;
+        let what = format!("{kernel}: {table}");
+        if expected > slots {
+            return Err(Error::TooLarge {
+                what: format!("{what} (`{expr}` buffers)"),
+                found: expected as u64,
+                max: slots as u64,
+                why: "the kernel's struct holds that many pointers",
+            });
+        }
+        if found != expected {
+            return Err(Error::Argument {
+                what,
+                expected: format!("{expected} buffers (`{expr}`)"),
+                found: found.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// A grid's count: its size, as the 32-bit count the grid rules take.

@@ -261,6 +261,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 // v2, vt, r, done, ybar: [B]; adv2, advt: D arrays [B, A], one per branch; y: [B, D].
 // No gradient flows here.
 // Grid: one thread per sample, ceil(B / 256) blocks of 256.
+// stepgraph(unsafe): v2[B], adv2[D][B * A], vt[B], advt[D][B * A], r[B], done[B], y[B * D],
+// stepgraph(unsafe): ybar[B], B > 0, D > 0, A > 0, grid = elementwise(B)
 extern "C" __global__ void ddqn_target(const float* __restrict__ v2, const BranchIn adv2,
                                        const float* __restrict__ vt, const BranchIn advt,
                                        const float* __restrict__ r, const float* __restrict__ done,
@@ -324,6 +326,8 @@ extern "C" __global__ void ddqn_target(const float* __restrict__ v2, const Branc
 // block in a fixed order, then added with one atomicAdd per block and slot: the sum over
 // blocks is in no fixed order, so the loss values (not the gradients) can differ in the
 // last bits between runs.
+// stepgraph(unsafe): v[B], adv[D][B * A], act[B * D], y[B * D], dv[B], dadv[D][B * A], qbar[B],
+// stepgraph(unsafe): losses[LOSS_SLOT_COUNT], B > 0, D > 0, A > 0, grid = elementwise(B)
 extern "C" __global__ void __launch_bounds__(256)
     dueling_losses(const float* __restrict__ v, const BranchIn adv,
                    const int* __restrict__ act, const float* __restrict__ y, float* __restrict__ dv,
@@ -549,6 +553,11 @@ extern "C" __global__ void __launch_bounds__(1024)
 // rows [y R, min(B, (y + 1) R)) with R = rows_per_chunk, thread rows r0 + threadIdx.y + 8k
 // (a warp reads 32 consecutive floats of a row). Each thread adds its rows in order, then
 // the 8 row groups are added in order: deterministic.
+// stepgraph(unsafe): h_out[B * H], dv[B], wv[H], dh_branch[D][B * H], de_hi[B], we_hi[H],
+// stepgraph(unsafe): de_lo[B], we_lo[H], dh_iqn[B * H], dz2[B * H],
+// stepgraph(unsafe): partials[>= cdiv(B, rows_per_chunk) * (2 * H + 1)], B > 0, H > 0,
+// stepgraph(unsafe): rows_per_chunk > 0,
+// stepgraph(unsafe): grid = launch((cdiv(H, 32), cdiv(B, rows_per_chunk)), (32, 8))
 extern "C" __global__ void __launch_bounds__(256)
     trunk_grad_join_partial(const float* __restrict__ h_out, const float* __restrict__ dv,
                             const float* __restrict__ wv, const BranchIn dh_branch,

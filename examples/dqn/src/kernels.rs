@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, LaunchConfig, Result};
 use stepgraph_kernels::launch::{
-    BLOCK_THREADS, check_len, check_scratch, elementwise_config, len_u32, positive, product,
-    row_chunk_plan, same_len, tile_config,
+    BLOCK_THREADS, check_len, check_scratch, len_u32, positive, product, row_chunk_plan, same_len,
+    tile_config,
 };
 
 /// The registry stepgraph-build generated from `cuda/*.cu`.
@@ -169,45 +169,9 @@ fn check_losses(what: &str, losses: &DeviceBuffer<f32>) -> Result<()> {
 /// Dynamic shared memory a block may use without opting in to more.
 const MAX_DYNAMIC_SMEM: usize = 48 * 1024;
 
-/// The most branches the per-branch kernels take (`MAX_BRANCHES` in dqn.cuh).
+/// The most branches the per-branch kernels take (`MAX_BRANCHES` in dqn.cuh, the length
+/// of its pointer tables `BranchIn` and `BranchOut`).
 pub const MAX_BRANCHES: usize = 8;
-
-/// One device address per branch, passed to a kernel by value (`BranchIn` / `BranchOut`
-/// in dqn.cuh). Per-branch arrays stay separate allocations, each written by its
-/// branch's op on its branch's stream, which is what lets the schedule tell them apart.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct BranchPtrs {
-    p: [u64; MAX_BRANCHES],
-}
-
-// SAFETY: a plain array of device addresses, laid out as the CUDA struct of pointers
-// (8-byte pointers on x86-64 and on the device).
-unsafe impl stepgraph::DeviceRepr for BranchPtrs {}
-
-impl BranchPtrs {
-    /// The addresses of `bufs`, after checking there is one per branch and each holds
-    /// `len` elements.
-    fn of<'b>(
-        what: &str,
-        bufs: impl ExactSizeIterator<Item = &'b DeviceBuffer<f32>>,
-        branches: usize,
-        len: usize,
-    ) -> Result<Self> {
-        if bufs.len() != branches || branches > MAX_BRANCHES {
-            return Err(Error::Invalid(format!(
-                "{what}: expected one buffer per branch ({branches}, at most {MAX_BRANCHES}), found {}",
-                bufs.len()
-            )));
-        }
-        let mut p = [0u64; MAX_BRANCHES];
-        for (d, buf) in bufs.enumerate() {
-            check_len(&format!("{what}[{d}]"), buf.len(), len)?;
-            p[d] = buf.device_address();
-        }
-        Ok(BranchPtrs { p })
-    }
-}
 
 mod attention;
 mod heads;

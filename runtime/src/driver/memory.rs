@@ -7,7 +7,7 @@ use std::mem::ManuallyDrop;
 use std::ops::{Bound, RangeBounds};
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, LaunchArgs};
-use cudarc::driver::{DeviceSlice, PushKernelArg};
+use cudarc::driver::{DeviceRepr, DeviceSlice, PushKernelArg};
 
 use crate::error::{Error, Result};
 
@@ -656,6 +656,73 @@ pub fn declared_view_mut<'a, T>(
     parent.view_mut_named(span, what)
 }
 
+/// Up to `N` device addresses passed to a kernel by value: the CUDA side is a struct that
+/// holds one array of `N` pointers, such as `struct BranchIn { const float* p[8]; }`.
+/// A kernel that serves several branches takes one, so that each branch's tensor stays a
+/// buffer of its own, written on its branch's stream, and the schedule can tell the
+/// branches apart. Entries past the buffers given are null.
+///
+/// stepgraph-build passes such a parameter as a slice of buffers and builds the table
+/// itself; build one by hand for a launch assembled with [`CaptureStream::launch`]
+/// (`.arg(&table)`).
+///
+/// ```no_run
+/// # fn demo(a: &stepgraph::DeviceBuffer<f32>, b: &stepgraph::DeviceBuffer<f32>) -> stepgraph::Result<()> {
+/// use stepgraph::PtrTable;
+///
+/// let adv = PtrTable::<8>::reads("my_kernel: adv", &[a, b])?;
+/// assert_eq!(adv.addresses()[2], 0);
+/// # Ok(()) }
+/// ```
+///
+/// [`CaptureStream::launch`]: crate::CaptureStream::launch
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtrTable<const N: usize> {
+    addresses: [u64; N],
+}
+
+// SAFETY: a plain array of device addresses, laid out as the CUDA struct of `N` pointers
+// (8-byte pointers on the 64-bit hosts CUDA supports and on the device).
+unsafe impl<const N: usize> DeviceRepr for PtrTable<N> {}
+
+impl<const N: usize> PtrTable<N> {
+    /// The addresses of buffers a kernel reads. More than `N` is [`Error::Argument`].
+    pub fn reads<T>(what: &str, bufs: &[&impl DeviceMem<T>]) -> Result<Self> {
+        Self::of(what, bufs.iter().map(|b| b.device_address()), bufs.len())
+    }
+
+    /// The addresses of buffers a kernel writes. Inside an op, each must lie within what
+    /// the op may write ([`Error::UngrantedWrite`] otherwise), as a written kernel
+    /// argument must; more than `N` is [`Error::Argument`].
+    pub fn writes<T>(what: &str, bufs: &mut [&mut impl DeviceMemMut<T>]) -> Result<Self> {
+        for (i, b) in bufs.iter().enumerate() {
+            check_write_mem(&**b, || format!("{what}[{i}]"))?;
+        }
+        Self::of(what, bufs.iter().map(|b| b.device_address()), bufs.len())
+    }
+
+    fn of(what: &str, addresses: impl Iterator<Item = u64>, count: usize) -> Result<Self> {
+        if count > N {
+            return Err(Error::Argument {
+                what: what.to_string(),
+                expected: format!("at most {N} buffers (the CUDA struct's array)"),
+                found: format!("{count}"),
+            });
+        }
+        let mut table = [0u64; N];
+        for (slot, address) in table.iter_mut().zip(addresses) {
+            *slot = address;
+        }
+        Ok(PtrTable { addresses: table })
+    }
+
+    /// The addresses, null past the buffers given.
+    pub fn addresses(&self) -> &[u64; N] {
+        &self.addresses
+    }
+}
+
 /// [`check_write`](crate::scope::check_write) for device memory an operation writes: fails
 /// unless it lies inside the grant of the op being issued, when one is held.
 pub(crate) fn check_write_mem<T>(
@@ -668,6 +735,18 @@ pub(crate) fn check_write_mem<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pointer_table_fills_its_slots_in_order_and_refuses_more_than_its_array() {
+        let table = PtrTable::<4>::of("k: adv", [16u64, 32].into_iter(), 2).unwrap();
+        assert_eq!(table.addresses(), &[16, 32, 0, 0]);
+        let e = PtrTable::<2>::of("k: adv", [1u64, 2, 3].into_iter(), 3).unwrap_err();
+        assert!(
+            matches!(&e, Error::Argument { what, found, .. } if what == "k: adv" && found == "3"),
+            "{e}"
+        );
+        assert_eq!(std::mem::size_of::<PtrTable<8>>(), 64);
+    }
 
     #[test]
     fn a_range_becomes_a_span_inside_the_buffer_or_an_error_with_both_sizes() {

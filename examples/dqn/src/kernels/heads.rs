@@ -14,21 +14,6 @@ pub struct DuelingDims {
     pub actions: usize,
 }
 
-impl DuelingDims {
-    /// `(B, D, A)` as the kernels take them, after checking that each is at least 1 and
-    /// that `D B A` fits.
-    pub(super) fn checked(self, what: &str) -> Result<(u32, u32, u32)> {
-        let b = positive(&format!("{what}: batch"), self.batch)?;
-        let d = positive(&format!("{what}: branches"), self.branches)?;
-        let a = positive(&format!("{what}: actions"), self.actions)?;
-        len_u32(
-            what,
-            product(what, &[self.branches, self.batch, self.actions])?,
-        )?;
-        Ok((b, d, a))
-    }
-}
-
 /// Inputs of [`Kernels::ddqn_target`]: the online net's value and advantages on `s2`, the
 /// target net's, the reward and the done flag.
 #[derive(Clone, Copy, Debug)]
@@ -200,47 +185,23 @@ impl Kernels {
         y: &mut DeviceBuffer<f32>,
         ybar: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let (b, d, a) = dims.checked("ddqn_target")?;
-        let by = product("ddqn_target", &[dims.batch, dims.branches])?;
-        check_len("ddqn_target: v2 ([B])", inputs.v2.len(), dims.batch)?;
-        let ba = product("ddqn_target", &[dims.batch, dims.actions])?;
-        let adv2 = BranchPtrs::of(
-            "ddqn_target: adv2 ([B, A] per branch)",
-            inputs.adv2.iter(),
+        let adv2: Vec<&DeviceBuffer<f32>> = inputs.adv2.iter().collect();
+        let advt: Vec<&DeviceBuffer<f32>> = inputs.advt.iter().collect();
+        self.raw.ddqn_target_checked(
+            stream,
+            inputs.v2,
+            &adv2,
+            inputs.vt,
+            &advt,
+            inputs.r,
+            inputs.done,
+            y,
+            ybar,
+            dims.batch,
             dims.branches,
-            ba,
-        )?;
-        check_len("ddqn_target: vt ([B])", inputs.vt.len(), dims.batch)?;
-        let advt = BranchPtrs::of(
-            "ddqn_target: advt ([B, A] per branch)",
-            inputs.advt.iter(),
-            dims.branches,
-            ba,
-        )?;
-        check_len("ddqn_target: r ([B])", inputs.r.len(), dims.batch)?;
-        check_len("ddqn_target: done ([B])", inputs.done.len(), dims.batch)?;
-        check_len("ddqn_target: y ([B, D])", y.len(), by)?;
-        check_len("ddqn_target: ybar ([B])", ybar.len(), dims.batch)?;
-        // SAFETY: threads with b >= B return, and every buffer holds what its shape in B,
-        // D, A says (checked above).
-        unsafe {
-            self.raw.ddqn_target(
-                stream,
-                elementwise_config(b),
-                inputs.v2,
-                adv2,
-                inputs.vt,
-                advt,
-                inputs.r,
-                inputs.done,
-                y,
-                ybar,
-                b,
-                d,
-                a,
-                gamma,
-            )
-        }
+            dims.actions,
+            gamma,
+        )
     }
 
     /// The dueling losses `L_td`, `L_cql`, `L_conf`, forward and backward in one pass:
@@ -260,50 +221,24 @@ impl Kernels {
         coef: DuelingCoefficients,
         out: DuelingOutputs<'_>,
     ) -> Result<()> {
-        let (b, d, a) = dims.checked("dueling_losses")?;
-        let by = product("dueling_losses", &[dims.batch, dims.branches])?;
-        check_len("dueling_losses: v ([B])", inputs.v.len(), dims.batch)?;
-        let ba = product("dueling_losses", &[dims.batch, dims.actions])?;
-        let adv_ptrs = BranchPtrs::of(
-            "dueling_losses: adv ([B, A] per branch)",
-            inputs.adv.iter().copied(),
+        let mut dadv: Vec<&mut DeviceBuffer<f32>> = out.dadv.iter_mut().collect();
+        self.raw.dueling_losses_checked(
+            stream,
+            inputs.v,
+            inputs.adv,
+            inputs.act,
+            inputs.y,
+            out.dv,
+            &mut dadv,
+            out.qbar,
+            out.losses,
+            dims.batch,
             dims.branches,
-            ba,
-        )?;
-        check_len("dueling_losses: act ([B, D])", inputs.act.len(), by)?;
-        check_len("dueling_losses: y ([B, D])", inputs.y.len(), by)?;
-        check_len("dueling_losses: dv ([B])", out.dv.len(), dims.batch)?;
-        let dadv_ptrs = BranchPtrs::of(
-            "dueling_losses: dadv ([B, A] per branch)",
-            out.dadv.iter(),
-            dims.branches,
-            ba,
-        )?;
-        check_len("dueling_losses: qbar ([B])", out.qbar.len(), dims.batch)?;
-        check_losses("dueling_losses: losses", out.losses)?;
-        // SAFETY: only threads with b < B touch the per-sample buffers (sized by B, D, A,
-        // checked above), an action outside 0..A is never used as an index, and thread 0 of
-        // each block adds into slots below LOSS_SLOTS = losses.len().
-        unsafe {
-            self.raw.dueling_losses(
-                stream,
-                elementwise_config(b),
-                inputs.v,
-                adv_ptrs,
-                inputs.act,
-                inputs.y,
-                out.dv,
-                dadv_ptrs,
-                out.qbar,
-                out.losses,
-                b,
-                d,
-                a,
-                coef.td,
-                coef.cql,
-                coef.conf,
-            )
-        }
+            dims.actions,
+            coef.td,
+            coef.cql,
+            coef.conf,
+        )
     }
 
     /// One IQL expectile head: `de[B]`, the gradient of `coef · mean_b |τ − 1(u < 0)| u²`
@@ -353,77 +288,26 @@ impl Kernels {
         scratch: &mut DeviceBuffer<f32>,
         out: TrunkJoinOutputs<'_>,
     ) -> Result<()> {
-        let b = positive("trunk_grad_join: batch", dims.batch)?;
-        let h = positive("trunk_grad_join: hidden", dims.hidden)?;
-        let d = len_u32("trunk_grad_join: branches", dims.branches)?;
-        let bh = product("trunk_grad_join", &[dims.batch, dims.hidden])?;
-        let rows = |what: &str, buf: &DeviceBuffer<f32>| check_len(what, buf.len(), dims.batch);
-        let cols = |what: &str, buf: &DeviceBuffer<f32>| check_len(what, buf.len(), dims.hidden);
-        check_len("trunk_grad_join: h_out ([B, H])", inputs.h_out.len(), bh)?;
-        rows("trunk_grad_join: dv ([B])", inputs.dv)?;
-        cols("trunk_grad_join: wv ([H])", inputs.wv)?;
-        let dh_branch = BranchPtrs::of(
-            "trunk_grad_join: dh_branch ([B, H] per branch)",
-            inputs.dh_branch.iter(),
+        let (_, chunks, rows_per_chunk) = trunk_grad_join_plan(dims.batch, dims.hidden);
+        let dh_branch: Vec<&DeviceBuffer<f32>> = inputs.dh_branch.iter().collect();
+        self.raw.trunk_grad_join_partial_checked(
+            stream,
+            inputs.h_out,
+            inputs.dv,
+            inputs.wv,
+            &dh_branch,
+            inputs.de_hi,
+            inputs.we_hi,
+            inputs.de_lo,
+            inputs.we_lo,
+            inputs.dh_iqn,
+            dz2,
+            &mut *scratch,
+            dims.batch,
+            dims.hidden,
             dims.branches,
-            bh,
+            rows_per_chunk,
         )?;
-        rows("trunk_grad_join: de_hi ([B])", inputs.de_hi)?;
-        cols("trunk_grad_join: we_hi ([H])", inputs.we_hi)?;
-        rows("trunk_grad_join: de_lo ([B])", inputs.de_lo)?;
-        cols("trunk_grad_join: we_lo ([H])", inputs.we_lo)?;
-        check_len("trunk_grad_join: dh_iqn ([B, H])", inputs.dh_iqn.len(), bh)?;
-        check_len("trunk_grad_join: dz2 ([B, H])", dz2.len(), bh)?;
-        cols("trunk_grad_join: out.db2 ([H])", out.db2)?;
-        cols("trunk_grad_join: out.dwv ([H])", out.dwv)?;
-        check_len("trunk_grad_join: out.dbv ([1])", out.dbv.len(), 1)?;
-        let (col_blocks, chunks, rows_per_chunk) = trunk_grad_join_plan(dims.batch, dims.hidden);
-        let needed = trunk_grad_join_scratch_len(dims.batch, dims.hidden);
-        check_scratch(
-            "trunk_grad_join: scratch (at least trunk_grad_join_scratch_len)",
-            scratch.len(),
-            needed,
-        )?;
-        let col_blocks = len_u32("trunk_grad_join: column blocks", col_blocks)?;
-        let chunks32 = len_u32("trunk_grad_join: row chunks", chunks)?;
-        let per_chunk = len_u32("trunk_grad_join: rows per chunk", rows_per_chunk)?;
-        // The kernels index a partials row of 2H + 1 floats in 32-bit arithmetic.
-        len_u32(
-            "trunk_grad_join: partials row (2H + 1)",
-            2 * dims.hidden + 1,
-        )?;
-        {
-            let config = LaunchConfig {
-                grid_dim: (col_blocks, chunks32, 1),
-                block_dim: (32, 8, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: block (x, y) touches columns < H of rows [y rows_per_chunk, B) of the
-            // [B, H] buffers and [B] entries of those rows, and writes partials[y (2H + 1)
-            // + j] for y < chunks, j < 2H + 1: inside scratch (checked above). Every buffer
-            // holds what its shape says.
-            unsafe {
-                self.raw.trunk_grad_join_partial(
-                    stream,
-                    config,
-                    inputs.h_out,
-                    inputs.dv,
-                    inputs.wv,
-                    dh_branch,
-                    inputs.de_hi,
-                    inputs.we_hi,
-                    inputs.de_lo,
-                    inputs.we_lo,
-                    inputs.dh_iqn,
-                    dz2,
-                    &mut *scratch,
-                    b,
-                    h,
-                    d,
-                    per_chunk,
-                )?
-            };
-        }
         self.raw.trunk_grad_join_finish_checked(
             stream,
             &*scratch,

@@ -2,6 +2,7 @@
 //! `tests/gpu_dqn.rs`).
 
 use super::*;
+use stepgraph_kernels::launch::elementwise_config;
 
 /// The kernels the wrappers launch, module by module: what stepgraph-build read from
 /// `cuda/*.cu`, in file and source order.
@@ -109,7 +110,7 @@ fn a_watch_read_back_parses_by_its_words_and_refuses_another_length() {
 }
 
 #[test]
-fn loss_slots_match_the_cuda_header() {
+fn loss_slots_and_branch_tables_match_the_cuda_header() {
     let defines = cuda_defines("dqn.cuh");
     for slot in LossSlot::ALL {
         assert_eq!(
@@ -119,6 +120,7 @@ fn loss_slots_match_the_cuda_header() {
         );
     }
     assert_eq!(defines["LOSS_SLOT_COUNT"], LOSS_SLOTS.to_string());
+    assert_eq!(defines["MAX_BRANCHES"], MAX_BRANCHES.to_string());
     let mut indices: Vec<usize> = LossSlot::ALL.iter().map(|s| s.index()).collect();
     indices.dedup();
     assert_eq!(indices.len(), LossSlot::ALL.len());
@@ -841,10 +843,4 @@ fn dqn_size_checks_name_the_operand() {
             ..
         }
     ));
-    let dims = DuelingDims {
-        batch: 4,
-        branches: 0,
-        actions: 5,
-    };
-    assert!(dims.checked("dueling_losses").is_err());
 }

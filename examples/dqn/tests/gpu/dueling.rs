@@ -207,3 +207,56 @@ fn gpu_dueling_losses_match_the_cpu_reference() -> Result<()> {
     }
     Ok(())
 }
+
+/// The per-branch pointer tables are checked before anything is launched: a branch count
+/// past the tables' eight slots, a slice of another length than the branch count, and a
+/// branch's buffer of the wrong length are each an error naming the table.
+#[test]
+fn gpu_branch_tables_are_checked_before_the_launch() -> Result<()> {
+    use stepgraph::Error;
+    let device = Device::new(0)?;
+    let k = Kernels::load(&device)?;
+    let mut rng = Rng::new(399);
+    let (b, a) = (5usize, 3usize);
+    let mut up = |what: &str, n: usize| device.upload_new(what, &rng.vec_nonzero(n, -1.0, 1.0));
+    let (v2, vt, r, done) = (up("v2", b)?, up("vt", b)?, up("r", b)?, up("done", b)?);
+    let nine: Vec<DeviceBuffer<f32>> = (0..9).map(|_| up("adv", b * a)).collect::<Result<_>>()?;
+    let ragged = vec![up("adv", b * a)?, up("adv", b * a - 1)?];
+    let target = |branches: usize, adv2: &[DeviceBuffer<f32>]| -> Result<()> {
+        let dims = DuelingDims {
+            batch: b,
+            branches,
+            actions: a,
+        };
+        let inputs = DdqnTargetInputs {
+            v2: &v2,
+            adv2,
+            vt: &vt,
+            advt: adv2,
+            r: &r,
+            done: &done,
+        };
+        let mut y = nan_buffer(&device, "y", b * branches)?;
+        let mut ybar = nan_buffer(&device, "ybar", b)?;
+        run_one_op(&device, |stream| {
+            k.ddqn_target(stream, dims, &inputs, 0.9, &mut y, &mut ybar)
+        })
+    };
+    let e = target(9, &nine).unwrap_err();
+    assert!(
+        matches!(&e, Error::TooLarge { what, found: 9, max: 8, .. } if what.starts_with("ddqn_target: adv2")),
+        "{e}"
+    );
+    let e = target(4, &nine[..3]).unwrap_err();
+    assert!(
+        matches!(&e, Error::Argument { what, found, .. } if what == "ddqn_target: adv2" && found == "3"),
+        "{e}"
+    );
+    let e = target(2, &ragged).unwrap_err();
+    assert!(
+        matches!(&e, Error::LengthMismatch { what, expected: 15, found: 14 } if what == "ddqn_target: adv2[1] ([B * A])"),
+        "{e}"
+    );
+    // The same tables at a branch count they fit run.
+    target(8, &nine[..8])
+}
