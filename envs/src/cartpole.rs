@@ -36,7 +36,12 @@ impl CartPole {
     /// The same with a time limit of `max_steps` (gymnasium's `max_episode_steps`): an
     /// episode is truncated by the step that brings its length to `max_steps`, and every
     /// step truncates when it is 0 or 1.
-    pub fn with_max_steps(device: &Device, n: usize, seed: u64, max_steps: u32) -> Result<CartPole> {
+    pub fn with_max_steps(
+        device: &Device,
+        n: usize,
+        seed: u64,
+        max_steps: u32,
+    ) -> Result<CartPole> {
         let n = env_count("CartPole::new", n)?;
         let state_len = n.checked_mul(Self::STATE).ok_or_else(|| Error::Argument {
             what: "CartPole::new: the number of environments".into(),

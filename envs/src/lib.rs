@@ -48,7 +48,7 @@
 //! stepgraph::exec::run_once(&device, |s| kernels.cartpole_reset(s, &mut env, &mut out))?;
 //! let actions = device.alloc_zeros("actions", n)?;
 //! let buffers = rollout::Buffers { env, actions, out };
-//! let mut step = rollout::Step::new(&device, kernels, buffers, ())?;
+//! let mut step = rollout::Step::new(&device, kernels, buffers, rollout::Config {})?;
 //! for _ in 0..1000 {
 //!     step.replay()?; // act, then 4096 environments one step on, auto-reset included
 //! }

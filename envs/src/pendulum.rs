@@ -36,7 +36,12 @@ impl Pendulum {
     /// The same with a time limit of `max_steps` (gymnasium's `max_episode_steps`): an
     /// episode is truncated by the step that brings its length to `max_steps`, and every
     /// step truncates when it is 0 or 1.
-    pub fn with_max_steps(device: &Device, n: usize, seed: u64, max_steps: u32) -> Result<Pendulum> {
+    pub fn with_max_steps(
+        device: &Device,
+        n: usize,
+        seed: u64,
+        max_steps: u32,
+    ) -> Result<Pendulum> {
         let n = env_count("Pendulum::new", n)?;
         let state_len = n.checked_mul(Self::STATE).ok_or_else(|| Error::Argument {
             what: "Pendulum::new: the number of environments".into(),

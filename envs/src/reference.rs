@@ -192,25 +192,14 @@ impl Physics for Pendulum {
     fn step(state: [f64; 2], action: f32) -> ([f64; 2], f32, bool) {
         use pendulum::*;
         let [th, thdot] = state;
-        // Comparisons, not `clamp`, so that NaN passes as np.clip lets it.
-        let u = if action < -MAX_TORQUE {
-            -MAX_TORQUE
-        } else if action > MAX_TORQUE {
-            MAX_TORQUE
-        } else {
-            action
-        };
+        // `clamp` lets NaN through, as np.clip does.
+        let u = action.clamp(-MAX_TORQUE, MAX_TORQUE);
         let an = angle_normalize(th);
         // float32, as numpy computes `0.001 * (u**2)` for a float32 `u`.
         let torque_cost = 0.001f32 * (u * u);
         let costs = an * an + 0.1 * (thdot * thdot) + f64::from(torque_cost);
         let accel = GRAVITY_TERM * th.sin() + f64::from(TORQUE_TERM * u);
-        let mut newthdot = thdot + accel * DT;
-        if newthdot < -MAX_SPEED {
-            newthdot = -MAX_SPEED;
-        } else if newthdot > MAX_SPEED {
-            newthdot = MAX_SPEED;
-        }
+        let newthdot = (thdot + accel * DT).clamp(-MAX_SPEED, MAX_SPEED);
         ([th + newthdot * DT, newthdot], (-costs) as f32, false)
     }
 

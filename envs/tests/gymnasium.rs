@@ -158,11 +158,23 @@ where
 {
     let mut seen = Seen::default();
     let mut batch = Batch::<P>::new(1, SEED);
-    for (e, episode) in trace["episodes"].as_array().expect("episodes").iter().enumerate() {
+    for (e, episode) in trace["episodes"]
+        .as_array()
+        .expect("episodes")
+        .iter()
+        .enumerate()
+    {
         let reset = state_of::<P>(&episode["reset_state"]);
-        check_obs(&format!("episode {e}, reset"), &observe::<P>(&reset), &f64s(&episode["reset_obs"]));
+        check_obs(
+            &format!("episode {e}, reset"),
+            &observe::<P>(&reset),
+            &f64s(&episode["reset_obs"]),
+        );
         // The reference's own reset (after the previous episode) replaced by gymnasium's.
-        assert_eq!(batch.length[0], 0, "episode {e} starts with a running length of 0");
+        assert_eq!(
+            batch.length[0], 0,
+            "episode {e} starts with a running length of 0"
+        );
         batch.state[0] = reset;
         let mut prev = reset;
         let mut gym_return = 0.0f32;
@@ -208,13 +220,25 @@ where
                 "{at}, trajectory: (terminated, truncated)"
             );
             let ended = terminated || truncated;
-            assert_eq!(ended, t + 1 == steps.len(), "{at}: episodes in the trace are whole");
+            assert_eq!(
+                ended,
+                t + 1 == steps.len(),
+                "{at}: episodes in the trace are whole"
+            );
             if ended {
                 // The same-step auto-reset: the reference's own next episode.
                 let own = P::reset_state(SEED, 0, e as u64 + 1);
-                assert_eq!(out.obs, observe::<P>(&own), "{at}: the auto-reset observation");
+                assert_eq!(
+                    out.obs,
+                    observe::<P>(&own),
+                    "{at}: the auto-reset observation"
+                );
                 assert_eq!(batch.episodes[0] as usize, e + 1, "{at}: episodes finished");
-                assert_eq!(batch.last_length[0] as usize, steps.len(), "{at}: episode length");
+                assert_eq!(
+                    batch.last_length[0] as usize,
+                    steps.len(),
+                    "{at}: episode length"
+                );
                 assert!(
                     within(f64::from(batch.last_return[0]), f64::from(gym_return)),
                     "{at}: episode return {} against gymnasium's {gym_return}",
