@@ -1,4 +1,4 @@
-//! Reinforcement-learning environments as ops of a [stepgraph](stepgraph) step:
+//! Reinforcement-learning environments as ops of a [stepgraph] step:
 //! CartPole-v1 and Pendulum-v1, `N` of them per kernel launch, one GPU thread each, with
 //! gymnasium's dynamics, rewards, termination, time limits, reset distributions and
 //! observations.
@@ -108,8 +108,9 @@
 //!
 //! Reset states come from a counter-based generator: a hash of the batch's seed, the
 //! environment's index and the number of episodes it has finished, so a seed gives the
-//! same episodes on every GPU and in [`reference`], with no generator state to keep.
+//! same episodes on every GPU and in [`reference`](mod@reference), with no generator state to keep.
 
+#![warn(missing_docs)]
 pub mod reference;
 
 mod cartpole;

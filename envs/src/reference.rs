@@ -75,18 +75,25 @@ pub struct CartPole;
 
 /// gymnasium's CartPole constants, computed as cartpole.py computes them.
 pub mod cartpole {
+    /// m/s².
     pub const GRAVITY: f64 = 9.8;
+    /// The cart's mass.
     pub const MASSCART: f64 = 1.0;
+    /// The pole's mass.
     pub const MASSPOLE: f64 = 0.1;
+    /// Cart and pole.
     pub const TOTAL_MASS: f64 = MASSPOLE + MASSCART;
     /// Half the pole's length.
     pub const LENGTH: f64 = 0.5;
+    /// The pole's mass times its half-length.
     pub const POLEMASS_LENGTH: f64 = MASSPOLE * LENGTH;
+    /// The push of either action.
     pub const FORCE_MAG: f64 = 10.0;
     /// Seconds between state updates.
     pub const TAU: f64 = 0.02;
     /// 12 degrees: `12 * 2 * math.pi / 360`.
     pub const THETA_THRESHOLD: f64 = 24.0 * std::f64::consts::PI / 360.0;
+    /// The cart's position past which an episode terminates.
     pub const X_THRESHOLD: f64 = 2.4;
     /// Reset states are uniform in `[-RESET_BOUND, RESET_BOUND)`.
     pub const RESET_BOUND: f64 = 0.05;
@@ -147,8 +154,11 @@ pub struct Pendulum;
 
 /// gymnasium's Pendulum constants (g = 10, m = l = 1).
 pub mod pendulum {
+    /// `theta_dot` is clipped to `[-MAX_SPEED, MAX_SPEED]`.
     pub const MAX_SPEED: f64 = 8.0;
+    /// The torque is clipped to `[-MAX_TORQUE, MAX_TORQUE]`.
     pub const MAX_TORQUE: f32 = 2.0;
+    /// Seconds between state updates.
     pub const DT: f64 = 0.05;
     /// `3 g / (2 l)`.
     pub const GRAVITY_TERM: f64 = 15.0;
@@ -217,8 +227,11 @@ pub struct EnvStep {
     pub obs: Vec<f32>,
     /// The observation the step reached, before any reset.
     pub final_obs: Vec<f32>,
+    /// The step's reward.
     pub reward: f32,
+    /// Whether the step reached a terminal state.
     pub terminated: bool,
+    /// Whether the time limit ended the episode.
     pub truncated: bool,
 }
 
@@ -229,6 +242,7 @@ pub struct Outputs {
     pub obs: Vec<f32>,
     /// `[N, OBS]`.
     pub final_obs: Vec<f32>,
+    /// `[N]`.
     pub reward: Vec<f32>,
     /// 0 or 1.
     pub terminated: Vec<u8>,
@@ -240,13 +254,21 @@ pub struct Outputs {
 /// buffers of [`crate::CartPole`] / [`crate::Pendulum`] and [`crate::EpisodeStats`].
 #[derive(Clone, Debug)]
 pub struct Batch<P: Physics> {
+    /// Each environment's state.
     pub state: Vec<P::State>,
+    /// Steps taken in the running episode.
     pub length: Vec<u32>,
+    /// The running episode's return.
     pub ret: Vec<f32>,
+    /// Episodes finished since the reset (the running episode's number).
     pub episodes: Vec<u32>,
+    /// The last finished episode's return.
     pub last_return: Vec<f32>,
+    /// The last finished episode's length.
     pub last_length: Vec<u32>,
+    /// The seed of the reset states.
     pub seed: u64,
+    /// The time limit.
     pub max_steps: u32,
 }
 
