@@ -50,7 +50,8 @@ __device__ __forceinline__ double angle_normalize(double x) {
 // reward, -cost of the state the step started from.
 __device__ __forceinline__ double pendulum_dynamics(double* s, float action) {
     const double th = s[0], thdot = s[1];
-    const float u = action < -MAX_TORQUE ? -MAX_TORQUE : (action > MAX_TORQUE ? MAX_TORQUE : action);
+    const float u =
+        action < -MAX_TORQUE ? -MAX_TORQUE : (action > MAX_TORQUE ? MAX_TORQUE : action);
     const double an = angle_normalize(th);
     const float torque_cost = __fmul_rn(0.001f, __fmul_rn(u, u));
     const double costs = add(add(mul(an, an), mul(0.1, mul(thdot, thdot))), (double)torque_cost);
@@ -94,7 +95,8 @@ extern "C" __global__ void pendulum_reset(double* __restrict__ state, unsigned* 
 // stepgraph(unsafe): action[n], state[n * 2], length[n], ret[n], episodes[n],
 // stepgraph(unsafe): last_return[n], last_length[n], obs[n * 3], final_obs[n * 3],
 // stepgraph(unsafe): reward[n], terminated[n], truncated[n], grid = elementwise(n)
-extern "C" __global__ void pendulum_step(const float* __restrict__ action, double* __restrict__ state,
+extern "C" __global__ void pendulum_step(const float* __restrict__ action,
+                                         double* __restrict__ state,
                                          unsigned* __restrict__ length, float* __restrict__ ret,
                                          unsigned* __restrict__ episodes,
                                          float* __restrict__ last_return,

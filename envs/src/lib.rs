@@ -108,7 +108,8 @@
 //!
 //! Reset states come from a counter-based generator: a hash of the batch's seed, the
 //! environment's index and the number of episodes it has finished, so a seed gives the
-//! same episodes on every GPU and in [`reference`](mod@reference), with no generator state to keep.
+//! same episodes on every GPU and in [`reference`](mod@reference), with no generator
+//! state to keep.
 
 #![warn(missing_docs)]
 pub mod reference;

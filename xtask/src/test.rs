@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the whole test suite, with nvcc 13.0 so the kernels build, the
 //! system tools the tests run (Chromium for the picture tests; sshd, ssh and rsync for the
-//! deploy tests), and gymnasium in a virtual environment (the environments' comparison). The tests themselves install nothing: they fail, naming what is
-//! missing and this command, when a tool is not there.
+//! deploy tests), and gymnasium in a virtual environment (the environments' comparison).
+//! The tests themselves install nothing: they fail, naming what is missing and this
+//! command, when a tool is not there.
 
 use std::fs;
 use std::path::{Path, PathBuf};
