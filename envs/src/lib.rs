@@ -88,9 +88,9 @@
 //! performs, in its order and rounded once (the kernels spell out `__dmul_rn` and
 //! friends, as nvcc would otherwise fuse a multiply and an add); observations are the
 //! state rounded to `f32`, as gymnasium returns them. An `f32` state would leave
-//! gymnasium's trajectory: CartPole's upright pole is unstable, and its rounding error
-//! of 1e-7 a step grows with it until termination, which is decided on the state, comes
-//! a step early or late. By the count of operations the doubles cost little beside
+//! gymnasium's trajectory: CartPole's upright pole is unstable, and over a long
+//! balanced episode its rounding error of 1e-7 a step grows until termination, which
+//! is decided on the state, comes at another step than gymnasium's. By the count of operations the doubles cost little beside
 //! the step's memory traffic: a few dozen per environment, `sin` and `cos` the
 //! largest, against 100 to 150 bytes read and written; more on a GPU with a low double
 //! rate. What still differs from gymnasium is `sin` and `cos`, which CUDA computes

@@ -15,8 +15,13 @@
 //!   differ) and steps on from its own states with gymnasium's actions; every final
 //!   observation must be within the tolerance, every reward within it too, both flags
 //!   equal at every step, and the statistics must give each episode's length and
-//!   return. Since the reference computes in float64 in numpy's order, its trajectory
-//!   stays on gymnasium's (CartPole's unstable pole would grow any float32 error).
+//!   return. The reference computes in float64 in numpy's order, and numpy's float64
+//!   `sin` and `cos` are the C library's, as Rust's are, so its trajectory is
+//!   gymnasium's bit for bit. This half is the stricter: replaying a long balanced
+//!   CartPole episode's actions without the policy's feedback grows even a 1-ulp
+//!   difference (a libm that rounds otherwise) until termination may move, which the
+//!   one-step half would not suffer; float32 arithmetic would move it in most such
+//!   episodes.
 //!
 //! Observation tolerance: `|got - want| <= 1e-5 max(|want|, 0.1)`, 1e-5 relative, and
 //! 1e-6 absolute below 0.1, where a value near zero (a cart at rest, a pendulum at
