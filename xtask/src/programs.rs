@@ -13,6 +13,9 @@ pub const DQN: &str = "stepgraph-dqn";
 /// The migration example's crate: a plain-cudarc trainer and its stepgraph step.
 pub const MIGRATE: &str = "stepgraph-migrate";
 
+/// The environments' library crate (CartPole, Pendulum on the GPU).
+pub const ENVS: &str = "stepgraph-envs";
+
 /// The soft actor-critic example's crate: a second trainer on the public API alone.
 pub const SAC: &str = "stepgraph-sac";
 
@@ -70,7 +73,7 @@ pub const DEMO: &str = "dqn";
 
 /// The packages whose integration tests named `gpu*` need a GPU: built with their
 /// `gpu-tests` feature into the GPU-test bundle, compiled (not run) by `cargo xtask test`.
-pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE, SAC];
+pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE, SAC, ENVS];
 
 /// The integration tests that need a GPU, by name (a cargo target pattern, passed as is:
 /// no shell expands it). The other test binaries stay home: the suite's `ui` runs

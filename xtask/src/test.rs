@@ -1,7 +1,8 @@
-//! `cargo xtask test`: the whole test suite, with nvcc 13.0 so the kernels build, and the
+//! `cargo xtask test`: the whole test suite, with nvcc 13.0 so the kernels build, the
 //! system tools the tests run (Chromium for the picture tests; sshd, ssh and rsync for the
-//! deploy tests). The tests themselves install nothing: they fail, naming what is
-//! missing and this command, when a tool is not there.
+//! deploy tests), and gymnasium in a virtual environment (the environments' comparison).
+//! The tests themselves install nothing: they fail, naming what is missing and this
+//! command, when a tool is not there.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,9 @@ use crate::install_nvcc::InstallNvcc;
 use crate::programs::{GPU_TEST_PACKAGES, GPU_TESTS};
 
 /// Installs nvcc, rustfmt and clippy and the tests' system tools if needed
-/// ([`TEST_TOOLS`], with apt-get, as root); checks the formatting; checks the published
+/// ([`TEST_TOOLS`], with apt-get, as root) and gymnasium into a virtual environment
+/// ([`GYMNASIUM_VENV`], [`GYMNASIUM_PINS`]), whose Python the tests get as
+/// `STEPGRAPH_PYTHON`; checks the formatting; checks the published
 /// crates with the toolchain each names as its `rust-version` (installed with rustup if
 /// missing); runs `cargo test --workspace`; compiles (does not run) the GPU tests; runs clippy on every
 /// target, GPU tests included, and builds the docs, both with warnings denied; and runs
@@ -35,6 +38,7 @@ impl Test {
     pub fn run(self, ws: &Workspace) -> Result<()> {
         let nvcc = InstallNvcc::with_dry_run(self.dry_run).ensure(ws)?;
         install_tools(TEST_TOOLS, self.dry_run)?;
+        let python = ensure_gymnasium(ws, self.dry_run)?;
         for component in RUST_COMPONENTS {
             ensure_component(ws, component, self.dry_run)?;
         }
@@ -65,7 +69,8 @@ impl Test {
         let mut all = ws.cargo();
         all.args(["test", "--workspace"])
             .args(&self.args)
-            .env("NVCC", &nvcc.path);
+            .env("NVCC", &nvcc.path)
+            .env(PYTHON_VAR, &python);
         cmd::run(&mut all, self.dry_run)?;
 
         // GPU tests cannot run without a GPU; this proves they compile. Only the GPU test
@@ -192,6 +197,77 @@ fn ensure_toolchain(version: &str, dry_run: bool) -> Result<()> {
             "Rust {version} checks the crates that name it as their rust-version, and `rustup toolchain install {version}` failed: install it"
         )
     })
+}
+
+/// Where `cargo xtask test` puts the virtual environment with gymnasium, relative to the
+/// workspace root: under `target/` whatever `CARGO_TARGET_DIR` says, as nvcc is.
+pub const GYMNASIUM_VENV: &str = "target/gymnasium";
+
+/// What the environments' comparison with gymnasium (`envs/tests/gymnasium.rs`) runs,
+/// every package pinned (gymnasium's own requirements are not), installed without
+/// dependency resolution so that nothing else comes in. Keep gymnasium's version in
+/// step with `GYMNASIUM` in that test, which refuses another.
+pub const GYMNASIUM_PINS: &[&str] = &[
+    "gymnasium==1.2.3",
+    "numpy==2.3.5",
+    "cloudpickle==3.1.3",
+    "typing-extensions==4.16.0",
+    "farama-notifications==0.0.6",
+];
+
+/// The variable that names the Python with gymnasium to the tests.
+pub const PYTHON_VAR: &str = "STEPGRAPH_PYTHON";
+
+/// The virtual environment's Python.
+pub fn gymnasium_python(ws: &Workspace) -> PathBuf {
+    ws.root.join(GYMNASIUM_VENV).join("bin/python")
+}
+
+/// Makes sure [`GYMNASIUM_VENV`] exists (`python3 -m venv`) and holds
+/// [`GYMNASIUM_PINS`] (pip, binary wheels only), and returns its Python.
+fn ensure_gymnasium(ws: &Workspace, dry_run: bool) -> Result<PathBuf> {
+    let python = gymnasium_python(ws);
+    let mut probe = Command::new(&python);
+    probe.arg("--version");
+    let mut venv = Command::new("python3");
+    venv.args(["-m", "venv"]).arg(ws.root.join(GYMNASIUM_VENV));
+    probe_or_install(probe, venv, dry_run, || {
+        format!(
+            "the gymnasium comparison needs a virtual environment in {GYMNASIUM_VENV}, and \
+             `python3 -m venv` failed: install Python 3 with venv (Debian: `apt-get install \
+             python3-venv`)"
+        )
+    })?;
+    let mut probe = Command::new(&python);
+    probe.args(["-c", &pins_probe(GYMNASIUM_PINS)]);
+    let mut pip = Command::new(&python);
+    pip.args(["-m", "pip", "install", "--no-deps", "--only-binary=:all:"])
+        .args(["--disable-pip-version-check", "--no-input"])
+        .args(GYMNASIUM_PINS);
+    probe_or_install(probe, pip, dry_run, || {
+        format!(
+            "the gymnasium comparison needs {} in {GYMNASIUM_VENV}, and pip could not \
+             install them",
+            GYMNASIUM_PINS.join(" ")
+        )
+    })?;
+    Ok(python)
+}
+
+/// A Python one-liner that fails unless every `name==version` of `pins` is installed at
+/// that version.
+fn pins_probe(pins: &[&str]) -> String {
+    let pairs: Vec<String> = pins
+        .iter()
+        .map(|p| {
+            let (name, version) = p.split_once("==").unwrap_or((p, ""));
+            format!("({name:?}, {version:?})")
+        })
+        .collect();
+    format!(
+        "import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in [{}]))",
+        pairs.join(", ")
+    )
 }
 
 /// Runs `install` unless `probe` succeeds; `--dry-run` shows both without running either.
@@ -462,12 +538,35 @@ mod tests {
             [
                 "stepgraph",
                 "stepgraph-build",
+                "stepgraph-envs",
                 "stepgraph-kernels",
                 "stepgraph-macros",
                 "stepgraph-picture",
                 "stepgraph-plan"
             ]
         );
+    }
+
+    #[test]
+    fn every_gymnasium_package_is_pinned_and_probed() {
+        for pin in GYMNASIUM_PINS {
+            let (name, version) = pin.split_once("==").expect("name==version");
+            assert!(!name.is_empty() && !version.is_empty(), "{pin}");
+        }
+        let probe = pins_probe(&["gymnasium==1.2.3", "numpy==2.3.5"]);
+        assert_eq!(
+            probe,
+            "import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in \
+             [(\"gymnasium\", \"1.2.3\"), (\"numpy\", \"2.3.5\")]))"
+        );
+        // The probe says no for a package that is not there (python3 is on every machine
+        // that runs these tests, as for the results merger's).
+        let status = Command::new("python3")
+            .args(["-c", &pins_probe(&["stepgraph-no-such-package==1.0"])])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!status.success());
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub struct Bundle {
     /// ARGS` runs it in a fresh results folder.
     #[arg(required_unless_present = "gpu_tests", conflicts_with = "gpu_tests")]
     pub example: Option<String>,
-    /// Bundle the GPU test binaries (`tests/gpu*.rs` of the suite and of the DQN crate)
+    /// Bundle the GPU test binaries (`tests/gpu*.rs` of the suite and the other crates of
+    /// `GPU_TEST_PACKAGES`)
     /// and every program, built with `--features gpu-tests`, instead of one job.
     #[arg(long)]
     pub gpu_tests: bool,
