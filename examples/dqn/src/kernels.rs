@@ -86,10 +86,10 @@ impl Kernels {
 // cannot take) before anything is launched. Buffers must be whole allocations, as every
 // `DeviceBuffer` is: the kernels' 16-byte accesses rely on their alignment.
 // A kernel whose bounds follow from its sizes declares them above its signature
-// (`// stepgraph(unsafe): ...`: lengths, conditions, grid), and its wrapper calls the
-// `_checked` method stepgraph-build generates from that; the others (per-branch pointer
-// arrays, a pointer table, plans that size dynamic shared memory) launch by hand with a
-// `SAFETY:` comment.
+// (`// stepgraph(unsafe): ...`: lengths, per-branch pointer tables, conditions, grid),
+// and its wrapper calls the `_checked` method stepgraph-build generates from that; the
+// others (the watch's table of tensors, a nullable output, plans that choose a path and
+// size dynamic shared memory at run time) launch by hand with a `SAFETY:` comment.
 
 /// A slot of the DQN step's loss buffer: [`LOSS_SLOTS`] floats, zeroed by a memset op at
 /// the start of the step. Each loss kernel adds its term's value into the term's slot and
