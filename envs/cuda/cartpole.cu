@@ -77,7 +77,7 @@ extern "C" __global__ void cartpole_reset(double* __restrict__ state, unsigned* 
                                           unsigned* __restrict__ last_length,
                                           float* __restrict__ obs, unsigned n,
                                           unsigned long long seed) {
-    const unsigned i = env_index();
+    const unsigned i = global_index();
     if (i >= n) {
         return;
     }
@@ -111,7 +111,7 @@ extern "C" __global__ void cartpole_step(const int* __restrict__ action, double*
                                          unsigned char* __restrict__ terminated,
                                          unsigned char* __restrict__ truncated, unsigned n,
                                          unsigned max_steps, unsigned long long seed) {
-    const unsigned i = env_index();
+    const unsigned i = global_index();
     if (i >= n) {
         return;
     }

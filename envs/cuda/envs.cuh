@@ -1,13 +1,12 @@
-// Shared by the environments' kernels (cartpole.cu, pendulum.cu): the thread's
-// environment, IEEE double arithmetic without contraction, the reset generator and the
-// episode bookkeeping of the same-step auto-reset. src/reference.rs mirrors every
+// Shared by the environments' kernels (cartpole.cu, pendulum.cu), one thread per
+// environment (stepgraph-kernels' `global_index`): IEEE double arithmetic without
+// contraction, the reset generator and the episode bookkeeping of the same-step
+// auto-reset. src/reference.rs mirrors every
 // function here; the GPU tests compare the two.
 #pragma once
 
-// One thread per environment.
-__device__ __forceinline__ unsigned env_index() {
-    return blockIdx.x * blockDim.x + threadIdx.x;
-}
+#include "stepgraph/common.cuh"
+#include "stepgraph/random.cuh"
 
 // Double arithmetic rounded once per operation, as numpy computes it: nvcc would
 // otherwise contract a * b + c into one fused multiply-add, whose single rounding moves
@@ -18,31 +17,22 @@ __device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, 
 __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ double dvd(double a, double b) { return __ddiv_rn(a, b); }
 
-// The reset generator: a hash of (seed, environment, episode, draw), splitmix64's output
-// function chained over the words. No state but the episode counter the environment
-// keeps, so an auto-reset inside a graph needs nothing from the host, and a seed gives
-// the same episodes on any GPU and on the CPU.
-#define ENV_GAMMA 0x9E3779B97F4A7C15ull
-
-__device__ __forceinline__ unsigned long long env_mix(unsigned long long z) {
-    z += ENV_GAMMA;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
+// The reset generator: a hash of (seed, environment, episode, draw), stepgraph-kernels'
+// mixing function chained over the words. No state but the episode counter the
+// environment keeps, so an auto-reset inside a graph needs nothing from the host, and a
+// seed gives the same episodes on any GPU and on the CPU.
 // The key of one episode of one environment.
 __device__ __forceinline__ unsigned long long episode_key(unsigned long long seed,
                                                           unsigned long long env,
                                                           unsigned long long episode) {
-    return env_mix(env_mix(env_mix(seed) ^ env) ^ episode);
+    return rng_splitmix(rng_splitmix(rng_splitmix(seed) ^ env) ^ episode);
 }
 
 // Draw `d` of an episode as a double uniform in [low, high): the top 53 bits as
 // u in [0, 1), then low + (high - low) u, numpy's `Generator.uniform` formula.
 __device__ __forceinline__ double episode_uniform(unsigned long long key, unsigned d,
                                                   double low, double high) {
-    const unsigned long long bits = env_mix(key + (unsigned long long)d * ENV_GAMMA);
+    const unsigned long long bits = rng_splitmix(key + (unsigned long long)d * RNG_GAMMA);
     const double u = (double)(bits >> 11) * 0x1.0p-53;
     return add(low, mul(sub(high, low), u));
 }

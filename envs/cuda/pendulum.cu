@@ -73,7 +73,7 @@ extern "C" __global__ void pendulum_reset(double* __restrict__ state, unsigned* 
                                           unsigned* __restrict__ last_length,
                                           float* __restrict__ obs, unsigned n,
                                           unsigned long long seed) {
-    const unsigned i = env_index();
+    const unsigned i = global_index();
     if (i >= n) {
         return;
     }
@@ -106,7 +106,7 @@ extern "C" __global__ void pendulum_step(const float* __restrict__ action,
                                          unsigned char* __restrict__ terminated,
                                          unsigned char* __restrict__ truncated, unsigned n,
                                          unsigned max_steps, unsigned long long seed) {
-    const unsigned i = env_index();
+    const unsigned i = global_index();
     if (i >= n) {
         return;
     }

@@ -24,15 +24,10 @@ use std::fmt::Debug;
 use stepgraph::{Error, Result};
 
 /// splitmix64's increment.
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// splitmix64's output function of `z + GAMMA` (`env_mix` in `cuda/envs.cuh`).
-pub fn mix(z: u64) -> u64 {
-    let mut z = z.wrapping_add(GAMMA);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use stepgraph_kernels::RNG_GAMMA as GAMMA;
+/// splitmix64's output function of `z` + [`GAMMA`]: stepgraph-kernels' generator's
+/// mixing step (`rng_splitmix` in `stepgraph/random.cuh`), which the kernels use too.
+pub use stepgraph_kernels::splitmix as mix;
 
 /// The key of episode `episode` of environment `env` under `seed`.
 pub fn episode_key(seed: u64, env: u64, episode: u64) -> u64 {

@@ -16,20 +16,13 @@
 // of several arrays at the same indices in one launch, over a gather table.
 
 #include "stepgraph/common.cuh"
+#include "stepgraph/random.cuh"
 #include "stepgraph/table.cuh"
 
-#define RNG_GAMMA 0x9E3779B97F4A7C15ull
 #define GATHER_TABLE_WORDS 5
 #define GATHER_CHUNK 512
 
 typedef unsigned long long u64;
-
-__device__ __forceinline__ u64 rng_splitmix(u64 z) {
-    z += RNG_GAMMA;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 __device__ __forceinline__ u64 rng_bits(u64 seed, u64 counter, unsigned substream, unsigned e) {
     const u64 key = rng_splitmix(rng_splitmix(seed) ^ counter);

@@ -23,7 +23,7 @@
 //! too). Each kernel has a CPU reference, `reference::<kernel>_reference`, for tests.
 //!
 //! The headers in `cuda/stepgraph/` (a thread's index, fixed-order warp, block and column
-//! reductions) are exported to the kernel crates that depend on this one: their `.cu`
+//! reductions, the generator's mixing function [`splitmix`]) are exported to the kernel crates that depend on this one: their `.cu`
 //! files `#include "stepgraph/reduce.cuh"`.
 //!
 //! Kernels are loaded as modules (`cuModuleLoadData`) and launched with `cuLaunchKernel`

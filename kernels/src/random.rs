@@ -131,15 +131,18 @@ impl DeviceRng {
     }
 }
 
-/// splitmix64's output function (`rng_splitmix` in `cuda/random.cu`).
-fn splitmix(mut z: u64) -> u64 {
+/// splitmix64's output function of `z` + [`RNG_GAMMA`] (`rng_splitmix` in the exported
+/// header `stepgraph/random.cuh`): the mixing step of this generator, for a crate that
+/// hashes keys of its own on the device and needs the same bits on the CPU.
+pub fn splitmix(mut z: u64) -> u64 {
     z = z.wrapping_add(RNG_GAMMA);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
-const RNG_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// splitmix64's increment (`RNG_GAMMA` in `stepgraph/random.cuh`).
+pub const RNG_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The 64 random bits of element `e` of a draw at `counter` from `substream`: what every
 /// kernel of [`DeviceRng`] starts from (see the module's formula), for a crate's own
