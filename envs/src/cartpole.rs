@@ -1,8 +1,8 @@
 //! CartPole-v1 (`cuda/cartpole.cu`): its batch of device state and its reset and step.
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, Result, StepBuffer};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, Result, StepBuffer};
 
-use crate::{EpisodeStats, Kernels, Transitions, env_count};
+use crate::{EpisodeStats, Kernels, Transitions, batch_buffers};
 
 /// `N` CartPole-v1 environments on the device: the state, the statistics and the seed
 /// of their reset states.
@@ -42,15 +42,10 @@ impl CartPole {
         seed: u64,
         max_steps: u32,
     ) -> Result<CartPole> {
-        let n = env_count("CartPole::new", n)?;
-        let state_len = n.checked_mul(Self::STATE).ok_or_else(|| Error::Argument {
-            what: "CartPole::new: the number of environments".into(),
-            expected: format!("at most {}", usize::MAX / Self::STATE),
-            found: n.to_string(),
-        })?;
+        let (state, stats) = batch_buffers(device, "CartPole", n, Self::STATE)?;
         Ok(CartPole {
-            state: device.alloc_zeros("CartPole states", state_len)?,
-            stats: EpisodeStats::new(device, n)?,
+            state,
+            stats,
             seed,
             max_steps,
         })

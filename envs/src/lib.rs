@@ -218,15 +218,30 @@ impl Transitions {
     }
 }
 
-/// The number of environments of a new batch, refused when 0 (nothing to allocate or
-/// launch).
-fn env_count(what: &str, n: usize) -> Result<usize> {
+/// The state (`state` doubles an environment) and the statistics of a new batch of `n`
+/// environments of `name` (`CartPole`), refused when `n` is 0 (nothing to allocate or
+/// launch) or the state's length overflows.
+fn batch_buffers(
+    device: &Device,
+    name: &str,
+    n: usize,
+    state: usize,
+) -> Result<(DeviceBuffer<f64>, EpisodeStats)> {
+    let what = || format!("{name}::new: the number of environments");
     if n == 0 {
         return Err(Error::Argument {
-            what: format!("{what}: the number of environments"),
+            what: what(),
             expected: "at least 1".into(),
             found: "0".into(),
         });
     }
-    Ok(n)
+    let state_len = n.checked_mul(state).ok_or_else(|| Error::Argument {
+        what: what(),
+        expected: format!("at most {}", usize::MAX / state),
+        found: n.to_string(),
+    })?;
+    Ok((
+        device.alloc_zeros(&format!("{name} states"), state_len)?,
+        EpisodeStats::new(device, n)?,
+    ))
 }
