@@ -31,6 +31,10 @@ mod multi_tensor;
 mod optim;
 #[path = "gpu/random.rs"]
 mod random;
+#[path = "gpu/repeat.rs"]
+mod repeat;
+#[path = "gpu/shared.rs"]
+mod shared;
 #[path = "gpu/views.rs"]
 mod views;
 #[path = "gpu/when.rs"]

@@ -75,4 +75,6 @@ fn the_committed_ptx_is_what_nvcc_makes_of_every_cu() {
     // The kernels the runtime loads by name.
     assert!(committed.contains(".visible .entry stepgraph_every("));
     assert!(committed.contains(".visible .entry stepgraph_when("));
+    assert!(committed.contains(".visible .entry stepgraph_loop_start("));
+    assert!(committed.contains(".visible .entry stepgraph_loop_next("));
 }

@@ -7,7 +7,7 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
-use crate::model::{BufKind, Priority, Step};
+use crate::model::{BufKind, Buffer, Priority, Step};
 use crate::schedule::{Access, DepKind, Plan};
 use crate::validate::{Arg, Resolved, Slot};
 
@@ -404,6 +404,11 @@ struct BoundBuffer {
 fn bind_buffer(step: &Step, field: &Ident, write: bool, slot: Slot, local: &Ident) -> BoundBuffer {
     let rt = rt();
     let buf = step.buffer_fields().find(|b| b.name == *field);
+    let step_name = step.name.to_string();
+    let is_shared = |name: &Ident| {
+        step.buffer_fields()
+            .any(|b| b.name == *name && b.across_steps.is_some())
+    };
     if let Some(parent) = buf.and_then(|b| b.view_of.as_ref()) {
         // A declared view: the op gets a view of the parent over the field's span.
         let (span, what) = match slot {
@@ -416,15 +421,27 @@ fn bind_buffer(step: &Step, field: &Ident, write: bool, slot: Slot, local: &Iden
             }
             _ => (quote!(__b.#field), format!("view `{field}` of `{parent}`")),
         };
+        // A shared parent is held for the call, as a shared buffer is.
+        let hold = format_ident!("{}_hold", local);
+        let (held, parent_mut, parent_ref) = if is_shared(parent) {
+            let held = if write {
+                quote!(let mut #hold = #rt::shared_write(&__b.#parent, #step_name)?;)
+            } else {
+                quote!(let #hold = #rt::shared_read(&__b.#parent, #step_name)?;)
+            };
+            (held, quote!(&mut *#hold), quote!(&*#hold))
+        } else {
+            (quote!(), quote!(&mut __b.#parent), quote!(&__b.#parent))
+        };
         return if write {
             BoundBuffer {
-                bind: quote!(let mut #local = #rt::declared_view_mut(&mut __b.#parent, #span, #what)?;),
+                bind: quote!(#held let mut #local = #rt::declared_view_mut(#parent_mut, #span, #what)?;),
                 arg: quote!(&mut #local),
                 view: true,
             }
         } else {
             BoundBuffer {
-                bind: quote!(let #local = #rt::declared_view(&__b.#parent, #span, #what)?;),
+                bind: quote!(#held let #local = #rt::declared_view(#parent_ref, #span, #what)?;),
                 arg: quote!(&#local),
                 view: true,
             }
@@ -441,6 +458,30 @@ fn bind_buffer(step: &Step, field: &Ident, write: bool, slot: Slot, local: &Iden
             quote!(__s.#field[#c])
         }
     };
+    if is_shared(field) {
+        // Held for the call: the op gets the value inside, and another step's capture on
+        // another thread, or the host, cannot reach it meanwhile.
+        let hold = format_ident!("{}_hold", local);
+        return if write {
+            BoundBuffer {
+                bind: quote! {
+                    let mut #hold = #rt::shared_write(&__b.#field, #step_name)?;
+                    let #local = &mut *#hold;
+                },
+                arg: quote!(&mut *#local),
+                view: false,
+            }
+        } else {
+            BoundBuffer {
+                bind: quote! {
+                    let #hold = #rt::shared_read(&__b.#field, #step_name)?;
+                    let #local = &*#hold;
+                },
+                arg: quote!(#local),
+                view: false,
+            }
+        };
+    }
     if write {
         BoundBuffer {
             bind: quote!(let #local = &mut #place;),
@@ -534,6 +575,8 @@ fn type_checks(step: &Step) -> TokenStream {
         let ty = &b.ty;
         if b.view_of.is_some() {
             quote_spanned!(ty.span()=> #rt::assert_view::<#ty>();)
+        } else if b.across_steps.is_some() {
+            quote_spanned!(ty.span()=> #rt::assert_shared::<#ty>();)
         } else {
             quote_spanned!(ty.span()=> #rt::assert_buffer::<#ty>();)
         }
@@ -563,6 +606,49 @@ fn views_fn(step: &Step) -> Option<TokenStream> {
         quote! {
             fn views(__b: &#buffers_ty) -> ::std::vec::Vec<(#rt::BufId, &[#rt::Span])> {
                 ::std::vec![#(#views),*]
+            }
+        }
+    })
+}
+
+/// The `#[shared]` buffers, each with whether an op writes it (itself or a view of it),
+/// for the step to order its launches with the other steps that use them. A step
+/// without shared buffers keeps the trait's default (none).
+fn shared_fn(step: &Step, resolved: &Resolved) -> Option<TokenStream> {
+    let rt = rt();
+    let buffers_ty = buffers_ident(step);
+    let fields: Vec<&Buffer> = step.buffer_fields().collect();
+    let written = |name: &Ident| {
+        resolved
+            .instances
+            .iter()
+            .flat_map(|i| &i.args)
+            .any(|a| match a {
+                Arg::Buffer {
+                    field, write: true, ..
+                } => {
+                    field == name
+                        || fields
+                            .iter()
+                            .any(|b| b.name == *field && b.view_of.as_ref() == Some(name))
+                }
+                _ => false,
+            })
+    };
+    let uses: Vec<TokenStream> = fields
+        .iter()
+        .filter(|b| b.across_steps.is_some())
+        .map(|b| {
+            let name = &b.name;
+            let text = name.to_string();
+            let writes = written(name);
+            quote!(#rt::shared_use(&__b.#name, #text, #writes))
+        })
+        .collect();
+    (!uses.is_empty()).then(|| {
+        quote! {
+            fn shared(__b: &#buffers_ty) -> ::std::vec::Vec<#rt::SharedUse> {
+                ::std::vec![#(#uses),*]
             }
         }
     })
@@ -608,6 +694,7 @@ fn spec_body(step: &Step, resolved: &Resolved, scratch: &ScratchCopies) -> Token
     let kernels_ty = kernels_ty(step);
     let scratch_init = &scratch.init;
     let views_fn = views_fn(step);
+    let shared_fn = shared_fn(step, resolved);
     let issue_ops = resolved
         .instances
         .iter()
@@ -619,6 +706,8 @@ fn spec_body(step: &Step, resolved: &Resolved, scratch: &ScratchCopies) -> Token
         }
 
         #views_fn
+
+        #shared_fn
 
         #[allow(unused_variables, clippy::needless_borrow)]
         fn issue(
@@ -642,6 +731,20 @@ fn issue_op(step: &Step, k: usize, inst: &crate::validate::Instance) -> TokenStr
     let op = &step.ops[inst.op];
     match (&op.every, &op.when) {
         (None, None) => quote!(__i.op(#rt::OpId(#id), |__st| #call)?;),
+        (_, Some(flag))
+            if step
+                .buffer_fields()
+                .any(|b| b.name == *flag && b.across_steps.is_some()) =>
+        {
+            // A shared flag is held (read) while the node is added; the op's own reads of
+            // it hold it again, which readers may.
+            let step_name = step.name.to_string();
+            let flag = quote_spanned!(flag.span()=> {
+                let __flag = #rt::shared_read(&__b.#flag, #step_name)?;
+                __i.op_when(#rt::OpId(#id), #rt::when_flag(&*__flag), |__st| #call)?;
+            });
+            quote!(#flag)
+        }
         (_, Some(flag)) => {
             // Spanned on the flag, so that a field of another type is reported there.
             let flag = quote_spanned!(flag.span()=> #rt::when_flag(&__b.#flag));

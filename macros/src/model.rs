@@ -77,6 +77,9 @@ pub struct Buffer {
     /// `#[view(of = parent)]`: the field holds where a view lies in `parent` (a `Span`, or
     /// an array of them with `#[per_branch]`), and ops that name it get a view of `parent`.
     pub view_of: Option<Ident>,
+    /// `#[shared]`: the field holds a `Shared<T>` that other steps use too, and ops get
+    /// the `T` inside.
+    pub across_steps: Option<Span>,
 }
 
 impl Buffer {

@@ -324,7 +324,11 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
         let mut kind = BufKind::Shared;
         let mut kind_span = name.span();
         let mut view_of: Option<Ident> = None;
+        let across_steps = marker(&field.attrs, "shared", errors).map(|a| a.span());
         for attr in &field.attrs {
+            if is(attr, "shared") {
+                continue;
+            }
             if is(attr, "view") {
                 match parse_view(attr) {
                     Ok(parent) if view_of.is_some() => errors.spanned(
@@ -354,13 +358,14 @@ fn parse_buffers(mut s: ItemStruct, errors: &Errors) -> Struct<Buffer> {
             kind,
             kind_span,
             view_of,
+            across_steps,
         });
     }
     if let syn::Fields::Named(f) = &mut s.fields {
         for field in f.named.iter_mut() {
-            field
-                .attrs
-                .retain(|a| !is(a, "per_branch") && !is(a, "scratch") && !is(a, "view"));
+            field.attrs.retain(|a| {
+                !is(a, "per_branch") && !is(a, "scratch") && !is(a, "view") && !is(a, "shared")
+            });
         }
     }
     Struct { item: s, fields }

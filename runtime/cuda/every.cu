@@ -24,3 +24,22 @@ extern "C" __global__ void stepgraph_when(cudaGraphConditionalHandle handle,
                                           const unsigned int* flag) {
     cudaGraphSetConditional(handle, *flag != 0 ? 1u : 0u);
 }
+
+// A step's device loop (`Step::replay_loop`): a WHILE node whose body is the step. The
+// counters are `[limit, remaining]`; the host sets `limit` (a memset, ordered before the
+// launch on the launching stream). `stepgraph_loop_start` runs before the node and opens
+// it unless the limit is 0; `stepgraph_loop_next` is the body's last node, after every op,
+// and keeps the node open until the limit's iterations have run.
+extern "C" __global__ void stepgraph_loop_start(cudaGraphConditionalHandle handle,
+                                                unsigned int* counters) {
+    unsigned int limit = counters[0];
+    counters[1] = limit;
+    cudaGraphSetConditional(handle, limit != 0 ? 1u : 0u);
+}
+
+extern "C" __global__ void stepgraph_loop_next(cudaGraphConditionalHandle handle,
+                                               unsigned int* counters) {
+    unsigned int remaining = counters[1] - 1;
+    counters[1] = remaining;
+    cudaGraphSetConditional(handle, remaining != 0 ? 1u : 0u);
+}

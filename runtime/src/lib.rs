@@ -24,6 +24,9 @@
 //!   with [`Step::read_back`], without waiting), both double-buffered in pinned memory
 //!   and copied inside the graph; `#[every(k)]` and `#[when(flag)]` ops for work at
 //!   every k-th replay or while a device flag is set;
+//! - a whole training loop: [`Shared`] buffers that several steps use (act, update,
+//!   evaluate), ordered by their launches, and device loops ([`Step::replay_loop`]) that
+//!   run a step n times in one launch, in a CUDA conditional WHILE node;
 //! - the device: [`Device`], [`Error`];
 //! - what keeps work in the graph beyond the types: the capture guard
 //!   ([`Options::capture_guard`]), which refuses, naming the op and the call, every CUDA
@@ -80,6 +83,7 @@ pub use op::comm::{CollectiveElem, CommId, Communicator, ReduceOp};
 pub use op::flag::DeviceFlag;
 pub use op::host_io::{HostInput, HostOutput, INPUT_SLOTS, MAX_IN_FLIGHT, OUTPUT_SLOTS, ReadBack};
 pub use op::scalars::{DeviceScalars, HostAccess};
+pub use op::shared::{Shared, SharedHost};
 pub use op::stream::CaptureStream;
 /// `#[derive(ConfigValue)]`: a struct or enum whose fields are all config values is one.
 /// See [`ConfigValue`](trait@ConfigValue).
@@ -264,6 +268,76 @@ pub use stepgraph_macros::StepBuffer;
 ///   assert!(plan.ops[0].waits.iter().chain(plan.ops[1].waits).all(|e| plan.events[e.index()].after.is_none()));
 ///   // `sum` reads all of `q_all`, so it waits for both.
 ///   assert_eq!(plan.ops[2].waits.len(), 2);
+///   ```
+///
+///   A field marked `#[shared]` holds a [`Shared`]`<T>`: memory that other steps use too
+///   (the parameters an act step reads and an update step writes, a replay buffer,
+///   environment state). Each step's buffers hold a clone of one `Shared`; an op takes
+///   the `T` inside as any buffer (`&T`, `&mut T`, or a view of it). Each step is still
+///   its own graph, captured once, and the steps run in the order the host launches them:
+///   a launch waits on the device for the last launch of another step that writes what
+///   it uses (and, when it writes, for the reads since), so an update is seen whole by
+///   the next act and never by the one before. A step refuses to run on memory that
+///   another step's [`Step::rebind`] replaced since it was captured, naming both
+///   ([`Error::SharedRebound`]; [`Step::recapture`] takes the new memory). `#[shared]`
+///   on a `#[per_branch]` array, on scratch or on a view is a compile error, and a
+///   `Shared` field without it is refused as a buffer.
+///
+///   ```
+///   #[stepgraph::step(streams(main))]
+///   mod act {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result, Shared};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           #[shared]
+///           pub params: Shared<DeviceBuffer<f32>>,
+///           pub actions: DeviceBuffer<f32>,
+///       }
+///
+///       fn policy(s: &CaptureStream<'_>, params: &DeviceBuffer<f32>, actions: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(params, actions) // stands for a forward pass
+///       }
+///   }
+///
+///   #[stepgraph::step(streams(main))]
+///   mod update {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result, Shared};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           #[shared]
+///           pub params: Shared<DeviceBuffer<f32>>,
+///       }
+///
+///       fn sgd(s: &CaptureStream<'_>, params: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.memset_zeros(params) // stands for an optimiser step
+///       }
+///   }
+///
+///   // Each plan is its own; the order between them is kept at launch (see `Shared`).
+///   assert_eq!(act::Step::plan().ops[0].name, "policy");
+///   assert_eq!(update::Step::plan().ops[0].name, "sgd");
+///   ```
+///
+///   ```compile_fail
+///   #[stepgraph::step(streams(main))]
+///   mod scratchy {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result, Shared};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           // error: buffer `tmp` cannot be #[shared]: scratch holds nothing between
+///           // launches, and this step allocates its copies
+///           #[shared]
+///           #[scratch(per_stream)]
+///           pub tmp: Shared<DeviceBuffer<f32>>,
+///       }
+///
+///       fn fill(s: &CaptureStream<'_>, #[out] tmp: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.memset_zeros(tmp)
+///       }
+///   }
 ///   ```
 /// - `#[config] struct`: values the ops take by value (sizes, coefficients), cloned into
 ///   each op.
@@ -656,6 +730,10 @@ pub mod __rt_v1 {
     pub use crate::op::context::OpContext;
     pub use crate::op::flag::{DeviceFlag, WhenFlag, when_flag};
     pub use crate::op::grant::{Grant, Granted, granted, granted_view};
+    pub use crate::op::shared::{
+        Shared, SharedRead, SharedUse, SharedWrite, assert_shared, shared_read, shared_use,
+        shared_write,
+    };
     pub use crate::op::stream::CaptureStream;
     pub use crate::plan::{
         AccessDesc, BufId, BufKind, BufferDesc, EdgeDesc, EdgeKind, EventDesc, EventId, OpDesc,

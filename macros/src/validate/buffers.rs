@@ -35,6 +35,35 @@ pub fn check_per_branch_arrays(buffers: &[&Buffer], errors: &Errors) {
     }
 }
 
+/// A `#[shared]` buffer is one allocation that several steps use, handed to each op
+/// whole: per-branch arrays and scratch copies are a step's own (the step allocates the
+/// copies, and each branch indexes its element), and a view holds no memory to share.
+pub fn check_shared(buffers: &[&Buffer], errors: &Errors) {
+    for b in buffers {
+        let Some(span) = b.across_steps else {
+            continue;
+        };
+        let why = if b.view_of.is_some() {
+            Some(
+                "a view holds no memory of its own, only where it lies: share its parent"
+                    .to_string(),
+            )
+        } else if b.kind == BufKind::PerBranch {
+            Some("a #[per_branch] array is indexed by this step's branches: share a struct or array of the buffers as one (`Shared<[T; N]>`), or share each buffer".to_string())
+        } else if b.is_scratch() {
+            Some("scratch holds nothing between launches, and this step allocates its copies: a buffer other steps read must hold its values".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            errors.at(
+                span,
+                format!("buffer `{}` cannot be #[shared]: {why}", b.name),
+            );
+        }
+    }
+}
+
 /// The parent of each `#[view(of = ..)]` field, by buffer index. A view lies inside a
 /// whole buffer that every op reaches the same way: not inside another view (whose own
 /// place is known only at run time), not inside scratch or per-branch copies (each

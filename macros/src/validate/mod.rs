@@ -158,6 +158,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         .collect();
     buffers::check_buffer_count(&buffers, errors);
     buffers::check_per_branch_arrays(&buffers, errors);
+    buffers::check_shared(&buffers, errors);
     let view_parent = buffers::check_views(&buffers, &buf_ix, errors);
     let scope = Scope {
         step,

@@ -80,6 +80,8 @@ pub struct Executor {
     options: Options,
     /// Identifies this executor to the host inputs and outputs its graph copies.
     id: u64,
+    /// The step's device loop ([`Executor::replay_loop`]), once one was launched.
+    repeat: Option<repeat::Repeat>,
     /// Replay numbers and completion events, for host inputs and outputs.
     clock: crate::op::host_io::Clock,
     /// The graph's copies from and to host inputs and outputs, re-pointed before each
@@ -98,6 +100,8 @@ impl fmt::Debug for Executor {
             .finish()
     }
 }
+
+mod repeat;
 
 impl Drop for Executor {
     fn drop(&mut self) {
@@ -217,6 +221,7 @@ impl Executor {
             verify: options.verify,
             last_verify: None,
             options,
+            repeat: None,
             id: crate::op::host_io::next_executor_id(),
             clock: crate::op::host_io::Clock::new(device)?,
             patches: RefCell::new(Vec::new()),
@@ -350,7 +355,8 @@ impl Executor {
         }
     }
 
-    fn origin(&self) -> &Arc<CudaStream> {
+    /// The stream where capture begins and ends and every graph is launched.
+    pub(crate) fn origin(&self) -> &Arc<CudaStream> {
         &self.streams[0]
     }
 
@@ -499,6 +505,10 @@ impl Executor {
         }
         *self.patches.get_mut() = patches;
         self.stale = false;
+        // The loop's graph was captured from the same buffers: capture it again too.
+        if let Some(r) = &mut self.repeat {
+            r.forget_graph();
+        }
         let origin = self.origin().clone();
         if let Some(graph) = &self.graph {
             graph.upload(&origin).map_err(wrap)?;
@@ -568,6 +578,18 @@ impl Executor {
         extras: Extras<'_>,
         io: &IoPass,
     ) -> Result<CapturedGraph> {
+        self.capture_into(issue, extras, io, None)
+    }
+
+    /// [`Executor::capture_graph`], or with `looped`, the graph of the step's device
+    /// loop: the ops are captured into the body of the loop's WHILE node.
+    fn capture_into(
+        &self,
+        issue: &mut dyn FnMut(&Issue<'_>) -> Result<()>,
+        extras: Extras<'_>,
+        io: &IoPass,
+        looped: Option<&repeat::Repeat>,
+    ) -> Result<CapturedGraph> {
         // The capture guard watches both passes: what an op's code calls outside the
         // runtime is checked from the dry pass on.
         let _watching = if self.options.capture_guard {
@@ -583,7 +605,10 @@ impl Executor {
         self.sync_all()?;
 
         let origin = self.origin().clone();
-        crate::driver::graph::begin_capture(&origin)?;
+        match looped {
+            None => crate::driver::graph::begin_capture(&origin)?,
+            Some(r) => r.begin(&origin)?,
+        }
         let issued = extras
             .timers
             .as_ref()
@@ -592,13 +617,29 @@ impl Executor {
             })
             .and_then(|()| self.record_fork_events())
             .and_then(|()| self.pass(Mode::Capture, issue, extras, io))
-            .and_then(|()| self.final_joins());
+            .and_then(|()| self.final_joins())
+            .and_then(|()| looped.map_or(Ok(()), |r| r.next(&origin)));
         if issued.is_err() {
             self.abort_join();
         }
         // The origin stream is capturing (begun above); ending it returns the graph,
-        // which CapturedGraph owns from here on.
-        let ended = crate::driver::graph::end_capture(&origin);
+        // which CapturedGraph owns from here on. In a loop it returns the WHILE node's
+        // body, which the node owns, and the loop's own capture holds the graph.
+        let ended = match looped {
+            None => crate::driver::graph::end_capture(&origin),
+            Some(r) => {
+                let body = crate::driver::graph::end_capture(&origin);
+                let outer = r.end();
+                match (body, outer) {
+                    (Ok(_), outer) => outer,
+                    (Err(e), Ok(graph)) => {
+                        drop(r.owned(graph));
+                        Err(e)
+                    }
+                    (Err(e), Err(_)) => Err(e),
+                }
+            }
+        };
         crate::scope::free_deferred();
         let captured = match ended {
             Ok(g) if !g.is_null() => {
@@ -819,7 +860,17 @@ impl Executor {
                 stale: self.graph.is_some(),
             });
         };
-        let mut patches = self.patches.borrow_mut();
+        self.launch(graph, &self.patches)
+    }
+
+    /// Launches `graph` (the step's, or its loop's) on the origin stream, with its copies
+    /// from and to host inputs and outputs pointed at this replay's slots.
+    fn launch(
+        &self,
+        graph: &Graph,
+        patches: &RefCell<Vec<crate::op::host_io::Patch>>,
+    ) -> Result<()> {
+        let mut patches = patches.borrow_mut();
         if patches.is_empty() {
             // One driver call and a count: a completion event recorded per replay would
             // cost about another microsecond of host time on every step.

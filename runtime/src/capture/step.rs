@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::measure::work::WorkBound;
 use crate::op::host_io::{HostInput, HostOutput, ReadBack};
 use crate::op::scalars::HostAccess;
+use crate::op::shared::{SharedUse, Sharing, rebinding};
 use crate::plan::{BufId, OpId, PlanDesc, Profile};
 
 /// What `#[step]` emits for a step module, and all [`Step`] needs to run it: the plan, the
@@ -45,6 +46,13 @@ pub trait StepSpec: 'static {
     /// per copy.
     #[doc(hidden)]
     fn views(buffers: &Self::Buffers) -> Vec<(BufId, &[Span])> {
+        let _ = buffers;
+        Vec::new()
+    }
+
+    /// The shared buffers (`#[shared]` fields) and whether an op writes each.
+    #[doc(hidden)]
+    fn shared(buffers: &Self::Buffers) -> Vec<SharedUse> {
         let _ = buffers;
         Vec::new()
     }
@@ -98,6 +106,8 @@ pub struct Step<S: StepSpec> {
     scratch: S::Scratch,
     config: S::Config,
     kernels: Arc<S::Kernels>,
+    /// Where its launches stand with the other steps that use its shared buffers.
+    sharing: Sharing,
 }
 
 impl<S: StepSpec> fmt::Debug for Step<S> {
@@ -155,6 +165,7 @@ impl<S: StepSpec> Step<S> {
             scratch,
             config,
             kernels: kernels.into(),
+            sharing: Sharing::new(S::PLAN.step),
         };
         step.capture()?;
         Ok(step)
@@ -218,13 +229,73 @@ impl<S: StepSpec> Step<S> {
         if self.exec.is_stale() {
             self.capture()?;
         }
-        self.exec.replay()
+        let uses = S::shared(&self.buffers);
+        let exec = &self.exec;
+        self.sharing.launch(&uses, exec.origin(), || exec.replay())
+    }
+
+    /// Launches one graph that runs the step `n` times in a row on the device: a CUDA
+    /// conditional WHILE node whose body is the step, with no host round trip between
+    /// iterations. Returns once the launch is queued; [`Step::wait`] waits for it.
+    ///
+    /// The loop's graph is captured at the first call (and again after a
+    /// [`rebind`](Step::rebind)); another `n` needs no new capture. Each iteration
+    /// counts as a replay for the `#[every(k)]` ops, so an update marked `#[every(4)]` in
+    /// an acting step runs at every 4th iteration. The launch counts as one replay for
+    /// host inputs and outputs: [`Step::read_back`] gives what the last iteration copied,
+    /// without waiting. A step whose ops issue NCCL collectives cannot loop: the driver
+    /// allows none in a conditional node's body.
+    ///
+    /// ```no_run
+    /// #[stepgraph::step(streams(main))]
+    /// mod count {
+    ///     use stepgraph::{CaptureStream, DeviceBuffer, Result};
+    ///
+    ///     #[buffers]
+    ///     pub struct Buffers {
+    ///         pub steps: DeviceBuffer<u32>,
+    ///         pub syncs: DeviceBuffer<u32>,
+    ///     }
+    ///
+    ///     fn env_step(s: &CaptureStream<'_>, steps: &mut DeviceBuffer<u32>) -> Result<()> {
+    ///         s.memset_zeros(steps) // stands for an environment step
+    ///     }
+    ///
+    ///     #[every(4)]
+    ///     fn update(s: &CaptureStream<'_>, syncs: &mut DeviceBuffer<u32>) -> Result<()> {
+    ///         s.memset_zeros(syncs) // stands for an update, at every 4th iteration
+    ///     }
+    /// }
+    ///
+    /// let device = stepgraph::Device::new(0)?;
+    /// let buffers = count::Buffers {
+    ///     steps: device.alloc_zeros("steps", 1)?,
+    ///     syncs: device.alloc_zeros("syncs", 1)?,
+    /// };
+    /// let mut step = count::Step::new(&device, (), buffers, count::Config {})?;
+    /// step.replay_loop(128)?; // 128 iterations, 32 updates, one launch
+    /// step.wait()?;
+    /// assert_eq!(step.every_counters()?[0].counted, 0); // 128 is a multiple of 4
+    /// # Ok::<(), stepgraph::Error>(())
+    /// ```
+    pub fn replay_loop(&mut self, n: u32) -> Result<()> {
+        if self.exec.is_stale() {
+            self.capture()?;
+        }
+        if !self.exec.loop_captured() {
+            self.with_ops(|exec, issue| exec.capture_loop(issue))?;
+        }
+        let uses = S::shared(&self.buffers);
+        let exec = &self.exec;
+        self.sharing
+            .launch(&uses, exec.origin(), || exec.launch_loop(n))
     }
 
     /// Runs the ops once without a graph, issued as they come (the eager baseline), on
     /// the same streams and events.
     pub fn run_eager(&mut self) -> Result<()> {
-        self.with_ops(|exec, issue| exec.run_eager(issue))
+        let uses = S::shared(&self.buffers);
+        self.with_launch(&uses, |exec, issue| exec.run_eager(issue))
     }
 
     /// Waits for the last replay or eager run.
@@ -437,7 +508,10 @@ impl<S: StepSpec> Step<S> {
         if self.exec.is_stale() {
             self.capture()?;
         }
-        self.exec.time_replays(warmup, iters)
+        let uses = S::shared(&self.buffers);
+        let exec = &self.exec;
+        self.sharing
+            .launch(&uses, exec.origin(), || exec.time_replays(warmup, iters))
     }
 
     /// Waits for the last replay, lets `f` change the buffers (swap one for another of
@@ -445,7 +519,7 @@ impl<S: StepSpec> Step<S> {
     /// when the driver accepts it, instantiated anew otherwise.
     pub fn rebind<R>(&mut self, f: impl FnOnce(&mut S::Buffers) -> R) -> Result<R> {
         self.exec.wait()?;
-        let out = f(&mut self.buffers);
+        let out = rebinding::within(S::PLAN.step, || f(&mut self.buffers));
         self.exec.mark_stale();
         order_views::<S>(&mut self.exec, &self.buffers)?;
         self.capture()?;
@@ -469,7 +543,8 @@ impl<S: StepSpec> Step<S> {
     /// it `replays` times and returns the median timeline: per-op durations, per-stream
     /// busy time, the measured critical path, the overlap. The normal graph is untouched.
     pub fn profile(&mut self, replays: usize) -> Result<Profile> {
-        self.with_ops(|exec, issue| exec.profile(issue, replays))
+        let uses = S::shared(&self.buffers);
+        self.with_launch(&uses, |exec, issue| exec.profile(issue, replays))
     }
 
     /// Captures the step once more and measures its work bound: every kernel timed alone,
@@ -477,7 +552,8 @@ impl<S: StepSpec> Step<S> {
     /// this step's buffers (in-place updates included): measure when the values no longer
     /// matter.
     pub fn work_bound(&mut self) -> Result<WorkBound> {
-        self.with_ops(|exec, issue| exec.work_bound(issue))
+        let uses = S::shared(&self.buffers);
+        self.with_launch(&uses, |exec, issue| exec.work_bound(issue))
     }
 
     /// Captures the step again, reads the graph back from the driver and checks it
@@ -499,14 +575,51 @@ impl<S: StepSpec> Step<S> {
             scratch,
             config,
             kernels,
+            ..
         } = self;
         f(exec, &mut |issue| {
             S::issue(issue, buffers, scratch, config, kernels)
         })
     }
 
+    /// [`Step::with_ops`] for work that runs the ops (an eager run, a profile, a work
+    /// bound): ordered with the other steps that use this step's shared buffers.
+    fn with_launch<R>(
+        &mut self,
+        uses: &[SharedUse],
+        f: impl FnOnce(&mut Executor, &mut dyn FnMut(&Issue<'_>) -> Result<()>) -> Result<R>,
+    ) -> Result<R> {
+        let Step {
+            exec,
+            buffers,
+            scratch,
+            config,
+            kernels,
+            sharing,
+        } = self;
+        let origin = exec.origin().clone();
+        sharing.launch(uses, &origin, || {
+            f(exec, &mut |issue| {
+                S::issue(issue, buffers, scratch, config, kernels)
+            })
+        })
+    }
+
+    /// Captures the step again with its buffers as they are: after another step's
+    /// [`rebind`](Step::rebind) (or the host, through [`Shared::host`](crate::Shared::host))
+    /// replaced a shared buffer's memory, which this step refuses to run on until then
+    /// ([`Error::SharedRebound`](crate::Error::SharedRebound)).
+    pub fn recapture(&mut self) -> Result<()> {
+        self.exec.wait()?;
+        self.exec.mark_stale();
+        order_views::<S>(&mut self.exec, &self.buffers)?;
+        self.capture()
+    }
+
     fn capture(&mut self) -> Result<()> {
-        self.with_ops(|exec, issue| exec.capture(issue))
+        self.with_ops(|exec, issue| exec.capture(issue))?;
+        self.sharing.captured(&S::shared(&self.buffers));
+        Ok(())
     }
 }
 

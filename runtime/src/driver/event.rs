@@ -20,6 +20,14 @@ pub(crate) fn event(device: &Device, timing: bool) -> Result<CudaEvent> {
         .map_err(Error::driver("cuEventCreate"))
 }
 
+/// An event of `ctx` that only orders streams (no timing).
+pub(crate) fn ordering_event(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+) -> Result<CudaEvent> {
+    ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        .map_err(Error::driver("cuEventCreate"))
+}
+
 /// Milliseconds from `from` to `to`, both recorded and complete.
 pub(crate) fn elapsed_ms(from: &CudaEvent, to: &CudaEvent) -> Result<f64> {
     from.elapsed_ms(to)

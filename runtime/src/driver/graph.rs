@@ -393,13 +393,26 @@ pub(crate) fn conditional_handle(
     Ok(handle)
 }
 
-/// Adds an IF node on `handle` to `graph`, the graph `stream` is capturing, after what
-/// the stream has issued so far; returns the node and its body graph (empty, owned by
-/// the node).
-pub(crate) fn add_conditional_if(
+/// A conditional node's handle, which a kernel sets to open or close the node.
+pub(crate) type ConditionalHandle = sys::CUgraphConditionalHandle;
+
+/// Which conditional node [`add_conditional`] adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConditionalKind {
+    /// Runs its body once when the condition is set.
+    If,
+    /// Runs its body while the condition is set, checked before each iteration.
+    While,
+}
+
+/// Adds a conditional node of `kind` on `handle` to `graph`, the graph `stream` is
+/// capturing, after what the stream has issued so far; returns the node and its body
+/// graph (empty, owned by the node).
+pub(crate) fn add_conditional(
     stream: &CudaStream,
     graph: CUgraph,
     handle: sys::CUgraphConditionalHandle,
+    kind: ConditionalKind,
 ) -> Result<(CUgraphNode, CUgraph)> {
     let deps = capture_dependencies(stream)?;
     // SAFETY: zeroed node parameters are a valid start; the conditional arm is set
@@ -408,7 +421,10 @@ pub(crate) fn add_conditional_if(
     params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
     params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
         handle,
-        type_: sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+        type_: match kind {
+            ConditionalKind::If => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+            ConditionalKind::While => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+        },
         size: 1,
         phGraph_out: std::ptr::null_mut(),
         ctx: stream.context().cu_ctx(),

@@ -452,6 +452,48 @@ pub enum Error {
         /// The likely cause.
         why: &'static str,
     },
+    /// A step launched on shared memory ([`Shared`](crate::Shared)) that was replaced
+    /// since the step was captured: its graph still refers to the old memory. Capture it
+    /// again ([`Step::recapture`](crate::Step::recapture)) before launching it.
+    #[error(
+        "step `{step}` was captured with shared buffer `{buffer}` (field `{field}`), which {} \
+         has since replaced with other memory: capture `{step}` again (`Step::recapture`) \
+         before launching it",
+        match by { Some(s) => format!("step `{s}`"), None => "the host".to_string() }
+    )]
+    SharedRebound {
+        /// The step that would have run on the old memory.
+        step: &'static str,
+        /// The shared buffer's name ([`Shared::new`](crate::Shared::new)).
+        buffer: String,
+        /// The field of the step's buffers that holds it.
+        field: &'static str,
+        /// The step whose rebind replaced the memory (`None`: the host, outside any
+        /// step's rebind).
+        by: Option<&'static str>,
+    },
+    /// A shared buffer ([`Shared`](crate::Shared)) that another holder uses now: a step
+    /// whose ops are being issued on another thread (a capture, an eager run), or the
+    /// host through [`Shared::host`](crate::Shared::host).
+    #[error(
+        "{} needs shared buffer `{buffer}`, which {} holds now: {}",
+        holder_text(step),
+        holder_text(holder),
+        if *holder == "the host" {
+            "drop the host's hold (`Shared::host`) first"
+        } else {
+            "a step's capture or eager run holds its shared buffers until it ends; issue the \
+             steps that share a buffer from one thread at a time"
+        }
+    )]
+    SharedBusy {
+        /// The step (or `the host`) that asked for it.
+        step: &'static str,
+        /// The shared buffer's name.
+        buffer: String,
+        /// Who holds it: a step, or `the host`.
+        holder: &'static str,
+    },
     /// An invariant of stepgraph's own does not hold: a bug in stepgraph (or a driver
     /// that behaves unlike its documentation), not in the program. Nothing the caller
     /// changes is expected to avoid it; report it with the message.
@@ -566,6 +608,15 @@ impl Error {
 }
 
 /// Why a declared module has no image to load.
+/// How a holder of a shared buffer reads in a message: a step by name, or the host.
+fn holder_text(who: &str) -> String {
+    if who == "the host" {
+        who.to_string()
+    } else {
+        format!("step `{who}`")
+    }
+}
+
 fn no_image(portable: bool, images: &[&str]) -> String {
     if portable && !images.is_empty() {
         format!(

@@ -83,7 +83,8 @@ use crate::op::scalars::DeviceScalars;
     label = "not device memory the plan can order",
     note = "a step's buffers are DeviceBuffer<T>, DeviceScalars<T>, DeviceFlag, HostInput<T>, HostOutput<T>, a Communicator, cudarc's CudaSlice<T>, arrays of them, and structs of them that `#[derive(stepgraph::StepBuffer)]`",
     note = "if `{Self}` is a struct of buffers, add `#[derive(stepgraph::StepBuffer)]` to it",
-    note = "host handles (Device, streams, steps) would let an op synchronise, allocate, download or replay inside the capture, and interior mutability (RefCell, Mutex, Arc) write through `&`; keep them outside the step"
+    note = "host handles (Device, streams, steps) would let an op synchronise, allocate, download or replay inside the capture, and interior mutability (RefCell, Mutex, Arc) write through `&`; keep them outside the step",
+    note = "a buffer that other steps use too is a `stepgraph::Shared<T>` field marked `#[shared]`"
 )]
 pub unsafe trait StepBuffer {
     /// Pushes where the device memory an op reaches through this value lies, as

@@ -66,19 +66,11 @@ impl ConditionalOps {
             return Ok(None);
         }
         let ctx = device.context();
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
-            .map_err(Error::driver("cuModuleLoadData"))?;
-        let load = |kernel: &'static str| {
-            module
-                .load_function(kernel)
-                .map_err(|source| Error::KernelMissing {
-                    module: "stepgraph_every",
-                    kernel,
-                    source,
-                })
-        };
-        let (every, when) = (load("stepgraph_every")?, load("stepgraph_when")?);
+        let module = load_module(device)?;
+        let (every, when) = (
+            function(&module, "stepgraph_every")?,
+            function(&module, "stepgraph_when")?,
+        );
         let counters = plan
             .ops
             .iter()
@@ -216,7 +208,12 @@ impl ConditionalOps {
         // The conditional node, after what the stream has issued so far (the kernel);
         // what the stream issues next follows it, and its body is captured on the body
         // stream.
-        let (node, body) = crate::driver::graph::add_conditional_if(stream, graph, handle)?;
+        let (node, body) = crate::driver::graph::add_conditional(
+            stream,
+            graph,
+            handle,
+            crate::driver::graph::ConditionalKind::If,
+        )?;
         crate::driver::graph::set_capture_dependencies(stream, node)?;
         crate::driver::graph::begin_capture_to_graph(&self.body_stream, body)?;
         Ok(body)
@@ -228,6 +225,94 @@ impl ConditionalOps {
         // The node owns the body graph the capture returns.
         crate::driver::graph::end_capture(&self.body_stream).map(|_| ())
     }
+}
+
+/// The kernels of a step's device loop (`cuda/every.cu`): `stepgraph_loop_start` before its
+/// WHILE node, `stepgraph_loop_next` at the end of its body.
+pub(crate) struct LoopKernels {
+    start: CudaFunction,
+    next: CudaFunction,
+    /// Keeps the module loaded while the kernels are used.
+    _module: Arc<cudarc::driver::CudaModule>,
+}
+
+impl LoopKernels {
+    pub(crate) fn load(device: &Device) -> Result<LoopKernels> {
+        let module = load_module(device)?;
+        Ok(LoopKernels {
+            start: function(&module, "stepgraph_loop_start")?,
+            next: function(&module, "stepgraph_loop_next")?,
+            _module: module,
+        })
+    }
+
+    /// Puts the kernel that opens the loop's node (unless the limit is 0) on `stream`.
+    pub(crate) fn start(
+        &self,
+        stream: &CudaStream,
+        handle: u64,
+        counters: &DeviceBuffer<u32>,
+    ) -> Result<()> {
+        self.launch(&self.start, stream, handle, counters)
+    }
+
+    /// Puts the kernel that counts an iteration and closes the node after the last on
+    /// `stream`.
+    pub(crate) fn next(
+        &self,
+        stream: &CudaStream,
+        handle: u64,
+        counters: &DeviceBuffer<u32>,
+    ) -> Result<()> {
+        self.launch(&self.next, stream, handle, counters)
+    }
+
+    fn launch(
+        &self,
+        func: &CudaFunction,
+        stream: &CudaStream,
+        handle: u64,
+        counters: &DeviceBuffer<u32>,
+    ) -> Result<()> {
+        if counters.len() < 2 {
+            return Err(Error::Internal {
+                what: format!("a loop's counters hold 2 values, found {}", counters.len()),
+            });
+        }
+        let config = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(func);
+        launch.arg(&handle).arg(counters.slice());
+        // SAFETY: the kernels take a conditional handle (a u64) and a pointer to two u32
+        // (checked above; the loop's counters, alive as long as the executor and its
+        // graphs); one thread reads and writes them.
+        unsafe { launch.launch(config) }.map_err(Error::driver("cuLaunchKernel"))?;
+        Ok(())
+    }
+}
+
+/// The runtime's own kernels (`cuda/every.cu`), loaded from their PTX.
+fn load_module(device: &Device) -> Result<Arc<cudarc::driver::CudaModule>> {
+    device
+        .context()
+        .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+        .map_err(Error::driver("cuModuleLoadData"))
+}
+
+fn function(
+    module: &Arc<cudarc::driver::CudaModule>,
+    kernel: &'static str,
+) -> Result<CudaFunction> {
+    module
+        .load_function(kernel)
+        .map_err(|source| Error::KernelMissing {
+            module: "stepgraph_every",
+            kernel,
+            source,
+        })
 }
 
 fn bind(stream: &CudaStream) -> Result<()> {

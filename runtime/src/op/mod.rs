@@ -14,4 +14,5 @@ pub(crate) mod flag;
 pub(crate) mod grant;
 pub(crate) mod host_io;
 pub(crate) mod scalars;
+pub(crate) mod shared;
 pub(crate) mod stream;

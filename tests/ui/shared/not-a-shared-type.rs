@@ -1,0 +1,18 @@
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main))]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        #[shared]
+        pub params: DeviceBuffer<f32>,
+    }
+
+    fn update(s: &CaptureStream<'_>, params: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(params)
+    }
+}
+
+fn main() {}
