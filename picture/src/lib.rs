@@ -6,7 +6,9 @@
 //! - [`plan_dot`], [`plan_svg`], [`render_plan`] and [`print_plan_if_asked`], which
 //!   handles an example's `--print-plan dot|svg` ([`PlanFormat`]);
 //! - [`timeline_svg`] and [`trace_json`] for a profile;
-//! - [`record::to_string`] and [`record::from_str`].
+//! - [`record::to_string`] and [`record::from_str`];
+//! - [`curves_svg`] and [`curves_csv`]: learning curves ([`Curves`]), the mean return of
+//!   several seeds ([`Series::over_runs`]) against environment steps or wall-clock time.
 //!
 //! Both SVGs come from one renderer: a profile and a plan are each laid out as lanes,
 //! bars on an axis and arrows, and only that is drawn. Every output depends only on its
@@ -27,6 +29,7 @@
 //! # Ok::<(), stepgraph_picture::Error>(())
 //! ```
 
+mod curve;
 mod error;
 mod json;
 mod plan;
@@ -37,6 +40,7 @@ mod trace;
 #[cfg(test)]
 mod testing;
 
+pub use curve::{Curves, Point, Series, curves_csv, curves_svg};
 pub use error::Error;
 pub use plan::{PlanFormat, plan_dot, plan_svg, print_plan_if_asked, render_plan};
 #[doc(no_inline)]
