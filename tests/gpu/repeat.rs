@@ -201,7 +201,12 @@ fn a_loop_is_verified_against_the_plan() -> Result<()> {
     let mut rng = Rng::new(7);
     let x = ints(&mut rng, N);
     let buffers = buffers(&device, &x, &x, &x, &x)?;
-    let options = stepgraph::Options::from_env()?.with_verify(true);
+    let dir = std::env::temp_dir().join(format!("stepgraph-loop-dot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let dot = dir.join("{step}.dot");
+    let options = stepgraph::Options::from_env()?
+        .with_verify(true)
+        .with_graph_dot(dot.to_string_lossy().into_owned());
     let mut step = looped::Step::with_options(
         &device,
         kernels(&device),
@@ -224,6 +229,16 @@ fn a_loop_is_verified_against_the_plan() -> Result<()> {
         graph.nodes + 1,
         "the body is the step's graph and the kernel that counts the iterations: {graph:?} {body:?}"
     );
+    // The loop's own graph, drawn by the driver: the WHILE node and its body.
+    let drawn = std::fs::read_to_string(dir.join("looped.loop.dot"))
+        .expect("the loop's graph is written beside the step's");
+    let step_graph = dir.join("looped.dot").is_file();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        drawn.contains("WHILE") || drawn.contains("While"),
+        "{drawn}"
+    );
+    assert!(step_graph, "the step's own graph is written too");
     step.wait()?;
     Ok(())
 }

@@ -73,7 +73,9 @@ pub struct Options {
     /// Where every verified capture writes its graph as Graphviz DOT ([`GRAPH_DOT`]): in
     /// the name, `{step}` is replaced by the step's name and `{device}` by the GPU's
     /// ordinal, so that two steps, or the ranks of a data-parallel step, write a file
-    /// each; a later capture of the same step on the same GPU overwrites its file.
+    /// each; a later capture of the same step on the same GPU overwrites its file. A
+    /// step's device loop ([`Step::replay_loop`](crate::Step::replay_loop)) writes its
+    /// graph as the step `{step}.loop`: the WHILE node with the step in its body.
     pub graph_dot: Option<String>,
     /// Stream priorities that replace the declared ones under [`Schedule::Planned`]
     /// ([`STREAM_PRIORITIES`]): a stream's name or a group's name (which sets all its

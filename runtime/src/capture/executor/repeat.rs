@@ -191,6 +191,15 @@ impl Executor {
             .map(Patch::new)
             .collect::<Result<Vec<_>>>()
             .map_err(wrap)?;
+        // The loop's graph beside the step's (`{step}.loop` for the step's name), its
+        // WHILE node and the body in it.
+        if tracker.is_some()
+            && let Some(path) = self
+                .options
+                .graph_dot_path(&format!("{step}.loop"), self.device.ordinal())
+        {
+            captured.write_dot(&path).map_err(wrap)?;
+        }
         if let Some(tracker) = &tracker {
             // The body is the step's graph and one more kernel, which follows all of it.
             let report = crate::capture::verify::verify_graph(
