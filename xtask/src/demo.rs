@@ -1,5 +1,6 @@
-//! `cargo xtask demo`: builds and runs the main job, the DQN trainer (it needs a GPU
-//! to train; without one it prints its plan and says so).
+//! `cargo xtask demo`: builds and runs the main job, DQN agents learning CartPole-v1 with
+//! the whole loop on the GPU (it needs a GPU to train; without one it prints its steps'
+//! plans and says what it would do).
 
 use anyhow::Result;
 use clap::Args;
@@ -8,13 +9,13 @@ use crate::cmd::{self, Workspace};
 use crate::install_nvcc::InstallNvcc;
 use crate::programs::{DEMO, Program};
 
-/// Installs nvcc if needed and runs the main job (the DQN trainer) in release mode.
+/// Installs nvcc if needed and runs the main job (the CartPole agents) in release mode.
 #[derive(Debug, Args)]
 pub struct Demo {
     /// Print the commands without running them.
     #[arg(long)]
     pub dry_run: bool,
-    /// Passed to the program (`cargo xtask demo -- --steps 50`).
+    /// Passed to the program (`cargo xtask demo -- --agents 8`).
     #[arg(last = true)]
     pub args: Vec<String>,
 }

@@ -19,6 +19,9 @@ pub const ENVS: &str = "stepgraph-envs";
 /// The soft actor-critic example's crate: a second trainer on the public API alone.
 pub const SAC: &str = "stepgraph-sac";
 
+/// The agents' crate: whole training loops on the device (DQN on CartPole-v1).
+pub const AGENTS: &str = "stepgraph-agents";
+
 /// How cargo names a program's target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -41,6 +44,11 @@ pub struct Program {
 
 /// Every program, the main job first.
 pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "cartpole",
+        package: AGENTS,
+        target: Target::Bin,
+    },
     Program {
         name: "dqn",
         package: DQN,
@@ -69,11 +77,11 @@ pub const PROGRAMS: &[Program] = &[
 ];
 
 /// The main job: what `cargo xtask demo` runs and `cargo xtask deploy` ships by default.
-pub const DEMO: &str = "dqn";
+pub const DEMO: &str = "cartpole";
 
 /// The packages whose integration tests named `gpu*` need a GPU: built with their
 /// `gpu-tests` feature into the GPU-test bundle, compiled (not run) by `cargo xtask test`.
-pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE, SAC, ENVS];
+pub const GPU_TEST_PACKAGES: &[&str] = &[SUITE, DQN, MIGRATE, SAC, ENVS, AGENTS];
 
 /// The integration tests that need a GPU, by name (a cargo target pattern, passed as is:
 /// no shell expands it). The other test binaries stay home: the suite's `ui` runs
@@ -123,7 +131,7 @@ mod tests {
         let e = Program::find("dqnn").unwrap_err().to_string();
         assert_eq!(
             e,
-            "no program `dqnn` in this workspace: expected one of dqn, fork_join, capture_cost, migrate, sac"
+            "no program `dqnn` in this workspace: expected one of cartpole, dqn, fork_join, capture_cost, migrate, sac"
         );
         assert!(Program::find(DEMO).is_ok());
     }
@@ -139,6 +147,9 @@ mod tests {
                     root.join(format!("examples/migrate/src/bin/{}.rs", p.name))
                 }
                 (SAC, Target::Bin) => root.join(format!("examples/sac/src/bin/{}/main.rs", p.name)),
+                (AGENTS, Target::Bin) => {
+                    root.join(format!("examples/agents/src/bin/{}.rs", p.name))
+                }
                 other => panic!("no layout known for {other:?}"),
             };
             assert!(path.is_file(), "{} is missing", path.display());

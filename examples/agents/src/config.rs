@@ -5,7 +5,7 @@
 ///
 /// Where rejax computes a float from a Python float (Adam's `1 - b1`), the methods here
 /// round as JAX does: in f64, then to f32.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, stepgraph::ConfigValue)]
 pub struct DqnConfig {
     /// The run's seed: acting, sampling and evaluation draw from keys of it.
     pub seed: u64,

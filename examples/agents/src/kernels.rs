@@ -4,7 +4,7 @@
 //! generates).
 
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, LaunchConfig, Result, StepBuffer};
-use stepgraph_envs::Transitions;
+use stepgraph_envs::{EpisodeStats, Transitions};
 
 use crate::config::DqnConfig;
 use crate::layout::{COUNTERS, DuelingLayout, OBS};
@@ -284,6 +284,37 @@ impl Kernels {
         let (keep, mix) = cfg.polyak_coefficients();
         self.raw
             .polyak_checked(stream, online, target, online.len(), keep, mix)
+    }
+}
+
+impl Kernels {
+    /// Records each evaluation environment's first episode return since
+    /// [`Kernels::first_returns_clear`]: `first[i] = last_return[i]` at the step that ends
+    /// environment `i`'s first episode (`episodes[i]` reaches 1), once. Run it after every
+    /// step of the environments; a step ends at most one episode of each.
+    pub fn first_returns(
+        &self,
+        stream: &CaptureStream<'_>,
+        stats: &EpisodeStats,
+        first: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        self.raw.first_returns_checked(
+            stream,
+            &stats.episodes,
+            &stats.last_return,
+            first,
+            first.len(),
+        )
+    }
+
+    /// `first[i] = NaN` for every environment: no episode recorded yet.
+    pub fn first_returns_clear(
+        &self,
+        stream: &CaptureStream<'_>,
+        first: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        self.raw
+            .first_returns_clear_checked(stream, first, first.len())
     }
 }
 

@@ -38,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cartpole;
 pub mod config;
 pub mod kernels;
 pub mod layout;
