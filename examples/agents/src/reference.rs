@@ -388,9 +388,21 @@ pub struct AgentState {
     pub adam: Adam,
 }
 
+/// What [`dqn_update`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UpdateReport {
+    /// The last update's loss.
+    pub loss: f64,
+    /// The smallest gap between the online network's best and second-best Q value at a
+    /// next observation, over every row of every update: where it is within the f32
+    /// kernel's rounding, the kernel may pick the other action for the target, so a
+    /// comparison with the kernel needs it well above that.
+    pub min_argmax_gap: f64,
+}
+
 /// `dqn_update` for agent `agent`: `epochs` updates if the iteration trains
-/// (`counters[StepBefore] > fill_buffer`) and the ring holds a batch; returns the last
-/// update's loss, or `None` where nothing ran.
+/// (`counters[StepBefore] > fill_buffer`) and the ring holds a batch; `None` where
+/// nothing ran.
 pub fn dqn_update(
     cfg: &DqnConfig,
     agent: u32,
@@ -399,14 +411,17 @@ pub fn dqn_update(
     counters: &[u32; COUNTERS],
     replay: &HostReplay,
     epochs: u32,
-) -> Option<f64> {
+) -> Option<UpdateReport> {
     let c = replay.capacity;
     let size = (counters[Counter::Size.index()] as usize).min(c);
     let b = cfg.batch_size;
     if counters[Counter::StepBefore.index()] <= cfg.fill_buffer || size < b || epochs == 0 {
         return None;
     }
-    let mut loss = 0.0;
+    let mut report = UpdateReport {
+        loss: 0.0,
+        min_argmax_gap: f64::INFINITY,
+    };
     for _ in 0..epochs {
         let key = agent_key(cfg.seed, agent, PURPOSE_SAMPLE, u64::from(state.adam.t));
         let slots = sample_slots(key, size as u32, b as u32);
@@ -429,6 +444,15 @@ pub fn dqn_update(
             .iter()
             .map(|&r| f64::from(replay.done[r] != 0))
             .collect();
+        let q_next = forward(&state.params, &next_obs, b).q;
+        for row in q_next.chunks(ACTIONS) {
+            let best = argmax_first(row);
+            let gap = (0..ACTIONS)
+                .filter(|&j| j != best)
+                .map(|j| row[best] - row[j])
+                .fold(f64::INFINITY, f64::min);
+            report.min_argmax_gap = report.min_argmax_gap.min(gap);
+        }
         let y = ddqn_targets(
             &state.params,
             target,
@@ -438,11 +462,11 @@ pub fn dqn_update(
             f64::from(cfg.gamma),
         );
         let (l, mut grad) = loss_and_grad(&state.params, &obs, &actions, &y);
-        loss = l;
+        report.loss = l;
         clip(&mut grad, f64::from(cfg.max_grad));
         adam_step(&mut state.params, &grad, &mut state.adam, cfg);
     }
-    Some(loss)
+    Some(report)
 }
 
 #[cfg(test)]
@@ -712,8 +736,12 @@ mod tests {
         assert_eq!(state.params, params);
         // The whole ring is the batch, so every update sees the same transitions.
         let counters = [cfg.fill_buffer + 10, cfg.fill_buffer + 1, 0, 16];
-        let first = dqn_update(&cfg, 0, &mut state, &params, &counters, &replay, 1).unwrap();
-        let later = dqn_update(&cfg, 0, &mut state, &params, &counters, &replay, 20).unwrap();
+        let first = dqn_update(&cfg, 0, &mut state, &params, &counters, &replay, 1)
+            .unwrap()
+            .loss;
+        let later = dqn_update(&cfg, 0, &mut state, &params, &counters, &replay, 20)
+            .unwrap()
+            .loss;
         assert!(later < first, "loss {first} then {later}");
         assert_eq!(state.adam.t, 21);
     }
