@@ -80,7 +80,7 @@ fn main() -> std::process::ExitCode {
         Ok(d) => d,
         Err(e) => {
             println!(
-                "capture_cost needs a CUDA GPU with compute capability 9.0: {}",
+                "capture_cost needs a CUDA GPU of compute capability 8.0 or newer: {}",
                 e.chain()
             );
             return std::process::ExitCode::SUCCESS;
