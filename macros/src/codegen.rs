@@ -74,7 +74,10 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan, summary: &str) -> T
             BufKind::ScratchPerStream => quote!(ScratchPerStream),
             BufKind::ScratchPerBranch => quote!(ScratchPerBranch),
         };
-        let desc = quote!(#rt::BufferDesc::new(#name, #rt::BufKind::#kind));
+        let mut desc = quote!(#rt::BufferDesc::new(#name, #rt::BufKind::#kind));
+        if b.across_steps.is_some() {
+            desc = quote!(#desc.with_across_steps());
+        }
         match parent_index(step, b) {
             Some(p) => {
                 let p = lit_u16(p);

@@ -8,7 +8,10 @@
 //! - [`timeline_svg`] and [`trace_json`] for a profile;
 //! - [`record::to_string`] and [`record::from_str`];
 //! - [`curves_svg`] and [`curves_csv`]: learning curves ([`Curves`]), the mean return of
-//!   several seeds ([`Series::over_runs`]) against environment steps or wall-clock time.
+//!   several seeds ([`Series::over_runs`]) against environment steps or wall-clock time;
+//! - [`program_dot`] and [`program_svg`]: a training loop ([`Program`]), the steps the
+//!   host launches in turn, the device loops among them ([`Repeat::Loop`]) and the
+//!   `#[shared]` buffers that link them.
 //!
 //! Both SVGs come from one renderer: a profile and a plan are each laid out as lanes,
 //! bars on an axis and arrows, and only that is drawn. Every output depends only on its
@@ -33,6 +36,7 @@ mod curve;
 mod error;
 mod json;
 mod plan;
+mod program;
 pub mod record;
 mod timeline;
 mod trace;
@@ -43,6 +47,7 @@ mod testing;
 pub use curve::{Curves, Point, Series, curves_csv, curves_svg};
 pub use error::Error;
 pub use plan::{PlanFormat, plan_dot, plan_svg, print_plan_if_asked, render_plan};
+pub use program::{Launch, Program, Repeat, program_dot, program_svg};
 #[doc(no_inline)]
 pub use stepgraph_plan::{OpTiming, PlanDesc, Profile, WaitEdge};
 pub use timeline::timeline_svg;

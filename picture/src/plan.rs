@@ -448,7 +448,7 @@ fn op_index(node: &str) -> Option<usize> {
 }
 
 /// A DOT double-quoted string.
-fn dot_str(text: &str) -> String {
+pub(crate) fn dot_str(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

@@ -160,6 +160,10 @@ pub struct BufferDesc {
     /// their elements overlap, which is known once the step's buffers are
     /// ([`overlap_orderings`](crate::views::overlap_orderings)).
     pub view_of: Option<BufId>,
+    /// A `#[shared]` field: a `Shared<T>` that other steps use too. Launches of the steps
+    /// that share it are ordered on the device by what each reads and writes; a picture of
+    /// several steps ([`PlanDesc::step`]s launched in turn) links them through it.
+    pub across_steps: bool,
 }
 
 /// One access of an op to a buffer; `copy` says which copy of a per-branch or scratch
@@ -209,6 +213,15 @@ impl BufferDesc {
             name,
             kind,
             view_of: None,
+            across_steps: false,
+        }
+    }
+
+    /// The same buffer, shared with other steps (`#[shared]`).
+    pub const fn with_across_steps(self) -> BufferDesc {
+        BufferDesc {
+            across_steps: true,
+            ..self
         }
     }
 

@@ -433,6 +433,35 @@ impl Agent {
         ]
     }
 
+    /// The training loop as a picture ([`stepgraph_picture::program_svg`]): `train` looped
+    /// `iterations` times per launch, then an evaluation (`eval_reset` once, `eval_run`
+    /// looped over CartPole's time limit), the sequence repeated `rounds` times, and the
+    /// shared buffers between them.
+    pub fn program(iterations: u32, rounds: u64) -> stepgraph_picture::Program<'static> {
+        use stepgraph_picture::{Launch, Program, Repeat};
+        let looped = |n: u32| Repeat::Loop {
+            iterations: n.to_string(),
+        };
+        Program {
+            title: "CartPole-v1 DQN: the training loop".into(),
+            launches: vec![
+                Launch {
+                    plan: train::Step::plan(),
+                    repeat: looped(iterations),
+                },
+                Launch {
+                    plan: eval_reset::Step::plan(),
+                    repeat: Repeat::Once,
+                },
+                Launch {
+                    plan: eval_run::Step::plan(),
+                    repeat: looped(CartPole::MAX_EPISODE_STEPS),
+                },
+            ],
+            rounds: Some(format!("{rounds} times")),
+        }
+    }
+
     /// Floats of one agent's parameters.
     pub const PARAMS: usize = DuelingLayout::PARAMS;
 }
