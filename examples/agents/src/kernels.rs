@@ -10,7 +10,7 @@ use crate::config::DqnConfig;
 use crate::layout::{COUNTERS, DuelingLayout, OBS};
 
 /// The registry stepgraph-build generated from `cuda/*.cu`.
-mod raw {
+pub(crate) mod raw {
     stepgraph::include_kernels!();
 }
 pub use raw::{KernelId, ModuleId};
@@ -35,8 +35,10 @@ pub const fn update_smem_bytes(batch: usize) -> usize {
 /// The agents' kernels, loaded once per device (before any capture).
 #[derive(Debug)]
 pub struct Kernels {
-    raw: raw::Kernels,
+    pub(crate) raw: raw::Kernels,
     max_batch: usize,
+    /// Whether `sac_update` got its shared memory (`crate::sac::sac_update_smem_bytes`).
+    pub(crate) sac_update_ready: bool,
 }
 
 impl Kernels {
@@ -44,7 +46,8 @@ impl Kernels {
     /// checked against its CUDA signature) and opts `dqn_update` in to the shared memory
     /// of a batch of [`MAX_BATCH`], or of the largest batch the device allows
     /// ([`Kernels::max_batch`]); a device that allows none fails with
-    /// [`Error::DynamicShared`].
+    /// [`Error::DynamicShared`]. `sac_update` is opted in to its 181 KiB where the device
+    /// grants them (H100, H200); elsewhere [`Kernels::sac_update`] refuses to launch.
     pub fn load(device: &Device) -> Result<Kernels> {
         let raw = raw::Kernels::load(device)?;
         let update = raw.kernel(KernelId::DqnUpdate);
@@ -63,7 +66,12 @@ impl Kernels {
             }
             Err(other) => return Err(other),
         };
-        Ok(Kernels { raw, max_batch })
+        let sac_update_ready = crate::sac::kernels::opt_in_sac_update(&raw)?;
+        Ok(Kernels {
+            raw,
+            max_batch,
+            sac_update_ready,
+        })
     }
 
     /// The largest batch [`Kernels::dqn_update`] takes on this device: [`MAX_BATCH`]
@@ -405,7 +413,7 @@ pub fn counters(device: &Device) -> Result<DeviceBuffer<u32>> {
     device.alloc_zeros("DQN counters", COUNTERS)
 }
 
-fn positive_product(what: &str, a: usize, b: usize) -> Result<usize> {
+pub(crate) fn positive_product(what: &str, a: usize, b: usize) -> Result<usize> {
     match a.checked_mul(b) {
         Some(n) if n > 0 => Ok(n),
         _ => Err(Error::Argument {

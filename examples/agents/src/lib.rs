@@ -44,6 +44,7 @@ pub mod kernels;
 pub mod layout;
 pub mod reference;
 pub mod rng;
+pub mod sac;
 
 pub use config::DqnConfig;
 pub use kernels::{
