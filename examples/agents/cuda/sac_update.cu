@@ -326,6 +326,7 @@ __device__ __forceinline__ void backward1(const float* g2, const float* x, const
 __device__ __forceinline__ void w2_grad(const float* h1, const float* g2, unsigned nrows,
                                         float (&tile)[2][4]) {
     const unsigned k0 = (threadIdx.x / SAC_CG) * 2, n0 = (threadIdx.x % SAC_CG) * 4;
+#pragma unroll 4
     for (unsigned i = 0; i < nrows; ++i) {
         const float2 h = *reinterpret_cast<const float2*>(h1 + i * SAC_RS + k0);
         const float4 g = ld4(g2 + i * SAC_RS + n0);
@@ -355,11 +356,13 @@ __device__ __forceinline__ void w1_grad(const float* g1, const float* x, unsigne
     const unsigned t = threadIdx.x;
     if (t < K * SAC_HIDDEN) {
         const unsigned c = t / SAC_HIDDEN, k = t % SAC_HIDDEN;
+#pragma unroll 8
         for (unsigned i = 0; i < nrows; ++i) {
             acc = fmaf(x[i * 4 + c], g1[i * SAC_RS + k], acc);
         }
     } else if (t < (K + 1) * SAC_HIDDEN) {
         const unsigned k = t - K * SAC_HIDDEN;
+#pragma unroll 8
         for (unsigned i = 0; i < nrows; ++i) {
             acc += g1[i * SAC_RS + k];
         }
@@ -370,29 +373,102 @@ __device__ __forceinline__ void w1_grad(const float* g1, const float* x, unsigne
 __device__ __forceinline__ void b2_grad(const float* g2, unsigned nrows, float& acc) {
     const unsigned t = threadIdx.x;
     if (t >= 256 && t < 256 + SAC_HIDDEN) {
+#pragma unroll 8
         for (unsigned i = 0; i < nrows; ++i) {
             acc += g2[i * SAC_RS + (t - 256)];
         }
     }
 }
 
+// Parameter p of an agent's networks (one after another, `per` floats each) in shared
+// memory, where each network is padded to SAC_PAD floats.
+__device__ __forceinline__ unsigned padded(unsigned p, unsigned per) {
+    return (p / per) * SAC_PAD + p % per;
+}
+
+// Global to shared: dst[padded(p)] = src[p] for p < n, SLOTS parameters a thread, every
+// load issued before the first store (one round trip to memory, not SLOTS).
+template <int SLOTS>
+__device__ __forceinline__ void load_padded(float* dst, const float* __restrict__ src,
+                                            unsigned n, unsigned per) {
+    for (unsigned first = 0; first < n; first += SLOTS * SAC_UPDATE_THREADS) {
+        float r[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
+            r[s] = p < n ? src[p] : 0.0f;
+        }
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
+            if (p < n) {
+                dst[padded(p, per)] = r[s];
+            }
+        }
+    }
+}
+
+// Shared to global: dst[p] = src[padded(p)] for p < n.
+__device__ __forceinline__ void store_padded(float* __restrict__ dst, const float* src, unsigned n,
+                                             unsigned per) {
+    for (unsigned p = threadIdx.x; p < n; p += SAC_UPDATE_THREADS) {
+        dst[p] = src[padded(p, per)];
+    }
+}
+
 // An Adam step (optax.chain(clip(clip), adam(lr)), step t) of n parameters: parameter p
-// is P[map(p)] in shared memory, its gradient G[map(p)], its moments m[p], v[p] in global
-// memory. map(p) = (p / per) SAC_PAD + p % per: the networks of an agent one after another,
-// each padded in shared memory.
+// is P[padded(p)] in shared memory, its gradient G[padded(p)], its moments m[p], v[p] in
+// global memory, read SLOTS at a time before any is used.
+template <int SLOTS>
+__device__ __forceinline__ void adam_slots(unsigned first, float* P, const float* G,
+                                           float* __restrict__ m, float* __restrict__ v,
+                                           unsigned n, unsigned per, float lr, float b1,
+                                           float c1, float b2, float c2, float eps, float clip,
+                                           float bc1, float bc2) {
+    float ms[SLOTS], vs[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
+        ms[s] = p < n ? m[p] : 0.0f;
+        vs[s] = p < n ? v[p] : 0.0f;
+    }
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
+        if (p >= n) {
+            continue;
+        }
+        const unsigned q = padded(p, per);
+        const float g = fminf(fmaxf(G[q], -clip), clip);
+        const float mp = __fadd_rn(__fmul_rn(c1, g), __fmul_rn(b1, ms[s]));
+        const float vp = __fadd_rn(__fmul_rn(c2, __fmul_rn(g, g)), __fmul_rn(b2, vs[s]));
+        m[p] = mp;
+        v[p] = vp;
+        const float mhat = __fdiv_rn(mp, bc1);
+        const float vhat = __fdiv_rn(vp, bc2);
+        const float u = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps));
+        P[q] = __fadd_rn(P[q], -__fmul_rn(lr, u));
+    }
+}
+
+// Parameters a thread holds at once in the global passes: cdiv(ACTOR_PARAMS, 512), and
+// a critic's cdiv(CRITIC_PARAMS, 512), so two passes cover the critics (holding both at
+// once would spill registers).
+#define ACTOR_SLOTS 9
+#define CRITIC_SLOTS 9
+static_assert(ACTOR_SLOTS * SAC_UPDATE_THREADS >= ACTOR_PARAMS, "slots");
+static_assert(CRITIC_SLOTS * SAC_UPDATE_THREADS * NUM_CRITICS >= NUM_CRITICS * CRITIC_PARAMS,
+              "slots");
+#define CRITIC_PASS (CRITIC_SLOTS * SAC_UPDATE_THREADS)
+
+// adam_slots over all n parameters, SLOTS per thread at a time.
+template <int SLOTS>
 __device__ __forceinline__ void adam(float* P, const float* G, float* __restrict__ m,
                                      float* __restrict__ v, unsigned n, unsigned per, float lr,
                                      float b1, float c1, float b2, float c2, float eps,
                                      float clip, float bc1, float bc2) {
-    for (unsigned p = threadIdx.x; p < n; p += SAC_UPDATE_THREADS) {
-        const unsigned s = (p / per) * SAC_PAD + p % per;
-        const float g = fminf(fmaxf(G[s], -clip), clip);
-        const float mp = __fadd_rn(__fmul_rn(c1, g), __fmul_rn(b1, m[p]));
-        const float vp = __fadd_rn(__fmul_rn(c2, __fmul_rn(g, g)), __fmul_rn(b2, v[p]));
-        m[p] = mp;
-        v[p] = vp;
-        const float u = __fdiv_rn(__fdiv_rn(mp, bc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vp, bc2)), eps));
-        P[s] = __fadd_rn(P[s], -__fmul_rn(lr, u));
+    for (unsigned first = 0; first < n; first += SLOTS * SAC_UPDATE_THREADS) {
+        adam_slots<SLOTS>(first, P, G, m, v, n, per, lr, b1, c1, b2, c2, eps, clip, bc1, bc2);
     }
 }
 
@@ -552,6 +628,7 @@ __device__ __forceinline__ void actor_head_grad(const SacSmem& s, unsigned nrows
     if (t < 2 * SAC_HIDDEN) {
         const float* g = t < SAC_HIDDEN ? gmu : gls;
         const unsigned n = t % SAC_HIDDEN;
+#pragma unroll 4
         for (unsigned i = 0; i < nrows; ++i) {
             acc = fmaf(swish(s.BUF[1][i * SAC_RS + n]), g[i], acc);
         }
@@ -658,6 +735,7 @@ __device__ void critic_chunk(const SacSmem& s, const float* p, unsigned row0, un
     b2_grad(s.BUF[1], nrows, b2);
     const unsigned t = threadIdx.x;
     if (t < SAC_HIDDEN) {
+#pragma unroll 8
         for (unsigned i = 0; i < nrows; ++i) {
             head = fmaf(s.BUF[2][i * SAC_RS + t], s.cs(CS_DQ0)[i], head);
         }
@@ -745,12 +823,8 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
     extern __shared__ float4 smem4[];
     const SacSmem s(reinterpret_cast<float*>(smem4));
     if (train) {
-        for (unsigned p = tid; p < ACTOR_PARAMS; p += SAC_UPDATE_THREADS) {
-            s.PA[p] = ga[p];
-        }
-        for (unsigned p = tid; p < np; p += SAC_UPDATE_THREADS) {
-            s.PC[(p / CRITIC_PARAMS) * SAC_PAD + p % CRITIC_PARAMS] = gc[p];
-        }
+        load_padded<ACTOR_SLOTS>(s.PA, ga, ACTOR_PARAMS, ACTOR_PARAMS);
+        load_padded<CRITIC_SLOTS>(s.PC, gc, np, CRITIC_PARAMS);
         const float* stats = rms + (size_t)agent * RMS_FLOATS;
         float mean[SAC_OBS], var[SAC_OBS];
         for (int c = 0; c < SAC_OBS; ++c) {
@@ -810,7 +884,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
                     s.PG[ACTOR_W1 + tid] = w1;  // W1, then b1 right after it
                 }
                 __syncthreads();
-                adam(s.PA, s.PG, actor_m + (size_t)agent * ACTOR_PARAMS,
+                adam<ACTOR_SLOTS>(s.PA, s.PG, actor_m + (size_t)agent * ACTOR_PARAMS,
                      actor_v + (size_t)agent * ACTOR_PARAMS, ACTOR_PARAMS, ACTOR_PARAMS, lr, b1,
                      c1, b2, c2, adam_eps, clip, bc1, bc2);
                 if (tid < 32) {
@@ -823,9 +897,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
             }
 
             // 2. The critics: targets with the new actor and the target critics (in PG).
-            for (unsigned p = tid; p < np; p += SAC_UPDATE_THREADS) {
-                s.PG[(p / CRITIC_PARAMS) * SAC_PAD + p % CRITIC_PARAMS] = gt[p];
-            }
+            load_padded<CRITIC_SLOTS>(s.PG, gt, np, CRITIC_PARAMS);
             __syncthreads();
             {
                 const unsigned long long key = agent_key(seed, agent, PURPOSE_SAC_TARGET, t);
@@ -856,7 +928,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
                     }
                 }
                 __syncthreads();
-                adam(s.PC, s.PG, critic_m + (size_t)agent * np, critic_v + (size_t)agent * np,
+                adam<CRITIC_SLOTS>(s.PC, s.PG, critic_m + (size_t)agent * np, critic_v + (size_t)agent * np,
                      np, CRITIC_PARAMS, lr, b1, c1, b2, c2, adam_eps, clip, bc1, bc2);
             }
 
@@ -882,12 +954,8 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
             __syncthreads();
         }
 
-        for (unsigned p = tid; p < ACTOR_PARAMS; p += SAC_UPDATE_THREADS) {
-            ga[p] = s.PA[p];
-        }
-        for (unsigned p = tid; p < np; p += SAC_UPDATE_THREADS) {
-            gc[p] = s.PC[(p / CRITIC_PARAMS) * SAC_PAD + p % CRITIC_PARAMS];
-        }
+        store_padded(ga, s.PA, ACTOR_PARAMS, ACTOR_PARAMS);
+        store_padded(gc, s.PC, np, CRITIC_PARAMS);
         if (tid == 0) {
             adam_t[agent] = t0 + epochs;
             log_alpha[agent] = la;
@@ -899,9 +967,21 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
         }
     }
 
-    // Polyak, with the critics as this launch leaves them.
-    for (unsigned p = tid; p < np; p += SAC_UPDATE_THREADS) {
-        const float c = train ? s.PC[(p / CRITIC_PARAMS) * SAC_PAD + p % CRITIC_PARAMS] : gc[p];
-        gt[p] = __fadd_rn(__fmul_rn(gt[p], keep), __fmul_rn(c, mix));
+    // Polyak, with the critics as this launch leaves them; a pass's loads issued first.
+    for (unsigned first = 0; first < np; first += CRITIC_PASS) {
+        float tg[CRITIC_SLOTS], cr[CRITIC_SLOTS];
+#pragma unroll
+        for (int k = 0; k < CRITIC_SLOTS; ++k) {
+            const unsigned p = first + tid + k * SAC_UPDATE_THREADS;
+            tg[k] = p < np ? gt[p] : 0.0f;
+            cr[k] = p >= np ? 0.0f : train ? s.PC[padded(p, CRITIC_PARAMS)] : gc[p];
+        }
+#pragma unroll
+        for (int k = 0; k < CRITIC_SLOTS; ++k) {
+            const unsigned p = first + tid + k * SAC_UPDATE_THREADS;
+            if (p < np) {
+                gt[p] = __fadd_rn(__fmul_rn(tg[k], keep), __fmul_rn(cr[k], mix));
+            }
+        }
     }
 }
