@@ -106,7 +106,8 @@ struct Squashed {
     float logp;
     float t;      // tanh(u)
     float sigma;  // exp(ls)
-    float clip;   // d ls / d ls_raw: 1 inside the range, 0 outside, 1/2 at its ends (lax's min and max)
+    float clip;   // d ls / d ls_raw: 1 inside the range, 0 outside, 1/2 at its ends
+                  // (lax's min and max split a tie)
 };
 
 __device__ __forceinline__ Squashed squash(float mu, float ls_raw, float eps) {

@@ -864,8 +864,8 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
                 const unsigned long long key = agent_key(seed, agent, PURPOSE_SAC_ACTOR, t);
                 for (unsigned ch = 0; ch < chunks; ++ch) {
                     const unsigned row0 = ch * CHUNK;
-                    actor_chunk(s, row0, min((unsigned)CHUNK, B - row0), alpha, inv_b, key, tile, head,
-                                b2g, w1);
+                    actor_chunk(s, row0, min((unsigned)CHUNK, B - row0), alpha, inv_b, key, tile,
+                                head, b2g, w1);
                 }
                 w2_store(s.PG, ACTOR_W2, tile);
                 if (tid < SAC_HIDDEN) {
@@ -928,8 +928,9 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
                     }
                 }
                 __syncthreads();
-                adam<CRITIC_SLOTS>(s.PC, s.PG, critic_m + (size_t)agent * np, critic_v + (size_t)agent * np,
-                     np, CRITIC_PARAMS, lr, b1, c1, b2, c2, adam_eps, clip, bc1, bc2);
+                adam<CRITIC_SLOTS>(s.PC, s.PG, critic_m + (size_t)agent * np,
+                                   critic_v + (size_t)agent * np, np, CRITIC_PARAMS, lr, b1, c1,
+                                   b2, c2, adam_eps, clip, bc1, bc2);
             }
 
             // 3. The temperature, with the actor phase's logp and the alpha before it.

@@ -324,7 +324,8 @@ impl SacNetworks {
             return Err(Error::Argument {
                 what: "SacNetworks::new".into(),
                 expected: format!(
-                    "for A > 0 agents (the length of log_alpha): {} floats of actors and {} of critics a agent",
+                    "for A > 0 agents (log_alpha's length): {} floats of actor and {} of \
+                     critics an agent",
                     ActorLayout::PARAMS,
                     per_critics
                 ),

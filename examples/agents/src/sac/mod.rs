@@ -5,18 +5,19 @@
 //!
 //! One iteration of rejax's `train_iteration`, as ops of a step:
 //!
-//! 1. [`Kernels::sac_act`]: a sample of each agent's policy on its observations,
-//!    normalised with its running statistics;
+//! 1. [`sac_act`](crate::Kernels::sac_act): a sample of each agent's policy on its
+//!    observations, normalised with its running statistics;
 //! 2. the environments' step (`stepgraph_envs::Kernels::pendulum_step`);
-//! 3. [`Kernels::sac_store`]: the transitions into each agent's ring, the statistics'
-//!    update, the next observations into the acted-on buffer;
-//! 4. [`Kernels::sac_count`]: the counters move on by `E`;
-//! 5. [`Kernels::sac_update`]: `epochs` fused SAC updates per agent (actor, critics,
-//!    temperature), one block each, if the step is past `fill_buffer`, then the Polyak
-//!    step of the target critics, every iteration.
+//! 3. [`sac_store`](crate::Kernels::sac_store): the transitions into each agent's ring,
+//!    the statistics' update, the next observations into the acted-on buffer;
+//! 4. [`sac_count`](crate::Kernels::sac_count): the counters move on by `E`;
+//! 5. [`sac_update`](crate::Kernels::sac_update): `epochs` fused SAC updates per agent
+//!    (actor, critics, temperature), one block each, if the step is past `fill_buffer`,
+//!    then the Polyak step of the target critics, every iteration.
 //!
-//! Evaluation acts with [`Kernels::sac_act_eval`] (a sample of the policy, as rejax's
-//! does) on environments of its own and moves its clock with [`Kernels::eval_tick`].
+//! Evaluation acts with [`sac_act_eval`](crate::Kernels::sac_act_eval) (a sample of the
+//! policy, as rejax's does) on environments of its own and moves its clock with
+//! [`eval_tick`](crate::Kernels::eval_tick). [`crate::pendulum`] runs it all as steps.
 //!
 //! - [`layout`]: the networks' sizes and flat parameters ([`ActorLayout`],
 //!   [`CriticLayout`]), the statistics' layout and flax's initialisation;
@@ -44,6 +45,3 @@ pub use layout::{
     ActorLayout, CriticLayout, NUM_CRITICS, RMS_FLOATS, SAC_IN, SAC_OBS, init_actor, init_critics,
     initial_rms,
 };
-
-#[allow(unused_imports)]
-use crate::Kernels; // for the docs' links
