@@ -1,6 +1,6 @@
 // rejax's SAC update, `epochs` of them in a row, and the Polyak step of the target
-// critics, fused: one thread block per agent, all of an agent's networks in shared memory
-// for the whole launch.
+// critics, fused in one launch: SAC_CLUSTER thread blocks per agent, all of an agent's
+// networks in every block's shared memory for the whole launch.
 //
 // Per epoch (rejax's `update`): draw B distinct ring slots, gather and normalise them with
 // the agent's current observation statistics, then
@@ -15,28 +15,37 @@
 // alpha = exp(log_alpha) before the update, in all three. Then, every launch, trained or
 // not (rejax updates the targets every iteration): target = keep target + mix critic.
 //
-// The batch goes through the networks in chunks of CHUNK rows; the weight gradients are
-// sums over all chunks, each held by one thread in registers from the first chunk to the
-// last (no atomics: a launch is bit-for-bit reproducible).
+// Where the work goes. An update is about 17 million multiply-adds at a batch of 256
+// (sixteen 256 x 64 x 64 products: forward and backward through the actor and both
+// critics, the target critics), which keep one SM busy for about 100 us. So on compute
+// capability 9.0 an agent is a cluster of SAC_CLUSTER = 8 blocks (__cluster_dims__), one
+// per SM: block r takes rows [r B / 8, (r + 1) B / 8) of the batch (every block draws the
+// whole batch, a cheap hash, and gathers its rows), computes its part of each gradient,
+// and the blocks meet twice per network through distributed shared memory: after a
+// cluster barrier, block r sums the 8 partial gradients of its eighth of the parameters
+// (in rank order, so a launch is bit-for-bit reproducible), takes the Adam step and writes
+// the new values into all 8 blocks' copies; a second barrier, and every block holds the
+// updated network. Older GPUs build this file without clusters: one block per agent takes
+// every row, in chunks, and the same code meets itself (SAC_CLUSTER = 1).
 //
-// Threads: SAC_UPDATE_THREADS = 512, one block per agent with the SM to itself.
+// Within a block (SAC_UPDATE_THREADS = 256), rows go through the networks in chunks of
+// CHUNK = 32 (one chunk per block at B = 256 in a cluster):
 // - dense layers of a chunk: thread (rg, cg) computes 4 adjacent outputs (cg) of rows rg
-//   and rg + 32, from float4 loads of 4 weights and of the inputs; the one-unit heads
+//   and rg + 16, from float4 loads of 4 weights and of the inputs; the one-unit heads
 //   (mean, log-std, Q) are dot products in the second layer's epilogue, summed over the
 //   16 threads of a row by shuffles;
-// - W2's gradient: a 2 x 4 tile per thread, summed over the rows of every chunk;
-// - the other gradients (W1, b1, b2, heads: under 450 a network) one per thread;
-// - Adam: parameter p belongs to thread p % 512, its moments read from and written to
-//   global memory once a step.
+// - W2's gradient: a 4 x 4 tile per thread, summed over the block's rows in registers;
+// - the other gradients (W1, b1, b2, heads: under 450 a network) one or two per thread;
+// - no atomics outside the sampler's hash table.
 //
-// Shared memory (floats; 185 296 bytes, fixed: SAC_UPDATE_SMEM_FLOATS; H100 and H200 grant
-// a block 227 KiB, the A100 163 KiB, which is too little):
-//   PA  [SAC_PAD]                 the actor, updated in place by Adam
-//   PC  [NUM_CRITICS SAC_PAD]     the critics, updated in place by Adam
-//   PG  [NUM_CRITICS SAC_PAD]     the actor's gradient (phase 1); the target critics
-//                                 (phase 2's targets); the critics' gradient
-//   BUF [4][CHUNK SAC_RS]         a chunk's activations and their gradients:
-//                                 62 KiB = 4 x 64 rows x 68 floats
+// Shared memory (floats; 148 432 bytes, fixed: SAC_UPDATE_SMEM_FLOATS; the H100 and H200
+// grant a block 227 KiB, the A100 163 KiB):
+//   PA  [SAC_PAD]                 the actor, updated by the Adam steps
+//   PC  [NUM_CRITICS SAC_PAD]     the critics, likewise
+//   PG  [NUM_CRITICS SAC_PAD]     the block's part of the actor's gradient (phase 1); the
+//                                 target critics (phase 2's targets); its part of the
+//                                 critics' gradient
+//   BUF [4][CHUNK SAC_RS]         a chunk's activations and their gradients
 //   XA, XN [SAC_MAX_BATCH][4]     the normalised observations with the replay's action;
 //                                 the normalised next observations with a'
 //   XP  [CHUNK][4]                a chunk's observations with the policy's action
@@ -44,23 +53,25 @@
 //                                 the actor's and the critics' loss terms
 //   SLOT, T, DUP [SAC_MAX_BATCH], HK, HI [SAC_HT]  the sampler's draws and hash table
 //   CS  [CS_ROWS][CHUNK]          per-row values of a chunk (heads, tanh, gradients)
-//   RED [32]                      reductions
+//   RED [32]                      the block's partial sums, which the others read
 // Rows of BUF are padded to SAC_RS = 68 floats: float4 loads stay aligned and two rows a
 // warp reads at once start in different banks.
 
 #include "sac.cuh"
 
-#define SAC_UPDATE_THREADS 512
+#define SAC_UPDATE_THREADS 256
 #define SAC_MAX_BATCH 256
-#define CHUNK 64
+#define CHUNK 32
 #define SAC_RS 68
 #define SAC_CG 16
-#define SAC_RG 32
+#define SAC_RG 16
 #define SAC_RPT 2
 #define SAC_PAD 4548
 #define SAC_HT 512
 #define CS_ROWS 12
-#define SAC_UPDATE_SMEM_FLOATS 46324
+#define SAC_UPDATE_SMEM_FLOATS 37108
+// Blocks of an agent where the GPU has clusters (compute capability 9.0).
+#define SAC_CLUSTER 8
 static_assert(SAC_CG * 4 == SAC_HIDDEN, "a column group is 4 outputs");
 static_assert(SAC_CG * SAC_RG == SAC_UPDATE_THREADS, "tile threads");
 static_assert(SAC_RPT * SAC_RG == CHUNK, "rows of a thread");
@@ -72,10 +83,39 @@ static_assert(SAC_UPDATE_SMEM_FLOATS == (1 + 2 * NUM_CRITICS) * SAC_PAD + 4 * CH
                                            5 * SAC_MAX_BATCH + 3 * SAC_MAX_BATCH +
                                            2 * SAC_HT + CS_ROWS * CHUNK + 32,
               "shared memory");
-// The owners of the small gradients: 64 per head, the head biases, b2 at 256 .., W1 and b1
-// at 0 .. 64 (SAC_IN + 1).
-static_assert(2 * SAC_HIDDEN + 2 <= 256 && 256 + SAC_HIDDEN <= SAC_UPDATE_THREADS, "owners");
-static_assert(SAC_HIDDEN * (SAC_IN + 1) <= SAC_UPDATE_THREADS, "owners");
+// The owners of the small gradients: 64 per head and the head biases at 0 .., b2 at
+// 192 .., W1 then b1 at t and t + 256 of 0 .. 64 (SAC_IN + 1).
+static_assert(2 * SAC_HIDDEN + 2 <= 192 && 192 + SAC_HIDDEN <= SAC_UPDATE_THREADS, "owners");
+static_assert(SAC_HIDDEN * (SAC_IN + 1) <= 2 * SAC_UPDATE_THREADS, "owners");
+static_assert(SAC_HIDDEN == 4 * SAC_CG && SAC_HIDDEN * SAC_HIDDEN == 16 * SAC_UPDATE_THREADS,
+              "a 4 x 4 tile of W2's gradient a thread");
+
+// The cluster: on compute capability 9.0 the SAC_CLUSTER blocks of an agent share their
+// shared memory; elsewhere an agent is one block and its "peers" are itself.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#define SAC_CLUSTER_DIMS __cluster_dims__(SAC_CLUSTER, 1, 1)
+__device__ constexpr unsigned kClusterBlocks = SAC_CLUSTER;
+__device__ __forceinline__ unsigned cluster_rank() {
+    return cooperative_groups::this_cluster().block_rank();
+}
+// Every thread of every block of the cluster has arrived, and sees what the others wrote.
+__device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+// `p` (this block's shared memory) in block `rank`'s shared memory.
+template <typename T>
+__device__ __forceinline__ T* peer(T* p, unsigned rank) {
+    return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+}
+#else
+#define SAC_CLUSTER_DIMS
+__device__ constexpr unsigned kClusterBlocks = 1;
+__device__ __forceinline__ unsigned cluster_rank() { return 0; }
+__device__ __forceinline__ void cluster_sync() { __syncthreads(); }
+template <typename T>
+__device__ __forceinline__ T* peer(T* p, unsigned) {
+    return p;
+}
+#endif
 static_assert(NUM_CRITICS == 2, "the min over critics is written for two");
 
 // The per-row values of a chunk, rows of CS.
@@ -321,61 +361,79 @@ __device__ __forceinline__ void backward1(const float* g2, const float* x, const
     }
 }
 
-// W2's gradient: this thread's 2 x 4 tile (rows k0, k0 + 1, columns n0 .. n0 + 3) plus
+// W2's gradient: this thread's 4 x 4 tile (rows k0 .. k0 + 3, columns n0 .. n0 + 3) plus
 // sum_i h1[i, k] g2[i, n] over the chunk's rows.
 __device__ __forceinline__ void w2_grad(const float* h1, const float* g2, unsigned nrows,
-                                        float (&tile)[2][4]) {
-    const unsigned k0 = (threadIdx.x / SAC_CG) * 2, n0 = (threadIdx.x % SAC_CG) * 4;
-#pragma unroll 4
+                                        float (&tile)[4][4]) {
+    const unsigned k0 = (threadIdx.x / SAC_CG) * 4, n0 = (threadIdx.x % SAC_CG) * 4;
+#pragma unroll 2
     for (unsigned i = 0; i < nrows; ++i) {
-        const float2 h = *reinterpret_cast<const float2*>(h1 + i * SAC_RS + k0);
+        const float4 h = ld4(h1 + i * SAC_RS + k0);
         const float4 g = ld4(g2 + i * SAC_RS + n0);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            tile[0][c] = fmaf(h.x, comp(g, c), tile[0][c]);
-            tile[1][c] = fmaf(h.y, comp(g, c), tile[1][c]);
+        for (int a = 0; a < 4; ++a) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                tile[a][c] = fmaf(comp(h, a), comp(g, c), tile[a][c]);
+            }
         }
     }
 }
 
 // The tile into the gradient's W2 (at `g + off_w2`).
-__device__ __forceinline__ void w2_store(float* g, int off_w2, const float (&tile)[2][4]) {
-    const unsigned k0 = (threadIdx.x / SAC_CG) * 2, n0 = (threadIdx.x % SAC_CG) * 4;
+__device__ __forceinline__ void w2_store(float* g, int off_w2, const float (&tile)[4][4]) {
+    const unsigned k0 = (threadIdx.x / SAC_CG) * 4, n0 = (threadIdx.x % SAC_CG) * 4;
 #pragma unroll
-    for (int a = 0; a < 2; ++a) {
+    for (int a = 0; a < 4; ++a) {
         st4(g + off_w2 + (k0 + a) * SAC_HIDDEN + n0,
             make_float4(tile[a][0], tile[a][1], tile[a][2], tile[a][3]));
     }
 }
 
 // The first layer's gradient, summed over the chunk's rows into this thread's `acc`:
-// thread t < K 64 owns W1[t / 64, t % 64] (x[i, c] g1[i, k]), thread K 64 + k owns b1[k].
+// entry e = t + 256 j (j = 0, 1) of W1 then b1 (W1[e / 64, e % 64]: x[i, c] g1[i, k];
+// b1[e - 64 K]: g1[i, k]), which is parameter W1 + e of the network.
 template <int K>
 __device__ __forceinline__ void w1_grad(const float* g1, const float* x, unsigned nrows,
-                                        float& acc) {
-    const unsigned t = threadIdx.x;
-    if (t < K * SAC_HIDDEN) {
-        const unsigned c = t / SAC_HIDDEN, k = t % SAC_HIDDEN;
+                                        float (&acc)[2]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const unsigned e = threadIdx.x + j * SAC_UPDATE_THREADS;
+        const unsigned k = e % SAC_HIDDEN;
+        if (e < K * SAC_HIDDEN) {
+            const unsigned c = e / SAC_HIDDEN;
 #pragma unroll 8
-        for (unsigned i = 0; i < nrows; ++i) {
-            acc = fmaf(x[i * 4 + c], g1[i * SAC_RS + k], acc);
-        }
-    } else if (t < (K + 1) * SAC_HIDDEN) {
-        const unsigned k = t - K * SAC_HIDDEN;
+            for (unsigned i = 0; i < nrows; ++i) {
+                acc[j] = fmaf(x[i * 4 + c], g1[i * SAC_RS + k], acc[j]);
+            }
+        } else if (e < (K + 1) * SAC_HIDDEN) {
 #pragma unroll 8
-        for (unsigned i = 0; i < nrows; ++i) {
-            acc += g1[i * SAC_RS + k];
+            for (unsigned i = 0; i < nrows; ++i) {
+                acc[j] += g1[i * SAC_RS + k];
+            }
         }
     }
 }
 
-// b2's gradient: thread 256 + n owns b2[n] (the sum of g2[i, n]).
+// The owners' sums into the gradient (`g`, a network's layout): W1 and b1.
+template <int K>
+__device__ __forceinline__ void w1_store(float* g, int off_w1, const float (&acc)[2]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const unsigned e = threadIdx.x + j * SAC_UPDATE_THREADS;
+        if (e < (K + 1) * SAC_HIDDEN) {
+            g[off_w1 + e] = acc[j];
+        }
+    }
+}
+
+// b2's gradient: thread 192 + n owns b2[n] (the sum of g2[i, n]).
 __device__ __forceinline__ void b2_grad(const float* g2, unsigned nrows, float& acc) {
     const unsigned t = threadIdx.x;
-    if (t >= 256 && t < 256 + SAC_HIDDEN) {
+    if (t >= 192 && t < 192 + SAC_HIDDEN) {
 #pragma unroll 8
         for (unsigned i = 0; i < nrows; ++i) {
-            acc += g2[i * SAC_RS + (t - 256)];
+            acc += g2[i * SAC_RS + (t - 192)];
         }
     }
 }
@@ -408,69 +466,79 @@ __device__ __forceinline__ void load_padded(float* dst, const float* __restrict_
     }
 }
 
-// Shared to global: dst[p] = src[padded(p)] for p < n.
-__device__ __forceinline__ void store_padded(float* __restrict__ dst, const float* src, unsigned n,
-                                             unsigned per) {
-    for (unsigned p = threadIdx.x; p < n; p += SAC_UPDATE_THREADS) {
+// Shared to global: dst[p] = src[padded(p)] for p in [lo, hi).
+__device__ __forceinline__ void store_padded(float* __restrict__ dst, const float* src, unsigned lo,
+                                             unsigned hi, unsigned per) {
+    for (unsigned p = lo + threadIdx.x; p < hi; p += SAC_UPDATE_THREADS) {
         dst[p] = src[padded(p, per)];
     }
 }
 
-// An Adam step (optax.chain(clip(clip), adam(lr)), step t) of n parameters: parameter p
-// is P[padded(p)] in shared memory, its gradient G[padded(p)], its moments m[p], v[p] in
-// global memory, read SLOTS at a time before any is used.
-template <int SLOTS>
-__device__ __forceinline__ void adam_slots(unsigned first, float* P, const float* G,
-                                           float* __restrict__ m, float* __restrict__ v,
-                                           unsigned n, unsigned per, float lr, float b1,
-                                           float c1, float b2, float c2, float eps, float clip,
-                                           float bc1, float bc2) {
-    float ms[SLOTS], vs[SLOTS];
+// Parameters a thread takes at once in the reduction: the gradients of all blocks and the
+// moments of SLOTS parameters are loaded before any is used.
+#define REDUCE_SLOTS 5
+
+// The Adam hyperparameters of a step.
+struct AdamStep {
+    float lr, b1, c1, b2, c2, eps, clip, bc1, bc2;
+};
+
+// This block's share of a network's step: for the parameters p in [lo, hi) (padded in
+// shared memory as padded(p, per)), the gradient is the sum of every block's G (rank 0
+// first), clipped to [-clip, clip], then optax's Adam (moments m[p], v[p] in global
+// memory, bias corrections bc1, bc2 of this step), and the new parameter is written into
+// every block's P. Run between two cluster_sync()s: every block's G is complete before,
+// and no block reads P until after.
+__device__ void reduce_adam(float* P, float* G, float* __restrict__ m, float* __restrict__ v,
+                            unsigned lo, unsigned hi, unsigned per, const AdamStep& a) {
+    for (unsigned first = lo; first < hi; first += REDUCE_SLOTS * SAC_UPDATE_THREADS) {
+        float g[REDUCE_SLOTS], ms[REDUCE_SLOTS], vs[REDUCE_SLOTS];
 #pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
-        ms[s] = p < n ? m[p] : 0.0f;
-        vs[s] = p < n ? v[p] : 0.0f;
-    }
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
-        if (p >= n) {
-            continue;
+        for (int s = 0; s < REDUCE_SLOTS; ++s) {
+            const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
+            g[s] = 0.0f;
+            ms[s] = p < hi ? m[p] : 0.0f;
+            vs[s] = p < hi ? v[p] : 0.0f;
+            if (p < hi) {
+                const unsigned q = padded(p, per);
+                for (unsigned r = 0; r < kClusterBlocks; ++r) {
+                    g[s] += peer(G, r)[q];
+                }
+            }
         }
-        const unsigned q = padded(p, per);
-        const float g = fminf(fmaxf(G[q], -clip), clip);
-        const float mp = __fadd_rn(__fmul_rn(c1, g), __fmul_rn(b1, ms[s]));
-        const float vp = __fadd_rn(__fmul_rn(c2, __fmul_rn(g, g)), __fmul_rn(b2, vs[s]));
-        m[p] = mp;
-        v[p] = vp;
-        const float mhat = __fdiv_rn(mp, bc1);
-        const float vhat = __fdiv_rn(vp, bc2);
-        const float u = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps));
-        P[q] = __fadd_rn(P[q], -__fmul_rn(lr, u));
+#pragma unroll
+        for (int s = 0; s < REDUCE_SLOTS; ++s) {
+            const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
+            if (p >= hi) {
+                continue;
+            }
+            const unsigned q = padded(p, per);
+            const float gc = fminf(fmaxf(g[s], -a.clip), a.clip);
+            const float mp = __fadd_rn(__fmul_rn(a.c1, gc), __fmul_rn(a.b1, ms[s]));
+            const float vp = __fadd_rn(__fmul_rn(a.c2, __fmul_rn(gc, gc)), __fmul_rn(a.b2, vs[s]));
+            m[p] = mp;
+            v[p] = vp;
+            const float mhat = __fdiv_rn(mp, a.bc1);
+            const float vhat = __fdiv_rn(vp, a.bc2);
+            const float u = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), a.eps));
+            const float next = __fadd_rn(P[q], -__fmul_rn(a.lr, u));
+            for (unsigned r = 0; r < kClusterBlocks; ++r) {
+                peer(P, r)[q] = next;
+            }
+        }
     }
 }
 
-// Parameters a thread holds at once in the global passes: cdiv(ACTOR_PARAMS, 512), and
-// a critic's cdiv(CRITIC_PARAMS, 512), so two passes cover the critics (holding both at
-// once would spill registers).
+// This block's share [lo, hi) of n parameters: the rank-th of kClusterBlocks near-equal
+// parts.
+__device__ __forceinline__ void share(unsigned n, unsigned rank, unsigned& lo, unsigned& hi) {
+    const unsigned part = (n + kClusterBlocks - 1) / kClusterBlocks;
+    lo = min(n, rank * part);
+    hi = min(n, lo + part);
+}
+
 #define ACTOR_SLOTS 9
 #define CRITIC_SLOTS 9
-static_assert(ACTOR_SLOTS * SAC_UPDATE_THREADS >= ACTOR_PARAMS, "slots");
-static_assert(CRITIC_SLOTS * SAC_UPDATE_THREADS * NUM_CRITICS >= NUM_CRITICS * CRITIC_PARAMS,
-              "slots");
-#define CRITIC_PASS (CRITIC_SLOTS * SAC_UPDATE_THREADS)
-
-// adam_slots over all n parameters, SLOTS per thread at a time.
-template <int SLOTS>
-__device__ __forceinline__ void adam(float* P, const float* G, float* __restrict__ m,
-                                     float* __restrict__ v, unsigned n, unsigned per, float lr,
-                                     float b1, float c1, float b2, float c2, float eps,
-                                     float clip, float bc1, float bc2) {
-    for (unsigned first = 0; first < n; first += SLOTS * SAC_UPDATE_THREADS) {
-        adam_slots<SLOTS>(first, P, G, m, v, n, per, lr, b1, c1, b2, c2, eps, clip, bc1, bc2);
-    }
-}
 
 // The sum of x[0 .. n) by warp 0 (lane l adds l, l + 32, ..., then the warp's shuffles);
 // valid in warp 0.
@@ -643,8 +711,8 @@ __device__ __forceinline__ void actor_head_grad(const SacSmem& s, unsigned nrows
 // Phase 1 on the rows [row0, row0 + nrows) of the batch: the actor's loss and its
 // gradient's sums into the owners' registers.
 __device__ void actor_chunk(const SacSmem& s, unsigned row0, unsigned nrows, float alpha,
-                            float inv_b, unsigned long long noise_key, float (&tile)[2][4],
-                            float& head, float& b2, float& w1) {
+                            float inv_b, unsigned long long noise_key, float (&tile)[4][4],
+                            float& head, float& b2, float (&w1)[2]) {
     const float* x = s.XA + row0 * 4;
     actor_forward<L2_Z>(s, x, nrows);
     for (unsigned i = threadIdx.x; i < nrows; i += SAC_UPDATE_THREADS) {
@@ -703,7 +771,8 @@ __device__ void target_chunk(const SacSmem& s, unsigned row0, unsigned nrows, fl
     float* xn = s.XN + row0 * 4;
     actor_forward<L2_HEADS>(s, xn, nrows);
     for (unsigned i = threadIdx.x; i < nrows; i += SAC_UPDATE_THREADS) {
-        const Squashed q = squash(s.cs(CS_MU)[i], s.cs(CS_LS)[i], normal_draw(noise_key, row0 + i));
+        const Squashed q =
+            squash(s.cs(CS_MU)[i], s.cs(CS_LS)[i], normal_draw(noise_key, row0 + i));
         xn[i * 4 + 3] = q.action;
         s.cs(CS_LOGP)[i] = q.logp;
     }
@@ -719,9 +788,11 @@ __device__ void target_chunk(const SacSmem& s, unsigned row0, unsigned nrows, fl
 }
 
 // Phase 2's loss for critic `p` on the rows [row0, row0 + nrows): its gradient's sums
-// into the owners' registers (thread n < 64: wq[n], 64: bq), 0.5 d^2 added to LC.
+// into the owners' registers (thread n < 64: wq[n], 64: bq), 0.5 d^2 added to LC. In the
+// second layer's epilogue CS_DQ0 holds d loss / d q and CS_DQ1 the loss terms.
 __device__ void critic_chunk(const SacSmem& s, const float* p, unsigned row0, unsigned nrows,
-                             float inv_b, float (&tile)[2][4], float& head, float& b2, float& w1) {
+                             float inv_b, float (&tile)[4][4], float& head, float& b2,
+                             float (&w1)[2]) {
     const float* x = s.XA + row0 * 4;
     layer1<SAC_IN>(x, p, CRITIC_W1, CRITIC_B1, s.BUF[0], nrows);
     __syncthreads();
@@ -760,20 +831,57 @@ __device__ __forceinline__ size_t sac_update_smem_bytes() {
     return sizeof(float) * (size_t)SAC_UPDATE_SMEM_FLOATS;
 }
 
-// `epochs` SAC updates of each agent (block a = agent a), each on B slots drawn from the
-// agent's ring, if counters[COUNTER_STEP] > fill_buffer (rejax trains in an iteration whose
-// global_step after the environments' step is past fill_buffer) and the ring holds at
-// least B transitions; then, in every launch, the Polyak step of the target critics,
-// target = keep target + mix critic, each product and the sum rounded once.
-// Update u of agent a (u = adam_t[a] before it) draws its batch from agent_key(seed, a,
-// PURPOSE_SAC_SAMPLE, u), its noise from PURPOSE_SAC_ACTOR and PURPOSE_SAC_TARGET at u,
-// and takes Adam step u + 1 of the actor, the critics and log_alpha, each with its own
-// moments; adam_t[a] moves on by epochs. losses[a] gets the last update's actor, critic
-// and temperature losses. Adam as dqn_update's (the gradient clipped to [-clip, clip]).
+// The owners' sums of phase 1 into PG, the actor's layout.
+__device__ __forceinline__ void actor_grad_store(const SacSmem& s, const float (&tile)[4][4],
+                                                 float head, float b2, const float (&w1)[2]) {
+    const unsigned tid = threadIdx.x;
+    w2_store(s.PG, ACTOR_W2, tile);
+    if (tid < SAC_HIDDEN) {
+        s.PG[ACTOR_WMU + tid] = head;
+    } else if (tid < 2 * SAC_HIDDEN) {
+        s.PG[ACTOR_WLS + tid - SAC_HIDDEN] = head;
+    } else if (tid == 2 * SAC_HIDDEN) {
+        s.PG[ACTOR_BMU] = head;
+    } else if (tid == 2 * SAC_HIDDEN + 1) {
+        s.PG[ACTOR_BLS] = head;
+    }
+    if (tid >= 192 && tid < 192 + SAC_HIDDEN) {
+        s.PG[ACTOR_B2 + tid - 192] = b2;
+    }
+    w1_store<SAC_OBS>(s.PG, ACTOR_W1, w1);
+}
+
+// The owners' sums of phase 2 for critic k into PG + k SAC_PAD, a critic's layout.
+__device__ __forceinline__ void critic_grad_store(float* g, const float (&tile)[4][4], float head,
+                                                  float b2, const float (&w1)[2]) {
+    const unsigned tid = threadIdx.x;
+    w2_store(g, CRITIC_W2, tile);
+    if (tid <= SAC_HIDDEN) {
+        g[CRITIC_WQ + tid] = head;  // WQ, then BQ
+    }
+    if (tid >= 192 && tid < 192 + SAC_HIDDEN) {
+        g[CRITIC_B2 + tid - 192] = b2;
+    }
+    w1_store<SAC_IN>(g, CRITIC_W1, w1);
+}
+
+// `epochs` SAC updates of each agent (cluster a, or block a without clusters, = agent a),
+// each on B slots drawn from the agent's ring, if counters[COUNTER_STEP] > fill_buffer
+// (rejax trains in an iteration whose global_step after the environments' step is past
+// fill_buffer) and the ring holds at least B transitions; then, in every launch, the
+// Polyak step of the target critics, target = keep target + mix critic, each product and
+// the sum rounded once. Update u of agent a (u = adam_t[a] before it) draws its batch
+// from agent_key(seed, a, PURPOSE_SAC_SAMPLE, u), its noise from PURPOSE_SAC_ACTOR and
+// PURPOSE_SAC_TARGET at u (row j: words 2 j, 2 j + 1), and takes Adam step u + 1 of the
+// actor, the critics and log_alpha, each with its own moments; adam_t[a] moves on by
+// epochs. losses[3 a ..] gets the last update's actor, critic and temperature losses. Adam
+// as dqn_update's (the gradient clipped to [-clip, clip]).
 //
-// Launch: A blocks of SAC_UPDATE_THREADS threads with sac_update_smem_bytes() of dynamic
-// shared memory (the Rust wrapper's config). A block launched otherwise writes NaN to its
-// losses and returns, and blocks past A return, so no grid leaves the buffers.
+// Launch: A SAC_CLUSTER blocks (compute capability 9.0, clusters of SAC_CLUSTER) or A
+// blocks (older GPUs) of SAC_UPDATE_THREADS threads with sac_update_smem_bytes() of
+// dynamic shared memory (the Rust wrapper's config, which reads the architecture off the
+// loaded image). A cluster launched otherwise writes NaN to its losses and returns, and
+// clusters past A return, so no grid leaves the buffers.
 // stepgraph(unsafe): actor[A * ACTOR_PARAMS], critics[A * NUM_CRITICS * CRITIC_PARAMS],
 // stepgraph(unsafe): targets[A * NUM_CRITICS * CRITIC_PARAMS], log_alpha[A],
 // stepgraph(unsafe): actor_m[A * ACTOR_PARAMS], actor_v[A * ACTOR_PARAMS],
@@ -783,7 +891,7 @@ __device__ __forceinline__ size_t sac_update_smem_bytes() {
 // stepgraph(unsafe): r_obs[A * C * SAC_OBS], r_action[A * C], r_reward[A * C],
 // stepgraph(unsafe): r_next_obs[A * C * SAC_OBS], r_done[A * C], losses[A * 3],
 // stepgraph(unsafe): A > 0, C > 0, B > 0, B <= SAC_MAX_BATCH, B <= C
-extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_DIMS
     sac_update(float* __restrict__ actor, float* __restrict__ critics,
                float* __restrict__ targets, float* __restrict__ log_alpha,
                float* __restrict__ actor_m, float* __restrict__ actor_v,
@@ -797,7 +905,10 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
                unsigned long long seed, unsigned fill_buffer, float gamma, float lr, float b1,
                float c1, float b2, float c2, float adam_eps, float clip, float target_entropy,
                float keep, float mix) {
-    const unsigned agent = blockIdx.x;
+    // Every block of a cluster takes the same branch of each test before a cluster_sync:
+    // they share the agent, the launch and the counters.
+    const unsigned agent = blockIdx.x / kClusterBlocks;
+    const unsigned rank = cluster_rank();
     if (agent >= A) {
         return;
     }
@@ -805,7 +916,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
     if (blockDim.x != SAC_UPDATE_THREADS || blockDim.y != 1 || blockDim.z != 1 ||
         B > SAC_MAX_BATCH || B == 0 || (size_t)dynamic_smem < sac_update_smem_bytes()) {
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        if (rank == 0 && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
             for (int l = 0; l < 3; ++l) {
                 losses[agent * 3 + l] = __int_as_float(0x7fc00000);
             }
@@ -813,12 +924,18 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
         return;
     }
     const unsigned tid = threadIdx.x;
-    const size_t np = NUM_CRITICS * CRITIC_PARAMS;
+    const unsigned np = NUM_CRITICS * CRITIC_PARAMS;
     float* ga = actor + (size_t)agent * ACTOR_PARAMS;
     float* gc = critics + (size_t)agent * np;
     float* gt = targets + (size_t)agent * np;
     const unsigned size = min(counters[COUNTER_SIZE], C);
     const bool train = counters[COUNTER_STEP] > fill_buffer && size >= B && epochs > 0;
+    // This block's rows of the batch and its shares of the parameters.
+    const unsigned rows = (B + kClusterBlocks - 1) / kClusterBlocks;
+    const unsigned row_lo = min(B, rank * rows), row_hi = min(B, row_lo + rows);
+    unsigned actor_lo, actor_hi, critic_lo, critic_hi;
+    share(ACTOR_PARAMS, rank, actor_lo, actor_hi);
+    share(np, rank, critic_lo, critic_hi);
 
     extern __shared__ float4 smem4[];
     const SacSmem s(reinterpret_cast<float*>(smem4));
@@ -835,14 +952,13 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
         const float inv_b = 1.0f / (float)B;
         float la = log_alpha[agent], am = alpha_m[agent], av = alpha_v[agent];
         float loss_actor = 0.0f, loss_critic = 0.0f, loss_alpha = 0.0f;
-        const unsigned chunks = (B + CHUNK - 1) / CHUNK;
 
         for (unsigned epoch = 0; epoch < epochs; ++epoch) {
             const unsigned t = t0 + epoch;
             const float alpha = expf(la);
             sample_slots_hashed(agent_key(seed, agent, PURPOSE_SAC_SAMPLE, t), size, B, s.T,
                                 s.DUP, s.SLOT, s.HK, s.HI);
-            for (unsigned j = tid; j < B; j += SAC_UPDATE_THREADS) {
+            for (unsigned j = row_lo + tid; j < row_hi; j += SAC_UPDATE_THREADS) {
                 const size_t row = (size_t)agent * C + s.SLOT[j];
                 for (int c = 0; c < SAC_OBS; ++c) {
                     s.XA[j * 4 + c] = normalize(r_obs[row * SAC_OBS + c], mean[c], var[c]);
@@ -855,109 +971,101 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
                 s.LC[j] = 0.0f;
             }
             __syncthreads();
-            const float bc1 = (float)(1.0 - pow((double)b1, (double)(t + 1)));
-            const float bc2 = (float)(1.0 - pow((double)b2, (double)(t + 1)));
+            AdamStep step;
+            step.lr = lr;
+            step.b1 = b1;
+            step.c1 = c1;
+            step.b2 = b2;
+            step.c2 = c2;
+            step.eps = adam_eps;
+            step.clip = clip;
+            step.bc1 = (float)(1.0 - pow((double)b1, (double)(t + 1)));
+            step.bc2 = (float)(1.0 - pow((double)b2, (double)(t + 1)));
 
-            // 1. The actor.
+            // 1. The actor: this block's rows, then the cluster's sum and Adam step.
             {
-                float tile[2][4] = {}, head = 0.0f, b2g = 0.0f, w1 = 0.0f;
+                float tile[4][4] = {}, head = 0.0f, b2g = 0.0f, w1[2] = {};
                 const unsigned long long key = agent_key(seed, agent, PURPOSE_SAC_ACTOR, t);
-                for (unsigned ch = 0; ch < chunks; ++ch) {
-                    const unsigned row0 = ch * CHUNK;
-                    actor_chunk(s, row0, min((unsigned)CHUNK, B - row0), alpha, inv_b, key, tile,
-                                head, b2g, w1);
+                for (unsigned row0 = row_lo; row0 < row_hi; row0 += CHUNK) {
+                    actor_chunk(s, row0, min((unsigned)CHUNK, row_hi - row0), alpha, inv_b, key,
+                                tile, head, b2g, w1);
                 }
-                w2_store(s.PG, ACTOR_W2, tile);
-                if (tid < SAC_HIDDEN) {
-                    s.PG[ACTOR_WMU + tid] = head;
-                } else if (tid < 2 * SAC_HIDDEN) {
-                    s.PG[ACTOR_WLS + tid - SAC_HIDDEN] = head;
-                } else if (tid == 2 * SAC_HIDDEN) {
-                    s.PG[ACTOR_BMU] = head;
-                } else if (tid == 2 * SAC_HIDDEN + 1) {
-                    s.PG[ACTOR_BLS] = head;
-                }
-                if (tid >= 256 && tid < 256 + SAC_HIDDEN) {
-                    s.PG[ACTOR_B2 + tid - 256] = b2g;
-                }
-                if (tid < (SAC_OBS + 1) * SAC_HIDDEN) {
-                    s.PG[ACTOR_W1 + tid] = w1;  // W1, then b1 right after it
-                }
-                __syncthreads();
-                adam<ACTOR_SLOTS>(s.PA, s.PG, actor_m + (size_t)agent * ACTOR_PARAMS,
-                     actor_v + (size_t)agent * ACTOR_PARAMS, ACTOR_PARAMS, ACTOR_PARAMS, lr, b1,
-                     c1, b2, c2, adam_eps, clip, bc1, bc2);
+                actor_grad_store(s, tile, head, b2g, w1);
                 if (tid < 32) {
-                    const float l = warp0_sum(s.LA, B);
+                    const float la_sum = warp0_sum(s.LA + row_lo, row_hi - row_lo);
+                    const float lp_sum = warp0_sum(s.LP + row_lo, row_hi - row_lo);
                     if (tid == 0) {
-                        loss_actor = l * inv_b;
+                        s.RED[0] = la_sum;
+                        s.RED[1] = lp_sum;
                     }
                 }
-                __syncthreads();
             }
+            cluster_sync();
+            reduce_adam(s.PA, s.PG, actor_m + (size_t)agent * ACTOR_PARAMS,
+                        actor_v + (size_t)agent * ACTOR_PARAMS, actor_lo, actor_hi, ACTOR_PARAMS,
+                        step);
+            // Every block sums the partial sums in rank order: the same floats everywhere.
+            float sum_la = 0.0f, sum_logp = 0.0f;
+            for (unsigned r = 0; r < kClusterBlocks; ++r) {
+                sum_la += peer(s.RED, r)[0];
+                sum_logp += peer(s.RED, r)[1];
+            }
+            cluster_sync();
 
             // 2. The critics: targets with the new actor and the target critics (in PG).
             load_padded<CRITIC_SLOTS>(s.PG, gt, np, CRITIC_PARAMS);
             __syncthreads();
             {
                 const unsigned long long key = agent_key(seed, agent, PURPOSE_SAC_TARGET, t);
-                for (unsigned ch = 0; ch < chunks; ++ch) {
-                    const unsigned row0 = ch * CHUNK;
-                    target_chunk(s, row0, min((unsigned)CHUNK, B - row0), alpha, gamma, key);
+                for (unsigned row0 = row_lo; row0 < row_hi; row0 += CHUNK) {
+                    target_chunk(s, row0, min((unsigned)CHUNK, row_hi - row0), alpha, gamma, key);
                 }
             }
             {
-                float tile0[2][4] = {}, tile1[2][4] = {};
-                float head0 = 0.0f, b20 = 0.0f, w10 = 0.0f, head1 = 0.0f, b21 = 0.0f, w11 = 0.0f;
-                for (unsigned ch = 0; ch < chunks; ++ch) {
-                    const unsigned row0 = ch * CHUNK, n = min((unsigned)CHUNK, B - row0);
+                float tile0[4][4] = {}, tile1[4][4] = {};
+                float head0 = 0.0f, b20 = 0.0f, head1 = 0.0f, b21 = 0.0f;
+                float w10[2] = {}, w11[2] = {};
+                for (unsigned row0 = row_lo; row0 < row_hi; row0 += CHUNK) {
+                    const unsigned n = min((unsigned)CHUNK, row_hi - row0);
                     critic_chunk(s, s.PC, row0, n, inv_b, tile0, head0, b20, w10);
                     critic_chunk(s, s.PC + SAC_PAD, row0, n, inv_b, tile1, head1, b21, w11);
                 }
-                for (int k = 0; k < NUM_CRITICS; ++k) {
-                    float* g = s.PG + k * SAC_PAD;
-                    w2_store(g, CRITIC_W2, k == 0 ? tile0 : tile1);
-                    if (tid <= SAC_HIDDEN) {
-                        g[CRITIC_WQ + tid] = k == 0 ? head0 : head1;  // WQ, then BQ
-                    }
-                    if (tid >= 256 && tid < 256 + SAC_HIDDEN) {
-                        g[CRITIC_B2 + tid - 256] = k == 0 ? b20 : b21;
-                    }
-                    if (tid < (SAC_IN + 1) * SAC_HIDDEN) {
-                        g[CRITIC_W1 + tid] = k == 0 ? w10 : w11;  // W1, then b1
+                critic_grad_store(s.PG, tile0, head0, b20, w10);
+                critic_grad_store(s.PG + SAC_PAD, tile1, head1, b21, w11);
+                if (tid < 32) {
+                    const float lc_sum = warp0_sum(s.LC + row_lo, row_hi - row_lo);
+                    if (tid == 0) {
+                        s.RED[2] = lc_sum;
                     }
                 }
-                __syncthreads();
-                adam<CRITIC_SLOTS>(s.PC, s.PG, critic_m + (size_t)agent * np,
-                                   critic_v + (size_t)agent * np, np, CRITIC_PARAMS, lr, b1, c1,
-                                   b2, c2, adam_eps, clip, bc1, bc2);
             }
+            cluster_sync();
+            reduce_adam(s.PC, s.PG, critic_m + (size_t)agent * np, critic_v + (size_t)agent * np,
+                        critic_lo, critic_hi, CRITIC_PARAMS, step);
+            float sum_lc = 0.0f;
+            for (unsigned r = 0; r < kClusterBlocks; ++r) {
+                sum_lc += peer(s.RED, r)[2];
+            }
+            cluster_sync();
 
-            // 3. The temperature, with the actor phase's logp and the alpha before it.
-            if (tid < 32) {
-                const float sum_logp = warp0_sum(s.LP, B);
-                const float l = warp0_sum(s.LC, B);
-                if (tid == 0) {
-                    loss_critic = l * inv_b;
-                    const float mean_term = (sum_logp + (float)B * target_entropy) * inv_b;
-                    loss_alpha = -alpha * mean_term;
-                    const float g = fminf(fmaxf(-alpha * mean_term, -clip), clip);
-                    am = __fadd_rn(__fmul_rn(c1, g), __fmul_rn(b1, am));
-                    av = __fadd_rn(__fmul_rn(c2, __fmul_rn(g, g)), __fmul_rn(b2, av));
-                    const float u = __fdiv_rn(__fdiv_rn(am, bc1),
-                                              __fadd_rn(__fsqrt_rn(__fdiv_rn(av, bc2)), adam_eps));
-                    la = __fadd_rn(la, -__fmul_rn(lr, u));
-                    s.RED[0] = la;
-                }
-            }
-            __syncthreads();
-            la = s.RED[0];
-            __syncthreads();
+            // 3. The temperature, with the actor phase's logp and the alpha before it;
+            // every block computes the same step.
+            const float mean_term = (sum_logp + (float)B * target_entropy) * inv_b;
+            loss_actor = sum_la * inv_b;
+            loss_critic = sum_lc * inv_b;
+            loss_alpha = -alpha * mean_term;
+            const float g = fminf(fmaxf(-alpha * mean_term, -clip), clip);
+            am = __fadd_rn(__fmul_rn(c1, g), __fmul_rn(b1, am));
+            av = __fadd_rn(__fmul_rn(c2, __fmul_rn(g, g)), __fmul_rn(b2, av));
+            const float u = __fdiv_rn(__fdiv_rn(am, step.bc1),
+                                      __fadd_rn(__fsqrt_rn(__fdiv_rn(av, step.bc2)), adam_eps));
+            la = __fadd_rn(la, -__fmul_rn(lr, u));
         }
 
-        store_padded(ga, s.PA, ACTOR_PARAMS, ACTOR_PARAMS);
-        store_padded(gc, s.PC, np, CRITIC_PARAMS);
-        if (tid == 0) {
+        // Every block holds the same networks: each writes its share.
+        store_padded(ga, s.PA, actor_lo, actor_hi, ACTOR_PARAMS);
+        store_padded(gc, s.PC, critic_lo, critic_hi, CRITIC_PARAMS);
+        if (rank == 0 && tid == 0) {
             adam_t[agent] = t0 + epochs;
             log_alpha[agent] = la;
             alpha_m[agent] = am;
@@ -968,21 +1076,9 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1)
         }
     }
 
-    // Polyak, with the critics as this launch leaves them; a pass's loads issued first.
-    for (unsigned first = 0; first < np; first += CRITIC_PASS) {
-        float tg[CRITIC_SLOTS], cr[CRITIC_SLOTS];
-#pragma unroll
-        for (int k = 0; k < CRITIC_SLOTS; ++k) {
-            const unsigned p = first + tid + k * SAC_UPDATE_THREADS;
-            tg[k] = p < np ? gt[p] : 0.0f;
-            cr[k] = p >= np ? 0.0f : train ? s.PC[padded(p, CRITIC_PARAMS)] : gc[p];
-        }
-#pragma unroll
-        for (int k = 0; k < CRITIC_SLOTS; ++k) {
-            const unsigned p = first + tid + k * SAC_UPDATE_THREADS;
-            if (p < np) {
-                gt[p] = __fadd_rn(__fmul_rn(tg[k], keep), __fmul_rn(cr[k], mix));
-            }
-        }
+    // Polyak of this block's share, with the critics as this launch leaves them.
+    for (unsigned p = critic_lo + tid; p < critic_hi; p += SAC_UPDATE_THREADS) {
+        const float c = train ? s.PC[padded(p, CRITIC_PARAMS)] : gc[p];
+        gt[p] = __fadd_rn(__fmul_rn(gt[p], keep), __fmul_rn(c, mix));
     }
 }

@@ -37,8 +37,9 @@ pub const fn update_smem_bytes(batch: usize) -> usize {
 pub struct Kernels {
     pub(crate) raw: raw::Kernels,
     max_batch: usize,
-    /// Whether `sac_update` got its shared memory (`crate::sac::sac_update_smem_bytes`).
-    pub(crate) sac_update_ready: bool,
+    /// `sac_update`'s blocks per agent, `None` where it did not get its shared memory
+    /// (`crate::sac::sac_update_smem_bytes`).
+    pub(crate) sac_update_blocks: Option<u32>,
 }
 
 impl Kernels {
@@ -46,8 +47,8 @@ impl Kernels {
     /// checked against its CUDA signature) and opts `dqn_update` in to the shared memory
     /// of a batch of [`MAX_BATCH`], or of the largest batch the device allows
     /// ([`Kernels::max_batch`]); a device that allows none fails with
-    /// [`Error::DynamicShared`]. `sac_update` is opted in to its 181 KiB where the device
-    /// grants them (H100, H200); elsewhere [`Kernels::sac_update`] refuses to launch.
+    /// [`Error::DynamicShared`]. `sac_update` is opted in to its 145 KiB where the device
+    /// grants them (A100, H100, H200); elsewhere [`Kernels::sac_update`] refuses to launch.
     pub fn load(device: &Device) -> Result<Kernels> {
         let raw = raw::Kernels::load(device)?;
         let update = raw.kernel(KernelId::DqnUpdate);
@@ -66,11 +67,11 @@ impl Kernels {
             }
             Err(other) => return Err(other),
         };
-        let sac_update_ready = crate::sac::kernels::opt_in_sac_update(&raw)?;
+        let sac_update_blocks = crate::sac::kernels::opt_in_sac_update(&raw)?;
         Ok(Kernels {
             raw,
             max_batch,
-            sac_update_ready,
+            sac_update_blocks,
         })
     }
 

@@ -6,7 +6,8 @@
 //! the learning curves (CSV and SVG, against environment steps and against wall-clock)
 //! and a JSON summary into `--out`.
 //!
-//! The SAC update needs 181 KiB of shared memory per block: an H100 or H200.
+//! The SAC update needs 145 KiB of shared memory per block (A100, H100, H200); on compute
+//! capability 9.0 each agent's update spreads over a cluster of 8 SMs.
 //!
 //! Without a GPU it prints the steps' plans and says what it would do.
 
@@ -81,7 +82,7 @@ fn no_gpu(args: &Args, e: &stepgraph::Error) {
     }
     let cfg = SacConfig::rejax_pendulum(args.seed);
     println!(
-        "With a CUDA GPU of 181 KiB of shared memory per block (H100, H200) this trains {} \
+        "With a CUDA GPU of 145 KiB of shared memory per block (A100, H100, H200) this trains {} \
          SAC agent(s) on Pendulum-v1 for {} environment steps each ({} environment(s), batch \
          {}, {} update(s) per iteration, rejax's configuration): the `train` step above as \
          device loops of {} iterations, an evaluation of {EVAL_EPISODES} episodes per agent \

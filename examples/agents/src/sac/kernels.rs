@@ -12,35 +12,68 @@ use crate::sac::layout::{ActorLayout, CriticLayout, NUM_CRITICS, RMS_FLOATS, SAC
 /// The largest batch `sac_update` takes (`SAC_MAX_BATCH` in `cuda/sac_update.cu`).
 pub const SAC_MAX_BATCH: usize = 256;
 /// Threads of a `sac_update` block (`SAC_UPDATE_THREADS`).
-pub const SAC_UPDATE_THREADS: u32 = 512;
-/// Rows of the batch that go through the networks at once (`CHUNK`).
-pub const SAC_CHUNK: usize = 64;
+pub const SAC_UPDATE_THREADS: u32 = 256;
+/// Rows of the batch a block puts through the networks at once (`CHUNK`).
+pub const SAC_CHUNK: usize = 32;
+/// Blocks per agent, one thread-block cluster, where the loaded image is for compute
+/// capability 9.0 or newer (`SAC_CLUSTER`); older images take one block per agent.
+pub const SAC_CLUSTER: u32 = 8;
 /// Floats of `sac_update`'s shared memory, for any batch (`SAC_UPDATE_SMEM_FLOATS`).
-const SAC_UPDATE_SMEM_FLOATS: usize = 46_324;
+const SAC_UPDATE_SMEM_FLOATS: usize = 37_108;
 
-/// Bytes of dynamic shared memory `sac_update` takes: 181 KiB, whatever the batch
+/// Bytes of dynamic shared memory a `sac_update` block takes: 145 KiB, whatever the batch
 /// (`cuda/sac_update.cu` lists the regions).
 pub const fn sac_update_smem_bytes() -> usize {
     4 * SAC_UPDATE_SMEM_FLOATS
 }
 
-/// Opts `sac_update` in to [`sac_update_smem_bytes`]; `false` where the device grants a
-/// block less (the A100's 163 KiB, the 99 KiB of the RTX 30 and 40 series), which leaves
-/// the DQN kernels usable there.
-pub(crate) fn opt_in_sac_update(raw: &raw::Kernels) -> Result<bool> {
-    let update = raw.kernel(raw::KernelId::SacUpdate);
-    match update.set_max_dynamic_shared(sac_update_smem_bytes() as u32) {
-        Ok(()) => Ok(true),
-        Err(Error::DynamicShared { .. }) => Ok(false),
-        Err(other) => Err(other),
+/// Opts `sac_update` in to [`sac_update_smem_bytes`] and reads off the loaded image how
+/// many blocks an agent takes: [`SAC_CLUSTER`] from an image for compute capability 9.0 or
+/// newer (built with `__cluster_dims__`), else 1. `None` where the device grants a block
+/// less shared memory (the 99 KiB of the RTX 30 and 40 series), which leaves the DQN
+/// kernels usable there.
+pub(crate) fn opt_in_sac_update(raw: &raw::Kernels) -> Result<Option<u32>> {
+    let id = raw::KernelId::SacUpdate;
+    match raw
+        .kernel(id)
+        .set_max_dynamic_shared(sac_update_smem_bytes() as u32)
+    {
+        Ok(()) => {}
+        Err(Error::DynamicShared { .. }) => return Ok(None),
+        Err(other) => return Err(other),
     }
+    let target = raw.module(id.module()).image().map(|i| i.target);
+    Ok(Some(if target.is_some_and(has_clusters) {
+        SAC_CLUSTER
+    } else {
+        1
+    }))
+}
+
+/// Whether code for `target` (`sm_90`, `compute_80`, `sm_100a`) was built with clusters:
+/// `cuda/sac_update.cu` uses them from compute capability 9.0.
+fn has_clusters(target: &str) -> bool {
+    let digits: String = target
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse::<u32>().is_ok_and(|cc| cc >= 90)
 }
 
 impl Kernels {
-    /// Whether [`Kernels::sac_update`] can launch on this device: it needs 181 KiB of
-    /// shared memory per block (H100, H200).
+    /// Whether [`Kernels::sac_update`] can launch on this device: it needs 145 KiB of
+    /// shared memory per block (H100, H200, A100).
     pub fn sac_update_ready(&self) -> bool {
-        self.sac_update_ready
+        self.sac_update_blocks.is_some()
+    }
+
+    /// Blocks per agent of [`Kernels::sac_update`]: [`SAC_CLUSTER`] (one thread-block
+    /// cluster) on compute capability 9.0 and newer, 1 on older GPUs or where the module
+    /// was loaded from portable PTX; `None` where it cannot launch.
+    pub fn sac_update_blocks(&self) -> Option<u32> {
+        self.sac_update_blocks
     }
 
     /// rejax's training act for every environment of every agent: `actions[a, e]`, a sample
@@ -175,19 +208,29 @@ impl Kernels {
         losses: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
         // Without the opt-in the launch would fail in the driver, inside a capture.
-        if !self.sac_update_ready {
+        let Some(blocks) = self.sac_update_blocks else {
             return Err(Error::Argument {
                 what: "sac_update: the device".into(),
                 expected: format!(
-                    "{} bytes of shared memory per block (compute capability 9.0)",
+                    "{} bytes of shared memory per block",
                     sac_update_smem_bytes()
                 ),
                 found: "less".into(),
             });
-        }
+        };
         let agents = replay.agents;
+        // A grid past u32 blocks is refused here, not wrapped (the checked launcher checks
+        // the buffers against `agents`, not the grid).
+        let grid = u32::try_from(agents)
+            .ok()
+            .and_then(|a| a.checked_mul(blocks))
+            .ok_or_else(|| Error::Argument {
+                what: "sac_update: agents".into(),
+                expected: format!("at most {} agents", u32::MAX / blocks),
+                found: agents.to_string(),
+            })?;
         let config = LaunchConfig {
-            grid_dim: (u32::try_from(agents).unwrap_or(u32::MAX), 1, 1),
+            grid_dim: (grid, 1, 1),
             block_dim: (SAC_UPDATE_THREADS, 1, 1),
             shared_mem_bytes: sac_update_smem_bytes() as u32,
         };
@@ -393,6 +436,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn clusters_come_with_compute_capability_9() {
+        for (target, clusters) in [
+            ("sm_90", true),
+            ("sm_90a", true),
+            ("sm_100a", true),
+            ("compute_90", true),
+            ("sm_89", false),
+            ("sm_80", false),
+            ("compute_80", false),
+            ("sm_", false),
+        ] {
+            assert_eq!(has_clusters(target), clusters, "{target}");
+        }
+    }
+
+    #[test]
     fn the_update_sizes_agree_with_the_kernel_source() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/sac_update.cu");
         let defines = stepgraph_testkit::cuda_defines(path).expect("sac_update.cu reads");
@@ -401,8 +460,9 @@ mod tests {
         assert_eq!(get("SAC_UPDATE_THREADS"), SAC_UPDATE_THREADS as usize);
         assert_eq!(get("CHUNK"), SAC_CHUNK);
         assert_eq!(get("SAC_UPDATE_SMEM_FLOATS"), SAC_UPDATE_SMEM_FLOATS);
-        // Within what the H100 and H200 grant a block (227 KiB), and rejax's batch fits.
-        assert!(sac_update_smem_bytes() <= 227 * 1024);
+        assert_eq!(get("SAC_CLUSTER"), SAC_CLUSTER as usize);
+        // Within what the A100 grants a block (163 KiB), and rejax's batch fits.
+        assert!(sac_update_smem_bytes() <= 163 * 1024);
         assert!(crate::sac::SacConfig::rejax_pendulum(0).batch_size <= SAC_MAX_BATCH);
     }
 }
