@@ -229,10 +229,9 @@ enum L2Mode {
                 // swish(z2) into `keep2`, dq into heads[1], 0.5 (q - y)^2 into heads[2]
 };
 
-// The second layer and its one-unit heads: z2 = h1 W2 + b2, head j of row i =
-// sum_n swish(z2[i, n]) p[off_h[j] + n] + p[off_h[j] + SAC_HIDDEN] (each head's kernel
-// is followed by its bias in both layouts... except the actor's mean, see callers: the
-// head's bias offset is passed separately) into heads[j][i].
+// The second layer and its one-unit heads: z2 = h1 W2 + b2, and head j of row i,
+// sum_n swish(z2[i, n]) p[off_hw[j] + n] + p[off_hb[j]], into heads[j][i]; the epilogue
+// keeps what MODE says.
 template <int NH, L2Mode MODE>
 __device__ __forceinline__ void layer2(const float* h1, const float* p, int off_w, int off_b,
                                        const int (&off_hw)[NH], const int (&off_hb)[NH],
@@ -612,11 +611,6 @@ __device__ void sample_slots_hashed(unsigned long long key, unsigned size, unsig
 }
 static_assert(SAC_HT == 512, "the hash keeps the top 9 bits");
 
-// The hyperparameters of an update, as the launch passes them.
-struct SacHyper {
-    float gamma, lr, b1, c1, b2, c2, eps, clip, target_entropy;
-};
-
 // The shared memory's regions.
 struct SacSmem {
     float *PA, *PC, *PG, *BUF[4], *XA, *XN, *XP, *Y, *DN, *LP, *LA, *LC, *CS, *RED;
@@ -652,8 +646,8 @@ struct SacSmem {
     __device__ float* cs(int row) const { return CS + row * CHUNK; }
 };
 
-// The actor on a chunk's observations x (stride 4, rows row0 ..): mean and raw log-std
-// into CS, z2 into BUF[1] where KEEP_Z, h1 into BUF[0].
+// The actor on a chunk's observations x (stride 4): mean and raw log-std into CS, h1 into
+// BUF[0], and with L2_Z z2 into BUF[1].
 template <L2Mode MODE>
 __device__ __forceinline__ void actor_forward(const SacSmem& s, const float* x, unsigned nrows) {
     layer1<SAC_OBS>(x, s.PA, ACTOR_W1, ACTOR_B1, s.BUF[0], nrows);
