@@ -57,6 +57,8 @@
 // Rows of BUF are padded to SAC_RS = 68 floats: float4 loads stay aligned and two rows a
 // warp reads at once start in different banks.
 
+#include <cuda_pipeline.h>
+
 #include "sac.cuh"
 
 #define SAC_UPDATE_THREADS 256
@@ -443,26 +445,17 @@ __device__ __forceinline__ unsigned padded(unsigned p, unsigned per) {
     return (p / per) * SAC_PAD + p % per;
 }
 
-// Global to shared: dst[padded(p)] = src[p] for p < n, SLOTS parameters a thread, every
-// load issued before the first store (one round trip to memory, not SLOTS).
-template <int SLOTS>
+// Global to shared: dst[padded(p)] = src[p] for p < n, as asynchronous copies
+// (cp.async on compute capability 8.0 and newer) that are all in flight at once: one trip
+// to memory instead of one per parameter a thread copies. The caller synchronises the
+// block before reading dst.
 __device__ __forceinline__ void load_padded(float* dst, const float* __restrict__ src,
                                             unsigned n, unsigned per) {
-    for (unsigned first = 0; first < n; first += SLOTS * SAC_UPDATE_THREADS) {
-        float r[SLOTS];
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
-            r[s] = p < n ? src[p] : 0.0f;
-        }
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const unsigned p = first + threadIdx.x + s * SAC_UPDATE_THREADS;
-            if (p < n) {
-                dst[padded(p, per)] = r[s];
-            }
-        }
+    for (unsigned p = threadIdx.x; p < n; p += SAC_UPDATE_THREADS) {
+        __pipeline_memcpy_async(dst + padded(p, per), src + p, sizeof(float));
     }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
 }
 
 // Shared to global: dst[p] = src[padded(p)] for p in [lo, hi).
@@ -535,9 +528,6 @@ __device__ __forceinline__ void share(unsigned n, unsigned rank, unsigned& lo, u
     lo = min(n, rank * part);
     hi = min(n, lo + part);
 }
-
-#define ACTOR_SLOTS 9
-#define CRITIC_SLOTS 9
 
 // The sum of x[0 .. n) by warp 0 (lane l adds l, l + 32, ..., then the warp's shuffles);
 // valid in warp 0.
@@ -934,8 +924,8 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_
     extern __shared__ float4 smem4[];
     const SacSmem s(reinterpret_cast<float*>(smem4));
     if (train) {
-        load_padded<ACTOR_SLOTS>(s.PA, ga, ACTOR_PARAMS, ACTOR_PARAMS);
-        load_padded<CRITIC_SLOTS>(s.PC, gc, np, CRITIC_PARAMS);
+        load_padded(s.PA, ga, ACTOR_PARAMS, ACTOR_PARAMS);
+        load_padded(s.PC, gc, np, CRITIC_PARAMS);
         const float* stats = rms + (size_t)agent * RMS_FLOATS;
         float mean[SAC_OBS], var[SAC_OBS];
         for (int c = 0; c < SAC_OBS; ++c) {
@@ -1007,7 +997,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_
             cluster_sync();
 
             // 2. The critics: targets with the new actor and the target critics (in PG).
-            load_padded<CRITIC_SLOTS>(s.PG, gt, np, CRITIC_PARAMS);
+            load_padded(s.PG, gt, np, CRITIC_PARAMS);
             __syncthreads();
             {
                 const unsigned long long key = agent_key(seed, agent, PURPOSE_SAC_TARGET, t);
@@ -1070,9 +1060,23 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_
         }
     }
 
-    // Polyak of this block's share, with the critics as this launch leaves them.
-    for (unsigned p = critic_lo + tid; p < critic_hi; p += SAC_UPDATE_THREADS) {
-        const float c = train ? s.PC[padded(p, CRITIC_PARAMS)] : gc[p];
-        gt[p] = __fadd_rn(__fmul_rn(gt[p], keep), __fmul_rn(c, mix));
+    // Polyak of this block's share, with the critics as this launch leaves them; a pass's
+    // loads issued before its stores.
+    for (unsigned first = critic_lo; first < critic_hi;
+         first += REDUCE_SLOTS * SAC_UPDATE_THREADS) {
+        float tg[REDUCE_SLOTS], cr[REDUCE_SLOTS];
+#pragma unroll
+        for (int k = 0; k < REDUCE_SLOTS; ++k) {
+            const unsigned p = first + tid + k * SAC_UPDATE_THREADS;
+            tg[k] = p < critic_hi ? gt[p] : 0.0f;
+            cr[k] = p >= critic_hi ? 0.0f : train ? s.PC[padded(p, CRITIC_PARAMS)] : gc[p];
+        }
+#pragma unroll
+        for (int k = 0; k < REDUCE_SLOTS; ++k) {
+            const unsigned p = first + tid + k * SAC_UPDATE_THREADS;
+            if (p < critic_hi) {
+                gt[p] = __fadd_rn(__fmul_rn(tg[k], keep), __fmul_rn(cr[k], mix));
+            }
+        }
     }
 }
