@@ -593,3 +593,43 @@ fn gpu_update_before_the_fill_only_moves_the_targets() {
         assert!(err.is_err(), "batch {batch} of a ring of 300 was accepted");
     }
 }
+
+/// The whole agent on the device: 600 iterations (past the fill, so about 340 updates) and
+/// an evaluation. Pendulum's returns lie in [-16.27 * 200, 0] (the largest cost a step is
+/// pi^2 + 0.1 * 8^2 + 0.001 * 2^2); the actors, and the environments' counters, must have
+/// moved.
+#[test]
+fn gpu_pendulum_agent_trains_and_evaluates() {
+    use stepgraph_agents::pendulum::{Agent, AgentKernels};
+    let device = device();
+    let kernels = std::sync::Arc::new(AgentKernels::load(&device).expect("kernels load"));
+    assert!(kernels.sac.sac_update_ready());
+    let cfg = SacConfig::rejax_pendulum(3);
+    let agents = 2;
+    let mut agent = Agent::new(&device, kernels, cfg, agents, 16).expect("the agent builds");
+    let before = agent.params().unwrap();
+    agent.evaluate().unwrap();
+    let initial = agent.eval_returns().unwrap();
+    agent.train(600).unwrap();
+    agent.evaluate().unwrap();
+    let returns = agent.eval_returns().unwrap();
+    agent.wait().unwrap();
+    eprintln!("evaluation returns {initial:?}, then {returns:?}");
+    for r in initial.iter().chain(&returns) {
+        assert!(r.is_finite() && (-3300.0..=0.0).contains(r), "return {r}");
+    }
+    let after = agent.params().unwrap();
+    assert!(after.iter().all(|p| p.is_finite()));
+    assert_ne!(before, after, "the actors did not train");
+    assert_eq!(agent.steps(), 600);
+    let training = agent
+        .training_returns()
+        .unwrap()
+        .expect("a launch finished");
+    assert_eq!(training.len(), agents);
+    // Three episodes of 200 steps each have ended in every training environment.
+    assert!(
+        training.iter().all(|r| r.is_finite() && *r < 0.0),
+        "{training:?}"
+    );
+}
