@@ -31,8 +31,8 @@
 //! # SAC on Pendulum-v1
 //!
 //! rejax's `SAC` (`configs/gymnax/pendulum.yaml`): [`Kernels::sac_act`],
-//! the environments' step, [`Kernels::sac_store`] (the ring, the observation statistics),
-//! [`Kernels::sac_count`], and [`Kernels::sac_update`] (actor, critics and temperature,
+//! the environments' step, [`Kernels::sac_store`] (the ring, the observation statistics,
+//! the counters), and [`Kernels::sac_update`] (actor, critics and temperature,
 //! one block per agent, then the target critics' Polyak step). The [`sac`] module says
 //! more.
 //!

@@ -2,8 +2,8 @@
 //! buffers, each captured once.
 //!
 //! - [`train`]: one iteration of rejax's SAC `train_iteration` for every agent: act, step
-//!   the environments, store (the replay, the observation statistics), count, `epochs`
-//!   fused updates and the target critics' Polyak step. [`Agent::train`] runs it `n`
+//!   the environments, store (the replay, the observation statistics, the counters),
+//!   `epochs` fused updates and the target critics' Polyak step. [`Agent::train`] runs it `n`
 //!   times in one launch ([`stepgraph::Step::replay_loop`]).
 //! - [`eval_reset`] and [`eval_run`]: rejax's evaluation, one episode in each of
 //!   `eval_envs` environments per agent, sampling the policy; `eval_run` loops 200 times
@@ -134,8 +134,8 @@ pub mod train {
         k.envs.pendulum_step(s, env, actions, out)
     }
 
-    /// The transitions into the rings, the statistics' update, and the next observations
-    /// into `obs` for the next iteration's act.
+    /// The transitions into the rings, the statistics' update, the next observations into
+    /// `obs` for the next iteration's act, and the counters moved on.
     #[allow(clippy::too_many_arguments)]
     fn store(
         s: &CaptureStream<'_>,
@@ -144,21 +144,12 @@ pub mod train {
         obs: &mut DeviceBuffer<f32>,
         actions: &DeviceBuffer<f32>,
         out: &Transitions,
-        counters: &DeviceBuffer<u32>,
+        counters: &mut DeviceBuffer<u32>,
         rms: &mut DeviceBuffer<f32>,
         replay: &mut SacReplay,
     ) -> Result<()> {
         k.sac
             .sac_store(s, &cfg, obs, actions, out, counters, rms, replay)
-    }
-
-    fn count(
-        s: &CaptureStream<'_>,
-        k: &AgentKernels,
-        cfg: SacConfig,
-        counters: &mut DeviceBuffer<u32>,
-    ) -> Result<()> {
-        k.sac.sac_count(s, &cfg, counters)
     }
 
     /// The updates and the target critics' Polyak step, fused.

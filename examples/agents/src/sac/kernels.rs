@@ -126,15 +126,16 @@ impl Kernels {
         )
     }
 
-    /// SAC's side of a step of the environments, for each agent `a` (one block each) and
-    /// environment `e` (rows `a E .. (a + 1) E`, E = `cfg.num_envs`): the transition
+    /// SAC's side of a step of the environments, in one block: for each agent `a` and
+    /// environment `e` (rows `a E .. (a + 1) E`, E = `cfg.num_envs`), the transition
     /// (`obs`, `actions`, `out.reward`, `out.final_obs`, done) at slot `(pos + e) % C` of
     /// ring `a`, pos = `counters[Counter::Pos]`, done = `out.terminated`, or
     /// `terminated || truncated` where `cfg.truncation_is_terminal` (rejax); rejax's
     /// `update_rms` of `rms[a]` with the batch `out.obs` of its E environments (the
     /// observations the step returned, reset ones where an episode ended, as rejax's);
-    /// and `obs = out.obs`, the observations the next act sees. Run
-    /// [`Kernels::sac_count`] after it.
+    /// `obs = out.obs`, the observations the next act sees; and the counters moved on as
+    /// [`Kernels::dqn_count`] moves them (`step_before = step`, `step += E`,
+    /// `pos = (pos + E) % C`, `size = min(size + E, C)`).
     #[allow(clippy::too_many_arguments)]
     pub fn sac_store(
         &self,
@@ -143,7 +144,7 @@ impl Kernels {
         obs: &mut DeviceBuffer<f32>,
         actions: &DeviceBuffer<f32>,
         out: &Transitions,
-        counters: &DeviceBuffer<u32>,
+        counters: &mut DeviceBuffer<u32>,
         rms: &mut DeviceBuffer<f32>,
         replay: &mut SacReplay,
     ) -> Result<()> {
@@ -171,21 +172,9 @@ impl Kernels {
         )
     }
 
-    /// Moves the counters on after a step of `cfg.num_envs` environments per agent and its
-    /// store, as [`Kernels::dqn_count`] does (the counters' layout is the same).
-    pub fn sac_count(
-        &self,
-        stream: &CaptureStream<'_>,
-        cfg: &SacConfig,
-        counters: &mut DeviceBuffer<u32>,
-    ) -> Result<()> {
-        self.raw
-            .dqn_count_checked(stream, counters, cfg.num_envs, cfg.buffer_size)
-    }
-
     /// `cfg.epochs` SAC updates of every agent, fused in one launch (one block per agent),
     /// if the iteration trains: `counters[Counter::Step] > cfg.fill_buffer` (so run it
-    /// after [`Kernels::sac_count`]) and each ring holds a batch; then, in every launch,
+    /// after [`Kernels::sac_store`], which moves the step on) and each ring holds a batch; then, in every launch,
     /// the Polyak step of the target critics. Each update draws `cfg.batch_size` distinct
     /// slots of the agent's ring, normalises them with `rms`, and takes an Adam step of the
     /// actor, then of the critics (targets from the new actor and `targets`), then of

@@ -9,9 +9,9 @@
 //!    observations, normalised with its running statistics;
 //! 2. the environments' step (`stepgraph_envs::Kernels::pendulum_step`);
 //! 3. [`sac_store`](crate::Kernels::sac_store): the transitions into each agent's ring,
-//!    the statistics' update, the next observations into the acted-on buffer;
-//! 4. [`sac_count`](crate::Kernels::sac_count): the counters move on by `E`;
-//! 5. [`sac_update`](crate::Kernels::sac_update): `epochs` fused SAC updates per agent
+//!    the statistics' update, the next observations into the acted-on buffer, and the
+//!    counters moved on by `E`, in one block;
+//! 4. [`sac_update`](crate::Kernels::sac_update): `epochs` fused SAC updates per agent
 //!    (actor, critics, temperature), one block each, if the step is past `fill_buffer`,
 //!    then the Polyak step of the target critics, every iteration.
 //!

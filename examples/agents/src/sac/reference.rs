@@ -477,14 +477,15 @@ pub struct HostSacStep<'a> {
 }
 
 /// `sac_store`: the transitions at slots `(pos + e) % C`, the statistics' update with
-/// `step.next_obs`, then `obs = step.next_obs`.
+/// `step.next_obs`, `obs = step.next_obs`, then the counters moved on
+/// ([`crate::reference::dqn_count`]).
 pub fn store(
     replay: &mut HostSacReplay,
     rms: &mut [f32],
     obs: &mut [f32],
     step: &HostSacStep<'_>,
     envs: usize,
-    counters: &[u32; COUNTERS],
+    counters: &mut [u32; COUNTERS],
     truncation_is_terminal: bool,
 ) {
     let c = replay.capacity;
@@ -513,6 +514,7 @@ pub fn store(
             );
         }
     }
+    crate::reference::dqn_count(counters, envs as u32, c as u32);
 }
 
 /// One agent's SAC state on the host, f64.

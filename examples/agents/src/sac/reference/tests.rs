@@ -231,15 +231,17 @@ fn store_writes_the_ring_the_statistics_and_the_next_observations() {
         truncated: &[0, 0, 1, 0, 1, 0],
     };
     let mut rms: Vec<f32> = (0..agents).flat_map(|_| initial_rms()).collect();
+    let mut counters = [5, 0, 3, 0];
     store(
         &mut replay,
         &mut rms,
         &mut obs,
         &step,
         envs,
-        &[0, 0, 3, 0],
+        &mut counters,
         true,
     );
+    assert_eq!(counters, [8, 5, 2, 3]);
     assert_eq!(obs, next);
     // Slots 3, 0, 1 of each ring.
     assert_eq!(replay.action, [0.25, 0.5, -9.0, 0.0, 1.0, 1.25, -9.0, 0.75]);
