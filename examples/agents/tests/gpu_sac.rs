@@ -456,15 +456,17 @@ fn check_update(device: &Device, k: &Kernels, batch: usize, epochs: u32, first_s
                 case.cfg.epochs,
             )
             .expect("the update runs");
-            conditioned &= report.min_critic_gap > 1e-3;
+            // Q's f32 error is about 1e-6: a gap of 1e-4 leaves a margin of 100, and rows this
+            // close are rare enough (about 3e-4 of them) that a few seeds find data.
+            conditioned &= report.min_critic_gap > 1e-4;
             want.push((state, report));
         }
         if conditioned {
             break (case, want);
         }
         assert!(
-            seed < first_seed + 20,
-            "no well-conditioned data in 20 seeds"
+            seed < first_seed + 40,
+            "no well-conditioned data in 40 seeds"
         );
     };
     eprintln!(
