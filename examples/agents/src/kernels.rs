@@ -67,7 +67,12 @@ impl Kernels {
             }
             Err(other) => return Err(other),
         };
-        let sac_update_blocks = crate::sac::kernels::opt_in_sac_update(&raw)?;
+        let sac_update_blocks = crate::sac::launch::opt_in_sac_update(
+            raw.kernel(KernelId::SacUpdate),
+            raw.module(KernelId::SacUpdate.module())
+                .image()
+                .map(|i| i.target),
+        )?;
         Ok(Kernels {
             raw,
             max_batch,

@@ -5,62 +5,10 @@
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, LaunchConfig, Result, StepBuffer};
 use stepgraph_envs::Transitions;
 
-use crate::kernels::{Kernels, positive_product, raw};
+use crate::kernels::{Kernels, positive_product};
 use crate::sac::config::SacConfig;
+use crate::sac::launch::{SAC_UPDATE_THREADS, sac_update_smem_bytes};
 use crate::sac::layout::{ActorLayout, CriticLayout, NUM_CRITICS, RMS_FLOATS, SAC_OBS};
-
-/// The largest batch `sac_update` takes (`SAC_MAX_BATCH` in `cuda/sac_update.cu`).
-pub const SAC_MAX_BATCH: usize = 256;
-/// Threads of a `sac_update` block (`SAC_UPDATE_THREADS`).
-pub const SAC_UPDATE_THREADS: u32 = 256;
-/// Rows of the batch a block puts through the networks at once (`CHUNK`).
-pub const SAC_CHUNK: usize = 32;
-/// Blocks per agent, one thread-block cluster, where the loaded image is for compute
-/// capability 9.0 or newer (`SAC_CLUSTER`); older images take one block per agent.
-pub const SAC_CLUSTER: u32 = 8;
-/// Floats of `sac_update`'s shared memory, for any batch (`SAC_UPDATE_SMEM_FLOATS`).
-const SAC_UPDATE_SMEM_FLOATS: usize = 37_108;
-
-/// Bytes of dynamic shared memory a `sac_update` block takes: 145 KiB, whatever the batch
-/// (`cuda/sac_update.cu` lists the regions).
-pub const fn sac_update_smem_bytes() -> usize {
-    4 * SAC_UPDATE_SMEM_FLOATS
-}
-
-/// Opts `sac_update` in to [`sac_update_smem_bytes`] and reads off the loaded image how
-/// many blocks an agent takes: [`SAC_CLUSTER`] from an image for compute capability 9.0 or
-/// newer (built with `__cluster_dims__`), else 1. `None` where the device grants a block
-/// less shared memory (the 99 KiB of the RTX 30 and 40 series), which leaves the DQN
-/// kernels usable there.
-pub(crate) fn opt_in_sac_update(raw: &raw::Kernels) -> Result<Option<u32>> {
-    let id = raw::KernelId::SacUpdate;
-    match raw
-        .kernel(id)
-        .set_max_dynamic_shared(sac_update_smem_bytes() as u32)
-    {
-        Ok(()) => {}
-        Err(Error::DynamicShared { .. }) => return Ok(None),
-        Err(other) => return Err(other),
-    }
-    let target = raw.module(id.module()).image().map(|i| i.target);
-    Ok(Some(if target.is_some_and(has_clusters) {
-        SAC_CLUSTER
-    } else {
-        1
-    }))
-}
-
-/// Whether code for `target` (`sm_90`, `compute_80`, `sm_100a`) was built with clusters:
-/// `cuda/sac_update.cu` uses them from compute capability 9.0.
-fn has_clusters(target: &str) -> bool {
-    let digits: String = target
-        .trim_start_matches("sm_")
-        .trim_start_matches("compute_")
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse::<u32>().is_ok_and(|cc| cc >= 90)
-}
 
 impl Kernels {
     /// Whether [`Kernels::sac_update`] can launch on this device: it needs 145 KiB of
@@ -69,9 +17,10 @@ impl Kernels {
         self.sac_update_blocks.is_some()
     }
 
-    /// Blocks per agent of [`Kernels::sac_update`]: [`SAC_CLUSTER`] (one thread-block
-    /// cluster) on compute capability 9.0 and newer, 1 on older GPUs or where the module
-    /// was loaded from portable PTX; `None` where it cannot launch.
+    /// Blocks per agent of [`Kernels::sac_update`]:
+    /// [`SAC_CLUSTER`](crate::sac::SAC_CLUSTER) (one thread-block cluster) on compute
+    /// capability 9.0 and newer, 1 on older GPUs or where the module was loaded from
+    /// portable PTX; `None` where it cannot launch.
     pub fn sac_update_blocks(&self) -> Option<u32> {
         self.sac_update_blocks
     }
@@ -172,18 +121,21 @@ impl Kernels {
         )
     }
 
-    /// `cfg.epochs` SAC updates of every agent, fused in one launch (one block per agent),
-    /// if the iteration trains: `counters[Counter::Step] > cfg.fill_buffer` (so run it
-    /// after [`Kernels::sac_store`], which moves the step on) and each ring holds a batch; then, in every launch,
-    /// the Polyak step of the target critics. Each update draws `cfg.batch_size` distinct
-    /// slots of the agent's ring, normalises them with `rms`, and takes an Adam step of the
-    /// actor, then of the critics (targets from the new actor and `targets`), then of
-    /// `log_alpha`; `losses[3 a ..]` gets agent `a`'s last actor, critic and temperature
-    /// losses. `cuda/sac_update.cu` states every formula.
+    /// `cfg.epochs` SAC updates of every agent, fused in one launch (a thread-block
+    /// cluster of [`SAC_CLUSTER`](crate::sac::SAC_CLUSTER) blocks per agent on compute
+    /// capability 9.0, one block elsewhere: [`Kernels::sac_update_blocks`]), if the
+    /// iteration trains: `counters[Counter::Step] > cfg.fill_buffer` (so run it after
+    /// [`Kernels::sac_store`], which moves the step on) and each ring holds a batch; then,
+    /// in every launch, the Polyak step of the target critics. Each update draws
+    /// `cfg.batch_size` distinct slots of the agent's ring, normalises them with `rms`, and
+    /// takes an Adam step of the actor, then of the critics (targets from the new actor and
+    /// `targets`), then of `log_alpha`; `losses[3 a ..]` gets agent `a`'s last actor,
+    /// critic and temperature losses. `cuda/sac_update.cu` states every formula.
     ///
     /// Fails before launching if the device did not grant the kernel its shared memory
-    /// ([`Kernels::sac_update_ready`]), the batch exceeds [`SAC_MAX_BATCH`] or the ring's
-    /// capacity, or a buffer has another length than the agents say.
+    /// ([`Kernels::sac_update_ready`]), the batch exceeds
+    /// [`SAC_MAX_BATCH`](crate::sac::SAC_MAX_BATCH) or the ring's capacity, or a buffer has
+    /// another length than the agents say.
     #[allow(clippy::too_many_arguments)]
     pub fn sac_update(
         &self,
@@ -418,40 +370,4 @@ pub fn rms_buffer(device: &Device, agents: usize) -> Result<DeviceBuffer<f32>> {
         .flat_map(|_| crate::sac::layout::initial_rms())
         .collect();
     device.upload_new("observation statistics", &host)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clusters_come_with_compute_capability_9() {
-        for (target, clusters) in [
-            ("sm_90", true),
-            ("sm_90a", true),
-            ("sm_100a", true),
-            ("compute_90", true),
-            ("sm_89", false),
-            ("sm_80", false),
-            ("compute_80", false),
-            ("sm_", false),
-        ] {
-            assert_eq!(has_clusters(target), clusters, "{target}");
-        }
-    }
-
-    #[test]
-    fn the_update_sizes_agree_with_the_kernel_source() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/sac_update.cu");
-        let defines = stepgraph_testkit::cuda_defines(path).expect("sac_update.cu reads");
-        let get = |name: &str| -> usize { defines[name].parse().expect(name) };
-        assert_eq!(get("SAC_MAX_BATCH"), SAC_MAX_BATCH);
-        assert_eq!(get("SAC_UPDATE_THREADS"), SAC_UPDATE_THREADS as usize);
-        assert_eq!(get("CHUNK"), SAC_CHUNK);
-        assert_eq!(get("SAC_UPDATE_SMEM_FLOATS"), SAC_UPDATE_SMEM_FLOATS);
-        assert_eq!(get("SAC_CLUSTER"), SAC_CLUSTER as usize);
-        // Within what the A100 grants a block (163 KiB), and rejax's batch fits.
-        assert!(sac_update_smem_bytes() <= 163 * 1024);
-        assert!(crate::sac::SacConfig::rejax_pendulum(0).batch_size <= SAC_MAX_BATCH);
-    }
 }

@@ -24,6 +24,7 @@
 //! - [`config`]: the hyperparameters ([`SacConfig::rejax_pendulum`]);
 //! - [`kernels`]: the launchers and the buffers ([`SacReplay`], [`SacNetworks`],
 //!   [`SacAdam`]);
+//! - [`launch`]: the update's block, shared memory and blocks per agent;
 //! - [`reference`](mod@reference): every kernel on the CPU.
 //!
 //! Where this differs from rejax: the random numbers (the crate's counter-based
@@ -33,13 +34,14 @@
 
 pub mod config;
 pub mod kernels;
+pub mod launch;
 pub mod layout;
 pub mod reference;
 
 pub use config::SacConfig;
-pub use kernels::{
-    SAC_CHUNK, SAC_MAX_BATCH, SAC_UPDATE_THREADS, SacAdam, SacNetworks, SacReplay, rms_buffer,
-    sac_update_smem_bytes,
+pub use kernels::{SacAdam, SacNetworks, SacReplay, rms_buffer};
+pub use launch::{
+    SAC_CHUNK, SAC_CLUSTER, SAC_MAX_BATCH, SAC_UPDATE_THREADS, sac_update_smem_bytes,
 };
 pub use layout::{
     ActorLayout, CriticLayout, NUM_CRITICS, RMS_FLOATS, SAC_IN, SAC_OBS, init_actor, init_critics,
