@@ -447,16 +447,18 @@ __device__ __forceinline__ unsigned padded(unsigned p, unsigned per) {
 
 // Global to shared: dst[padded(p)] = src[p] for p < n, as asynchronous copies
 // (cp.async on compute capability 8.0 and newer) that are all in flight at once: one trip
-// to memory instead of one per parameter a thread copies. The caller synchronises the
-// block before reading dst.
+// to memory instead of one per parameter a thread copies. They land by the next
+// copies_landed(); the block reads dst only after that and a barrier.
 __device__ __forceinline__ void load_padded(float* dst, const float* __restrict__ src,
                                             unsigned n, unsigned per) {
     for (unsigned p = threadIdx.x; p < n; p += SAC_UPDATE_THREADS) {
         __pipeline_memcpy_async(dst + padded(p, per), src + p, sizeof(float));
     }
     __pipeline_commit();
-    __pipeline_wait_prior(0);
 }
+
+// This thread's copies of load_padded have landed.
+__device__ __forceinline__ void copies_landed() { __pipeline_wait_prior(0); }
 
 // Shared to global: dst[p] = src[padded(p)] for p in [lo, hi).
 __device__ __forceinline__ void store_padded(float* __restrict__ dst, const float* src, unsigned lo,
@@ -924,6 +926,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_
     extern __shared__ float4 smem4[];
     const SacSmem s(reinterpret_cast<float*>(smem4));
     if (train) {
+        // The networks arrive while the batch is drawn and gathered.
         load_padded(s.PA, ga, ACTOR_PARAMS, ACTOR_PARAMS);
         load_padded(s.PC, gc, np, CRITIC_PARAMS);
         const float* stats = rms + (size_t)agent * RMS_FLOATS;
@@ -954,6 +957,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_
                 s.DN[j] = r_done[row] != 0 ? 1.0f : 0.0f;
                 s.LC[j] = 0.0f;
             }
+            copies_landed();
             __syncthreads();
             AdamStep step;
             step.lr = lr;
@@ -998,6 +1002,7 @@ extern "C" __global__ void __launch_bounds__(SAC_UPDATE_THREADS, 1) SAC_CLUSTER_
 
             // 2. The critics: targets with the new actor and the target critics (in PG).
             load_padded(s.PG, gt, np, CRITIC_PARAMS);
+            copies_landed();
             __syncthreads();
             {
                 const unsigned long long key = agent_key(seed, agent, PURPOSE_SAC_TARGET, t);
