@@ -12,8 +12,9 @@
 //!    the statistics' update, the next observations into the acted-on buffer, and the
 //!    counters moved on by `E`, in one block;
 //! 4. [`sac_update`](crate::Kernels::sac_update): `epochs` fused SAC updates per agent
-//!    (actor, critics, temperature), one block each, if the step is past `fill_buffer`,
-//!    then the Polyak step of the target critics, every iteration.
+//!    (actor, critics, temperature), a cluster of 8 blocks each on compute capability 9.0
+//!    (one block elsewhere), if the step is past `fill_buffer`, then the Polyak step of
+//!    the target critics, every iteration.
 //!
 //! Evaluation acts with [`sac_act_eval`](crate::Kernels::sac_act_eval) (a sample of the
 //! policy, as rejax's does) on environments of its own and moves its clock with
