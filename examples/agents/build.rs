@@ -1,4 +1,4 @@
-//! Compiles `cuda/*.cu` (acting, the replay ring, the fused update, Polyak targets) with
+//! Compiles `cuda/*.cu` (both agents' acting, replay rings, fused updates, targets) with
 //! stepgraph-build into the registry that `src/kernels.rs` includes.
 fn main() {
     stepgraph_build::Builder::new().run();

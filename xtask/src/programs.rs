@@ -19,7 +19,8 @@ pub const ENVS: &str = "stepgraph-envs";
 /// The soft actor-critic example's crate: a second trainer on the public API alone.
 pub const SAC: &str = "stepgraph-sac";
 
-/// The agents' crate: whole training loops on the device (DQN on CartPole-v1).
+/// The agents' crate: whole training loops on the device (DQN on CartPole-v1, SAC on
+/// Pendulum-v1).
 pub const AGENTS: &str = "stepgraph-agents";
 
 /// How cargo names a program's target.
@@ -46,6 +47,11 @@ pub struct Program {
 pub const PROGRAMS: &[Program] = &[
     Program {
         name: "cartpole",
+        package: AGENTS,
+        target: Target::Bin,
+    },
+    Program {
+        name: "pendulum",
         package: AGENTS,
         target: Target::Bin,
     },
@@ -131,7 +137,7 @@ mod tests {
         let e = Program::find("dqnn").unwrap_err().to_string();
         assert_eq!(
             e,
-            "no program `dqnn` in this workspace: expected one of cartpole, dqn, fork_join, capture_cost, migrate, sac"
+            "no program `dqnn` in this workspace: expected one of cartpole, pendulum, dqn, fork_join, capture_cost, migrate, sac"
         );
         assert!(Program::find(DEMO).is_ok());
     }

@@ -10,7 +10,7 @@ use crate::config::DqnConfig;
 use crate::layout::{COUNTERS, DuelingLayout, OBS};
 
 /// The registry stepgraph-build generated from `cuda/*.cu`.
-mod raw {
+pub(crate) mod raw {
     stepgraph::include_kernels!();
 }
 pub use raw::{KernelId, ModuleId};
@@ -35,8 +35,11 @@ pub const fn update_smem_bytes(batch: usize) -> usize {
 /// The agents' kernels, loaded once per device (before any capture).
 #[derive(Debug)]
 pub struct Kernels {
-    raw: raw::Kernels,
+    pub(crate) raw: raw::Kernels,
     max_batch: usize,
+    /// `sac_update`'s blocks per agent, `None` where it did not get its shared memory
+    /// (`crate::sac::sac_update_smem_bytes`).
+    pub(crate) sac_update_blocks: Option<u32>,
 }
 
 impl Kernels {
@@ -44,7 +47,8 @@ impl Kernels {
     /// checked against its CUDA signature) and opts `dqn_update` in to the shared memory
     /// of a batch of [`MAX_BATCH`], or of the largest batch the device allows
     /// ([`Kernels::max_batch`]); a device that allows none fails with
-    /// [`Error::DynamicShared`].
+    /// [`Error::DynamicShared`]. `sac_update` is opted in to its 145 KiB where the device
+    /// grants them (A100, H100, H200); elsewhere [`Kernels::sac_update`] refuses to launch.
     pub fn load(device: &Device) -> Result<Kernels> {
         let raw = raw::Kernels::load(device)?;
         let update = raw.kernel(KernelId::DqnUpdate);
@@ -63,7 +67,17 @@ impl Kernels {
             }
             Err(other) => return Err(other),
         };
-        Ok(Kernels { raw, max_batch })
+        let sac_update_blocks = crate::sac::launch::opt_in_sac_update(
+            raw.kernel(KernelId::SacUpdate),
+            raw.module(KernelId::SacUpdate.module())
+                .image()
+                .map(|i| i.target),
+        )?;
+        Ok(Kernels {
+            raw,
+            max_batch,
+            sac_update_blocks,
+        })
     }
 
     /// The largest batch [`Kernels::dqn_update`] takes on this device: [`MAX_BATCH`]
@@ -405,7 +419,7 @@ pub fn counters(device: &Device) -> Result<DeviceBuffer<u32>> {
     device.alloc_zeros("DQN counters", COUNTERS)
 }
 
-fn positive_product(what: &str, a: usize, b: usize) -> Result<usize> {
+pub(crate) fn positive_product(what: &str, a: usize, b: usize) -> Result<usize> {
     match a.checked_mul(b) {
         Some(n) if n > 0 => Ok(n),
         _ => Err(Error::Argument {

@@ -187,12 +187,20 @@ pub const TRUNCATED_NORMAL_STD: f64 = 0.879_625_661_034_239_8;
 /// takes normals from the key of (seed, agent, init, p), Box-Muller on 53-bit uniforms in
 /// f64, rejecting those outside `[-2, 2]`, then rounds to f32.
 pub fn init_params(seed: u64, agent: u32) -> Vec<f32> {
-    let mut params = vec![0.0f32; DuelingLayout::PARAMS];
-    for tensor in DuelingLayout::TENSORS.iter().filter(|t| t.is_kernel) {
+    init_tensors(&DuelingLayout::TENSORS, DuelingLayout::PARAMS, |p| {
+        agent_key(seed, agent, PURPOSE_INIT, p as u64)
+    })
+}
+
+/// flax's initialisation of any network whose `tensors` lie in `len` floats: every Dense
+/// kernel `lecun_normal` (truncated as [`init_params`] says), parameter `p` from the
+/// words of `key(p)`; every bias and any float no tensor covers, 0.
+pub fn init_tensors(tensors: &[Tensor], len: usize, key: impl Fn(usize) -> u64) -> Vec<f32> {
+    let mut params = vec![0.0f32; len];
+    for tensor in tensors.iter().filter(|t| t.is_kernel) {
         let std = (1.0 / tensor.shape[0] as f64).sqrt() / TRUNCATED_NORMAL_STD;
-        for p in tensor.range() {
-            params[p] =
-                (truncated_normal(agent_key(seed, agent, PURPOSE_INIT, p as u64)) * std) as f32;
+        for p in tensor.range().filter(|&p| p < len) {
+            params[p] = (truncated_normal(key(p)) * std) as f32;
         }
     }
     params

@@ -20,6 +20,20 @@ pub const PURPOSE_SAMPLE: u32 = 2;
 pub const PURPOSE_EVAL: u32 = 3;
 /// The initial parameters (host only): counter = the parameter's index.
 pub const PURPOSE_INIT: u32 = 4;
+/// SAC's training act: counter = the step, words `2 env`, `2 env + 1` (a normal).
+pub const PURPOSE_SAC_ACT: u32 = 5;
+/// SAC's evaluation act: counter = the evaluation clock.
+pub const PURPOSE_SAC_EVAL: u32 = 6;
+/// SAC's batch: counter = the agent's update count, word `j` for draw `j`.
+pub const PURPOSE_SAC_SAMPLE: u32 = 7;
+/// The noise of SAC's actor loss: counter = the update count, words `2 i`, `2 i + 1` for
+/// row `i` of the batch.
+pub const PURPOSE_SAC_ACTOR: u32 = 8;
+/// The noise of SAC's critic targets: the same.
+pub const PURPOSE_SAC_TARGET: u32 = 9;
+/// SAC's initial parameters (host only): counter = `network << 32 | index`, network 0 the
+/// actor and `1 + k` critic `k`.
+pub const PURPOSE_SAC_INIT: u32 = 10;
 
 /// The key of (seed, agent, purpose, counter).
 pub fn agent_key(seed: u64, agent: u32, purpose: u32, counter: u64) -> u64 {
