@@ -407,6 +407,13 @@ impl Agent {
         Ok(self.train.read_back(|b| &b.returns)?.map(|r| r.to_vec()))
     }
 
+    /// The training step's timeline: each op's GPU time, the median over `replays`
+    /// replays of a graph captured with events between the ops. Each replay trains, as a
+    /// launch of one iteration would.
+    pub fn profile(&mut self, replays: usize) -> Result<stepgraph::Profile> {
+        self.train.profile(replays)
+    }
+
     /// Waits for everything launched.
     pub fn wait(&self) -> Result<()> {
         self.train.wait()?;

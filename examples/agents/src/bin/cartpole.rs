@@ -49,6 +49,10 @@ struct Args {
     /// the host's cost per launch; 0 skips it.
     #[arg(long, default_value_t = 0)]
     time_launches: u32,
+    /// After training, print the training step's timeline: each op's GPU time, the median
+    /// of this many replays; 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    profile: usize,
     /// No progress bar (logs and benchmarks).
     #[arg(long)]
     quiet: bool,
@@ -207,6 +211,9 @@ fn run(args: &Args, device: &Device, start: Instant) -> Result<()> {
             .collect::<Vec<_>>(),
         args.agents
     );
+    if args.profile > 0 {
+        println!("{}", agent.profile(args.profile)?);
+    }
     let timing = if args.time_launches > 0 {
         Some(time_training(
             &mut agent,

@@ -52,6 +52,10 @@ struct Args {
     /// the host's cost per launch; 0 skips it.
     #[arg(long, default_value_t = 0)]
     time_launches: u32,
+    /// After training, print the training step's timeline: each op's GPU time, the median
+    /// of this many replays; 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    profile: usize,
     /// No progress bar (logs and benchmarks).
     #[arg(long)]
     quiet: bool,
@@ -189,6 +193,9 @@ fn run(args: &Args, device: &Device, start: Instant) -> Result<()> {
             .collect::<Vec<_>>(),
         args.agents
     );
+    if args.profile > 0 {
+        println!("{}", agent.profile(args.profile)?);
+    }
     let timing = if args.time_launches > 0 {
         Some(time_training(
             &mut agent,
@@ -219,16 +226,24 @@ struct Timing {
 }
 
 fn time_training(agent: &mut Agent, chunk: u32, launches: u32, envs: usize) -> Result<Timing> {
+    // Throughput: launches back to back, as training runs them.
     agent.wait()?;
     let t0 = Instant::now();
+    for _ in 0..launches {
+        agent.train(chunk)?;
+    }
+    agent.wait()?;
+    let gpu = t0.elapsed().as_secs_f64();
+    // The host's cost of a launch: the call alone, made while nothing is in flight. Back
+    // to back, a call that finds the read-back ring full waits for the oldest launch to
+    // finish, and that wait is the GPU's time, not the host's work.
     let mut host = 0.0;
     for _ in 0..launches {
         let call = Instant::now();
         agent.train(chunk)?;
         host += call.elapsed().as_secs_f64();
+        agent.wait()?;
     }
-    agent.wait()?;
-    let gpu = t0.elapsed().as_secs_f64();
     let steps = f64::from(launches) * f64::from(chunk) * envs as f64 * agent.agents() as f64;
     let timing = Timing {
         steps_per_s: steps / gpu,
