@@ -59,6 +59,7 @@
 
 #include <cuda_pipeline.h>
 
+#include "cluster.cuh"
 #include "sac.cuh"
 
 #define SAC_UPDATE_THREADS 256
@@ -92,31 +93,14 @@ static_assert(SAC_HIDDEN * (SAC_IN + 1) <= 2 * SAC_UPDATE_THREADS, "owners");
 static_assert(SAC_HIDDEN == 4 * SAC_CG && SAC_HIDDEN * SAC_HIDDEN == 16 * SAC_UPDATE_THREADS,
               "a 4 x 4 tile of W2's gradient a thread");
 
-// The cluster: on compute capability 9.0 the SAC_CLUSTER blocks of an agent share their
-// shared memory; elsewhere an agent is one block and its "peers" are itself.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#include <cooperative_groups.h>
+// The cluster (cluster.cuh): SAC_CLUSTER blocks per agent on compute capability 9.0,
+// one elsewhere.
+#if AGENTS_HAVE_CLUSTERS
 #define SAC_CLUSTER_DIMS __cluster_dims__(SAC_CLUSTER, 1, 1)
 __device__ constexpr unsigned kClusterBlocks = SAC_CLUSTER;
-__device__ __forceinline__ unsigned cluster_rank() {
-    return cooperative_groups::this_cluster().block_rank();
-}
-// Every thread of every block of the cluster has arrived, and sees what the others wrote.
-__device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
-// `p` (this block's shared memory) in block `rank`'s shared memory.
-template <typename T>
-__device__ __forceinline__ T* peer(T* p, unsigned rank) {
-    return cooperative_groups::this_cluster().map_shared_rank(p, rank);
-}
 #else
 #define SAC_CLUSTER_DIMS
 __device__ constexpr unsigned kClusterBlocks = 1;
-__device__ __forceinline__ unsigned cluster_rank() { return 0; }
-__device__ __forceinline__ void cluster_sync() { __syncthreads(); }
-template <typename T>
-__device__ __forceinline__ T* peer(T* p, unsigned) {
-    return p;
-}
 #endif
 static_assert(NUM_CRITICS == 2, "the min over critics is written for two");
 

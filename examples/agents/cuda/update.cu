@@ -1,5 +1,12 @@
-// rejax's DQN update, `epochs` of them in a row, fused: one thread block per agent, all of
-// an agent's state in shared memory for the whole launch.
+// rejax's DQN update, `epochs` of them in a row, fused: all of an agent's state in shared
+// memory for the whole launch. On compute capability 9.0 an agent is a thread-block
+// cluster of DQN_CLUSTER = 4 blocks (cluster.cuh), each on its own SM: every block draws
+// the whole batch's slots, puts its quarter of the rows through the networks, and sums
+// the gradients over its rows; after a cluster barrier every block adds the four partial
+// sums, read from the others' shared memory in rank order, and takes the same Adam step,
+// so the blocks' parameters stay equal without another exchange. Elsewhere an agent is
+// one block that takes every row (DQN_CLUSTER = 1). A batch of rejax's 100 rows is too
+// little work to fill one SM's warps; four SMs each see a quarter of the latency.
 //
 // Per epoch: draw B distinct ring slots (Floyd's sampling, below), gather them, run the
 // online and target networks on the next observations for the double-DQN targets, the
@@ -19,33 +26,45 @@
 // Rows of H1 and Z2 are padded to ROW_STRIDE = HIDDEN + 4 floats: float4 loads stay aligned
 // and two rows a warp reads at once start in different banks.
 //
-// Threads: UPDATE_THREADS = 256, one block per agent and one agent per SM, so a block has
-// the SM to itself and the batch's matrices are split to give every thread work:
+// Threads: UPDATE_THREADS = 256 per block, one block per SM, so a block has the SM to
+// itself and its rows' matrices are split to give every thread work:
 // - dense layers: thread (rg, cg) computes 4 adjacent outputs (cg) of rows rg, rg + 16,
 //   ... (ROWS_PER_THREAD of them), from float4 loads of 4 weights rows and 4 inputs;
 // - the dueling head: a warp per row, lanes over hidden units, shuffles for the sums;
 // - weight gradients: a 4 x 4 tile of W2's gradient per thread summed over the batch;
 // - Adam: parameter p belongs to thread p % 256, whose ADAM_SLOTS moments stay in
 //   registers for the whole launch (read once, written once).
-// The sums are plain sequential fmaf chains in a fixed order, so a launch is bit-for-bit
-// reproducible (no atomics).
+// The sums are plain sequential fmaf chains in a fixed order (within a block over its rows,
+// then over the blocks in rank order), so a launch is bit-for-bit reproducible (no
+// atomics).
 
 #include "agents.cuh"
+#include "cluster.cuh"
 
 #define UPDATE_THREADS 256
 #define MAX_BATCH 128
 #define ROW_STRIDE 68
 #define COL_GROUPS 16
 #define ROW_GROUPS 16
-#define ROWS_PER_THREAD 8
+// Blocks of an agent where the GPU has clusters (compute capability 9.0).
+#define DQN_CLUSTER 4
+#if AGENTS_HAVE_CLUSTERS
+#define DQN_CLUSTER_DIMS __cluster_dims__(DQN_CLUSTER, 1, 1)
+#define DQN_BLOCKS DQN_CLUSTER
+#else
+#define DQN_CLUSTER_DIMS
+#define DQN_BLOCKS 1
+#endif
+// Rows of a block's share of the largest batch, over the row groups.
+#define ROWS_PER_THREAD (MAX_BATCH / (ROW_GROUPS * DQN_BLOCKS))
 #define ADAM_SLOTS 19
 #define PARAMS_PAD 4676
 #define UPDATE_ROW_FLOATS 153
 static_assert(COL_GROUPS * 4 == HIDDEN, "a column group is 4 outputs");
 static_assert(COL_GROUPS * ROW_GROUPS == UPDATE_THREADS, "tile threads");
-static_assert(ROWS_PER_THREAD * ROW_GROUPS == MAX_BATCH, "rows of a thread");
+static_assert(ROWS_PER_THREAD * ROW_GROUPS * DQN_BLOCKS == MAX_BATCH, "rows of a thread");
 static_assert(ADAM_SLOTS * UPDATE_THREADS >= PARAMS, "Adam slots cover the parameters");
-static_assert(PARAMS_PAD >= PARAMS && PARAMS_PAD % 4 == 0, "aligned regions");
+static_assert(PARAMS_PAD >= PARAMS + 1 && PARAMS_PAD % 4 == 0, "aligned regions, a loss slot");
 static_assert(ROW_STRIDE >= HIDDEN && ROW_STRIDE % 4 == 0, "aligned rows");
 static_assert(UPDATE_ROW_FLOATS == 2 * OBS + 2 * ROW_STRIDE + 9, "per-row floats");
 static_assert(4 * HIDDEN == UPDATE_THREADS, "head gradients: 4 row groups per unit");
@@ -66,6 +85,9 @@ __device__ __forceinline__ float comp(const float4& v, int c) {
 template <int K, int IN_STRIDE, bool SWISH>
 __device__ __forceinline__ void dense(const float* in, const float* w, const float* b, float* out,
                                       unsigned B) {
+    if (B == 0) {
+        return;  // a block with no rows (uniform over the block)
+    }
     const unsigned n0 = (threadIdx.x % COL_GROUPS) * 4;
     const unsigned rg = threadIdx.x / COL_GROUPS;
     const float4 bias = ld4(b + n0);
@@ -187,7 +209,8 @@ __device__ __forceinline__ size_t update_smem_bytes(unsigned B) {
     return sizeof(float) * (2 * (size_t)PARAMS_PAD + (size_t)B * UPDATE_ROW_FLOATS);
 }
 
-// `epochs` DQN updates of each agent (block a = agent a), each on B slots drawn from the
+// `epochs` DQN updates of each agent (cluster a, or block a without clusters, = agent a),
+// each on B slots drawn from the
 // agent's ring, if counters[COUNTER_STEP_BEFORE] > fill_buffer (rejax trains in an
 // iteration whose starting global_step is past fill_buffer) and the ring holds at least B
 // transitions; otherwise nothing. Update u of agent a (u = adam_t[a] before it) draws
@@ -197,15 +220,18 @@ __device__ __forceinline__ size_t update_smem_bytes(unsigned B) {
 // p += -lr mhat / (sqrt(vhat) + eps), g the gradient clipped to [-clip, clip].
 // Actions in the ring outside [0, ACTIONS) are read as the nearest valid action.
 //
-// Launch: A blocks of UPDATE_THREADS threads with update_smem_bytes(B) of dynamic shared
-// memory (the Rust wrapper's config). A block launched otherwise writes NaN to its loss
-// and returns, and blocks past A return, so no grid leaves the buffers.
+// Launch: A DQN_BLOCKS blocks of UPDATE_THREADS threads (DQN_BLOCKS = DQN_CLUSTER on
+// compute capability 9.0, in clusters of DQN_CLUSTER, else 1: the Rust wrapper reads it
+// from the loaded image) with update_smem_bytes(B) of dynamic shared memory. A cluster
+// launched otherwise writes NaN to its loss and returns, and clusters past A return, so
+// no grid leaves the buffers. Every block of a cluster takes the same branch of each test
+// before a cluster barrier: the tests read only the launch shape and the counters.
 // stepgraph(unsafe): params[A * PARAMS], target[A * PARAMS], adam_m[A * PARAMS],
 // stepgraph(unsafe): adam_v[A * PARAMS], adam_t[A], counters[COUNTERS],
 // stepgraph(unsafe): r_obs[A * C * OBS], r_action[A * C], r_reward[A * C],
 // stepgraph(unsafe): r_next_obs[A * C * OBS], r_done[A * C], loss[A],
 // stepgraph(unsafe): A > 0, C > 0, B > 0, B <= MAX_BATCH, B <= C
-extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1) DQN_CLUSTER_DIMS
     dqn_update(float* __restrict__ params, const float* __restrict__ target,
                float* __restrict__ adam_m, float* __restrict__ adam_v,
                unsigned* __restrict__ adam_t, const unsigned* __restrict__ counters,
@@ -215,7 +241,8 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
                unsigned C, unsigned B, unsigned epochs, unsigned long long seed,
                unsigned fill_buffer, float gamma, float lr, float b1, float c1, float b2,
                float c2, float adam_eps, float clip) {
-    const unsigned agent = blockIdx.x;
+    const unsigned agent = blockIdx.x / DQN_BLOCKS;
+    const unsigned rank = cluster_rank();
     if (agent >= A) {
         return;
     }
@@ -223,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
     if (blockDim.x != UPDATE_THREADS || blockDim.y != 1 || blockDim.z != 1 ||
         B > MAX_BATCH || (size_t)dynamic_smem < update_smem_bytes(B)) {
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        if (rank == 0 && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
             loss[agent] = __int_as_float(0x7fc00000);
         }
         return;
@@ -268,13 +295,22 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
     const unsigned t0 = adam_t[agent];
     const float inv_b = 1.0f / (float)B;
     float last_loss = 0.0f;
+    // This block's rows of the batch: [r0, r0 + nb), a near-equal share (none for a
+    // batch smaller than the cluster).
+    const unsigned share = (B + DQN_BLOCKS - 1) / DQN_BLOCKS;
+    const unsigned r0 = min(rank * share, B);
+    const unsigned nb = min(B, r0 + share) - r0;
+    float* const Xr = X + r0 * OBS;
+    float* const XNr = XN + r0 * OBS;
+    float* const H1r = H1 + r0 * ROW_STRIDE;
+    float* const Z2r = Z2 + r0 * ROW_STRIDE;
 
     for (unsigned epoch = 0; epoch < epochs; ++epoch) {
         const unsigned t = t0 + epoch;
         sample_slots(agent_key(seed, agent, PURPOSE_SAMPLE, t), size, B, T, DUP, SLOT);
 
-        // Gather the batch; the target parameters into P1.
-        for (unsigned j = tid; j < B; j += UPDATE_THREADS) {
+        // Gather this block's rows; the target parameters into P1.
+        for (unsigned j = r0 + tid; j < r0 + nb; j += UPDATE_THREADS) {
             const size_t row = (size_t)agent * C + SLOT[j];
             st4(X + j * OBS, ld4(r_obs + row * OBS));
             st4(XN + j * OBS, ld4(r_next_obs + row * OBS));
@@ -288,11 +324,11 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         __syncthreads();
 
         // Double DQN: the online network picks the next action, the target rates it.
-        dense<OBS, OBS, true>(XN, P0 + OFF_W1, P0 + OFF_B1, H1, B);
+        dense<OBS, OBS, true>(XNr, P0 + OFF_W1, P0 + OFF_B1, H1r, nb);
         __syncthreads();
-        dense<HIDDEN, ROW_STRIDE, true>(H1, P0 + OFF_W2, P0 + OFF_B2, Z2, B);
+        dense<HIDDEN, ROW_STRIDE, true>(H1r, P0 + OFF_W2, P0 + OFF_B2, Z2r, nb);
         __syncthreads();
-        for (unsigned i = warp; i < B; i += WARPS) {
+        for (unsigned i = r0 + warp; i < r0 + nb; i += WARPS) {
             float q[ACTIONS];
             head_row<false>(P0, Z2 + i * ROW_STRIDE, q);
             if (lane == 0) {
@@ -300,11 +336,11 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
             }
         }
         __syncthreads();
-        dense<OBS, OBS, true>(XN, P1 + OFF_W1, P1 + OFF_B1, H1, B);
+        dense<OBS, OBS, true>(XNr, P1 + OFF_W1, P1 + OFF_B1, H1r, nb);
         __syncthreads();
-        dense<HIDDEN, ROW_STRIDE, true>(H1, P1 + OFF_W2, P1 + OFF_B2, Z2, B);
+        dense<HIDDEN, ROW_STRIDE, true>(H1r, P1 + OFF_W2, P1 + OFF_B2, Z2r, nb);
         __syncthreads();
-        for (unsigned i = warp; i < B; i += WARPS) {
+        for (unsigned i = r0 + warp; i < r0 + nb; i += WARPS) {
             float q[ACTIONS];
             head_row<false>(P1, Z2 + i * ROW_STRIDE, q);
             if (lane == 0) {
@@ -315,11 +351,11 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         __syncthreads();
 
         // The online network on the observations, z2 kept for the backward.
-        dense<OBS, OBS, true>(X, P0 + OFF_W1, P0 + OFF_B1, H1, B);
+        dense<OBS, OBS, true>(Xr, P0 + OFF_W1, P0 + OFF_B1, H1r, nb);
         __syncthreads();
-        dense<HIDDEN, ROW_STRIDE, false>(H1, P0 + OFF_W2, P0 + OFF_B2, Z2, B);
+        dense<HIDDEN, ROW_STRIDE, false>(H1r, P0 + OFF_W2, P0 + OFF_B2, Z2r, nb);
         __syncthreads();
-        for (unsigned i = warp; i < B; i += WARPS) {
+        for (unsigned i = r0 + warp; i < r0 + nb; i += WARPS) {
             float q[ACTIONS];
             head_row<true>(P0, Z2 + i * ROW_STRIDE, q);
             if (lane == 0) {
@@ -339,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
             for (int j = 0; j < ACTIONS; ++j) {
                 gwa[j] = 0.0f;
             }
-            for (unsigned i = rg; i < B; i += 4) {
+            for (unsigned i = r0 + rg; i < r0 + nb; i += 4) {
                 const float h = swish(Z2[i * ROW_STRIDE + n]);
                 const float g = GQ[i];
                 gwv = fmaf(h, g, gwv);
@@ -364,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
                 for (int j = 0; j < ACTIONS; ++j) {
                     gba[j] = 0.0f;
                 }
-                for (unsigned i = lane; i < B; i += 32) {
+                for (unsigned i = r0 + lane; i < r0 + nb; i += 32) {
                     gbv += GQ[i];
                     l += LROW[i];
                     for (int j = 0; j < ACTIONS; ++j) {
@@ -381,15 +417,15 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
                     for (int j = 0; j < ACTIONS; ++j) {
                         P1[OFF_BA + j] = gba[j];
                     }
-                    last_loss = l * inv_b;
+                    P1[PARAMS] = l;  // this block's share of the loss, summed below
                 }
             }
         }
         __syncthreads();
 
         // dL/dz2 into Z2, in place.
-        for (unsigned e = tid; e < B * HIDDEN; e += UPDATE_THREADS) {
-            const unsigned i = e / HIDDEN, n = e % HIDDEN;
+        for (unsigned e = tid; e < nb * HIDDEN; e += UPDATE_THREADS) {
+            const unsigned i = r0 + e / HIDDEN, n = e % HIDDEN;
             const float g = GQ[i];
             float gh = P0[OFF_WV + n] * g;
             for (int j = 0; j < ACTIONS; ++j) {
@@ -403,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         {
             const unsigned k0 = (tid / COL_GROUPS) * 4, n0 = (tid % COL_GROUPS) * 4;
             float acc[4][4] = {}, bacc[4] = {};
-            for (unsigned i = 0; i < B; ++i) {
+            for (unsigned i = r0; i < r0 + nb; ++i) {
                 const float4 h = ld4(H1 + i * ROW_STRIDE + k0);
                 const float4 g = ld4(Z2 + i * ROW_STRIDE + n0);
 #pragma unroll
@@ -431,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
 
         // dL/dz1 = (dL/dz2 W2^T) swish'(z1) into H1, z1 recomputed from X as the forward
         // computed it (bias, then fmaf over the observation).
-        {
+        if (nb > 0) {
             const unsigned k0 = (tid % COL_GROUPS) * 4, rg = tid / COL_GROUPS;
             float acc[ROWS_PER_THREAD][4] = {};
 #pragma unroll 2
@@ -443,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
                 }
 #pragma unroll
                 for (int r = 0; r < ROWS_PER_THREAD; ++r) {
-                    const unsigned i = min(rg + ROW_GROUPS * r, B - 1);
+                    const unsigned i = r0 + min(rg + ROW_GROUPS * r, nb - 1);
                     const float4 g = ld4(Z2 + i * ROW_STRIDE + n);
 #pragma unroll
                     for (int c = 0; c < 4; ++c) {
@@ -464,8 +500,8 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
             }
 #pragma unroll
             for (int r = 0; r < ROWS_PER_THREAD; ++r) {
-                const unsigned i = rg + ROW_GROUPS * r;
-                if (i < B) {
+                const unsigned i = r0 + rg + ROW_GROUPS * r;
+                if (i < r0 + nb) {
                     const float4 x = ld4(X + i * OBS);
                     float out[4];
 #pragma unroll
@@ -487,7 +523,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         for (unsigned e = tid; e < OBS * HIDDEN; e += UPDATE_THREADS) {
             const unsigned c = e / HIDDEN, k = e % HIDDEN;
             float acc = 0.0f, bacc = 0.0f;
-            for (unsigned i = 0; i < B; ++i) {
+            for (unsigned i = r0; i < r0 + nb; ++i) {
                 const float g = H1[i * ROW_STRIDE + k];
                 acc = fmaf(X[i * OBS + c], g, acc);
                 bacc += g;
@@ -499,6 +535,32 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         }
         __syncthreads();
 
+        // The cluster's gradient and loss: every block adds the blocks' partial sums in
+        // rank order (0 + g is g: one block's sums are its own), then waits until every
+        // block has read before the next epoch overwrites P1.
+        cluster_sync();
+        float grad[ADAM_SLOTS];
+#pragma unroll
+        for (int s = 0; s < ADAM_SLOTS; ++s) {
+            const unsigned p = tid + s * UPDATE_THREADS;
+            float acc = 0.0f;
+            if (p < PARAMS) {
+#pragma unroll
+                for (unsigned r = 0; r < DQN_BLOCKS; ++r) {
+                    acc += peer(P1, r)[p];
+                }
+            }
+            grad[s] = acc;
+        }
+        if (tid == 0) {
+            float l = 0.0f;
+            for (unsigned r = 0; r < DQN_BLOCKS; ++r) {
+                l += peer(P1, r)[PARAMS];
+            }
+            last_loss = l * inv_b;
+        }
+        cluster_sync();
+
         // optax.chain(clip(clip), adam(lr)): step t + 1.
         const float bc1 = (float)(1.0 - pow((double)b1, (double)(t + 1)));
         const float bc2 = (float)(1.0 - pow((double)b2, (double)(t + 1)));
@@ -506,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         for (int s = 0; s < ADAM_SLOTS; ++s) {
             const unsigned p = tid + s * UPDATE_THREADS;
             if (p < PARAMS) {
-                const float g = fminf(fmaxf(P1[p], -clip), clip);
+                const float g = fminf(fmaxf(grad[s], -clip), clip);
                 m[s] = __fadd_rn(__fmul_rn(c1, g), __fmul_rn(b1, m[s]));
                 v[s] = __fadd_rn(__fmul_rn(c2, __fmul_rn(g, g)), __fmul_rn(b2, v[s]));
                 const float mhat = __fdiv_rn(m[s], bc1);
@@ -518,6 +580,10 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1)
         __syncthreads();
     }
 
+    // Every block of the cluster holds the same parameters and moments: the first writes.
+    if (rank != 0) {
+        return;
+    }
     for (unsigned p = tid; p < PARAMS; p += UPDATE_THREADS) {
         gp[p] = P0[p];
     }

@@ -19,6 +19,10 @@ pub use raw::{KernelId, ModuleId};
 pub const MAX_BATCH: usize = 128;
 /// Threads of a `dqn_update` block (`UPDATE_THREADS`).
 pub const UPDATE_THREADS: u32 = 256;
+/// Blocks per agent of `dqn_update`, one thread-block cluster, where the loaded image is
+/// for compute capability 9.0 or newer (`DQN_CLUSTER`); older images take one block per
+/// agent.
+pub const DQN_CLUSTER: u32 = 4;
 /// Floats of the update's shared memory that do not depend on the batch: the online
 /// parameters and the target parameters (later the gradients), each padded to a multiple
 /// of 4 (`2 * PARAMS_PAD`).
@@ -37,6 +41,9 @@ pub const fn update_smem_bytes(batch: usize) -> usize {
 pub struct Kernels {
     pub(crate) raw: raw::Kernels,
     max_batch: usize,
+    /// `dqn_update`'s blocks per agent: a cluster of [`DQN_CLUSTER`] where the loaded
+    /// image was built for compute capability 9.0 or newer, else 1.
+    dqn_update_blocks: u32,
     /// `sac_update`'s blocks per agent, `None` where it did not get its shared memory
     /// (`crate::sac::sac_update_smem_bytes`).
     pub(crate) sac_update_blocks: Option<u32>,
@@ -67,6 +74,15 @@ impl Kernels {
             }
             Err(other) => return Err(other),
         };
+        let dqn_update_blocks = if raw
+            .module(KernelId::DqnUpdate.module())
+            .image()
+            .is_some_and(|i| crate::sac::launch::has_clusters(i.target))
+        {
+            DQN_CLUSTER
+        } else {
+            1
+        };
         let sac_update_blocks = crate::sac::launch::opt_in_sac_update(
             raw.kernel(KernelId::SacUpdate),
             raw.module(KernelId::SacUpdate.module())
@@ -76,6 +92,7 @@ impl Kernels {
         Ok(Kernels {
             raw,
             max_batch,
+            dqn_update_blocks,
             sac_update_blocks,
         })
     }
@@ -217,7 +234,8 @@ impl Kernels {
             .dqn_count_checked(stream, counters, cfg.num_envs, cfg.buffer_size)
     }
 
-    /// `cfg.epochs` DQN updates of every agent, fused in one launch (one block per agent),
+    /// `cfg.epochs` DQN updates of every agent, fused in one launch (a cluster of
+    /// [`DQN_CLUSTER`] blocks per agent on compute capability 9.0, else one block),
     /// if the iteration trains: `counters[Counter::StepBefore] > cfg.fill_buffer` (so run
     /// it after [`Kernels::dqn_count`]) and each ring holds a batch. Each update draws
     /// `cfg.batch_size` distinct slots of the agent's ring, forms the double-DQN targets
@@ -250,7 +268,14 @@ impl Kernels {
         }
         let agents = replay.agents;
         let config = LaunchConfig {
-            grid_dim: (u32::try_from(agents).unwrap_or(u32::MAX), 1, 1),
+            grid_dim: (
+                u32::try_from(agents)
+                    .ok()
+                    .and_then(|a| a.checked_mul(self.dqn_update_blocks))
+                    .unwrap_or(u32::MAX),
+                1,
+                1,
+            ),
             block_dim: (UPDATE_THREADS, 1, 1),
             shared_mem_bytes: update_smem_bytes(batch) as u32,
         };
@@ -443,6 +468,7 @@ mod tests {
         assert_eq!(get("UPDATE_THREADS"), UPDATE_THREADS as usize);
         assert_eq!(2 * get("PARAMS_PAD"), UPDATE_FIXED_FLOATS);
         assert_eq!(get("UPDATE_ROW_FLOATS"), UPDATE_ROW_FLOATS);
+        assert_eq!(get("DQN_CLUSTER"), DQN_CLUSTER as usize);
         // rejax's batch fits the 99 KiB of the consumer GPUs.
         assert!(update_smem_bytes(100) <= 99 * 1024);
     }

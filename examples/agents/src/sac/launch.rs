@@ -41,8 +41,8 @@ pub(crate) fn opt_in_sac_update(update: &Kernel, target: Option<&str>) -> Result
 }
 
 /// Whether code for `target` (`sm_90`, `compute_80`, `sm_100a`) was built with clusters:
-/// `cuda/sac_update.cu` uses them from compute capability 9.0.
-fn has_clusters(target: &str) -> bool {
+/// `cuda/cluster.cuh` uses them from compute capability 9.0.
+pub(crate) fn has_clusters(target: &str) -> bool {
     let digits: String = target
         .trim_start_matches("sm_")
         .trim_start_matches("compute_")
