@@ -63,7 +63,7 @@ pub mod sac;
 
 pub use config::DqnConfig;
 pub use kernels::{
-    AdamState, KernelId, Kernels, MAX_BATCH, ModuleId, Replay, UPDATE_THREADS, counters,
-    update_smem_bytes,
+    AdamState, KernelId, Kernels, MAX_BATCH, ModuleId, Replay, ReplayRings, UPDATE_THREADS,
+    counters, update_smem_bytes,
 };
 pub use layout::{ACTIONS, COUNTERS, Counter, DuelingLayout, HIDDEN, OBS, Tensor, init_params};
