@@ -52,6 +52,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod cartpole;
 pub mod config;
 pub mod kernels;

@@ -123,7 +123,7 @@ fn run(args: &Args, device: &Device, start: Instant) -> Result<()> {
     let chunks = args.steps / args.eval_freq;
     let kernels = Arc::new(AgentKernels::load(device)?);
     anyhow::ensure!(
-        kernels.sac.sac_update_ready(),
+        kernels.agents.sac_update_ready(),
         "the SAC update needs {} bytes of shared memory per block, more than this GPU grants",
         stepgraph_agents::sac::sac_update_smem_bytes()
     );
