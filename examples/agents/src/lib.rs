@@ -3,7 +3,8 @@
 //! CartPole-v1 (this module's root) and a SAC agent for Pendulum-v1 ([`sac`]). Each has
 //! its kernels behind methods of the one registry [`Kernels`], CPU references of every
 //! kernel, and a whole training loop on the device ([`cartpole`], [`pendulum`]) with its
-//! trainer binary.
+//! trainer binary. Both loops are one generic [`agent::Agent`] over the agent's steps,
+//! and both trainers one driver, [`trainer`].
 //!
 //! # DQN on CartPole-v1
 //!
@@ -61,6 +62,7 @@ pub mod pendulum;
 pub mod reference;
 pub mod rng;
 pub mod sac;
+pub mod trainer;
 
 pub use config::DqnConfig;
 pub use kernels::{
