@@ -17,51 +17,18 @@
 
 use std::sync::Arc;
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, HostOutput, Result, Shared, StepBuffer};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, HostOutput, Result, Shared};
 use stepgraph_envs::{CartPole, Transitions};
 
+use crate::agent::Algorithm;
 use crate::config::DqnConfig;
 use crate::kernels::{AdamState, Replay, counters};
 use crate::layout::{DuelingLayout, init_params};
 
-/// The kernels the steps take: the environments' and the agent's.
-#[derive(Debug)]
-pub struct AgentKernels {
-    /// CartPole's reset and step.
-    pub envs: stepgraph_envs::Kernels,
-    /// Acting, the replay, the update, the target, evaluation.
-    pub dqn: crate::Kernels,
-}
-
-impl AgentKernels {
-    /// Loads both into `device`'s context.
-    pub fn load(device: &Device) -> Result<AgentKernels> {
-        Ok(AgentKernels {
-            envs: stepgraph_envs::Kernels::load(device)?,
-            dqn: crate::Kernels::load(device)?,
-        })
-    }
-}
-
-/// rejax evaluates over this many episodes.
-pub const EVAL_EPISODES: usize = 128;
+pub use crate::agent::{AgentKernels, EVAL_EPISODES};
 
 /// An evaluation's environments, `eval_envs` per agent, and what it records.
-#[derive(Debug, StepBuffer)]
-pub struct Evaluation {
-    /// `A envs` environments, agent `a`'s rows `a envs .. (a + 1) envs`.
-    pub env: CartPole,
-    /// What each evaluation step writes; `obs` is what the next one acts on.
-    pub out: Transitions,
-    /// The evaluation's actions.
-    pub actions: DeviceBuffer<i32>,
-    /// Moves the evaluation's draws on, one step at a time.
-    pub clock: DeviceBuffer<u32>,
-    /// `[A, envs]`: each environment's first episode return; NaN until it ends.
-    pub first: DeviceBuffer<f32>,
-    /// Evaluation environments per agent.
-    pub envs: usize,
-}
+pub type Evaluation = crate::agent::Evaluation<CartPole, i32>;
 
 /// One training iteration of every agent.
 #[stepgraph::step(streams(main), kernels = AgentKernels)]
@@ -115,7 +82,7 @@ pub mod train {
         counters: &DeviceBuffer<u32>,
         actions: &mut DeviceBuffer<i32>,
     ) -> Result<()> {
-        k.dqn.dqn_act(s, &cfg, online, obs, counters, actions)
+        k.agents.dqn_act(s, &cfg, online, obs, counters, actions)
     }
 
     fn env_step(
@@ -138,7 +105,7 @@ pub mod train {
         counters: &DeviceBuffer<u32>,
         replay: &mut Replay,
     ) -> Result<()> {
-        k.dqn
+        k.agents
             .replay_insert(s, &cfg, obs, actions, out, counters, replay)
     }
 
@@ -157,7 +124,7 @@ pub mod train {
         cfg: DqnConfig,
         counters: &mut DeviceBuffer<u32>,
     ) -> Result<()> {
-        k.dqn.dqn_count(s, &cfg, counters)
+        k.agents.dqn_count(s, &cfg, counters)
     }
 
     fn update(
@@ -171,7 +138,7 @@ pub mod train {
         replay: &Replay,
         loss: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        k.dqn
+        k.agents
             .dqn_update(s, &cfg, online, target, adam, counters, replay, loss)
     }
 
@@ -182,7 +149,7 @@ pub mod train {
         online: &DeviceBuffer<f32>,
         target: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        k.dqn.polyak(s, &cfg, online, target)
+        k.agents.polyak(s, &cfg, online, target)
     }
 
     fn stats(s: &CaptureStream<'_>, env: &CartPole, returns: &mut HostOutput<f32>) -> Result<()> {
@@ -206,7 +173,7 @@ pub mod eval_reset {
 
     fn reset(s: &CaptureStream<'_>, k: &AgentKernels, eval: &mut Evaluation) -> Result<()> {
         k.envs.cartpole_reset(s, &mut eval.env, &mut eval.out)?;
-        k.dqn.first_returns_clear(s, &mut eval.first)
+        k.agents.first_returns_clear(s, &mut eval.first)
     }
 }
 
@@ -249,7 +216,7 @@ pub mod eval_run {
             envs,
             ..
         } = eval;
-        k.dqn
+        k.agents
             .dqn_act_eval(s, &cfg, online, &out.obs, clock, actions, *envs)
     }
 
@@ -261,24 +228,35 @@ pub mod eval_run {
     }
 
     fn record(s: &CaptureStream<'_>, k: &AgentKernels, eval: &mut Evaluation) -> Result<()> {
-        k.dqn.first_returns(s, &eval.env.stats, &mut eval.first)?;
-        k.dqn.eval_tick(s, &mut eval.clock)
+        k.agents
+            .first_returns(s, &eval.env.stats, &mut eval.first)?;
+        k.agents.eval_tick(s, &mut eval.clock)
     }
 }
 
-/// `A` agents of one configuration, side by side: their steps and shared buffers.
+/// DQN on CartPole-v1: the steps above, as an [`Algorithm`].
 #[derive(Debug)]
-pub struct Agent {
-    train: train::Step,
-    eval_reset: eval_reset::Step,
-    eval_run: eval_run::Step,
-    online: Shared<DeviceBuffer<f32>>,
-    eval: Shared<Evaluation>,
-    cfg: DqnConfig,
-    agents: usize,
-    /// Environment steps each agent has taken.
-    steps: u64,
+pub enum CartPoleDqn {}
+
+impl Algorithm for CartPoleDqn {
+    const TASK: &'static str = "CartPole-v1";
+    const NAME: &'static str = "DQN";
+    const EPISODE_STEPS: u32 = CartPole::MAX_EPISODE_STEPS;
+    type Train = train::Spec;
+    type EvalReset = eval_reset::Spec;
+    type EvalRun = eval_run::Spec;
+    type Env = CartPole;
+    type Action = i32;
+    /// `[A, PARAMS]`: the online parameters.
+    type Networks = Shared<DeviceBuffer<f32>>;
+
+    fn returns(buffers: &train::Buffers) -> &HostOutput<f32> {
+        &buffers.returns
+    }
 }
+
+/// `A` DQN agents of one configuration on CartPole-v1, side by side.
+pub type Agent = crate::agent::Agent<CartPoleDqn>;
 
 impl Agent {
     /// `agents` agents (agent `a` draws from `(cfg.seed, a)`), `cfg.num_envs` training
@@ -317,18 +295,16 @@ impl Agent {
         stepgraph::exec::run_once(device, |s| {
             s.copy(&train_buffers.out.obs, &mut train_buffers.obs)
         })?;
-        let m = agents * eval_envs;
-        // Another seed than training's: the evaluation's episodes start elsewhere.
         let eval = Shared::new(
             "evaluation",
-            Evaluation {
-                env: CartPole::new(device, m, cfg.seed ^ 0x5eed_e7a1)?,
-                out: Transitions::new(device, m, CartPole::OBS)?,
-                actions: device.alloc_zeros("evaluation actions", m)?,
-                clock: device.alloc_zeros("evaluation clock", 1)?,
-                first: device.alloc_zeros("first episode returns", m)?,
-                envs: eval_envs,
-            },
+            Evaluation::new(
+                device,
+                CartPole::new,
+                CartPole::OBS,
+                cfg.seed,
+                agents,
+                eval_envs,
+            )?,
         );
         let train = train::Step::new(
             device,
@@ -351,122 +327,21 @@ impl Agent {
             },
             eval_run::Config { cfg },
         )?;
-        Ok(Agent {
+        Ok(Agent::from_steps(
             train,
             eval_reset,
             eval_run,
             online,
             eval,
-            cfg,
+            cfg.num_envs,
             agents,
-            steps: 0,
-        })
-    }
-
-    /// Agents side by side.
-    pub fn agents(&self) -> usize {
-        self.agents
-    }
-
-    /// Environment steps each agent has taken (launched; the device may still be on them).
-    pub fn steps(&self) -> u64 {
-        self.steps
-    }
-
-    /// Launches `iterations` training iterations (`cfg.num_envs` steps of each agent's
-    /// environments, its updates and its target each) as one device loop; returns once it
-    /// is queued.
-    pub fn train(&mut self, iterations: u32) -> Result<()> {
-        self.train.replay_loop(iterations)?;
-        self.steps += u64::from(iterations) * self.cfg.num_envs as u64;
-        Ok(())
-    }
-
-    /// Launches an evaluation of the parameters the training launched so far reaches: a
-    /// reset, then a device loop of CartPole's 500-step time limit, after which every
-    /// evaluation environment has finished its first episode. Returns once it is queued;
-    /// [`Agent::eval_returns`] waits for it.
-    pub fn evaluate(&mut self) -> Result<()> {
-        self.eval_reset.replay()?;
-        self.eval_run.replay_loop(CartPole::MAX_EPISODE_STEPS)
-    }
-
-    /// Each agent's mean first-episode return over its evaluation environments, once the
-    /// last evaluation has finished (this waits for it, not for training launched after).
-    pub fn eval_returns(&self) -> Result<Vec<f64>> {
-        self.eval_run.wait()?;
-        let first = {
-            let eval = self.eval.host()?;
-            self.train.executor().device().download(&eval.first)?
-        };
-        let per_agent = first.len() / self.agents.max(1);
-        Ok(first
-            .chunks(per_agent.max(1))
-            .map(|c| c.iter().map(|&r| f64::from(r)).sum::<f64>() / c.len() as f64)
-            .collect())
-    }
-
-    /// The training environments' last finished episode returns, from the newest finished
-    /// launch, without waiting; `None` before one has finished.
-    pub fn training_returns(&self) -> Result<Option<Vec<f32>>> {
-        Ok(self.train.read_back(|b| &b.returns)?.map(|r| r.to_vec()))
-    }
-
-    /// The training step's timeline: each op's GPU time, the median over `replays`
-    /// replays of a graph captured with events between the ops. Each replay trains, as a
-    /// launch of one iteration would.
-    pub fn profile(&mut self, replays: usize) -> Result<stepgraph::Profile> {
-        self.train.profile(replays)
-    }
-
-    /// Waits for everything launched.
-    pub fn wait(&self) -> Result<()> {
-        self.train.wait()?;
-        self.eval_run.wait()
+        ))
     }
 
     /// The online parameters of every agent (`[A, PARAMS]`), after everything launched.
     pub fn params(&self) -> Result<Vec<f32>> {
-        let online = self.online.host()?;
-        self.train.executor().device().download(&*online)
-    }
-
-    /// The steps' plans, for a reader without a GPU.
-    pub fn plans() -> [&'static stepgraph::PlanDesc; 3] {
-        [
-            train::Step::plan(),
-            eval_reset::Step::plan(),
-            eval_run::Step::plan(),
-        ]
-    }
-
-    /// The training loop as a picture ([`stepgraph_picture::program_svg`]): `train` looped
-    /// `iterations` times per launch, then an evaluation (`eval_reset` once, `eval_run`
-    /// looped over CartPole's time limit), the sequence repeated `rounds` times, and the
-    /// shared buffers between them.
-    pub fn program(iterations: u32, rounds: u64) -> stepgraph_picture::Program<'static> {
-        use stepgraph_picture::{Launch, Program, Repeat};
-        let looped = |n: u32| Repeat::Loop {
-            iterations: n.to_string(),
-        };
-        Program {
-            title: "CartPole-v1 DQN: the training loop".into(),
-            launches: vec![
-                Launch {
-                    plan: train::Step::plan(),
-                    repeat: looped(iterations),
-                },
-                Launch {
-                    plan: eval_reset::Step::plan(),
-                    repeat: Repeat::Once,
-                },
-                Launch {
-                    plan: eval_run::Step::plan(),
-                    repeat: looped(CartPole::MAX_EPISODE_STEPS),
-                },
-            ],
-            rounds: Some(format!("{rounds} times")),
-        }
+        let online = self.nets.host()?;
+        self.device().download(&*online)
     }
 
     /// Floats of one agent's parameters.

@@ -3,7 +3,10 @@
 //! every size before it launches (through the `_checked` launcher its size contract
 //! generates).
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, LaunchConfig, Result, StepBuffer};
+use stepgraph::cudarc::driver::ValidAsZeroBits;
+use stepgraph::{
+    CaptureStream, Device, DeviceBuffer, DeviceRepr, Error, LaunchConfig, Result, StepBuffer,
+};
 use stepgraph_envs::{EpisodeStats, Transitions};
 
 use crate::config::DqnConfig;
@@ -124,7 +127,7 @@ impl Kernels {
         counters: &DeviceBuffer<u32>,
         actions: &mut DeviceBuffer<i32>,
     ) -> Result<()> {
-        let agents = agents_of("dqn_act", params)?;
+        let agents = agents_of("dqn_act", "params", params, DuelingLayout::PARAMS)?;
         self.raw.dqn_act_checked(
             stream,
             params,
@@ -155,7 +158,7 @@ impl Kernels {
         actions: &mut DeviceBuffer<i32>,
         envs: usize,
     ) -> Result<()> {
-        let agents = agents_of("dqn_act_eval", params)?;
+        let agents = agents_of("dqn_act_eval", "params", params, DuelingLayout::PARAMS)?;
         self.raw.dqn_act_eval_checked(
             stream,
             params,
@@ -357,43 +360,62 @@ impl Kernels {
     }
 }
 
-/// The number of agents whose parameters `params` holds, `[A, PARAMS]`.
-fn agents_of(what: &str, params: &DeviceBuffer<f32>) -> Result<usize> {
-    let agents = params.len() / DuelingLayout::PARAMS;
-    if agents == 0 || !params.len().is_multiple_of(DuelingLayout::PARAMS) {
+/// The number of agents whose networks `params` (named `name` in errors) holds, `[A, per]`
+/// with `per` floats an agent: the kernels take `A` from the networks and check every
+/// other buffer against it.
+pub(crate) fn agents_of(
+    what: &str,
+    name: &str,
+    params: &DeviceBuffer<f32>,
+    per: usize,
+) -> Result<usize> {
+    let agents = params.len() / per;
+    if agents == 0 || !params.len().is_multiple_of(per) {
         return Err(Error::Argument {
-            what: format!("{what}: params"),
-            expected: format!("a positive multiple of {} floats", DuelingLayout::PARAMS),
+            what: format!("{what}: {name}"),
+            expected: format!("a positive multiple of {per} floats"),
             found: params.len().to_string(),
         });
     }
     Ok(agents)
 }
 
-/// The replay rings of `A` agents, `C` slots each, laid out `[A, C, ...]` row-major.
-/// Slot `s` of agent `a` is row `a C + s`.
+/// The replay rings of `A` agents, `C` slots each, laid out `[A, C, ...]` row-major, with
+/// actions of type `T`: slot `s` of agent `a` is row `a C + s`. DQN's are [`Replay`]
+/// (CartPole's discrete actions), SAC's [`SacReplay`](crate::sac::SacReplay) (Pendulum's
+/// torques).
 #[derive(Debug, StepBuffer)]
-pub struct Replay {
-    /// `[A, C, OBS]`: the observation acted on.
+pub struct ReplayRings<T> {
+    /// `[A, C, obs]`: the observation acted on, as the environment gave it.
     pub obs: DeviceBuffer<f32>,
     /// `[A, C]`: the action taken.
-    pub action: DeviceBuffer<i32>,
+    pub action: DeviceBuffer<T>,
     /// `[A, C]`: the reward.
     pub reward: DeviceBuffer<f32>,
-    /// `[A, C, OBS]`: the observation reached (the environment's final observation).
+    /// `[A, C, obs]`: the observation reached (the environment's final observation).
     pub next_obs: DeviceBuffer<f32>,
     /// `[A, C]`: 1 where the value of what follows is 0, else 0.
     pub done: DeviceBuffer<u8>,
-    agents: usize,
-    capacity: usize,
+    pub(crate) agents: usize,
+    pub(crate) capacity: usize,
 }
 
-impl Replay {
-    /// Zeroed rings for `agents` agents of `capacity` slots each (both at least 1).
-    pub fn new(device: &Device, agents: usize, capacity: usize) -> Result<Replay> {
-        let rows = positive_product("Replay::new", agents, capacity)?;
-        let obs_len = positive_product("Replay::new: observations", rows, OBS)?;
-        Ok(Replay {
+/// DQN's replay rings: CartPole's observations ([`OBS`] floats) and actions.
+pub type Replay = ReplayRings<i32>;
+
+impl<T: DeviceRepr + ValidAsZeroBits> ReplayRings<T> {
+    /// Zeroed rings for `agents` agents of `capacity` slots each (both at least 1) of
+    /// observations of `obs` floats; `what` names the caller in errors.
+    pub(crate) fn zeroed(
+        device: &Device,
+        what: &str,
+        agents: usize,
+        capacity: usize,
+        obs: usize,
+    ) -> Result<ReplayRings<T>> {
+        let rows = positive_product(what, agents, capacity)?;
+        let obs_len = positive_product(&format!("{what}: observations"), rows, obs)?;
+        Ok(ReplayRings {
             obs: device.alloc_zeros("replay observations", obs_len)?,
             action: device.alloc_zeros("replay actions", rows)?,
             reward: device.alloc_zeros("replay rewards", rows)?,
@@ -403,7 +425,9 @@ impl Replay {
             capacity,
         })
     }
+}
 
+impl<T> ReplayRings<T> {
     /// Agents.
     pub fn agents(&self) -> usize {
         self.agents
@@ -412,6 +436,13 @@ impl Replay {
     /// Slots per ring.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+impl Replay {
+    /// Zeroed rings for `agents` agents of `capacity` slots each (both at least 1).
+    pub fn new(device: &Device, agents: usize, capacity: usize) -> Result<Replay> {
+        Replay::zeroed(device, "Replay::new", agents, capacity, OBS)
     }
 }
 

@@ -3,7 +3,8 @@
 //! CartPole-v1 (this module's root) and a SAC agent for Pendulum-v1 ([`sac`]). Each has
 //! its kernels behind methods of the one registry [`Kernels`], CPU references of every
 //! kernel, and a whole training loop on the device ([`cartpole`], [`pendulum`]) with its
-//! trainer binary.
+//! trainer binary. Both loops are one generic [`agent::Agent`] over the agent's steps,
+//! and both trainers one driver, [`trainer`].
 //!
 //! # DQN on CartPole-v1
 //!
@@ -52,6 +53,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod cartpole;
 pub mod config;
 pub mod kernels;
@@ -60,10 +62,11 @@ pub mod pendulum;
 pub mod reference;
 pub mod rng;
 pub mod sac;
+pub mod trainer;
 
 pub use config::DqnConfig;
 pub use kernels::{
-    AdamState, KernelId, Kernels, MAX_BATCH, ModuleId, Replay, UPDATE_THREADS, counters,
-    update_smem_bytes,
+    AdamState, KernelId, Kernels, MAX_BATCH, ModuleId, Replay, ReplayRings, UPDATE_THREADS,
+    counters, update_smem_bytes,
 };
 pub use layout::{ACTIONS, COUNTERS, Counter, DuelingLayout, HIDDEN, OBS, Tensor, init_params};

@@ -18,52 +18,19 @@
 
 use std::sync::Arc;
 
-use stepgraph::{CaptureStream, Device, DeviceBuffer, HostOutput, Result, Shared, StepBuffer};
+use stepgraph::{CaptureStream, Device, DeviceBuffer, HostOutput, Result, Shared};
 use stepgraph_envs::{Pendulum, Transitions};
 
+use crate::agent::Algorithm;
 use crate::kernels::counters;
 use crate::sac::{
     ActorLayout, SacAdam, SacConfig, SacNetworks, SacReplay, init_actor, init_critics, rms_buffer,
 };
 
-/// The kernels the steps take: the environments' and the agent's.
-#[derive(Debug)]
-pub struct AgentKernels {
-    /// Pendulum's reset and step.
-    pub envs: stepgraph_envs::Kernels,
-    /// Acting, the replay, the update, evaluation.
-    pub sac: crate::Kernels,
-}
-
-impl AgentKernels {
-    /// Loads both into `device`'s context.
-    pub fn load(device: &Device) -> Result<AgentKernels> {
-        Ok(AgentKernels {
-            envs: stepgraph_envs::Kernels::load(device)?,
-            sac: crate::Kernels::load(device)?,
-        })
-    }
-}
-
-/// rejax evaluates over this many episodes.
-pub const EVAL_EPISODES: usize = 128;
+pub use crate::agent::{AgentKernels, EVAL_EPISODES};
 
 /// An evaluation's environments, `eval_envs` per agent, and what it records.
-#[derive(Debug, StepBuffer)]
-pub struct Evaluation {
-    /// `A envs` environments, agent `a`'s rows `a envs .. (a + 1) envs`.
-    pub env: Pendulum,
-    /// What each evaluation step writes; `obs` is what the next one acts on.
-    pub out: Transitions,
-    /// The evaluation's torques.
-    pub actions: DeviceBuffer<f32>,
-    /// Moves the evaluation's draws on, one step at a time.
-    pub clock: DeviceBuffer<u32>,
-    /// `[A, envs]`: each environment's first episode return; NaN until it ends.
-    pub first: DeviceBuffer<f32>,
-    /// Evaluation environments per agent.
-    pub envs: usize,
-}
+pub type Evaluation = crate::agent::Evaluation<Pendulum, f32>;
 
 /// One training iteration of every agent.
 #[stepgraph::step(streams(main), kernels = AgentKernels)]
@@ -120,7 +87,7 @@ pub mod train {
         counters: &DeviceBuffer<u32>,
         actions: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        k.sac
+        k.agents
             .sac_act(s, &cfg, &nets.actor, rms, obs, counters, actions)
     }
 
@@ -148,7 +115,7 @@ pub mod train {
         rms: &mut DeviceBuffer<f32>,
         replay: &mut SacReplay,
     ) -> Result<()> {
-        k.sac
+        k.agents
             .sac_store(s, &cfg, obs, actions, out, counters, rms, replay)
     }
 
@@ -165,7 +132,7 @@ pub mod train {
         replay: &SacReplay,
         losses: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        k.sac
+        k.agents
             .sac_update(s, &cfg, nets, adam, counters, rms, replay, losses)
     }
 
@@ -190,7 +157,7 @@ pub mod eval_reset {
 
     fn reset(s: &CaptureStream<'_>, k: &AgentKernels, eval: &mut Evaluation) -> Result<()> {
         k.envs.pendulum_reset(s, &mut eval.env, &mut eval.out)?;
-        k.sac.first_returns_clear(s, &mut eval.first)
+        k.agents.first_returns_clear(s, &mut eval.first)
     }
 }
 
@@ -237,7 +204,7 @@ pub mod eval_run {
             envs,
             ..
         } = eval;
-        k.sac
+        k.agents
             .sac_act_eval(s, &cfg, &nets.actor, rms, &out.obs, clock, actions, *envs)
     }
 
@@ -249,24 +216,35 @@ pub mod eval_run {
     }
 
     fn record(s: &CaptureStream<'_>, k: &AgentKernels, eval: &mut Evaluation) -> Result<()> {
-        k.sac.first_returns(s, &eval.env.stats, &mut eval.first)?;
-        k.sac.eval_tick(s, &mut eval.clock)
+        k.agents
+            .first_returns(s, &eval.env.stats, &mut eval.first)?;
+        k.agents.eval_tick(s, &mut eval.clock)
     }
 }
 
-/// `A` agents of one configuration, side by side: their steps and shared buffers.
+/// SAC on Pendulum-v1: the steps above, as an [`Algorithm`].
 #[derive(Debug)]
-pub struct Agent {
-    train: train::Step,
-    eval_reset: eval_reset::Step,
-    eval_run: eval_run::Step,
-    nets: Shared<SacNetworks>,
-    eval: Shared<Evaluation>,
-    cfg: SacConfig,
-    agents: usize,
-    /// Environment steps each agent has taken.
-    steps: u64,
+pub enum PendulumSac {}
+
+impl Algorithm for PendulumSac {
+    const TASK: &'static str = "Pendulum-v1";
+    const NAME: &'static str = "SAC";
+    const EPISODE_STEPS: u32 = Pendulum::MAX_EPISODE_STEPS;
+    type Train = train::Spec;
+    type EvalReset = eval_reset::Spec;
+    type EvalRun = eval_run::Spec;
+    type Env = Pendulum;
+    type Action = f32;
+    /// The actors, critics, target critics and temperatures.
+    type Networks = Shared<SacNetworks>;
+
+    fn returns(buffers: &train::Buffers) -> &HostOutput<f32> {
+        &buffers.returns
+    }
 }
+
+/// `A` SAC agents of one configuration on Pendulum-v1, side by side.
+pub type Agent = crate::agent::Agent<PendulumSac>;
 
 impl Agent {
     /// `agents` agents (agent `a` draws from `(cfg.seed, a)`), `cfg.num_envs` training
@@ -311,18 +289,16 @@ impl Agent {
             losses: device.alloc_zeros("losses", 3 * agents)?,
             returns: HostOutput::new(device, "training returns", n)?,
         };
-        let m = agents * eval_envs;
-        // Another seed than training's: the evaluation's episodes start elsewhere.
         let eval = Shared::new(
             "evaluation",
-            Evaluation {
-                env: Pendulum::new(device, m, cfg.seed ^ 0x5eed_e7a1)?,
-                out: Transitions::new(device, m, Pendulum::OBS)?,
-                actions: device.alloc_zeros("evaluation actions", m)?,
-                clock: device.alloc_zeros("evaluation clock", 1)?,
-                first: device.alloc_zeros("first episode returns", m)?,
-                envs: eval_envs,
-            },
+            Evaluation::new(
+                device,
+                Pendulum::new,
+                Pendulum::OBS,
+                cfg.seed,
+                agents,
+                eval_envs,
+            )?,
         );
         let train = train::Step::new(
             device,
@@ -346,93 +322,21 @@ impl Agent {
             },
             eval_run::Config { cfg },
         )?;
-        Ok(Agent {
+        Ok(Agent::from_steps(
             train,
             eval_reset,
             eval_run,
             nets,
             eval,
-            cfg,
+            cfg.num_envs,
             agents,
-            steps: 0,
-        })
-    }
-
-    /// Agents side by side.
-    pub fn agents(&self) -> usize {
-        self.agents
-    }
-
-    /// Environment steps each agent has taken (launched; the device may still be on them).
-    pub fn steps(&self) -> u64 {
-        self.steps
-    }
-
-    /// Launches `iterations` training iterations (`cfg.num_envs` steps of each agent's
-    /// environments, its updates and its target critics each) as one device loop; returns
-    /// once it is queued.
-    pub fn train(&mut self, iterations: u32) -> Result<()> {
-        self.train.replay_loop(iterations)?;
-        self.steps += u64::from(iterations) * self.cfg.num_envs as u64;
-        Ok(())
-    }
-
-    /// Launches an evaluation of the networks the training launched so far reaches: a
-    /// reset, then a device loop of Pendulum's 200-step time limit, after which every
-    /// evaluation environment has finished its first episode. Returns once it is queued;
-    /// [`Agent::eval_returns`] waits for it.
-    pub fn evaluate(&mut self) -> Result<()> {
-        self.eval_reset.replay()?;
-        self.eval_run.replay_loop(Pendulum::MAX_EPISODE_STEPS)
-    }
-
-    /// Each agent's mean first-episode return over its evaluation environments, once the
-    /// last evaluation has finished (this waits for it, not for training launched after).
-    pub fn eval_returns(&self) -> Result<Vec<f64>> {
-        self.eval_run.wait()?;
-        let first = {
-            let eval = self.eval.host()?;
-            self.train.executor().device().download(&eval.first)?
-        };
-        let per_agent = first.len() / self.agents.max(1);
-        Ok(first
-            .chunks(per_agent.max(1))
-            .map(|c| c.iter().map(|&r| f64::from(r)).sum::<f64>() / c.len() as f64)
-            .collect())
-    }
-
-    /// The training environments' last finished episode returns, from the newest finished
-    /// launch, without waiting; `None` before one has finished.
-    pub fn training_returns(&self) -> Result<Option<Vec<f32>>> {
-        Ok(self.train.read_back(|b| &b.returns)?.map(|r| r.to_vec()))
-    }
-
-    /// The training step's timeline: each op's GPU time, the median over `replays`
-    /// replays of a graph captured with events between the ops. Each replay trains, as a
-    /// launch of one iteration would.
-    pub fn profile(&mut self, replays: usize) -> Result<stepgraph::Profile> {
-        self.train.profile(replays)
-    }
-
-    /// Waits for everything launched.
-    pub fn wait(&self) -> Result<()> {
-        self.train.wait()?;
-        self.eval_run.wait()
+        ))
     }
 
     /// The actors of every agent (`[A, PARAMS]`), after everything launched.
     pub fn params(&self) -> Result<Vec<f32>> {
         let nets = self.nets.host()?;
-        self.train.executor().device().download(&nets.actor)
-    }
-
-    /// The steps' plans, for a reader without a GPU.
-    pub fn plans() -> [&'static stepgraph::PlanDesc; 3] {
-        [
-            train::Step::plan(),
-            eval_reset::Step::plan(),
-            eval_run::Step::plan(),
-        ]
+        self.device().download(&nets.actor)
     }
 
     /// Floats of one agent's actor.

@@ -603,7 +603,7 @@ fn gpu_pendulum_agent_trains_and_evaluates() {
     use stepgraph_agents::pendulum::{Agent, AgentKernels};
     let device = device();
     let kernels = std::sync::Arc::new(AgentKernels::load(&device).expect("kernels load"));
-    assert!(kernels.sac.sac_update_ready());
+    assert!(kernels.agents.sac_update_ready());
     let cfg = SacConfig::rejax_pendulum(3);
     let agents = 2;
     let mut agent = Agent::new(&device, kernels, cfg, agents, 16).expect("the agent builds");

@@ -5,7 +5,7 @@
 use stepgraph::{CaptureStream, Device, DeviceBuffer, Error, LaunchConfig, Result, StepBuffer};
 use stepgraph_envs::Transitions;
 
-use crate::kernels::{Kernels, positive_product};
+use crate::kernels::{Kernels, ReplayRings, agents_of, positive_product};
 use crate::sac::config::SacConfig;
 use crate::sac::launch::{SAC_UPDATE_THREADS, sac_update_smem_bytes};
 use crate::sac::layout::{ActorLayout, CriticLayout, NUM_CRITICS, RMS_FLOATS, SAC_OBS};
@@ -40,7 +40,7 @@ impl Kernels {
         counters: &DeviceBuffer<u32>,
         actions: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
-        let agents = actors_of("sac_act", actor)?;
+        let agents = agents_of("sac_act", "actor", actor, ActorLayout::PARAMS)?;
         self.raw.sac_act_checked(
             stream,
             actor,
@@ -69,7 +69,7 @@ impl Kernels {
         actions: &mut DeviceBuffer<f32>,
         envs: usize,
     ) -> Result<()> {
-        let agents = actors_of("sac_act_eval", actor)?;
+        let agents = agents_of("sac_act_eval", "actor", actor, ActorLayout::PARAMS)?;
         self.raw.sac_act_eval_checked(
             stream, actor, rms, obs, clock, actions, agents, envs, cfg.seed,
         )
@@ -219,61 +219,13 @@ impl Kernels {
     }
 }
 
-/// The number of agents whose actors `actor` holds, `[A, ActorLayout::PARAMS]`.
-fn actors_of(what: &str, actor: &DeviceBuffer<f32>) -> Result<usize> {
-    let agents = actor.len() / ActorLayout::PARAMS;
-    if agents == 0 || !actor.len().is_multiple_of(ActorLayout::PARAMS) {
-        return Err(Error::Argument {
-            what: format!("{what}: actor"),
-            expected: format!("a positive multiple of {} floats", ActorLayout::PARAMS),
-            found: actor.len().to_string(),
-        });
-    }
-    Ok(agents)
-}
-
-/// SAC's replay rings of `A` agents, `C` slots each, laid out `[A, C, ...]` row-major.
-/// Slot `s` of agent `a` is row `a C + s`.
-#[derive(Debug, StepBuffer)]
-pub struct SacReplay {
-    /// `[A, C, SAC_OBS]`: the observation acted on, as the environment gave it.
-    pub obs: DeviceBuffer<f32>,
-    /// `[A, C]`: the torque taken.
-    pub action: DeviceBuffer<f32>,
-    /// `[A, C]`: the reward.
-    pub reward: DeviceBuffer<f32>,
-    /// `[A, C, SAC_OBS]`: the observation reached (the environment's final observation).
-    pub next_obs: DeviceBuffer<f32>,
-    /// `[A, C]`: 1 where the value of what follows is 0, else 0.
-    pub done: DeviceBuffer<u8>,
-    agents: usize,
-    capacity: usize,
-}
+/// SAC's replay rings: Pendulum's observations ([`SAC_OBS`] floats) and torques.
+pub type SacReplay = ReplayRings<f32>;
 
 impl SacReplay {
     /// Zeroed rings for `agents` agents of `capacity` slots each (both at least 1).
     pub fn new(device: &Device, agents: usize, capacity: usize) -> Result<SacReplay> {
-        let rows = positive_product("SacReplay::new", agents, capacity)?;
-        let obs_len = positive_product("SacReplay::new: observations", rows, SAC_OBS)?;
-        Ok(SacReplay {
-            obs: device.alloc_zeros("replay observations", obs_len)?,
-            action: device.alloc_zeros("replay actions", rows)?,
-            reward: device.alloc_zeros("replay rewards", rows)?,
-            next_obs: device.alloc_zeros("replay next observations", obs_len)?,
-            done: device.alloc_zeros("replay done flags", rows)?,
-            agents,
-            capacity,
-        })
-    }
-
-    /// Agents.
-    pub fn agents(&self) -> usize {
-        self.agents
-    }
-
-    /// Slots per ring.
-    pub fn capacity(&self) -> usize {
-        self.capacity
+        SacReplay::zeroed(device, "SacReplay::new", agents, capacity, SAC_OBS)
     }
 }
 
