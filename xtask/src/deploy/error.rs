@@ -43,6 +43,18 @@ pub enum DeployError {
     },
 
     #[error(
+        "permission denied on {host}: expected {who} to be allowed to write {path}, found \
+         `{found}`\n({hint})"
+    )]
+    NotWritable {
+        host: String,
+        who: String,
+        path: String,
+        found: String,
+        hint: String,
+    },
+
+    #[error(
         "the host key of {host} is not the one known: expected the key recorded in {known_hosts}, found `{found}`"
     )]
     HostKeyChanged {
@@ -122,6 +134,17 @@ pub enum DeployError {
         host: String,
         dir: String,
         found: String,
+    },
+
+    #[error(
+        "`current` in {dir} on {host} points at releases/{release}, which no longer exists: \
+         expected the release it names, found no such folder\n(deploy again to make a release \
+         current, or `cargo xtask deploy rollback` to go back to the one it was deployed over)"
+    )]
+    CurrentGone {
+        host: String,
+        dir: String,
+        release: String,
     },
 
     #[error(
