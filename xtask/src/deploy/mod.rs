@@ -667,7 +667,7 @@ fn with_home_hint(e: anyhow::Error, dir: &str, home: Option<String>) -> anyhow::
     let about_the_folder = match e.downcast_ref::<DeployError>() {
         Some(d) => matches!(
             d,
-            DeployError::NotWritable { .. }
+            DeployError::PermissionDenied { .. }
                 | DeployError::Step { .. }
                 | DeployError::NoCurrent { .. }
                 | DeployError::DiskFull { .. }

@@ -478,7 +478,7 @@ impl Ssh {
         // Past the login: a "Permission denied" now is the file system's (rsync's
         // `Permission denied (13)`, a shell's `mkdir: … Permission denied`).
         if let Some(l) = line_with(&["Permission denied", "Read-only file system"]) {
-            return Some(self.not_writable(&l, disk));
+            return Some(self.permission_denied(&l, disk));
         }
         if let Some(disk) = disk
             && let Some(l) = line_with(&["No space left on device"])
@@ -498,50 +498,36 @@ impl Ssh {
 }
 
 impl Ssh {
-    /// The error for a file system's refusal, `line`, on the host (or here, when `disk`
-    /// says so: the fetch), naming the path it names.
-    fn not_writable(&self, line: &str, disk: Option<Disk<'_>>) -> DeployError {
-        let here = disk.is_some_and(|d| d.host == HERE);
+    /// The error for a file system's refusal, `line`: on the host, or here. rsync marks
+    /// its sender's messages `[sender]` (reading), the others are its receiver's
+    /// (writing); `disk` says which side receives (here for the fetch, [`HERE`]).
+    fn permission_denied(&self, line: &str, disk: Option<Disk<'_>>) -> DeployError {
+        let reading = line.contains("[sender]");
+        let here = disk.is_some_and(|d| d.host == HERE) != reading;
         let path = denied_path(line)
             .or_else(|| disk.map(|d| d.place.to_string()))
             .unwrap_or_else(|| "the deploy folder".to_string());
-        let (host, who, hint) = if here {
-            (
-                HERE.to_string(),
-                "this user".to_string(),
-                "--fetch-to must name a folder this user can write".to_string(),
-            )
+        let (host, who) = if here {
+            (HERE.to_string(), "this user".to_string())
         } else {
             let who = match &self.resolved {
                 Some(r) if !r.user.is_empty() => format!("the user {}", r.user),
                 _ => format!("the login {}", self.target.login()),
             };
-            (
-                disk.map_or_else(|| self.host_label(), |d| d.host.to_string()),
-                who,
-                format!(
-                    "the deploy folder, its releases/ and runs/ must be writable by that user \
-                     on the host: `ls -ld {}` there shows the owner and mode",
-                    cmd::quote(&parent(&path))
-                ),
-            )
+            let host = match disk {
+                Some(d) if d.host != HERE => d.host.to_string(),
+                _ => self.host_label(),
+            };
+            (host, who)
         };
-        DeployError::NotWritable {
+        DeployError::PermissionDenied {
             host,
             who,
+            access: if reading { "read" } else { "write" },
             path,
             found: line.to_string(),
-            hint,
+            here,
         }
-    }
-}
-
-/// The folder that holds `path` (where a new file or folder needs the right to write),
-/// or `path` itself when it has none.
-fn parent(path: &str) -> String {
-    match std::path::Path::new(path).parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.display().to_string(),
-        _ => path.to_string(),
     }
 }
 
@@ -972,7 +958,25 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            msg.starts_with("permission denied on this machine: expected this user"),
+            msg.starts_with(
+                "permission denied on this machine: expected this user to be allowed to write \
+                 /r/x, found"
+            ),
+            "{msg}"
+        );
+        // The fetch's sender is the host.
+        let msg = s
+            .classify(
+                "rsync: [sender] opendir \"/d/runs/r\" failed: Permission denied (13)",
+                Some(here),
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.starts_with(
+                "permission denied on 127.0.0.1: expected the login root@127.0.0.1 to be \
+                 allowed to read /d/runs/r, found"
+            ),
             "{msg}"
         );
         assert!(is_login_refusal(
