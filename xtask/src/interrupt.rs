@@ -1,8 +1,8 @@
 //! Ctrl-C and SIGTERM as a request to stop, not an abrupt exit: a command that leaves
 //! things behind elsewhere (a job on a GPU host, a shared ssh connection, a lock) installs
 //! the handler, polls [`requested`] while it waits on its children, and unwinds through
-//! its guards' `Drop`s when it is set. A second signal exits at once (status 130), for
-//! when the clean-up itself hangs.
+//! its guards' `Drop`s when it is set. A second signal exits at once (with the status
+//! of the first's kind, see [`exit_status`]), for when the clean-up itself hangs.
 //!
 //! The handler only stores the signal's number (signal-hook's `flag` module: an atomic
 //! store, nothing else in the handler); the work happens in the waiting loops.
@@ -17,8 +17,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-/// The exit status of a command stopped by a signal it handled (the shells' 128 + SIGINT).
-pub const EXIT_STATUS: i32 = 130;
+/// The exit status of a command stopped by `signal` (as [`requested`] names it), the
+/// shells' 128 + its number: 130 for SIGINT, 143 for SIGTERM. A job scheduler or a
+/// service manager reads 143 as "stopped as asked", 130 as "interrupted at the terminal".
+pub fn exit_status(signal: &str) -> i32 {
+    128 + if signal == "SIGINT" { SIGINT } else { SIGTERM }
+}
 
 /// How often a waiting loop looks at its child and at the flag.
 const POLL: Duration = Duration::from_millis(20);
@@ -36,8 +40,8 @@ pub fn install() -> Result<()> {
     let seen = Arc::new(AtomicBool::new(false));
     for signal in [SIGINT, SIGTERM] {
         // Registered first, so it sees `seen` as it was before this signal: the first
-        // signal only sets it, the second (of either kind) exits.
-        signal_hook::flag::register_conditional_shutdown(signal, EXIT_STATUS, Arc::clone(&seen))
+        // signal only sets it, the second (of either kind) exits, with its own status.
+        signal_hook::flag::register_conditional_shutdown(signal, 128 + signal, Arc::clone(&seen))
             .context("installing the signal handler")?;
         signal_hook::flag::register(signal, Arc::clone(&seen))
             .context("installing the signal handler")?;
@@ -120,6 +124,12 @@ mod tests {
     use std::process::Command;
 
     use super::*;
+
+    #[test]
+    fn a_signal_s_exit_status_is_the_shells_one() {
+        assert_eq!(exit_status("SIGINT"), 130);
+        assert_eq!(exit_status("SIGTERM"), 143);
+    }
 
     #[test]
     fn a_wait_ends_on_exit_or_at_its_deadline() {

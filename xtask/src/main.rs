@@ -28,18 +28,18 @@ enum Command {
     RenderProfile(plan::RenderProfile),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; on failure prints its error, each cause once (`{:#}`: never a
+/// backtrace, which `RUST_BACKTRACE=1`, set on many machines, would add to every
+/// message), and exits 1, or with the shells' status for a signal it handled (130 for
+/// Ctrl-C, 143 for SIGTERM).
+fn main() {
     let cli = Cli::parse();
     let ws = Workspace::locate();
-    let result = run(cli, &ws);
-    // Stopped by a signal it handled: the shells' status for that, after the message.
-    if let Err(e) = &result
-        && xtask::interrupt::requested().is_some()
-    {
-        eprintln!("Error: {e:?}");
-        std::process::exit(xtask::interrupt::EXIT_STATUS);
+    if let Err(e) = run(cli, &ws) {
+        eprintln!("error: {e:#}");
+        let status = xtask::interrupt::requested().map_or(1, xtask::interrupt::exit_status);
+        std::process::exit(status);
     }
-    result
 }
 
 fn run(cli: Cli, ws: &Workspace) -> anyhow::Result<()> {

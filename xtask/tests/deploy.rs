@@ -134,8 +134,16 @@ struct Sshd {
     log: PathBuf,
 }
 
+/// Who the host's sessions are: root as usual, or root that the file system's modes bind
+/// (without the capabilities that override them), as an ordinary user is bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Login {
+    AsUsual,
+    BoundByModes,
+}
+
 impl Sshd {
-    fn start(dir: &Path) -> Sshd {
+    fn start(dir: &Path, login: Login) -> Sshd {
         let host_key = dir.join("host_key");
         let key = dir.join("id_ed25519");
         keygen(&host_key);
@@ -164,7 +172,21 @@ impl Sshd {
         )
         .unwrap();
         let log = dir.join("sshd.log");
-        let mut child = Command::new(test::SSHD)
+        // Root writes anywhere, whatever a folder's mode says; sessions that must meet
+        // a folder they cannot write run without CAP_DAC_OVERRIDE (and its read-only
+        // sibling), which sshd's children inherit. An ordinary user needs nothing.
+        let mut command = if login == Login::BoundByModes && test::is_root() {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--bounding-set",
+                "-dac_override,-dac_read_search",
+                test::SSHD,
+            ]);
+            c
+        } else {
+            Command::new(test::SSHD)
+        };
+        let mut child = command
             .args(["-D", "-e", "-f"])
             .arg(&config)
             .stdin(Stdio::null())
@@ -244,9 +266,13 @@ impl Deployed {
 
 impl Host {
     fn start() -> Host {
+        Host::start_with(Login::AsUsual)
+    }
+
+    fn start_with(login: Login) -> Host {
         ensure_tools();
         let tmp = tempfile::tempdir().unwrap();
-        let sshd = Sshd::start(tmp.path());
+        let sshd = Sshd::start(tmp.path(), login);
         let host = Host { sshd, tmp };
         fs::create_dir_all(host.stand_in()).unwrap();
         write_executable(&host.stand_in().join("nvidia-smi"), &stand_in_nvidia_smi());
@@ -318,11 +344,12 @@ impl Host {
     /// replace the defaults of the same name (`--key`, `--host`, `--dir`), then possibly `--` and
     /// the job's arguments.
     fn deploy(&self, bundle: &Path, extra: &[&str]) -> Deployed {
-        let out = self
-            .command(bundle, extra)
-            .stdin(Stdio::null())
-            .output()
-            .expect("xtask runs");
+        self.output(&mut self.command(bundle, extra))
+    }
+
+    /// Runs `cmd` to its end: what it printed, and whether it succeeded.
+    fn output(&self, cmd: &mut Command) -> Deployed {
+        let out = cmd.stdin(Stdio::null()).output().expect("xtask runs");
         Deployed {
             ok: out.status.success(),
             text: format!(
@@ -406,6 +433,11 @@ impl Host {
     /// `cargo xtask deploy <action>` against this host's deploy folder, `extra` after the
     /// usual options (and perhaps `--` and the job's arguments).
     fn manage(&self, action: &str, extra: &[&str]) -> Deployed {
+        self.output(&mut self.manage_action(action, extra))
+    }
+
+    /// The command [`Host::manage`] runs.
+    fn manage_action(&self, action: &str, extra: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
         cmd.args(["deploy", action, "--host", &self.target()])
             .arg("--key")
@@ -420,21 +452,8 @@ impl Host {
         if action == "run" {
             cmd.arg("--fetch-to").arg(self.fetched());
         }
-        let out = cmd
-            .args(extra)
-            .env(TEST_MARK, self.tmp.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("xtask runs");
-        Deployed {
-            ok: out.status.success(),
-            text: format!(
-                "{}{}\n(sshd log: {})",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                self.sshd.log.display()
-            ),
-        }
+        cmd.args(extra).env(TEST_MARK, self.tmp.path());
+        cmd
     }
 }
 
@@ -645,7 +664,7 @@ fn first_deploy_checks_switches_runs_and_fetches() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
     let release = release_of(&bundle);
-    host.deploy(&bundle, &["--", "--steps", "3"])
+    host.deploy(&bundle, &["--verbose", "--", "--steps", "3"])
         .expect_ok()
         .expect_output(&[
             "<f+++++++++ bin/job",
@@ -692,8 +711,10 @@ fn redeploy_of_what_is_live_copies_nothing_and_touches_nothing() {
     std::thread::sleep(Duration::from_millis(1100));
     let bundle = host.bundle(&["libc.so.6"]);
     assert_eq!(release_of(&bundle), release);
-    let again = host.deploy(&bundle, &[]);
+    // --verbose: the commands show, so an rsync of the bundle would.
+    let again = host.deploy(&bundle, &["--verbose"]);
     again.expect_ok().expect_output(&[
+        "$ ssh -o BatchMode=yes",
         &format!(
             "releases/{release} is already live, and its 6 files match its SHA256SUMS and its \
              name: nothing to copy"
@@ -726,7 +747,7 @@ fn a_changed_bundle_sends_only_what_changed_and_leaves_the_live_files_alone() {
     let bundle = host.bundle(&["libc.so.6", "libm.so.6"]);
     let second = release_of(&bundle);
     assert_ne!(second, first);
-    let again = host.deploy(&bundle, &[]);
+    let again = host.deploy(&bundle, &["--verbose"]);
     again
         .expect_ok()
         .expect_output(&["<fcst...... preflight.sh", "cf..t...... bin/job"]);
@@ -977,7 +998,7 @@ fn sigterm_during_the_job_stops_it_there_and_here() {
 }
 
 /// `kill -SIGNAL` to the deploy while its job runs: within 5 s the deploy has exited
-/// (130), and no process of the job, there or here, nor any ssh of the deploy is left.
+/// (the shells' 130 for SIGINT, 143 for SIGTERM), and no process of the job, there or here, nor any ssh of the deploy is left.
 fn signal_during_the_job_stops_it_there_and_here(signal: &str) {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
@@ -1007,7 +1028,8 @@ fn signal_during_the_job_stops_it_there_and_here(signal: &str) {
         shown()
     );
     let took = signalled.elapsed();
-    assert_eq!(exit.and_then(|s| s.code()), Some(130), "{}", shown());
+    let expected = if signal == "TERM" { 143 } else { 130 };
+    assert_eq!(exit.and_then(|s| s.code()), Some(expected), "{}", shown());
     assert!(
         shown().contains(&format!("interrupted by SIG{signal} during the job on ")),
         "{}",
@@ -1473,4 +1495,167 @@ fn a_dry_run_shows_the_tree_as_it_is_not_the_last_bundle() {
         assert!(text.contains(needle), "expected `{needle}` in:\n{text}");
     }
     assert!(!host.remote().exists());
+}
+
+#[test]
+fn a_releases_folder_the_login_cannot_write_is_named_not_the_key() {
+    let host = Host::start_with(Login::BoundByModes);
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let r1 = release_of(&one);
+    host.deploy(&one, &[]).expect_ok();
+    let releases = host.remote().join("releases");
+    // Given back however the test ends, so that the folder can be removed.
+    struct Writable(PathBuf);
+    impl Drop for Writable {
+        fn drop(&mut self) {
+            let _ = fs::set_permissions(&self.0, fs::Permissions::from_mode(0o755));
+        }
+    }
+    let _writable = Writable(releases.clone());
+    fs::set_permissions(&releases, fs::Permissions::from_mode(0o555)).unwrap();
+    let failed = host.deploy(&two, &[]);
+    failed.expect_failure(&[
+        &format!(
+            "permission denied on {}: expected the user {} to be allowed to write ",
+            host.target(),
+            user()
+        ),
+        &format!("{}/.incoming-other-", releases.display()),
+        "Permission denied (13)",
+        &format!(
+            "must be writable by that user on the host: `ls -ld {}` there shows the owner and \
+             mode)",
+            releases.display()
+        ),
+    ]);
+    for wrong in ["refused the login", "could not use the key", "--key"] {
+        assert!(
+            !failed.text.contains(wrong),
+            "`{wrong}` in:\n{}",
+            failed.text
+        );
+    }
+    assert_eq!(release_folders(&host), std::slice::from_ref(&r1));
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r1}")))
+    );
+}
+
+#[test]
+fn status_names_a_current_whose_release_was_removed() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    host.deploy(&one, &[]).expect_ok();
+    host.deploy(&two, &[]).expect_ok();
+    fs::remove_dir_all(host.remote().join("releases").join(&r2)).unwrap();
+    let gone = [
+        format!(
+            "`current` in {} on {} points at releases/{r2}, which no longer exists",
+            host.remote().display(),
+            host.target()
+        ),
+        "(deploy again to make a release current, or `cargo xtask deploy rollback`".to_string(),
+    ];
+    let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
+    for action in ["status", "run"] {
+        let failed = host.manage(action, &[]);
+        failed.expect_failure(&gone);
+        assert!(
+            !failed.text.contains("hashing the files"),
+            "{}",
+            failed.text
+        );
+    }
+    // What the message says to do works.
+    host.manage("rollback", &[])
+        .expect_ok()
+        .expect_output(&[&format!("from {r2} to {r1}")]);
+    host.manage("status", &[])
+        .expect_ok()
+        .expect_output(&[&format!("current: {r1}")]);
+}
+
+#[test]
+fn a_dir_the_local_shell_expanded_is_hinted_to_be_quoted() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    // The home here, as the shell expanded `~/stepgraph` into --dir; the host has a file
+    // where that folder would go, so the deploy folder cannot be made there.
+    let home = host.tmp.path().join("home");
+    fs::write(&home, "").unwrap();
+    let dir = home.join("stepgraph");
+    let dir = dir.to_str().unwrap();
+    let hint = format!(
+        "(--dir {dir} is under this machine's home, {}: a shell expands an unquoted \
+         `~/stepgraph` here, before the deploy sees it. For the home on the host, quote it: \
+         --dir '~/stepgraph')",
+        home.display()
+    );
+    let failed = host.output(host.command(&bundle, &["--dir", dir]).env("HOME", &home));
+    failed.expect_failure(&["taking the deploy folder's lock failed on ", &hint]);
+    // Under another home, the same failure gets no hint.
+    let elsewhere = host.tmp.path().join("elsewhere");
+    let plain = host.output(
+        host.command(&bundle, &["--dir", dir])
+            .env("HOME", &elsewhere),
+    );
+    plain.expect_failure(&["taking the deploy folder's lock failed on "]);
+    assert!(!plain.text.contains("quote it"), "{}", plain.text);
+    assert!(host.current().is_none());
+}
+
+#[test]
+fn output_is_a_line_a_step_and_verbose_shows_the_commands() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let quiet = host.deploy(&bundle, &[]);
+    quiet.expect_ok().expect_output(&[
+        "== connect\n== lock the deploy folder\n",
+        "== copy the bundle\n6 files sent\n== verify the checksums on the host\n",
+        "job: done",
+        "== fetch the results\n",
+        " files fetched\n",
+    ]);
+    for noise in ["$ ", "<f+++++++++", "ssh will connect to"] {
+        assert!(!quiet.text.contains(noise), "`{noise}` in:\n{}", quiet.text);
+    }
+    // `--verbose` is taken by the subcommands too.
+    host.manage("status", &["--verbose"])
+        .expect_ok()
+        .expect_output(&[
+            "$ ssh -o BatchMode=yes",
+            "(the inspect script)",
+            "current: job-",
+        ]);
+}
+
+#[test]
+fn an_error_shows_no_backtrace_even_with_rust_backtrace_set() {
+    let target = format!("{}@127.0.0.1:{}", user(), free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "deploy",
+            "status",
+            "--host",
+            &target,
+            "--connect-timeout",
+            "5",
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("error: cannot reach 127.0.0.1: expected an ssh server on port "),
+        "{text}"
+    );
+    assert!(!text.to_lowercase().contains("backtrace"), "{text}");
+    assert!(!text.contains("main.rs"), "{text}");
 }

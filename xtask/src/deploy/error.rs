@@ -43,6 +43,22 @@ pub enum DeployError {
     },
 
     #[error(
+        "permission denied on {host}: expected {who} to be allowed to {access} {path}, found \
+         `{found}`\n({})",
+        permission_hint(*here, path)
+    )]
+    PermissionDenied {
+        host: String,
+        who: String,
+        /// `write` (or `read`, for what rsync sends).
+        access: &'static str,
+        path: String,
+        found: String,
+        /// On this machine, not on the host.
+        here: bool,
+    },
+
+    #[error(
         "the host key of {host} is not the one known: expected the key recorded in {known_hosts}, found `{found}`"
     )]
     HostKeyChanged {
@@ -125,6 +141,17 @@ pub enum DeployError {
     },
 
     #[error(
+        "`current` in {dir} on {host} points at releases/{release}, which no longer exists: \
+         expected the release it names, found no such folder\n(deploy again to make a release \
+         current, or `cargo xtask deploy rollback` to go back to the one it was deployed over)"
+    )]
+    CurrentGone {
+        host: String,
+        dir: String,
+        release: String,
+    },
+
+    #[error(
         "the release {release} on {host} is damaged: expected its files to match its \
          SHA256SUMS and its name, found:{}\n(nothing was run: `cargo xtask deploy rollback` goes \
          back to the previous verified release, a deploy of the bundle uploads it again)",
@@ -190,6 +217,26 @@ pub enum DeployError {
 
 pub fn list<T: std::fmt::Display>(items: &[T]) -> String {
     items.iter().map(|i| format!("\n  - {i}")).collect()
+}
+
+/// What to look at when `path` was refused: on the host, the deploy folder's modes;
+/// here, the bundle's and --fetch-to's.
+fn permission_hint(here: bool, path: &str) -> String {
+    let folder = match std::path::Path::new(path).parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.display().to_string(),
+        _ => path.to_string(),
+    };
+    let ls = format!("`ls -ld {}`", crate::cmd::quote(&folder));
+    if here {
+        format!(
+            "the bundle must be readable and --fetch-to writable by this user: {ls} shows the owner and mode"
+        )
+    } else {
+        format!(
+            "the deploy folder, its releases/ and runs/ must be writable by that user on the \
+             host: {ls} there shows the owner and mode"
+        )
+    }
 }
 
 fn detail(stderr: &str) -> String {

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 
 use super::error::DeployError;
 use super::remote::Script;
-use super::ssh::Ssh;
+use super::ssh::{Ssh, echo};
 use crate::cmd;
 use crate::interrupt;
 use crate::lock::Wait;
@@ -73,11 +73,15 @@ impl RemoteLock {
         words.extend(args.iter().cloned());
         let mut shown = words.clone();
         shown[2] = "@lock-script@".into();
-        eprintln!("$ {}", cmd::display(&ssh.exec(&shown)));
         if dry_run {
-            eprintln!("  (the lock script, passed to `bash -c`:)\n{}", LOCK.text);
+            echo(format!(
+                "{}\n  (the lock script, passed to `bash -c`:)\n{}",
+                cmd::display(&ssh.exec(&shown)),
+                LOCK.text
+            ));
             return Ok(None);
         }
+        echo(cmd::display(&ssh.exec(&shown)));
         let mut command = ssh.exec(&words);
         {
             use std::os::unix::process::CommandExt;

@@ -44,7 +44,7 @@ pub fn status(opened: &mut Opened) -> Result<()> {
         return Ok(());
     };
     let session = &opened.session;
-    let current = report.live(&session.host, &session.layout.dir)?;
+    let current = report.live_present(&session.host, &session.layout.dir)?;
     let verified = verify_current(session, &current);
     println!("{} in {}:", session.host, session.layout.dir);
     println!("current: {current}");

@@ -2,8 +2,9 @@
 //! and brings the results back; and its subcommands, which look after the releases a
 //! host holds (`status`, `list`, `rollback`, `clean`, `run`, `stage`).
 //!
-//! A deploy's steps, each a command echoed before it runs (and only echoed with
-//! `--dry-run`):
+//! A deploy's steps, each shown as one line (`== copy the bundle`) and, with `--verbose`,
+//! with the ssh and rsync commands that make it up echoed before they run (`--dry-run`
+//! echoes them and runs none):
 //!
 //! 1. open one ssh connection that every later command shares, and take the deploy
 //!    folder's lock (`flock` on the host): a wrong host or key shows before any build;
@@ -20,8 +21,9 @@
 //! 7. rsync that folder back into `target/deploy/<host>/<release>/<run>/`.
 //!
 //! Ctrl-C (or SIGTERM) stops the step that runs, the job on the host included, closes
-//! the connection and removes the local temporaries. Each failure is a [`DeployError`]
-//! that names what was expected and what was found.
+//! the connection and removes the local temporaries; the exit status is then the
+//! shells' (130, or 143 for SIGTERM). Each failure is a [`DeployError`] that names what
+//! was expected and what was found.
 //!
 //! `--remote-path-prefix` is a test hook: it puts a folder first on the remote PATH for
 //! the preflight and the job, which is how the tests (`tests/deploy.rs`) put their
@@ -74,6 +76,10 @@ use crate::programs::DEMO;
 pub struct Deploy {
     #[command(subcommand)]
     pub action: Option<Action>,
+    /// Show every ssh and rsync command before it runs, and the files rsync moves (by
+    /// default, one line per step).
+    #[arg(long, global = true)]
+    pub verbose: bool,
     /// The deploy's options (unused with a subcommand, which has its own).
     #[command(flatten)]
     pub ship: Ship,
@@ -245,6 +251,24 @@ pub struct Stage {
 
 impl Deploy {
     pub fn run(self, ws: &Workspace) -> Result<()> {
+        let host = self.host_args();
+        ssh::set_verbose(self.verbose || host.dry_run);
+        let dir = host.dir.clone();
+        self.act(ws)
+            .map_err(|e| with_home_hint(e, &dir, std::env::var("HOME").ok()))
+    }
+
+    fn host_args(&self) -> &HostArgs {
+        match &self.action {
+            None => &self.ship.host,
+            Some(Action::Stage(s)) => &s.host,
+            Some(Action::Run(r)) => &r.host,
+            Some(Action::Status(h) | Action::List(h) | Action::Rollback(h)) => &h.host,
+            Some(Action::Clean(c)) => &c.host,
+        }
+    }
+
+    fn act(self, ws: &Workspace) -> Result<()> {
         match self.action {
             None => {
                 let s = &self.ship;
@@ -528,7 +552,7 @@ fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
         eprintln!("\ndry run: nothing was run, here or on {}", session.host);
         return Ok(());
     };
-    let release = report.live(&session.host, &session.layout.dir)?;
+    let release = report.live_present(&session.host, &session.layout.dir)?;
     eprintln!("current -> releases/{release}");
     manage::verify_current(session, &release)?;
     session.preflight(&session.layout.release_dir(&release), args.preflight.plan())?;
@@ -580,7 +604,7 @@ impl BundleArgs {
                     );
                 }
             }
-            eprintln!("$ lock {}", crate::lock::lock_path(dir).display());
+            ssh::echo(format!("lock {}", crate::lock::lock_path(dir).display()));
             let lock = if dry_run {
                 None
             } else {
@@ -620,6 +644,46 @@ fn remote_dir(s: &str) -> Result<String, String> {
             ))
         }
     }
+}
+
+/// `--dir` as this machine's shell leaves an unquoted `~/x`: the local home's `x`
+/// (`$HOME` is `home`), which the host may not have or let this user write. Then the
+/// `~` form that was probably meant, else `None`.
+fn local_home_expansion(dir: &str, home: Option<&str>) -> Option<String> {
+    let home = home?.trim_end_matches('/');
+    if home.is_empty() || !home.starts_with('/') {
+        return None;
+    }
+    match dir.strip_prefix(home)? {
+        "" | "/" => Some("~".to_string()),
+        rest if rest.starts_with('/') => Some(format!("~/{}", rest.trim_start_matches('/'))),
+        _ => None,
+    }
+}
+
+/// `e` with a hint when `--dir` looks like a `~` that the shell here expanded (see
+/// [`local_home_expansion`]) and the failure is one that a wrong folder causes.
+fn with_home_hint(e: anyhow::Error, dir: &str, home: Option<String>) -> anyhow::Error {
+    let about_the_folder = match e.downcast_ref::<DeployError>() {
+        Some(d) => matches!(
+            d,
+            DeployError::PermissionDenied { .. }
+                | DeployError::Step { .. }
+                | DeployError::NoCurrent { .. }
+                | DeployError::DiskFull { .. }
+        ),
+        None => false,
+    };
+    let Some(tilde) = local_home_expansion(dir, home.as_deref()).filter(|_| about_the_folder)
+    else {
+        return e;
+    };
+    let home = home.unwrap_or_default();
+    anyhow::anyhow!(
+        "{e:#}\n(--dir {dir} is under this machine's home, {home}: a shell expands an unquoted \
+         `{tilde}` here, before the deploy sees it. For the home on the host, quote it: \
+         --dir '{tilde}')"
+    )
 }
 
 /// A number of seconds for a timeout: at least 1, since 0 would mean no limit to ssh.
@@ -740,6 +804,50 @@ mod tests {
         let err = remote_dir("~bob/x").unwrap_err();
         assert!(err.contains("found `~bob`, another user's home"), "{err}");
         assert!(remote_dir("").is_err());
+    }
+
+    #[test]
+    fn a_dir_under_the_local_home_is_taken_for_an_expanded_tilde() {
+        let home = Some("/home/me/");
+        assert_eq!(
+            local_home_expansion("/home/me/stepgraph", home).as_deref(),
+            Some("~/stepgraph")
+        );
+        assert_eq!(local_home_expansion("/home/me", home).as_deref(), Some("~"));
+        assert_eq!(local_home_expansion("/home/meta/x", home), None);
+        assert_eq!(local_home_expansion("stepgraph", home), None);
+        assert_eq!(local_home_expansion("/srv/x", home), None);
+        assert_eq!(local_home_expansion("/x", Some("/")), None);
+        assert_eq!(local_home_expansion("/x", None), None);
+
+        let failed = || -> anyhow::Error {
+            DeployError::Step {
+                step: "taking the deploy folder's lock",
+                host: "h".into(),
+                status: "exit status 3".into(),
+                stderr: String::new(),
+            }
+            .into()
+        };
+        let hinted = with_home_hint(failed(), "/home/me/x", Some("/home/me".into())).to_string();
+        assert!(
+            hinted.ends_with(
+                "(--dir /home/me/x is under this machine's home, /home/me: a shell expands an \
+                 unquoted `~/x` here, before the deploy sees it. For the home on the host, quote \
+                 it: --dir '~/x')"
+            ),
+            "{hinted}"
+        );
+        let plain = with_home_hint(failed(), "/srv/x", Some("/home/me".into())).to_string();
+        assert!(!plain.contains("quote it"), "{plain}");
+        let refused: anyhow::Error = DeployError::Unreachable {
+            host: "h".into(),
+            port: 22,
+            found: "x".into(),
+        }
+        .into();
+        let refused = with_home_hint(refused, "/home/me/x", Some("/home/me".into())).to_string();
+        assert!(!refused.contains("quote it"), "{refused}");
     }
 
     #[test]

@@ -150,6 +150,20 @@ impl Report {
         })
     }
 
+    /// Like [`Report::live`], and the release is there: a `current` whose release
+    /// folder was removed is named as such, not found wanting when it is verified.
+    pub fn live_present(&self, host: &str, dir: &str) -> Result<String, DeployError> {
+        let release = self.live(host, dir)?;
+        if self.release(&release).is_none() {
+            return Err(DeployError::CurrentGone {
+                host: host.to_string(),
+                dir: dir.to_string(),
+                release,
+            });
+        }
+        Ok(release)
+    }
+
     pub fn parse(text: &str) -> Report {
         let mut report = Report::default();
         // The section being read: its header words and its lines.
@@ -326,5 +340,15 @@ mod tests {
             .collect();
         assert_eq!(newest, ["job-a-1", "job-b-2"]);
         assert!(Report::parse("@@ missing\n").missing);
+        assert_eq!(r.live_present("h", "d").unwrap(), "job-a-1");
+        let gone = Report::parse("@@ current releases/job-z-9\n@@ release job-a-1\n{}\n");
+        let msg = gone.live_present("h", "d").unwrap_err().to_string();
+        assert!(
+            msg.starts_with(
+                "`current` in d on h points at releases/job-z-9, which no longer exists"
+            ),
+            "{msg}"
+        );
+        assert_eq!(gone.live("h", "d").unwrap(), "job-z-9");
     }
 }

@@ -1,5 +1,5 @@
 //! One command's dealings with a host: the shared connection, the deploy folder's
-//! lock, and the steps on the host, each a command echoed before it runs (and only
+//! lock, and the steps on the host, each a command (echoed with `--verbose`, and only
 //! echoed in a dry run) whose failure becomes a [`DeployError`].
 
 use std::fs;
@@ -166,9 +166,23 @@ impl Session {
             &[format!("{}/", bundle.display())],
             &self.ssh.remote(&format!("{incoming}/")),
         );
-        let outcome = Remote::new(copy).show(Show::Stream).run(self.dry_run)?;
+        let outcome = Remote::new(copy).show(files_shown()).run(self.dry_run)?;
         let disk = self.disk("the bundle", &incoming);
-        expect_success(&self.ssh, outcome, "copying the bundle", disk).map(drop)
+        let Some(o) = expect_success(&self.ssh, outcome, "copying the bundle", disk)? else {
+            return Ok(());
+        };
+        if !ssh::verbose() {
+            let (sent, on_host) = itemized(&o.stdout);
+            if on_host == 0 {
+                eprintln!("{sent} files sent");
+            } else {
+                eprintln!(
+                    "{} files: {sent} sent, {on_host} copied on the host from the live release",
+                    sent + on_host
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The host's hashes of every file under `folder`, and the folder's own manifest
@@ -492,7 +506,7 @@ impl Session {
     /// The run's results folder into `results`, and its record and exit file beside it.
     fn fetch(&self, release: &str, results: &Path) -> Result<()> {
         step("fetch the results");
-        eprintln!("$ mkdir -p {}", results.display());
+        ssh::echo(format!("mkdir -p {}", results.display()));
         if !self.dry_run {
             fs::create_dir_all(results)
                 .with_context(|| format!("could not create {}", results.display()))?;
@@ -506,14 +520,18 @@ impl Session {
             &from,
             &format!("{}/", results.display()),
         );
-        let outcome = Remote::new(fetch).show(Show::Stream).run(self.dry_run)?;
+        let outcome = Remote::new(fetch).show(files_shown()).run(self.dry_run)?;
         let here = results.display().to_string();
         let disk = Some(Disk {
-            host: "this machine",
+            host: ssh::HERE,
             what: "the results",
             place: &here,
         });
-        expect_success(&self.ssh, outcome, "fetching the results", disk)?;
+        let fetched = expect_success(&self.ssh, outcome, "fetching the results", disk)?;
+        if let Some(o) = fetched.filter(|_| !ssh::verbose()) {
+            let (files, _) = itemized(&o.stdout);
+            eprintln!("{files} files fetched");
+        }
         // The record and the exit file, beside the results folder.
         from.clear();
         for ext in ["json", "exit"] {
@@ -549,7 +567,7 @@ impl Connection {
         let folder = socket
             .parent()
             .expect("the socket is in a folder of its own");
-        eprintln!("$ mkdir -m 700 {}", folder.display());
+        ssh::echo(format!("mkdir -m 700 {}", folder.display()));
         if !dry_run {
             use std::os::unix::fs::DirBuilderExt;
             // A folder left by a killed deploy of the same process id.
@@ -602,8 +620,38 @@ pub fn control_dir() -> PathBuf {
     }
 }
 
+/// rsync's list of the files it moved (`--itemize-changes`) is shown with `--verbose`;
+/// by default a line of counts ([`itemized`]) stands for it.
+fn files_shown() -> Show {
+    if ssh::verbose() {
+        Show::Stream
+    } else {
+        Show::Quiet
+    }
+}
+
+/// From rsync's `--itemize-changes`: how many files travelled (`<f…`, `>f…`) and how
+/// many were copied on the receiving side from a `--copy-dest` (`cf…`).
+fn itemized(stdout: &str) -> (usize, usize) {
+    let mut sent = 0;
+    let mut copied = 0;
+    for line in stdout.lines() {
+        match line.as_bytes() {
+            [b'<' | b'>', b'f', ..] => sent += 1,
+            [b'c', b'f', ..] => copied += 1,
+            _ => {}
+        }
+    }
+    (sent, copied)
+}
+
+/// The one line a step shows by default (with `--verbose`, a blank line first sets it
+/// apart from the commands of the one before).
 pub fn step(what: &str) {
-    eprintln!("\n== {what}");
+    if ssh::verbose() {
+        eprintln!();
+    }
+    eprintln!("== {what}");
 }
 
 /// `Ok(outcome)` when the run succeeded (or was not run: a dry run), else the
@@ -666,4 +714,17 @@ pub fn now_unix_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rsync_s_itemized_list_is_counted() {
+        let out = "cd+++++++++ ./\n<fcst...... preflight.sh\ncf..t...... bin/job\n\
+                   >f+++++++++ table.csv\ncL+++++++++ lib -> x\n";
+        assert_eq!(itemized(out), (2, 1));
+        assert_eq!(itemized(""), (0, 0));
+    }
 }

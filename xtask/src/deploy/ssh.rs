@@ -13,6 +13,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,29 @@ use super::remote::Script;
 use super::target::Target;
 use crate::cmd;
 use crate::interrupt::{self, Waited};
+
+/// Whether every command is echoed before it runs (`--verbose`, and a dry run, which
+/// shows them instead of running them). Set once, before the first command, by the
+/// command line; a flag of the process rather than a field of every type that runs
+/// something, since it is one choice of the user's for the whole command.
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// Turns the echo of every command on (`--verbose`, `--dry-run`) or off (one line a step).
+pub fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
+pub fn verbose() -> bool {
+    VERBOSE.load(Ordering::Relaxed)
+}
+
+/// `$ <command>`, with `--verbose` (or in a dry run) only: by default a deploy shows
+/// its steps, not the ssh commands that make them up.
+pub fn echo(command: impl std::fmt::Display) {
+    if verbose() {
+        eprintln!("$ {command}");
+    }
+}
 
 /// How much of each output stream a run keeps (the end of it).
 const KEPT_BYTES: usize = 1 << 20;
@@ -218,18 +242,25 @@ impl Ssh {
     /// port, not the alias's defaults. Left unknown when ssh cannot say.
     pub fn resolve(&mut self) {
         let mut query = self.query();
-        eprintln!("$ {}", cmd::display(&query));
+        echo(cmd::display(&query));
         let Ok(out) = query.stderr(Stdio::null()).output() else {
             return;
         };
         if out.status.success() {
             self.resolved = Resolved::parse(&String::from_utf8_lossy(&out.stdout));
         }
+        // Said when it is news: an alias of the ssh config, or --verbose.
         if let Some(r) = &self.resolved {
-            eprintln!(
-                "ssh will connect to {} port {} as {}",
-                r.hostname, r.port, r.user
-            );
+            let t = &self.target;
+            let news = r.hostname != t.host
+                || r.port != t.port_or_default()
+                || t.user.as_ref().is_some_and(|u| *u != r.user);
+            if news || verbose() {
+                eprintln!(
+                    "ssh will connect to {} port {} as {}",
+                    r.hostname, r.port, r.user
+                );
+            }
         }
     }
 
@@ -418,18 +449,19 @@ impl Ssh {
             })
             .map(String::from)
             .collect();
-        if !key_lines.is_empty() && line_with(&["Permission denied ("]).is_some() {
+        let refusal = stderr.lines().map(str::trim).find(|l| is_login_refusal(l));
+        if !key_lines.is_empty() && refusal.is_some() {
             return Some(DeployError::KeyUnusable {
                 key: self.key_description(),
                 found: key_lines.join("\n  "),
                 hint: self.key_hint(stderr),
             });
         }
-        if let Some(l) = line_with(&["Permission denied ("]) {
+        if let Some(l) = refusal {
             return Some(DeployError::AuthRefused {
                 login: self.target.login(),
                 key: self.key_description(),
-                found: l,
+                found: l.to_string(),
             });
         }
         if let Some(l) = line_with(&["Host key verification failed", "IDENTIFICATION HAS CHANGED"])
@@ -442,6 +474,11 @@ impl Ssh {
                     .map_or("~/.ssh/known_hosts".into(), |p| p.display().to_string()),
                 found: l,
             });
+        }
+        // Past the login: a "Permission denied" now is the file system's (rsync's
+        // `Permission denied (13)`, a shell's `mkdir: … Permission denied`).
+        if let Some(l) = line_with(&["Permission denied", "Read-only file system"]) {
+            return Some(self.permission_denied(&l, disk));
         }
         if let Some(disk) = disk
             && let Some(l) = line_with(&["No space left on device"])
@@ -458,6 +495,78 @@ impl Ssh {
         }
         None
     }
+}
+
+impl Ssh {
+    /// The error for a file system's refusal, `line`: on the host, or here. rsync marks
+    /// its sender's messages `[sender]` (reading), the others are its receiver's
+    /// (writing); `disk` says which side receives (here for the fetch, [`HERE`]).
+    fn permission_denied(&self, line: &str, disk: Option<Disk<'_>>) -> DeployError {
+        let reading = line.contains("[sender]");
+        let here = disk.is_some_and(|d| d.host == HERE) != reading;
+        let path = denied_path(line)
+            .or_else(|| disk.map(|d| d.place.to_string()))
+            .unwrap_or_else(|| "the deploy folder".to_string());
+        let (host, who) = if here {
+            (HERE.to_string(), "this user".to_string())
+        } else {
+            let who = match &self.resolved {
+                Some(r) if !r.user.is_empty() => format!("the user {}", r.user),
+                _ => format!("the login {}", self.target.login()),
+            };
+            let host = match disk {
+                Some(d) if d.host != HERE => d.host.to_string(),
+                _ => self.host_label(),
+            };
+            (host, who)
+        };
+        DeployError::PermissionDenied {
+            host,
+            who,
+            access: if reading { "read" } else { "write" },
+            path,
+            found: line.to_string(),
+            here,
+        }
+    }
+}
+
+/// What [`Disk::host`] says for this machine (where results are fetched to).
+pub const HERE: &str = "this machine";
+
+/// Whether `line` is ssh's refusal of the login, `Permission denied (publickey,password).`:
+/// the methods it would take in parentheses, not an errno (rsync's `Permission denied
+/// (13)` on the host is no refused key).
+fn is_login_refusal(line: &str) -> bool {
+    let Some((_, rest)) = line.split_once("Permission denied (") else {
+        return false;
+    };
+    let Some((methods, _)) = rest.split_once(')') else {
+        return false;
+    };
+    methods.bytes().any(|b| b.is_ascii_lowercase())
+        && methods
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'-' || b == b',' || b == b'@' || b == b'.')
+}
+
+/// The path a file system's refusal names: the first quoted one (rsync's `mkdir "/d/x"
+/// failed`, coreutils' `cannot create directory '/d/x'`), else the word before `:
+/// Permission denied` (bash's `line 4: /d/.lock: Permission denied`).
+fn denied_path(line: &str) -> Option<String> {
+    for (open, close) in [('"', '"'), ('\'', '\''), ('‘', '’')] {
+        if let Some((_, rest)) = line.split_once(open)
+            && let Some((path, _)) = rest.split_once(close)
+            && !path.is_empty()
+        {
+            return Some(path.to_string());
+        }
+    }
+    let (before, _) = line
+        .split_once(": Permission denied")
+        .or_else(|| line.split_once(": Read-only file system"))?;
+    let path = before.rsplit(": ").next()?.trim();
+    (!path.is_empty()).then(|| path.to_string())
 }
 
 /// What a run waits for: at most `limit`, and the way it stops early.
@@ -537,20 +646,21 @@ impl<'a> Remote<'a> {
         self
     }
 
-    /// Echoes the command (with its script as a here-document in a dry run, or named
-    /// otherwise) and, unless it is a dry run, runs it: the script on its stdin if fed,
-    /// its output shown as it comes (`Show::Stream`) or only kept. `None` in a dry run.
+    /// Echoes the command with `--verbose` (with its script as a here-document in a dry
+    /// run, or named otherwise) and, unless it is a dry run, runs it: the script on its
+    /// stdin if fed, its output shown as it comes (`Show::Stream`) or only kept. `None`
+    /// in a dry run.
     pub fn run(mut self, dry_run: bool) -> Result<Option<Outcome>> {
         match self.script {
             Some(s) if dry_run && self.feed => {
-                eprintln!("$ {} <<'EOF'\n{}EOF", self.shown, s.text)
+                echo(format!("{} <<'EOF'\n{}EOF", self.shown, s.text))
             }
-            Some(s) if dry_run => eprintln!(
-                "$ {}\n  (the {} script, passed to `bash -c`:)\n{}",
+            Some(s) if dry_run => echo(format!(
+                "{}\n  (the {} script, passed to `bash -c`:)\n{}",
                 self.shown, s.name, s.text
-            ),
-            Some(s) if self.feed => eprintln!("$ {} <<'EOF' (the {} script)", self.shown, s.name),
-            _ => eprintln!("$ {}", self.shown),
+            )),
+            Some(s) if self.feed => echo(format!("{} <<'EOF' (the {} script)", self.shown, s.name)),
+            _ => echo(&self.shown),
         }
         if dry_run {
             return Ok(None);
@@ -793,11 +903,89 @@ mod tests {
                 .unwrap()
                 .contains("not installed")
         );
-        // A remote command's own "Permission denied" is not a refused login.
-        assert_eq!(
-            msg("mkdir: cannot create directory '/x': Permission denied"),
-            None
+    }
+
+    #[test]
+    fn a_permission_denied_on_the_host_is_no_refused_key() {
+        let s = ssh(Some("/k/id"));
+        let disk = Disk {
+            host: "h",
+            what: "the bundle",
+            place: "/d/releases/.incoming-r",
+        };
+        let rsync = "rsync: [Receiver] mkdir \"/d/releases/.incoming-r\" failed: Permission \
+                     denied (13)\nrsync error: error in file IO (code 11) at main.c(800)\n";
+        let msg = s.classify(rsync, Some(disk)).unwrap().to_string();
+        assert!(
+            msg.starts_with(
+                "permission denied on h: expected the login root@127.0.0.1 to be allowed to \
+                 write /d/releases/.incoming-r, found `rsync: [Receiver] mkdir"
+            ),
+            "{msg}"
         );
+        assert!(
+            msg.ends_with("`ls -ld /d/releases` there shows the owner and mode)"),
+            "{msg}"
+        );
+        assert!(!msg.contains("refused the login"), "{msg}");
+        assert!(!msg.contains("key"), "{msg}");
+        let msg = s
+            .classify(
+                "mkdir: cannot create directory '/x': Permission denied",
+                None,
+            )
+            .unwrap()
+            .to_string();
+        assert!(msg.contains("to be allowed to write /x, found"), "{msg}");
+        let msg = s
+            .classify("bash: line 4: /d/.lock: Permission denied", None)
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.contains("to be allowed to write /d/.lock, found"),
+            "{msg}"
+        );
+        let here = Disk {
+            host: HERE,
+            what: "the results",
+            place: "/r",
+        };
+        let msg = s
+            .classify(
+                "rsync: [Receiver] mkdir \"/r/x\" failed: Permission denied (13)",
+                Some(here),
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.starts_with(
+                "permission denied on this machine: expected this user to be allowed to write \
+                 /r/x, found"
+            ),
+            "{msg}"
+        );
+        // The fetch's sender is the host.
+        let msg = s
+            .classify(
+                "rsync: [sender] opendir \"/d/runs/r\" failed: Permission denied (13)",
+                Some(here),
+            )
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.starts_with(
+                "permission denied on 127.0.0.1: expected the login root@127.0.0.1 to be \
+                 allowed to read /d/runs/r, found"
+            ),
+            "{msg}"
+        );
+        assert!(is_login_refusal(
+            "u@h: Permission denied (publickey,password)."
+        ));
+        assert!(is_login_refusal(
+            "Permission denied (publickey,gssapi-with-mic,keyboard-interactive)."
+        ));
+        assert!(!is_login_refusal("failed: Permission denied (13)"));
     }
 
     #[test]
