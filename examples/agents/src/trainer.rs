@@ -263,10 +263,14 @@ fn train_and_evaluate<A: Algorithm>(
             seconds,
             returns,
         }) {
-            bar.println(format!(
-                "agent {a} solved {} at step {steps}: mean return {r:.1}, {seconds:.2} s after process start",
-                A::TASK
-            ));
+            // Through `suspend`, not `bar.println`: a hidden bar (--quiet, or output that
+            // is not a terminal) drops what its `println` is given.
+            bar.suspend(|| {
+                println!(
+                    "agent {a} solved {} at step {steps}: mean return {r:.1}, {seconds:.2} s after process start",
+                    A::TASK
+                )
+            });
         }
         let rate = (agent.steps() * settings.flags.agents as u64) as f64
             / train_start.elapsed().as_secs_f64();
