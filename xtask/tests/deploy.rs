@@ -1489,7 +1489,7 @@ fn a_dry_run_shows_the_tree_as_it_is_not_the_last_bundle() {
     for needle in [
         "build --release -p stepgraph-suite --example fork_join",
         &format!("(release {release})"),
-        &format!("/releases/.incoming-{release}-"),
+        &format!("/releases/.incoming-{release}/"),
         "dry run: nothing was run",
     ] {
         assert!(text.contains(needle), "expected `{needle}` in:\n{text}");
