@@ -988,7 +988,8 @@ fn dry_run_prints_every_command_and_changes_nothing() {
             "$ ssh -o BatchMode=yes",
             "'bash -s -- ",
             "<<'EOF'\nset -eu\n",
-            "$ rsync -a --checksum --itemize-changes --timeout=60 -e ",
+            "$ rsync -a --checksum --itemize-changes --stats --delete --partial-dir=.rsync-partial \
+             --timeout=60 -e ",
             "sha256sum --",
             "preflight.sh",
             "mv -T -- current.new current",
