@@ -340,6 +340,48 @@ impl Host {
         out
     }
 
+    /// A bundle like [`Host::bundle`]'s whose job carries `bytes` more of data that
+    /// does not compress or repeat, after its end: an upload that takes a while.
+    fn bundle_with_payload(&self, bytes: usize) -> PathBuf {
+        let job = self.tmp.path().join("job.sh");
+        let mut text = format!("{JOB}exit 0\n");
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        while text.len() < JOB.len() + bytes {
+            text.push('#');
+            for _ in 0..8 {
+                // xorshift64: no two lines alike, so rsync finds nothing to match.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                text.push_str(&format!("{x:016x}"));
+            }
+            text.push('\n');
+        }
+        write_executable(&job, &text);
+        let out = self.tmp.path().join("bundle-payload");
+        let bins = BTreeMap::from([(
+            "job".to_string(),
+            Artifact {
+                kind: Kind::Program,
+                target: "job".into(),
+                path: job,
+            },
+        )]);
+        let nvcc = Nvcc {
+            path: "nvcc".into(),
+            version: "none: the test job has no kernels".into(),
+        };
+        Contents {
+            out: &out,
+            bins: &bins,
+            runner: &Runner::Job { job: "job".into() },
+            libraries: &["libc.so.6".to_string()],
+        }
+        .write(workspace_root(), &nvcc, false)
+        .unwrap();
+        out
+    }
+
     /// `cargo xtask deploy --bundle <bundle>` to this host. `extra` holds options, which
     /// replace the defaults of the same name (`--key`, `--host`, `--dir`), then possibly `--` and
     /// the job's arguments.
@@ -946,7 +988,8 @@ fn dry_run_prints_every_command_and_changes_nothing() {
             "$ ssh -o BatchMode=yes",
             "'bash -s -- ",
             "<<'EOF'\nset -eu\n",
-            "$ rsync -a --checksum --itemize-changes --timeout=60 -e ",
+            "$ rsync -a --checksum --itemize-changes --stats --delete --partial-dir=.rsync-partial \
+             --timeout=60 -e ",
             "sha256sum --",
             "preflight.sh",
             "mv -T -- current.new current",
@@ -1489,7 +1532,7 @@ fn a_dry_run_shows_the_tree_as_it_is_not_the_last_bundle() {
     for needle in [
         "build --release -p stepgraph-suite --example fork_join",
         &format!("(release {release})"),
-        &format!("/releases/.incoming-{release}-"),
+        &format!("/releases/.incoming-{release}/"),
         "dry run: nothing was run",
     ] {
         assert!(text.contains(needle), "expected `{needle}` in:\n{text}");
@@ -1615,7 +1658,8 @@ fn output_is_a_line_a_step_and_verbose_shows_the_commands() {
     let quiet = host.deploy(&bundle, &[]);
     quiet.expect_ok().expect_output(&[
         "== connect\n== lock the deploy folder\n",
-        "== copy the bundle\n6 files sent\n== verify the checksums on the host\n",
+        "== copy the bundle\n6 files sent; ",
+        " travelled\n== verify the checksums on the host\n",
         "job: done",
         "== fetch the results\n",
         " files fetched\n",
@@ -1658,4 +1702,143 @@ fn an_error_shows_no_backtrace_even_with_rust_backtrace_set() {
     );
     assert!(!text.to_lowercase().contains("backtrace"), "{text}");
     assert!(!text.contains("main.rs"), "{text}");
+}
+
+/// The bytes of the files under `dir` (0 when it is not there).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The number rsync's `--stats` gives after `label` (`Literal data: 1,234 bytes`).
+fn stat(text: &str, label: &str) -> u64 {
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(label))
+        .unwrap_or_else(|| panic!("no `{label}` in:\n{text}"));
+    let digits: String = line
+        .trim()
+        .split(' ')
+        .next()
+        .unwrap()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn an_interrupted_upload_is_resumed_by_the_next_deploy() {
+    const PAYLOAD: usize = 6 << 20;
+    let host = Host::start();
+    let bundle = host.bundle_with_payload(PAYLOAD);
+    let release = release_of(&bundle);
+    let incoming = host.remote().join(format!("releases/.incoming-{release}"));
+    // At 1 MiB/s the upload takes six seconds: it is stopped once a quarter is there.
+    let running = Running::start(host.command(&bundle, &["--bwlimit", "1024"]));
+    running.wait_for("== copy the bundle");
+    assert!(
+        within(Duration::from_secs(30), || bytes_under(&incoming)
+            >= (PAYLOAD / 4) as u64),
+        "the upload did not get going:\n{}",
+        running.shown()
+    );
+    let pid = running.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let stopped = running.finish();
+    stopped.expect_failure(&["interrupted by SIGINT during copying the bundle on "]);
+
+    // Nothing half-sent became a release, let alone `current`; what was sent is kept,
+    // the file cut off midway in rsync's partial folder.
+    assert_eq!(host.current(), None);
+    assert_eq!(release_folders(&host), [format!(".incoming-{release}")]);
+    let kept = bytes_under(&incoming);
+    let partial = bytes_under(&incoming.join("bin/.rsync-partial"));
+    assert!(
+        partial > 0 && kept < bytes_under(&bundle),
+        "kept {kept} bytes, {partial} of them partial:\n{}",
+        stopped.text
+    );
+
+    let again = host.deploy(&bundle, &["--verbose"]);
+    again.expect_ok().expect_output(&[
+        &format!(
+            "resuming the upload an interrupted deploy left in releases/.incoming-{release}: "
+        ),
+        " more was on the host already)",
+        "all 6 files match SHA256SUMS",
+        "job: done",
+    ]);
+    let literal = stat(&again.text, "Literal data:");
+    let matched = stat(&again.text, "Matched data:");
+    // What was there travelled no more: the data sent is the bundle less what the
+    // interrupted upload left (of the file cut off, what it held is matched, not sent).
+    assert!(
+        matched >= partial / 2 && literal + kept / 2 <= bytes_under(&bundle),
+        "sent {literal} bytes, matched {matched}, of a {}-byte bundle of which {kept} were \
+         there:\n{}",
+        bytes_under(&bundle),
+        again.text
+    );
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{release}")))
+    );
+    assert_whole(&host.remote().join("releases").join(&release));
+    assert_eq!(release_folders(&host), [release]);
+}
+
+#[test]
+fn what_failed_uploads_left_is_removed_by_clean_and_by_the_next_deploy_with_its_size() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let r1 = release_of(&one);
+    host.deploy(&one, &[]).expect_ok();
+    let leave = |name: &str, mib: usize| {
+        let dir = host.remote().join("releases").join(name);
+        fs::create_dir_all(dir.join("bin")).unwrap();
+        fs::write(dir.join("bin/job"), vec![7u8; mib << 20]).unwrap();
+    };
+
+    leave(".incoming-other-x-1", 3);
+    host.manage("clean", &["--keep", "3"])
+        .expect_ok()
+        .expect_output(&[
+            "removed releases/.incoming-other-x-1 (3.0 MiB)\n",
+            "freed 3.0 MiB on ",
+            &format!("kept 1 in {} on ", host.remote().display()),
+        ]);
+    assert_eq!(release_folders(&host), std::slice::from_ref(&r1));
+
+    // One of another bundle, in the naming of deploys before uploads were resumed.
+    leave(".incoming-other-x-1-20260101T000000Z-1", 2);
+    let two = host.bundle_of("job", &["libc.so.6", "libm.so.6"]);
+    let r2 = release_of(&two);
+    host.deploy(&two, &[]).expect_ok().expect_output(&[
+        "removed releases/.incoming-other-x-1-20260101T000000Z-1 (2.0 MiB)\n",
+        "freed 2.0 MiB on the host: 1 folders left by failed uploads\n",
+        &format!("deployed {r2} to"),
+    ]);
+    let mut both = vec![r1, r2.clone()];
+    both.sort();
+    assert_eq!(release_folders(&host), both);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{r2}")))
+    );
 }

@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::error::DeployError;
 use super::remote::REMOVE;
 use super::report::{Release, Report, Run};
-use super::session::{Check, Session, expect_success, step};
+use super::session::{Check, Session, expect_success, human_bytes, step};
 use super::{Opened, utc_time};
 
 /// The deploy folder as the host has it; `None` (after saying so) in a dry run.
@@ -222,7 +222,17 @@ pub fn clean(opened: &mut Opened, keep: usize) -> Result<()> {
     args.extend(remove.iter().cloned());
     let outcome = session.ssh.script(&REMOVE, &args).run(session.dry_run)?;
     if let Some(o) = expect_success(&session.ssh, outcome, "removing releases", None)? {
-        print!("{}", o.stdout);
+        let mut total = 0;
+        for line in o.stdout.lines() {
+            let Some(rest) = line.strip_prefix("removed ") else {
+                continue;
+            };
+            let (bytes, name) = rest.split_once(' ').unwrap_or(("0", rest));
+            let bytes: u64 = bytes.parse().unwrap_or(0);
+            total += bytes;
+            println!("removed releases/{name} ({})", human_bytes(bytes));
+        }
+        println!("freed {} on {}", human_bytes(total), session.host);
     }
     println!(
         "kept {} in {} on {}: {}",

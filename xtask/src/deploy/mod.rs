@@ -11,8 +11,10 @@
 //! 2. bundle the job (`cargo xtask bundle <example>`) under its folder's lock, or take
 //!    `--bundle DIR` as it is;
 //! 3. if the release (named by its content, see [`remote`]) is on the host already,
-//!    verify it there and copy nothing; else rsync the bundle into an upload folder of
-//!    its own and compare the host's hashes of it with the bundle's `SHA256SUMS`;
+//!    verify it there and copy nothing; else rsync the bundle into the release's upload
+//!    folder (resuming what an interrupted upload of it left there, and removing what
+//!    failed uploads of other releases left) and compare the host's hashes of it with
+//!    the bundle's `SHA256SUMS`;
 //! 4. run the bundle's `preflight.sh` there (GPU, compute capability, driver, libraries,
 //!    free disk), under `--preflight-timeout`;
 //! 5. only then give the upload its release's name and switch `current` to it;
@@ -111,7 +113,8 @@ pub enum Action {
     /// skipping any that fail their checksums).
     Rollback(HostOnly),
     /// Removes all but the newest releases (`current` and releases with a running job
-    /// are always kept) and the folders failed uploads left. Runs' results are kept.
+    /// are always kept) and the folders failed uploads left, saying how much each took.
+    /// Runs' results are kept.
     Clean(Clean),
     /// Runs the job of `current` again, without uploading: verifies it, runs the
     /// preflight, runs it and fetches its results.
@@ -176,6 +179,10 @@ pub struct BundleArgs {
     /// Deploy this bundle folder as it is, without building.
     #[arg(long, value_name = "DIR")]
     pub bundle: Option<PathBuf>,
+    /// Send the bundle at most this fast, in KiB/s (rsync's `--bwlimit`), to leave room
+    /// on a shared link.
+    #[arg(long, value_name = "KIB_PER_S", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bwlimit: Option<u32>,
 }
 
 /// How the preflight runs.
@@ -482,7 +489,7 @@ fn ship(
         }
     }
     if upload {
-        session.copy(&bundle, &release, &state)?;
+        session.copy(&bundle, &release, &state, bundle_args.bwlimit)?;
         session.verify(&release, expected.as_ref())?;
     }
     // What is on the host now is checked; the bundle here may be rebuilt.

@@ -3,8 +3,10 @@
 //! ```text
 //! <dir>/releases/<release>/                one folder per release, as the bundle was built;
 //!                                          never written again once it has its name
-//! <dir>/releases/.incoming-<release>-<run>/  an upload being checked (left if it fails,
-//!                                          until `clean`)
+//! <dir>/releases/.incoming-<release>/     an upload being checked; one that fails is
+//!                                          resumed by the next upload of the same
+//!                                          release, and removed by `clean` or by the
+//!                                          next deploy of another
 //! <dir>/releases/.damaged-<release>-<run>/ a release that failed its checksums, replaced
 //!                                          by a fresh upload (until `clean`)
 //! <dir>/current -> releases/<release>      switched only after the checks pass
@@ -25,7 +27,15 @@
 //! release's name once its checksums and the preflight have passed. Files that the
 //! release `current` points at already has are copied there on the host (rsync's
 //! `--copy-dest`: copies, not hard links, so nothing done to the upload reaches a live
-//! file), and only the others travel.
+//! file), and only the others travel. The upload folder is named by the release alone,
+//! so an interrupted upload is resumed by the next deploy of the same bundle: what is
+//! there whole is not sent again, and a file cut off midway (kept in rsync's
+//! [`PARTIAL_DIR`]) continues where it stopped. It is still checked as a whole before it
+//! gets its release's name.
+
+/// rsync's `--partial-dir`, inside each folder of an upload: where a file cut off
+/// midway is kept for the next upload to continue.
+pub const PARTIAL_DIR: &str = ".rsync-partial";
 
 /// A script run on the host by `bash`, its values passed as arguments.
 #[derive(Debug)]
@@ -35,8 +45,11 @@ pub struct Script {
     pub text: &'static str,
 }
 
-/// `PREPARE DIR RELEASE`: the folders; then what is there, one fact a line:
-/// `releases <the releases folder's absolute path>`, `current <target of current, or
+/// `PREPARE DIR RELEASE`: the folders; the upload folders failed uploads of other
+/// releases left are removed (the deploy holds the folder's lock, so none is in use);
+/// then what is there, one fact a line: `stale <bytes> <name>` for each folder removed
+/// (`unremovable <name>` for one that could not be), `incoming <bytes> <files>` when an
+/// upload of RELEASE was left to resume, `releases <the releases folder's absolute path>`, `current <target of current, or
 /// nothing>` and, if the release is there, `present`.
 pub const PREPARE: Script = Script {
     name: "prepare",
@@ -44,6 +57,18 @@ pub const PREPARE: Script = Script {
 dir=$1 release=$2
 mkdir -p -- "$dir/releases" "$dir/runs"
 cd -- "$dir"
+for d in releases/.incoming-*; do
+    [ -d "$d" ] || continue
+    name="${d#releases/}"
+    bytes="$(du -sb -- "$d" 2>/dev/null | cut -f1)"
+    if [ "$name" = ".incoming-$release" ]; then
+        printf 'incoming %s %s\n' "${bytes:-0}" "$(find "$d" -type f | wc -l)"
+    elif rm -rf -- "$d"; then
+        printf 'stale %s %s\n' "${bytes:-0}" "$name"
+    else
+        printf 'unremovable %s\n' "$name"
+    fi
+done
 printf 'releases %s\n' "$(cd releases && pwd -P)"
 printf 'current %s\n' "$(readlink current 2>/dev/null || true)"
 if [ -d "releases/$release" ]; then
@@ -156,7 +181,8 @@ cat history 2>/dev/null || true
 "#,
 };
 
-/// `REMOVE DIR NAME...`: removes the folders `releases/NAME` (names checked here first).
+/// `REMOVE DIR NAME...`: removes the folders `releases/NAME` (names checked here
+/// first), printing `removed <bytes> <name>` for each.
 pub const REMOVE: Script = Script {
     name: "remove",
     text: r#"set -eu
@@ -166,8 +192,9 @@ for name in "$@"; do
     case "$name" in
         '' | . | .. | */*) echo "refusing to remove '$name'" >&2; exit 2 ;;
     esac
+    bytes="$(du -sb -- "$name" 2>/dev/null | cut -f1)"
     rm -rf -- "$name"
-    echo "removed releases/$name"
+    printf 'removed %s %s\n' "${bytes:-0}" "$name"
 done
 "#,
 };
@@ -248,9 +275,10 @@ impl Layout {
         self.join(&format!("releases/{release}"))
     }
 
-    /// The upload folder's name (in `releases/`) of a deploy's run.
-    pub fn upload(release: &str, run: &str) -> String {
-        format!(".incoming-{release}-{run}")
+    /// The upload folder's name (in `releases/`) of `release`: the same for every
+    /// deploy of it, so that one resumes what an interrupted one sent.
+    pub fn upload(release: &str) -> String {
+        format!(".incoming-{release}")
     }
 
     /// Where a damaged release goes when a fresh upload replaces it (in `releases/`).
@@ -307,10 +335,7 @@ mod tests {
             l.release_dir(r),
             "stepgraph/releases/dqn-abc1234-dirty-0123"
         );
-        assert_eq!(
-            Layout::upload(r, "r1"),
-            ".incoming-dqn-abc1234-dirty-0123-r1"
-        );
+        assert_eq!(Layout::upload(r), ".incoming-dqn-abc1234-dirty-0123");
         assert_eq!(Layout::aside(r, "r1"), ".damaged-dqn-abc1234-dirty-0123-r1");
         assert_eq!(l.current(), "stepgraph/current");
         assert_eq!(

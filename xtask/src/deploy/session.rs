@@ -83,6 +83,8 @@ pub struct HostState {
     pub current: Option<String>,
     /// Whether this deploy's release is there already.
     pub present: bool,
+    /// What an interrupted upload of this release left to resume: bytes, files.
+    pub resumable: Option<(u64, usize)>,
 }
 
 /// What [`Session::check_release`] found.
@@ -129,8 +131,22 @@ impl Session {
             return Ok(HostState::default());
         };
         let mut state = HostState::default();
+        let mut removed = Vec::new();
         for line in o.stdout.lines() {
-            if let Some(path) = line.strip_prefix("releases ") {
+            if let Some(rest) = line.strip_prefix("stale ") {
+                let (bytes, name) = rest.split_once(' ').unwrap_or(("0", rest));
+                removed.push((bytes.parse().unwrap_or(0), name.to_string()));
+            } else if let Some(name) = line.strip_prefix("unremovable ") {
+                eprintln!(
+                    "warning: could not remove releases/{name}, left by a failed upload: \
+                     `cargo xtask deploy clean` tries again"
+                );
+            } else if let Some(rest) = line.strip_prefix("incoming ") {
+                let mut words = rest.split(' ').map(|w| w.parse().unwrap_or(0));
+                let bytes = words.next().unwrap_or(0);
+                let files = words.next().unwrap_or(0);
+                state.resumable = Some((bytes, files as usize));
+            } else if let Some(path) = line.strip_prefix("releases ") {
                 state.releases = Some(path.to_string()).filter(|p| p.starts_with('/'));
             } else if let Some(target) = line.strip_prefix("current ") {
                 state.current = remote::current_release(target).map(String::from);
@@ -138,6 +154,7 @@ impl Session {
                 state.present = true;
             }
         }
+        say_removed(&removed, "left by failed uploads");
         Ok(state)
     }
 
@@ -145,14 +162,39 @@ impl Session {
     /// at holds already are copied from there on the host (`--copy-dest`: copies, never
     /// links), so only the others travel; `--checksum` compares their content. `state`
     /// is what [`Session::prepare`] found.
-    pub fn copy(&self, bundle: &Path, release: &str, state: &HostState) -> Result<()> {
+    ///
+    /// The upload folder is the release's own, so what an interrupted upload sent is
+    /// kept: `--checksum` skips the files there whole, `--partial-dir` keeps a file cut
+    /// off midway and continues it, and `--delete` drops what the bundle no longer holds.
+    /// `bwlimit` (KiB/s) is rsync's `--bwlimit`.
+    pub fn copy(
+        &self,
+        bundle: &Path,
+        release: &str,
+        state: &HostState,
+        bwlimit: Option<u32>,
+    ) -> Result<()> {
         step("copy the bundle");
         let incoming = self.upload_dir(release);
+        if let Some((bytes, files)) = state.resumable {
+            eprintln!(
+                "resuming the upload an interrupted deploy left in releases/{}: {files} files, \
+                 {} there already",
+                Layout::upload(release),
+                human_bytes(bytes)
+            );
+        }
         let mut options = vec![
             "--checksum".to_string(),
             "--itemize-changes".into(),
+            "--stats".into(),
+            "--delete".into(),
+            format!("--partial-dir={}", remote::PARTIAL_DIR),
             RSYNC_IO_TIMEOUT.into(),
         ];
+        if let Some(kib) = bwlimit {
+            options.push(format!("--bwlimit={kib}"));
+        }
         // By its absolute path: rsync 3.4.3 and the distributions' backports of its CVE
         // fixes (Debian 12's 3.2.7-1+deb12u5 among them) discard every file received
         // against a relative basis over ssh ("failed verification -- update discarded",
@@ -171,17 +213,28 @@ impl Session {
         let Some(o) = expect_success(&self.ssh, outcome, "copying the bundle", disk)? else {
             return Ok(());
         };
-        if !ssh::verbose() {
-            let (sent, on_host) = itemized(&o.stdout);
-            if on_host == 0 {
-                eprintln!("{sent} files sent");
+        let (sent, on_host) = itemized(&o.stdout);
+        let data = sent_data(&o.stdout);
+        let files = if on_host == 0 {
+            format!("{sent} files sent")
+        } else {
+            format!(
+                "{} files: {sent} sent, {on_host} copied on the host from the live release",
+                sent + on_host
+            )
+        };
+        eprintln!(
+            "{files}; {} travelled{}",
+            human_bytes(data.literal),
+            if data.matched > 0 {
+                format!(
+                    " ({} more was on the host already)",
+                    human_bytes(data.matched)
+                )
             } else {
-                eprintln!(
-                    "{} files: {sent} sent, {on_host} copied on the host from the live release",
-                    sent + on_host
-                );
+                String::new()
             }
-        }
+        );
         Ok(())
     }
 
@@ -379,7 +432,7 @@ impl Session {
             self.layout.dir.clone(),
             release.to_string(),
             if uploaded {
-                Layout::upload(release, &self.run)
+                Layout::upload(release)
             } else {
                 String::new()
             },
@@ -395,9 +448,9 @@ impl Session {
         Ok(())
     }
 
-    /// The upload folder of `release` in this run.
+    /// The upload folder of `release`.
     pub fn upload_dir(&self, release: &str) -> String {
-        self.layout.release_dir(&Layout::upload(release, &self.run))
+        self.layout.release_dir(&Layout::upload(release))
     }
 
     /// What the deploy folder holds (see [`INSPECT`]). `None` in a dry run.
@@ -645,6 +698,73 @@ fn itemized(stdout: &str) -> (usize, usize) {
     (sent, copied)
 }
 
+/// What rsync's `--stats` says of the file data: `literal` is what travelled, `matched`
+/// what the receiver had already (a file cut off midway, continued).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SentData {
+    pub literal: u64,
+    pub matched: u64,
+}
+
+/// Reads `Literal data: 1,234 bytes` and `Matched data: ...` from rsync's `--stats`
+/// (digits grouped or not); 0 for what is missing.
+fn sent_data(stdout: &str) -> SentData {
+    let number = |label: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(label))
+            .map(|rest| {
+                let digits: String = rest
+                    .trim()
+                    .split(' ')
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .filter(char::is_ascii_digit)
+                    .collect();
+                digits.parse().unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    SentData {
+        literal: number("Literal data:"),
+        matched: number("Matched data:"),
+    }
+}
+
+/// `bytes` for people: `512 B`, `1.5 KiB`, `767.0 MiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Says what [`REMOVE`](super::remote::REMOVE) or [`PREPARE`] removed (`(bytes,
+/// name)`s, of folders in `releases/`), each with its size and their total, `why` they
+/// were there.
+pub fn say_removed(removed: &[(u64, String)], why: &str) {
+    if removed.is_empty() {
+        return;
+    }
+    for (bytes, name) in removed {
+        eprintln!("removed releases/{name} ({})", human_bytes(*bytes));
+    }
+    let total: u64 = removed.iter().map(|(b, _)| b).sum();
+    eprintln!(
+        "freed {} on the host: {} folders {why}",
+        human_bytes(total),
+        removed.len()
+    );
+}
+
 /// The one line a step shows by default (with `--verbose`, a blank line first sets it
 /// apart from the commands of the one before).
 pub fn step(what: &str) {
@@ -726,5 +846,31 @@ mod tests {
                    >f+++++++++ table.csv\ncL+++++++++ lib -> x\n";
         assert_eq!(itemized(out), (2, 1));
         assert_eq!(itemized(""), (0, 0));
+    }
+
+    #[test]
+    fn rsync_s_stats_give_the_data_that_travelled() {
+        let out = "Number of files: 7 (reg: 5, dir: 2)\n\
+                   Total transferred file size: 4,194,910 bytes\n\
+                   Literal data: 1,572,864 bytes\n\
+                   Matched data: 2,622,046 bytes\n";
+        assert_eq!(
+            sent_data(out),
+            SentData {
+                literal: 1_572_864,
+                matched: 2_622_046
+            }
+        );
+        assert_eq!(sent_data("Literal data: 12 bytes\n").literal, 12);
+        assert_eq!(sent_data(""), SentData::default());
+    }
+
+    #[test]
+    fn sizes_are_said_in_binary_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(767 * 1024 * 1024), "767.0 MiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
     }
 }
