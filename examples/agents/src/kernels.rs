@@ -403,6 +403,37 @@ pub struct ReplayRings<T> {
 /// DQN's replay rings: CartPole's observations ([`OBS`] floats) and actions.
 pub type Replay = ReplayRings<i32>;
 
+impl<T: DeviceRepr + Clone + Default> ReplayRings<T> {
+    /// Writes `host` (rings of the same agents and capacity) into these rings.
+    pub fn upload(&mut self, device: &Device, host: &crate::reference::HostRings<T>) -> Result<()> {
+        if (host.agents, host.capacity) != (self.agents, self.capacity) {
+            return Err(Error::Argument {
+                what: "ReplayRings::upload: the host rings".into(),
+                expected: format!("{} agents of {} slots", self.agents, self.capacity),
+                found: format!("{} agents of {} slots", host.agents, host.capacity),
+            });
+        }
+        device.upload(&mut self.obs, &host.obs)?;
+        device.upload(&mut self.action, &host.action)?;
+        device.upload(&mut self.reward, &host.reward)?;
+        device.upload(&mut self.next_obs, &host.next_obs)?;
+        device.upload(&mut self.done, &host.done)
+    }
+
+    /// The rings, read back to the host.
+    pub fn download(&self, device: &Device) -> Result<crate::reference::HostRings<T>> {
+        Ok(crate::reference::HostRings {
+            agents: self.agents,
+            capacity: self.capacity,
+            obs: device.download(&self.obs)?,
+            action: device.download(&self.action)?,
+            reward: device.download(&self.reward)?,
+            next_obs: device.download(&self.next_obs)?,
+            done: device.download(&self.done)?,
+        })
+    }
+}
+
 impl<T: DeviceRepr + ValidAsZeroBits> ReplayRings<T> {
     /// Zeroed rings for `agents` agents of `capacity` slots each (both at least 1) of
     /// observations of `obs` floats; `what` names the caller in errors.

@@ -291,24 +291,28 @@ pub fn widen(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| f64::from(v)).collect()
 }
 
-/// The replay rings on the host, the kernels' layouts: `[A, C, ...]`.
+/// Replay rings on the host, in the layout of [`crate::ReplayRings`]: `[A, C, ...]`, with
+/// actions of type `T`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct HostReplay {
+pub struct HostRings<T> {
     /// Agents.
     pub agents: usize,
     /// Slots per ring.
     pub capacity: usize,
-    /// `[A, C, OBS]`.
+    /// `[A, C, obs]`.
     pub obs: Vec<f32>,
     /// `[A, C]`.
-    pub action: Vec<i32>,
+    pub action: Vec<T>,
     /// `[A, C]`.
     pub reward: Vec<f32>,
-    /// `[A, C, OBS]`.
+    /// `[A, C, obs]`.
     pub next_obs: Vec<f32>,
     /// `[A, C]`, 0 or 1.
     pub done: Vec<u8>,
 }
+
+/// DQN's replay rings on the host: CartPole's observations and actions.
+pub type HostReplay = HostRings<i32>;
 
 /// One environment step's transitions of every agent (`[A, E, ...]`), as
 /// `stepgraph_envs::Transitions` holds them, with the actions taken.

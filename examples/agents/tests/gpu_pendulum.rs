@@ -98,24 +98,12 @@ fn random_replay(rng: &mut Rng, agents: usize, capacity: usize) -> HostSacReplay
 
 fn upload_replay(device: &Device, host: &HostSacReplay) -> SacReplay {
     let mut r = SacReplay::new(device, host.agents, host.capacity).expect("replay");
-    device.upload(&mut r.obs, &host.obs).unwrap();
-    device.upload(&mut r.action, &host.action).unwrap();
-    device.upload(&mut r.reward, &host.reward).unwrap();
-    device.upload(&mut r.next_obs, &host.next_obs).unwrap();
-    device.upload(&mut r.done, &host.done).unwrap();
+    r.upload(device, host).expect("upload");
     r
 }
 
 fn download_replay(device: &Device, r: &SacReplay) -> HostSacReplay {
-    HostSacReplay {
-        agents: r.agents(),
-        capacity: r.capacity(),
-        obs: down(device, &r.obs),
-        action: down(device, &r.action),
-        reward: down(device, &r.reward),
-        next_obs: down(device, &r.next_obs),
-        done: down(device, &r.done),
-    }
+    r.download(device).expect("download")
 }
 
 /// Actions within 1e-4 of the reference's: the same draws, the kernel's network,

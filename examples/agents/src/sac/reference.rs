@@ -439,24 +439,8 @@ pub fn act(
     actions
 }
 
-/// SAC's replay rings on the host, the kernels' layouts: `[A, C, ...]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HostSacReplay {
-    /// Agents.
-    pub agents: usize,
-    /// Slots per ring.
-    pub capacity: usize,
-    /// `[A, C, SAC_OBS]`.
-    pub obs: Vec<f32>,
-    /// `[A, C]`.
-    pub action: Vec<f32>,
-    /// `[A, C]`.
-    pub reward: Vec<f32>,
-    /// `[A, C, SAC_OBS]`.
-    pub next_obs: Vec<f32>,
-    /// `[A, C]`, 0 or 1.
-    pub done: Vec<u8>,
-}
+/// SAC's replay rings on the host: Pendulum's observations and torques.
+pub type HostSacReplay = crate::reference::HostRings<f32>;
 
 /// One environment step of every agent (`[A, E, ...]`), as `stepgraph_envs::Transitions`
 /// holds it, with the actions taken.
