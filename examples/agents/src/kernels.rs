@@ -80,7 +80,7 @@ impl Kernels {
         let dqn_update_blocks = if raw
             .module(KernelId::DqnUpdate.module())
             .image()
-            .is_some_and(|i| crate::sac::launch::has_clusters(i.target))
+            .is_some_and(|i| has_clusters(i.target))
         {
             DQN_CLUSTER
         } else {
@@ -517,9 +517,37 @@ pub(crate) fn positive_product(what: &str, a: usize, b: usize) -> Result<usize> 
     }
 }
 
+/// Whether code for `target` (`sm_90`, `compute_80`, `sm_100a`) was built with clusters:
+/// `cuda/cluster.cuh` uses them from compute capability 9.0, for both updates.
+pub(crate) fn has_clusters(target: &str) -> bool {
+    let digits: String = target
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse::<u32>().is_ok_and(|cc| cc >= 90)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clusters_come_with_compute_capability_9() {
+        for (target, clusters) in [
+            ("sm_90", true),
+            ("sm_90a", true),
+            ("sm_100a", true),
+            ("compute_90", true),
+            ("sm_89", false),
+            ("sm_80", false),
+            ("compute_80", false),
+            ("sm_", false),
+        ] {
+            assert_eq!(has_clusters(target), clusters, "{target}");
+        }
+    }
 
     #[test]
     fn the_update_sizes_agree_with_the_kernel_source() {

@@ -1,8 +1,10 @@
 //! The shape of a `sac_update` launch (`cuda/sac_update.cu`): its block, its shared
-//! memory, and how many blocks an agent takes on the GPU at hand. Depends on nothing of
-//! the crate, so the kernel registry can opt the update in when it loads.
+//! memory, and how many blocks an agent takes on the GPU at hand, so the kernel registry
+//! can opt the update in when it loads.
 
 use stepgraph::{Error, Kernel, Result};
+
+use crate::kernels::has_clusters;
 
 /// The largest batch `sac_update` takes (`SAC_MAX_BATCH` in `cuda/sac_update.cu`).
 pub const SAC_MAX_BATCH: usize = 256;
@@ -40,37 +42,9 @@ pub(crate) fn opt_in_sac_update(update: &Kernel, target: Option<&str>) -> Result
     }))
 }
 
-/// Whether code for `target` (`sm_90`, `compute_80`, `sm_100a`) was built with clusters:
-/// `cuda/cluster.cuh` uses them from compute capability 9.0.
-pub(crate) fn has_clusters(target: &str) -> bool {
-    let digits: String = target
-        .trim_start_matches("sm_")
-        .trim_start_matches("compute_")
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse::<u32>().is_ok_and(|cc| cc >= 90)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[test]
-    fn clusters_come_with_compute_capability_9() {
-        for (target, clusters) in [
-            ("sm_90", true),
-            ("sm_90a", true),
-            ("sm_100a", true),
-            ("compute_90", true),
-            ("sm_89", false),
-            ("sm_80", false),
-            ("compute_80", false),
-            ("sm_", false),
-        ] {
-            assert_eq!(has_clusters(target), clusters, "{target}");
-        }
-    }
-
     #[test]
     fn the_update_sizes_agree_with_the_kernel_source() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/sac_update.cu");
