@@ -76,10 +76,10 @@ __device__ __forceinline__ unsigned below(unsigned long long bits, unsigned n) {
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 __device__ __forceinline__ float swish(float z) { return z * sigmoid(z); }
 // d swish / dz = s (1 + z (1 - s)).
-__device__ __forceinline__ float swish_grad(float z) {
-    const float s = sigmoid(z);
+__device__ __forceinline__ float swish_grad_of(float z, float s) {
     return s * (1.0f + z * (1.0f - s));
 }
+__device__ __forceinline__ float swish_grad(float z) { return swish_grad_of(z, sigmoid(z)); }
 
 // optax.linear_schedule(eps_start, eps_end, eps_steps) at `step`, in f32 as JAX computes
 // it: frac = 1 - min(step, eps_steps) / eps_steps; (start - end) frac + end. Each

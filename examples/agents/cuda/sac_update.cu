@@ -76,6 +76,7 @@
 // Blocks of an agent where the GPU has clusters (compute capability 9.0).
 #define SAC_CLUSTER 8
 static_assert(SAC_CG * 4 == SAC_HIDDEN, "a column group is 4 outputs");
+static_assert((SAC_HIDDEN & (SAC_HIDDEN - 1)) == 0, "backward1's skew wraps with a mask");
 static_assert(SAC_CG * SAC_RG == SAC_UPDATE_THREADS, "tile threads");
 static_assert(SAC_RPT * SAC_RG == CHUNK, "rows of a thread");
 static_assert(SAC_PAD >= ACTOR_PARAMS && SAC_PAD >= CRITIC_PARAMS && SAC_PAD % 4 == 0, "pad");
@@ -231,10 +232,12 @@ __device__ __forceinline__ void layer2(const float* h1, const float* p, int off_
 #pragma unroll
     for (int r = 0; r < SAC_RPT; ++r) {
         const unsigned i = rg + SAC_RG * r;
-        float h[4];
+        // One sigmoid an element, for swish and, in the backward modes, its derivative.
+        float sg[4], h[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            h[c] = swish(acc[r][c]);
+            sg[c] = sigmoid(acc[r][c]);
+            h[c] = acc[r][c] * sg[c];
         }
         float out[NH];
 #pragma unroll
@@ -261,7 +264,7 @@ __device__ __forceinline__ void layer2(const float* h1, const float* p, int off_
             float g[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-                g[c] = p[off_hw[0] + n0 + c] * swish_grad(acc[r][c]);
+                g[c] = p[off_hw[0] + n0 + c] * swish_grad_of(acc[r][c], sg[c]);
             }
             st4(keep + i * SAC_RS + n0, make_float4(g[0], g[1], g[2], g[3]));
         } else if constexpr (MODE == L2_LOSS) {
@@ -270,7 +273,7 @@ __device__ __forceinline__ void layer2(const float* h1, const float* p, int off_
             float g[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-                g[c] = p[off_hw[0] + n0 + c] * dq * swish_grad(acc[r][c]);
+                g[c] = p[off_hw[0] + n0 + c] * dq * swish_grad_of(acc[r][c], sg[c]);
             }
             st4(keep + i * SAC_RS + n0, make_float4(g[0], g[1], g[2], g[3]));
             st4(keep2 + i * SAC_RS + n0, make_float4(h[0], h[1], h[2], h[3]));
@@ -283,7 +286,8 @@ __device__ __forceinline__ void layer2(const float* h1, const float* p, int off_
 }
 
 // The backward through the second layer to the first's pre-activation:
-// g1[i, k] = (sum_n g2[i, n] W2[k, n]) swish'(z1[i, k]), z1 recomputed from the inputs
+// g1[i, k] = (sum_n g2[i, n] W2[k, n]) swish'(z1[i, k]) (the sum over n in the order
+// 4 (k / 4), 4 (k / 4) + 1, ..., wrapping at SAC_HIDDEN), z1 recomputed from the inputs
 // `x` (stride 4, K of them) as the forward computed it (bias, then fmaf over x). With
 // DQDA it returns d out / d x[K - 1] (the action, a critic's last input:
 // sum_k g1[i, k] W1[K - 1, k]) into dqda[i]; otherwise it stores g1 into `out`.
@@ -293,8 +297,13 @@ __device__ __forceinline__ void backward1(const float* g2, const float* x, const
                                           float* dqda, unsigned nrows) {
     const unsigned k0 = (threadIdx.x % SAC_CG) * 4, rg = threadIdx.x / SAC_CG;
     float acc[SAC_RPT][4] = {};
+    // Thread cg walks the columns from 4 cg on, wrapping: W2's rows are 64 floats apart,
+    // a whole number of bank rows, so threads reading rows k0 at one column would all hit
+    // the same banks; skewed, each phase of a float4 load touches 8 distinct ones (the
+    // same for g2's row, which the 16 threads of a row group now read at 16 columns).
 #pragma unroll 4
-    for (int n = 0; n < SAC_HIDDEN; n += 4) {
+    for (int step = 0; step < SAC_HIDDEN; step += 4) {
+        const int n = (step + (int)k0) & (SAC_HIDDEN - 1);
         float4 w[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -656,9 +665,9 @@ __device__ __forceinline__ void critic_forward(const SacSmem& s, const float* p,
     }
 }
 
-// The owners' sums of the actor's heads over a chunk (z2 in BUF[1], d loss / d mean and
-// / d raw log-std in CS): thread n < 64 the mean's kernel, 64 + n the log-std's, 128 and
-// 129 their biases.
+// The owners' sums of the actor's heads over a chunk (swish(z2) in BUF[2], d loss / d
+// mean and / d raw log-std in CS): thread n < 64 the mean's kernel, 64 + n the log-std's,
+// 128 and 129 their biases.
 __device__ __forceinline__ void actor_head_grad(const SacSmem& s, unsigned nrows, float& acc) {
     const unsigned t = threadIdx.x;
     const float* gmu = s.cs(CS_GMU);
@@ -668,7 +677,7 @@ __device__ __forceinline__ void actor_head_grad(const SacSmem& s, unsigned nrows
         const unsigned n = t % SAC_HIDDEN;
 #pragma unroll 4
         for (unsigned i = 0; i < nrows; ++i) {
-            acc = fmaf(swish(s.BUF[1][i * SAC_RS + n]), g[i], acc);
+            acc = fmaf(s.BUF[2][i * SAC_RS + n], g[i], acc);
         }
     } else if (t < 2 * SAC_HIDDEN + 2) {
         const float* g = t == 2 * SAC_HIDDEN ? gmu : gls;
@@ -712,17 +721,19 @@ __device__ void actor_chunk(const SacSmem& s, unsigned row0, unsigned nrows, flo
         s.LA[row0 + i] = alpha * s.LP[row0 + i] - qmin;
     }
     __syncthreads();
-    actor_head_grad(s, nrows, head);
-    __syncthreads();
-    // d loss / d z2, in place of z2.
+    // d loss / d z2 in place of z2, and swish(z2) into BUF[2] (the critics' scratch, free
+    // again) for the heads' gradient: one sigmoid an element, by every thread.
     for (unsigned e = threadIdx.x; e < nrows * SAC_HIDDEN; e += SAC_UPDATE_THREADS) {
         const unsigned i = e / SAC_HIDDEN, n = e % SAC_HIDDEN;
         float* z = s.BUF[1] + i * SAC_RS + n;
+        const float zv = *z, sg = sigmoid(zv);
+        s.BUF[2][i * SAC_RS + n] = zv * sg;
         const float gh = fmaf(s.PA[ACTOR_WMU + n], s.cs(CS_GMU)[i],
                               s.PA[ACTOR_WLS + n] * s.cs(CS_GLS)[i]);
-        *z = gh * swish_grad(*z);
+        *z = gh * swish_grad_of(zv, sg);
     }
     __syncthreads();
+    actor_head_grad(s, nrows, head);
     w2_grad(s.BUF[0], s.BUF[1], nrows, tile);
     b2_grad(s.BUF[1], nrows, b2);
     __syncthreads();

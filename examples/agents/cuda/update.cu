@@ -61,6 +61,7 @@
 #define PARAMS_PAD 4676
 #define UPDATE_ROW_FLOATS 153
 static_assert(COL_GROUPS * 4 == HIDDEN, "a column group is 4 outputs");
+static_assert((HIDDEN & (HIDDEN - 1)) == 0, "the backward's skew wraps with a mask");
 static_assert(COL_GROUPS * ROW_GROUPS == UPDATE_THREADS, "tile threads");
 static_assert(ROWS_PER_THREAD * ROW_GROUPS * DQN_BLOCKS == MAX_BATCH, "rows of a thread");
 static_assert(ADAM_SLOTS * UPDATE_THREADS >= PARAMS, "Adam slots cover the parameters");
@@ -465,13 +466,19 @@ extern "C" __global__ void __launch_bounds__(UPDATE_THREADS, 1) DQN_CLUSTER_DIMS
         }
         __syncthreads();
 
-        // dL/dz1 = (dL/dz2 W2^T) swish'(z1) into H1, z1 recomputed from X as the forward
-        // computed it (bias, then fmaf over the observation).
+        // dL/dz1 = (dL/dz2 W2^T) swish'(z1) into H1 (the sum over n from 4 (k / 4) on,
+        // wrapping), z1 recomputed from X as the forward computed it (bias, then fmaf over
+        // the observation).
         if (nb > 0) {
             const unsigned k0 = (tid % COL_GROUPS) * 4, rg = tid / COL_GROUPS;
             float acc[ROWS_PER_THREAD][4] = {};
+            // Skewed: thread k0 walks the columns from k0 on, wrapping. W2's rows are 64
+            // floats apart, a whole number of bank rows, so the 16 column groups reading
+            // rows k0 at one column would hit the same banks; skewed, each phase of a
+            // float4 load touches distinct ones (and so does a row group's read of Z2).
 #pragma unroll 2
-            for (int n = 0; n < HIDDEN; n += 4) {
+            for (int step = 0; step < HIDDEN; step += 4) {
+                const int n = (step + (int)k0) & (HIDDEN - 1);
                 float4 w[4];
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
