@@ -2282,3 +2282,41 @@ fn ctrl_c_while_waiting_for_the_lock_leaves_no_waiter_on_the_host() {
     assert!(lock.is_empty(), "the lock was not cleared: {lock}");
     assert_eq!(release_folders(&host), [release_of(&one)]);
 }
+
+#[test]
+fn keep_running_on_interrupt_leaves_the_job_and_names_attach_and_cancel() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let mut running = Running::start(host.command(
+        &bundle,
+        &["--keep-running-on-interrupt", "--", "--sleep=300"],
+    ));
+    running.wait_for("job: sleeping");
+    let pid = running.child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let mut exit = None;
+    assert!(within(Duration::from_secs(10), || {
+        exit = running.child.try_wait().unwrap();
+        exit.is_some()
+    }));
+    assert_eq!(exit.and_then(|s| s.code()), Some(130));
+    let left = running.finish();
+    left.expect_failure(&[
+        "interrupted by SIGINT while following the job 20",
+        "which goes on there (--keep-running-on-interrupt); its results were not fetched",
+        "cancel it:\n  cargo xtask deploy cancel --host ",
+    ]);
+    let sleeping = || {
+        processes_of(host.tmp.path())
+            .iter()
+            .any(|p| p.contains("--sleep=300"))
+    };
+    assert!(sleeping(), "the job was stopped");
+    let cancel = printed_command(&left.text, "cancel it:");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.args(&cancel).env(TEST_MARK, host.tmp.path());
+    host.output(&mut cmd)
+        .expect_ok()
+        .expect_output(&["sent SIGTERM to job ", ": cancelled (SIGTERM) after "]);
+    assert!(within(Duration::from_secs(5), || !sleeping()));
+}
