@@ -66,6 +66,12 @@ fn stand_in_nvidia_smi() -> String {
 if [ -e "$(dirname "$0")/hang" ]; then
     exec sleep 1000
 fi
+# With a file `hold` beside it, it waits (a minute at most) until the file is gone: a
+# preflight, and the deploy folder's lock with it, held for as long as a test needs.
+for _ in $(seq 600); do
+    [ -e "$(dirname "$0")/hold" ] || break
+    sleep 0.1
+done
 if [ "$*" != {query:?} ]; then
     echo "stand-in nvidia-smi: unexpected arguments: $*" >&2
     exit 2
@@ -434,6 +440,51 @@ impl Host {
         cmd
     }
 
+    /// Starts a deploy of `bundle` whose preflight waits (with the deploy folder's lock
+    /// held) until [`Host::let_go`].
+    fn hold_the_lock(&self, bundle: &Path) -> Running {
+        fs::write(self.stand_in().join("hold"), "").unwrap();
+        let running = Running::start(self.command(bundle, &[]));
+        running.wait_for("== preflight on the host");
+        // The stand-in runs: the preflight has reached it.
+        assert!(
+            within(Duration::from_secs(30), || processes_of(self.tmp.path())
+                .iter()
+                .any(|p| p.contains("stand-in/nvidia-smi"))),
+            "the preflight did not reach nvidia-smi:\n{}",
+            running.shown()
+        );
+        running
+    }
+
+    /// Lets the preflight [`Host::hold_the_lock`] holds go on.
+    fn let_go(&self) {
+        fs::remove_file(self.stand_in().join("hold")).unwrap();
+    }
+
+    /// `--gate=FILE` for the test job, and FILE: the job waits until the file is made.
+    fn gate(&self) -> (String, PathBuf) {
+        let gate = self.tmp.path().join("gate");
+        (format!("--gate={}", gate.display()), gate)
+    }
+
+    /// Drops every connection to the host, as a network that fails does: kills the
+    /// processes sshd forked for them (sshd itself keeps listening).
+    fn drop_connections(&self) {
+        let sshd = self.sshd.child.id().to_string();
+        let mut killed = 0;
+        for pid in children_of(&sshd) {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            killed += 1;
+        }
+        assert!(killed > 0, "no connection to drop");
+    }
+
+    /// The lock file of the deploy folder.
+    fn lock_file(&self) -> PathBuf {
+        self.remote().join(".lock")
+    }
+
     fn current(&self) -> Option<PathBuf> {
         fs::read_link(self.remote().join("current")).ok()
     }
@@ -648,6 +699,40 @@ fn processes_of(dir: &Path) -> Vec<String> {
         }
     }
     found
+}
+
+/// The pids of the processes whose parent is `parent`.
+fn children_of(parent: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid ...`; comm may hold spaces, so read after its `)`.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The `cargo xtask deploy ...` line printed after `label` (on the next line), as the
+/// arguments to give the xtask binary.
+fn printed_command(text: &str, label: &str) -> Vec<String> {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("no `{label}` in:\n{text}"));
+    let line = text[at + label.len()..]
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("cargo xtask deploy "))
+        .unwrap_or_else(|| panic!("no command after `{label}` in:\n{text}"));
+    line.split_whitespace().skip(2).map(String::from).collect()
 }
 
 /// Polls `done` until it holds or `limit` passes; whether it held.
@@ -965,8 +1050,10 @@ fn failing_job_shows_its_last_lines_and_its_results_come_back() {
     let host = Host::start();
     let bundle = host.bundle(&["libc.so.6"]);
     host.deploy(&bundle, &["--", "--exit=3"]).expect_failure(&[
-        "the job failed on ",
-        "found exit status 3; its last lines:",
+        "error: the job 20",
+        " failed on ",
+        "found exit status 3 after ",
+        "; its last lines:",
         "  | job: started with: --exit=3",
         "  | job: failing on purpose",
         "(results fetched into ",
@@ -976,6 +1063,14 @@ fn failing_job_shows_its_last_lines_and_its_results_come_back() {
     let log = fs::read_to_string(runs[0].join("output.log")).unwrap();
     assert!(log.contains("job: failing on purpose"), "{log}");
     assert!(runs[0].join("table.csv").is_file());
+    // The job's own log and its exit file come back beside its results.
+    let job_log = fs::read_to_string(runs[0].with_extension("log")).unwrap();
+    assert!(job_log.contains("job: failing on purpose"), "{job_log}");
+    let exit = fs::read_to_string(runs[0].with_extension("exit")).unwrap();
+    assert!(
+        exit.starts_with("3 ") && exit.trim_end().ends_with(" exited"),
+        "{exit}"
+    );
 }
 
 #[test]
@@ -1107,9 +1202,7 @@ fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
     let host = Host::start();
     let one = host.bundle_of("job", &["libc.so.6"]);
     let two = host.bundle_of("other", &["libc.so.6"]);
-    let gate = host.tmp.path().join("gate");
-    let first = Running::start(host.command(&one, &["--", &format!("--gate={}", gate.display())]));
-    first.wait_for("job: waiting at the gate");
+    let first = host.hold_the_lock(&one);
     host.deploy(&two, &["--no-wait"]).expect_failure(&[
         &format!(
             "the deploy folder {} on {} is in use: expected no other deploy there, found its \
@@ -1120,9 +1213,10 @@ fn a_second_deploy_to_a_busy_folder_refuses_with_no_wait() {
         ),
         ", since 20",
         "UTC: cargo xtask deploy, run ",
+        " on the host)",
         "; wait for it, or drop --no-wait to wait",
     ]);
-    fs::write(&gate, "").unwrap();
+    host.let_go();
     first.finish().expect_ok();
     // The refused deploy left nothing: no upload, no release.
     let r1 = release_of(&one);
@@ -1139,9 +1233,7 @@ fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
     let host = Host::start();
     let one = host.bundle_of("job", &["libc.so.6"]);
     let two = host.bundle_of("other", &["libc.so.6"]);
-    let gate = host.tmp.path().join("gate");
-    let first = Running::start(host.command(&one, &["--", &format!("--gate={}", gate.display())]));
-    first.wait_for("job: waiting at the gate");
+    let first = host.hold_the_lock(&one);
     let second = Running::start(host.command(&two, &[]));
     second.wait_for(&format!(
         "waiting (up to 600s) for the deploy folder {}",
@@ -1149,10 +1241,10 @@ fn a_second_deploy_to_a_busy_folder_waits_its_turn() {
     ));
     assert_eq!(
         release_folders(&host),
-        [release_of(&one)],
+        [format!(".incoming-{}", release_of(&one))],
         "the second did not wait"
     );
-    fs::write(&gate, "").unwrap();
+    host.let_go();
     first.finish().expect_ok();
     second.finish().expect_ok().expect_output(&[
         "its lock is held by ",
@@ -1841,4 +1933,390 @@ fn what_failed_uploads_left_is_removed_by_clean_and_by_the_next_deploy_with_its_
         host.current(),
         Some(PathBuf::from(format!("releases/{r2}")))
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Detached jobs and the lock's scope.
+
+#[test]
+fn a_second_deploy_run_and_clean_proceed_while_a_long_job_runs() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let (r1, r2) = (release_of(&one), release_of(&two));
+    let (gate_arg, gate) = host.gate();
+    let first = Running::start(host.command(&one, &["--", &gate_arg]));
+    first.wait_for("job: waiting at the gate");
+
+    // The job runs, and the deploy folder is free: another deploy goes through at once.
+    let started = Instant::now();
+    host.deploy(&two, &["--no-wait"])
+        .expect_ok()
+        .expect_output(&[&format!("deployed {r2} to ")]);
+    host.manage("run", &["--no-wait", "--", "--steps", "2"])
+        .expect_ok()
+        .expect_output(&[&format!("ran {r2} again on ")]);
+    // `clean` keeps the release the running job uses, though it is not `current`.
+    host.manage("clean", &["--keep", "1", "--no-wait"])
+        .expect_ok()
+        .expect_output(&[
+            &format!("keeping releases/{r1}: job 20"),
+            " runs on it",
+            "nothing to remove in ",
+        ]);
+    let mut both = vec![r1.clone(), r2.clone()];
+    both.sort();
+    assert_eq!(release_folders(&host), both);
+    host.manage("status", &[]).expect_ok().expect_output(&[
+        "jobs: 3 (1 running; newest first)",
+        &format!("  {r1}  running, started 20"),
+        " ago)",
+        &format!("  {r2}  exit status 0 after "),
+    ]);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the others waited for the job"
+    );
+    assert!(
+        first.shown().lines().all(|l| !l.contains("; results in")),
+        "{}",
+        first.shown()
+    );
+
+    fs::write(&gate, "").unwrap();
+    let first = first.finish();
+    first.expect_ok().expect_output(&[
+        "job 20",
+        "finished on ",
+        ": exit status 0 after ",
+        &format!("deployed {r1} to "),
+        "; results in ",
+    ]);
+    let runs = host.runs(&r1);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].join("table.csv").is_file());
+}
+
+/// What a deploy says when it loses its connection while following its job: the job
+/// goes on, nothing was fetched, and the command to reattach.
+fn expect_lost_connection(lost: &Deployed) -> Vec<String> {
+    lost.expect_failure(&[
+        "error: lost the connection to ",
+        " while following the job 20",
+        "the job was not stopped, and its results were not fetched; it is still running there \
+         (looked at over a new connection)",
+        "reattach (follows it, then fetches its results):",
+    ]);
+    for wrong in [
+        "failed on",
+        "; results in",
+        "files fetched",
+        "== fetch the results",
+    ] {
+        assert!(!lost.text.contains(wrong), "`{wrong}` in:\n{}", lost.text);
+    }
+    printed_command(
+        &lost.text,
+        "reattach (follows it, then fetches its results):",
+    )
+}
+
+#[test]
+fn a_dropped_network_leaves_the_job_running_and_attach_fetches_its_results() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let release = release_of(&bundle);
+    let (gate_arg, gate) = host.gate();
+    let running = Running::start(host.command(&bundle, &["--", &gate_arg]));
+    running.wait_for("job: waiting at the gate");
+    host.drop_connections();
+    let lost = running.finish();
+    let attach = expect_lost_connection(&lost);
+    assert!(host.runs(&release).is_empty(), "results were fetched");
+    assert!(
+        attach.starts_with(&["deploy".into(), "attach".into()]),
+        "{attach:?}"
+    );
+
+    // Reattached, it follows the job to its end and fetches its results.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.args(&attach).env(TEST_MARK, host.tmp.path());
+    let attached = Running::start(cmd);
+    attached.wait_for("job: waiting at the gate");
+    fs::write(&gate, "").unwrap();
+    attached.finish().expect_ok().expect_output(&[
+        ": running\n",
+        "job: done",
+        "finished on ",
+        ": exit status 0 after ",
+        "results in ",
+    ]);
+    let runs = host.runs(&release);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].join("table.csv").is_file());
+    assert!(runs[0].with_extension("exit").is_file());
+}
+
+#[test]
+fn a_killed_control_master_leaves_the_job_running_and_cancel_stops_it() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let release = release_of(&bundle);
+    let running = Running::start(host.command(&bundle, &["--", "--sleep=300"]));
+    running.wait_for("job: sleeping");
+    let masters: Vec<String> = processes_of(host.tmp.path())
+        .into_iter()
+        .filter(|p| p.contains("ControlMaster=yes"))
+        .map(|p| p.split(':').next().unwrap().to_string())
+        .collect();
+    assert_eq!(masters.len(), 1, "{:?}", processes_of(host.tmp.path()));
+    Command::new("kill")
+        .args(["-KILL", &masters[0]])
+        .status()
+        .unwrap();
+    let lost = running.finish();
+    let attach = expect_lost_connection(&lost);
+    let job = attach.last().unwrap().clone();
+    assert!(host.runs(&release).is_empty(), "results were fetched");
+
+    host.manage("logs", &[&job]).expect_ok().expect_output(&[
+        &format!("job {job} of {release} on "),
+        ": running",
+        "job: sleeping",
+    ]);
+    host.manage("cancel", &[&job, "--grace", "5"])
+        .expect_ok()
+        .expect_output(&[
+            &format!("sent SIGTERM to job {job}'s process group "),
+            "it ended within ",
+            &format!("job {job} of {release} on "),
+            ": cancelled (SIGTERM) after ",
+            "its results stay there",
+        ]);
+    assert!(
+        within(Duration::from_secs(5), || processes_of(host.tmp.path())
+            .iter()
+            .all(|p| !p.contains("--sleep=300"))),
+        "the job still runs: {:?}",
+        processes_of(host.tmp.path())
+    );
+    host.manage("cancel", &[&job]).expect_ok().expect_output(&[
+        "is not running (cancelled (SIGTERM) after ",
+        "nothing to cancel",
+    ]);
+    host.manage("status", &[])
+        .expect_ok()
+        .expect_output(&[&format!("  {job}  {release}  cancelled (SIGTERM) after ")]);
+    // Attaching to the ended job fetches what it left, and says how it ended.
+    host.manage(
+        "attach",
+        &[&job, "--fetch-to", &host.fetched().display().to_string()],
+    )
+    .expect_failure(&[
+        &format!("error: the job {job} failed on "),
+        "found cancelled (SIGTERM) after ",
+        "(results fetched into ",
+    ]);
+    assert_eq!(host.runs(&release).len(), 1);
+}
+
+#[test]
+fn detach_returns_at_once_naming_the_commands_and_logs_follows_to_the_end() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let (gate_arg, gate) = host.gate();
+    let started = Instant::now();
+    let detached = host.deploy(&bundle, &["--detach", "--", &gate_arg]);
+    detached.expect_ok().expect_output(&[
+        "runs on ",
+        ", detached; its results stay there until fetched.",
+        "follow its log:   cargo xtask deploy logs --host ",
+        "cancel it:        cargo xtask deploy cancel --host ",
+        "its job runs detached",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(40));
+    let follow = printed_command(&detached.text, "follow its log:");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.args(&follow).env(TEST_MARK, host.tmp.path());
+    let following = Running::start(cmd);
+    following.wait_for("job: waiting at the gate");
+    fs::write(&gate, "").unwrap();
+    following
+        .finish()
+        .expect_ok()
+        .expect_output(&["job: done", ": ended: exit status 0 after "]);
+    // Nothing was fetched: only `attach` fetches.
+    assert!(host.runs(&release_of(&bundle)).is_empty());
+}
+
+#[test]
+fn a_stale_lock_is_taken_over_and_unlock_breaks_one() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    fs::create_dir_all(host.remote()).unwrap();
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        c.id()
+    };
+    let old = "someone@elsewhere, pid 77, since 2026-01-01 00:00:00 UTC: old deploy";
+    // A holder whose process ended without clearing the lock file.
+    fs::write(host.lock_file(), format!("{old}\n@ pid {dead}\n")).unwrap();
+    host.deploy(&bundle, &["--no-wait"])
+        .expect_ok()
+        .expect_output(&[&format!(
+            "taking over the lock of the deploy folder {} on {}: it was held by {old}, which is \
+         gone (its process on the host, pid {dead}, is gone)",
+            host.remote().display(),
+            host.target()
+        )]);
+
+    // A lock still held by a process that is no holder (it inherited the file), whose
+    // holder is gone: the lock moves to a fresh file.
+    fs::write(host.lock_file(), format!("{old}\n@ pid {dead}\n")).unwrap();
+    let mut squatter = Command::new("flock")
+        .arg(host.lock_file())
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    assert!(within(Duration::from_secs(5), || Command::new("flock")
+        .args(["-n"])
+        .arg(host.lock_file())
+        .arg("true")
+        .status()
+        .is_ok_and(|s| !s.success())));
+    host.manage("run", &["--no-wait"])
+        .expect_ok()
+        .expect_output(&[&format!(
+            "it was held by {old}, which is gone (its process on the host, pid {dead}, is gone)"
+        )]);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let aside: Vec<String> = fs::read_dir(host.remote())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".lock.stale-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+
+    // unlock: nothing held.
+    host.manage("unlock", &[])
+        .expect_ok()
+        .expect_output(&[&format!(
+            "the lock of {} on {} was free: no one held it",
+            host.remote().display(),
+            host.target()
+        )]);
+    // unlock: a deploy holds it; it is broken, and that deploy stops before switching.
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let holder = host.hold_the_lock(&two);
+    host.manage("unlock", &[]).expect_ok().expect_output(&[
+        &format!(
+            "broke the lock of {} on {}, held by {}@",
+            host.remote().display(),
+            host.target(),
+            user()
+        ),
+        "UTC: cargo xtask deploy, run ",
+        "stopped its holding shell on the host (pid ",
+    ]);
+    host.let_go();
+    holder.finish().expect_failure(&[
+        "lost the lock of the deploy folder",
+        "`current` was not switched",
+    ]);
+    assert_eq!(
+        host.current(),
+        Some(PathBuf::from(format!("releases/{}", release_of(&bundle))))
+    );
+    host.deploy(&two, &["--no-wait"]).expect_ok();
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_the_lock_leaves_no_waiter_on_the_host() {
+    let host = Host::start();
+    let one = host.bundle_of("job", &["libc.so.6"]);
+    let two = host.bundle_of("other", &["libc.so.6"]);
+    let first = host.hold_the_lock(&one);
+    let mut second = Running::start(host.command(&two, &[]));
+    second.wait_for("waiting (up to 600s) for the deploy folder");
+    let pid = second.child.id();
+    let mine = format!("pid {pid}, since");
+    let waiters = || -> Vec<String> {
+        processes_of(host.tmp.path())
+            .into_iter()
+            .filter(|p| p.contains("stepgraph-lock") && p.contains(&mine))
+            .collect()
+    };
+    assert!(!waiters().is_empty(), "no waiter to stop");
+    Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    let mut exit = None;
+    let gone = within(Duration::from_secs(5), || {
+        if exit.is_none() {
+            exit = second.child.try_wait().unwrap();
+        }
+        exit.is_some() && waiters().is_empty()
+    });
+    assert!(
+        gone,
+        "5 s after SIGINT: {exit:?}, waiters {:?}\n{}",
+        waiters(),
+        second.shown()
+    );
+    assert_eq!(exit.and_then(|s| s.code()), Some(130));
+    second
+        .finish()
+        .expect_failure(&["interrupted by SIGINT during the wait for the deploy folder's lock"]);
+    // The first goes on and lets the lock go; no one takes it after.
+    host.let_go();
+    first.finish().expect_ok();
+    std::thread::sleep(Duration::from_secs(1));
+    let lock = fs::read_to_string(host.lock_file()).unwrap();
+    assert!(
+        !lock.contains(&mine),
+        "the stopped waiter took the lock: {lock}"
+    );
+    assert!(lock.is_empty(), "the lock was not cleared: {lock}");
+    assert_eq!(release_folders(&host), [release_of(&one)]);
+}
+
+#[test]
+fn keep_running_on_interrupt_leaves_the_job_and_names_attach_and_cancel() {
+    let host = Host::start();
+    let bundle = host.bundle(&["libc.so.6"]);
+    let mut running = Running::start(host.command(
+        &bundle,
+        &["--keep-running-on-interrupt", "--", "--sleep=300"],
+    ));
+    running.wait_for("job: sleeping");
+    let pid = running.child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let mut exit = None;
+    assert!(within(Duration::from_secs(10), || {
+        exit = running.child.try_wait().unwrap();
+        exit.is_some()
+    }));
+    assert_eq!(exit.and_then(|s| s.code()), Some(130));
+    let left = running.finish();
+    left.expect_failure(&[
+        "interrupted by SIGINT while following the job 20",
+        "which goes on there (--keep-running-on-interrupt); its results were not fetched",
+        "cancel it:\n  cargo xtask deploy cancel --host ",
+    ]);
+    let sleeping = || {
+        processes_of(host.tmp.path())
+            .iter()
+            .any(|p| p.contains("--sleep=300"))
+    };
+    assert!(sleeping(), "the job was stopped");
+    let cancel = printed_command(&left.text, "cancel it:");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.args(&cancel).env(TEST_MARK, host.tmp.path());
+    host.output(&mut cmd)
+        .expect_ok()
+        .expect_output(&["sent SIGTERM to job ", ": cancelled (SIGTERM) after "]);
+    assert!(within(Duration::from_secs(5), || !sleeping()));
 }

@@ -190,17 +190,63 @@ pub enum DeployError {
         host: String,
     },
 
+    /// Boxed: the largest variant, which would make every `Result` carry its size.
+    #[error(transparent)]
+    JobFailed(Box<JobFailure>),
+
     #[error(
-        "the job failed on {host}: expected `{command}` to exit with status 0, found {status}; its last lines:\n{}\n(results fetched into {})",
-        tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n"),
-        results.display()
+        "lost the connection to {host} while {what}, found {found}: the job was not \
+         stopped, and its results were not fetched; {state}\nreattach (follows it, then fetches \
+         its results):\n  {attach}"
     )]
-    JobFailed {
+    ConnectionLost {
         host: String,
-        command: String,
-        status: String,
-        tail: Vec<String>,
-        results: PathBuf,
+        /// What it was doing, naming the job: `following the job 20261129T170512Z-4242`.
+        what: String,
+        found: String,
+        state: String,
+        attach: String,
+    },
+
+    #[error(
+        "interrupted by {signal} while following the job {job} on {host}, which goes on there \
+         (--keep-running-on-interrupt); its results were not fetched\nreattach (follows it, then \
+         fetches its results):\n  {attach}\ncancel it:\n  {cancel}"
+    )]
+    JobLeftRunning {
+        signal: &'static str,
+        host: String,
+        job: String,
+        attach: String,
+        cancel: String,
+    },
+
+    #[error(
+        "the job {job} on {host} was followed for {seconds}s, past its own time limit, without \
+         an end; its results were not fetched; {state}\nreattach:\n  {attach}"
+    )]
+    JobOverdue {
+        host: String,
+        job: String,
+        seconds: u64,
+        state: String,
+        attach: String,
+    },
+
+    #[error("no job {job} in {dir} on {host}: expected one of its runs, found {found}")]
+    NoSuchJob {
+        host: String,
+        dir: String,
+        job: String,
+        found: String,
+    },
+
+    #[error("which job? {dir} on {host} has {count} running: {found}; name one (`cancel JOB`)")]
+    WhichJob {
+        host: String,
+        dir: String,
+        count: usize,
+        found: String,
     },
 
     #[error(
@@ -213,6 +259,22 @@ pub enum DeployError {
         status: String,
         stderr: String,
     },
+}
+
+/// A job that did not exit with status 0 (its results were fetched all the same).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the job {job} failed on {host}: expected `{command}` to exit with status 0, found {status}; its last lines:\n{}\n(results fetched into {})",
+    tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n"),
+    results.display()
+)]
+pub struct JobFailure {
+    pub host: String,
+    pub job: String,
+    pub command: String,
+    pub status: String,
+    pub tail: Vec<String>,
+    pub results: PathBuf,
 }
 
 pub fn list<T: std::fmt::Display>(items: &[T]) -> String {

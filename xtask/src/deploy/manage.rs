@@ -1,14 +1,22 @@
-//! The subcommands that look after a host's releases: `status`, `list`, `rollback`,
-//! `clean`. Each reads the deploy folder once ([`Session::inspect`]); the ones that
-//! change it hold its lock.
+//! The subcommands that look after a host's releases and jobs: `status`, `list`,
+//! `rollback`, `clean`, `logs`, `cancel`, `unlock`. Each reads the deploy folder once
+//! ([`Session::inspect`]); the ones that change it hold its lock (`cancel` and `unlock`
+//! need none: they stop a process, and `unlock` is for when the lock is the trouble).
+
+use std::time::Duration;
 
 use anyhow::Result;
 
 use super::error::DeployError;
+use super::job::{State, age};
+use super::lock::{Unlocked, unlock_script};
 use super::remote::REMOVE;
 use super::report::{Release, Report, Run};
-use super::session::{Check, Session, expect_success, human_bytes, step};
-use super::{Opened, utc_time};
+use super::session::{Check, QUICK_STEP, Session, expect_success, human_bytes, now_unix_s, step};
+use super::{Cancel, Logs, Opened, utc_time};
+
+/// How many finished jobs `status` lists (running ones are always listed).
+const JOBS_SHOWN: usize = 10;
 
 /// The deploy folder as the host has it; `None` (after saying so) in a dry run.
 fn inspect(opened: &Opened) -> Result<Option<Report>> {
@@ -75,7 +83,221 @@ pub fn status(opened: &mut Opened) -> Result<()> {
         Some(holder) => println!("lock: held by {holder}"),
         None => println!("lock: free"),
     }
+    jobs(&report);
     verified.map(drop)
+}
+
+/// The jobs, newest first: every running one and the last [`JOBS_SHOWN`] others, each
+/// with its id, release, state, start and age.
+fn jobs(report: &Report) {
+    let now = now_unix_s();
+    let mut shown = 0;
+    let runs: Vec<&Run> = report.runs.iter().rev().collect();
+    let running = runs.iter().filter(|r| r.running).count();
+    println!(
+        "jobs: {} ({running} running; newest first)",
+        if runs.is_empty() {
+            "none".to_string()
+        } else {
+            runs.len().to_string()
+        }
+    );
+    for run in runs {
+        if !run.running {
+            if shown == JOBS_SHOWN {
+                continue;
+            }
+            shown += 1;
+        }
+        let when = run
+            .started()
+            .map(|t| {
+                format!(
+                    ", started {} ({} ago)",
+                    utc_time(t),
+                    age(now.saturating_sub(t))
+                )
+            })
+            .unwrap_or_default();
+        println!("  {}  {}  {}{when}", run.run, run.release, run.outcome());
+    }
+}
+
+/// The job `id` names; by default the newest running job (with `only_running`, the one
+/// running job: several are an error), else the newest job.
+pub fn pick_job<'a>(
+    report: &'a Report,
+    id: Option<&str>,
+    session: &Session,
+    only_running: bool,
+) -> Result<&'a Run> {
+    let names = |runs: &mut dyn Iterator<Item = &Run>| -> String {
+        let names: Vec<String> = runs.take(5).map(|r| r.run.clone()).collect();
+        if names.is_empty() {
+            "no runs at all".into()
+        } else {
+            names.join(", ")
+        }
+    };
+    if let Some(id) = id {
+        return report.runs.iter().find(|r| r.run == id).ok_or_else(|| {
+            DeployError::NoSuchJob {
+                host: session.host.clone(),
+                dir: session.layout.dir.clone(),
+                job: id.to_string(),
+                found: names(&mut report.runs.iter().rev()),
+            }
+            .into()
+        });
+    }
+    let running: Vec<&Run> = report.runs.iter().filter(|r| r.running).collect();
+    if only_running && running.len() > 1 {
+        return Err(DeployError::WhichJob {
+            host: session.host.clone(),
+            dir: session.layout.dir.clone(),
+            count: running.len(),
+            found: names(&mut running.iter().rev().copied()),
+        }
+        .into());
+    }
+    running
+        .last()
+        .copied()
+        .or(report.runs.last())
+        .ok_or_else(|| {
+            DeployError::NoSuchJob {
+                host: session.host.clone(),
+                dir: session.layout.dir.clone(),
+                job: "at all".to_string(),
+                found: "no runs".into(),
+            }
+            .into()
+        })
+}
+
+/// `logs`: the job's last lines, and with `--follow` what comes until it ends.
+pub fn logs(opened: &Opened, args: &Logs) -> Result<()> {
+    let Some(report) = inspect(opened)? else {
+        return Ok(());
+    };
+    let session = &opened.session;
+    let run = pick_job(&report, args.id.job.as_deref(), session, false)?;
+    eprintln!(
+        "job {} of {} on {}: {}",
+        run.run,
+        run.release,
+        session.host,
+        run.outcome()
+    );
+    session.logs(&run.job(), &args.lines.to_string(), args.follow)
+}
+
+/// `cancel`: TERM to the job's process group, KILL after the grace; says what it did
+/// and how the job's end was recorded.
+pub fn cancel(opened: &Opened, args: &Cancel) -> Result<()> {
+    let Some(report) = inspect(opened)? else {
+        return Ok(());
+    };
+    let session = &opened.session;
+    let run = pick_job(&report, args.id.job.as_deref(), session, true)?;
+    let job = run.job();
+    if !run.running {
+        println!(
+            "job {} of {} on {} is not running ({}): nothing to cancel",
+            job.run,
+            job.release,
+            session.host,
+            run.outcome()
+        );
+        return Ok(());
+    }
+    step(&format!("cancel job {}", job.run));
+    let Some(lines) = session.stop_job(&job, args.grace * 10)? else {
+        return Ok(());
+    };
+    for line in &lines {
+        let mut words = line.split(' ');
+        match (words.next(), words.next()) {
+            (Some("none"), _) => println!("job {} was no longer running", job.run),
+            (Some("term"), Some(group)) => {
+                println!("sent SIGTERM to job {}'s process group {group}", job.run)
+            }
+            (Some("ended"), Some(tenths)) => {
+                let tenths: u64 = tenths.parse().unwrap_or(0);
+                println!("it ended within {}.{}s", tenths / 10, tenths % 10)
+            }
+            (Some("killed"), Some(group)) => println!(
+                "it had not ended {}s after SIGTERM: sent SIGKILL to its process group {group}",
+                args.grace
+            ),
+            _ => {}
+        }
+    }
+    match session.await_end(&job, Duration::from_secs(10))? {
+        Some(State::Ended(e)) => println!(
+            "job {} of {} on {}: {}; its results stay there (`{}` fetches them)",
+            job.run,
+            job.release,
+            session.host,
+            e.describe_with_time(),
+            session.command_line("attach", std::slice::from_ref(&job.run))
+        ),
+        Some(State::Running) => println!(
+            "job {} on {} has not recorded its end yet: `{}` shows it",
+            job.run,
+            session.host,
+            session.command_line("status", &[])
+        ),
+        Some(State::Gone) => println!(
+            "job {} on {} ended without recording its status",
+            job.run, session.host
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
+/// `unlock`: breaks the deploy folder's lock, saying whose it was.
+pub fn unlock(opened: &Opened) -> Result<()> {
+    let session = &opened.session;
+    step("break the deploy folder's lock");
+    let outcome = session
+        .ssh
+        .script(unlock_script(), std::slice::from_ref(&session.layout.dir))
+        .limit(QUICK_STEP)
+        .run(session.dry_run)?;
+    let Some(o) = expect_success(&session.ssh, outcome, "breaking the lock", None)? else {
+        return Ok(());
+    };
+    let (dir, host) = (&session.layout.dir, &session.host);
+    match Unlocked::parse(&o.stdout) {
+        Unlocked::Free => println!("the lock of {dir} on {host} was free: no one held it"),
+        Unlocked::Left { holder } => println!(
+            "the lock of {dir} on {host} was free; it still named {holder}, which ended \
+             without clearing it: cleared"
+        ),
+        Unlocked::Broken {
+            holder,
+            stopped,
+            moved,
+        } => {
+            println!("broke the lock of {dir} on {host}, held by {holder}");
+            if let Some(pid) = stopped {
+                println!("  stopped its holding shell on the host (pid {pid})");
+            }
+            if let Some(file) = moved {
+                println!(
+                    "  a process that is no deploy's still held it, so the lock moved to a \
+                     fresh file (the old one is {file})"
+                );
+            }
+            println!(
+                "  (the command that held it loses its lock: it stops before changing anything \
+                 more)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `list`: the releases, newest first, each with its runs; then the leftovers.
@@ -201,8 +423,22 @@ pub fn clean(opened: &mut Opened, keep: usize) -> Result<()> {
         if kept.contains(&release.name.as_str()) {
             continue;
         }
-        if kept.len() < keep || running {
+        if kept.len() < keep {
             kept.push(&release.name);
+        } else if running {
+            // The job's records say it runs there: its release stays, whoever holds the
+            // lock (a job's run holds none).
+            kept.push(&release.name);
+            let jobs: Vec<&str> = report
+                .runs_of(&release.name)
+                .filter(|r| r.running)
+                .map(|r| r.run.as_str())
+                .collect();
+            println!(
+                "keeping releases/{}: job {} runs on it",
+                release.name,
+                jobs.join(", ")
+            );
         } else {
             remove.push(release.name.clone());
         }

@@ -1,6 +1,7 @@
 //! `cargo xtask deploy`: ships a bundle to a GPU host over ssh, checks it there, runs it
-//! and brings the results back; and its subcommands, which look after the releases a
-//! host holds (`status`, `list`, `rollback`, `clean`, `run`, `stage`).
+//! and brings the results back; and its subcommands, which look after the releases and
+//! jobs a host holds (`status`, `list`, `rollback`, `clean`, `run`, `stage`, `logs`,
+//! `attach`, `cancel`, `unlock`).
 //!
 //! A deploy's steps, each shown as one line (`== copy the bundle`) and, with `--verbose`,
 //! with the ssh and rsync commands that make it up echoed before they run (`--dry-run`
@@ -18,20 +19,24 @@
 //! 4. run the bundle's `preflight.sh` there (GPU, compute capability, driver, libraries,
 //!    free disk), under `--preflight-timeout`;
 //! 5. only then give the upload its release's name and switch `current` to it;
-//! 6. run `run.sh ARGS` with its output streamed, under `--job-timeout`, in a fresh
-//!    `runs/<release>/<run>/`, with a record of the run beside it;
-//! 7. rsync that folder back into `target/deploy/<host>/<release>/<run>/`.
+//! 6. start `run.sh ARGS` detached in a fresh `runs/<release>/<run>/` (see [`job`]), with
+//!    a record of the run, its log and, when it ends, its exit file beside it; let the
+//!    lock go (it covers the folder's changes and the job's start, not its run);
+//! 7. follow the job's log until it ends (`--detach`: return at once), then rsync its
+//!    folder back into `target/deploy/<host>/<release>/<run>/`.
 //!
-//! Ctrl-C (or SIGTERM) stops the step that runs, the job on the host included, closes
-//! the connection and removes the local temporaries; the exit status is then the
-//! shells' (130, or 143 for SIGTERM). Each failure is a [`DeployError`] that names what
-//! was expected and what was found.
+//! Ctrl-C (or SIGTERM) stops the step that runs, the job on the host included (unless
+//! `--keep-running-on-interrupt`), closes the connection and removes the local
+//! temporaries; the exit status is then the shells' (130, or 143 for SIGTERM). A lost
+//! connection leaves the job running and names the `attach` that picks it up. Each
+//! failure is a [`DeployError`] that names what was expected and what was found.
 //!
 //! `--remote-path-prefix` is a test hook: it puts a folder first on the remote PATH for
 //! the preflight and the job, which is how the tests (`tests/deploy.rs`) put their
 //! stand-in `nvidia-smi` in front of the host's (which on the test machine is none).
 
 mod error;
+mod job;
 mod lock;
 mod manage;
 pub mod remote;
@@ -58,6 +63,7 @@ use crate::bundle::build_info::{self, Revision};
 use crate::bundle::contents::{BUILD_INFO, GPU_TESTS_PROGRAM, PREFLIGHT_SH, RUN_SH};
 use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::DEFAULT_MIN_FREE_MIB;
+use crate::cmd;
 use crate::cmd::Workspace;
 use crate::lock::{FolderLock, Wait};
 use crate::programs::DEMO;
@@ -70,10 +76,11 @@ use crate::programs::DEMO;
 /// (`dqn-3e675b0-dirty-1f2e3d4c5b6a`). A release already on the host is verified and
 /// reused, not copied: deploying what is live again copies nothing. Otherwise only the
 /// files that differ from the live release travel; the rest are copied on the host.
-/// Another deploy to the same folder waits for this one (or, with --no-wait, fails).
-/// Ctrl-C stops the job on the host too, closes the connection and removes the local
-/// temporaries. The subcommands look after the releases a host holds; with no
-/// subcommand, `cargo xtask deploy --host H` deploys.
+/// Another deploy to the same folder waits for this one's changes to it (or, with
+/// --no-wait, fails), not for its job, which runs detached on the host. Ctrl-C stops the
+/// job on the host too (unless --keep-running-on-interrupt), closes the connection and
+/// removes the local temporaries. The subcommands look after the releases and jobs a
+/// host holds; with no subcommand, `cargo xtask deploy --host H` deploys.
 #[derive(Debug, Args)]
 pub struct Deploy {
     #[command(subcommand)]
@@ -122,6 +129,20 @@ pub enum Action {
     /// Uploads and checks a bundle (checksums, preflight) without switching `current`; a
     /// later deploy of the same bundle switches to it without copying.
     Stage(Stage),
+    /// Shows a job's log: its last lines, and with --follow what comes until it ends (a
+    /// Ctrl-C stops the following, not the job).
+    Logs(Logs),
+    /// Reattaches to a job (after a lost connection, or a --detach): follows its log
+    /// until it ends, then fetches its results. Ctrl-C stops the job, as during a deploy,
+    /// unless --keep-running-on-interrupt.
+    Attach(Attach),
+    /// Stops a running job: SIGTERM to its process group, SIGKILL after --grace seconds
+    /// if it has not ended. Its exit is recorded as cancelled; its results stay on the
+    /// host.
+    Cancel(Cancel),
+    /// Breaks the deploy folder's lock by hand: stops the shell holding it and says whose
+    /// it was (or that no one held it).
+    Unlock(HostOnly),
 }
 
 /// The host, the deploy folder there and how to reach it: what every command takes.
@@ -135,7 +156,7 @@ pub struct HostArgs {
     pub host: Option<Target>,
     /// The deploy folder on the host; a relative path (or `~/PATH`) is taken from the
     /// remote home.
-    #[arg(long, value_name = "PATH", default_value = "stepgraph", value_parser = remote_dir)]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_DIR, value_parser = remote_dir)]
     pub dir: String,
     /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
     #[arg(long, value_name = "PATH")]
@@ -201,6 +222,12 @@ pub struct PreflightArgs {
     pub no_gpu_checks: bool,
 }
 
+/// Where results go unless `--fetch-to` says otherwise.
+const DEFAULT_FETCH_TO: &str = "target/deploy";
+
+/// The deploy folder unless `--dir` says otherwise.
+const DEFAULT_DIR: &str = "stepgraph";
+
 /// How the job runs and where its results go.
 #[derive(Debug, Args)]
 pub struct JobArgs {
@@ -210,14 +237,77 @@ pub struct JobArgs {
     pub job_timeout: u32,
     /// Where results are fetched to, as `<DIR>/<host>/<release>/<run>/` (relative paths are
     /// taken from the workspace root).
-    #[arg(long, value_name = "DIR", default_value = "target/deploy")]
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_FETCH_TO)]
     pub fetch_to: PathBuf,
+    /// Start the job and return at once, printing the commands that follow its log,
+    /// attach to it (and fetch its results) and cancel it.
+    #[arg(long)]
+    pub detach: bool,
+    /// A Ctrl-C (or SIGTERM) stops following the job and leaves it running on the host,
+    /// rather than stopping it; the commands to reattach and cancel are printed.
+    #[arg(long, conflicts_with = "detach")]
+    pub keep_running_on_interrupt: bool,
     /// Passed to the job (`cargo xtask deploy --host h100 -- --quick`).
     #[arg(last = true)]
     pub args: Vec<String>,
 }
 
-/// `status`, `list`, `rollback`: the host alone.
+/// Which job: its id (the run's name), or by default the newest running job (else the
+/// newest job).
+#[derive(Debug, Args)]
+pub struct JobId {
+    #[arg(value_name = "JOB")]
+    pub job: Option<String>,
+}
+
+/// `logs`.
+#[derive(Debug, Args)]
+pub struct Logs {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub id: JobId,
+    /// Keep showing what the job writes until it ends.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// How many of the log's last lines to show first.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub lines: u32,
+}
+
+/// `attach`.
+#[derive(Debug, Args)]
+pub struct Attach {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub id: JobId,
+    /// How many of the log's last lines to show first.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub lines: u32,
+    /// A Ctrl-C (or SIGTERM) stops following and leaves the job running, rather than
+    /// stopping it.
+    #[arg(long)]
+    pub keep_running_on_interrupt: bool,
+    /// Where results are fetched to, as `<DIR>/<host>/<release>/<run>/` (relative paths are
+    /// taken from the workspace root).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_FETCH_TO)]
+    pub fetch_to: PathBuf,
+}
+
+/// `cancel`.
+#[derive(Debug, Args)]
+pub struct Cancel {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub id: JobId,
+    /// Seconds the job is given to end after SIGTERM before it is sent SIGKILL.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = seconds)]
+    pub grace: u32,
+}
+
+/// `status`, `list`, `rollback`, `unlock`: the host alone.
 #[derive(Debug, Args)]
 pub struct HostOnly {
     #[command(flatten)]
@@ -270,8 +360,13 @@ impl Deploy {
             None => &self.ship.host,
             Some(Action::Stage(s)) => &s.host,
             Some(Action::Run(r)) => &r.host,
-            Some(Action::Status(h) | Action::List(h) | Action::Rollback(h)) => &h.host,
+            Some(Action::Status(h) | Action::List(h) | Action::Rollback(h) | Action::Unlock(h)) => {
+                &h.host
+            }
             Some(Action::Clean(c)) => &c.host,
+            Some(Action::Logs(l)) => &l.host,
+            Some(Action::Attach(a)) => &a.host,
+            Some(Action::Cancel(c)) => &c.host,
         }
     }
 
@@ -287,6 +382,10 @@ impl Deploy {
             Some(Action::List(h)) => manage::list(&mut open(&h.host, false)?),
             Some(Action::Rollback(h)) => manage::rollback(&mut open(&h.host, true)?),
             Some(Action::Clean(c)) => manage::clean(&mut open(&c.host, true)?, c.keep as usize),
+            Some(Action::Logs(l)) => manage::logs(&open(&l.host, false)?, &l),
+            Some(Action::Attach(a)) => attach(&a, ws),
+            Some(Action::Cancel(c)) => manage::cancel(&open(&c.host, false)?, &c),
+            Some(Action::Unlock(h)) => manage::unlock(&open(&h.host, false)?),
         }
     }
 }
@@ -302,6 +401,30 @@ impl HostArgs {
         } else {
             Wait::Upto(Duration::from_secs(self.lock_timeout.into()))
         }
+    }
+
+    /// The options that reach the same deploy folder again, for the commands a message
+    /// names: `--host`, and those of `--dir`, `--key`, `--known-hosts`, `--ssh-config`
+    /// and `--connect-timeout` that were given.
+    fn again(&self) -> Vec<String> {
+        let mut words = vec!["--host".to_string(), self.target().to_string()];
+        if self.dir != DEFAULT_DIR {
+            words.extend(["--dir".into(), self.dir.clone()]);
+        }
+        let paths = [
+            ("--key", &self.key),
+            ("--known-hosts", &self.known_hosts),
+            ("--ssh-config", &self.ssh_config),
+        ];
+        for (flag, path) in paths {
+            if let Some(p) = path {
+                words.extend([flag.to_string(), p.display().to_string()]);
+            }
+        }
+        if self.connect_timeout != 10 {
+            words.extend(["--connect-timeout".into(), self.connect_timeout.to_string()]);
+        }
+        words
     }
 
     /// What can be checked before building or connecting: the folder name, the key, the
@@ -346,6 +469,13 @@ impl std::fmt::Debug for Opened {
 }
 
 impl Opened {
+    /// Lets the deploy folder's lock go: what follows (a job's run) needs no lock.
+    fn release_lock(&mut self) {
+        if self.lock.take().is_some() {
+            ssh::echo("(the deploy folder's lock is let go)");
+        }
+    }
+
     /// Fails when the lock's session went away (the connection dropped): what the lock
     /// guarded can no longer be trusted to be this command's alone.
     fn check_lock(&mut self) -> Result<()> {
@@ -393,6 +523,7 @@ fn open(args: &HostArgs, lock: bool) -> Result<Opened> {
         run,
         path_prefix: args.remote_path_prefix.clone().unwrap_or_default(),
         by,
+        again: args.again(),
         dry_run: args.dry_run,
     };
     let lock = if lock {
@@ -431,8 +562,119 @@ impl JobArgs {
             timeout: Duration::from_secs(self.job_timeout.into()),
             results_root: ws.root.join(&self.fetch_to).join(host.label()),
             command,
+            detach: self.detach,
+            keep_running: self.keep_running_on_interrupt,
+            fetch_to: fetch_to_words(&self.fetch_to),
         }
     }
+}
+
+/// `--fetch-to DIR` for the `attach` a message names, when DIR is not the default.
+fn fetch_to_words(dir: &Path) -> Vec<String> {
+    if dir == Path::new(DEFAULT_FETCH_TO) {
+        Vec::new()
+    } else {
+        vec!["--fetch-to".into(), dir.display().to_string()]
+    }
+}
+
+/// Starts the job of `release` (under the lock, so that `clean` sees it running), lets
+/// the lock go and, unless `--detach`, follows it to its end and fetches its results.
+/// `None` when it was detached.
+fn launch(
+    opened: &mut Opened,
+    release: &str,
+    plan: &JobPlan<'_>,
+    gpu_checks: bool,
+) -> Result<Option<session::JobRun>> {
+    opened.check_lock()?;
+    let job = opened.session.start_job(release, plan, gpu_checks)?;
+    opened.release_lock();
+    let session = &opened.session;
+    if plan.detach {
+        if !session.dry_run {
+            session.say_detached(&job, &plan.fetch_to);
+        }
+        return Ok(None);
+    }
+    let watch = job::Watch {
+        lines: "+1",
+        keep_running: plan.keep_running,
+        limit: Some(job::fresh_limit(plan.timeout)),
+        results_root: &plan.results_root,
+        command: job_command(session, release, plan.args),
+    };
+    session.see_through(&job, &watch, &plan.fetch_to).map(Some)
+}
+
+/// What a job of `release` runs, as a failure names it.
+fn job_command(session: &Session, release: &str, args: &[String]) -> String {
+    let mut words = vec![
+        "bash".to_string(),
+        format!("{}/{RUN_SH}", session.layout.release_dir(release)),
+    ];
+    words.extend(args.iter().cloned());
+    cmd::quote_words(&words)
+}
+
+/// `attach`: follows a job to its end (or finds it ended) and fetches its results.
+fn attach(args: &Attach, ws: &Workspace) -> Result<()> {
+    let opened = open(&args.host, false)?;
+    let session = &opened.session;
+    step("find the job");
+    let Some(report) = session.inspect()? else {
+        eprintln!(
+            "
+dry run: nothing was run, here or on {}",
+            session.host
+        );
+        return Ok(());
+    };
+    let run = manage::pick_job(&report, args.id.job.as_deref(), session, false)?;
+    let job = job::JobRef {
+        release: run.release.clone(),
+        run: run.run.clone(),
+    };
+    eprintln!(
+        "job {} of {} on {}: {}",
+        job.run,
+        job.release,
+        session.host,
+        run.outcome()
+    );
+    let args_of: Vec<String> = run.record["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let results_root = ws
+        .root
+        .join(&args.fetch_to)
+        .join(args.host.target().label());
+    let lines = args.lines.to_string();
+    let watch = job::Watch {
+        lines: &lines,
+        keep_running: args.keep_running_on_interrupt,
+        limit: job::follow_limit(run.started(), run.record["timeout_s"].as_u64()),
+        results_root: &results_root,
+        command: job_command(session, &job.release, &args_of),
+    };
+    let ran = session.see_through(&job, &watch, &fetch_to_words(&args.fetch_to))?;
+    if let Some(failed) = ran.failed {
+        return Err(failed.into());
+    }
+    eprintln!(
+        "
+job {} of {} on {} finished; results in {}",
+        job.run,
+        job.release,
+        session.host,
+        ran.results.display()
+    );
+    Ok(())
 }
 
 /// A deploy (`job`: then the job runs) or a stage (`job` is `None`: `current` stays).
@@ -524,27 +766,37 @@ fn ship(
     if upload || !live {
         session.place(&release, upload, "switched")?;
     }
-    let ran = session.run_job(
-        &release,
-        &job.plan(ws, host.target(), "deploy"),
-        !preflight.no_gpu_checks,
-    )?;
-    if let Some(failed) = ran.failed {
-        return Err(failed.into());
-    }
+    let plan = job.plan(ws, host.target(), "deploy");
+    let ran = launch(&mut opened, &release, &plan, !preflight.no_gpu_checks)?;
+    let session = &opened.session;
+    let results = match ran {
+        Some(session::JobRun {
+            failed: Some(failed),
+            ..
+        }) => return Err(failed.into()),
+        Some(ran) => Some(ran.results),
+        None => None,
+    };
+    let unchecked = if preflight.no_gpu_checks {
+        ", WITHOUT the preflight's GPU checks"
+    } else {
+        ""
+    };
     if dry_run {
         eprintln!("\ndry run: nothing was run, here or on {}", session.host);
-    } else {
+    } else if let Some(results) = results {
         eprintln!(
-            "\ndeployed {release} to {} ({} -> releases/{release}){}; results in {}",
+            "\ndeployed {release} to {} ({} -> releases/{release}){unchecked}; results in {}",
             session.host,
             session.layout.current(),
-            if preflight.no_gpu_checks {
-                ", WITHOUT the preflight's GPU checks"
-            } else {
-                ""
-            },
-            ran.results.display()
+            results.display()
+        );
+    } else {
+        eprintln!(
+            "deployed {release} to {} ({} -> releases/{release}){unchecked}; its job runs \
+             detached",
+            session.host,
+            session.layout.current(),
         );
     }
     Ok(())
@@ -563,21 +815,22 @@ fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
     eprintln!("current -> releases/{release}");
     manage::verify_current(session, &release)?;
     session.preflight(&session.layout.release_dir(&release), args.preflight.plan())?;
-    opened.check_lock()?;
+    let plan = args.job.plan(ws, args.host.target(), "run");
+    let ran = launch(&mut opened, &release, &plan, !args.preflight.no_gpu_checks)?;
     let session = &opened.session;
-    let ran = session.run_job(
-        &release,
-        &args.job.plan(ws, args.host.target(), "run"),
-        !args.preflight.no_gpu_checks,
-    )?;
-    if let Some(failed) = ran.failed {
-        return Err(failed.into());
+    match ran {
+        Some(ran) => {
+            if let Some(failed) = ran.failed {
+                return Err(failed.into());
+            }
+            eprintln!(
+                "\nran {release} again on {}; results in {}",
+                session.host,
+                ran.results.display()
+            );
+        }
+        None => eprintln!("started {release} again on {}, detached", session.host),
     }
-    eprintln!(
-        "\nran {release} again on {}; results in {}",
-        session.host,
-        ran.results.display()
-    );
     Ok(())
 }
 

@@ -12,14 +12,25 @@
 //! <dir>/current -> releases/<release>      switched only after the checks pass
 //! <dir>/runs/<release>/<run>/              each run's results folder (what is fetched back)
 //! <dir>/runs/<release>/<run>.json          the run's record: what started it, how, when
-//! <dir>/runs/<release>/<run>.exit          `<status> <end> <start>` (unix times), written
-//!                                          when it ends
-//! <dir>/runs/.<run>.pid                    while a job or preflight runs: its process group
+//! <dir>/runs/<release>/<run>.log           the job's output (stdout and stderr), as it comes
+//! <dir>/runs/<release>/<run>.exit          `<status> <end> <start> <how>` (unix times; how:
+//!                                          `exited`, `timed-out`, `signal <NAME>`,
+//!                                          `cancelled <NAME>`), written when it ends
+//! <dir>/runs/.<run>.pid                    while a job runs: its process group and its
+//!                                          supervisor's pid (a preflight's: its group)
+//! <dir>/runs/.<run>.cancel                 while a cancel stops it: the signal sent
 //! <dir>/history                            one line per change of `current` and per stage:
 //!                                          `<unix time> <event> <release> <from> <by>`,
 //!                                          tab-separated
-//! <dir>/.lock                              the deploy folder's lock (see `lock.rs`)
+//! <dir>/.lock                              the deploy folder's lock (see `lock.rs`): its
+//!                                          holder, and `@ pid <pid on the host>`
 //! ```
+//!
+//! A job runs detached from the connection that started it ([`START`], [`JOB`]): in a
+//! session of its own, its output going to its log, its end recorded in its exit file
+//! by a supervisor that outlives it. The lock covers the changes to the folder (an
+//! upload, the switch of `current`, `clean`, `rollback`) and a job's start, not its run:
+//! what a running job uses is known from its records (`clean` keeps its release).
 //!
 //! A release's name says what it holds (the program, the revision, the hash of its
 //! content: see [`crate::bundle::build_info::Identity::release`]), so an upload never
@@ -121,17 +132,6 @@ printf '%s\t%s\t%s\t%s\t%s\n' "$(date +%s)" "$event" "$release" "${from:--}" "$b
 "#,
 };
 
-/// `WRITE FILE TEXT`: TEXT and a newline into FILE (its folder made), through a
-/// temporary file renamed over it, so a reader never sees half of it.
-pub const WRITE: Script = Script {
-    name: "write",
-    text: r#"set -eu
-mkdir -p -- "$(dirname -- "$1")"
-printf '%s\n' "$2" >"$1.tmp"
-mv -f -- "$1.tmp" "$1"
-"#,
-};
-
 /// `INSPECT DIR`: what the deploy folder holds, as sections each opened by a line
 /// `@@ <kind> <names...>`: `current <target>`, `lock free` or `lock held` (its holder on
 /// the next line), `release <name>` (its build-info.json follows), `leftover <name>` (an
@@ -147,7 +147,7 @@ if [ ! -e .lock ] || flock -n .lock true 2>/dev/null; then
     echo "@@ lock free"
 else
     echo "@@ lock held"
-    head -c 600 .lock | tr '\n' ' '
+    head -n 1 .lock | head -c 600
     echo
 fi
 for d in releases/* releases/.[!.]*; do
@@ -172,7 +172,8 @@ for record in runs/*/*.json; do
     if [ -f "runs/$rel/$run.exit" ]; then
         printf '@@ exit %s %s\n' "$rel" "$run"
         cat -- "runs/$rel/$run.exit"
-    elif pid="$(cat -- "runs/.$run.pid" 2>/dev/null)" && kill -0 -- "$pid" 2>/dev/null; then
+    elif [ -s "runs/.$run.pid" ] && read -r group super _ <"runs/.$run.pid" &&
+        kill -0 -- "${super:-$group}" 2>/dev/null; then
         printf '@@ running %s %s\n' "$rel" "$run"
     fi
 done
@@ -229,22 +230,167 @@ exit "$rc"
 "#,
 };
 
-/// `STOP PIDFILE`: ends the process group a [`GUARD`] runs, TERM first and KILL two
-/// seconds later; nothing to do when it already ended.
+/// `STOP PIDFILE GRACE_TENTHS MARKER`: ends the process group a [`GUARD`] or a [`JOB`]
+/// runs (the first word of PIDFILE), TERM first and KILL when it has not ended
+/// GRACE_TENTHS tenths of a second later. MARKER (when not empty) gets the signal's name
+/// first, so that the job's exit file says it was cancelled. Says what it did, a line a
+/// step: `none` (nothing ran), `term <group>`, `ended <tenths>`, `killed <group>`.
 pub const STOP: Script = Script {
     name: "stop",
     text: r#"set -u
-pid="$(cat -- "$1" 2>/dev/null)" || exit 0
-case "$pid" in
-    '' | *[!0-9]*) exit 0 ;;
+pidfile=$1 grace=$2 marker=$3
+group=
+if [ -s "$pidfile" ]; then
+    read -r group _ <"$pidfile" || true
+fi
+case "$group" in
+    '' | *[!0-9]*) echo none; exit 0 ;;
 esac
-kill -TERM -- "-$pid" 2>/dev/null || kill -TERM -- "$pid" 2>/dev/null || exit 0
-for _ in $(seq 40); do
-    kill -0 -- "-$pid" 2>/dev/null || exit 0
+if ! kill -0 -- "-$group" 2>/dev/null; then
+    echo none
+    exit 0
+fi
+if [ -n "$marker" ]; then
+    echo TERM >"$marker"
+fi
+kill -TERM -- "-$group" 2>/dev/null || kill -TERM -- "$group" 2>/dev/null
+echo "term $group"
+for i in $(seq "$grace"); do
+    if ! kill -0 -- "-$group" 2>/dev/null; then
+        echo "ended $i"
+        exit 0
+    fi
+    sleep 0.1
+done
+if [ -n "$marker" ]; then
+    echo KILL >"$marker"
+fi
+kill -KILL -- "-$group" 2>/dev/null
+echo "killed $group"
+exit 0
+"#,
+};
+
+/// `JOB PIDFILE LIMIT_S PATH_PREFIX EXITFILE MARKER COMMAND...`: the supervisor of a
+/// detached job, which [`START`] runs in a session of its own with its output going to
+/// the job's log. `timeout` leads the job's own process group (which [`STOP`] signals)
+/// and holds its limit; this shell, outside that group, outlives the job to write
+/// EXITFILE: `<status> <end> <start> <how>`, how being `exited`, `timed-out`, `signal
+/// <NAME>` or, when MARKER names the signal a cancel sent, `cancelled <NAME>`. PIDFILE
+/// holds `<group> <this shell's pid>` while it runs.
+pub const JOB: Script = Script {
+    name: "job",
+    text: r#"set -u
+pidfile=$1 limit=$2 prefix=$3 exitfile=$4 marker=$5
+shift 5
+if [ -n "$prefix" ]; then
+    export PATH="$prefix:$PATH"
+fi
+start="$(date +%s)"
+timeout --kill-after=5 "$limit" "$@" </dev/null &
+job=$!
+printf '%s %s\n' "$job" "$$" >"$pidfile.tmp"
+mv -f -- "$pidfile.tmp" "$pidfile"
+# A signal to this shell goes on to the job; the shell stays to record the end.
+got=
+trap 'got=1; kill -TERM -- "-$job" 2>/dev/null' TERM INT HUP
+wait "$job"
+rc=$?
+while [ -n "$got" ] && [ "$rc" -gt 128 ]; do
+    got=
+    wait "$job"
+    rc=$?
+done
+end="$(date +%s)"
+how=exited
+if [ -s "$marker" ]; then
+    how="cancelled $(tail -n 1 -- "$marker")"
+elif { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ $((end - start)) -ge "$limit" ]; then
+    how=timed-out
+elif [ "$rc" -gt 128 ] && [ "$rc" -lt 192 ]; then
+    how="signal $(kill -l "$rc" 2>/dev/null || echo $((rc - 128)))"
+fi
+printf '%s %s %s %s\n' "$rc" "$end" "$start" "$how" >"$exitfile.tmp"
+mv -f -- "$exitfile.tmp" "$exitfile"
+rm -f -- "$pidfile" "$marker"
+"#,
+};
+
+/// `START SUPERVISOR PIDFILE LOG RECORDFILE RECORD LIMIT_S PATH_PREFIX EXITFILE MARKER
+/// COMMAND...`: writes the run's record, then starts SUPERVISOR (the text of [`JOB`])
+/// with the rest in a session of its own (`setsid`), detached from this connection,
+/// its output into LOG; prints `started <group> <supervisor pid>` once it runs (or
+/// `started` when it has already ended).
+pub const START: Script = Script {
+    name: "start",
+    text: r#"set -eu
+supervisor=$1 pidfile=$2 log=$3 recordfile=$4 record=$5
+shift 5
+exitfile=$3
+mkdir -p -- "$(dirname -- "$pidfile")" "$(dirname -- "$recordfile")"
+printf '%s\n' "$record" >"$recordfile.tmp"
+mv -f -- "$recordfile.tmp" "$recordfile"
+: >"$log"
+setsid bash -c "$supervisor" stepgraph-job "$pidfile" "$@" </dev/null >>"$log" 2>&1 &
+for _ in $(seq 200); do
+    if [ -s "$pidfile" ] || [ -e "$exitfile" ]; then
+        break
+    fi
     sleep 0.05
 done
-kill -KILL -- "-$pid" 2>/dev/null
-exit 0
+if [ -s "$pidfile" ]; then
+    printf 'started %s\n' "$(cat -- "$pidfile")"
+elif [ -e "$exitfile" ]; then
+    echo started
+else
+    echo "its supervisor did not start within 10s; the log says:" >&2
+    tail -n 20 -- "$log" >&2
+    exit 1
+fi
+"#,
+};
+
+/// `STATE PIDFILE EXITFILE`: how a job stands: `exit <its exit file>`, `running`, or
+/// `gone` (no exit recorded and no supervisor: the host went down, or it was killed).
+pub const STATE: Script = Script {
+    name: "state",
+    text: r#"set -u
+if [ -f "$2" ]; then
+    printf 'exit %s\n' "$(cat -- "$2")"
+    exit 0
+fi
+if [ -s "$1" ] && read -r group super _ <"$1" && kill -0 -- "${super:-$group}" 2>/dev/null; then
+    echo running
+    exit 0
+fi
+# It may have ended between the two looks.
+if [ -f "$2" ]; then
+    printf 'exit %s\n' "$(cat -- "$2")"
+    exit 0
+fi
+echo gone
+"#,
+};
+
+/// `FOLLOW LOG PIDFILE EXITFILE LINES FOLLOW`: the last LINES lines of a job's log
+/// (`+1`: all of it) and, if FOLLOW is 1 and the job runs, what it writes next, until
+/// its supervisor ends (after it recorded the exit). Exits 3 when there is no log.
+pub const FOLLOW: Script = Script {
+    name: "follow",
+    text: r#"set -u
+log=$1 pidfile=$2 exitfile=$3 lines=$4 follow=$5
+if [ ! -f "$log" ]; then
+    echo "no log at $log" >&2
+    exit 3
+fi
+super=
+if [ "$follow" = 1 ] && [ ! -e "$exitfile" ] && [ -s "$pidfile" ]; then
+    read -r _ super _ <"$pidfile" || true
+fi
+if [ -n "$super" ] && kill -0 "$super" 2>/dev/null; then
+    exec tail -n "$lines" -s 0.2 --pid="$super" -F -- "$log"
+fi
+exec tail -n "$lines" -- "$log"
 "#,
 };
 
@@ -290,17 +436,23 @@ impl Layout {
         self.join("current")
     }
 
-    /// Where a [`GUARD`] writes the process group of what it runs (`name`: the run, or
-    /// `preflight-<run>`).
+    /// Where a [`GUARD`] or a [`JOB`] writes the process group of what it runs (`name`:
+    /// the run, or `preflight-<run>`).
     pub fn pidfile(&self, name: &str) -> String {
         self.join(&format!("runs/.{name}.pid"))
+    }
+
+    /// Where a cancel writes the signal it sends to the job `run`.
+    pub fn cancel_marker(&self, run: &str) -> String {
+        self.join(&format!("runs/.{run}.cancel"))
     }
 
     pub fn run_dir(&self, release: &str, run: &str) -> String {
         self.join(&format!("runs/{release}/{run}"))
     }
 
-    /// The run's record (`.json`) or exit file (`.exit`), beside its results folder.
+    /// The run's record (`.json`), log (`.log`) or exit file (`.exit`), beside its
+    /// results folder.
     pub fn run_file(&self, release: &str, run: &str, ext: &str) -> String {
         self.join(&format!("runs/{release}/{run}.{ext}"))
     }
@@ -356,7 +508,8 @@ mod tests {
     #[test]
     fn scripts_take_their_values_as_arguments() {
         for script in [
-            &PREPARE, &HASHES, &PLACE, &WRITE, &INSPECT, &REMOVE, &GUARD, &STOP,
+            &PREPARE, &HASHES, &PLACE, &INSPECT, &REMOVE, &GUARD, &STOP, &JOB, &START, &STATE,
+            &FOLLOW,
         ] {
             assert!(script.text.starts_with("set -"), "{}", script.name);
             assert!(script.text.contains("$1"), "{}", script.name);

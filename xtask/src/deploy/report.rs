@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::error::DeployError;
+use super::job::{Ending, JobRef, age};
 use super::remote;
 
 /// One release folder.
@@ -46,11 +47,9 @@ pub struct Run {
     pub run: String,
     /// Its record (see `Session::run_job`).
     pub record: Value,
-    /// `(status, unix time)` once it ended.
-    pub exit: Option<(i32, u64)>,
-    /// When it started, by the host's clock (from the exit file).
-    pub host_start: Option<u64>,
-    /// Whether its process group still runs.
+    /// How it ended, once it did.
+    pub exit: Option<Ending>,
+    /// Whether its supervisor still runs.
     pub running: bool,
 }
 
@@ -61,21 +60,22 @@ impl Run {
 
     /// How it went, in words: `exit status 0 after 12s`, `running`, `ended without a word`.
     pub fn outcome(&self) -> String {
-        match self.exit {
-            Some((code, at)) => {
-                let took = self
-                    .host_start
-                    .or(self.started())
-                    .map(|s| format!(" after {}s", at.saturating_sub(s)))
-                    .unwrap_or_default();
-                match code {
-                    124 | 137 => format!("stopped at its timeout{took}"),
-                    143 => format!("stopped (SIGTERM){took}"),
-                    c => format!("exit status {c}{took}"),
-                }
-            }
+        match &self.exit {
+            Some(e) if e.start.is_some() => e.describe_with_time(),
+            Some(e) => match self.started() {
+                Some(s) => format!("{} after {}", e.describe(), age(e.end.saturating_sub(s))),
+                None => e.describe(),
+            },
             None if self.running => "running".into(),
             None => "no exit recorded (the host went down, or it is starting)".into(),
+        }
+    }
+
+    /// The job this run is.
+    pub fn job(&self) -> JobRef {
+        JobRef {
+            release: self.release.clone(),
+            run: self.run.clone(),
         }
     }
 
@@ -196,7 +196,6 @@ impl Report {
                     run: word(2),
                     record: serde_json::from_str(body.trim()).unwrap_or(Value::Null),
                     exit: None,
-                    host_start: None,
                     running: false,
                 }),
                 "exit" | "running" => {
@@ -210,11 +209,7 @@ impl Report {
                     if word(0) == "running" {
                         run.running = true;
                     } else {
-                        let mut it = body.split_whitespace().map(str::parse::<u64>);
-                        if let (Some(Ok(code)), Some(Ok(at))) = (it.next(), it.next()) {
-                            run.exit = Some((code as i32, at));
-                            run.host_start = it.next().and_then(Result::ok);
-                        }
+                        run.exit = Ending::parse(&body);
                     }
                 }
                 "history" => {

@@ -9,23 +9,20 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::error::DeployError;
+use super::job::JobRef;
 use super::remote::{
-    self, GUARD, HASHES, HASHES_SEPARATOR, INSPECT, Layout, PLACE, PREPARE, STOP, Script, WRITE,
+    self, GUARD, HASHES, HASHES_SEPARATOR, INSPECT, Layout, PLACE, PREPARE, STOP, Script,
 };
 use super::report::Report;
 use super::ssh::{self, Disk, Outcome, Remote, Show, Ssh, Stop};
 use crate::bundle::build_info::RELEASE_HASH_DIGITS;
-use crate::bundle::contents::{PREFLIGHT_SH, RUN_SH};
+use crate::bundle::contents::PREFLIGHT_SH;
 use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::{FAIL_PREFIX, NO_GPU_CHECKS};
-use crate::cmd;
-
-/// How many of the job's last lines a failure shows.
-const TAIL_LINES: usize = 15;
 
 /// The bound on the small scripts (folders, hashes, the switch): seconds of work even
 /// for a large bundle on a slow disk; past this the host is not well.
-const QUICK_STEP: Duration = Duration::from_secs(120);
+pub const QUICK_STEP: Duration = Duration::from_secs(120);
 
 /// The bound on the steps that stop something (a remote job, the shared connection).
 pub const QUICK_STOP: Duration = Duration::from_secs(10);
@@ -51,6 +48,9 @@ pub struct Session {
     pub path_prefix: String,
     /// Who this is (`user@host, pid N`), for the history and the run records.
     pub by: String,
+    /// The options that reach this host's deploy folder again (`--host`, `--dir`, the
+    /// ssh options given), for the commands a message names.
+    pub again: Vec<String>,
     pub dry_run: bool,
 }
 
@@ -72,6 +72,12 @@ pub struct JobPlan<'a> {
     pub results_root: PathBuf,
     /// The command that started the run (`deploy`, `run`), for its record.
     pub command: &'static str,
+    /// Start the job and return (`--detach`).
+    pub detach: bool,
+    /// A Ctrl-C leaves the job running (`--keep-running-on-interrupt`).
+    pub keep_running: bool,
+    /// `--fetch-to DIR` when it is not the default, for the `attach` a message names.
+    pub fetch_to: Vec<String>,
 }
 
 /// What [`Session::prepare`] found on the host.
@@ -363,7 +369,7 @@ impl Session {
         eprintln!("\nstopping it on {}", self.host);
         let stopped = self
             .ssh
-            .script(&STOP, &[pidfile.to_string()])
+            .script(&STOP, &[pidfile.to_string(), "20".into(), String::new()])
             .limit(QUICK_STOP)
             .uninterruptible()
             .run(false);
@@ -464,100 +470,10 @@ impl Session {
         Ok(Some(Report::parse(&o.stdout)))
     }
 
-    /// Runs `run.sh ARGS` of `release` with its output streamed, its record written
-    /// first, and fetches its results. A failing job is returned, not raised, so that its
-    /// results are still fetched; a lost connection or a signal is raised.
-    pub fn run_job(&self, release: &str, job: &JobPlan<'_>, gpu_checks: bool) -> Result<JobRun> {
-        step("run the job");
-        let run_dir = self.layout.run_dir(release, &self.run);
-        let record = serde_json::json!({
-            "run": self.run,
-            "release": release,
-            "command": job.command,
-            "args": job.args,
-            "gpu_checks": gpu_checks,
-            "started_unix_s": now_unix_s(),
-            "timeout_s": job.timeout.as_secs(),
-            "by": self.by,
-        });
-        let outcome = self
-            .quick(
-                &WRITE,
-                &[
-                    self.layout.run_file(release, &self.run, "json"),
-                    record.to_string(),
-                ],
-            )
-            .run(self.dry_run)?;
-        expect_success(&self.ssh, outcome, "writing the run's record", None)?;
-
-        let mut script = vec![format!("{}/{RUN_SH}", self.layout.release_dir(release))];
-        script.extend(job.args.iter().cloned());
-        let mut command = vec![
-            "env".to_string(),
-            format!("OUT={run_dir}"),
-            "bash".to_string(),
-        ];
-        command.extend(script.iter().cloned());
-        let pidfile = self.layout.pidfile(&self.run);
-        let exitfile = self.layout.run_file(release, &self.run, "exit");
-        let outcome = self.guarded(&pidfile, job.timeout, &exitfile, &command)?;
-        let results = job.results_root.join(release).join(&self.run);
-        let failed = match outcome.filter(|o| !o.status.success() || o.stop.is_some()) {
-            None => None,
-            Some(o) => {
-                if let Some(Stop::Interrupted(signal)) = o.stop {
-                    return Err(interrupted(signal, "the job", &self.host).into());
-                }
-                let timed_out =
-                    matches!(o.stop, Some(Stop::TimedOut(_))) || timeout_status(&o, job.timeout);
-                // 255 is ssh's own failure (or a job that exits 255: then stderr names no
-                // cause).
-                if !timed_out
-                    && o.status.code() == Some(255)
-                    && let Some(e) = self
-                        .ssh
-                        .classify(&o.stderr, self.disk("the results", &run_dir))
-                {
-                    return Err(e.into());
-                }
-                let status = if timed_out {
-                    format!(
-                        "no end within {}s (--job-timeout): it was stopped",
-                        job.timeout.as_secs()
-                    )
-                } else {
-                    ssh::describe(o.status)
-                };
-                Some(DeployError::JobFailed {
-                    host: self.host.clone(),
-                    command: format!("bash {}", cmd::quote_words(&script)),
-                    status,
-                    tail: o.tail(TAIL_LINES),
-                    results: results.clone(),
-                })
-            }
-        };
-        let fetched = self.fetch(release, &results);
-        if let Some(failed) = failed {
-            // The job's failure is the news; a failed fetch only adds to it.
-            if let Err(e) = fetched {
-                eprintln!("warning: {e:#}");
-            }
-            return Ok(JobRun {
-                results,
-                failed: Some(failed),
-            });
-        }
-        fetched?;
-        Ok(JobRun {
-            results,
-            failed: None,
-        })
-    }
-
-    /// The run's results folder into `results`, and its record and exit file beside it.
-    fn fetch(&self, release: &str, results: &Path) -> Result<()> {
+    /// The job's results folder into `results`, and its record, log and exit file beside
+    /// it.
+    pub fn fetch_job(&self, job: &JobRef, results: &Path) -> Result<()> {
+        let (release, run) = (&job.release, &job.run);
         step("fetch the results");
         ssh::echo(format!("mkdir -p {}", results.display()));
         if !self.dry_run {
@@ -566,7 +482,7 @@ impl Session {
         }
         let mut from = vec![
             self.ssh
-                .remote(&format!("{}/", self.layout.run_dir(release, &self.run))),
+                .remote(&format!("{}/", self.layout.run_dir(release, run))),
         ];
         let fetch = self.ssh.rsync(
             &["--itemize-changes", RSYNC_IO_TIMEOUT],
@@ -585,13 +501,10 @@ impl Session {
             let (files, _) = itemized(&o.stdout);
             eprintln!("{files} files fetched");
         }
-        // The record and the exit file, beside the results folder.
+        // The record, the log and the exit file, beside the results folder.
         from.clear();
-        for ext in ["json", "exit"] {
-            from.push(
-                self.ssh
-                    .remote(&self.layout.run_file(release, &self.run, ext)),
-            );
+        for ext in ["json", "log", "exit"] {
+            from.push(self.ssh.remote(&self.layout.run_file(release, run, ext)));
         }
         let parent = results.parent().unwrap_or(results);
         let records = self.ssh.rsync(
@@ -804,7 +717,7 @@ pub fn expect_success(
 
 /// Why a step failed: ssh's own reasons (or a full disk) when its stderr gives them,
 /// else the step with its status and stderr.
-fn failure(ssh: &Ssh, o: Outcome, step: &'static str, disk: Option<Disk<'_>>) -> DeployError {
+pub fn failure(ssh: &Ssh, o: Outcome, step: &'static str, disk: Option<Disk<'_>>) -> DeployError {
     ssh.classify(&o.stderr, disk)
         .unwrap_or_else(|| DeployError::Step {
             step,
