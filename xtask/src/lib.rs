@@ -8,15 +8,10 @@
 //! A library as well as the binary so that the integration tests (`tests/deploy.rs`)
 //! write their test bundle with the same code as `cargo xtask bundle`.
 
-pub mod bundle;
-pub mod cmd;
 pub mod demo;
-pub mod deploy;
-pub mod install_nvcc;
-pub mod interrupt;
-pub mod lock;
 pub mod plan;
-pub mod programs;
 pub mod test;
 #[cfg(test)]
 mod tidy;
+
+pub use stepgraph_deploy::{bundle, cmd, deploy, install_nvcc, interrupt, lock, programs};
