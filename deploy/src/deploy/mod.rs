@@ -60,9 +60,9 @@ use crate::bundle::manifest::{self, Manifest};
 use crate::bundle::preflight_sh::DEFAULT_MIN_FREE_MIB;
 use crate::cmd::Workspace;
 use crate::lock::{FolderLock, Wait};
-use crate::programs::DEMO;
+use crate::project::Project;
 
-/// Bundles a program (`dqn` unless `--example` says otherwise), copies it to the host
+/// Bundles a program (the project's job unless `--program` says otherwise), copies it to the host
 /// over ssh, verifies its checksums there, runs the preflight, switches `current` to
 /// it, runs it and fetches its results.
 ///
@@ -76,6 +76,7 @@ use crate::programs::DEMO;
 /// subcommand, `cargo xtask deploy --host H` deploys.
 #[derive(Debug, Args)]
 pub struct Deploy {
+    /// What to do on the host; a deploy when none.
     #[command(subcommand)]
     pub action: Option<Action>,
     /// Show every ssh and rsync command before it runs, and the files rsync moves (by
@@ -135,7 +136,8 @@ pub struct HostArgs {
     pub host: Option<Target>,
     /// The deploy folder on the host; a relative path (or `~/PATH`) is taken from the
     /// remote home.
-    #[arg(long, value_name = "PATH", default_value = "stepgraph", value_parser = remote_dir)]
+    // Its default, the project's deploy folder, is set by `Project::set_defaults`.
+    #[arg(long, value_name = "PATH", default_value = "deploy", value_parser = remote_dir)]
     pub dir: String,
     /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
     #[arg(long, value_name = "PATH")]
@@ -170,10 +172,10 @@ pub struct HostArgs {
 /// Which bundle to ship.
 #[derive(Debug, Args)]
 pub struct BundleArgs {
-    /// The program to bundle and run (`dqn`, `fork_join`, `capture_cost`).
-    #[arg(long, default_value = DEMO, conflicts_with_all = ["bundle", "gpu_tests"])]
-    pub example: String,
-    /// Bundle and run the GPU tests (`cargo xtask bundle --gpu-tests`) instead.
+    /// The program to bundle and run, one of the project's (default: its job).
+    #[arg(long = "program", visible_alias = "example", value_name = "NAME", conflicts_with_all = ["bundle", "gpu_tests"])]
+    pub example: Option<String>,
+    /// Bundle and run the project's GPU tests (`cargo xtask bundle --gpu-tests`) instead.
     #[arg(long, conflicts_with = "bundle")]
     pub gpu_tests: bool,
     /// Deploy this bundle folder as it is, without building.
@@ -257,11 +259,12 @@ pub struct Stage {
 }
 
 impl Deploy {
-    pub fn run(self, ws: &Workspace) -> Result<()> {
+    /// Runs the command for `project`, whose workspace is `ws`.
+    pub fn run(self, project: &Project, ws: &Workspace) -> Result<()> {
         let host = self.host_args();
         ssh::set_verbose(self.verbose || host.dry_run);
         let dir = host.dir.clone();
-        self.act(ws)
+        self.act(project, ws)
             .map_err(|e| with_home_hint(e, &dir, std::env::var("HOME").ok()))
     }
 
@@ -275,13 +278,13 @@ impl Deploy {
         }
     }
 
-    fn act(self, ws: &Workspace) -> Result<()> {
+    fn act(self, project: &Project, ws: &Workspace) -> Result<()> {
         match self.action {
             None => {
                 let s = &self.ship;
-                ship(&s.host, &s.bundle, &s.preflight, Some(&s.job), ws)
+                ship(&s.host, &s.bundle, &s.preflight, Some(&s.job), project, ws)
             }
-            Some(Action::Stage(s)) => ship(&s.host, &s.bundle, &s.preflight, None, ws),
+            Some(Action::Stage(s)) => ship(&s.host, &s.bundle, &s.preflight, None, project, ws),
             Some(Action::Run(r)) => run_again(&r, ws),
             Some(Action::Status(h)) => manage::status(&mut open(&h.host, false)?),
             Some(Action::List(h)) => manage::list(&mut open(&h.host, false)?),
@@ -441,17 +444,18 @@ fn ship(
     bundle_args: &BundleArgs,
     preflight: &PreflightArgs,
     job: Option<&JobArgs>,
+    project: &Project,
     ws: &Workspace,
 ) -> Result<()> {
     let dry_run = host.dry_run;
     let mut opened = open(host, true)?;
-    let (bundle, bundle_lock, built) = bundle_args.folder(ws, host.wait(), dry_run)?;
+    let (bundle, bundle_lock, built) = bundle_args.folder(project, ws, host.wait(), dry_run)?;
     // A dry run builds nothing: the folder holds the last bundle built, not this tree's,
     // so its name and hashes are not this deploy's. The name is the tree's, its hash
     // left open.
     let (release, expected) = if dry_run && built {
         let tree = Revision::of(&ws.root);
-        let release = build_info::release_name(&bundle_args.program(), &tree, None);
+        let release = build_info::release_name(&bundle_args.program(project), &tree, None);
         (release, None)
     } else {
         (release_of(&bundle)?, Some(expected_hashes(&bundle)?))
@@ -583,11 +587,11 @@ fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
 
 impl BundleArgs {
     /// The program whose bundle is deployed, for a release name a dry run makes up.
-    fn program(&self) -> String {
+    fn program(&self, project: &Project) -> String {
         if self.gpu_tests {
             GPU_TESTS_PROGRAM.to_string()
         } else {
-            self.example.clone()
+            self.example.as_deref().unwrap_or(project.job()).to_string()
         }
     }
 
@@ -596,6 +600,7 @@ impl BundleArgs {
     /// rewriting it while it is copied (none in a dry run).
     fn folder(
         &self,
+        project: &Project,
         ws: &Workspace,
         wait: Wait,
         dry_run: bool,
@@ -620,13 +625,13 @@ impl BundleArgs {
             return Ok((dir.clone(), lock, false));
         }
         let bundle = Bundle {
-            example: (!self.gpu_tests).then(|| self.example.clone()),
+            example: self.example.clone().filter(|_| !self.gpu_tests),
             gpu_tests: self.gpu_tests,
             out: None,
             dry_run,
         };
         step("bundle");
-        let built = bundle.build(ws, wait)?;
+        let built = bundle.build(project, ws, wait)?;
         Ok((built.dir, built.lock, true))
     }
 }
