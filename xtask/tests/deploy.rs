@@ -22,6 +22,9 @@ use xtask::bundle::{Artifact, Contents, Kind, Runner};
 use xtask::project::needs;
 use xtask::test;
 
+#[path = "deploy/second_workspace.rs"]
+mod second_workspace;
+
 /// A GPU the preflight accepts, and one it refuses on every count.
 const GOOD_GPU: &str = "0, Stand-in H100 80GB HBM3, 9.0, 580.159.04";
 const OLD_GPU: &str = "0, Stand-in Tesla T4, 7.5, 570.86.15";
