@@ -5,18 +5,31 @@
 //! built as argument lists with [`std::process::Command`], never through a shell string,
 //! and every command that writes outside cargo's own folders takes `--dry-run`.
 //!
+//! `bundle` and `deploy` come from `stepgraph-deploy`, given this workspace's
+//! [`project`]; the other commands are modules here.
+//!
 //! A library as well as the binary so that the integration tests (`tests/deploy.rs`)
 //! write their test bundle with the same code as `cargo xtask bundle`.
 
-pub mod bundle;
-pub mod cmd;
 pub mod demo;
-pub mod deploy;
 pub mod install_nvcc;
-pub mod interrupt;
-pub mod lock;
 pub mod plan;
 pub mod programs;
+pub mod project;
 pub mod test;
 #[cfg(test)]
 mod tidy;
+
+pub use stepgraph_deploy::{bundle, cmd, interrupt, lock};
+
+use std::path::Path;
+
+use stepgraph_deploy::Workspace;
+
+/// This workspace: the folder above xtask's own.
+pub fn workspace() -> Workspace {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits one folder below the workspace root");
+    Workspace::new(root.to_path_buf())
+}

@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn render_profile_draws_the_committed_fixture() {
-        let ws = Workspace::locate();
+        let ws = crate::workspace();
         let out = scratch("render");
         let record = ws.root.join("tests/fixtures/fork_join.profile.json");
         RenderProfile {
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn render_profile_reports_a_bad_record_with_its_path_and_where() {
-        let ws = Workspace::locate();
+        let ws = crate::workspace();
         let dir = scratch("bad-record");
         let good =
             fs::read_to_string(ws.root.join("tests/fixtures/fork_join.profile.json")).unwrap();
@@ -319,7 +319,7 @@ mod tests {
 
     #[test]
     fn plan_of_an_unknown_example_lists_the_examples() {
-        let ws = Workspace::locate();
+        let ws = crate::workspace();
         let e = Plan {
             example: "no_such_example".into(),
             out: None,

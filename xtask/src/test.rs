@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn every_library_crate_of_the_workspace_is_checked_at_its_rust_version() {
-        let ws = Workspace::locate();
+        let ws = crate::workspace();
         let metadata =
             cmd::stdout_of(
                 ws.cargo()

@@ -359,7 +359,7 @@ fn workspace() -> PathBuf {
 
 /// The library crates, by folder.
 const LIBRARY_CRATES: &[&str] = &[
-    "runtime", "macros", "plan", "picture", "build", "kernels", "testkit", "envs",
+    "runtime", "macros", "plan", "picture", "build", "kernels", "testkit", "envs", "deploy",
 ];
 
 /// The runtime's layers, bottom up: a module's layer is its first segment's.

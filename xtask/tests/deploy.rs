@@ -19,8 +19,11 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use xtask::bundle::preflight_sh::GPU_QUERY;
 use xtask::bundle::{Artifact, Contents, Kind, Runner};
-use xtask::install_nvcc::Nvcc;
+use xtask::project::needs;
 use xtask::test;
+
+#[path = "deploy/second_workspace.rs"]
+mod second_workspace;
 
 /// A GPU the preflight accepts, and one it refuses on every count.
 const GOOD_GPU: &str = "0, Stand-in H100 80GB HBM3, 9.0, 580.159.04";
@@ -328,20 +331,18 @@ impl Host {
                 path: job,
             },
         )]);
-        let libraries: Vec<String> = libraries.iter().map(|l| l.to_string()).collect();
-        let nvcc = Nvcc {
-            path: "nvcc".into(),
-            version: "none: the test job has no kernels".into(),
-        };
         Contents {
             out: &out,
             bins: &bins,
             runner: &Runner::Job {
                 job: program.into(),
+                args: Vec::new(),
             },
-            libraries: &libraries,
+            needs: &needs().libraries(libraries.iter().copied()),
+            data: &[],
+            info: &no_kernels(),
         }
-        .write(workspace_root(), &nvcc, false)
+        .write(workspace_root(), false)
         .unwrap();
         out
     }
@@ -373,17 +374,18 @@ impl Host {
                 path: job,
             },
         )]);
-        let nvcc = Nvcc {
-            path: "nvcc".into(),
-            version: "none: the test job has no kernels".into(),
-        };
         Contents {
             out: &out,
             bins: &bins,
-            runner: &Runner::Job { job: "job".into() },
-            libraries: &["libc.so.6".to_string()],
+            runner: &Runner::Job {
+                job: "job".into(),
+                args: Vec::new(),
+            },
+            needs: &needs().libraries(["libc.so.6"]),
+            data: &[],
+            info: &no_kernels(),
         }
-        .write(workspace_root(), &nvcc, false)
+        .write(workspace_root(), false)
         .unwrap();
         out
     }
@@ -752,6 +754,14 @@ fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 fn write_executable(path: &Path, text: &str) {
     fs::write(path, text).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// What the test bundles' `build-info.json` says of nvcc.
+fn no_kernels() -> serde_json::Map<String, serde_json::Value> {
+    serde_json::Map::from_iter([(
+        "nvcc".to_string(),
+        "none: the test job has no kernels".into(),
+    )])
 }
 
 fn workspace_root() -> &'static Path {

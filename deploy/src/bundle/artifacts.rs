@@ -16,6 +16,7 @@ pub enum Kind {
 /// One executable cargo built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Artifact {
+    /// What it is for.
     pub kind: Kind,
     /// The cargo target's name (`gpu`, `fork_join`, `stepgraph_suite`).
     pub target: String,

@@ -1,4 +1,4 @@
-//! Writing a bundle folder from executables already built: `bin/`, `run.sh`,
+//! Writing a bundle folder from executables already built: `bin/`, `data/`, `run.sh`,
 //! `preflight.sh`, `build-info.json` and, last, `SHA256SUMS` over all of them.
 //!
 //! Separate from the cargo builds so that the deploy tests bundle a job that needs no GPU
@@ -13,18 +13,19 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::build_info::{self, BundledFile, Identity, Revision};
-use super::job_sh::JobScript;
+use super::job_sh::{DATA_DIR, JobScript};
 use super::manifest::{self, Manifest};
 use super::preflight_sh::Preflight;
 use super::run_sh::RunScript;
 use super::{Artifact, Kind, Runner};
 use crate::cmd;
-use crate::install_nvcc::Nvcc;
+use crate::project::{Data, Needs};
 
-/// The bundle's scripts and metadata files, at its top.
+/// The script that runs the bundle, at its top.
 pub const RUN_SH: &str = "run.sh";
+/// The script that checks a host can run the bundle, at its top.
 pub const PREFLIGHT_SH: &str = "preflight.sh";
-pub const BUILD_INFO: &str = "build-info.json";
+pub use super::build_info::FILE as BUILD_INFO;
 
 /// The program name of a GPU-test bundle's release.
 pub const GPU_TESTS_PROGRAM: &str = "gpu-tests";
@@ -42,20 +43,26 @@ const STRIP_ARGS: &[&str] = &["--strip-debug"];
 /// What goes into one bundle folder.
 #[derive(Debug)]
 pub struct Contents<'a> {
+    /// The bundle folder.
     pub out: &'a Path,
     /// Executables by their name in `bin/`. ELF files are stripped of debug info; other
     /// files (scripts) are copied as they are.
     pub bins: &'a BTreeMap<String, Artifact>,
+    /// What `run.sh` runs.
     pub runner: &'a Runner,
-    /// Libraries `preflight.sh` requires (file names, as the loader looks them up).
-    pub libraries: &'a [String],
+    /// What `preflight.sh` checks the host for.
+    pub needs: &'a Needs,
+    /// Data files and folders, copied under `data/`.
+    pub data: &'a [Data],
+    /// Facts the project's build setup adds to `build-info.json`.
+    pub info: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 impl Contents<'_> {
-    /// Clears `out` (only if it is a bundle), writes every file and the manifest. `nvcc`
-    /// is what built the kernels, for `build-info.json`.
-    pub fn write(&self, root: &Path, nvcc: &Nvcc, dry_run: bool) -> Result<()> {
-        if let Runner::Job { job } = self.runner
+    /// Clears `out` (only if it is a bundle), writes every file and the manifest.
+    /// `root` is the workspace's, whose git revision `build-info.json` records.
+    pub fn write(&self, root: &Path, dry_run: bool) -> Result<()> {
+        if let Runner::Job { job, .. } = self.runner
             && !dry_run
             && !self.bins.contains_key(job)
         {
@@ -125,17 +132,15 @@ impl Contents<'_> {
                 }
                 .render()
             }
-            Runner::Job { job } => JobScript { job }.render(),
+            Runner::Job { job, args } => JobScript { job, args }.render(),
         };
         write(&self.out.join(RUN_SH), &script, 0o755, dry_run)?;
-        let preflight = Preflight {
-            libraries: self.libraries,
-        }
-        .render();
+        let data = self.copy_data(dry_run)?;
+        let preflight = Preflight { needs: self.needs }.render();
         write(&self.out.join(PREFLIGHT_SH), &preflight, 0o755, dry_run)?;
 
         let program = match self.runner {
-            Runner::Job { job } => job.clone(),
+            Runner::Job { job, .. } => job.clone(),
             Runner::Suite { .. } => GPU_TESTS_PROGRAM.to_string(),
         };
         let content_sha256 = if dry_run {
@@ -150,7 +155,7 @@ impl Contents<'_> {
             revision: Revision::of(root),
             content_sha256,
         };
-        let info = build_info::render(root, &identity, nvcc, &files, self.libraries);
+        let info = build_info::render(root, &identity, self.info, &files, &data, self.needs);
         write(
             &self.out.join(BUILD_INFO),
             &format!("{}\n", serde_json::to_string_pretty(&info)?),
@@ -177,6 +182,73 @@ impl Contents<'_> {
         }
         Ok(())
     }
+}
+
+impl Contents<'_> {
+    /// Copies the data files under `data/`, returning their paths there (relative to
+    /// the bundle, `/`-separated).
+    fn copy_data(&self, dry_run: bool) -> Result<Vec<String>> {
+        let mut copied = Vec::new();
+        for data in self.data {
+            let dest = self.out.join(DATA_DIR).join(&data.rel);
+            eprintln!("$ cp -r {} {}", data.path.display(), dest.display());
+            if !dry_run {
+                copy_tree(
+                    &data.path,
+                    &dest,
+                    &mut copied,
+                    &format!("{DATA_DIR}/{}", data.rel),
+                )?;
+            }
+        }
+        Ok(copied)
+    }
+}
+
+/// Copies the file or folder `from` to `to`, plain files and folders only (a bundle's
+/// manifest lists only plain files), recording each file's bundle path in `copied`.
+fn copy_tree(from: &Path, to: &Path, copied: &mut Vec<String>, rel: &str) -> Result<()> {
+    let kind = fs::symlink_metadata(from)
+        .with_context(|| format!("could not read {}", from.display()))?
+        .file_type();
+    if kind.is_file() {
+        if rel.contains(['\\', '\n']) {
+            bail!(
+                "data {}: expected a file name without a backslash or a line break, which \
+                 SHA256SUMS cannot hold as is",
+                from.display()
+            );
+        }
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("could not create {}", parent.display()))?;
+        }
+        fs::copy(from, to)
+            .with_context(|| format!("could not copy {} into the bundle", from.display()))?;
+        copied.push(rel.to_string());
+    } else if kind.is_dir() {
+        fs::create_dir_all(to).with_context(|| format!("could not create {}", to.display()))?;
+        let mut entries = fs::read_dir(from)
+            .with_context(|| format!("could not list {}", from.display()))?
+            .collect::<std::io::Result<Vec<_>>>()
+            .with_context(|| format!("could not list {}", from.display()))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            copy_tree(
+                &entry.path(),
+                &to.join(&name),
+                copied,
+                &format!("{rel}/{name}"),
+            )?;
+        }
+    } else {
+        bail!(
+            "data {}: expected plain files and folders, found a link or a special file",
+            from.display()
+        );
+    }
+    Ok(())
 }
 
 /// Whether `path` starts with the ELF magic (what `strip` accepts).
@@ -250,26 +322,47 @@ mod tests {
                 path: job,
             },
         )]);
-        let nvcc = Nvcc {
-            path: "nvcc".into(),
-            version: "none (test)".into(),
-        };
+        let root = tmp.path().join("ws");
+        fs::create_dir_all(root.join("configs/sub")).unwrap();
+        fs::write(root.join("configs/a.toml"), "a = 1\n").unwrap();
+        fs::write(root.join("configs/sub/b.toml"), "b = 2\n").unwrap();
+        let data = [Data {
+            path: root.join("configs"),
+            rel: "configs".into(),
+        }];
+        let info = serde_json::Map::from_iter([("nvcc".to_string(), "none (test)".into())]);
         let contents = Contents {
             out: &out,
             bins: &bins,
-            runner: &Runner::Job { job: "job".into() },
-            libraries: &["libc.so.6".to_string()],
+            runner: &Runner::Job {
+                job: "job".into(),
+                args: Vec::new(),
+            },
+            needs: &Needs::new().library("libc.so.6"),
+            data: &data,
+            info: &info,
         };
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        contents.write(root, &nvcc, false).unwrap();
+        contents.write(&root, false).unwrap();
         // Rewriting clears the old bundle, stray files included.
         fs::write(out.join("stray"), "x").unwrap();
-        contents.write(root, &nvcc, false).unwrap();
+        contents.write(&root, false).unwrap();
 
         let listed = Manifest::read(&out).unwrap();
         assert_eq!(
             listed.entries.keys().collect::<Vec<_>>(),
-            [MARKER, "bin/job", BUILD_INFO, PREFLIGHT_SH, RUN_SH]
+            [
+                MARKER,
+                "bin/job",
+                BUILD_INFO,
+                "data/configs/a.toml",
+                "data/configs/sub/b.toml",
+                PREFLIGHT_SH,
+                RUN_SH
+            ]
+        );
+        assert_eq!(
+            fs::read_to_string(out.join("data/configs/sub/b.toml")).unwrap(),
+            "b = 2\n"
         );
         assert_eq!(
             fs::read_to_string(out.join("bin/job")).unwrap(),
@@ -283,7 +376,9 @@ mod tests {
         assert!(ok.success());
         let info: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(out.join(BUILD_INFO)).unwrap()).unwrap();
-        assert_eq!(info["needs"]["libraries"][0], "libc.so.6");
+        assert_eq!(info["needs"]["libraries"][1], "libc.so.6");
+        assert_eq!(info["nvcc"], "none (test)");
+        assert_eq!(info["data"][1], "data/configs/sub/b.toml");
         assert!(info["release"].as_str().is_some_and(|r| !r.is_empty()));
     }
 

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::error::DeployError;
-use super::job::{Ending, JobRef, age};
+use super::record::{Ending, JobRef, age};
 use super::remote;
 
 /// One release folder.

@@ -64,6 +64,7 @@ pub fn requested() -> Option<&'static str> {
 /// How a wait on a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waited {
+    /// The child exited.
     Exited(ExitStatus),
     /// The limit passed; the child still runs.
     TimedOut,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::error::DeployError;
-use super::job::{State, age};
 use super::lock::{Unlocked, unlock_script};
+use super::record::{State, age};
 use super::remote::REMOVE;
 use super::report::{Release, Report, Run};
 use super::session::{Check, QUICK_STEP, Session, expect_success, human_bytes, now_unix_s, step};

@@ -1,7 +1,7 @@
 //! Running commands: argument lists, echoed before they run, skipped in a dry run.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -16,13 +16,35 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    pub fn locate() -> Workspace {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("xtask sits one folder below the workspace root")
-            .to_path_buf();
+    /// The workspace at `root`, built by `$CARGO` (the cargo that runs this program, so
+    /// nested builds use the same toolchain), else `cargo`.
+    pub fn new(root: PathBuf) -> Workspace {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         Workspace { root, cargo }
+    }
+
+    /// The workspace around the current folder, as `cargo locate-project --workspace`
+    /// finds it.
+    pub fn find() -> Result<Workspace> {
+        let mut ws = Workspace::new(PathBuf::new());
+        let mut locate = Command::new(&ws.cargo);
+        locate.args(["locate-project", "--workspace", "--message-format", "plain"]);
+        let out = locate
+            .output()
+            .with_context(|| format!("could not start `{}`", display(&locate)))?;
+        if !out.status.success() {
+            bail!(
+                "expected to run inside a cargo workspace, found `{}` saying: {}",
+                display(&locate),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let manifest = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        ws.root = manifest
+            .parent()
+            .with_context(|| format!("`{}` named no folder", display(&locate)))?
+            .to_path_buf();
+        Ok(ws)
     }
 
     /// A `cargo` command run in the workspace root.

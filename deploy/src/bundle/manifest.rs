@@ -21,25 +21,24 @@ pub const FILE: &str = "SHA256SUMS";
 /// Paths (relative to the bundle, `/`-separated) and their sha256 in lowercase hex.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
+    /// Each file's sha256, by its path.
     pub entries: BTreeMap<String, String>,
 }
 
 /// One way a folder differs from its manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The fields are what the variants' names say.
 pub enum Mismatch {
+    /// A file's hash differs from the manifest's.
     Changed {
         path: String,
         expected: String,
         found: String,
     },
-    Missing {
-        path: String,
-        expected: String,
-    },
-    Unlisted {
-        path: String,
-        found: String,
-    },
+    /// A file of the manifest is not there.
+    Missing { path: String, expected: String },
+    /// A file is there that the manifest does not list.
+    Unlisted { path: String, found: String },
 }
 
 impl fmt::Display for Mismatch {
@@ -117,6 +116,7 @@ impl Manifest {
         Ok(Manifest { entries })
     }
 
+    /// The manifest as `sha256sum` writes it.
     pub fn render(&self) -> String {
         self.entries
             .iter()
@@ -155,7 +155,7 @@ impl Manifest {
 
 /// The files a bundle's content hash leaves out: its `build-info.json`, which holds the
 /// hash (and the time of the build), and the manifest, which holds the file's hash.
-pub const NOT_CONTENT: &[&str] = &[super::contents::BUILD_INFO, FILE];
+pub const NOT_CONTENT: &[&str] = &[super::build_info::FILE, FILE];
 
 /// The sha256 (hex) of a bundle's content: of the manifest lines of every file but
 /// [`NOT_CONTENT`]. Two bundles with the same programs and scripts have the same one,

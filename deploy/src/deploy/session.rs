@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::error::DeployError;
-use super::job::JobRef;
 use super::remote::{
     self, GUARD, HASHES, HASHES_SEPARATOR, INSPECT, Layout, PLACE, PREPARE, STOP, Script,
 };
@@ -470,10 +469,9 @@ impl Session {
         Ok(Some(Report::parse(&o.stdout)))
     }
 
-    /// The job's results folder into `results`, and its record, log and exit file beside
-    /// it.
-    pub fn fetch_job(&self, job: &JobRef, results: &Path) -> Result<()> {
-        let (release, run) = (&job.release, &job.run);
+    /// The results folder of run `run` of `release` into `results`, and its record, log
+    /// and exit file beside it.
+    pub fn fetch_job(&self, release: &str, run: &str, results: &Path) -> Result<()> {
         step("fetch the results");
         ssh::echo(format!("mkdir -p {}", results.display()));
         if !self.dry_run {

@@ -100,6 +100,7 @@ impl FolderLock {
         Ok(FolderLock { path, _file: file })
     }
 
+    /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
     }

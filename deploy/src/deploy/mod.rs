@@ -39,6 +39,7 @@ mod error;
 mod job;
 mod lock;
 mod manage;
+mod record;
 pub mod remote;
 mod report;
 mod session;
@@ -66,9 +67,9 @@ use crate::bundle::preflight_sh::DEFAULT_MIN_FREE_MIB;
 use crate::cmd;
 use crate::cmd::Workspace;
 use crate::lock::{FolderLock, Wait};
-use crate::programs::DEMO;
+use crate::project::Project;
 
-/// Bundles a program (`dqn` unless `--example` says otherwise), copies it to the host
+/// Bundles a program (the project's job unless `--program` says otherwise), copies it to the host
 /// over ssh, verifies its checksums there, runs the preflight, switches `current` to
 /// it, runs it and fetches its results.
 ///
@@ -83,6 +84,7 @@ use crate::programs::DEMO;
 /// host holds; with no subcommand, `cargo xtask deploy --host H` deploys.
 #[derive(Debug, Args)]
 pub struct Deploy {
+    /// What to do on the host; a deploy when none.
     #[command(subcommand)]
     pub action: Option<Action>,
     /// Show every ssh and rsync command before it runs, and the files rsync moves (by
@@ -156,6 +158,7 @@ pub struct HostArgs {
     pub host: Option<Target>,
     /// The deploy folder on the host; a relative path (or `~/PATH`) is taken from the
     /// remote home.
+    // Its default, the project's deploy folder, is set by `Project::set_defaults`.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_DIR, value_parser = remote_dir)]
     pub dir: String,
     /// The ssh private key to log in with (default: ssh's own choice, ~/.ssh and the agent).
@@ -191,10 +194,10 @@ pub struct HostArgs {
 /// Which bundle to ship.
 #[derive(Debug, Args)]
 pub struct BundleArgs {
-    /// The program to bundle and run (`dqn`, `fork_join`, `capture_cost`).
-    #[arg(long, default_value = DEMO, conflicts_with_all = ["bundle", "gpu_tests"])]
-    pub example: String,
-    /// Bundle and run the GPU tests (`cargo xtask bundle --gpu-tests`) instead.
+    /// The program to bundle and run, one of the project's (default: its job).
+    #[arg(long = "program", visible_alias = "example", value_name = "NAME", conflicts_with_all = ["bundle", "gpu_tests"])]
+    pub example: Option<String>,
+    /// Bundle and run the project's GPU tests (`cargo xtask bundle --gpu-tests`) instead.
     #[arg(long, conflicts_with = "bundle")]
     pub gpu_tests: bool,
     /// Deploy this bundle folder as it is, without building.
@@ -225,7 +228,8 @@ pub struct PreflightArgs {
 /// Where results go unless `--fetch-to` says otherwise.
 const DEFAULT_FETCH_TO: &str = "target/deploy";
 
-/// The deploy folder unless `--dir` says otherwise.
+/// The deploy folder unless `--dir` says otherwise; a project sets its own
+/// (`Project::set_defaults`).
 const DEFAULT_DIR: &str = "stepgraph";
 
 /// How the job runs and where its results go.
@@ -347,11 +351,12 @@ pub struct Stage {
 }
 
 impl Deploy {
-    pub fn run(self, ws: &Workspace) -> Result<()> {
+    /// Runs the command for `project`, whose workspace is `ws`.
+    pub fn run(self, project: &Project, ws: &Workspace) -> Result<()> {
         let host = self.host_args();
         ssh::set_verbose(self.verbose || host.dry_run);
         let dir = host.dir.clone();
-        self.act(ws)
+        self.act(project, ws)
             .map_err(|e| with_home_hint(e, &dir, std::env::var("HOME").ok()))
     }
 
@@ -370,13 +375,13 @@ impl Deploy {
         }
     }
 
-    fn act(self, ws: &Workspace) -> Result<()> {
+    fn act(self, project: &Project, ws: &Workspace) -> Result<()> {
         match self.action {
             None => {
                 let s = &self.ship;
-                ship(&s.host, &s.bundle, &s.preflight, Some(&s.job), ws)
+                ship(&s.host, &s.bundle, &s.preflight, Some(&s.job), project, ws)
             }
-            Some(Action::Stage(s)) => ship(&s.host, &s.bundle, &s.preflight, None, ws),
+            Some(Action::Stage(s)) => ship(&s.host, &s.bundle, &s.preflight, None, project, ws),
             Some(Action::Run(r)) => run_again(&r, ws),
             Some(Action::Status(h)) => manage::status(&mut open(&h.host, false)?),
             Some(Action::List(h)) => manage::list(&mut open(&h.host, false)?),
@@ -404,13 +409,12 @@ impl HostArgs {
     }
 
     /// The options that reach the same deploy folder again, for the commands a message
-    /// names: `--host`, and those of `--dir`, `--key`, `--known-hosts`, `--ssh-config`
-    /// and `--connect-timeout` that were given.
+    /// names: `--host`, `--dir` (always: its default is the project's, which these
+    /// arguments do not know), and those of `--key`, `--known-hosts`,
+    /// `--ssh-config` and `--connect-timeout` that were given.
     fn again(&self) -> Vec<String> {
         let mut words = vec!["--host".to_string(), self.target().to_string()];
-        if self.dir != DEFAULT_DIR {
-            words.extend(["--dir".into(), self.dir.clone()]);
-        }
+        words.extend(["--dir".into(), self.dir.clone()]);
         let paths = [
             ("--key", &self.key),
             ("--known-hosts", &self.known_hosts),
@@ -631,7 +635,7 @@ dry run: nothing was run, here or on {}",
         return Ok(());
     };
     let run = manage::pick_job(&report, args.id.job.as_deref(), session, false)?;
-    let job = job::JobRef {
+    let job = record::JobRef {
         release: run.release.clone(),
         run: run.run.clone(),
     };
@@ -683,17 +687,18 @@ fn ship(
     bundle_args: &BundleArgs,
     preflight: &PreflightArgs,
     job: Option<&JobArgs>,
+    project: &Project,
     ws: &Workspace,
 ) -> Result<()> {
     let dry_run = host.dry_run;
     let mut opened = open(host, true)?;
-    let (bundle, bundle_lock, built) = bundle_args.folder(ws, host.wait(), dry_run)?;
+    let (bundle, bundle_lock, built) = bundle_args.folder(project, ws, host.wait(), dry_run)?;
     // A dry run builds nothing: the folder holds the last bundle built, not this tree's,
     // so its name and hashes are not this deploy's. The name is the tree's, its hash
     // left open.
     let (release, expected) = if dry_run && built {
         let tree = Revision::of(&ws.root);
-        let release = build_info::release_name(&bundle_args.program(), &tree, None);
+        let release = build_info::release_name(&bundle_args.program(project), &tree, None);
         (release, None)
     } else {
         (release_of(&bundle)?, Some(expected_hashes(&bundle)?))
@@ -836,11 +841,11 @@ fn run_again(args: &RunAgain, ws: &Workspace) -> Result<()> {
 
 impl BundleArgs {
     /// The program whose bundle is deployed, for a release name a dry run makes up.
-    fn program(&self) -> String {
+    fn program(&self, project: &Project) -> String {
         if self.gpu_tests {
             GPU_TESTS_PROGRAM.to_string()
         } else {
-            self.example.clone()
+            self.example.as_deref().unwrap_or(project.job()).to_string()
         }
     }
 
@@ -849,6 +854,7 @@ impl BundleArgs {
     /// rewriting it while it is copied (none in a dry run).
     fn folder(
         &self,
+        project: &Project,
         ws: &Workspace,
         wait: Wait,
         dry_run: bool,
@@ -873,13 +879,13 @@ impl BundleArgs {
             return Ok((dir.clone(), lock, false));
         }
         let bundle = Bundle {
-            example: (!self.gpu_tests).then(|| self.example.clone()),
+            example: self.example.clone().filter(|_| !self.gpu_tests),
             gpu_tests: self.gpu_tests,
             out: None,
             dry_run,
         };
         step("bundle");
-        let built = bundle.build(ws, wait)?;
+        let built = bundle.build(project, ws, wait)?;
         Ok((built.dir, built.lock, true))
     }
 }

@@ -2,23 +2,9 @@
 //! before anything depends on it (`cargo xtask deploy` switches `current` only when it
 //! passes).
 
-use super::build_info::KERNEL_TARGETS;
 use super::run_sh::lib_path_block;
-use crate::cmd::quote_words;
-use crate::install_nvcc::NVCC_RELEASE;
-
-/// The lowest compute capability that runs the kernels: the oldest of the
-/// [`KERNEL_TARGETS`], whose PTX no older GPU loads.
-pub const MIN_COMPUTE_CAPABILITY: &str = "8.0";
-
-/// The oldest driver that loads what nvcc [`NVCC_RELEASE`] writes: NVIDIA's table of
-/// toolkit and driver versions gives 580.65.06 for CUDA 13.0 GA on Linux. An older
-/// driver refuses the cubins and the PTX alike.
-pub const MIN_DRIVER: &str = "580.65.06";
-
-/// The libraries the runtime loads (at run time): the driver, cuBLASLt, and CUPTI for
-/// the capture guard, under the names the CUDA 13 builds give them.
-pub const CUDA_LIBRARIES: &[&str] = &["libcuda.so.1", "libcublasLt.so.13", "libcupti.so.13"];
+use crate::cmd::{quote, quote_words};
+use crate::project::Needs;
 
 /// The one nvidia-smi query the preflight makes (a stand-in must answer it).
 pub const GPU_QUERY: &[&str] = &[
@@ -32,19 +18,27 @@ pub const DEFAULT_MIN_FREE_MIB: u64 = 512;
 /// What `preflight.sh` checks for.
 #[derive(Debug)]
 pub struct Preflight<'a> {
-    /// File names looked up where `run.sh` looks and on the loader cache.
-    pub libraries: &'a [String],
+    /// The GPU, driver and libraries the host must have.
+    pub needs: &'a Needs,
 }
 
 impl Preflight<'_> {
+    /// The script.
     pub fn render(&self) -> String {
+        let needs = self.needs;
+        let (min_driver, cuda) = needs
+            .driver
+            .as_ref()
+            .map_or(("", ""), |(v, what)| (v.as_str(), what.as_str()));
         TEMPLATE
             .replace("@LIB_PATH@", &lib_path_block())
-            .replace("@LIBRARIES@", &quote_words(self.libraries))
-            .replace("@MIN_CC@", MIN_COMPUTE_CAPABILITY)
-            .replace("@TARGETS@", &KERNEL_TARGETS.join(" "))
-            .replace("@MIN_DRIVER@", MIN_DRIVER)
-            .replace("@CUDA@", NVCC_RELEASE)
+            .replace("@LIBRARIES@", &quote_words(&needs.libraries))
+            .replace(
+                "@MIN_CC@",
+                &quote(needs.compute_capability.as_deref().unwrap_or_default()),
+            )
+            .replace("@MIN_DRIVER@", &quote(min_driver))
+            .replace("@CUDA@", &quote(cuda))
             .replace("@MIN_FREE_MIB@", &DEFAULT_MIN_FREE_MIB.to_string())
             .replace("@GPU_QUERY@", &GPU_QUERY.join(" "))
     }
@@ -62,11 +56,10 @@ const TEMPLATE: &str = r#"#!/usr/bin/env bash
 #
 #   ./preflight.sh [--no-gpu-checks] [DIR [MIN_FREE_MIB]]
 #
-# Whether this host can run the bundle: a GPU that nvidia-smi lists; compute capability
-# at least @MIN_CC@ (the kernels are built for @TARGETS@); a driver at least @MIN_DRIVER@ (CUDA
-# @CUDA@, what the kernels were compiled with); every library the job loads, found where
-# run.sh looks and on the loader cache; MIN_FREE_MIB MiB free in DIR (default @MIN_FREE_MIB@
-# MiB in this bundle's folder). One line per check, `ok` or `FAIL` with what was expected
+# Whether this host can run the bundle: a GPU that nvidia-smi lists; the compute
+# capability and the driver version below, when the bundle sets one; every library the
+# job loads, found where run.sh looks and on the loader cache; MIN_FREE_MIB MiB free in
+# DIR (default @MIN_FREE_MIB@ MiB in this bundle's folder). One line per check, `ok` or `FAIL` with what was expected
 # and what was found; the exit status is 1 if any check failed. --no-gpu-checks skips the
 # GPU, driver and library checks, for testing on a machine without a GPU.
 set -u -o pipefail
@@ -82,6 +75,7 @@ disk_dir="${1:-$here}"
 min_free_mib="${2:-@MIN_FREE_MIB@}"
 min_cc=@MIN_CC@
 min_driver=@MIN_DRIVER@
+driver_for=@CUDA@
 libraries=(@LIBRARIES@)
 failed=0
 
@@ -135,17 +129,21 @@ else
             capable="GPU $index"
         fi
     done <<<"$gpus"
-    if [ -n "$capable" ]; then
+    if [ -z "$min_cc" ]; then
+        ok "compute capability" "$seen (the bundle sets no minimum)"
+    elif [ -n "$capable" ]; then
         ok "compute capability" "$capable has at least $min_cc"
     else
         fail "compute capability" "at least $min_cc on one GPU" "$seen"
     fi
-    if ! is_version "$driver"; then
+    if [ -z "$min_driver" ]; then
+        ok driver "$driver (the bundle sets no minimum)"
+    elif ! is_version "$driver"; then
         fail driver "a version number at least $min_driver" "'$driver'"
     elif version_ge "$driver" "$min_driver"; then
         ok driver "$driver (at least $min_driver)"
     else
-        fail driver "at least $min_driver (CUDA @CUDA@)" "$driver"
+        fail driver "at least $min_driver${driver_for:+ ($driver_for)}" "$driver"
     fi
 fi
 
@@ -197,36 +195,38 @@ echo "preflight: ok"
 mod tests {
     use super::*;
 
-    fn render() -> String {
-        let libraries: Vec<String> = CUDA_LIBRARIES.iter().map(|l| l.to_string()).collect();
-        Preflight {
-            libraries: &libraries,
-        }
-        .render()
+    fn needs() -> Needs {
+        Needs::new()
+            .library("libcublasLt.so.13")
+            .compute_capability("8.0")
+            .driver("580.65.06", "CUDA 13.0")
     }
 
     #[test]
     fn every_placeholder_is_filled() {
-        let script = render();
-        assert!(!script.contains("@LIB"), "{script}");
-        let left = script
-            .split('@')
-            .skip(1)
-            .find(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()));
-        assert!(
-            left.is_none(),
-            "unfilled placeholder @{}",
-            left.unwrap_or_default()
-        );
-        assert!(script.starts_with("#!/usr/bin/env bash\n"));
+        for needs in [needs(), Needs::new()] {
+            let script = Preflight { needs: &needs }.render();
+            assert!(!script.contains("@LIB"), "{script}");
+            let left = script
+                .split('@')
+                .skip(1)
+                .find(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()));
+            assert!(
+                left.is_none(),
+                "unfilled placeholder @{}",
+                left.unwrap_or_default()
+            );
+            assert!(script.starts_with("#!/usr/bin/env bash\n"));
+        }
     }
 
     #[test]
     fn the_checks_use_the_pinned_figures() {
-        let script = render();
+        let script = Preflight { needs: &needs() }.render();
         assert!(script.contains("min_cc=8.0\n"));
         assert!(script.contains("min_driver=580.65.06\n"));
-        assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13 libcupti.so.13)\n"));
+        assert!(script.contains("driver_for='CUDA 13.0'\n"));
+        assert!(script.contains("libraries=(libcuda.so.1 libcublasLt.so.13)\n"));
         assert!(script.contains("--query-gpu=index,name,compute_cap,driver_version"));
         assert!(script.contains(r#"if [ "${1:-}" = --no-gpu-checks ]; then"#));
         assert!(script.contains("fi # gpu_checks\n"));
@@ -235,19 +235,14 @@ mod tests {
     }
 
     #[test]
-    fn the_minimum_compute_capability_is_the_kernels_oldest_target() {
-        let oldest = KERNEL_TARGETS
-            .iter()
-            .filter_map(|t| t.rsplit('_').next()?.parse::<u32>().ok())
-            .min();
-        assert_eq!(
-            Some(
-                MIN_COMPUTE_CAPABILITY
-                    .replace('.', "")
-                    .parse::<u32>()
-                    .unwrap()
-            ),
-            oldest
-        );
+    fn without_minimums_the_checks_say_so() {
+        let script = Preflight {
+            needs: &Needs::new(),
+        }
+        .render();
+        assert!(script.contains("min_cc=''\n"));
+        assert!(script.contains("min_driver=''\n"));
+        assert!(script.contains("driver_for=''\n"));
+        assert!(script.contains("(the bundle sets no minimum)"));
     }
 }

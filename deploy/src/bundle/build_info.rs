@@ -4,20 +4,21 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::preflight_sh::{MIN_COMPUTE_CAPABILITY, MIN_DRIVER};
-use crate::install_nvcc::Nvcc;
+use crate::project::Needs;
 
-/// What the kernels are compiled for: stepgraph-build's default targets, cubins for
-/// Ampere, Ada and Hopper and PTX for any newer GPU (the DQN example adds `sm_90a`).
-pub const KERNEL_TARGETS: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90", "compute_80"];
+/// The file's name, at the bundle's top.
+pub const FILE: &str = "build-info.json";
 
 /// One file of the bundle's `bin/`.
 #[derive(Debug)]
 pub struct BundledFile {
+    /// Its name in `bin/`.
     pub name: String,
+    /// `program` or `test`.
     pub kind: &'static str,
+    /// Its size.
     pub bytes: u64,
 }
 
@@ -25,8 +26,11 @@ pub struct BundledFile {
 /// it was built from, and the hash of its content ([`super::manifest::content_hash`]).
 #[derive(Debug, Clone)]
 pub struct Identity {
+    /// The program (`gpu-tests` for a GPU-test bundle).
     pub program: String,
+    /// The tree's revision.
     pub revision: Revision,
+    /// The hash of the bundle's content.
     pub content_sha256: String,
 }
 
@@ -64,6 +68,7 @@ pub struct Revision {
 }
 
 impl Revision {
+    /// The revision of the tree at `root` (`nogit` outside a repository).
     pub fn of(root: &Path) -> Revision {
         let Some(short) = git(root, &["rev-parse", "--short", "HEAD"]) else {
             return Revision {
@@ -83,41 +88,49 @@ impl Revision {
     }
 }
 
-/// The bundle's `build-info.json`. `libraries` are what `preflight.sh` requires.
+/// The bundle's `build-info.json`: the identity, the tree and the tools it was built
+/// with, what the host needs, the files of `bin/` and `data/`, and the facts `extra` adds
+/// (the project's build setup: a kernel compiler's version, say).
 pub fn render(
     root: &Path,
     identity: &Identity,
-    nvcc: &Nvcc,
+    extra: &Map<String, Value>,
     files: &[BundledFile],
-    libraries: &[String],
+    data: &[String],
+    needs: &Needs,
 ) -> Value {
     let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap_or_default();
     let built_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    json!({
+    let mut info = json!({
         "release": identity.release(),
         "program": identity.program,
         "content_sha256": identity.content_sha256,
         "git_revision": identity.revision.full,
         // Bundles are often built from an uncommitted tree; say so.
         "git_dirty": identity.revision.dirty,
-        "nvcc": nvcc.version,
-        "kernel_targets": KERNEL_TARGETS,
         "cudarc": locked_version(&lock, "cudarc"),
         "rustc": command_line(Command::new("rustc").arg("--version")),
         "built_at_unix_s": built_at,
         "needs": {
-            "compute_capability": MIN_COMPUTE_CAPABILITY,
-            "driver": MIN_DRIVER,
-            "libraries": libraries,
+            "compute_capability": needs.compute_capability,
+            "driver": needs.driver.as_ref().map(|(version, _)| version),
+            "libraries": needs.libraries,
         },
         "files": files
             .iter()
             .map(|f| json!({ "name": f.name, "kind": f.kind, "bytes": f.bytes }))
             .collect::<Vec<_>>(),
-    })
+        "data": data,
+    });
+    if let Some(map) = info.as_object_mut() {
+        for (key, value) in extra {
+            map.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    info
 }
 
 fn git(root: &Path, args: &[&str]) -> Option<String> {
