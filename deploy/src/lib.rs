@@ -13,13 +13,17 @@
 //!   `build-info.json` and a `SHA256SUMS` over all of it;
 //! - `deploy --host USER@HOST[:PORT] [-- ARGS]` bundles, copies the bundle to a release
 //!   folder on the host (sending only what changed, resuming an interrupted upload),
-//!   checks its hashes and the preflight there, switches `current` to it, runs it and
-//!   fetches its results into `target/deploy/<host>/<release>/<run>/`. Its subcommands
-//!   (`status`, `list`, `rollback`, `clean`, `run`, `stage`) look after the releases a
-//!   host holds.
+//!   checks its hashes and the preflight there, switches `current` to it and starts it
+//!   as a detached job (its own process group and log, its end recorded on the host),
+//!   follows its log and, once it has ended, fetches its results into
+//!   `target/deploy/<host>/<release>/<run>/`. Its subcommands look after the releases a
+//!   host holds (`status`, `list`, `rollback`, `clean`, `run`, `stage`) and its jobs
+//!   (`logs`, `attach` after a lost connection or `--detach`, `cancel`), and break a
+//!   stale lock of the deploy folder (`unlock`).
 //!
-//! Every failure says what was expected and what was found; Ctrl-C stops the job on the
-//! host too and exits 130 (SIGTERM 143).
+//! Every failure says what was expected and what was found. A lost connection stops
+//! nothing on the host and names the `attach` that picks the job up again; Ctrl-C stops
+//! the job too (unless `--keep-running-on-interrupt`) and exits 130 (SIGTERM 143).
 //!
 //! # A workspace's xtask
 //!
