@@ -19,6 +19,8 @@ pub mod project;
 pub mod test;
 #[cfg(test)]
 mod tidy;
+#[cfg(test)]
+mod tidy_size;
 
 pub use stepgraph_deploy::{bundle, cmd, interrupt, lock};
 

@@ -59,7 +59,7 @@ fn module_of(rel: &Path) -> ModPath {
     parts
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -350,7 +350,7 @@ fn cycles(edges: &BTreeMap<(ModPath, ModPath), String>) -> Vec<String> {
     found.into_iter().collect()
 }
 
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)
@@ -358,7 +358,7 @@ fn workspace() -> PathBuf {
 }
 
 /// The library crates, by folder.
-const LIBRARY_CRATES: &[&str] = &[
+pub(crate) const LIBRARY_CRATES: &[&str] = &[
     "runtime", "macros", "plan", "picture", "build", "kernels", "testkit", "envs", "deploy",
 ];
 
