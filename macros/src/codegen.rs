@@ -56,15 +56,57 @@ fn index_too_wide(n: usize, bits: u32) -> TokenStream {
 /// The `PLAN` constant, written with the runtime's compact `const fn` constructors, with
 /// the schedule's `summary` in its docs.
 fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan, summary: &str) -> TokenStream {
+    plan_const_named(step, resolved, plan, summary, PlanNames::STEP)
+}
+
+/// The names a plan's constants take in the module.
+struct PlanNames {
+    plan: &'static str,
+    ops: &'static str,
+    edges: &'static str,
+    doc: &'static str,
+}
+
+impl PlanNames {
+    const STEP: PlanNames = PlanNames {
+        plan: "PLAN",
+        ops: "__OPS",
+        edges: "__EDGES",
+        doc: " The schedule of this step, planned at compile time. `println!(\"{}\", PLAN)` prints it in full.",
+    };
+    const AUTO: PlanNames = PlanNames {
+        plan: "AUTO_PLAN",
+        ops: "__AUTO_OPS",
+        edges: "__AUTO_EDGES",
+        doc: " The planner's placement of every op of this step (`compare(auto)`): the same ops in the same order, over the same buffer copies, each `#[stream]` and the declared priorities ignored. `Schedule::Automatic` captures it, to compare it on the GPU with `PLAN`.",
+    };
+}
+
+fn plan_const_named(
+    step: &Step,
+    resolved: &Resolved,
+    plan: &Plan,
+    summary: &str,
+    names: PlanNames,
+) -> TokenStream {
     let rt = rt();
     let step_name = step.name.to_string();
     let streams = resolved.streams.iter().map(|s| {
         let name = &s.name;
-        match step.streams[s.decl].priority {
+        let desc = match s.priority {
             Priority::Normal => quote!(#rt::StreamDesc::named(#name)),
             Priority::Low => quote!(#rt::stream(#name, #rt::StreamPriority::Low)),
             Priority::High => quote!(#rt::stream(#name, #rt::StreamPriority::High)),
+        };
+        if s.automatic {
+            quote!(#desc.automatic())
+        } else {
+            desc
         }
+    });
+    let placement = resolved.automatic.as_ref().map(|report| {
+        let text = placement_text(resolved, report);
+        quote!(.with_placement(#text))
     });
     let buffers = step.buffer_fields().map(|b| {
         let name = b.name.to_string();
@@ -117,22 +159,41 @@ fn plan_const(step: &Step, resolved: &Resolved, plan: &Plan, summary: &str) -> T
     };
     let critical = path(&plan.critical_path);
     let critical_cost = path(&plan.critical_path_by_cost);
+    let (plan_name, ops_name, edges_name) = (
+        format_ident!("{}", names.plan),
+        format_ident!("{}", names.ops),
+        format_ident!("{}", names.edges),
+    );
+    let doc = names.doc;
     quote! {
-        /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
-        /// prints it in full.
+        #[doc = #doc]
         #[doc = ""]
         #[doc = #summary]
-        pub const PLAN: #rt::PlanDesc = #rt::PlanDesc::new(#step_name)
+        pub const #plan_name: #rt::PlanDesc = #rt::PlanDesc::new(#step_name)
             .with_streams(&[#(#streams),*])
             .with_buffers(&[#(#buffers),*])
-            .with_ops(__OPS)
-            .with_edges(__EDGES)
+            .with_ops(#ops_name)
+            .with_edges(#edges_name)
             .with_events(&[#(#events),*])
             .with_final_waits(&#rt::events([#(#final_waits),*]))
-            .with_critical_paths(#critical, #critical_cost);
-        const __OPS: &[#rt::OpDesc] = &[#(#ops),*];
-        const __EDGES: &[#rt::EdgeDesc] = &[#(#edges),*];
+            .with_critical_paths(#critical, #critical_cost)
+            #placement;
+        const #ops_name: &[#rt::OpDesc] = &[#(#ops),*];
+        const #edges_name: &[#rt::EdgeDesc] = &[#(#edges),*];
     }
+}
+
+/// What the plan says of the ops the planner placed: how many, from which costs, and
+/// what the simulated run gives against the critical path.
+fn placement_text(resolved: &Resolved, report: &crate::validate::automatic::Report) -> String {
+    let placed = report.placed.iter().filter(|&&p| p).count();
+    let added = resolved.streams.iter().filter(|s| s.automatic).count();
+    format!(
+        "placed by the planner: {placed} of {} ops, on the origin and {added} streams of its own, from the ops' #[cost] hints (1.0 where none): a simulated run of {:.2} against a critical path of {:.2}",
+        report.placed.len(),
+        report.makespan,
+        report.critical
+    )
 }
 
 /// The schedule in a few lines for rustdoc: each stream's ops in issue order, the events
@@ -210,7 +271,12 @@ fn op_desc(
         let b = lit_u16(b);
         Some(quote!(.with_when(#rt::BufId(#b))))
     });
-    quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when)
+    let automatic = resolved
+        .automatic
+        .as_ref()
+        .is_some_and(|r| r.placed[k])
+        .then(|| quote!(.placed_automatically()));
+    quote!(#rt::op(#name, #func, #stream, &[#(#accesses),*]) #waits #record #cost #every #when #automatic)
 }
 
 /// The index of a view's parent among the buffers (validation resolved it).
@@ -502,7 +568,12 @@ fn bind_buffer(step: &Step, field: &Ident, write: bool, slot: Slot, local: &Iden
 
 /// The full expansion of a valid step: the module's items, its `PLAN`, and the spec that
 /// [`Step`](stepgraph::Step) runs. The step's methods live in the runtime, not here.
-pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
+pub fn expand(
+    step: &Step,
+    resolved: &Resolved,
+    plan: &Plan,
+    whole: Option<(&Resolved, &Plan)>,
+) -> TokenStream {
     let rt_use = rt_use(step);
     let vis = &step.vis;
     let name = &step.name;
@@ -524,7 +595,15 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
     let type_checks = type_checks(step);
     let scratch = ScratchCopies::of(step, resolved);
     let scratch_fields = &scratch.fields;
-    let spec = spec(step, quote!(__Scratch), spec_body(step, resolved, &scratch));
+    // Only the planned expansion names `AUTO_PLAN`: the stand-in of a step with mistakes
+    // does not define it, and a user's item of that name is one of those mistakes.
+    let rt = rt();
+    let auto_plan = step.compare_auto.map(|_| {
+        quote!(const AUTO_PLAN: ::core::option::Option<&'static #rt::PlanDesc> = ::core::option::Option::Some(&AUTO_PLAN);)
+    });
+    let body = spec_body(step, resolved, &scratch);
+    let spec = spec(step, quote!(__Scratch), quote!(#auto_plan #body));
+    let twin = whole.map(|(resolved, plan)| twin(step, resolved, plan));
 
     quote! {
         #(#attrs)*
@@ -547,8 +626,16 @@ pub fn expand(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
             }
 
             #spec
+
+            #twin
         }
     }
+}
+
+/// `compare(auto)`: `AUTO_PLAN`, the planner's placement of every op.
+fn twin(step: &Step, resolved: &Resolved, plan: &Plan) -> TokenStream {
+    let summary = plan_summary(resolved, plan);
+    plan_const_named(step, resolved, plan, &summary, PlanNames::AUTO)
 }
 
 /// Per-branch arrays must have one element per member of their group.
@@ -835,22 +922,5 @@ pub fn stand_in(step: &Step) -> TokenStream {
             #plan
             #spec
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_index_too_wide_for_its_literal_is_a_compile_error_not_a_wrap() {
-        assert_eq!(lit_u16(65535).to_string(), "65535");
-        assert_eq!(lit_u32(70000).to_string(), "70000");
-        let wide = lit_u16(65536).to_string();
-        assert!(
-            wide.starts_with(":: core :: compile_error !")
-                && wide.contains("index 65536 does not fit the plan's 16-bit indices"),
-            "{wide}"
-        );
     }
 }

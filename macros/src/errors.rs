@@ -36,6 +36,11 @@ impl Errors {
         self.errors.borrow().as_ref().is_none_or(Vec::is_empty)
     }
 
+    /// Drains the collector into its errors.
+    pub fn drain(self) -> Vec<syn::Error> {
+        self.errors.borrow_mut().take().unwrap_or_default()
+    }
+
     /// Drains the collector into `compile_error!`s (empty when there were none).
     pub fn finish(self) -> Option<TokenStream> {
         let errors = self.errors.borrow_mut().take().unwrap_or_default();

@@ -9,6 +9,9 @@ mod derive;
 mod errors;
 mod model;
 mod parse;
+mod place;
+#[cfg(test)]
+mod place_props;
 mod schedule;
 #[cfg(test)]
 mod schedule_props;
@@ -71,12 +74,20 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Some(resolved) if errors.is_empty() => {
             let plan = schedule::plan(&resolved.problem);
             validate::check_plan(&step, &plan, &errors);
-            Some((resolved, plan))
+            let whole = resolved.whole.as_deref().map(|w| {
+                let plan = schedule::plan(&w.problem);
+                validate::check_plan(&step, &plan, &errors);
+                plan
+            });
+            Some((resolved, plan, whole))
         }
         _ => None,
     };
     match (errors.finish(), planned) {
-        (None, Some((resolved, plan))) => codegen::expand(&step, &resolved, &plan),
+        (None, Some((resolved, plan, whole))) => {
+            let whole = resolved.whole.as_deref().zip(whole.as_ref());
+            codegen::expand(&step, &resolved, &plan, whole)
+        }
         (errs, _) => errs.into_iter().chain([codegen::stand_in(&step)]).collect(),
     }
 }

@@ -13,6 +13,10 @@ pub struct Step {
     pub kernels: Option<Path>,
     /// `crate = path`: the runtime crate's path, `::stepgraph` by default.
     pub krate: Option<Path>,
+    /// `auto` in `streams(..)`: the planner places the ops without a `#[stream]`.
+    pub auto: Option<AutoStreams>,
+    /// `compare(auto)`: the module also holds the step placed wholly by the planner.
+    pub compare_auto: Option<Span>,
     pub buffers: Option<Struct<Buffer>>,
     pub config: Option<Struct<ConfigField>>,
     pub ops: Vec<Op>,
@@ -34,6 +38,18 @@ impl Step {
             .map(|f| f.name.to_string())
             .collect()
     }
+}
+
+/// `auto(N)` in `streams(..)`: the planner may add up to `most` streams of its own.
+pub struct AutoStreams {
+    pub most: usize,
+    pub span: Span,
+}
+
+impl AutoStreams {
+    /// The most streams plain `auto` lets the planner add: past a few streams, ops side
+    /// by side only share the GPU's SMs.
+    pub const DEFAULT: usize = 8;
 }
 
 /// `main`, `branch[4]` or `aux_attn(low)` in `streams(..)`.

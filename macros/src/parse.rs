@@ -13,12 +13,15 @@ use syn::{
 
 use crate::errors::Errors;
 use crate::model::{
-    BufKind, Buffer, ConfigField, Every, IndexSpec, Op, Param, ParamKind, Placement, Priority,
-    Step, StreamDecl, StreamRef, Struct,
+    AutoStreams, BufKind, Buffer, ConfigField, Every, IndexSpec, Op, Param, ParamKind, Placement,
+    Priority, Step, StreamDecl, StreamRef, Struct,
 };
 
 /// The widest stream group `streams(.., name[N])` may declare.
 const MAX_GROUP_WIDTH: u32 = 1024;
+
+/// The most streams `auto(N)` may give the planner.
+const MAX_AUTO_STREAMS: usize = 64;
 
 /// `#[step(streams(main, aux, branch[4]), kernels = path::Kernels, crate = path)]`
 pub struct StepArgs {
@@ -27,6 +30,11 @@ pub struct StepArgs {
     pub kernels: Option<Path>,
     /// `crate = path`: where the runtime is, for crates that re-export stepgraph.
     pub krate: Option<Path>,
+    /// `auto` or `auto(N)` in `streams(..)`: the planner places the ops without a
+    /// `#[stream]`, on streams of its own.
+    pub auto: Option<AutoStreams>,
+    /// `compare(auto)`: the module also holds the step placed wholly by the planner.
+    pub compare_auto: Option<Span>,
     /// The arguments did not parse (and that error is reported): missing streams are a
     /// consequence, not a second mistake.
     pub unreadable: bool,
@@ -39,6 +47,8 @@ impl Parse for StepArgs {
             streams_span: None,
             kernels: None,
             krate: None,
+            auto: None,
+            compare_auto: None,
             unreadable: false,
         };
         while !input.is_empty() {
@@ -49,11 +59,12 @@ impl Parse for StepArgs {
                 match key.to_string().as_str() {
                     "streams" => args.parse_streams(&key, input)?,
                     "kernels" => args.parse_kernels(&key, input)?,
+                    "compare" => args.parse_compare(&key, input)?,
                     other => {
                         return Err(syn::Error::new(
                             key.span(),
                             format!(
-                                "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type` or `crate = path`"
+                                "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type`, `compare(auto)` or `crate = path`"
                             ),
                         ));
                     }
@@ -96,12 +107,96 @@ impl StepArgs {
         }
         self.streams_span = Some(key.span());
         while !content.is_empty() {
-            self.streams.push(parse_stream_decl(&content)?);
+            if content.peek(Ident) && content.fork().parse::<Ident>()? == "auto" {
+                self.parse_auto(&content)?;
+            } else {
+                self.streams.push(parse_stream_decl(&content)?);
+            }
             if content.is_empty() {
                 break;
             }
             content.parse::<Token![,]>()?;
         }
+        Ok(())
+    }
+
+    /// `auto` or `auto(N)` in `streams(..)`: after the origin, once, with N from 1 to
+    /// [`MAX_AUTO_STREAMS`].
+    fn parse_auto(&mut self, content: ParseStream) -> syn::Result<()> {
+        let word: Ident = content.parse()?;
+        if self.streams.is_empty() {
+            return Err(syn::Error::new(
+                word.span(),
+                "the first stream is the origin, where capture begins and ends: name it first, then `auto` (`streams(main, auto)`)",
+            ));
+        }
+        if self.auto.is_some() {
+            return Err(syn::Error::new(
+                word.span(),
+                "`auto` is given twice: give the planner's streams once, as `auto` or `auto(N)`",
+            ));
+        }
+        let mut most = AutoStreams::DEFAULT;
+        if content.peek(syn::token::Bracket) {
+            return Err(syn::Error::new(
+                word.span(),
+                "`auto` is the planner's streams, not a group: write `auto(N)` for at most N of them",
+            ));
+        }
+        if content.peek(syn::token::Paren) {
+            let inner;
+            parenthesized!(inner in content);
+            if inner.peek(Ident) {
+                let word: Ident = inner.parse()?;
+                return Err(syn::Error::new(
+                    word.span(),
+                    format!(
+                        "`auto({word})`: the planner chooses its streams' priorities; `auto(N)` takes the most streams it may add, a count from 1"
+                    ),
+                ));
+            }
+            let lit: LitInt = inner.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "`auto(N)` takes the most streams the planner may add, a count from 1",
+                )
+            })?;
+            let n: u64 = lit.base10_parse()?;
+            if n == 0 || n > MAX_AUTO_STREAMS as u64 {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`auto({n})`: expected from 1 to {MAX_AUTO_STREAMS} streams for the planner"
+                    ),
+                ));
+            }
+            most = n as usize;
+        }
+        self.auto = Some(AutoStreams {
+            most,
+            span: word.span(),
+        });
+        Ok(())
+    }
+
+    /// `compare(auto)`, after the key.
+    fn parse_compare(&mut self, key: &Ident, input: ParseStream) -> syn::Result<()> {
+        let content;
+        parenthesized!(content in input);
+        let what: Ident = content.parse()?;
+        if what != "auto" || !content.is_empty() {
+            return Err(syn::Error::new(
+                what.span(),
+                "expected `compare(auto)`: the step placed wholly by the planner, beside this one",
+            ));
+        }
+        if self.compare_auto.is_some() {
+            return Err(syn::Error::new(
+                key.span(),
+                "`compare(auto)` is given twice",
+            ));
+        }
+        self.compare_auto = Some(key.span());
         Ok(())
     }
 
@@ -264,6 +359,8 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
         streams: args.streams,
         kernels: args.kernels,
         krate: args.krate,
+        auto: args.auto,
+        compare_auto: args.compare_auto,
         buffers: None,
         config: None,
         ops: Vec::new(),
@@ -924,6 +1021,8 @@ pub fn parse_args(tokens: TokenStream, errors: &Errors) -> StepArgs {
                 streams_span: None,
                 kernels: None,
                 krate: None,
+                auto: None,
+                compare_auto: None,
                 unreadable: true,
             }
         }

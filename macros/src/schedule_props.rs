@@ -13,7 +13,7 @@ const VIEW_PARENTS: [Option<usize>; 6] = [None, None, None, None, Some(0), Some(
 /// Random problems: up to 6 streams, up to 40 ops, 6 buffers with up to 2 copies, random
 /// joins and `after`s to earlier ops; in half of them buffers 4 and 5 are views of buffer
 /// 0 (a shared buffer: one copy).
-fn problem() -> impl Strategy<Value = Problem> {
+pub(crate) fn problem() -> impl Strategy<Value = Problem> {
     (problem_without_views(), any::<bool>()).prop_map(|(mut p, views)| {
         if views {
             p.parents = VIEW_PARENTS.to_vec();
@@ -116,7 +116,7 @@ fn before_with_end(p: &Problem, plan: &Plan) -> (Vec<NodeSet>, usize) {
     (dag::closure(n + 1, &edges), end)
 }
 
-fn all_deps_ordered(p: &Problem, plan: &Plan) -> Result<(), String> {
+pub(crate) fn all_deps_ordered(p: &Problem, plan: &Plan) -> Result<(), String> {
     let (before, _) = before_with_end(p, plan);
     for d in &plan.deps {
         if !before[d.to].contains(d.from) {

@@ -114,8 +114,10 @@ pub enum EdgeKind {
 pub struct StreamDesc {
     /// `main`, `aux_iqn`, `branch[2]`.
     pub name: &'static str,
-    /// Its priority, `streams(.., aux_attn(low))`.
+    /// Its priority, `streams(.., aux_attn(low))`, or the planner's choice.
     pub priority: StreamPriority,
+    /// The planner added it (`streams(.., auto)`): no declaration names it.
+    pub automatic: bool,
 }
 
 impl StreamDesc {
@@ -124,12 +126,21 @@ impl StreamDesc {
         StreamDesc {
             name,
             priority: StreamPriority::Normal,
+            automatic: false,
         }
     }
 
     /// The same stream at `priority`.
     pub const fn with_priority(self, priority: StreamPriority) -> StreamDesc {
         StreamDesc { priority, ..self }
+    }
+
+    /// The same stream, added by the planner.
+    pub const fn automatic(self) -> StreamDesc {
+        StreamDesc {
+            automatic: true,
+            ..self
+        }
     }
 }
 
@@ -204,6 +215,8 @@ pub struct OpDesc {
     /// buffer of the step, which the op's accesses read) is set (a conditional node of
     /// the graph).
     pub when: Option<BufId>,
+    /// The planner chose its stream (`streams(.., auto)`), from `cost`.
+    pub automatic: bool,
 }
 
 impl BufferDesc {
@@ -268,6 +281,7 @@ impl OpDesc {
             cost: 1.0,
             every: None,
             when: None,
+            automatic: false,
         }
     }
 
@@ -297,6 +311,14 @@ impl OpDesc {
     /// Its cost hint.
     pub const fn with_cost(self, cost: f64) -> OpDesc {
         OpDesc { cost, ..self }
+    }
+
+    /// The same op, placed by the planner.
+    pub const fn placed_automatically(self) -> OpDesc {
+        OpDesc {
+            automatic: true,
+            ..self
+        }
     }
 
     /// The same op, run at every `k`-th replay only (`k` as the step wrote it).
@@ -408,6 +430,8 @@ pub struct PlanDesc {
     pub critical_path: &'static [OpId],
     /// The longest path through the schedule weighted by cost hints.
     pub critical_path_by_cost: &'static [OpId],
+    /// Where the planner placed ops: how, and from which costs.
+    pub placement: Option<&'static str>,
 }
 
 impl PlanDesc {
@@ -433,6 +457,7 @@ impl PlanDesc {
             final_waits: &[],
             critical_path: &[],
             critical_path_by_cost: &[],
+            placement: None,
         }
     }
 
@@ -465,6 +490,14 @@ impl PlanDesc {
     pub const fn with_final_waits(self, final_waits: &'static [EventId]) -> PlanDesc {
         PlanDesc {
             final_waits,
+            ..self
+        }
+    }
+
+    /// What the planner said of the ops it placed.
+    pub const fn with_placement(self, placement: &'static str) -> PlanDesc {
+        PlanDesc {
+            placement: Some(placement),
             ..self
         }
     }
@@ -1106,6 +1139,9 @@ impl fmt::Display for PlanDesc {
                 ranked.join(" ")
             )?;
         }
+        if let Some(placement) = self.placement {
+            writeln!(f, "  {placement}")?;
+        }
         let width = self.streams.iter().map(|s| s.name.len()).max().unwrap_or(4);
         for (i, op) in self.ops.iter().enumerate() {
             self.fmt_op(f, i, op, width)?;
@@ -1196,6 +1232,9 @@ impl PlanDesc {
         }
         if let Some(flag) = op.when {
             write!(f, "  when {}", self.buffer_name(flag))?;
+        }
+        if op.automatic {
+            write!(f, "  placed by the planner (cost {})", op.cost)?;
         }
         writeln!(f)?;
         Ok(())
@@ -1291,6 +1330,7 @@ mod tests {
             cost: 1.0,
             every: None,
             when: None,
+            automatic: false,
         }
     }
 
@@ -1368,6 +1408,7 @@ mod tests {
         final_waits: &[EventId(3)],
         critical_path: &[OpId(0), OpId(1), OpId(3)],
         critical_path_by_cost: &[OpId(0), OpId(1), OpId(3)],
+        placement: None,
     };
 
     const BAD_ACCESS: AccessDesc = access(2, 0, Access::Read);

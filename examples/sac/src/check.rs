@@ -197,6 +197,7 @@ fn schedule_name(schedule: Schedule) -> &'static str {
         Schedule::Planned => "planned",
         Schedule::OneStream => "one-stream",
         Schedule::PlannedEqualPriority => "planned-equal-priority",
+        Schedule::Automatic => "automatic",
     }
 }
 

@@ -167,6 +167,12 @@ const RESERVED: &[(&str, &str)] = &[
     ("__Scratch", "the scratch copies"),
     ("__OPS", "the plan's ops"),
     ("__EDGES", "the plan's edges"),
+    (
+        "AUTO_PLAN",
+        "the planner's placement of every op, with `compare(auto)`",
+    ),
+    ("__AUTO_OPS", "that plan's ops"),
+    ("__AUTO_EDGES", "that plan's edges"),
     ("__sg", "the path to the runtime"),
 ];
 

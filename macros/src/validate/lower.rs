@@ -29,6 +29,11 @@ pub struct Resolution<'r> {
     pub flags: &'r [Option<usize>],
     /// The group width each `#[per_branch]` array has, per buffer index.
     pub branch_widths: &'r [Option<u32>],
+    /// How many streams the ops run on.
+    pub n_streams: usize,
+    /// Per instance: orderings besides the op's own `#[after]`s (those its `#[join]`s
+    /// meant, once the planner has placed the ops).
+    pub after_instances: &'r [Vec<usize>],
 }
 
 /// The instances of `ops` in program order, each a node of the planner's problem.
@@ -41,13 +46,13 @@ pub fn lower(scope: &Scope, ops: &[&Op], resolution: Resolution) -> Lowered {
         out: Lowered {
             instances: Vec::new(),
             problem: Problem {
-                n_streams: scope.streams.all.len(),
+                n_streams: resolution.n_streams,
                 ops: Vec::new(),
                 parents: scope.view_parent.clone(),
             },
             extra_copies: vec![0; scope.buffers.len()],
             uses: Vec::new(),
-            used: vec![false; scope.streams.all.len()],
+            used: vec![false; resolution.n_streams],
         },
     };
     lowering.out.used[0] = true;
@@ -119,12 +124,21 @@ impl Lowering<'_, '_, '_> {
         };
         let info = &self.resolution.infos[i];
         let infos = self.resolution.infos;
+        let k = self.out.instances.len();
         let after = info
             .after
             .iter()
             .flat_map(|&j| {
                 self.first_instance[j]..self.first_instance[j] + infos[j].instances.len()
             })
+            .chain(
+                self.resolution
+                    .after_instances
+                    .get(k)
+                    .into_iter()
+                    .flatten()
+                    .copied(),
+            )
             .collect();
         self.out.problem.ops.push(OpNode {
             stream,

@@ -13,9 +13,10 @@ use proc_macro2::Span;
 use syn::Ident;
 
 use crate::errors::Errors;
-use crate::model::{Buffer, Op, Step};
+use crate::model::{Buffer, Op, Priority, Step};
 use crate::schedule::{self, Problem};
 
+pub mod automatic;
 mod bind;
 mod buffers;
 mod conditions;
@@ -39,11 +40,17 @@ const MAX_INDEXED: usize = u16::MAX as usize;
 /// reached the GPU. (A stream group alone is capped at 1024 in parse.)
 const MAX_STREAMS: usize = 1024;
 
-/// A concrete stream: a declared single stream or one member of a group.
+/// A concrete stream: a declared single stream, one member of a group, or one the
+/// planner added.
+#[derive(Clone)]
 pub struct PhysStream {
-    /// `main`, `branch[2]`.
+    /// `main`, `branch[2]`, `auto[0]`.
     pub name: String,
+    /// The declaration it belongs to; the planner's streams belong to the origin's.
     pub decl: usize,
+    pub priority: Priority,
+    /// The planner added it.
+    pub automatic: bool,
 }
 
 /// Which copy of a buffer an argument passes.
@@ -57,6 +64,7 @@ pub enum Slot {
     Copy(usize),
 }
 
+#[derive(Clone)]
 pub enum Arg {
     Stream,
     Blas,
@@ -74,6 +82,7 @@ pub enum Arg {
 }
 
 /// One op instance: a replicated op yields one per index.
+#[derive(Clone)]
 pub struct Instance {
     pub op: usize,
     pub name: String,
@@ -89,6 +98,11 @@ pub struct Resolved {
     pub extra_copies: Vec<usize>,
     /// Group width a per-branch array must have, per buffer index.
     pub branch_widths: Vec<Option<u32>>,
+    /// What the planner placed, where it placed any op.
+    pub automatic: Option<automatic::Report>,
+    /// `compare(auto)`: the planner's placement of every op, a second plan of the same
+    /// instances over the same copies.
+    pub whole: Option<Box<Resolved>>,
 }
 
 /// The resolved step in program order, as the rules read it.
@@ -102,6 +116,7 @@ pub struct Program<'a> {
     pub flags: &'a [Option<usize>],
 }
 
+#[derive(Clone)]
 struct OpInfo {
     /// Physical streams, one per instance, with the instance's index.
     instances: Vec<(usize, Option<u32>)>,
@@ -185,15 +200,47 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         infos: &per_op.infos,
         flags: &per_op.flags,
         branch_widths: &per_op.branch_widths,
+        n_streams: scope.streams.all.len(),
+        after_instances: &[],
     };
     let lowered = lower::lower(&scope, &ops.list, resolution);
     check_program(&scope, &ops.list, &per_op, &lowered, errors);
+    if !errors.is_empty() {
+        // Placement builds on a step without mistakes.
+        return None;
+    }
+    let whole = step.compare_auto.map(|_| {
+        automatic::place(
+            &scope,
+            &ops,
+            &per_op,
+            &lowered,
+            automatic::Mode::Whole,
+            errors,
+        )
+    });
+    let resolved = match &step.auto {
+        Some(auto) => automatic::place(
+            &scope,
+            &ops,
+            &per_op,
+            &lowered,
+            automatic::Mode::Unplaced(auto.most),
+            errors,
+        )?,
+        None => Resolved {
+            streams: scope.streams.all,
+            instances: lowered.instances,
+            problem: lowered.problem,
+            extra_copies: lowered.extra_copies,
+            branch_widths: per_op.branch_widths,
+            automatic: None,
+            whole: None,
+        },
+    };
     Some(Resolved {
-        streams: scope.streams.all,
-        instances: lowered.instances,
-        problem: lowered.problem,
-        extra_copies: lowered.extra_copies,
-        branch_widths: per_op.branch_widths,
+        whole: whole.flatten().map(Box::new),
+        ..resolved
     })
 }
 

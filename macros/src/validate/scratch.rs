@@ -37,6 +37,11 @@ impl Use {
         };
         Use { res, how }
     }
+
+    /// The buffer, where this use writes it whole before reading it (`#[out]`).
+    pub fn written_whole(&self) -> Option<usize> {
+        (self.how == How::Out).then_some(self.res.buf)
+    }
 }
 
 /// What is known of one scratch copy at a point of program order.

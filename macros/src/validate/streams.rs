@@ -38,7 +38,12 @@ pub fn declare_streams(step: &Step, errors: &Errors) -> Option<Streams> {
         match decl.width {
             None => {
                 ids.push(streams.all.len());
-                streams.all.push(PhysStream { name, decl: d });
+                streams.all.push(PhysStream {
+                    name,
+                    decl: d,
+                    priority: decl.priority,
+                    automatic: false,
+                });
             }
             Some(w) => {
                 for i in 0..w {
@@ -46,6 +51,8 @@ pub fn declare_streams(step: &Step, errors: &Errors) -> Option<Streams> {
                     streams.all.push(PhysStream {
                         name: format!("{name}[{i}]"),
                         decl: d,
+                        priority: decl.priority,
+                        automatic: false,
                     });
                 }
             }

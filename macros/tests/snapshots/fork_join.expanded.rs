@@ -57,8 +57,7 @@ mod fork_join {
         k.sum(stream, lanes, total)
     }
     use ::stepgraph::__rt_v1 as __sg;
-    /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
-    /// prints it in full.
+    /// The schedule of this step, planned at compile time. `println!("{}", PLAN)` prints it in full.
     ///
     /** ```text
  main      seed, sum

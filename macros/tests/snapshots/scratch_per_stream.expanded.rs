@@ -46,8 +46,7 @@ pub mod heads {
         stream.copy(tmp, attn_out)
     }
     use ::stepgraph::__rt_v1 as __sg;
-    /// The schedule of this step, planned at compile time. `println!("{}", PLAN)`
-    /// prints it in full.
+    /// The schedule of this step, planned at compile time. `println!("{}", PLAN)` prints it in full.
     ///
     /** ```text
  main  trunk

@@ -121,7 +121,7 @@ fn stream_priorities(
     plan: &PlanDesc,
     options: &Options,
 ) -> Result<Option<Vec<i32>>> {
-    if options.schedule != Schedule::Planned {
+    if !matches!(options.schedule, Schedule::Planned | Schedule::Automatic) {
         return Ok(None);
     }
     let wanted = options.priorities(plan)?;

@@ -16,6 +16,11 @@ pub enum Schedule {
     /// The plan with every stream at the same priority, whatever the step declares: the
     /// baseline that shows what the declared priorities buy.
     PlannedEqualPriority,
+    /// The planner's own placement of every op, ignoring each `#[stream]` and the declared
+    /// priorities: the plan `compare(auto)` adds to a step (its `AUTO_PLAN`), to compare
+    /// against the hand placement on the GPU. A step without `compare(auto)` is refused
+    /// with [`Error::Config`](crate::Error::Config).
+    Automatic,
 }
 
 impl Schedule {

@@ -11,7 +11,7 @@ use crate::capture::options::{Options, Schedule};
 use crate::capture::verify::VerifyReport;
 use crate::driver::device::Device;
 use crate::driver::memory::{DeviceMem, Span};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::measure::work::WorkBound;
 use crate::op::host_io::{HostInput, HostOutput, ReadBack};
 use crate::op::scalars::HostAccess;
@@ -37,6 +37,10 @@ pub trait StepSpec: 'static {
     type Scratch;
     /// The compile-time plan.
     const PLAN: &'static PlanDesc;
+
+    /// The planner's placement of every op, which `compare(auto)` adds: the same ops, in
+    /// the same order, over the same buffer copies, on the planner's streams.
+    const AUTO_PLAN: Option<&'static PlanDesc> = None;
 
     /// Allocates the scratch copies, shaped like the buffers' own.
     #[doc(hidden)]
@@ -156,7 +160,18 @@ impl<S: StepSpec> Step<S> {
         config: S::Config,
         options: Options,
     ) -> Result<Self> {
-        let mut exec = Executor::with_options(device, S::PLAN, options)?;
+        let plan = match options.schedule {
+            Schedule::Automatic => S::AUTO_PLAN.ok_or_else(|| Error::Config {
+                name: "Schedule::Automatic",
+                expected: format!(
+                    "a step with the planner's plan: `compare(auto)` in the #[step] of `{}`",
+                    S::PLAN.step
+                ),
+                found: "a step with its hand placement only".into(),
+            })?,
+            _ => S::PLAN,
+        };
+        let mut exec = Executor::with_options(device, plan, options)?;
         order_views::<S>(&mut exec, &buffers)?;
         let scratch = S::scratch(&buffers, device)?;
         let mut step = Step {
@@ -174,6 +189,12 @@ impl<S: StepSpec> Step<S> {
     /// The compile-time plan (the module's `PLAN`).
     pub const fn plan() -> &'static PlanDesc {
         S::PLAN
+    }
+
+    /// The planner's placement of every op (the module's `AUTO_PLAN`), where the step
+    /// says `compare(auto)`; [`Schedule::Automatic`] captures it.
+    pub const fn auto_plan() -> Option<&'static PlanDesc> {
+        S::AUTO_PLAN
     }
 
     /// The orderings this step adds to its plan because views of one buffer overlap
