@@ -183,14 +183,29 @@ fn plan_const_named(
     }
 }
 
+/// `include_bytes!` of the step's costs file where it exists, so that a change to the
+/// file builds the step again (a proc macro has no other way to track a file on stable).
+pub fn track_costs_file(step: &Step) -> TokenStream {
+    let Some(lit) = &step.costs else {
+        return TokenStream::new();
+    };
+    let path = crate::validate::costs::path(step, lit);
+    if !path.is_file() {
+        return TokenStream::new();
+    }
+    let path = path.to_string_lossy().into_owned();
+    quote::quote_spanned!(lit.span()=> const _: &[u8] = include_bytes!(#path);)
+}
+
 /// What the plan says of the ops the planner placed: how many, from which costs, and
 /// what the simulated run gives against the critical path.
 fn placement_text(resolved: &Resolved, report: &crate::validate::automatic::Report) -> String {
     let placed = report.placed.iter().filter(|&&p| p).count();
     let added = resolved.streams.iter().filter(|s| s.automatic).count();
     format!(
-        "placed by the planner: {placed} of {} ops, on the origin and {added} streams of its own, from the ops' #[cost] hints (1.0 where none): a simulated run of {:.2} against a critical path of {:.2}",
+        "placed by the planner: {placed} of {} ops, on the origin and {added} streams of its own, from {}: a simulated run of {:.2} against a critical path of {:.2}",
         report.placed.len(),
+        report.source,
         report.makespan,
         report.critical
     )

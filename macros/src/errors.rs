@@ -9,12 +9,15 @@ use quote::ToTokens;
 
 pub struct Errors {
     errors: RefCell<Option<Vec<syn::Error>>>,
+    /// Warnings: what the build goes on without, said at its token.
+    warnings: RefCell<Vec<(Span, String)>>,
 }
 
 impl Errors {
     pub fn new() -> Self {
         Errors {
             errors: RefCell::new(Some(Vec::new())),
+            warnings: RefCell::new(Vec::new()),
         }
     }
 
@@ -30,6 +33,34 @@ impl Errors {
         if let Some(v) = self.errors.borrow_mut().as_mut() {
             v.push(err);
         }
+    }
+
+    /// A warning at `span`: the build goes on.
+    pub fn warn(&self, span: Span, msg: impl Display) {
+        self.warnings.borrow_mut().push((span, msg.to_string()));
+    }
+
+    /// The warnings so far, as items that make rustc warn at their spans. Stable Rust
+    /// has no warning API for proc macros; the use of a deprecated constant whose note is
+    /// the message is the one way to a warning at a chosen token (`#[allow(deprecated)]`
+    /// on the module silences it).
+    pub fn warnings(&self) -> TokenStream {
+        self.warnings
+            .borrow_mut()
+            .drain(..)
+            .map(|(span, msg)| {
+                let note = format!("stepgraph: {msg}");
+                let name = quote::format_ident!("step_warning", span = span);
+                quote::quote_spanned! {span=>
+                    const _: () = {
+                        #[deprecated(note = #note)]
+                        #[allow(non_upper_case_globals)]
+                        const #name: () = ();
+                        #name
+                    };
+                }
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -27,7 +27,14 @@ pub fn step(
     attr: proc_macro::TokenStream,
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
-    expand(attr.into(), item.into()).into()
+    // The folder of the file that holds the step: its costs file is found from there,
+    // as `include_str!` finds a file. Absolute, since the path rustc gives is relative to
+    // its working folder and an `include_bytes!` path is relative to the file.
+    let source_dir = proc_macro::Span::call_site()
+        .local_file()
+        .and_then(|f| std::path::absolute(f).ok())
+        .and_then(|f| f.parent().map(std::path::Path::to_path_buf));
+    expand_in(attr.into(), item.into(), source_dir).into()
 }
 
 /// Makes a struct of step buffers, and of the plain data that describes them, a step
@@ -50,9 +57,20 @@ pub fn derive_config_value(item: proc_macro::TokenStream) -> proc_macro::TokenSt
     }
 }
 
-/// The whole macro: every error of the definition as a `compile_error!`, next to a
-/// stand-in with the same signatures; or the planned expansion.
+/// [`expand_in`] with no source file: a costs file is found from the crate's root.
+#[cfg(test)]
 fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand_in(attr, item, None)
+}
+
+/// The whole macro: every error of the definition as a `compile_error!`, next to a
+/// stand-in with the same signatures; or the planned expansion. `source_dir` is the
+/// folder of the step's source file, where the compiler says it.
+fn expand_in(
+    attr: TokenStream,
+    item: TokenStream,
+    source_dir: Option<std::path::PathBuf>,
+) -> TokenStream {
     let errors = errors::Errors::new();
     let module = match syn::parse2::<syn::ItemMod>(item.clone()) {
         Ok(m) => m,
@@ -65,9 +83,10 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let args = parse::parse_args(attr, &errors);
-    let Some(step) = parse::parse(args, module, &errors) else {
+    let Some(mut step) = parse::parse(args, module, &errors) else {
         return errors.finish().into_iter().chain([item]).collect();
     };
+    step.source_dir = source_dir;
     let resolved = validate::validate(&step, &errors);
     // The planner runs only on a step without mistakes, and its plan is checked too.
     let planned = match resolved {
@@ -83,11 +102,14 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
         _ => None,
     };
-    match (errors.finish(), planned) {
+    let warnings = errors.warnings();
+    let tracked = codegen::track_costs_file(&step);
+    let out = match (errors.finish(), planned) {
         (None, Some((resolved, plan, whole))) => {
             let whole = resolved.whole.as_deref().zip(whole.as_ref());
             codegen::expand(&step, &resolved, &plan, whole)
         }
         (errs, _) => errs.into_iter().chain([codegen::stand_in(&step)]).collect(),
-    }
+    };
+    quote::quote!(#out #warnings #tracked)
 }

@@ -17,6 +17,11 @@ pub struct Step {
     pub auto: Option<AutoStreams>,
     /// `compare(auto)`: the module also holds the step placed wholly by the planner.
     pub compare_auto: Option<Span>,
+    /// `costs = "file"`: the measured op costs the planner places by, from the folder of
+    /// the step's source file.
+    pub costs: Option<syn::LitStr>,
+    /// That folder, where the compiler says it (not in this crate's unit tests).
+    pub source_dir: Option<std::path::PathBuf>,
     pub buffers: Option<Struct<Buffer>>,
     pub config: Option<Struct<ConfigField>>,
     pub ops: Vec<Op>,

@@ -7,8 +7,8 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, FnArg, Ident, Item, ItemFn, ItemMod, ItemStruct, LitFloat, LitInt, Pat, Path, Token,
-    Type, bracketed, parenthesized,
+    Attribute, FnArg, Ident, Item, ItemFn, ItemMod, ItemStruct, LitFloat, LitInt, LitStr, Pat,
+    Path, Token, Type, bracketed, parenthesized,
 };
 
 use crate::errors::Errors;
@@ -35,6 +35,8 @@ pub struct StepArgs {
     pub auto: Option<AutoStreams>,
     /// `compare(auto)`: the module also holds the step placed wholly by the planner.
     pub compare_auto: Option<Span>,
+    /// `costs = "file"`: the measured op costs the planner places by.
+    pub costs: Option<LitStr>,
     /// The arguments did not parse (and that error is reported): missing streams are a
     /// consequence, not a second mistake.
     pub unreadable: bool,
@@ -49,6 +51,7 @@ impl Parse for StepArgs {
             krate: None,
             auto: None,
             compare_auto: None,
+            costs: None,
             unreadable: false,
         };
         while !input.is_empty() {
@@ -60,11 +63,12 @@ impl Parse for StepArgs {
                     "streams" => args.parse_streams(&key, input)?,
                     "kernels" => args.parse_kernels(&key, input)?,
                     "compare" => args.parse_compare(&key, input)?,
+                    "costs" => args.parse_costs(&key, input)?,
                     other => {
                         return Err(syn::Error::new(
                             key.span(),
                             format!(
-                                "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type`, `compare(auto)` or `crate = path`"
+                                "unknown step argument `{other}`: expected `streams(..)`, `kernels = Type`, `compare(auto)`, `costs = \"file\"` or `crate = path`"
                             ),
                         ));
                     }
@@ -197,6 +201,25 @@ impl StepArgs {
             ));
         }
         self.compare_auto = Some(key.span());
+        Ok(())
+    }
+
+    /// `costs = "file"`, after the key.
+    fn parse_costs(&mut self, key: &Ident, input: ParseStream) -> syn::Result<()> {
+        input.parse::<Token![=]>()?;
+        if self.costs.is_some() {
+            return Err(syn::Error::new(
+                key.span(),
+                "`costs = ..` is given twice: a step has one costs file",
+            ));
+        }
+        let path: LitStr = input.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "expected `costs = \"file\"`, the path of the step's costs file from the folder of this source file",
+            )
+        })?;
+        self.costs = Some(path);
         Ok(())
     }
 
@@ -361,6 +384,8 @@ pub fn parse(args: StepArgs, module: ItemMod, errors: &Errors) -> Option<Step> {
         krate: args.krate,
         auto: args.auto,
         compare_auto: args.compare_auto,
+        costs: args.costs,
+        source_dir: None,
         buffers: None,
         config: None,
         ops: Vec::new(),
@@ -1023,6 +1048,7 @@ pub fn parse_args(tokens: TokenStream, errors: &Errors) -> StepArgs {
                 krate: None,
                 auto: None,
                 compare_auto: None,
+                costs: None,
                 unreadable: true,
             }
         }

@@ -154,7 +154,11 @@ fn write_dot_clusters(out: &mut String, plan: &PlanDesc) {
             out,
             "    label={}; fontname=\"Courier-Bold\"; style=\"rounded,filled\"; \
              color=\"#bbbbbb\"; fillcolor=\"{}\";",
-            dot_str(stream.name),
+            dot_str(&if stream.automatic {
+                format!("{} (the planner's)", stream.name)
+            } else {
+                stream.name.to_string()
+            }),
             if s % 2 == 0 { "#f5f6f8" } else { "#ffffff" }
         );
         if s == 0 {
@@ -359,6 +363,9 @@ fn op_tooltip(plan: &PlanDesc, op: &OpDesc, level: usize) -> String {
         let flag = plan.buffer_name(flag);
         let _ = write!(tooltip, ", when {flag} is set (a conditional node)");
     }
+    if op.automatic {
+        let _ = write!(tooltip, ", placed by the planner (cost {})", op.cost);
+    }
     tooltip
 }
 
@@ -427,6 +434,9 @@ fn plan_subtitle(plan: &PlanDesc) -> String {
             .filter_map(|o| plan.ops.get(o.index()).map(|o| o.name))
             .collect();
         let _ = write!(subtitle, "; by cost: {}", by_cost.join(" → "));
+    }
+    if let Some(placement) = plan.placement {
+        let _ = write!(subtitle, "; {placement}");
     }
     subtitle
 }
@@ -608,6 +618,43 @@ mod tests {
             titles
                 .iter()
                 .any(|t| t.ends_with(", when go is set (a conditional node)")),
+            "{titles:?}"
+        );
+    }
+
+    #[test]
+    fn the_planner_s_placements_are_marked_with_their_costs_in_both_pictures() {
+        const PLAN: PlanDesc = PlanDesc::new("placed")
+            .with_streams(&[
+                StreamDesc::named("main"),
+                StreamDesc::named("auto[0]").automatic(),
+            ])
+            .with_ops(&[
+                OpDesc::new("hand", StreamId(0)),
+                OpDesc::new("placed", StreamId(1))
+                    .with_cost(12.5)
+                    .placed_automatically(),
+            ])
+            .with_final_waits(&[])
+            .with_placement("placed by the planner: 1 of 2 ops, from the costs in `x.costs`");
+        let dot = plan_dot(&PLAN);
+        assert!(dot.contains("label=\"auto[0] (the planner's)\""), "{dot}");
+        assert!(dot.contains("label=\"main\""), "{dot}");
+        let svg = plan_svg(&PLAN);
+        assert!(svg.contains("from the costs in `x.costs`"), "{svg}");
+        let doc = parse(&svg);
+        let titles: Vec<String> = with_class(&doc, "op").iter().map(title_of).collect();
+        assert!(
+            titles
+                .iter()
+                .any(|t| t.starts_with("placed ")
+                    && t.ends_with(", placed by the planner (cost 12.5)")),
+            "{titles:?}"
+        );
+        assert!(
+            titles
+                .iter()
+                .any(|t| t.starts_with("hand ") && !t.contains("planner")),
             "{titles:?}"
         );
     }

@@ -642,7 +642,7 @@ pub use stepgraph_macros::StepBuffer;
 /// }
 /// ```
 pub use stepgraph_macros::step;
-pub use stepgraph_plan::{PlanDesc, Profile};
+pub use stepgraph_plan::{OpCosts, PlanDesc, Profile};
 
 pub mod kernel {
     //! Modules and kernels: loading images, each kernel's parameter list as the driver reports

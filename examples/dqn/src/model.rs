@@ -352,7 +352,11 @@ fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Bu
 // 0.780. In the next call 0.775, 0.773 against 0.801, 0.800; `main` high too 0.786, 0.785;
 // `aux_attn` high too 0.778, 0.777; IQN on 112 or 108 SMs, or attention on 77, within
 // 0.005 of it.
-#[stepgraph::step(streams(main, branch[4], ddqn(high), aux_iqn, aux_attn, attn_wgrad(low), comm), kernels = Kernels)]
+#[stepgraph::step(
+    streams(main, branch[4], ddqn(high), aux_iqn, aux_attn, attn_wgrad(low), comm),
+    kernels = Kernels,
+    compare(auto)
+)]
 pub mod dqn {
     use super::*;
 

@@ -387,7 +387,11 @@ pub const CRITICS: usize = sac::CRITIC_WIDTH;
 // the critical path (`sac --bench` measures the step both ways, (c) and (c')). Its
 // head's gradients run on `main` beside the chain through its layers; its input layer's
 // follow that chain on `actor`, its hidden layer's on `actor_grads` beside them.
-#[stepgraph::step(streams(main, critic[2], actor(low), actor_grads(low)), kernels = Kernels)]
+#[stepgraph::step(
+    streams(main, critic[2], actor(low), actor_grads(low)),
+    kernels = Kernels,
+    compare(auto)
+)]
 pub mod sac {
     use super::*;
 

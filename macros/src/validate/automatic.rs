@@ -12,6 +12,7 @@
 
 use proc_macro2::Span;
 
+use super::costs::Costs;
 use super::{Instance, Ops, PerOp, PhysStream, Program, Resolved, Scope, buffers, lower, scratch};
 use crate::errors::Errors;
 use crate::model::{AutoStreams, BufKind, Op, Priority};
@@ -36,6 +37,8 @@ pub struct Report {
     pub makespan: f64,
     /// The longest chain of dependencies, by cost: no placement runs faster.
     pub critical: f64,
+    /// Where the costs came from.
+    pub source: String,
 }
 
 /// The step resolved with the planner's placement; `None` (with an error at the step)
@@ -46,9 +49,13 @@ pub(super) fn place(
     per_op: &PerOp,
     lowered: &lower::Lowered,
     mode: Mode,
+    costs: &Costs,
     errors: &Errors,
 ) -> Option<Resolved> {
-    let problem = &lowered.problem;
+    // The planner places by the measured costs where there are, and the plan carries
+    // them: its critical path by cost and each placed op say what the planner used.
+    let costed = costs.apply(&lowered.problem);
+    let problem = &costed;
     let pinned: Vec<bool> = lowered
         .instances
         .iter()
@@ -57,9 +64,8 @@ pub(super) fn place(
             Mode::Unplaced(_) => ops.list[inst.op].placement.is_some(),
         })
         .collect();
-    if let (Mode::Unplaced(_), Some(auto)) = (mode, &scope.step.auto)
-        && pinned.iter().all(|&p| p)
-    {
+    let all_pinned = pinned.iter().all(|&p| p);
+    if let (Mode::Unplaced(_), Some(auto), true) = (mode, &scope.step.auto, all_pinned) {
         errors.at(
             auto.span,
             "`auto` leaves nothing to the planner: every op has a #[stream]; remove `auto`, or the #[stream] of the ops the planner may place",
@@ -117,9 +123,12 @@ pub(super) fn place(
         placed: pinned.iter().map(|p| !p).collect(),
         makespan: placed.makespan(),
         critical: critical(problem),
+        source: costs.source.clone(),
     };
     if let Mode::Whole = mode {
-        return Some(second_plan(lowered, &placed, streams, per_op, report));
+        return Some(second_plan(
+            lowered, problem, &placed, streams, per_op, report,
+        ));
     }
     let mut infos = per_op.infos.clone();
     let mut k = 0;
@@ -145,7 +154,7 @@ pub(super) fn place(
     Some(Resolved {
         streams,
         instances: again.instances,
-        problem: again.problem,
+        problem: costs.apply(&again.problem),
         extra_copies: again.extra_copies,
         branch_widths: per_op.branch_widths.clone(),
         automatic: Some(report),
@@ -157,12 +166,13 @@ pub(super) fn place(
 /// turned into orderings: the same instances, arguments and copies.
 fn second_plan(
     lowered: &lower::Lowered,
+    costed: &crate::schedule::Problem,
     placed: &place::Placed,
     streams: Vec<PhysStream>,
     per_op: &PerOp,
     report: Report,
 ) -> Resolved {
-    let mut problem = lowered.problem.clone();
+    let mut problem = costed.clone();
     problem.n_streams = streams.len();
     for (k, op) in problem.ops.iter_mut().enumerate() {
         op.stream = placed.streams[k];

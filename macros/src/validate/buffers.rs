@@ -200,22 +200,21 @@ pub fn check_view_borrows(
         if let Some(&(_, first, first_write)) = seen
             .iter()
             .find(|(r, q, _)| *r == root && q.binding != p.binding)
+            && (write || first_write)
         {
-            if write || first_write {
-                let name = |q: &crate::model::Param| q.binding.to_string();
-                errors.at(
-                    p.span,
-                    format!(
-                        "op `{}` takes `{}` and `{}`, which lie in one buffer (`{}`), and writes one of them: an op borrows a buffer once to write it; take `{}` whole",
-                        op.name,
-                        name(first),
-                        name(p),
-                        buffers[root].name,
-                        buffers[root].name
-                    ),
-                );
-                continue;
-            }
+            let name = |q: &crate::model::Param| q.binding.to_string();
+            errors.at(
+                p.span,
+                format!(
+                    "op `{}` takes `{}` and `{}`, which lie in one buffer (`{}`), and writes one of them: an op borrows a buffer once to write it; take `{}` whole",
+                    op.name,
+                    name(first),
+                    name(p),
+                    buffers[root].name,
+                    buffers[root].name
+                ),
+            );
+            continue;
         }
         seen.push((root, p, write));
     }

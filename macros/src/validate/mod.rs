@@ -20,6 +20,7 @@ pub mod automatic;
 mod bind;
 mod buffers;
 mod conditions;
+pub(crate) mod costs;
 mod items;
 mod joins;
 mod lower;
@@ -209,6 +210,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
         // Placement builds on a step without mistakes.
         return None;
     }
+    let costs = costs::read(&scope, &lowered.instances, errors);
     let whole = step.compare_auto.map(|_| {
         automatic::place(
             &scope,
@@ -216,6 +218,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             &per_op,
             &lowered,
             automatic::Mode::Whole,
+            &costs,
             errors,
         )
     });
@@ -226,6 +229,7 @@ pub fn validate(step: &Step, errors: &Errors) -> Option<Resolved> {
             &per_op,
             &lowered,
             automatic::Mode::Unplaced(auto.most),
+            &costs,
             errors,
         )?,
         None => Resolved {

@@ -297,10 +297,10 @@ impl<'ast> Visit<'ast> for OpBody<'_> {
             self.device_creation(&f.path);
             self.buffer_move(&f.path, &call.args);
             // `DeviceBuffer::as_cuda_slice(x)`, the same call by its path.
-            if f.path.segments.len() >= 2 {
-                if let Some(last) = f.path.segments.last() {
-                    self.cuda_accessor(&last.ident);
-                }
+            if f.path.segments.len() >= 2
+                && let Some(last) = f.path.segments.last()
+            {
+                self.cuda_accessor(&last.ident);
             }
         }
         visit::visit_expr_call(self, call);

@@ -16,7 +16,7 @@ use crate::measure::work::WorkBound;
 use crate::op::host_io::{HostInput, HostOutput, ReadBack};
 use crate::op::scalars::HostAccess;
 use crate::op::shared::{SharedUse, Sharing, rebinding};
-use crate::plan::{BufId, OpId, PlanDesc, Profile};
+use crate::plan::{BufId, OpCosts, OpId, PlanDesc, Profile};
 
 /// What `#[step]` emits for a step module, and all [`Step`] needs to run it: the plan, the
 /// types of the step's buffers, config and kernels, how to allocate its scratch copies
@@ -575,6 +575,13 @@ impl<S: StepSpec> Step<S> {
     pub fn work_bound(&mut self) -> Result<WorkBound> {
         let uses = S::shared(&self.buffers);
         self.with_launch(&uses, |exec, issue| exec.work_bound(issue))
+    }
+
+    /// Measures each op's cost for automatic placement: [`work_bound`](Self::work_bound)
+    /// read as [`OpCosts`], whose text is the file `#[step(costs = "..")]` reads. Like the
+    /// work bound, it runs the kernels many times on this step's buffers.
+    pub fn op_costs(&mut self) -> Result<OpCosts> {
+        Ok(self.work_bound()?.op_costs())
     }
 
     /// Captures the step again, reads the graph back from the driver and checks it

@@ -37,7 +37,7 @@ use crate::driver::graph::{
 };
 use crate::error::{Error, Result};
 use crate::measure::timing::median;
-use crate::plan::PlanDesc;
+use crate::plan::{OpCost, OpCosts, PlanDesc};
 
 /// Copies of a kernel node chained in one timing graph.
 pub const COPIES: usize = 20;
@@ -141,6 +141,33 @@ impl WorkBound {
 }
 
 impl WorkBound {
+    /// Each op's measured cost, for the costs file automatic placement reads
+    /// (`#[step(costs = "..")]`): its kernels' time alone, and the share of the GPU they
+    /// hold over that time (their work over their time alone). An op with no kernels
+    /// (memsets and copies only) costs 0.
+    pub fn op_costs(&self) -> OpCosts {
+        OpCosts {
+            step: self.step.clone(),
+            measured_on: format!("{} ({} SMs)", self.device, self.sms),
+            ops: self
+                .ops
+                .iter()
+                .map(|o| {
+                    let alone = o.alone_ms();
+                    OpCost {
+                        op: o.name.clone(),
+                        alone_us: alone * 1e3,
+                        share: if alone > 0.0 {
+                            (o.work_ms() / alone).clamp(0.0, 1.0)
+                        } else {
+                            0.0
+                        },
+                    }
+                })
+                .collect(),
+        }
+    }
+
     /// One line per kernel of the op named `op`: name, grid, resident blocks, share,
     /// time alone. For finding where an op's time goes.
     pub fn kernel_table(&self, op: &str) -> String {
@@ -176,6 +203,10 @@ pub struct Bounds {
     pub grid_work_ms: f64,
     /// (p), when [`of_plan`](Self::of_plan) computed the bounds.
     pub chains: Option<ChainsBound>,
+    /// (c-auto): the same ops placed wholly by the planner (`compare(auto)`,
+    /// [`Schedule::Automatic`](crate::Schedule::Automatic)), where measured
+    /// ([`with_automatic`](Self::with_automatic)).
+    pub automatic_ms: Option<f64>,
 }
 
 /// (p), the chains-and-work bound of a step ([`PlanDesc::chain_work_bound`]): the
@@ -201,6 +232,7 @@ impl Bounds {
             work_ms: work.bound_ms(),
             grid_work_ms: work.grid_bound_ms(),
             chains: None,
+            automatic_ms: None,
         }
     }
 
@@ -233,6 +265,15 @@ impl Bounds {
                 tail: name(b.tail),
             }),
             ..Bounds::new(planned_ms, critical_path_ms, work)
+        }
+    }
+
+    /// These bounds with the planner's placement of the same ops measured too: the
+    /// automatic plan against the hand plan and the bounds.
+    pub fn with_automatic(self, automatic_ms: f64) -> Bounds {
+        Bounds {
+            automatic_ms: Some(automatic_ms),
+            ..self
         }
     }
 
@@ -284,6 +325,14 @@ impl fmt::Display for Bounds {
                 "| (p) chains and the work between: to {head}, work, from {tail} | {:.3} | (c)/(p) = {:.3} |",
                 p.ms,
                 c / p.ms
+            )?;
+        }
+        if let Some(a) = self.automatic_ms {
+            writeln!(
+                f,
+                "| (c-auto) every op placed by the planner | {a:.3} | (c-auto)/(c) = {:.3}, (c-auto)/max = {:.3} |",
+                a / c,
+                a / self.larger_ms()
             )?;
         }
         Ok(())
@@ -503,10 +552,19 @@ mod tests {
             work_ms: 0.4,
             grid_work_ms: 0.6,
             chains: None,
+            automatic_ms: None,
         };
         assert_eq!((b.larger_ms(), b.larger_grid_ms()), (0.5, 0.6));
         let rows = b.to_string();
         assert_eq!(rows.lines().count(), 5, "{rows}");
+        // The planner's placement, where measured, against the hand plan and the bound.
+        let auto = b.with_automatic(0.76).to_string();
+        assert!(
+            auto.ends_with(
+                "| (c-auto) every op placed by the planner | 0.760 | (c-auto)/(c) = 1.027, (c-auto)/max = 1.520 |\n"
+            ),
+            "{auto}"
+        );
         assert!(
             rows.contains("| larger bound, max((d), (w)) | 0.500 | (c)/max = 1.480 |"),
             "{rows}"

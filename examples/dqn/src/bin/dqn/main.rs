@@ -355,6 +355,7 @@ fn main() -> std::process::ExitCode {
         Err(e) => Cli::command().error(ErrorKind::ValueValidation, e).exit(),
     };
     println!("{}", dqn::PLAN);
+    println!("{}", dqn::AUTO_PLAN);
     let device = match Device::new(0) {
         Ok(d) => d,
         Err(e) => {
@@ -1266,6 +1267,12 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
             .executor()
             .time_replays(30, reps)?,
     );
+    // The same ops placed wholly by the planner (`compare(auto)`), from the costs file.
+    let c_auto = median(
+        &mut seeded_step(device, o, Schedule::Automatic)?
+            .executor()
+            .time_replays(30, reps)?,
+    );
     let mut eager = Vec::new();
     for _ in 0..30 {
         serial.run_eager()?;
@@ -1305,6 +1312,13 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     // and that step's values are not used again.
     let work = serial.work_bound()?;
     println!("{work}");
+    // The measured costs, as the file `compare(auto)` reads (`examples/dqn/src/dqn.costs`).
+    let costs = std::path::Path::new(&std::env::var_os("OUT").unwrap_or_else(|| ".".into()))
+        .join("dqn.costs");
+    match std::fs::write(&costs, work.op_costs().to_string()) {
+        Ok(()) => println!("op costs written to {}", costs.display()),
+        Err(e) => eprintln!("dqn: could not write {}: {e}", costs.display()),
+    }
     for op in [
         "attention_head",
         "attention_wgrad",
@@ -1316,7 +1330,8 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     ] {
         print!("{}", work.kernel_table(op));
     }
-    let bounds = Bounds::of_plan(c, &dqn::PLAN, &alone.durations_ms(), &work);
+    let bounds =
+        Bounds::of_plan(c, &dqn::PLAN, &alone.durations_ms(), &work).with_automatic(c_auto);
     let (w, wg, bound) = (bounds.work_ms, bounds.grid_work_ms, bounds.larger_ms());
     let p = bounds.chains.map_or(0.0, |p| p.ms);
     println!("| variant | median ms | ratio |");
@@ -1327,6 +1342,10 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
     println!(
         "| (c') stepgraph graph, equal stream priorities | {c_flat:.3} | (c)/(c') = {:.3} |",
         c / c_flat
+    );
+    println!(
+        "(c-auto) saves {:.0}% of what (c) saves over (b)",
+        100.0 * (b - c_auto) / (b - c)
     );
     for f in &feeds {
         println!(
@@ -1411,7 +1430,7 @@ fn compare(device: &Device, o: &Options, planned: &mut dqn::Step, trained_e2e: f
         })
         .collect();
     let json = format!(
-        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"chains_bound_ms\": {p}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ceilings\": {}, \"floors\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
+        "{{\"device\": \"{}\", \"sizes\": \"{s:?}\", \"batch\": {}, \"reps\": {reps}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \"stepgraph_graph_ms\": {c}, \"equal_priority_graph_ms\": {c_flat}, \"auto_graph_ms\": {c_auto}, \"critical_path_bound_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"chains_bound_ms\": {p}, \"kernels_alone_ms\": {}, \"larger_bound_ms\": {bound}, \"c_over_b\": {}, \"c_over_d\": {}, \"c_over_larger_bound\": {}, \"share_of_allowed_saving_taken\": {}, \"breakdown\": \"{}\", \"trained_end_to_end_ms\": {trained_e2e}, \"end_to_end\": [{}], \"ceilings\": {}, \"floors\": [{}], \"ops\": [{}], \"kernels\": [{}]}}\n",
         device.name(),
         s.batch,
         work.alone_ms(),

@@ -71,6 +71,12 @@ pub fn run(
         flat.update()?;
         median(&mut flat.step.executor().time_replays(WARMUP, replays)?)
     };
+    // The same ops placed wholly by the planner (`compare(auto)`), from the costs file.
+    let c_auto = {
+        let mut auto = trainer(config, Schedule::Automatic)?;
+        auto.update()?;
+        median(&mut auto.step.executor().time_replays(WARMUP, replays)?)
+    };
     // A/B in this call: the planned step with the critics' matmuls planned the other way,
     // alternated with this one twice.
     let other = other_sms(config.critic_sms);
@@ -130,11 +136,14 @@ pub fn run(
     // buffers, whose values are not used again.
     let work = serial.step.work_bound()?;
     println!("{work}");
+    // The measured costs, as the file `compare(auto)` reads (`examples/sac/src/sac.costs`).
+    write(dir, "sac.costs", &work.op_costs().to_string())?;
     // Where the heavier ops' time goes, kernel by kernel.
     for op in work.ops.iter().filter(|o| o.alone_ms() >= 0.02) {
         print!("{}", work.kernel_table(&op.name));
     }
-    let bounds = Bounds::of_plan(c, &sac::PLAN, &alone.durations_ms(), &work);
+    let bounds =
+        Bounds::of_plan(c, &sac::PLAN, &alone.durations_ms(), &work).with_automatic(c_auto);
     println!(
         "sac bench: batch {} obs {} action {} hidden {}, {CRITICS} critics planned for {} SMs, \
          {replays} replays",
@@ -151,6 +160,10 @@ pub fn run(
     println!(
         "| (c') stepgraph graph, equal stream priorities | {c_flat:.3} | (c)/(c') = {:.3} |",
         c / c_flat
+    );
+    println!(
+        "(c-auto) saves {:.0}% of what (c) saves over (b)",
+        100.0 * (b - c_auto) / (b - c)
     );
     let pair = |v: &[f64]| {
         v.iter()
@@ -173,7 +186,7 @@ pub fn run(
         "{{\"batch\": {}, \"obs\": {}, \"action\": {}, \"hidden\": {}, \"critics\": {CRITICS}, \
          \"critic_sms\": \"{}\", \"other_critic_sms\": \"{other}\", \"planned_ab_ms\": [{}], \
          \"planned_other_sms_ab_ms\": [{}], \"replays\": {replays}, \"eager_ms\": {a}, \"one_stream_graph_ms\": {b}, \
-         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"chains_bound_ms\": {p}, \
+         \"planned_ms\": {c}, \"planned_equal_priority_ms\": {c_flat}, \"auto_ms\": {c_auto}, \"critical_path_ms\": {d}, \"work_bound_ms\": {w}, \"grid_work_bound_ms\": {wg}, \"chains_bound_ms\": {p}, \
          \"planned_over_bound\": {}, \"critical_path\": [{}]}}\n",
         sizes.batch,
         sizes.obs,

@@ -173,6 +173,7 @@ fn main() -> ExitCode {
         Err(e) => Cli::command().error(ErrorKind::ValueValidation, e).exit(),
     };
     println!("{}", sac::PLAN);
+    println!("{}", sac::AUTO_PLAN);
     let device = match Device::new(0) {
         Ok(d) => d,
         Err(e) => {

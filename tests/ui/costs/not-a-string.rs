@@ -1,0 +1,25 @@
+//! `costs` takes a path in quotes.
+#![deny(deprecated)]
+
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main, auto), costs = step_costs)]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+        pub y: DeviceBuffer<f32>,
+    }
+
+    fn fill(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(x)
+    }
+
+    fn clear(s: &CaptureStream<'_>, y: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(y)
+    }
+}
+
+fn main() {}

@@ -1,0 +1,25 @@
+//! `costs` on a step whose every op the hand places: the planner reads nothing.
+#![deny(deprecated)]
+
+use stepgraph::{CaptureStream, DeviceBuffer, Result};
+
+#[stepgraph::step(streams(main), costs = "stale-file.costs")]
+mod step {
+    use super::*;
+
+    #[buffers]
+    pub struct Buffers {
+        pub x: DeviceBuffer<f32>,
+        pub y: DeviceBuffer<f32>,
+    }
+
+    fn fill(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(x)
+    }
+
+    fn clear(s: &CaptureStream<'_>, y: &mut DeviceBuffer<f32>) -> Result<()> {
+        s.memset_zeros(y)
+    }
+}
+
+fn main() {}
