@@ -147,6 +147,62 @@ pub use stepgraph_macros::StepBuffer;
 ///   [`Step::new`] takes its value (or an `Arc` of it). Without it, pass `()`.
 /// - `crate = path`: where this crate is, for a crate that re-exports stepgraph; the
 ///   generated code names the runtime only through `path::__rt_v1`.
+/// - `auto` or `auto(N)` in `streams(..)`, after the origin: the planner places every op
+///   without a `#[stream]`, on the declared streams or on at most `N` streams of its own
+///   (8 without `N`), named `auto[0]`, `auto[1]`... It schedules the DAG by each op's
+///   earliest start in program order, from the op costs (below); keeps a chain on one
+///   stream, so that it needs few events; prefers a stream already in use to a new one;
+///   and runs an added stream at low priority where every op on it has a quarter of the
+///   step's time to spare. A hand-placed op never moves, and every rule holds for the
+///   placed step as for one placed by hand: the placed step is checked again.
+/// - `compare(auto)`: beside the step as written, the macro plans the same ops placed
+///   wholly by the planner (groups, joins and priorities set aside) as `AUTO_PLAN`;
+///   [`Schedule::Automatic`] captures that plan over the same buffers, for an A/B in one
+///   run. [`Bounds::with_automatic`](stats::Bounds::with_automatic) sets it against the
+///   hand plan and the bounds.
+/// - `costs = "file"`: the op costs the planner places by, measured on a GPU, from a
+///   file beside this source file (a path from its folder, as `include_str!` takes).
+///   [`Step::op_costs`] measures them (each op's kernels timed alone, and the share of
+///   the GPU they hold) and its `Display` is the file's text; commit it. The step is
+///   built again when the file changes. Without the file, or where it cannot be read,
+///   does not parse or was measured for other ops (an op renamed, added or removed
+///   since), the planner places by the `#[cost]` hints and the build warns at the
+///   file's name, saying what differs. The printed plan says which ops the planner
+///   placed and the cost of each.
+///
+///   ```
+///   #[stepgraph::step(streams(main, auto(2)))]
+///   mod heads {
+///       use stepgraph::{CaptureStream, DeviceBuffer, Result};
+///
+///       #[buffers]
+///       pub struct Buffers {
+///           pub x: DeviceBuffer<f32>,
+///           pub a: DeviceBuffer<f32>,
+///           pub b: DeviceBuffer<f32>,
+///       }
+///
+///       fn input(s: &CaptureStream<'_>, x: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.memset_zeros(x)
+///       }
+///
+///       #[cost(4.0)]
+///       fn head_a(s: &CaptureStream<'_>, x: &DeviceBuffer<f32>, a: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(x, a)
+///       }
+///
+///       #[cost(4.0)]
+///       fn head_b(s: &CaptureStream<'_>, x: &DeviceBuffer<f32>, b: &mut DeviceBuffer<f32>) -> Result<()> {
+///           s.copy(x, b)
+///       }
+///   }
+///
+///   let plan = heads::Step::plan();
+///   // The two heads run side by side: one continues the origin, one gets a stream.
+///   assert_ne!(plan.ops[1].stream, plan.ops[2].stream);
+///   assert!(plan.ops.iter().all(|o| o.automatic));
+///   assert_eq!(plan.streams[1].name, "auto[0]");
+///   ```
 ///
 /// # Items
 ///
@@ -456,7 +512,8 @@ pub use stepgraph_macros::StepBuffer;
 /// - `#[join(a, branch)]`: the op also waits for everything issued so far on `a` and on
 ///   every member of `branch`, even what it shares no buffer with.
 /// - `#[after(op)]`: the op runs after the (earlier) op `op`.
-/// - `#[cost(3.0)]`: a relative cost hint for the critical path by cost.
+/// - `#[cost(3.0)]`: a relative cost hint for the critical path by cost, and for the
+///   planner's placement where no costs file gives a measured one.
 /// - `#[every(k)]`: the op runs at every `k`-th replay only (`k` a `u32` config field or
 ///   a number): a target network synced every K steps, a report every N. The graph holds a
 ///   one-thread kernel that counts the replays and a conditional node whose body is the
