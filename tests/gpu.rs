@@ -64,7 +64,7 @@ const N: usize = 4096;
 const ITERS: u32 = 96;
 
 /// Four chains from a random seed, joined by a sum: the fork-join shape.
-#[stepgraph::step(streams(main, chain[4]), kernels = Kernels)]
+#[stepgraph::step(streams(main, chain[4]), kernels = Kernels, compare(auto))]
 mod fork_join {
     use super::*;
 
@@ -161,10 +161,19 @@ fn gpu_fork_join_replay_equals_sequential_execution() {
     .unwrap();
     let mut serial = fork_join::Step::with_schedule(
         &device,
-        k,
+        k.clone(),
         fork_join_buffers(&device, &seed),
         config,
         Schedule::OneStream,
+    )
+    .unwrap();
+    // The planner's placement of every op (`compare(auto)`).
+    let mut automatic = fork_join::Step::with_schedule(
+        &device,
+        k,
+        fork_join_buffers(&device, &seed),
+        config,
+        Schedule::Automatic,
     )
     .unwrap();
     // Three rounds, fresh random seeds uploaded in place between replays.
@@ -172,14 +181,21 @@ fn gpu_fork_join_replay_equals_sequential_execution() {
         let seed = rng.vec(N, -1.0, 1.0);
         parallel.upload(|b| &b.seed, &seed).unwrap();
         serial.upload(|b| &b.seed, &seed).unwrap();
+        automatic.upload(|b| &b.seed, &seed).unwrap();
         parallel.replay().unwrap();
         serial.replay().unwrap();
+        automatic.replay().unwrap();
         let p = parallel.download(|b| &b.total).unwrap();
         let s = serial.download(|b| &b.total).unwrap();
+        let a = automatic.download(|b| &b.total).unwrap();
         // Same kernels in the same per-element order: bit for bit.
         assert_eq!(
             p, s,
             "round {round}: multi-stream result differs from one-stream"
+        );
+        assert_eq!(
+            a, s,
+            "round {round}: the planner's placement differs from one-stream"
         );
         let err = max_err(&p, &fork_join_reference(&seed, ITERS), 1e-3);
         assert!(
