@@ -355,7 +355,8 @@ fn bucket<'a>(parts: impl IntoIterator<Item = &'a mut Linear>) -> Vec<&'a mut Bu
 #[stepgraph::step(
     streams(main, branch[4], ddqn(high), aux_iqn, aux_attn, attn_wgrad(low), comm),
     kernels = Kernels,
-    compare(auto)
+    compare(auto),
+    costs = "dqn.costs"
 )]
 pub mod dqn {
     use super::*;

@@ -390,7 +390,8 @@ pub const CRITICS: usize = sac::CRITIC_WIDTH;
 #[stepgraph::step(
     streams(main, critic[2], actor(low), actor_grads(low)),
     kernels = Kernels,
-    compare(auto)
+    compare(auto),
+    costs = "sac.costs"
 )]
 pub mod sac {
     use super::*;
