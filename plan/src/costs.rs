@@ -222,7 +222,14 @@ impl fmt::Display for OpCosts {
         }
         writeln!(f, "step {}", self.step)?;
         for op in &self.ops {
-            writeln!(f, "{} {:.2} {:.3}", op.op, op.alone_us, op.share)?;
+            // `+ 0.0`: an op with no kernels sums to -0.0, which would print as -0.00.
+            writeln!(
+                f,
+                "{} {:.2} {:.3}",
+                op.op,
+                op.alone_us + 0.0,
+                op.share + 0.0
+            )?;
         }
         Ok(())
     }
@@ -255,6 +262,15 @@ mod tests {
     fn what_is_written_reads_back() {
         let c = costs();
         assert_eq!(OpCosts::parse(&c.to_string()), Ok(c));
+    }
+
+    #[test]
+    fn an_op_without_kernels_writes_zero_not_minus_zero() {
+        let mut c = costs();
+        c.ops[0].alone_us = -0.0;
+        c.ops[0].share = -0.0;
+        let text = c.to_string();
+        assert!(text.contains("\nbegin 0.00 0.000\n"), "{text}");
     }
 
     #[test]

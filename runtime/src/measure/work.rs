@@ -156,8 +156,7 @@ impl WorkBound {
                     let alone = o.alone_ms();
                     OpCost {
                         op: o.name.clone(),
-                        // `+ 0.0`: an op with no kernels sums to -0.0, which reads oddly.
-                        alone_us: alone * 1e3 + 0.0,
+                        alone_us: alone * 1e3,
                         share: if alone > 0.0 {
                             (o.work_ms() / alone).clamp(0.0, 1.0)
                         } else {
