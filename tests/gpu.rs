@@ -145,6 +145,24 @@ fn fork_join_buffers(device: &Device, seed: &[f32]) -> fork_join::Buffers {
         total: up("total", &nan),
     }
 }
+/// A `fork_join` step over fresh buffers from `seed`, captured with `schedule`.
+fn fork_join_with(
+    device: &Device,
+    k: &Arc<Kernels>,
+    seed: &[f32],
+    config: fork_join::Config,
+    schedule: Schedule,
+) -> fork_join::Step {
+    fork_join::Step::with_schedule(
+        device,
+        k.clone(),
+        fork_join_buffers(device, seed),
+        config,
+        schedule,
+    )
+    .unwrap()
+}
+
 #[test]
 fn gpu_fork_join_replay_equals_sequential_execution() {
     let device = device();
@@ -159,35 +177,17 @@ fn gpu_fork_join_replay_equals_sequential_execution() {
         config,
     )
     .unwrap();
-    let mut serial = fork_join::Step::with_schedule(
-        &device,
-        k.clone(),
-        fork_join_buffers(&device, &seed),
-        config,
-        Schedule::OneStream,
-    )
-    .unwrap();
+    let mut serial = fork_join_with(&device, &k, &seed, config, Schedule::OneStream);
     // The planner's placement of every op (`compare(auto)`).
-    let mut automatic = fork_join::Step::with_schedule(
-        &device,
-        k,
-        fork_join_buffers(&device, &seed),
-        config,
-        Schedule::Automatic,
-    )
-    .unwrap();
+    let mut automatic = fork_join_with(&device, &k, &seed, config, Schedule::Automatic);
     // Three rounds, fresh random seeds uploaded in place between replays.
     for round in 0..3 {
         let seed = rng.vec(N, -1.0, 1.0);
-        parallel.upload(|b| &b.seed, &seed).unwrap();
-        serial.upload(|b| &b.seed, &seed).unwrap();
-        automatic.upload(|b| &b.seed, &seed).unwrap();
-        parallel.replay().unwrap();
-        serial.replay().unwrap();
-        automatic.replay().unwrap();
-        let p = parallel.download(|b| &b.total).unwrap();
-        let s = serial.download(|b| &b.total).unwrap();
-        let a = automatic.download(|b| &b.total).unwrap();
+        let [p, s, a] = [&mut parallel, &mut serial, &mut automatic].map(|step| {
+            step.upload(|b| &b.seed, &seed).unwrap();
+            step.replay().unwrap();
+            step.download(|b| &b.total).unwrap()
+        });
         // Same kernels in the same per-element order: bit for bit.
         assert_eq!(
             p, s,
@@ -538,14 +538,7 @@ fn gpu_verifier_passes_on_a_planned_step_and_on_its_one_stream_baseline() {
         "{report}"
     );
     // The baseline orders everything, as a one-stream capture must.
-    let mut serial = fork_join::Step::with_schedule(
-        &device,
-        k,
-        fork_join_buffers(&device, &seed),
-        config,
-        Schedule::OneStream,
-    )
-    .unwrap();
+    let mut serial = fork_join_with(&device, &k, &seed, config, Schedule::OneStream);
     let report = serial.verify().unwrap();
     assert_eq!(report.independent_pairs, 0, "{report}");
     // The graph still replays correctly after the verifying capture.
@@ -693,14 +686,7 @@ fn gpu_work_bound_times_every_kernel_and_weights_it_by_its_grid() {
     let k = kernels(&device);
     let seed = Rng::new(12).vec(N, -1.0, 1.0);
     let config = fork_join::Config { iters: 4096 };
-    let mut step = fork_join::Step::with_schedule(
-        &device,
-        k,
-        fork_join_buffers(&device, &seed),
-        config,
-        Schedule::OneStream,
-    )
-    .unwrap();
+    let mut step = fork_join_with(&device, &k, &seed, config, Schedule::OneStream);
     let mut times = step.executor().time_replays(5, 50).unwrap();
     times.sort_by(f64::total_cmp);
     let one_stream_ms = times[times.len() / 2];
